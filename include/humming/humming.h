@@ -1,0 +1,189 @@
+// humming: the torch-free C++ API of libhumming.
+//
+// Describe a GEMM with format strings (the grammar of humming_aot.formats), pack a weight for a
+// layout, pick a compiled instance from the registry and run it on a CUDA stream, or run the CPU
+// reference that reads the same packed layout. Every entry point reports bad input through a
+// Status with a sentence that says what is wrong and what is accepted; nothing aborts.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "humming/format/dtype.h"
+
+namespace humming {
+
+// ---- status ----------------------------------------------------------------------------------
+
+struct Status {
+  bool ok = true;
+  std::string message;
+  static Status Ok() { return Status{}; }
+  static Status Error(std::string msg) { return Status{false, std::move(msg)}; }
+  explicit operator bool() const { return ok; }
+};
+
+// ---- formats ---------------------------------------------------------------------------------
+
+enum class ZeroKind : int { kNone = 0, kInt = 1, kFloat = 2 };
+enum class ActScale : int { kNone = 0, kToken = 1, kGroup = 2 };
+
+struct WeightFormat {
+  DType code = dtypes::e4m3;
+  int group_k = 0; // inputs per scale along K; 0 = one scale per output channel
+  int group_n = 1; // output channels per scale (block scales only)
+  DType scale = dtypes::none; // id() == 0 when the codes are not scaled
+  ZeroKind zero = ZeroKind::kNone;
+  bool global_scale = false; // one more fp32 scale for the whole tensor
+  bool has_scale() const { return scale.id() != 0; }
+};
+
+struct ActFormat {
+  DType type = dtypes::bf16;
+  ActScale granularity = ActScale::kNone; // quantized activations carry fp32 scales
+  int group_k = 0;                        // inputs per scale when granularity is kGroup
+};
+
+struct GemmFormat {
+  ActFormat act;
+  WeightFormat weight;
+  DType out = dtypes::bf16;
+};
+
+Status parse_dtype(const std::string &text, DType *out);
+Status parse_weight_format(const std::string &text, WeightFormat *out);
+Status parse_act_format(const std::string &text, ActFormat *out);
+Status parse_gemm_format(const std::string &text, GemmFormat *out);
+std::string to_string(DType t);
+std::string to_string(const WeightFormat &f);
+std::string to_string(const ActFormat &f);
+std::string to_string(const GemmFormat &f);
+
+// ---- packed layouts --------------------------------------------------------------------------
+
+enum LayoutId : int {
+  kLayoutGeneric = 1, // codes as a bit stream per output channel; read by the generic backend
+};
+
+// Logical and padded extents of a weight packed for one layout. Scales and zero points are stored
+// [k_groups][n_groups] (K-group major) so that consecutive output channels are adjacent.
+struct PackedDims {
+  int64_t n = 0, k = 0;         // logical output channels and inputs
+  int64_t n_pad = 0, k_pad = 0; // padded to what the layout needs
+  int64_t group_k = 0;          // inputs per scale (k_pad when per channel)
+  int64_t group_n = 1;          // output channels per scale
+  int64_t k_groups = 0, n_groups = 0;          // padded scale grid
+  int64_t k_groups_logical = 0, n_groups_logical = 0; // ceil(k / group_k), ceil(n / group_n)
+  int64_t code_words = 0;       // uint32 words of packed codes in all
+  int64_t words_per_row = 0;    // uint32 words of one output channel's codes
+};
+
+const char *layout_name(int layout);
+Status packed_dims(int layout, const WeightFormat &fmt, int64_t n, int64_t k, PackedDims *out);
+
+// CPU packing: codes are uint8 bit patterns [n][k]; scales/zeros are [n_groups_logical]
+// [k_groups_logical] elements of `elem_bytes` bytes (row-major, the logical orientation).
+Status pack_codes_cpu(int layout, const WeightFormat &fmt, const PackedDims &d, const uint8_t *codes,
+                      uint32_t *packed);
+Status unpack_codes_cpu(int layout, const WeightFormat &fmt, const PackedDims &d, const uint32_t *packed,
+                        uint8_t *codes);
+Status pack_groups_cpu(const PackedDims &d, int elem_bytes, const void *logical, void *packed);
+Status unpack_groups_cpu(const PackedDims &d, int elem_bytes, const void *packed, void *logical);
+// The same on the GPU (device pointers, enqueued on `stream`, a cudaStream_t).
+Status pack_codes_cuda(int layout, const WeightFormat &fmt, const PackedDims &d, const uint8_t *codes,
+                       uint32_t *packed, void *stream);
+Status unpack_codes_cuda(int layout, const WeightFormat &fmt, const PackedDims &d, const uint32_t *packed,
+                         uint8_t *codes, void *stream);
+Status pack_groups_cuda(const PackedDims &d, int elem_bytes, const void *logical, void *packed, void *stream);
+Status unpack_groups_cuda(const PackedDims &d, int elem_bytes, const void *packed, void *logical,
+                          void *stream);
+
+// ---- GEMM problem ----------------------------------------------------------------------------
+
+// out[m][n] = sum_k act(a)[m][k] * w[n][k] (+ bias[n]), fp32 accumulation.
+struct GemmArgs {
+  GemmFormat fmt;
+  int layout = kLayoutGeneric;
+  PackedDims dims;       // from packed_dims(layout, fmt.weight, n, k)
+  int64_t m = 0;         // rows of a and out
+  const void *a = nullptr;        // [m][k], row stride lda elements, type fmt.act.type
+  int64_t lda = 0;
+  const float *a_scales = nullptr; // [m][a_scale_cols] fp32 when the activation is quantized
+  int64_t a_scale_cols = 0;
+  const uint32_t *codes = nullptr; // packed codes
+  const void *scales = nullptr;    // [k_groups][n_groups], type fmt.weight.scale
+  const void *zeros = nullptr;     // same grid; uint8 codes (int) or the scale type (float)
+  const float *global_scale = nullptr; // one fp32 value in device (or host, for the CPU) memory
+  const void *bias = nullptr;      // [n] of the output type, or null
+  void *out = nullptr;             // [m][n], row stride ldo elements, type fmt.out
+  int64_t ldo = 0;
+  void *workspace = nullptr;       // scratch for split-K schedulers (none needs it yet)
+  size_t workspace_bytes = 0;
+  int num_sms = 0;                 // multiprocessors of the device (schedulers size grids by it)
+};
+
+// Checks every field of `args` that does not depend on an instance (extents, strides, null
+// pointers, format rules). Run by gemm() and gemm_cpu().
+Status validate(const GemmArgs &args);
+
+// ---- registry --------------------------------------------------------------------------------
+
+// One compiled kernel instance. Key fields use DType ids (0 = absent) and -1 for "any value".
+struct InstanceInfo {
+  const char *name;
+  const char *backend;   // "generic", "sm80", ...
+  const char *scheduler; // "dense", ...
+  const char *archs;     // the real architectures its machine code was built for, e.g. "80;90a"
+  uint32_t act_type;
+  int act_granularity;   // ActScale value, or -1: any
+  uint32_t code_type;
+  int group_k;           // -1: any
+  int group_n;           // -1: any
+  uint32_t scale_type;
+  int zero;              // ZeroKind value
+  int global_scale;      // 0, 1, or -1: either
+  uint32_t out_type;
+  int layout;
+  int tile_m, tile_n, tile_k, stages, threads;
+  int smem_bytes;
+  Status (*can_implement)(const GemmArgs &args);
+  Status (*launch)(const GemmArgs &args, void *stream);
+};
+
+size_t instance_count();
+const InstanceInfo *instance_at(size_t i);
+const InstanceInfo *find_instance(const std::string &name);
+// Whether `info` was built for this device (`cc` is major * 10 + minor, e.g. 90, 86).
+bool instance_runs_on(const InstanceInfo &info, int cc, std::string *why = nullptr);
+// Whether `info` computes the format of `args` (key fields only).
+Status instance_matches(const InstanceInfo &info, const GemmArgs &args);
+// First instance that matches, runs on `cc` and can implement `args` (the C++ default choice);
+// nullptr with a reason otherwise.
+const InstanceInfo *select_instance(const GemmArgs &args, int cc, std::string *why);
+
+// Validates, checks the instance against the arguments, launches on `stream` (a cudaStream_t).
+Status gemm(const GemmArgs &args, const InstanceInfo &instance, void *stream);
+// The CPU reference: reads the packed layout, fp32 accumulation, host pointers.
+Status gemm_cpu(const GemmArgs &args);
+
+// ---- activation quantization -----------------------------------------------------------------
+
+// codes[m][k] = encode(x / scale), scale = amax / max(type) per token or per K group (1 where
+// amax is 0); x is f32, f16 or bf16 with row stride ldx. scales is [m][ceil(k / group)] fp32.
+Status quantize_act_cpu(const ActFormat &fmt, DType x_type, const void *x, int64_t m, int64_t k,
+                        int64_t ldx, void *codes, float *scales);
+Status quantize_act_cuda(const ActFormat &fmt, DType x_type, const void *x, int64_t m, int64_t k,
+                         int64_t ldx, void *codes, float *scales, void *stream);
+
+// ---- build facts -----------------------------------------------------------------------------
+
+const char *version();
+const char *build_archs();   // e.g. "80;90a"
+const char *build_profile(); // ci | dev | full
+int cuda_version();          // CUDART_VERSION the library was built with
+// Compute capability of the current device (major * 10 + minor), or -1 with a reason.
+int current_device_cc(std::string *why);
+int current_device_sms();
+
+} // namespace humming

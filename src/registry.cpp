@@ -1,0 +1,192 @@
+// Registry access, argument validation, the C++ default instance choice, and launch.
+#include <cuda_runtime_api.h>
+
+#include <sstream>
+#include <string>
+
+#include "humming/humming.h"
+
+namespace humming {
+
+// Written by tools/gen_instances.py into the build tree (registry.cpp there).
+namespace generated {
+extern const InstanceInfo kInstances[];
+extern const size_t kInstanceCount;
+extern const char kBuildArchs[];
+extern const char kBuildProfile[];
+} // namespace generated
+
+#ifndef HUMMING_VERSION
+#define HUMMING_VERSION "0.0.0"
+#endif
+
+const char *version() { return HUMMING_VERSION; }
+const char *build_archs() { return generated::kBuildArchs; }
+const char *build_profile() { return generated::kBuildProfile; }
+int cuda_version() { return CUDART_VERSION; }
+
+size_t instance_count() { return generated::kInstanceCount; }
+const InstanceInfo *instance_at(size_t i) { return i < generated::kInstanceCount ? &generated::kInstances[i] : nullptr; }
+
+const InstanceInfo *find_instance(const std::string &name) {
+  for (size_t i = 0; i < generated::kInstanceCount; ++i)
+    if (name == generated::kInstances[i].name) return &generated::kInstances[i];
+  return nullptr;
+}
+
+int current_device_cc(std::string *why) {
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  int major = 0, minor = 0;
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  if (e != cudaSuccess) {
+    if (why) *why = std::string("no usable CUDA device: ") + cudaGetErrorString(e);
+    cudaGetLastError(); // clear the sticky-free error so later calls start clean
+    return -1;
+  }
+  return major * 10 + minor;
+}
+
+int current_device_sms() {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return sms;
+}
+
+namespace {
+
+// Machine code for sm_XY runs on devices of the same major version and minor >= Y; code for an
+// arch-specific target (90a, 100a) runs only on exactly that compute capability.
+bool arch_runs_on(const std::string &arch, int cc) {
+  if (arch.empty()) return false;
+  const bool specific = arch.back() == 'a' || arch.back() == 'f';
+  const int a = std::stoi(specific ? arch.substr(0, arch.size() - 1) : arch);
+  if (specific) return a == cc;
+  return a / 10 == cc / 10 && a % 10 <= cc % 10;
+}
+
+std::string sm_list(const char *archs) {
+  std::string out, item;
+  std::stringstream ss(archs);
+  while (std::getline(ss, item, ';'))
+    if (!item.empty()) out += (out.empty() ? "sm_" : ", sm_") + item;
+  return out.empty() ? "no architectures" : out;
+}
+
+} // namespace
+
+bool instance_runs_on(const InstanceInfo &info, int cc, std::string *why) {
+  std::stringstream ss(info.archs);
+  std::string arch;
+  while (std::getline(ss, arch, ';'))
+    if (arch_runs_on(arch, cc)) return true;
+  if (why)
+    *why = std::string(info.name) + " has machine code for " + sm_list(info.archs) + "; this device is sm_" +
+           std::to_string(cc);
+  return false;
+}
+
+Status validate(const GemmArgs &a) {
+  const WeightFormat &w = a.fmt.weight;
+  if (a.m < 0) return Status::Error("m must be >= 0, got " + std::to_string(a.m));
+  if (a.dims.n <= 0 || a.dims.k <= 0 || a.dims.words_per_row <= 0)
+    return Status::Error("the packed weight extents are not set (call packed_dims first)");
+  PackedDims expect;
+  Status st = packed_dims(a.layout, w, a.dims.n, a.dims.k, &expect);
+  if (!st) return st;
+  if (expect.n_pad != a.dims.n_pad || expect.k_pad != a.dims.k_pad || expect.words_per_row != a.dims.words_per_row ||
+      expect.k_groups != a.dims.k_groups || expect.n_groups != a.dims.n_groups)
+    return Status::Error("the packed extents do not match weight format " + to_string(w) + " with n=" +
+                         std::to_string(a.dims.n) + ", k=" + std::to_string(a.dims.k) + " in layout " +
+                         layout_name(a.layout));
+  if (a.m > 0 && a.a == nullptr) return Status::Error("the activation pointer is null");
+  if (a.m > 0 && a.out == nullptr) return Status::Error("the output pointer is null");
+  if (a.lda < a.dims.k) return Status::Error("activation row stride " + std::to_string(a.lda) + " is below k=" + std::to_string(a.dims.k));
+  if (a.ldo < a.dims.n) return Status::Error("output row stride " + std::to_string(a.ldo) + " is below n=" + std::to_string(a.dims.n));
+  if (a.codes == nullptr) return Status::Error("the packed codes pointer is null");
+  if (w.has_scale() && a.scales == nullptr) return Status::Error("weight format " + to_string(w) + " needs scales");
+  if (!w.has_scale() && a.scales != nullptr) return Status::Error("weight format " + to_string(w) + " takes no scales");
+  if ((w.zero != ZeroKind::kNone) != (a.zeros != nullptr))
+    return Status::Error(w.zero != ZeroKind::kNone ? "weight format " + to_string(w) + " needs zero points"
+                                                   : "weight format " + to_string(w) + " takes no zero points");
+  if (w.global_scale != (a.global_scale != nullptr))
+    return Status::Error(w.global_scale ? "weight format " + to_string(w) + " needs a global scale"
+                                        : "weight format " + to_string(w) + " takes no global scale");
+  const ActFormat &act = a.fmt.act;
+  if (act.granularity == ActScale::kNone) {
+    if (a.a_scales != nullptr) return Status::Error("activation format " + to_string(act) + " takes no scales");
+  } else {
+    const int64_t group = act.granularity == ActScale::kGroup ? act.group_k : a.dims.k;
+    const int64_t cols = (a.dims.k + group - 1) / group;
+    if (a.a_scales == nullptr && a.m > 0) return Status::Error("activation format " + to_string(act) + " needs scales");
+    if (a.a_scale_cols != cols)
+      return Status::Error("activation scales have " + std::to_string(a.a_scale_cols) + " columns; format " +
+                           to_string(act) + " with k=" + std::to_string(a.dims.k) + " needs " + std::to_string(cols));
+  }
+  return Status::Ok();
+}
+
+Status instance_matches(const InstanceInfo &i, const GemmArgs &a) {
+  const GemmFormat &f = a.fmt;
+  std::string diff;
+  if (i.act_type != f.act.type.id()) diff = "activation type " + to_string(f.act.type);
+  else if (i.act_granularity >= 0 && i.act_granularity != static_cast<int>(f.act.granularity)) diff = "activation scale granularity";
+  else if (i.code_type != f.weight.code.id()) diff = "weight code type " + to_string(f.weight.code);
+  else if (i.group_k >= 0 && i.group_k != f.weight.group_k) diff = "K group size " + std::to_string(f.weight.group_k);
+  else if (i.group_n >= 0 && i.group_n != f.weight.group_n) diff = "N group size " + std::to_string(f.weight.group_n);
+  else if (i.scale_type != f.weight.scale.id()) diff = "scale type " + to_string(f.weight.scale);
+  else if (i.zero != static_cast<int>(f.weight.zero)) diff = "zero point kind";
+  else if (i.global_scale >= 0 && i.global_scale != static_cast<int>(f.weight.global_scale)) diff = "global scale";
+  else if (i.out_type != f.out.id()) diff = "output type " + to_string(f.out);
+  else if (i.layout != a.layout)
+    diff = std::string("weight layout: the weight is packed for layout ") + std::to_string(a.layout) + " (" +
+           layout_name(a.layout) + "), the instance reads layout " + std::to_string(i.layout) + " (" +
+           layout_name(i.layout) + ")";
+  if (diff.empty()) return Status::Ok();
+  return Status::Error(std::string("instance ") + i.name + " does not compute " + to_string(f) + " (" + diff + ")");
+}
+
+const InstanceInfo *select_instance(const GemmArgs &args, int cc, std::string *why) {
+  std::string reasons;
+  for (size_t i = 0; i < generated::kInstanceCount; ++i) {
+    const InstanceInfo &info = generated::kInstances[i];
+    if (!instance_matches(info, args)) continue;
+    std::string r;
+    if (!instance_runs_on(info, cc, &r)) {
+      reasons += r + "; ";
+      continue;
+    }
+    Status st = info.can_implement(args);
+    if (!st) {
+      reasons += std::string(info.name) + ": " + st.message + "; ";
+      continue;
+    }
+    return &info;
+  }
+  if (why)
+    *why = "no compiled instance computes " + to_string(args.fmt) + " on sm_" + std::to_string(cc) + " (this build has " +
+           std::to_string(generated::kInstanceCount) + " instances for " + sm_list(generated::kBuildArchs) +
+           ", profile " + generated::kBuildProfile + ")" + (reasons.empty() ? "" : ": " + reasons);
+  return nullptr;
+}
+
+Status gemm(const GemmArgs &args, const InstanceInfo &instance, void *stream) {
+  Status st = validate(args);
+  if (!st) return st;
+  st = instance_matches(instance, args);
+  if (!st) return st;
+  std::string why;
+  const int cc = current_device_cc(&why);
+  if (cc < 0) return Status::Error(why);
+  if (!instance_runs_on(instance, cc, &why)) return Status::Error(why);
+  st = instance.can_implement(args);
+  if (!st) return Status::Error(std::string(instance.name) + " cannot run this problem: " + st.message);
+  return instance.launch(args, stream);
+}
+
+} // namespace humming

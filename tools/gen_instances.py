@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""Enumerate the curated kernel matrix and write one translation unit per instance.
+
+The matrix lives in tools/matrix/*.json (data, one file per backend). For a set of target
+architectures and a build profile this script
+
+* ``--list``  prints one instance name per line and writes nothing,
+* ``--count`` prints the number of instances and writes nothing,
+* ``--out DIR`` writes ``DIR/instances/<name>.cu`` (an explicit instantiation each),
+  ``DIR/registry.cpp`` (the table libhumming exposes) and ``DIR/instances.cmake`` (the sources and
+  the -gencode flags of each), rewriting only files whose content changed and deleting instance
+  files that are no longer in the set.
+
+Output is deterministic: instances are sorted by name. It needs only the Python standard library
+(formats.py is loaded by path, so torch is not imported).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import itertools
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MATRIX_DIR = ROOT / "tools" / "matrix"
+PROFILES = ("ci", "dev", "full")  # each includes the ones before it
+
+
+def _load_formats():
+    spec = importlib.util.spec_from_file_location("_humming_formats", ROOT / "python" / "humming_aot" / "formats.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(mod)
+    return mod
+
+
+F = _load_formats()
+
+ZERO_SUFFIX = {"none": "", "int": "-zi", "float": "-zf"}
+ZERO_ENUM = {"none": 0, "int": 1, "float": 2}
+
+
+@dataclass(frozen=True)
+class Instance:
+    name: str
+    backend: str
+    scheduler: str
+    archs: tuple[str, ...]
+    act: str
+    code: str
+    scale: str  # "none" when unscaled
+    zero: str
+    out: str
+    layout: int
+    header: str
+    template_args: tuple[str, ...]
+    key: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def ident(self) -> str:
+        return "inst_" + re.sub(r"[^0-9A-Za-z]", "_", self.name)
+
+
+def _dtype_id(name: str) -> int:
+    return 0 if name == "none" else F.dtype(name).id
+
+
+def _arch_list(text: str) -> list[str]:
+    archs = [a.strip().lower().removeprefix("sm_") for a in re.split(r"[;, ]+", text) if a.strip()]
+    for a in archs:
+        F.arch_family(a)  # raises FormatError naming the known architectures
+    return archs
+
+
+def _generic_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instance]:
+    wanted = PROFILES[: PROFILES.index(profile) + 1]
+    backend_archs = tuple(a for a in archs if a in matrix["archs"])
+    if not backend_archs:
+        return []
+    out = []
+    for entry in matrix["entries"]:
+        if entry["profile"] not in wanted:
+            continue
+        for act, code, scale, zero, o in itertools.product(
+                entry["act"], entry["code"], entry["scale"], entry["zero"], entry["out"]):
+            if entry.get("same_act_scale_out") and not (act == o and (scale == act or scale not in ("bf16", "f16"))):
+                continue
+            if entry.get("same_act_out") and act != o:
+                continue
+            # Skip what the format rules reject (checked with a representative group size).
+            try:
+                wf = F.WeightFormat(F.dtype(code), 0 if scale == "none" else 128, 1,
+                                    None if scale == "none" else F.dtype(scale), zero)
+                F.ActivationFormat(F.dtype(act), "none" if act in ("bf16", "f16") else "token")
+            except F.FormatError:
+                continue
+            weight = code + ("" if scale == "none" else f"-s{scale}") + ZERO_SUFFIX[zero]
+            name = f"generic_{matrix['scheduler']}_a-{act}_w-{weight}_c-{o}"
+            targs = (f"{_dtype_id(act)}u", f"{_dtype_id(code)}u", f"{_dtype_id(scale)}u", str(ZERO_ENUM[zero]),
+                     f"{_dtype_id(o)}u")
+            key = dict(act_type=_dtype_id(act), act_granularity=-1, code_type=_dtype_id(code), group_k=-1,
+                       group_n=-1, scale_type=_dtype_id(scale), zero=ZERO_ENUM[zero], global_scale=-1,
+                       out_type=_dtype_id(o), layout=matrix["layout"], tile_m=32, tile_n=64, tile_k=32, stages=1,
+                       threads=256, smem_bytes=(32 * 33 + 32 * 65) * 4)
+            out.append(Instance(name, "generic", matrix["scheduler"], backend_archs, act, code, scale, zero, o,
+                                matrix["layout"], "humming/kernel/generic_dense.cuh", targs, key))
+            _ = wf
+    return out
+
+
+BACKENDS = {"generic": _generic_instances}
+
+
+def enumerate_instances(archs: list[str], profile: str, name_filter: str | None = None) -> list[Instance]:
+    if profile not in PROFILES:
+        raise SystemExit(f"unknown profile {profile!r}; profiles: {', '.join(PROFILES)}")
+    found: dict[str, Instance] = {}
+    for path in sorted(MATRIX_DIR.glob("*.json")):
+        matrix = json.loads(path.read_text())
+        backend = matrix["backend"]
+        if backend not in BACKENDS:
+            raise SystemExit(f"{path.name}: backend {backend!r} has no emitter in gen_instances.py")
+        for inst in BACKENDS[backend](matrix, profile, archs):
+            found.setdefault(inst.name, inst)
+    pattern = re.compile(name_filter) if name_filter else None
+    return [found[n] for n in sorted(found) if pattern is None or pattern.search(n)]
+
+
+# ---- emitters ------------------------------------------------------------------------------------
+
+def _gencode(arch: str) -> str:
+    return f"-gencode=arch=compute_{arch},code=sm_{arch}"
+
+
+def instance_tu(inst: Instance) -> str:
+    targs = ", ".join(inst.template_args)
+    ns = inst.backend
+    return (f"// Generated by tools/gen_instances.py; do not edit.\n// {inst.name}\n"
+            f'#include "{inst.header}"\n\n'
+            "namespace humming {\nnamespace instances {\n\n"
+            f"Status {inst.ident}_can_implement(const GemmArgs &args) {{\n"
+            f"  return {ns}::can_implement<{targs}>(args);\n}}\n\n"
+            f"Status {inst.ident}_launch(const GemmArgs &args, void *stream) {{\n"
+            f"  return {ns}::launch<{targs}>(args, stream);\n}}\n\n"
+            "} // namespace instances\n} // namespace humming\n")
+
+
+def registry_tu(instances: list[Instance], archs: list[str], profile: str) -> str:
+    lines = ["// Generated by tools/gen_instances.py; do not edit.",
+             '#include "humming/humming.h"', "", "namespace humming {", "namespace instances {"]
+    for inst in instances:
+        lines.append(f"Status {inst.ident}_can_implement(const GemmArgs &);")
+        lines.append(f"Status {inst.ident}_launch(const GemmArgs &, void *);")
+    lines += ["} // namespace instances", "", "namespace generated {", ""]
+    lines.append(f'extern const char kBuildArchs[] = "{";".join(archs)}";')
+    lines.append(f'extern const char kBuildProfile[] = "{profile}";')
+    lines.append(f"extern const size_t kInstanceCount = {len(instances)};")
+    lines.append("extern const InstanceInfo kInstances[] = {")
+    for inst in instances:
+        k = inst.key
+        lines.append(
+            f'    {{"{inst.name}", "{inst.backend}", "{inst.scheduler}", "{";".join(inst.archs)}", '
+            f"{k['act_type']}u, {k['act_granularity']}, {k['code_type']}u, {k['group_k']}, {k['group_n']}, "
+            f"{k['scale_type']}u, {k['zero']}, {k['global_scale']}, {k['out_type']}u, {k['layout']}, "
+            f"{k['tile_m']}, {k['tile_n']}, {k['tile_k']}, {k['stages']}, {k['threads']}, {k['smem_bytes']}, "
+            f"&instances::{inst.ident}_can_implement, &instances::{inst.ident}_launch}},")
+    if not instances:  # a zero-length array is not valid C++; the count stays 0
+        lines.append('    {"", "", "", "", 0u, 0, 0u, 0, 0, 0u, 0, 0, 0u, 0, 0, 0, 0, 0, 0, 0, nullptr, nullptr},')
+    lines += ["};", "", "} // namespace generated", "} // namespace humming", ""]
+    return "\n".join(lines)
+
+
+def cmake_list(instances: list[Instance], out: Path) -> str:
+    lines = ["# Generated by tools/gen_instances.py; do not edit.", "set(HUMMING_INSTANCE_SOURCES"]
+    lines += [f'  "{(out / "instances" / (inst.name + ".cu")).as_posix()}"' for inst in instances]
+    lines.append(")")
+    for inst in instances:
+        flags = ";".join(_gencode(a) for a in inst.archs)
+        lines.append(f'set_source_files_properties("{(out / "instances" / (inst.name + ".cu")).as_posix()}" '
+                     f'PROPERTIES COMPILE_OPTIONS "{flags}")')
+    return "\n".join(lines) + "\n"
+
+
+def _write_if_changed(path: Path, text: str) -> bool:
+    if path.exists() and path.read_text() == text:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return True
+
+
+def write_all(instances: list[Instance], archs: list[str], profile: str, out: Path) -> int:
+    out = out.resolve()
+    changed = 0
+    keep = set()
+    for inst in instances:
+        p = out / "instances" / f"{inst.name}.cu"
+        keep.add(p.name)
+        changed += _write_if_changed(p, instance_tu(inst))
+    inst_dir = out / "instances"
+    if inst_dir.exists():
+        for stale in inst_dir.glob("*.cu"):
+            if stale.name not in keep:
+                stale.unlink()
+                changed += 1
+    changed += _write_if_changed(out / "registry.cpp", registry_tu(instances, archs, profile))
+    changed += _write_if_changed(out / "instances.cmake", cmake_list(instances, out))
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--arch", required=True, help="target architectures, e.g. '90a' or '80;86;89;90a'")
+    ap.add_argument("--profile", default="dev", help="ci | dev | full")
+    ap.add_argument("--filter", default="", help="regular expression; keep instances whose name matches")
+    ap.add_argument("--list", action="store_true", help="print instance names, write nothing")
+    ap.add_argument("--count", action="store_true", help="print the number of instances, write nothing")
+    ap.add_argument("--out", type=Path, help="directory in the build tree to write into")
+    args = ap.parse_args(argv)
+    try:
+        archs = _arch_list(args.arch)
+    except F.FormatError as e:
+        ap.error(str(e))
+    if not archs:
+        ap.error("no architecture given; e.g. --arch 90a or --arch '80;90a'")
+    try:
+        re.compile(args.filter)
+    except re.error as e:
+        ap.error(f"--filter is not a valid regular expression: {e}")
+    instances = enumerate_instances(archs, args.profile, args.filter or None)
+    if args.list:
+        print("\n".join(i.name for i in instances))
+        return 0
+    if args.count:
+        print(len(instances))
+        return 0
+    if args.out is None:
+        ap.error("give --out DIR to write, or --list / --count")
+    changed = write_all(instances, archs, args.profile, args.out)
+    print(f"gen_instances: {len(instances)} instances for {';'.join(archs)} ({args.profile}), {changed} files written",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
