@@ -111,10 +111,9 @@ HUMMING_HD uint32_t encode(DType t, float v) {
   }
   if (t.kind == kE8M0) {
     if (v != v || v <= 0.0f) return v != v ? 0xFFu : 0u;
-    int e;
-    frexpf(v, &e); // v = f * 2^e, f in [0.5, 1): floor(log2 v) = e - 1
-    // round to the nearer power of two in the log domain's sense of OCP: keep floor(log2(v))
-    int field = e - 1 + 127;
+    // The OCP MX rule keeps floor(log2(v)); ilogbf gives it without a pointer argument (which
+    // would put a stack slot in every kernel that encodes).
+    const int field = ilogbf(v) + 127;
     return static_cast<uint32_t>(field < 0 ? 0 : (field > 254 ? 254 : field));
   }
   const uint32_t sign = (v < 0.0f || (v == 0.0f && 1.0f / v < 0.0f)) ? 1u : 0u;
@@ -137,9 +136,7 @@ HUMMING_HD uint32_t encode(DType t, float v) {
     if (t.ieee()) return sign_bit | (emax_field << t.man);
     return sign_bit | (top_e << t.man) | top_m;
   }
-  int e;
-  frexpf(a, &e);
-  int E = e - 1;
+  int E = ilogbf(a); // floor(log2(a)), also for subnormal inputs
   if (E < emin) E = emin;
   float q = rintf(ldexpf(a, man - E)); // significand in units of the last place, ties to even
   if (q >= ldexpf(1.0f, man + 1)) {

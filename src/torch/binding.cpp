@@ -1,0 +1,423 @@
+// The torch binding: turns tensors into pointers, extents and a stream, and calls libhumming.
+// Ops are registered under torch.ops.humming; the torch-free parts (registry, formats, build facts)
+// are plain pybind11 functions of humming_aot._C. Fake (meta) kernels live in humming_aot/ops.py.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/library.h>
+
+#include <array>
+#include <mutex>
+#include <string>
+
+#include "humming/humming.h"
+
+namespace py = pybind11;
+
+namespace humming {
+namespace {
+
+// ---- conversions ---------------------------------------------------------------------------------
+
+// The torch dtype a tensor of values of type `t` is stored in. e8m0 is kept as raw exponent bytes.
+at::ScalarType storage_type(DType t) {
+  if (t == dtypes::f32) return at::kFloat;
+  if (t == dtypes::f16) return at::kHalf;
+  if (t == dtypes::bf16) return at::kBFloat16;
+  if (t == dtypes::e4m3) return at::kFloat8_e4m3fn;
+  if (t == dtypes::e5m2) return at::kFloat8_e5m2;
+  if (t == dtypes::i8) return at::kChar;
+  return at::kByte;
+}
+
+DType dtype_of(at::ScalarType s) {
+  switch (s) {
+  case at::kFloat:
+    return dtypes::f32;
+  case at::kHalf:
+    return dtypes::f16;
+  case at::kBFloat16:
+    return dtypes::bf16;
+  default:
+    return dtypes::none;
+  }
+}
+
+void check(const Status &st) { TORCH_CHECK_VALUE(st.ok, st.message); }
+
+GemmFormat parse_gemm(const std::string &s) {
+  GemmFormat f;
+  check(parse_gemm_format(s, &f));
+  return f;
+}
+WeightFormat parse_weight(const std::string &s) {
+  WeightFormat f;
+  check(parse_weight_format(s, &f));
+  return f;
+}
+ActFormat parse_act(const std::string &s) {
+  ActFormat f;
+  check(parse_act_format(s, &f));
+  return f;
+}
+
+void check_tensor(const at::Tensor &t, const char *what, at::ScalarType dtype, const at::Device &device) {
+  TORCH_CHECK_TYPE(t.scalar_type() == dtype, what, " must have dtype ", dtype, ", got ", t.scalar_type());
+  TORCH_CHECK_VALUE(t.device() == device, what, " is on ", t.device(), " but the activations are on ", device,
+                    "; every tensor of one call must be on the same device");
+}
+
+void check_shape(const at::Tensor &t, const char *what, std::initializer_list<int64_t> shape) {
+  const std::vector<int64_t> want(shape);
+  TORCH_CHECK_VALUE(t.sizes().vec() == want, what, " has shape ", t.sizes(), "; expected ", at::IntArrayRef(want));
+  TORCH_CHECK_VALUE(t.is_contiguous(), what, " must be contiguous");
+}
+
+int device_sms(int index) {
+  static std::array<int, 64> cache{};
+  if (index < 0 || index >= 64) return current_device_sms();
+  if (cache[index] == 0) cache[index] = current_device_sms();
+  return cache[index];
+}
+
+int device_cc(int index) {
+  static std::array<int, 64> cache{};
+  if (index >= 0 && index < 64 && cache[index] != 0) return cache[index];
+  std::string why;
+  const int cc = current_device_cc(&why);
+  TORCH_CHECK(cc > 0, why);
+  if (index >= 0 && index < 64) cache[index] = cc;
+  return cc;
+}
+
+// ---- gemm ----------------------------------------------------------------------------------------
+
+at::Tensor gemm_impl(const at::Tensor &a, const at::Tensor &codes, const c10::optional<at::Tensor> &scales,
+                     const c10::optional<at::Tensor> &zeros, const c10::optional<at::Tensor> &global_scale,
+                     const c10::optional<at::Tensor> &a_scales, const c10::optional<at::Tensor> &bias,
+                     const std::string &fmt_text, int64_t layout, int64_t n, int64_t k, const std::string &instance) {
+  GemmArgs args;
+  args.fmt = parse_gemm(fmt_text);
+  args.layout = static_cast<int>(layout);
+  check(packed_dims(args.layout, args.fmt.weight, n, k, &args.dims));
+  const PackedDims &d = args.dims;
+  const at::Device dev = a.device();
+  const WeightFormat &w = args.fmt.weight;
+
+  TORCH_CHECK_VALUE(a.dim() == 2, "activations must be 2-D [m, k], got ", a.dim(), "-D shape ", a.sizes(),
+                    " (flatten leading dimensions first)");
+  TORCH_CHECK_VALUE(a.size(1) == k, "activations have ", a.size(1), " columns but the weight has k=", k);
+  check_tensor(a, "activations", storage_type(args.fmt.act.type), dev);
+  TORCH_CHECK_VALUE(a.stride(1) == 1 || a.size(1) == 1, "activations must have unit stride along k, got strides ",
+                    a.strides());
+  TORCH_CHECK_VALUE(a.size(0) <= 1 || a.stride(0) >= k, "activation row stride ", a.stride(0), " is below k=", k);
+  args.m = a.size(0);
+  args.a = a.data_ptr();
+  args.lda = a.size(0) <= 1 ? k : a.stride(0);
+
+  check_tensor(codes, "packed codes", at::kInt, dev);
+  check_shape(codes, "packed codes", {d.n_pad, d.words_per_row});
+  args.codes = reinterpret_cast<const uint32_t *>(codes.data_ptr());
+  if (w.has_scale()) {
+    TORCH_CHECK_VALUE(scales.has_value(), "weight format ", to_string(w), " needs scales");
+    check_tensor(*scales, "scales", storage_type(w.scale), dev);
+    check_shape(*scales, "packed scales", {d.k_groups, d.n_groups});
+    args.scales = scales->data_ptr();
+  } else {
+    TORCH_CHECK_VALUE(!scales.has_value(), "weight format ", to_string(w), " takes no scales");
+  }
+  if (w.zero != ZeroKind::kNone) {
+    TORCH_CHECK_VALUE(zeros.has_value(), "weight format ", to_string(w), " needs zero points");
+    check_tensor(*zeros, "zero points", w.zero == ZeroKind::kInt ? at::kByte : storage_type(w.scale), dev);
+    check_shape(*zeros, "packed zero points", {d.k_groups, d.n_groups});
+    args.zeros = zeros->data_ptr();
+  } else {
+    TORCH_CHECK_VALUE(!zeros.has_value(), "weight format ", to_string(w), " takes no zero points");
+  }
+  if (w.global_scale) {
+    TORCH_CHECK_VALUE(global_scale.has_value(), "weight format ", to_string(w), " needs a global scale");
+    check_tensor(*global_scale, "global scale", at::kFloat, dev);
+    TORCH_CHECK_VALUE(global_scale->numel() == 1, "the global scale holds one value, got ", global_scale->numel());
+    args.global_scale = global_scale->data_ptr<float>();
+  } else {
+    TORCH_CHECK_VALUE(!global_scale.has_value(), "weight format ", to_string(w), " takes no global scale");
+  }
+  if (args.fmt.act.granularity != ActScale::kNone) {
+    TORCH_CHECK_VALUE(a_scales.has_value(), "activation format ", to_string(args.fmt.act),
+                      " needs activation scales (quantize with torch.ops.humming.quantize_act)");
+    check_tensor(*a_scales, "activation scales", at::kFloat, dev);
+    const int64_t group = args.fmt.act.granularity == ActScale::kGroup ? args.fmt.act.group_k : k;
+    check_shape(*a_scales, "activation scales", {args.m, (k + group - 1) / group});
+    args.a_scales = a_scales->data_ptr<float>();
+    args.a_scale_cols = (k + group - 1) / group;
+  } else {
+    TORCH_CHECK_VALUE(!a_scales.has_value(), "activation format ", to_string(args.fmt.act), " takes no scales");
+  }
+  if (bias.has_value()) {
+    check_tensor(*bias, "bias", storage_type(args.fmt.out), dev);
+    check_shape(*bias, "bias", {n});
+    args.bias = bias->data_ptr();
+  }
+  at::Tensor out = at::empty({args.m, n}, a.options().dtype(storage_type(args.fmt.out)));
+  args.out = out.data_ptr();
+  args.ldo = n;
+
+  if (dev.is_cpu()) {
+    check(gemm_cpu(args));
+    return out;
+  }
+  TORCH_CHECK_VALUE(dev.is_cuda(), "humming.gemm runs on CPU or CUDA tensors, got ", dev);
+  const c10::cuda::CUDAGuard guard(dev);
+  const int cc = device_cc(dev.index());
+  args.num_sms = device_sms(dev.index());
+  const InstanceInfo *inst = nullptr;
+  if (instance.empty()) {
+    std::string why;
+    inst = select_instance(args, cc, &why);
+    TORCH_CHECK_VALUE(inst != nullptr, why);
+  } else {
+    inst = find_instance(instance);
+    TORCH_CHECK_VALUE(inst != nullptr, "no compiled instance is named '", instance,
+                      "'; humming_aot.registry.instances() lists the ", instance_count(), " of this build");
+  }
+  check(gemm(args, *inst, c10::cuda::getCurrentCUDAStream(dev.index()).stream()));
+  return out;
+}
+
+// ---- pack / unpack -------------------------------------------------------------------------------
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> pack_weight_impl(const at::Tensor &codes_in,
+                                                                const c10::optional<at::Tensor> &scales,
+                                                                const c10::optional<at::Tensor> &zeros,
+                                                                const std::string &wfmt, int64_t layout) {
+  const WeightFormat w = parse_weight(wfmt);
+  TORCH_CHECK_VALUE(codes_in.dim() == 2, "codes must be 2-D [n, k], got shape ", codes_in.sizes());
+  TORCH_CHECK_TYPE(codes_in.scalar_type() == at::kByte, "codes must be uint8 bit patterns, got ",
+                   codes_in.scalar_type());
+  PackedDims d;
+  check(packed_dims(static_cast<int>(layout), w, codes_in.size(0), codes_in.size(1), &d));
+  const at::Device dev = codes_in.device();
+  TORCH_CHECK_VALUE(dev.is_cpu() || dev.is_cuda(), "pack_weight runs on CPU or CUDA tensors, got ", dev);
+  const at::Tensor codes = codes_in.contiguous();
+  at::Tensor packed = at::empty({d.n_pad, d.words_per_row}, codes.options().dtype(at::kInt));
+  at::Tensor out_scales = at::empty({0}, codes.options());
+  at::Tensor out_zeros = at::empty({0}, codes.options());
+  c10::optional<c10::cuda::CUDAGuard> guard;
+  void *stream = nullptr;
+  if (dev.is_cuda()) {
+    guard.emplace(dev);
+    stream = c10::cuda::getCurrentCUDAStream(dev.index()).stream();
+  }
+  auto *packed_ptr = reinterpret_cast<uint32_t *>(packed.data_ptr());
+  check(dev.is_cpu() ? pack_codes_cpu(static_cast<int>(layout), w, d, codes.data_ptr<uint8_t>(), packed_ptr)
+                     : pack_codes_cuda(static_cast<int>(layout), w, d, codes.data_ptr<uint8_t>(), packed_ptr, stream));
+  auto pack_grid = [&](const at::Tensor &t_in, const char *what, at::ScalarType dtype) {
+    check_tensor(t_in, what, dtype, dev);
+    const at::Tensor t = t_in.contiguous();
+    TORCH_CHECK_VALUE(t.dim() == 2 && t.size(0) == d.n_groups_logical && t.size(1) == d.k_groups_logical, what,
+                      " have shape ", t.sizes(), "; weight format ", to_string(w), " with n=", d.n, ", k=", d.k,
+                      " needs [", d.n_groups_logical, ", ", d.k_groups_logical, "]");
+    at::Tensor out = at::empty({d.k_groups, d.n_groups}, t.options());
+    const int bytes = static_cast<int>(t.element_size());
+    check(dev.is_cpu() ? pack_groups_cpu(d, bytes, t.data_ptr(), out.data_ptr())
+                       : pack_groups_cuda(d, bytes, t.data_ptr(), out.data_ptr(), stream));
+    return out;
+  };
+  if (w.has_scale()) {
+    TORCH_CHECK_VALUE(scales.has_value(), "weight format ", wfmt, " needs scales");
+    out_scales = pack_grid(*scales, "scales", storage_type(w.scale));
+  } else {
+    TORCH_CHECK_VALUE(!scales.has_value(), "weight format ", wfmt, " takes no scales");
+  }
+  if (w.zero != ZeroKind::kNone) {
+    TORCH_CHECK_VALUE(zeros.has_value(), "weight format ", wfmt, " needs zero points");
+    out_zeros = pack_grid(*zeros, "zero points", w.zero == ZeroKind::kInt ? at::kByte : storage_type(w.scale));
+  } else {
+    TORCH_CHECK_VALUE(!zeros.has_value(), "weight format ", wfmt, " takes no zero points");
+  }
+  return {packed, out_scales, out_zeros};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unpack_weight_impl(const at::Tensor &packed_in,
+                                                                  const at::Tensor &scales,
+                                                                  const at::Tensor &zeros, const std::string &wfmt,
+                                                                  int64_t layout, int64_t n, int64_t k) {
+  const WeightFormat w = parse_weight(wfmt);
+  PackedDims d;
+  check(packed_dims(static_cast<int>(layout), w, n, k, &d));
+  const at::Device dev = packed_in.device();
+  check_tensor(packed_in, "packed codes", at::kInt, dev);
+  check_shape(packed_in, "packed codes", {d.n_pad, d.words_per_row});
+  at::Tensor codes = at::empty({n, k}, packed_in.options().dtype(at::kByte));
+  c10::optional<c10::cuda::CUDAGuard> guard;
+  void *stream = nullptr;
+  if (dev.is_cuda()) {
+    guard.emplace(dev);
+    stream = c10::cuda::getCurrentCUDAStream(dev.index()).stream();
+  }
+  const auto *packed_ptr = reinterpret_cast<const uint32_t *>(packed_in.data_ptr());
+  check(dev.is_cpu() ? unpack_codes_cpu(static_cast<int>(layout), w, d, packed_ptr, codes.data_ptr<uint8_t>())
+                     : unpack_codes_cuda(static_cast<int>(layout), w, d, packed_ptr, codes.data_ptr<uint8_t>(),
+                                         stream));
+  auto unpack_grid = [&](const at::Tensor &t, const char *what, at::ScalarType dtype) {
+    check_tensor(t, what, dtype, dev);
+    check_shape(t, what, {d.k_groups, d.n_groups});
+    at::Tensor out = at::empty({d.n_groups_logical, d.k_groups_logical}, t.options());
+    const int bytes = static_cast<int>(t.element_size());
+    check(dev.is_cpu() ? unpack_groups_cpu(d, bytes, t.data_ptr(), out.data_ptr())
+                       : unpack_groups_cuda(d, bytes, t.data_ptr(), out.data_ptr(), stream));
+    return out;
+  };
+  at::Tensor out_scales = at::empty({0}, packed_in.options().dtype(at::kByte));
+  at::Tensor out_zeros = at::empty({0}, packed_in.options().dtype(at::kByte));
+  if (w.has_scale()) out_scales = unpack_grid(scales, "packed scales", storage_type(w.scale));
+  if (w.zero != ZeroKind::kNone)
+    out_zeros = unpack_grid(zeros, "packed zero points", w.zero == ZeroKind::kInt ? at::kByte : storage_type(w.scale));
+  return {codes, out_scales, out_zeros};
+}
+
+// ---- activation quantization ---------------------------------------------------------------------
+
+std::tuple<at::Tensor, at::Tensor> quantize_act_impl(const at::Tensor &x, const std::string &afmt) {
+  const ActFormat f = parse_act(afmt);
+  TORCH_CHECK_VALUE(f.granularity != ActScale::kNone, "activation format ", afmt,
+                    " is not quantized; quantize_act takes e4m3, e5m2 or i8 with -pt or -g{K}");
+  TORCH_CHECK_VALUE(x.dim() == 2, "activations must be 2-D [m, k], got shape ", x.sizes());
+  const DType xt = dtype_of(x.scalar_type());
+  TORCH_CHECK_TYPE(xt.id() != 0, "activations to quantize must be float32, float16 or bfloat16, got ",
+                   x.scalar_type());
+  TORCH_CHECK_VALUE(x.size(1) > 0, "activations must have k > 0 columns");
+  TORCH_CHECK_VALUE(x.stride(1) == 1 || x.size(1) == 1, "activations must have unit stride along k");
+  const int64_t m = x.size(0), k = x.size(1);
+  const int64_t group = f.granularity == ActScale::kGroup ? f.group_k : k;
+  at::Tensor codes = at::empty({m, k}, x.options().dtype(storage_type(f.type)));
+  at::Tensor scales = at::empty({m, (k + group - 1) / group}, x.options().dtype(at::kFloat));
+  const int64_t ldx = m <= 1 ? k : x.stride(0);
+  if (x.device().is_cpu()) {
+    check(quantize_act_cpu(f, xt, x.data_ptr(), m, k, ldx, codes.data_ptr(), scales.data_ptr<float>()));
+  } else {
+    TORCH_CHECK_VALUE(x.device().is_cuda(), "quantize_act runs on CPU or CUDA tensors, got ", x.device());
+    const c10::cuda::CUDAGuard guard(x.device());
+    check(quantize_act_cuda(f, xt, x.data_ptr(), m, k, ldx, codes.data_ptr(), scales.data_ptr<float>(),
+                            c10::cuda::getCurrentCUDAStream(x.device().index()).stream()));
+  }
+  return {codes, scales};
+}
+
+// ---- pybind11 helpers ----------------------------------------------------------------------------
+
+py::dict instance_dict(const InstanceInfo &i) {
+  py::dict d;
+  d["name"] = i.name;
+  d["backend"] = i.backend;
+  d["scheduler"] = i.scheduler;
+  d["archs"] = i.archs;
+  d["act_type"] = to_string(DType::from_id(i.act_type));
+  d["act_granularity"] = i.act_granularity;
+  d["code_type"] = to_string(DType::from_id(i.code_type));
+  d["group_k"] = i.group_k;
+  d["group_n"] = i.group_n;
+  d["scale_type"] = to_string(DType::from_id(i.scale_type));
+  d["zero"] = i.zero == 0 ? "none" : (i.zero == 1 ? "int" : "float");
+  d["global_scale"] = i.global_scale;
+  d["out_type"] = to_string(DType::from_id(i.out_type));
+  d["layout"] = i.layout;
+  d["tile"] = py::make_tuple(i.tile_m, i.tile_n, i.tile_k);
+  d["stages"] = i.stages;
+  d["threads"] = i.threads;
+  d["smem_bytes"] = i.smem_bytes;
+  return d;
+}
+
+template <class F, class P> std::string normalize(const std::string &s, P parse) {
+  F f;
+  const Status st = parse(s, &f);
+  if (!st) throw py::value_error(st.message);
+  return to_string(f);
+}
+
+} // namespace
+} // namespace humming
+
+TORCH_LIBRARY(humming, m) {
+  // Dense GEMM. `instance` names a compiled instance ("" = the library's own choice); MoE GEMMs
+  // will be separate ops (moe_gemm_*) with expert offsets, sharing the argument order.
+  m.def("gemm(Tensor a, Tensor codes, Tensor? scales, Tensor? zeros, Tensor? global_scale, Tensor? a_scales, "
+        "Tensor? bias, str fmt, int layout, int n, int k, str instance='') -> Tensor");
+  m.def("pack_weight(Tensor codes, Tensor? scales, Tensor? zeros, str weight_format, int layout) -> "
+        "(Tensor, Tensor, Tensor)");
+  m.def("unpack_weight(Tensor codes, Tensor scales, Tensor zeros, str weight_format, int layout, int n, int k) -> "
+        "(Tensor, Tensor, Tensor)");
+  m.def("quantize_act(Tensor x, str act_format) -> (Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(humming, CPU, m) {
+  m.impl("gemm", &humming::gemm_impl);
+  m.impl("pack_weight", &humming::pack_weight_impl);
+  m.impl("unpack_weight", &humming::unpack_weight_impl);
+  m.impl("quantize_act", &humming::quantize_act_impl);
+}
+
+TORCH_LIBRARY_IMPL(humming, CUDA, m) {
+  m.impl("gemm", &humming::gemm_impl);
+  m.impl("pack_weight", &humming::pack_weight_impl);
+  m.impl("unpack_weight", &humming::unpack_weight_impl);
+  m.impl("quantize_act", &humming::quantize_act_impl);
+}
+
+PYBIND11_MODULE(_C, m) {
+  using namespace humming;
+  m.doc() = "humming_aot._C: torch ops under torch.ops.humming, plus the torch-free registry and build facts";
+  m.def("instances", [] {
+    py::list out;
+    for (size_t i = 0; i < instance_count(); ++i) out.append(instance_dict(*instance_at(i)));
+    return out;
+  });
+  m.def("build_info", [] {
+    py::dict d;
+    d["version"] = version();
+    d["archs"] = build_archs();
+    d["profile"] = build_profile();
+    d["cuda_version"] = cuda_version();
+    d["instance_count"] = instance_count();
+    d["torch_version"] = HUMMING_TORCH_VERSION;
+    return d;
+  });
+  m.def("packed_dims", [](const std::string &wfmt, int layout, int64_t n, int64_t k) {
+    WeightFormat w;
+    Status st = parse_weight_format(wfmt, &w);
+    PackedDims d;
+    if (st) st = packed_dims(layout, w, n, k, &d);
+    if (!st) throw py::value_error(st.message);
+    py::dict r;
+    r["n"] = d.n;
+    r["k"] = d.k;
+    r["n_pad"] = d.n_pad;
+    r["k_pad"] = d.k_pad;
+    r["group_k"] = d.group_k;
+    r["group_n"] = d.group_n;
+    r["k_groups"] = d.k_groups;
+    r["n_groups"] = d.n_groups;
+    r["words_per_row"] = d.words_per_row;
+    return r;
+  });
+  m.def("layout_name", [](int layout) { return std::string(layout_name(layout)); });
+  m.def("normalize_weight_format",
+        [](const std::string &s) { return normalize<WeightFormat>(s, &parse_weight_format); });
+  m.def("normalize_act_format", [](const std::string &s) { return normalize<ActFormat>(s, &parse_act_format); });
+  m.def("normalize_gemm_format", [](const std::string &s) { return normalize<GemmFormat>(s, &parse_gemm_format); });
+  m.def("device_cc", [] {
+    std::string why;
+    const int cc = current_device_cc(&why);
+    return py::make_tuple(cc, why);
+  });
+  m.def("instance_runs_on", [](const std::string &name, int cc) {
+    const InstanceInfo *i = find_instance(name);
+    if (!i) throw py::value_error("no compiled instance is named '" + name + "'");
+    std::string why;
+    const bool ok = instance_runs_on(*i, cc, &why);
+    return py::make_tuple(ok, why);
+  });
+}

@@ -1,0 +1,159 @@
+// C++ tests of libhumming that need no GPU: format strings, packing round trips, the CPU reference
+// against a direct computation, registry contents and error statuses. Run by ctest.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "humming/humming.h"
+
+using namespace humming;
+
+namespace {
+int failures = 0;
+#define EXPECT(cond, ...)                                                                                             \
+  do {                                                                                                                \
+    if (!(cond)) {                                                                                                    \
+      ++failures;                                                                                                     \
+      std::printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                                     \
+      std::printf(__VA_ARGS__);                                                                                       \
+      std::printf("\n");                                                                                              \
+    }                                                                                                                 \
+  } while (0)
+
+void test_format_round_trip() {
+  const char *weights[] = {"u4g128-sbf16", "u4g128-sf16-zi", "u3g64-sbf16-zf", "i4gc-sbf16", "e2m1g32-se8m0",
+                           "e2m1g16-se4m3-gs", "e4m3g128n128-sf32", "e4m3", "e5m2", "u8g32-sf32-zi", "i1g128-sf16"};
+  for (const char *s : weights) {
+    WeightFormat f;
+    Status st = parse_weight_format(s, &f);
+    EXPECT(st.ok, "%s: %s", s, st.message.c_str());
+    EXPECT(to_string(f) == s, "%s printed as %s", s, to_string(f).c_str());
+  }
+  const char *bad[] = {"u4", "u9g128-sbf16", "u4g100-sbf16", "i4g128-sbf16-zi", "u4g128-su4", "x4", "e4m3-gs",
+                       "e5m3g32-sbf16", "u4g128-sbf16-zq", "e2m1g32-se8m0-zf"};
+  for (const char *s : bad) {
+    WeightFormat f;
+    Status st = parse_weight_format(s, &f);
+    EXPECT(!st.ok && !st.message.empty(), "%s should be rejected", s);
+  }
+  GemmFormat g;
+  EXPECT(parse_gemm_format("a-e4m3-pt_w-e2m1g16-se4m3-gs_c-bf16", &g).ok, "gemm format");
+  EXPECT(to_string(g) == "a-e4m3-pt_w-e2m1g16-se4m3-gs_c-bf16", "%s", to_string(g).c_str());
+  EXPECT(!parse_gemm_format("a-e4m3_w-u4g128-sbf16_c-bf16", &g).ok, "quantized activation without scales");
+  EXPECT(!parse_gemm_format("a-bf16_w-u4g128-sbf16_c-e4m3", &g).ok, "fp8 output");
+}
+
+// Pack then unpack every code width with a K that needs padding: the codes come back unchanged.
+void test_pack_round_trip() {
+  std::mt19937 rng(1);
+  for (int bits = 1; bits <= 8; ++bits) {
+    WeightFormat f;
+    f.code = dtypes::uint_type(bits);
+    f.group_k = 32;
+    f.scale = dtypes::bf16;
+    const int64_t n = 13, k = 100;
+    PackedDims d;
+    Status st = packed_dims(kLayoutGeneric, f, n, k, &d);
+    EXPECT(st.ok, "%s", st.message.c_str());
+    EXPECT(d.k_pad % 32 == 0 && d.k_pad >= k && d.n_pad % 8 == 0 && d.n_pad >= n, "padding");
+    std::vector<uint8_t> codes(n * k), back(n * k);
+    for (auto &c : codes) c = static_cast<uint8_t>(rng() & ((1u << bits) - 1u));
+    std::vector<uint32_t> packed(d.code_words, 0xFFFFFFFFu);
+    pack_codes_cpu(kLayoutGeneric, f, d, codes.data(), packed.data());
+    unpack_codes_cpu(kLayoutGeneric, f, d, packed.data(), back.data());
+    EXPECT(codes == back, "bits=%d round trip", bits);
+    // Bit k*bits of row r holds code (r, k): check one straddling position directly.
+    const int64_t r = 5, kk = 37;
+    const int64_t bit = kk * bits;
+    uint64_t window = packed[r * d.words_per_row + bit / 32];
+    if (bit / 32 + 1 < d.words_per_row) window |= static_cast<uint64_t>(packed[r * d.words_per_row + bit / 32 + 1]) << 32;
+    EXPECT(((window >> (bit % 32)) & ((1u << bits) - 1u)) == codes[r * k + kk], "bits=%d bit position", bits);
+  }
+}
+
+// The CPU reference against a direct evaluation of the format's definition.
+void test_gemm_cpu() {
+  GemmFormat g;
+  Status st = parse_gemm_format("a-f16_w-u4g32-sf32-zi_c-f32", &g);
+  EXPECT(st.ok, "%s", st.message.c_str());
+  const int64_t m = 3, n = 10, k = 70;
+  PackedDims d;
+  packed_dims(kLayoutGeneric, g.weight, n, k, &d);
+  std::mt19937 rng(2);
+  std::vector<uint8_t> codes(n * k);
+  for (auto &c : codes) c = rng() & 15u;
+  std::vector<float> scales(d.n_groups_logical * d.k_groups_logical);
+  std::vector<uint8_t> zeros(scales.size());
+  for (size_t i = 0; i < scales.size(); ++i) {
+    scales[i] = 0.01f * static_cast<float>(1 + rng() % 50);
+    zeros[i] = rng() & 15u;
+  }
+  std::vector<uint16_t> a(m * k);
+  std::vector<float> af(m * k);
+  for (int64_t i = 0; i < m * k; ++i) {
+    const float v = static_cast<float>(static_cast<int>(rng() % 200) - 100) / 64.0f; // exact in f16
+    a[i] = static_cast<uint16_t>(encode(dtypes::f16, v));
+    af[i] = v;
+  }
+  std::vector<uint32_t> packed(d.code_words);
+  std::vector<float> ps(d.k_groups * d.n_groups);
+  std::vector<uint8_t> pz(ps.size());
+  pack_codes_cpu(kLayoutGeneric, g.weight, d, codes.data(), packed.data());
+  pack_groups_cpu(d, 4, scales.data(), ps.data());
+  pack_groups_cpu(d, 1, zeros.data(), pz.data());
+  std::vector<float> out(m * n);
+  GemmArgs args;
+  args.fmt = g;
+  args.dims = d;
+  args.m = m;
+  args.a = a.data();
+  args.lda = k;
+  args.codes = packed.data();
+  args.scales = ps.data();
+  args.zeros = pz.data();
+  args.out = out.data();
+  args.ldo = n;
+  st = gemm_cpu(args);
+  EXPECT(st.ok, "%s", st.message.c_str());
+  double max_err = 0;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = 0;
+      for (int64_t kk = 0; kk < k; ++kk) {
+        const size_t gi = j * d.k_groups_logical + kk / 32;
+        ref += static_cast<double>(af[i * k + kk]) * (static_cast<double>(codes[j * k + kk]) - zeros[gi]) * scales[gi];
+      }
+      max_err = std::fmax(max_err, std::fabs(ref - out[i * n + j]) / (1.0 + std::fabs(ref)));
+    }
+  EXPECT(max_err < 1e-5, "max relative error %g", max_err);
+  // Missing zero points are a status, not a crash.
+  args.zeros = nullptr;
+  st = gemm_cpu(args);
+  EXPECT(!st.ok && st.message.find("zero points") != std::string::npos, "%s", st.message.c_str());
+}
+
+void test_registry() {
+  EXPECT(instance_count() > 0, "the build has instances");
+  for (size_t i = 0; i < instance_count(); ++i) {
+    const InstanceInfo *info = instance_at(i);
+    EXPECT(find_instance(info->name) == info, "find %s", info->name);
+    EXPECT(info->launch != nullptr && info->can_implement != nullptr, "%s has functions", info->name);
+  }
+  EXPECT(find_instance("no_such_instance") == nullptr, "unknown name");
+  const InstanceInfo *first = instance_at(0);
+  std::string why;
+  EXPECT(!instance_runs_on(*first, 75, &why) && why.find("sm_75") != std::string::npos, "%s", why.c_str());
+}
+} // namespace
+
+int main() {
+  test_format_round_trip();
+  test_pack_round_trip();
+  test_gemm_cpu();
+  test_registry();
+  std::printf("%s (%d failures)\n", failures ? "FAILED" : "OK", failures);
+  return failures ? 1 : 0;
+}
