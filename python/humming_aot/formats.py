@@ -27,9 +27,12 @@ Weight formats (``WeightFormat``): ``{code}[{granularity}-s{scale}][-z{i|f}][-gs
     ``-s{type}`` scale type: f16, bf16, f32, e8m0 or e4m3.
     ``-zi`` / ``-zf`` zero point stored as an integer code / as a float in the scale type;
                  the weight value is ``(code - zero) * scale``. Only for unsigned integer codes.
+                 Unsigned codes without ``-zi``/``-zf`` are symmetric: their zero point is implied,
+                 2**(bits-1) (GPTQ symmetric, "uint4b8"), so ``u4g128-sbf16`` holds -8..7 times the
+                 scale, like ``i4g128-sbf16`` with another bit encoding.
     ``-gs``      one more fp32 scale for the whole tensor (NVFP4 two-level scales).
-    Examples: ``u4g128-sbf16`` (uint4 with scales), ``u4g128-sf16-zi`` (GPTQ/AWQ asymmetric),
-    ``i4g128-sf16`` (GPTQ symmetric), ``e2m1g32-se8m0`` (MXFP4), ``e2m1g16-se4m3-gs`` (NVFP4),
+    Examples: ``u4g128-sbf16`` (uint4 symmetric, GPTQ symmetric), ``u4g128-sf16-zi`` (GPTQ/AWQ
+    asymmetric), ``i4g128-sf16`` (int4 symmetric, two's complement), ``e2m1g32-se8m0`` (MXFP4), ``e2m1g16-se4m3-gs`` (NVFP4),
     ``e4m3g128n128-sf32`` (FP8 block 128x128), ``e4m3`` (FP8 without scales).
 
 Activation formats (``ActivationFormat``): ``{type}[-pt|-g{K}]``
@@ -42,6 +45,7 @@ GEMM formats (``GemmFormat``): ``a-{act}_w-{weight}_c-{out}``, e.g. ``a-bf16_w-u
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 
@@ -199,7 +203,7 @@ class DType:
         return best
 
     def values(self) -> list[float]:
-        """Every finite value of a type of at most 8 bits, one entry per code (index = code)."""
+        """The value of every code of a type of at most 8 bits (index = code; inf/NaN included)."""
         if self.bits > 8:
             raise FormatError(f"{self} has more than 8 bits; values() lists small types only")
         return [self.decode(c) for c in range(1 << self.bits)]
@@ -485,20 +489,47 @@ def arch_family(arch: str | int) -> str:
     raise FormatError(f"unknown GPU architecture {arch!r}; known: {known}")
 
 
+@functools.lru_cache(maxsize=None)
+def _max_finite(t: DType) -> float:
+    # max_value scans every code (32768 for f16/bf16); support() asks for it often.
+    return t.max_value
+
+
+def _exact_in(value: float, t: DType) -> bool:
+    """Whether ``value`` is a finite value of the floating point type ``t``."""
+    if value == 0:
+        return True
+    a = abs(value)
+    if a > _max_finite(t):
+        return False
+    # The spacing of t's values around a: 2**(e - man) in binade 2**e, never below the subnormal
+    # spacing 2**(1 - bias - man). a is representable iff it is a multiple of that spacing.
+    e = math.frexp(a)[1] - 1
+    quantum = math.ldexp(1.0, max(e, 1 - t.bias) - t.man)
+    return (a / quantum).is_integer()
+
+
+def _code_range(code: DType, zero: str) -> tuple[int, int]:
+    """Range of (code - zero) for integer codes, zero points included."""
+    if code.kind == KIND_INT:
+        return code.min_int, code.max_int
+    if zero == "none":  # implied zero point 2**(bits-1)
+        return -(1 << (code.bits - 1)), (1 << (code.bits - 1)) - 1
+    return -code.max_int, code.max_int
+
+
 def _fits(code: DType, zero: str, act: DType) -> bool:
     """Whether every dequantized code value (before scaling) is exact in the activation type."""
+    if act.exp >= 5 and act.man >= 7:  # f16 / bf16 hold every code of <= 8 bits exactly
+        return True
     if act.kind == KIND_INT:  # int8 tensor cores: integer codes whose (code - zero) fits in i8
         if not code.is_int:
             return False
-        span = code.max_int - code.min_int if zero != "none" else max(code.max_int, -code.min_int)
-        return span <= 127 or (zero == "none" and code.kind == KIND_INT and code.bits <= 8)
-    if act.exp >= 5 and act.man >= 7:  # f16 / bf16 hold every code of <= 8 bits exactly
-        return True
-    if code.is_int:  # fp8 activations: small integers are exact up to 2**(man+1)
-        lo, hi = (code.min_int, code.max_int)
-        if zero != "none":
-            lo, hi = -(code.max_int - code.min_int), code.max_int - code.min_int
-        return max(abs(lo), abs(hi)) <= (1 << (act.man + 1))
+        lo, hi = _code_range(code, zero)
+        return lo >= -128 and hi <= 127
+    if code.is_int:  # fp8 activations: integers are exact up to 2**(man+1)
+        lo, hi = _code_range(code, zero)
+        return max(-lo, hi) <= (1 << (act.man + 1))
     return code.exp <= act.exp and code.man <= act.man
 
 

@@ -1,0 +1,39 @@
+"""humming-aot: quantized GEMM kernels for LLM inference, compiled ahead of time.
+
+``humming_aot.formats`` is pure Python; everything else needs torch and the compiled extension
+``humming_aot._C`` and is imported on first use, so ``import humming_aot`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from .formats import (ActivationFormat, DType, FormatError, GemmFormat, WeightFormat, dtype,
+                      parse_activation_format, parse_gemm_format, parse_weight_format)
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "PackedWeight": ("pack", "PackedWeight"),
+    "pack_weight": ("pack", "pack_weight"),
+    "unpack_weight": ("pack", "unpack_weight"),
+    "QuantizedWeight": ("reference", "QuantizedWeight"),
+    "QuantLinear": ("layers", "QuantLinear"),
+    "gemm": ("ops", "gemm"),
+    "quantize_act": ("ops", "quantize_act"),
+    "explain": ("dispatch", "explain"),
+    "choose": ("dispatch", "choose"),
+}
+_MODULES = ("reference", "pack", "ops", "dispatch", "registry", "layers", "cli")
+
+__all__ = ["ActivationFormat", "DType", "FormatError", "GemmFormat", "WeightFormat", "dtype",
+           "parse_activation_format", "parse_gemm_format", "parse_weight_format", *_LAZY, *_MODULES]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        mod, attr = _LAZY[name]
+        return getattr(importlib.import_module(f".{mod}", __name__), attr)
+    if name in _MODULES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'humming_aot' has no attribute {name!r}")

@@ -1,0 +1,80 @@
+"""The ``humming-aot`` command: ``info`` and ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _info(args) -> int:
+    import torch
+
+    from . import registry
+
+    info = registry.build_info()
+    print(f"humming-aot {info['version']}")
+    print(f"architectures compiled: {', '.join('sm_' + a for a in info['archs'])} (profile {info['profile']})")
+    print(f"instances: {info['instance_count']}")
+    backends: dict[str, int] = {}
+    for inst in registry.instances():
+        backends[inst.backend] = backends.get(inst.backend, 0) + 1
+    print("by backend: " + ", ".join(f"{b} {n}" for b, n in sorted(backends.items())))
+    cv = info["cuda_version"]
+    print(f"built with CUDA {cv // 1000}.{cv % 1000 // 10} and torch {info['torch_version']}")
+    print(f"running torch {torch.__version__} (CUDA {torch.version.cuda})")
+    if torch.cuda.is_available():
+        cc = registry.device_cc()
+        ok, why = registry.device_covered(cc)
+        print(f"GPU: {torch.cuda.get_device_name()} (sm_{cc}): {'covered' if ok else 'NOT covered'}: {why}")
+    else:
+        print("GPU: none visible; ops run on the CPU reference path")
+    return 0
+
+
+def _demo(args) -> int:
+    import torch
+
+    from .layers import QuantLinear
+
+    torch.manual_seed(0)
+    use_gpu = torch.cuda.is_available() and not args.cpu
+    device = torch.device("cuda" if use_gpu else "cpu")
+    dt = torch.bfloat16
+    linear = torch.nn.Linear(args.k, args.n, bias=True, dtype=torch.float32)
+    layer = QuantLinear.from_linear(linear, args.format, act_format=args.act, device=device)
+    x = torch.randn(args.m, args.k, dtype=torch.float32)
+    with torch.no_grad():
+        ref = linear(x)
+        y = layer(x.to(device=device, dtype=dt)).float().cpu()
+    rel = ((y - ref).norm() / ref.norm()).item()
+    where = "GPU" if use_gpu else "CPU reference path"
+    print(f"QuantLinear {args.k} -> {args.n}, weight {layer.fmt.weight}, activations {layer.fmt.act}, m={args.m}")
+    print(f"ran on: {where}" + (f" ({torch.cuda.get_device_name()})" if use_gpu else ""))
+    print(f"instance: {layer.instance_for(args.m, device)}")
+    print(f"relative error against the float layer: {rel:.4f} (quantization error of {layer.fmt.weight})")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="humming-aot", description="Quantized GEMM kernels, compiled ahead of time")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("info", help="architectures, instance count, versions, and whether this GPU is covered")
+    d = sub.add_parser("demo", help="quantize a layer, run it, print the error against the float result")
+    d.add_argument("--format", default="u4g128-sbf16", help="weight format (default u4g128-sbf16)")
+    d.add_argument("--act", default="bf16", help="activation format (default bf16)")
+    d.add_argument("--m", type=int, default=16)
+    d.add_argument("--n", type=int, default=512)
+    d.add_argument("--k", type=int, default=1024)
+    d.add_argument("--cpu", action="store_true", help="use the CPU reference path even with a GPU")
+    args = ap.parse_args(argv)
+    from .formats import FormatError
+
+    try:
+        return {"info": _info, "demo": _demo}[args.cmd](args)
+    except (FormatError, ValueError, TypeError) as e:
+        print(f"humming-aot {args.cmd}: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,242 @@
+"""Choosing a compiled instance for (format, device, n, k, m).
+
+Choices come from M-range tables kept as data (``humming_aot/tables/*.json``; the first table
+whose ``match`` fits the device wins, ``default.json`` last). A range lists instance-name patterns
+in order of preference. The choice for one (format, n, k, device, M range) is cached, so a layer
+pays a dictionary lookup per call. Overrides:
+
+* ``load_table(path_or_dict)`` puts a tuned table in front of the built-in ones;
+* ``force(name)`` (or env ``HUMMING_AOT_INSTANCE``) makes every matching call use one instance;
+* env ``HUMMING_AOT_TABLE`` names a table file loaded at import.
+
+``explain(...)`` returns the reasoning behind a choice as text.
+"""
+
+from __future__ import annotations
+
+import bisect
+import fnmatch
+import json
+import os
+import pathlib
+
+from . import formats as F
+from . import registry
+from ._ext import C
+
+_TABLE_DIR = pathlib.Path(__file__).resolve().parent / "tables"
+_user_tables: list[dict] = []
+_forced: str | None = os.environ.get("HUMMING_AOT_INSTANCE") or None
+_cache: dict = {}
+
+
+class DispatchError(ValueError):
+    """No compiled instance can run the problem; the message says why for each candidate."""
+
+
+def _validate_table(t: dict, origin: str) -> dict:
+    if not isinstance(t, dict) or not isinstance(t.get("ranges"), list) or not t["ranges"]:
+        raise ValueError(f"dispatch table {origin} needs a non-empty list 'ranges' of "
+                         "{{'m_max': int|null, 'prefer': [patterns]}}")
+    last = 0
+    for i, r in enumerate(t["ranges"]):
+        m_max = r.get("m_max")
+        if not isinstance(r.get("prefer"), list) or not all(isinstance(p, str) for p in r["prefer"]):
+            raise ValueError(f"dispatch table {origin}: range {i} needs 'prefer', a list of name patterns")
+        if m_max is None:
+            if i != len(t["ranges"]) - 1:
+                raise ValueError(f"dispatch table {origin}: only the last range may have m_max null")
+        elif not isinstance(m_max, int) or m_max <= last:
+            raise ValueError(f"dispatch table {origin}: m_max values must be increasing positive integers "
+                             f"(range {i} has {m_max!r})")
+        else:
+            last = m_max
+    if t["ranges"][-1].get("m_max") is not None:
+        raise ValueError(f"dispatch table {origin}: the last range must have m_max null (covers every larger m)")
+    t.setdefault("name", origin)
+    t.setdefault("match", {})
+    return t
+
+
+def _builtin_tables() -> list[dict]:
+    tables = []
+    for p in sorted(_TABLE_DIR.glob("*.json")):
+        tables.append(_validate_table(json.loads(p.read_text()), p.name))
+    tables.sort(key=lambda t: t["name"] == "default")  # default last
+    return tables
+
+
+_BUILTIN = _builtin_tables()
+
+
+def load_table(table: str | os.PathLike | dict) -> dict:
+    """Put a table (a dict or a JSON file) in front of the built-in ones; returns it."""
+    if isinstance(table, dict):
+        t = _validate_table(dict(table), "<dict>")
+    else:
+        path = pathlib.Path(table)
+        if not path.is_file():
+            raise FileNotFoundError(f"dispatch table file {path} does not exist")
+        t = _validate_table(json.loads(path.read_text()), str(path))
+    _user_tables.insert(0, t)
+    _cache.clear()
+    return t
+
+
+def reset() -> None:
+    """Forget loaded tables, a forced instance and cached choices."""
+    global _forced
+    _user_tables.clear()
+    _forced = None
+    _cache.clear()
+
+
+def force(name: str | None) -> None:
+    """Use instance ``name`` for every call whose format it computes (None: back to the tables)."""
+    global _forced
+    if name is not None:
+        registry.find(name)  # raises KeyError naming the problem
+    _forced = name
+    _cache.clear()
+
+
+if os.environ.get("HUMMING_AOT_TABLE"):
+    load_table(os.environ["HUMMING_AOT_TABLE"])
+
+
+def _device_facts(device) -> tuple[int, int, str]:
+    import torch
+
+    dev = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
+    if dev.type != "cuda":
+        raise ValueError(f"instances run on CUDA devices; {dev} uses the CPU reference (no choice to make)")
+    props = torch.cuda.get_device_properties(dev)
+    return props.major * 10 + props.minor, props.multi_processor_count, props.name
+
+
+def _table_for(cc: int, sms: int, name: str) -> dict:
+    for t in _user_tables + _BUILTIN:
+        m = t["match"]
+        if "cc" in m and cc not in m["cc"]:
+            continue
+        if "sms" in m and sms != m["sms"]:
+            continue
+        if "name_contains" in m and m["name_contains"].lower() not in name.lower():
+            continue
+        return t
+    raise AssertionError("the default table matches every device")
+
+
+def _range_index(table: dict, m: int) -> int:
+    bounds = [r["m_max"] for r in table["ranges"][:-1]]
+    return bisect.bisect_left(bounds, m)
+
+
+def _evaluate(g: F.GemmFormat, n: int, k: int, m: int, cc: int, layout: int):
+    """Every instance with the reason it is or is not a candidate."""
+    rows = []
+    for inst in registry.instances():
+        ok, why = C.check_instance(inst.name, str(g), layout, n, k, m)
+        if ok:
+            ok, why = registry.runs_on(inst.name, cc)
+        rows.append((inst, bool(ok), why))
+    return rows
+
+
+def _pick(table: dict, idx: int, candidates: list) -> tuple[object, str]:
+    for pattern in table["ranges"][idx]["prefer"]:
+        for inst in candidates:
+            if fnmatch.fnmatchcase(inst.name, pattern):
+                return inst, f"first candidate matching {pattern!r}"
+    fallback = sorted(candidates, key=lambda i: (i.backend == "generic", i.name))
+    return fallback[0], "no preferred pattern matched; fallback (fast backends before generic)"
+
+
+def choose(fmt, n: int, k: int, m: int, *, device=None, layout: int = 1) -> str:
+    """Name of the instance that runs this problem on ``device`` (a CUDA device)."""
+    g = F.parse_gemm_format(fmt)
+    cc, sms, dev_name = _device_facts(device)
+    table = _table_for(cc, sms, dev_name)
+    idx = _range_index(table, m)
+    key = (str(g), n, k, idx, cc, sms, layout, id(table), _forced)
+    hit = _cache.get(key)
+    if hit is not None:
+        return hit
+    rows = _evaluate(g, n, k, m, cc, layout)
+    candidates = [inst for inst, ok, _ in rows if ok]
+    if _forced is not None:
+        if _forced not in {i.name for i in candidates}:
+            why = next((w for i, _, w in rows if i.name == _forced), "")
+            raise DispatchError(f"forced instance {_forced} cannot run {g} with n={n}, k={k}, m={m}: {why}")
+        name = _forced
+    else:
+        if not candidates:
+            raise DispatchError(_no_candidate_message(g, n, k, m, cc, rows))
+        name = _pick(table, idx, candidates)[0].name
+    _cache[key] = name
+    return name
+
+
+def _no_candidate_message(g, n, k, m, cc, rows) -> str:
+    info = registry.build_info()
+    archs = ", ".join(f"sm_{a}" for a in info["archs"])
+    same_fmt = [(i, w) for i, ok, w in rows if "does not compute" not in w]
+    detail = "; ".join(f"{i.name}: {w}" for i, w in same_fmt[:5])
+    return (f"no compiled instance runs {g} with n={n}, k={k}, m={m} on sm_{cc}. This build ({info['profile']} "
+            f"profile, {archs}) has {len(rows)} instances" + (f"; those for this format: {detail}" if detail else
+                                                              ", none for this format"))
+
+
+def explain(fmt, n: int, k: int, m: int, *, device=None, layout: int = 1) -> str:
+    """Why ``choose`` picks what it picks: device, table, M range and every relevant instance."""
+    g = F.parse_gemm_format(fmt)
+    cc, sms, dev_name = _device_facts(device)
+    table = _table_for(cc, sms, dev_name)
+    idx = _range_index(table, m)
+    r = table["ranges"][idx]
+    lo = table["ranges"][idx - 1]["m_max"] + 1 if idx else 1
+    hi = "inf" if r["m_max"] is None else r["m_max"]
+    lines = [f"format {g}, n={n}, k={k}, m={m}, layout {layout}",
+             f"device {dev_name} (sm_{cc}, {sms} SMs); table {table['name']!r}, range m in [{lo}, {hi}] prefers "
+             f"{r['prefer']}"]
+    rows = _evaluate(g, n, k, m, cc, layout)
+    candidates = [i for i, ok, _ in rows if ok]
+    for inst, ok, why in rows:
+        if "does not compute" in why and not ok:
+            continue  # other formats: not worth a line each
+        lines.append(f"  {'candidate' if ok else 'rejected '} {inst.name}" + ("" if ok else f": {why}"))
+    others = sum(1 for _, ok, why in rows if not ok and "does not compute" in why)
+    lines.append(f"  ({others} instances compute other formats)")
+    if _forced is not None:
+        lines.append(f"forced instance: {_forced}")
+    if candidates:
+        inst, reason = _pick(table, idx, candidates)
+        lines.append(f"choice: {_forced or inst.name} ({'forced' if _forced else reason})")
+    else:
+        lines.append("choice: none; " + _no_candidate_message(g, n, k, m, cc, rows))
+    return "\n".join(lines)
+
+
+class LayerPlan:
+    """Per-layer cache of choices: one dictionary lookup per call after the first call of an M range."""
+
+    def __init__(self, fmt, n: int, k: int, layout: int = 1):
+        self.fmt = F.parse_gemm_format(fmt)
+        self.fmt_str = str(self.fmt)
+        self.n, self.k, self.layout = int(n), int(k), int(layout)
+        self._per_device: dict = {}
+
+    def instance(self, m: int, device) -> str:
+        state = self._per_device.get(device.index)
+        if state is None or state[2] != _forced or state[3] != len(_user_tables):
+            cc, sms, name = _device_facts(device)
+            table = _table_for(cc, sms, name)
+            state = ([r["m_max"] for r in table["ranges"][:-1]], {}, _forced, len(_user_tables))
+            self._per_device[device.index] = state
+        bounds, chosen, _, _ = state
+        b = bisect.bisect_left(bounds, m)
+        name = chosen.get(b)
+        if name is None:
+            name = choose(self.fmt, self.n, self.k, m, device=device, layout=self.layout)
+            chosen[b] = name
+        return name

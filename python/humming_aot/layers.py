@@ -1,0 +1,101 @@
+"""Layer modules over torch.ops.humming."""
+
+from __future__ import annotations
+
+import torch
+
+from . import formats as F
+from . import reference
+from .dispatch import LayerPlan
+from .pack import PackedWeight, layout_id, pack_weight
+
+_FLOAT_ACT = {torch.bfloat16: "bf16", torch.float16: "f16"}
+
+
+class QuantLinear(torch.nn.Module):
+    """A linear layer whose weight is quantized: ``y = x @ W.T + bias``.
+
+    Build it from a float ``nn.Linear`` and a weight format (:meth:`from_linear`), or from an
+    already packed weight (:meth:`from_packed`). ``forward`` takes x of shape [..., in_features]
+    in the activation dtype (bf16 or f16; for e4m3 / e5m2 / i8 activation formats it quantizes x
+    itself), runs on x's device (CUDA: a compiled instance chosen per M range; CPU: the reference
+    path) and returns [..., out_features] in the output type.
+    """
+
+    def __init__(self, packed: PackedWeight, act_format="bf16", out_dtype: str | None = None, bias=None,
+                 instance: str = ""):
+        super().__init__()
+        act = F.parse_activation_format(act_format)
+        out = out_dtype or ("bf16" if act.quantized else str(act.type))
+        self.fmt = F.GemmFormat(act, packed.fmt, F.dtype(out))
+        self.in_features, self.out_features = packed.k, packed.n
+        self.n_pad, self.k_pad, self.layout = packed.n_pad, packed.k_pad, packed.layout
+        self.instance = instance
+        self.register_buffer("codes", packed.codes)
+        self.register_buffer("scales", packed.scales)
+        self.register_buffer("zeros", packed.zeros)
+        self.register_buffer("global_scale", packed.global_scale)
+        if bias is not None:
+            bias = bias.detach().to(reference.torch_dtype(self.fmt.out))
+            if bias.shape != (packed.n,):
+                raise ValueError(f"bias has shape {tuple(bias.shape)}; expected ({packed.n},)")
+        self.register_buffer("bias", bias)
+        self._plan = LayerPlan(self.fmt, packed.n, packed.k, packed.layout)
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear, weight_format, act_format=None, out_dtype=None, *,
+                    layout="generic", device=None) -> "QuantLinear":
+        """Quantize ``linear.weight`` with the reference quantizer and pack it."""
+        if not isinstance(linear, torch.nn.Linear):
+            raise TypeError(f"from_linear takes a torch.nn.Linear, got {type(linear).__name__}")
+        w = linear.weight.detach()
+        if act_format is None:
+            act_format = _FLOAT_ACT.get(w.dtype, "bf16")
+        q = reference.quantize_weight(w.float(), weight_format)
+        packed = pack_weight(q, layout=layout_id(layout))
+        if device is not None:
+            packed = packed.to(device)
+        bias = linear.bias.detach() if linear.bias is not None else None
+        if bias is not None and device is not None:
+            bias = bias.to(device)
+        return cls(packed, act_format, out_dtype, bias)
+
+    @classmethod
+    def from_packed(cls, packed: PackedWeight, act_format="bf16", out_dtype=None, bias=None) -> "QuantLinear":
+        return cls(packed, act_format, out_dtype, bias)
+
+    @property
+    def packed(self) -> PackedWeight:
+        return PackedWeight(self.codes, self.scales, self.zeros, self.global_scale, self.fmt.weight,
+                            self.out_features, self.in_features, self.n_pad, self.k_pad, self.layout)
+
+    def instance_for(self, m: int, device=None) -> str:
+        """The compiled instance a call with ``m`` rows uses on ``device`` ("cpu-reference" on the CPU)."""
+        device = torch.device(device) if device is not None else self.codes.device
+        if device.type != "cuda":
+            return "cpu-reference"
+        if self.instance:
+            return self.instance
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        return self._plan.instance(m, device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.in_features:
+            raise ValueError(f"input has {x.shape[-1]} features; this layer takes {self.in_features}")
+        lead = x.shape[:-1]
+        a = x.reshape(-1, self.in_features)
+        a_scales = None
+        if self.fmt.act.quantized:
+            a, a_scales = torch.ops.humming.quantize_act(a, str(self.fmt.act))
+        else:
+            want = reference.torch_dtype(self.fmt.act.type)
+            if a.dtype != want:
+                raise TypeError(f"this layer takes {want} activations ({self.fmt.act}); got {a.dtype}")
+        instance = self.instance_for(a.shape[0], a.device) if a.is_cuda else ""
+        out = torch.ops.humming.gemm(a, self.codes, self.scales, self.zeros, self.global_scale, a_scales, self.bias,
+                                     str(self.fmt), self.layout, self.out_features, self.in_features, instance)
+        return out.reshape(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, format={self.fmt}"

@@ -1,0 +1,104 @@
+"""Packing weights for a target layout, and the exact inverse.
+
+A :class:`PackedWeight` records everything a kernel needs to read it: the packed codes, scales
+and zero points, the global scale, the format, the logical and padded shapes and the layout id.
+Padding of N and K to what the layout needs happens here; outputs keep the logical shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from . import formats as F
+from ._ext import C
+from .reference import QuantizedWeight
+
+LAYOUTS = {"generic": 1}
+LAYOUT_NAMES = {v: k for k, v in LAYOUTS.items()}
+
+
+def layout_id(layout: str | int) -> int:
+    if isinstance(layout, str):
+        if layout not in LAYOUTS:
+            raise ValueError(f"unknown weight layout {layout!r}; layouts: {', '.join(LAYOUTS)}")
+        return LAYOUTS[layout]
+    if int(layout) not in LAYOUT_NAMES:
+        raise ValueError(f"unknown weight layout id {layout}; layout ids: "
+                         + ", ".join(f"{v} ({k})" for k, v in LAYOUTS.items()))
+    return int(layout)
+
+
+@dataclasses.dataclass
+class PackedWeight:
+    codes: torch.Tensor                # int32 [n_pad, words_per_row]
+    scales: torch.Tensor | None        # [k_groups, n_groups] in the scale's storage dtype
+    zeros: torch.Tensor | None         # same grid; uint8 (int zero points) or the scale dtype
+    global_scale: torch.Tensor | None  # fp32 [1]
+    fmt: F.WeightFormat
+    n: int
+    k: int
+    n_pad: int
+    k_pad: int
+    layout: int
+
+    @property
+    def layout_name(self) -> str:
+        return LAYOUT_NAMES[self.layout]
+
+    @property
+    def device(self) -> torch.device:
+        return self.codes.device
+
+    def to(self, device) -> "PackedWeight":
+        mv = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return dataclasses.replace(self, codes=mv(self.codes), scales=mv(self.scales), zeros=mv(self.zeros),
+                                   global_scale=mv(self.global_scale))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.codes, self.scales, self.zeros, self.global_scale)
+                   if t is not None)
+
+
+def pack_weight(codes, scales=None, zeros=None, global_scale=None, fmt=None, *, layout: str | int = "generic"):
+    """Pack a quantized weight for ``layout``.
+
+    Either ``pack_weight(q)`` with a :class:`humming_aot.reference.QuantizedWeight`, or
+    ``pack_weight(codes, scales, zeros, global_scale, fmt)`` with the same tensors: codes uint8
+    bit patterns [n, k], scales and zeros [ceil(n / group_n), ceil(k / group_k)]. Runs on the
+    tensors' device (CUDA or CPU).
+    """
+    if isinstance(codes, QuantizedWeight):
+        q = codes
+        codes, scales, zeros, global_scale, fmt = q.codes, q.scales, q.zeros, q.global_scale, q.fmt
+    if fmt is None:
+        raise ValueError("pack_weight needs the weight format (fmt=...), or a QuantizedWeight")
+    w = F.parse_weight_format(fmt)
+    lid = layout_id(layout)
+    if not isinstance(codes, torch.Tensor):
+        raise TypeError(f"codes must be a torch.Tensor, got {type(codes).__name__}")
+    if codes.dim() != 2:
+        raise ValueError(f"codes must be 2-D [n, k], got shape {tuple(codes.shape)}")
+    if global_scale is not None:
+        if not w.global_scale:
+            raise ValueError(f"weight format {w} takes no global scale")
+        global_scale = torch.as_tensor(global_scale, dtype=torch.float32, device=codes.device).reshape(1)
+    elif w.global_scale:
+        raise ValueError(f"weight format {w} needs a global scale")
+    pc, ps, pz = torch.ops.humming.pack_weight(codes, scales, zeros, str(w), lid)
+    d = C.packed_dims(str(w), lid, int(codes.shape[0]), int(codes.shape[1]))
+    return PackedWeight(pc, ps if w.scale is not None else None, pz if w.zero != "none" else None, global_scale, w,
+                        int(codes.shape[0]), int(codes.shape[1]), d["n_pad"], d["k_pad"], lid)
+
+
+def unpack_weight(p: PackedWeight) -> QuantizedWeight:
+    """The exact inverse of :func:`pack_weight`: the logical codes, scales and zero points."""
+    empty = torch.empty(0, dtype=torch.uint8, device=p.codes.device)
+    codes, scales, zeros = torch.ops.humming.unpack_weight(
+        p.codes, p.scales if p.scales is not None else empty, p.zeros if p.zeros is not None else empty, str(p.fmt),
+        p.layout, p.n, p.k)
+    gs = None if p.global_scale is None else p.global_scale.reshape(())
+    return QuantizedWeight(p.fmt, codes, scales if p.fmt.scale is not None else None,
+                           zeros if p.fmt.zero != "none" else None, gs)
