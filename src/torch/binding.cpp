@@ -160,6 +160,12 @@ at::Tensor gemm_impl(const at::Tensor &a, const at::Tensor &codes, const c10::op
     check_shape(*bias, "bias", {n});
     args.bias = bias->data_ptr();
   }
+  const InstanceInfo *named = nullptr;
+  if (!instance.empty()) {
+    named = find_instance(instance);
+    TORCH_CHECK_VALUE(named != nullptr, "no compiled instance is named '", instance,
+                      "'; humming_aot.registry.instances() lists the ", instance_count(), " of this build");
+  }
   at::Tensor out = at::empty({args.m, n}, a.options().dtype(storage_type(args.fmt.out)));
   args.out = out.data_ptr();
   args.ldo = n;
@@ -178,9 +184,7 @@ at::Tensor gemm_impl(const at::Tensor &a, const at::Tensor &codes, const c10::op
     inst = select_instance(args, cc, &why);
     TORCH_CHECK_VALUE(inst != nullptr, why);
   } else {
-    inst = find_instance(instance);
-    TORCH_CHECK_VALUE(inst != nullptr, "no compiled instance is named '", instance,
-                      "'; humming_aot.registry.instances() lists the ", instance_count(), " of this build");
+    inst = named;
   }
   check(gemm(args, *inst, c10::cuda::getCurrentCUDAStream(dev.index()).stream()));
   return out;
@@ -412,6 +416,23 @@ PYBIND11_MODULE(_C, m) {
     std::string why;
     const int cc = current_device_cc(&why);
     return py::make_tuple(cc, why);
+  });
+  // Whether instance `name` computes `fmt` for this problem (key fields and its can_implement
+  // rules, no pointers involved): what the Python dispatcher offers and explain() reports.
+  m.def("check_instance", [](const std::string &name, const std::string &fmt, int layout, int64_t n, int64_t k,
+                             int64_t m) {
+    const InstanceInfo *i = find_instance(name);
+    if (!i) throw py::value_error("no compiled instance is named '" + name + "'");
+    GemmArgs args;
+    Status st = parse_gemm_format(fmt, &args.fmt);
+    if (!st) throw py::value_error(st.message);
+    args.layout = layout;
+    st = packed_dims(layout, args.fmt.weight, n, k, &args.dims);
+    if (!st) throw py::value_error(st.message);
+    args.m = m;
+    st = instance_matches(*i, args);
+    if (st) st = i->can_implement(args);
+    return py::make_tuple(st.ok, st.message);
   });
   m.def("instance_runs_on", [](const std::string &name, int cc) {
     const InstanceInfo *i = find_instance(name);

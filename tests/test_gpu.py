@@ -1,0 +1,160 @@
+"""GPU tests: every compiled instance against the fp64 reference, GPU packing and activation
+quantization against the CPU path, dispatch, CUDA graphs and streams, device errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import humming_aot as ha
+from humming_aot import formats as F
+from humming_aot import reference as R
+from humming_aot.testing import assert_gemm_close
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine"),
+]
+
+
+def _instances():
+    try:
+        from humming_aot import registry
+
+        return [i for i in registry.instances()]
+    except ImportError:  # collected on a machine without the extension: the skip above applies
+        return []
+
+
+def _format_for(inst) -> F.GemmFormat:
+    """A concrete GEMM format the instance computes (its key with representative group sizes)."""
+    code = F.dtype(inst.code_type)
+    if inst.scale_type == "none":
+        w = F.WeightFormat(code)
+    else:
+        scale = F.dtype(inst.scale_type)
+        gk = inst.group_k if inst.group_k > 0 else (32 if inst.scale_type == "e8m0" else 128)
+        gs = inst.scale_type == "e4m3" and code.is_float  # NVFP4-style two-level scales
+        if inst.scale_type == "e4m3" and code.is_float:
+            gk = 16
+        w = F.WeightFormat(code, gk, 1, scale, inst.zero, gs)
+    act = inst.act_type if inst.act_type in ("bf16", "f16") else f"{inst.act_type}-pt"
+    return F.GemmFormat(act, w, inst.out_type)
+
+
+def _act(fmt: F.GemmFormat, m, k, device, seed):
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(seed)).to(device)
+    if fmt.act.quantized:
+        a, s = ha.quantize_act(x, fmt.act)
+        return a, s, R.dequantize_activation(a, s, fmt.act)
+    a = x.to(R.torch_dtype(fmt.act.type))
+    return a, None, a.float()
+
+
+INSTANCES = _instances()
+
+
+@pytest.mark.parametrize("inst", INSTANCES, ids=[i.name for i in INSTANCES])
+def test_instance_against_reference(inst):
+    fmt = _format_for(inst)
+    n, k = 264, 4096 + 128  # n needs padding; k is not a multiple of 256
+    w = torch.randn(n, k, generator=torch.Generator().manual_seed(1)) * 0.02
+    q = R.quantize_weight(w, fmt.weight)
+    p = ha.pack_weight(q).to("cuda")
+    w_deq = R.dequantize_weight(q)
+    for m in (1, 33, 130):
+        a, s, a_deq = _act(fmt, m, k, "cuda", m)
+        bias = torch.randn(n, generator=torch.Generator().manual_seed(7)).to("cuda", R.torch_dtype(fmt.out))
+        out = ha.gemm(a, p, fmt, a_scales=s, bias=bias, instance=inst.name)
+        torch.cuda.synchronize()
+        ref = a_deq.double().cpu() @ w_deq.double().T + bias.double().cpu()
+        assert_gemm_close(out, ref, a_deq.cpu(), w_deq, f"{inst.name} m={m}")
+
+
+@pytest.mark.parametrize("fmt", ["u4g128-sbf16-zi", "u3g32-sbf16", "e2m1g16-se4m3-gs", "i8gc-sf32", "u7g64-sf16-zf"])
+def test_gpu_pack_equals_cpu_pack(fmt):
+    q = R.quantize_weight(torch.randn(100, 300) * 0.1, fmt)
+    cpu = ha.pack_weight(q)
+    qg = R.QuantizedWeight(q.fmt, q.codes.cuda(), None if q.scales is None else q.scales.cuda(),
+                           None if q.zeros is None else q.zeros.cuda(),
+                           None if q.global_scale is None else q.global_scale.cuda())
+    gpu = ha.pack_weight(qg)
+    assert gpu.codes.is_cuda
+    assert torch.equal(gpu.codes.cpu(), cpu.codes)
+    assert torch.equal(gpu.scales.cpu().view(torch.uint8), cpu.scales.view(torch.uint8))
+    back = ha.unpack_weight(gpu)
+    assert torch.equal(back.codes.cpu(), q.codes)
+
+
+@pytest.mark.parametrize("act", ["e4m3-pt", "e4m3-g128", "e5m2-pt", "i8-pt"])
+def test_gpu_quantize_act_equals_cpu(act):
+    x = torch.randn(37, 1000) * 5
+    for dt in (torch.bfloat16, torch.float32):
+        c_cpu, s_cpu = ha.quantize_act(x.to(dt), act)
+        c_gpu, s_gpu = ha.quantize_act(x.to(dt).cuda(), act)
+        assert torch.equal(s_gpu.cpu(), s_cpu)
+        assert torch.equal(c_gpu.cpu().view(torch.uint8), c_cpu.view(torch.uint8))
+
+
+def test_quant_linear_dispatch_and_explain():
+    lin = torch.nn.Linear(512, 384)
+    layer = ha.QuantLinear.from_linear(lin, "u4g128-sbf16", device="cuda")
+    x = torch.randn(3, 5, 512, device="cuda", dtype=torch.bfloat16)
+    y = layer(x)
+    assert y.shape == (3, 5, 384) and y.is_cuda
+    name = layer.instance_for(15, "cuda")
+    text = ha.explain(layer.fmt, 384, 512, 15)
+    assert f"choice: {name}" in text
+    y_cpu = layer.to("cpu")(x.cpu())
+    q = R.quantize_weight(lin.weight.detach(), "u4g128-sbf16")
+    w = R.dequantize_weight(q)
+    ref = x.cpu().reshape(-1, 512).double() @ w.double().T + lin.bias.detach().to(torch.bfloat16).double()
+    assert_gemm_close(y.reshape(-1, 384), ref, x.cpu().reshape(-1, 512).float(), w, "gpu layer")
+    assert_gemm_close(y_cpu.reshape(-1, 384), ref, x.cpu().reshape(-1, 512).float(), w, "cpu layer")
+
+
+def test_cuda_graph_and_streams():
+    layer = ha.QuantLinear.from_linear(torch.nn.Linear(1024, 512), "u4g128-sbf16", device="cuda")
+    x = torch.randn(8, 1024, device="cuda", dtype=torch.bfloat16)
+    eager = layer(x)
+    static_x = x.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        layer(static_x)  # warm the dispatch cache outside capture
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = layer(static_x)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(static_y, eager)
+    # two streams at once give the same bits as the default stream
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    x2 = torch.randn(8, 1024, device="cuda", dtype=torch.bfloat16)
+    ref2 = layer(x2)
+    torch.cuda.synchronize()
+    with torch.cuda.stream(s1):
+        y1 = layer(x)
+    with torch.cuda.stream(s2):
+        y2 = layer(x2)
+    torch.cuda.synchronize()
+    assert torch.equal(y1, eager) and torch.equal(y2, ref2)
+
+
+def test_gpu_error_paths():
+    q = R.quantize_weight(torch.randn(64, 128) * 0.1, "u4g64-sbf16")
+    p = ha.pack_weight(q)  # on the CPU
+    x = torch.randn(2, 128, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="same device"):
+        torch.ops.humming.gemm(x, p.codes, p.scales, None, None, None, None, "a-bf16_w-u4g64-sbf16_c-bf16", 1, 64,
+                               128, "")
+    pg = p.to("cuda")
+    other = next((i.name for i in INSTANCES if i.code_type != "u4"), None)
+    if other is not None:
+        with pytest.raises(ValueError, match="does not compute"):
+            torch.ops.humming.gemm(x, pg.codes, pg.scales, None, None, None, None, "a-bf16_w-u4g64-sbf16_c-bf16", 1,
+                                   64, 128, other)
+    with pytest.raises(ValueError, match="no compiled instance computes"):
+        torch.ops.humming.gemm(x, pg.codes, pg.scales, None, None, None, None, "a-bf16_w-u6g64-sbf16_c-f32", 1, 64,
+                               128, "")

@@ -1,0 +1,216 @@
+"""torch.ops.humming on the CPU: packing, the reference GEMM reading the packed layout, activation
+quantization, opcheck, and every error path of the ops."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import humming_aot as ha
+from humming_aot import formats as F
+from humming_aot import reference as R
+from humming_aot.testing import assert_gemm_close
+
+WEIGHT_FORMATS = [
+    "u4g128-sbf16", "u4g128-sbf16-zi", "u4g64-sbf16-zf", "i4g128-sbf16", "u8gc-sbf16", "i8gc-sf32", "u3g32-sbf16",
+    "u5g32-sf16-zi", "i2g64-sbf16", "u1g32-sbf16-zi", "i7gc-sbf16", "e2m1g32-se8m0", "e2m1g16-se4m3-gs",
+    "e4m3g128n128-sf32", "e3m2g32-sbf16", "e2m3g32-sf16", "e5m2gc-sf32", "e4m3", "e5m2",
+]
+
+
+def _weight(n, k, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, k, generator=g) * 0.05
+
+
+def _bits_reference(codes: torch.Tensor, bits: int, k_pad: int, n_pad: int) -> torch.Tensor:
+    """The generic layout written out with Python integers: row r is the little-endian bit stream of
+    its codes, k_pad codes long, cut into 32-bit words."""
+    n, k = codes.shape
+    words = k_pad * bits // 32
+    out = torch.zeros(n_pad, words, dtype=torch.int64)
+    for r in range(n):
+        stream = 0
+        for c in range(k):
+            stream |= int(codes[r, c]) << (c * bits)
+        for w in range(words):
+            out[r, w] = (stream >> (32 * w)) & 0xFFFFFFFF
+    return out
+
+
+@pytest.mark.parametrize("bits", range(1, 9))
+def test_pack_matches_bit_stream_definition(bits):
+    n, k = 11, 70  # both need padding
+    g = torch.Generator().manual_seed(bits)
+    codes = torch.randint(0, 1 << bits, (n, k), generator=g, dtype=torch.int64).to(torch.uint8)
+    fmt = f"u{bits}g32-sbf16"
+    scales = torch.rand(n, 3, generator=g).to(torch.bfloat16)
+    p = ha.pack_weight(codes, scales, None, None, fmt)
+    assert (p.n, p.k) == (n, k)
+    assert p.k_pad % 32 == 0 and p.k_pad >= k and p.n_pad % 8 == 0 and p.n_pad >= n
+    expect = _bits_reference(codes, bits, p.k_pad, p.n_pad)
+    got = p.codes.to(torch.int64) & 0xFFFFFFFF
+    assert torch.equal(got, expect)
+    # scales are stored K-group major and padded with zeros
+    assert torch.equal(p.scales[:3, :n], scales.T)
+    assert bool((p.scales[:, n:] == 0).all())
+
+
+@pytest.mark.parametrize("fmt", WEIGHT_FORMATS)
+def test_unpack_is_exact_inverse(fmt):
+    n, k = 72, 256 + 64
+    q = R.quantize_weight(_weight(n, k), fmt)
+    p = ha.pack_weight(q)
+    back = ha.unpack_weight(p)
+    assert torch.equal(back.codes, q.codes)
+    for a, b in ((back.scales, q.scales), (back.zeros, q.zeros), (back.global_scale, q.global_scale)):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert a.dtype == b.dtype and a.shape == b.shape
+            assert torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+
+
+@pytest.mark.parametrize("fmt", WEIGHT_FORMATS)
+def test_cpu_gemm_matches_reference(fmt):
+    w_fmt = F.parse_weight_format(fmt)
+    n, k, m = 40, 200, 5  # n and k need padding; k is not a multiple of 128
+    if w_fmt.group_k and k % w_fmt.group_k and w_fmt.group_n > 1:
+        k = 256
+    q = R.quantize_weight(_weight(n, k, 1), w_fmt)
+    p = ha.pack_weight(q)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    bias = torch.randn(n).to(torch.bfloat16)
+    fmt_g = F.GemmFormat("bf16", w_fmt, "bf16")
+    out = ha.gemm(x, p, fmt_g, bias=bias)
+    w = R.dequantize_weight(q)
+    ref = x.double() @ w.double().T + bias.double()
+    assert out.shape == (m, n) and out.dtype == torch.bfloat16
+    assert_gemm_close(out, ref, x.float(), w, fmt)
+
+
+@pytest.mark.parametrize("act", ["e4m3-pt", "e4m3-g64", "e5m2-pt", "i8-pt", "i8-g32"])
+def test_quantize_act_matches_reference_bitwise(act):
+    x = torch.randn(7, 192, generator=torch.Generator().manual_seed(3)) * 3
+    x[2] = 0  # an all-zero token gets scale 1
+    for dt in (torch.float32, torch.bfloat16, torch.float16):
+        codes, scales = ha.quantize_act(x.to(dt), act)
+        rc, rs = R.quantize_activation(x.to(dt), act)
+        assert codes.dtype == rc.dtype and scales.dtype == torch.float32
+        assert torch.equal(scales, rs.float())
+        assert torch.equal(codes.view(torch.uint8), rc.view(torch.uint8)), (act, dt)
+        assert float(scales[2].max()) == 1.0
+
+
+@pytest.mark.parametrize("act,wfmt", [("e4m3-pt", "e4m3gc-sf32"), ("i8-pt", "i4g64-sbf16"), ("e4m3-g64", "u4g64-sbf16")])
+def test_cpu_gemm_quantized_activations(act, wfmt):
+    n, k, m = 24, 128, 6
+    q = R.quantize_weight(_weight(n, k, 4), wfmt)
+    p = ha.pack_weight(q)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(5))
+    a, s = ha.quantize_act(x, act)
+    out = ha.gemm(a, p, f"a-{act}_w-{wfmt}_c-f32", a_scales=s)
+    a_deq = R.dequantize_activation(a, s, act)
+    w = R.dequantize_weight(q)
+    assert_gemm_close(out, a_deq.double() @ w.double().T, a_deq, w, f"{act} x {wfmt}")
+
+
+def _packed(fmt="u4g64-sbf16-zi", n=16, k=128):
+    return R.quantize_weight(_weight(n, k, 6), fmt), ha.pack_weight(R.quantize_weight(_weight(n, k, 6), fmt))
+
+
+def test_opcheck_cpu():
+    q, p = _packed()
+    x = torch.randn(3, 128).to(torch.bfloat16)
+    fmt = "a-bf16_w-u4g64-sbf16-zi_c-bf16"
+    torch.library.opcheck(torch.ops.humming.gemm,
+                          (x, p.codes, p.scales, p.zeros, None, None, None, fmt, 1, 16, 128, ""))
+    torch.library.opcheck(torch.ops.humming.pack_weight, (q.codes, q.scales, q.zeros, "u4g64-sbf16-zi", 1))
+    torch.library.opcheck(torch.ops.humming.unpack_weight, (p.codes, p.scales, p.zeros, "u4g64-sbf16-zi", 1, 16, 128))
+    torch.library.opcheck(torch.ops.humming.quantize_act, (torch.randn(4, 64), "e4m3-g32"))
+
+
+def _gemm(x, p, fmt="a-bf16_w-u4g64-sbf16-zi_c-bf16", **kw):
+    args = dict(codes=p.codes, scales=p.scales, zeros=p.zeros, global_scale=None, a_scales=None, bias=None, n=p.n,
+                k=p.k, layout=1, instance="")
+    args.update(kw)
+    return torch.ops.humming.gemm(x, args["codes"], args["scales"], args["zeros"], args["global_scale"],
+                                  args["a_scales"], args["bias"], fmt, args["layout"], args["n"], args["k"],
+                                  args["instance"])
+
+
+def test_gemm_error_paths():
+    _, p = _packed()
+    x = torch.randn(3, 128).to(torch.bfloat16)
+    with pytest.raises(TypeError, match="activations must have dtype"):
+        _gemm(x.float(), p)
+    with pytest.raises(ValueError, match="columns but the weight has k=128"):
+        _gemm(x[:, :64], p)
+    with pytest.raises(ValueError, match="must be 2-D"):
+        _gemm(x[None], p)
+    with pytest.raises(ValueError, match="unit stride"):
+        _gemm(torch.randn(128, 3).to(torch.bfloat16).T, p)
+    with pytest.raises(ValueError, match="packed codes has shape"):
+        _gemm(x, p, codes=p.codes[:8])
+    with pytest.raises(ValueError, match="needs scales"):
+        _gemm(x, p, scales=None)
+    with pytest.raises(ValueError, match="needs zero points"):
+        _gemm(x, p, zeros=None)
+    with pytest.raises(ValueError, match="takes no zero points"):
+        _gemm(x, p, fmt="a-bf16_w-u4g64-sbf16_c-bf16")
+    with pytest.raises(ValueError, match="takes no global scale"):
+        _gemm(x, p, global_scale=torch.ones(1))
+    with pytest.raises(TypeError, match="scales must have dtype"):
+        _gemm(x, p, scales=p.scales.float())
+    with pytest.raises(ValueError, match="needs activation scales"):
+        _gemm(x.to(torch.float8_e4m3fn), p, fmt="a-e4m3-pt_w-u4g64-sbf16-zi_c-bf16")
+    with pytest.raises(ValueError, match=r"activation scales has shape \[3, 1\]; expected \[3, 2\]"):
+        _gemm(x.to(torch.float8_e4m3fn), p, fmt="a-e4m3-g64_w-u4g64-sbf16-zi_c-bf16", a_scales=torch.ones(3, 1))
+    with pytest.raises(ValueError, match="bias has shape"):
+        _gemm(x, p, bias=torch.zeros(15, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="unknown weight layout id 7"):
+        _gemm(x, p, layout=7)
+    with pytest.raises(ValueError, match="no compiled instance is named 'nope'"):
+        _gemm(x, p, instance="nope")
+    with pytest.raises(ValueError, match="cannot parse GEMM format"):
+        _gemm(x, p, fmt="bf16 x u4")
+    with pytest.raises(ValueError, match="zero points are for unsigned integer codes"):
+        _gemm(x, p, fmt="a-bf16_w-i4g64-sbf16-zi_c-bf16")
+    # a weight packed for another format (4-bit codes read as 8-bit): the packed shape gives it away
+    with pytest.raises(ValueError, match="packed codes has shape"):
+        _gemm(x, p, fmt="a-bf16_w-u8g64-sbf16-zi_c-bf16")
+
+
+def test_pack_error_paths():
+    q, _ = _packed()
+    with pytest.raises(TypeError, match="codes must be uint8"):
+        torch.ops.humming.pack_weight(q.codes.int(), q.scales, q.zeros, "u4g64-sbf16-zi", 1)
+    with pytest.raises(ValueError, match=r"needs \[16, 2\]"):
+        torch.ops.humming.pack_weight(q.codes, q.scales[:, :1], q.zeros, "u4g64-sbf16-zi", 1)
+    with pytest.raises(ValueError, match="needs zero points"):
+        torch.ops.humming.pack_weight(q.codes, q.scales, None, "u4g64-sbf16-zi", 1)
+    with pytest.raises(ValueError, match="unknown weight layout"):
+        ha.pack_weight(q, layout="wgmma")
+    with pytest.raises(ValueError, match="needs a global scale"):
+        ha.pack_weight(q.codes, q.scales, q.zeros, None, "u4g64-sbf16-zi-gs")
+    with pytest.raises(ValueError, match="needs the weight format"):
+        ha.pack_weight(q.codes)
+
+
+def test_quantize_act_error_paths():
+    with pytest.raises(ValueError, match="is not quantized"):
+        ha.quantize_act(torch.randn(2, 8), "bf16")
+    with pytest.raises(TypeError, match="float32, float16 or bfloat16"):
+        torch.ops.humming.quantize_act(torch.ones(2, 8, dtype=torch.int32), "e4m3-pt")
+    with pytest.raises(ValueError, match="2-D"):
+        torch.ops.humming.quantize_act(torch.ones(8), "e4m3-pt")
+
+
+def test_meta_shapes():
+    q, p = _packed()
+    dev = torch.device("meta")
+    out = torch.ops.humming.gemm(torch.empty(5, 128, dtype=torch.bfloat16, device=dev), p.codes.to(dev),
+                                 p.scales.to(dev), p.zeros.to(dev), None, None, None,
+                                 "a-bf16_w-u4g64-sbf16-zi_c-f32", 1, 16, 128, "")
+    assert out.shape == (5, 16) and out.dtype == torch.float32 and out.device.type == "meta"
+    pc, ps, pz = torch.ops.humming.pack_weight(q.codes.to(dev), q.scales.to(dev), q.zeros.to(dev), "u4g64-sbf16-zi", 1)
+    assert pc.shape == p.codes.shape and ps.shape == p.scales.shape and pz.shape == p.zeros.shape
