@@ -46,7 +46,7 @@ def _validate_table(t: dict, origin: str) -> dict:
         if m_max is None:
             if i != len(t["ranges"]) - 1:
                 raise ValueError(f"dispatch table {origin}: only the last range may have m_max null")
-        elif not isinstance(m_max, int) or m_max <= last:
+        elif isinstance(m_max, bool) or not isinstance(m_max, int) or m_max <= last:  # JSON true is no bound
             raise ValueError(f"dispatch table {origin}: m_max values must be increasing positive integers "
                              f"(range {i} has {m_max!r})")
         else:

@@ -1,0 +1,251 @@
+"""CPU tests of the dispatcher (humming_aot.dispatch).
+
+``choose`` needs a CUDA device, so its parts are tested one by one: table validation, M-range
+lookup, the preference order and fallback of ``_pick`` (with hand-made registry.Instance objects),
+table matching, ``force`` and ``reset``. Every test leaves the dispatcher's global state as it found
+it (an autouse fixture calls ``dispatch.reset()`` before and after).
+"""
+
+import itertools
+import json
+
+import pytest
+
+from humming_aot import dispatch, registry
+
+
+@pytest.fixture(autouse=True)
+def clean_dispatch():
+    dispatch.reset()
+    yield
+    dispatch.reset()
+
+
+def inst(name, backend=None):
+    """A registry.Instance built by hand; the backend defaults to the name's first word."""
+    return registry.Instance(
+        name=name, backend=backend or name.split("_")[0], scheduler="dense", archs=("90a",), act_type="bf16",
+        code_type="u4", scale_type="bf16", zero="none", out_type="bf16", layout=1, group_k=-1, group_n=-1,
+        tile=(32, 64, 32), stages=1, threads=256, smem_bytes=0)
+
+
+def table(*ranges, **extra):
+    """A table from (m_max, prefer) pairs."""
+    return {"ranges": [{"m_max": m, "prefer": list(p)} for m, p in ranges], **extra}
+
+
+# ---- table validation ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({}, r"needs a non-empty list 'ranges'"),
+    ({"ranges": []}, r"needs a non-empty list 'ranges'"),
+    ({"ranges": "fast"}, r"needs a non-empty list 'ranges'"),
+    ({"ranges": [{"m_max": None}]}, r"range 0 needs 'prefer', a list of name patterns"),
+    ({"ranges": [{"m_max": None, "prefer": ["generic_*", 3]}]}, r"range 0 needs 'prefer'"),
+    (table((16, ["a*"]), (16, ["b*"]), (None, ["c*"])),
+     r"m_max values must be increasing positive integers \(range 1 has 16\)"),
+    (table((64, ["a*"]), (16, ["b*"]), (None, ["c*"])),
+     r"m_max values must be increasing positive integers \(range 1 has 16\)"),
+    (table((0, ["a*"]), (None, ["c*"])), r"m_max values must be increasing positive integers \(range 0 has 0\)"),
+    (table(("16", ["a*"]), (None, ["c*"])), r"increasing positive integers \(range 0 has '16'\)"),
+    (table((True, ["a*"]), (None, ["c*"])), r"increasing positive integers \(range 0 has True\)"),
+    (table((16, ["a*"]), (64, ["b*"])), r"the last range must have m_max null"),
+    (table((None, ["a*"]), (16, ["b*"])), r"only the last range may have m_max null"),
+    (table((None, ["a*"]), (None, ["b*"])), r"only the last range may have m_max null"),
+])
+def test_load_table_rejects_bad_tables(bad, message):
+    with pytest.raises(ValueError, match=message):
+        dispatch.load_table(bad)
+    assert dispatch._user_tables == []  # a refused table is not installed
+
+
+def test_load_table_error_names_the_origin(tmp_path):
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps(table((16, ["a*"]))))
+    with pytest.raises(ValueError, match=r"dispatch table .*tuned\.json: the last range must have m_max null"):
+        dispatch.load_table(path)
+
+
+def test_load_table_missing_file(tmp_path):
+    missing = tmp_path / "nowhere.json"
+    with pytest.raises(FileNotFoundError, match=r"dispatch table file .*nowhere\.json does not exist"):
+        dispatch.load_table(missing)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        dispatch.load_table(str(missing))
+
+
+def test_load_table_from_file_goes_in_front(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(table((8, ["x*"]), (None, ["y*"]), name="mine")))
+    first = dispatch.load_table(table((None, ["z*"])))
+    second = dispatch.load_table(path)
+    assert second["name"] == "mine"
+    assert dispatch._user_tables == [second, first]  # the newest table is consulted first
+    assert first["name"] == "<dict>" and first["match"] == {}
+
+
+def test_load_table_does_not_modify_the_callers_dict():
+    mine = table((4, ["a*"]), (None, ["b*"]))
+    dispatch.load_table(mine)
+    assert set(mine) == {"ranges"}
+
+
+def test_builtin_tables_are_valid_and_default_is_last():
+    assert dispatch._BUILTIN, "no built-in dispatch table"
+    assert dispatch._BUILTIN[-1]["name"] == "default"
+    assert dispatch._BUILTIN[-1]["match"] == {}  # the default table matches every device
+    for t in dispatch._BUILTIN:
+        assert t["ranges"][-1]["m_max"] is None
+
+
+# ---- M ranges -----------------------------------------------------------------------------------
+
+
+def expected_range(t, m):
+    """Index of the first range whose m_max is null or >= m (a linear scan, independent of bisect)."""
+    for i, r in enumerate(t["ranges"]):
+        if r["m_max"] is None or m <= r["m_max"]:
+            return i
+    raise AssertionError("the last range covers every m")
+
+
+def test_range_index_boundaries():
+    t = dispatch._validate_table(table((1, ["a"]), (16, ["b"]), (64, ["c"]), (None, ["d"])), "test")
+    assert dispatch._range_index(t, 1) == 0
+    assert dispatch._range_index(t, 2) == 1
+    assert dispatch._range_index(t, 16) == 1   # m == m_max stays in that range
+    assert dispatch._range_index(t, 17) == 2   # m_max + 1 goes to the next
+    assert dispatch._range_index(t, 64) == 2
+    assert dispatch._range_index(t, 65) == 3
+    assert dispatch._range_index(t, 10**9) == 3
+    for m in range(1, 200):
+        assert dispatch._range_index(t, m) == expected_range(t, m), m
+
+
+def test_range_index_single_range():
+    t = dispatch._validate_table(table((None, ["a"])), "test")
+    for m in (1, 7, 4096, 10**6):
+        assert dispatch._range_index(t, m) == 0
+
+
+# ---- preference order and fallback --------------------------------------------------------------
+
+
+def test_pick_follows_pattern_order_not_candidate_order():
+    t = table((16, ["sm90_*", "generic_*"]), (None, ["generic_*", "sm90_*"]))
+    cands = [inst("generic_dense_a"), inst("sm90_wgmma_a"), inst("sm80_mma_a")]
+    chosen, why = dispatch._pick(t, 0, cands)
+    assert chosen.name == "sm90_wgmma_a"
+    assert "'sm90_*'" in why
+    chosen, why = dispatch._pick(t, 1, cands)
+    assert chosen.name == "generic_dense_a"
+    assert "'generic_*'" in why
+
+
+def test_pick_takes_the_first_candidate_within_a_pattern():
+    t = table((None, ["sm90_*"]))
+    a, b = inst("sm90_b128"), inst("sm90_b64")
+    assert dispatch._pick(t, 0, [a, b])[0] is a
+    assert dispatch._pick(t, 0, [b, a])[0] is b
+
+
+def test_pick_patterns_are_case_sensitive_globs():
+    t = table((None, ["SM90_*", "sm80_mma_?"]))
+    cands = [inst("sm90_x"), inst("sm80_mma_ab"), inst("sm80_mma_a")]
+    chosen, why = dispatch._pick(t, 0, cands)
+    assert chosen.name == "sm80_mma_a"   # "SM90_*" matches nothing, "?" is one character
+    assert "sm80_mma_?" in why
+
+
+def test_pick_fallback_prefers_fast_backends_then_name():
+    t = table((None, ["nothing_matches_*"]))
+    cands = [inst("generic_dense_b"), inst("sm90_wgmma_z"), inst("generic_dense_a"), inst("sm80_mma_y"),
+             inst("sm90_wgmma_c")]
+    fast = sorted(c.name for c in cands if c.backend != "generic")
+    for perm in itertools.permutations(cands):
+        chosen, why = dispatch._pick(t, 0, list(perm))
+        assert chosen.name == fast[0], [c.name for c in perm]
+        assert "fallback" in why and "generic" in why
+
+
+def test_pick_fallback_with_only_generic_candidates():
+    t = table((None, ["sm90_*"]))
+    cands = [inst("generic_dense_c"), inst("generic_dense_a"), inst("generic_dense_b")]
+    for perm in itertools.permutations(cands):
+        assert dispatch._pick(t, 0, list(perm))[0].name == "generic_dense_a"
+
+
+def test_pick_fallback_uses_the_backend_field_not_the_name():
+    t = table((None, ["nothing"]))
+    cands = [inst("a_generic_named", backend="generic"), inst("z_fast", backend="sm90")]
+    assert dispatch._pick(t, 0, cands)[0].name == "z_fast"
+
+
+# ---- table matching -----------------------------------------------------------------------------
+
+
+def test_table_for_matches_device_facts():
+    h100 = dispatch.load_table(table((None, ["sm90_*"]), name="h100", match={"cc": [90], "sms": 132}))
+    a100 = dispatch.load_table(table((None, ["sm80_*"]), name="a100", match={"name_contains": "a100"}))
+    assert dispatch._table_for(90, 132, "NVIDIA H100 80GB HBM3") is h100
+    assert dispatch._table_for(90, 114, "NVIDIA H100 PCIe")["name"] == "default"  # other SM count
+    assert dispatch._table_for(80, 108, "NVIDIA A100-SXM4-80GB") is a100          # case-insensitive
+    assert dispatch._table_for(89, 128, "NVIDIA L40S")["name"] == "default"
+
+
+def test_newer_user_table_wins():
+    dispatch.load_table(table((None, ["old"]), name="old"))
+    dispatch.load_table(table((None, ["new"]), name="new"))
+    assert dispatch._table_for(90, 132, "any")["name"] == "new"
+
+
+# ---- force, choose on the CPU, reset ------------------------------------------------------------
+
+
+def test_force_unknown_instance_names_it():
+    with pytest.raises(KeyError, match="no compiled instance is named 'generic_dense_no_such_thing'"):
+        dispatch.force("generic_dense_no_such_thing")
+    assert dispatch._forced is None
+
+
+def test_force_known_instance_and_back():
+    name = registry.instances()[0].name
+    dispatch.force(name)
+    assert dispatch._forced == name
+    dispatch.force(None)
+    assert dispatch._forced is None
+
+
+def test_choose_on_cpu_explains_that_instances_run_on_cuda():
+    with pytest.raises(ValueError, match=r"instances run on CUDA devices; cpu uses the CPU reference"):
+        dispatch.choose("a-bf16_w-u4g128-sbf16_c-bf16", 4096, 4096, 8, device="cpu")
+    with pytest.raises(ValueError, match=r"instances run on CUDA devices"):
+        dispatch.explain("a-bf16_w-u4g128-sbf16_c-bf16", 4096, 4096, 8, device="cpu")
+
+
+def test_choose_rejects_a_bad_format_first():
+    from humming_aot.formats import FormatError
+
+    with pytest.raises(FormatError, match="cannot parse GEMM format"):
+        dispatch.choose("bf16 x u4", 4096, 4096, 8, device="cpu")
+
+
+def test_reset_clears_tables_forced_instance_and_cache():
+    dispatch.load_table(table((None, ["x*"])))
+    dispatch.force(registry.instances()[0].name)
+    dispatch._cache[("key",)] = "value"
+    dispatch.reset()
+    assert dispatch._user_tables == []
+    assert dispatch._forced is None
+    assert dispatch._cache == {}
+    assert dispatch._table_for(90, 132, "any")["name"] == "default"
+
+
+def test_load_table_and_force_clear_the_cache():
+    dispatch._cache[("key",)] = "value"
+    dispatch.load_table(table((None, ["x*"])))
+    assert dispatch._cache == {}
+    dispatch._cache[("key",)] = "value"
+    dispatch.force(None)
+    assert dispatch._cache == {}

@@ -1,0 +1,303 @@
+"""Tests of the instance generator (tools/gen_instances.py).
+
+The generator runs at configure time on build machines that may not have torch, so every run here
+happens in a subprocess whose ``import torch`` fails (a stub ``torch`` package that raises ImportError
+is put first on PYTHONPATH). Expected values come from tools/matrix/generic.json, from
+humming_aot.formats and from Python's ``re``, never from the generator's own output.
+"""
+
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from humming_aot import formats as F
+
+ROOT = Path(__file__).resolve().parent.parent
+GEN = ROOT / "tools" / "gen_instances.py"
+MATRIX = json.loads((ROOT / "tools" / "matrix" / "generic.json").read_text())
+PROFILES = ("ci", "dev", "full")
+
+NAME_RE = re.compile(r"generic_dense_a-(?P<act>[^_]+)_w-(?P<weight>[^_]+)_c-(?P<out>[^_]+)")
+WEIGHT_RE = re.compile(r"(?P<code>[iu]\d+|e\d+m\d+)(?:-s(?P<scale>[a-z0-9]+))?(?:-z(?P<zero>[if]))?")
+ZERO_OF_SUFFIX = {None: "none", "i": "int", "f": "float"}
+
+
+@pytest.fixture(scope="module")
+def no_torch_env(tmp_path_factory):
+    """An environment in which ``import torch`` raises ImportError."""
+    stub = tmp_path_factory.mktemp("no_torch")
+    (stub / "torch").mkdir()
+    (stub / "torch" / "__init__.py").write_text(
+        'raise ImportError("torch is blocked: the generator must not need it")\n')
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(stub)
+    env.pop("PYTHONHOME", None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def gen(no_torch_env):
+    def run(*args, check=True):
+        p = subprocess.run([sys.executable, str(GEN), *args], capture_output=True, text=True, env=no_torch_env,
+                           timeout=120)
+        if check:
+            assert p.returncode == 0, f"gen_instances {args} failed ({p.returncode}):\n{p.stderr}"
+        return p
+    return run
+
+
+@pytest.fixture(scope="module")
+def listing(gen):
+    """profile -> list of names for --arch 90a."""
+    return {prof: gen("--arch", "90a", "--profile", prof, "--list").stdout.splitlines() for prof in PROFILES}
+
+
+def parse_name(name):
+    """(act, code, scale, zero, out) of an instance name; scale is "none" for unscaled codes."""
+    m = NAME_RE.fullmatch(name)
+    assert m, f"{name!r} does not look like generic_dense_a-{{act}}_w-{{weight}}_c-{{out}}"
+    w = WEIGHT_RE.fullmatch(m.group("weight"))
+    assert w, f"weight part {m.group('weight')!r} of {name!r} is not code[-s{{scale}}][-zi|-zf]"
+    return (m.group("act"), w.group("code"), w.group("scale") or "none", ZERO_OF_SUFFIX[w.group("zero")],
+            m.group("out"))
+
+
+# ---- torch is not needed ------------------------------------------------------------------------
+
+
+def test_stub_really_blocks_torch(no_torch_env):
+    p = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True, env=no_torch_env,
+                       timeout=60)
+    assert p.returncode != 0
+    assert "torch is blocked" in p.stderr
+
+
+def test_list_runs_without_torch(listing):
+    # The fixture ran every profile with torch blocked; each produced names.
+    for prof in PROFILES:
+        assert listing[prof], f"profile {prof} produced no instances"
+
+
+# ---- determinism, counting, profiles ------------------------------------------------------------
+
+
+def test_full_list_is_deterministic_sorted_and_unique(gen, listing):
+    again = gen("--arch", "90a", "--profile", "full", "--list").stdout.splitlines()
+    names = listing["full"]
+    assert again == names
+    assert names == sorted(names)
+    assert len(set(names)) == len(names)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_count_equals_number_of_listed_names(gen, listing, profile):
+    out = gen("--arch", "90a", "--profile", profile, "--count").stdout.strip()
+    assert int(out) == len(listing[profile])
+
+
+def test_profiles_nest(listing):
+    ci, dev, full = (set(listing[p]) for p in PROFILES)
+    assert ci <= dev <= full
+    assert len(ci) < len(dev) < len(full)
+
+
+def test_default_profile_is_dev(gen, listing):
+    assert gen("--arch", "90a", "--list").stdout.splitlines() == listing["dev"]
+
+
+def test_ci_profile_is_the_product_of_the_ci_entries(listing):
+    # The ci entries have no extra filters, so the ci set is their cross products minus what the
+    # format rules reject (zero points on non-unsigned codes), recomputed here.
+    expected = set()
+    for e in MATRIX["entries"]:
+        if e["profile"] != "ci":
+            continue
+        for act, code, scale, zero, out in itertools.product(e["act"], e["code"], e["scale"], e["zero"], e["out"]):
+            if zero != "none" and not code.startswith("u"):
+                continue
+            weight = code + ("" if scale == "none" else f"-s{scale}") + {"none": "", "int": "-zi", "float": "-zf"}[zero]
+            expected.add(f"generic_dense_a-{act}_w-{weight}_c-{out}")
+    assert set(listing["ci"]) == expected
+
+
+# ---- names --------------------------------------------------------------------------------------
+
+
+def test_every_name_parses_with_formats(listing):
+    for name in listing["full"]:
+        act, code, scale, zero, out = parse_name(name)
+        assert str(F.dtype(act)) in F.ACT_TYPES, name
+        assert str(F.dtype(out)) in F.OUT_TYPES, name
+        assert F.dtype(code).bits <= 8, name
+        if scale != "none":
+            assert str(F.dtype(scale)) in F.SCALE_TYPES, name
+        # With a representative granularity the name is a GEMM format the format rules accept.
+        quantized_act = act in ("e4m3", "e5m2", "i8")
+        weight = code if scale == "none" else f"{code}g128-s{scale}"
+        weight += {"none": "", "int": "-zi", "float": "-zf"}[zero]
+        g = F.parse_gemm_format(f"a-{act}{'-pt' if quantized_act else ''}_w-{weight}_c-{out}")
+        assert str(g.weight.code) == code and str(g.out) == out
+
+
+def test_no_zero_point_on_signed_codes(listing):
+    for name in listing["full"]:
+        _, code, _, zero, _ = parse_name(name)
+        if zero != "none":
+            assert F.dtype(code).kind == F.KIND_UINT, f"{name} has a zero point on signed code {code}"
+
+
+@pytest.mark.parametrize("axis", ["act", "code", "scale", "zero", "out"])
+def test_every_matrix_value_appears_in_full(listing, axis):
+    listed = set()
+    for e in MATRIX["entries"]:
+        listed.update(e[axis])
+    position = ("act", "code", "scale", "zero", "out").index(axis)
+    seen = {parse_name(n)[position] for n in listing["full"]}
+    assert listed <= seen, f"{axis} values of generic.json missing from the full profile: {sorted(listed - seen)}"
+    assert seen <= listed, f"{axis} values not in generic.json: {sorted(seen - listed)}"
+
+
+def test_names_do_not_depend_on_a_single_matrix_arch(gen, listing):
+    # Every arch of the generic matrix gets the same instances (archs are compile targets, not keys).
+    assert gen("--arch", "80", "--profile", "ci", "--list").stdout.splitlines() == listing["ci"]
+    assert gen("--arch", "sm_80;90a", "--profile", "ci", "--list").stdout.splitlines() == listing["ci"]
+
+
+# ---- filter -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pattern", [r"_w-u4", r"e2m1.*_c-f16$", r"^generic_dense_a-i8_"])
+def test_filter_keeps_only_matching_names(gen, listing, pattern):
+    got = gen("--arch", "90a", "--profile", "full", "--filter", pattern, "--list").stdout.splitlines()
+    expected = [n for n in listing["full"] if re.search(pattern, n)]
+    assert expected, f"pattern {pattern} should match something in the full profile"
+    assert got == expected
+
+
+def test_filter_matching_nothing_lists_nothing(gen):
+    p = gen("--arch", "90a", "--profile", "full", "--filter", "no-such-instance", "--count")
+    assert int(p.stdout) == 0
+
+
+# ---- errors -------------------------------------------------------------------------------------
+
+
+def test_bad_arch_is_refused(gen):
+    p = gen("--arch", "sm_42", "--list", check=False)
+    assert p.returncode != 0
+    assert re.search(r"unknown GPU architecture '42'", p.stderr)
+    assert "90a" in p.stderr  # lists the known ones
+    assert p.stdout == ""
+
+
+def test_empty_arch_is_refused(gen):
+    p = gen("--arch", "", "--list", check=False)
+    assert p.returncode != 0
+    assert "no architecture given" in p.stderr
+
+
+def test_bad_profile_is_refused(gen):
+    p = gen("--arch", "90a", "--profile", "huge", "--list", check=False)
+    assert p.returncode != 0
+    assert "unknown profile 'huge'" in p.stderr
+    assert "ci, dev, full" in p.stderr
+
+
+def test_bad_regex_is_refused(gen):
+    p = gen("--arch", "90a", "--filter", "(", "--list", check=False)
+    assert p.returncode != 0
+    assert "--filter is not a valid regular expression" in p.stderr
+
+
+def test_nothing_to_do_is_refused(gen):
+    p = gen("--arch", "90a", check=False)
+    assert p.returncode != 0
+    assert "--out" in p.stderr
+
+
+# ---- writing ------------------------------------------------------------------------------------
+
+
+def _snapshot(out: Path) -> dict:
+    return {p.relative_to(out).as_posix(): p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+
+
+def test_list_writes_nothing(gen, tmp_path):
+    out = tmp_path / "build"
+    gen("--arch", "90a", "--profile", "ci", "--list", "--out", str(out))
+    gen("--arch", "90a", "--profile", "ci", "--count", "--out", str(out))
+    assert not out.exists()
+
+
+def test_out_writes_incrementally_and_prunes(gen, listing, tmp_path):
+    out = tmp_path / "build"
+    args = ("--arch", "80;90a", "--profile", "dev", "--out", str(out))
+    names = listing["dev"]
+
+    first = gen(*args)
+    files = _snapshot(out)
+    assert set(files) == {f"instances/{n}.cu" for n in names} | {"registry.cpp", "instances.cmake"}
+    assert f"{len(names) + 2} files written" in first.stderr
+    for n in names:
+        text = (out / "instances" / f"{n}.cu").read_text()
+        assert n in text and "generic_dense.cuh" in text
+
+    registry = (out / "registry.cpp").read_text()
+    quoted = re.findall(r'\{"(generic_[^"]*)"', registry)
+    assert sorted(quoted) == names
+    for n in names:
+        assert registry.count(f'"{n}"') == 1, n
+    assert f"kInstanceCount = {len(names)};" in registry
+    assert 'kBuildArchs[] = "80;90a"' in registry
+    assert 'kBuildProfile[] = "dev"' in registry
+
+    cmake = (out / "instances.cmake").read_text()
+    props = [line for line in cmake.splitlines() if line.startswith("set_source_files_properties(")]
+    assert len(props) == len(names)
+    for n in names:
+        line = next(p for p in props if f"/instances/{n}.cu\"" in p)
+        for arch in ("80", "90a"):
+            assert f"-gencode=arch=compute_{arch},code=sm_{arch}" in line, (n, arch)
+    sources = re.search(r"set\(HUMMING_INSTANCE_SOURCES\n(.*?)\n\)", cmake, re.S).group(1).split()
+    assert sorted(Path(s.strip('"')).name for s in sources) == sorted(f"{n}.cu" for n in names)
+
+    # Same inputs again: nothing is rewritten.
+    second = gen(*args)
+    assert "0 files written" in second.stderr
+    assert _snapshot(out) == files
+
+    # A narrower filter deletes the instance files that left the set.
+    pattern = r"_w-u4-"
+    kept = [n for n in names if re.search(pattern, n)]
+    assert 0 < len(kept) < len(names)
+    gen(*args, "--filter", pattern)
+    left = sorted(p.stem for p in (out / "instances").glob("*.cu"))
+    assert left == kept
+    registry = (out / "registry.cpp").read_text()
+    assert sorted(re.findall(r'\{"(generic_[^"]*)"', registry)) == kept
+    for n in kept:  # untouched instance files keep their mtime
+        assert (out / "instances" / f"{n}.cu").stat().st_mtime_ns == files[f"instances/{n}.cu"]
+
+
+def test_gencode_flags_follow_the_requested_archs(gen, listing, tmp_path):
+    out = tmp_path / "build"
+    gen("--arch", "86", "--profile", "ci", "--out", str(out))
+    cmake = (out / "instances.cmake").read_text()
+    flags = set(re.findall(r"-gencode=arch=compute_(\w+),code=sm_(\w+)", cmake))
+    assert flags == {("86", "86")}
+
+
+def test_installed_build_matches_the_generator(gen):
+    # The installed extension was built from this generator's output for its archs and profile.
+    from humming_aot import registry
+
+    info = registry.build_info()
+    expected = gen("--arch", ";".join(info["archs"]), "--profile", info["profile"], "--list").stdout.splitlines()
+    assert sorted(i.name for i in registry.instances()) == expected
+    assert info["instance_count"] == len(expected)
