@@ -9,6 +9,7 @@
 #include <torch/library.h>
 
 #include <array>
+#include <type_traits>
 #include <mutex>
 #include <string>
 
@@ -18,6 +19,31 @@ namespace py = pybind11;
 
 namespace humming {
 namespace {
+
+// ---- error messages ------------------------------------------------------------------------------
+
+// Messages are assembled here with std::to_string rather than streamed through c10::str: on the
+// GPU machine's image, integers streamed by this module's inlined ostream code crashed the process
+// (seen with torch 2.11 there; strings streamed fine), and an error message must never crash.
+inline void append(std::string &s, const char *v) { s += v; }
+inline void append(std::string &s, const std::string &v) { s += v; }
+template <class T, std::enable_if_t<std::is_integral_v<T>, int> = 0> void append(std::string &s, T v) {
+  s += std::to_string(v);
+}
+inline void append(std::string &s, at::IntArrayRef v) {
+  s += "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  s += "]";
+}
+inline void append(std::string &s, at::ScalarType t) { s += c10::toString(t); }
+inline void append(std::string &s, const at::Device &d) { s += d.str(); }
+template <class... A> std::string msg(const A &...a) {
+  std::string s;
+  (append(s, a), ...);
+  return s;
+}
+#define HUMMING_CHECK_VALUE(cond, ...) TORCH_CHECK_VALUE(cond, ::humming::msg(__VA_ARGS__))
+#define HUMMING_CHECK_TYPE(cond, ...) TORCH_CHECK_TYPE(cond, ::humming::msg(__VA_ARGS__))
 
 // ---- conversions ---------------------------------------------------------------------------------
 
@@ -64,15 +90,15 @@ ActFormat parse_act(const std::string &s) {
 }
 
 void check_tensor(const at::Tensor &t, const char *what, at::ScalarType dtype, const at::Device &device) {
-  TORCH_CHECK_TYPE(t.scalar_type() == dtype, what, " must have dtype ", dtype, ", got ", t.scalar_type());
-  TORCH_CHECK_VALUE(t.device() == device, what, " is on ", t.device(), " but the activations are on ", device,
+  HUMMING_CHECK_TYPE(t.scalar_type() == dtype, what, " must have dtype ", dtype, ", got ", t.scalar_type());
+  HUMMING_CHECK_VALUE(t.device() == device, what, " is on ", t.device(), " but the activations are on ", device,
                     "; every tensor of one call must be on the same device");
 }
 
 void check_shape(const at::Tensor &t, const char *what, std::initializer_list<int64_t> shape) {
   const std::vector<int64_t> want(shape);
-  TORCH_CHECK_VALUE(t.sizes().vec() == want, what, " has shape ", t.sizes(), "; expected ", at::IntArrayRef(want));
-  TORCH_CHECK_VALUE(t.is_contiguous(), what, " must be contiguous");
+  HUMMING_CHECK_VALUE(t.sizes().vec() == want, what, " has shape ", t.sizes(), "; expected ", at::IntArrayRef(want));
+  HUMMING_CHECK_VALUE(t.is_contiguous(), what, " must be contiguous");
 }
 
 int device_sms(int index) {
@@ -106,13 +132,13 @@ at::Tensor gemm_impl(const at::Tensor &a, const at::Tensor &codes, const c10::op
   const at::Device dev = a.device();
   const WeightFormat &w = args.fmt.weight;
 
-  TORCH_CHECK_VALUE(a.dim() == 2, "activations must be 2-D [m, k], got ", a.dim(), "-D shape ", a.sizes(),
+  HUMMING_CHECK_VALUE(a.dim() == 2, "activations must be 2-D [m, k], got ", a.dim(), "-D shape ", a.sizes(),
                     " (flatten leading dimensions first)");
-  TORCH_CHECK_VALUE(a.size(1) == k, "activations have ", a.size(1), " columns but the weight has k=", k);
+  HUMMING_CHECK_VALUE(a.size(1) == k, "activations have ", a.size(1), " columns but the weight has k=", k);
   check_tensor(a, "activations", storage_type(args.fmt.act.type), dev);
-  TORCH_CHECK_VALUE(a.stride(1) == 1 || a.size(1) == 1, "activations must have unit stride along k, got strides ",
+  HUMMING_CHECK_VALUE(a.stride(1) == 1 || a.size(1) == 1, "activations must have unit stride along k, got strides ",
                     a.strides());
-  TORCH_CHECK_VALUE(a.size(0) <= 1 || a.stride(0) >= k, "activation row stride ", a.stride(0), " is below k=", k);
+  HUMMING_CHECK_VALUE(a.size(0) <= 1 || a.stride(0) >= k, "activation row stride ", a.stride(0), " is below k=", k);
   args.m = a.size(0);
   args.a = a.data_ptr();
   args.lda = a.size(0) <= 1 ? k : a.stride(0);
@@ -121,31 +147,31 @@ at::Tensor gemm_impl(const at::Tensor &a, const at::Tensor &codes, const c10::op
   check_shape(codes, "packed codes", {d.n_pad, d.words_per_row});
   args.codes = reinterpret_cast<const uint32_t *>(codes.data_ptr());
   if (w.has_scale()) {
-    TORCH_CHECK_VALUE(scales.has_value(), "weight format ", to_string(w), " needs scales");
+    HUMMING_CHECK_VALUE(scales.has_value(), "weight format ", to_string(w), " needs scales");
     check_tensor(*scales, "scales", storage_type(w.scale), dev);
     check_shape(*scales, "packed scales", {d.k_groups, d.n_groups});
     args.scales = scales->data_ptr();
   } else {
-    TORCH_CHECK_VALUE(!scales.has_value(), "weight format ", to_string(w), " takes no scales");
+    HUMMING_CHECK_VALUE(!scales.has_value(), "weight format ", to_string(w), " takes no scales");
   }
   if (w.zero != ZeroKind::kNone) {
-    TORCH_CHECK_VALUE(zeros.has_value(), "weight format ", to_string(w), " needs zero points");
+    HUMMING_CHECK_VALUE(zeros.has_value(), "weight format ", to_string(w), " needs zero points");
     check_tensor(*zeros, "zero points", w.zero == ZeroKind::kInt ? at::kByte : storage_type(w.scale), dev);
     check_shape(*zeros, "packed zero points", {d.k_groups, d.n_groups});
     args.zeros = zeros->data_ptr();
   } else {
-    TORCH_CHECK_VALUE(!zeros.has_value(), "weight format ", to_string(w), " takes no zero points");
+    HUMMING_CHECK_VALUE(!zeros.has_value(), "weight format ", to_string(w), " takes no zero points");
   }
   if (w.global_scale) {
-    TORCH_CHECK_VALUE(global_scale.has_value(), "weight format ", to_string(w), " needs a global scale");
+    HUMMING_CHECK_VALUE(global_scale.has_value(), "weight format ", to_string(w), " needs a global scale");
     check_tensor(*global_scale, "global scale", at::kFloat, dev);
-    TORCH_CHECK_VALUE(global_scale->numel() == 1, "the global scale holds one value, got ", global_scale->numel());
+    HUMMING_CHECK_VALUE(global_scale->numel() == 1, "the global scale holds one value, got ", global_scale->numel());
     args.global_scale = global_scale->data_ptr<float>();
   } else {
-    TORCH_CHECK_VALUE(!global_scale.has_value(), "weight format ", to_string(w), " takes no global scale");
+    HUMMING_CHECK_VALUE(!global_scale.has_value(), "weight format ", to_string(w), " takes no global scale");
   }
   if (args.fmt.act.granularity != ActScale::kNone) {
-    TORCH_CHECK_VALUE(a_scales.has_value(), "activation format ", to_string(args.fmt.act),
+    HUMMING_CHECK_VALUE(a_scales.has_value(), "activation format ", to_string(args.fmt.act),
                       " needs activation scales (quantize with torch.ops.humming.quantize_act)");
     check_tensor(*a_scales, "activation scales", at::kFloat, dev);
     const int64_t group = args.fmt.act.granularity == ActScale::kGroup ? args.fmt.act.group_k : k;
@@ -153,7 +179,7 @@ at::Tensor gemm_impl(const at::Tensor &a, const at::Tensor &codes, const c10::op
     args.a_scales = a_scales->data_ptr<float>();
     args.a_scale_cols = (k + group - 1) / group;
   } else {
-    TORCH_CHECK_VALUE(!a_scales.has_value(), "activation format ", to_string(args.fmt.act), " takes no scales");
+    HUMMING_CHECK_VALUE(!a_scales.has_value(), "activation format ", to_string(args.fmt.act), " takes no scales");
   }
   if (bias.has_value()) {
     check_tensor(*bias, "bias", storage_type(args.fmt.out), dev);
@@ -163,7 +189,7 @@ at::Tensor gemm_impl(const at::Tensor &a, const at::Tensor &codes, const c10::op
   const InstanceInfo *named = nullptr;
   if (!instance.empty()) {
     named = find_instance(instance);
-    TORCH_CHECK_VALUE(named != nullptr, "no compiled instance is named '", instance,
+    HUMMING_CHECK_VALUE(named != nullptr, "no compiled instance is named '", instance,
                       "'; humming_aot.registry.instances() lists the ", instance_count(), " of this build");
   }
   at::Tensor out = at::empty({args.m, n}, a.options().dtype(storage_type(args.fmt.out)));
@@ -174,7 +200,7 @@ at::Tensor gemm_impl(const at::Tensor &a, const at::Tensor &codes, const c10::op
     check(gemm_cpu(args));
     return out;
   }
-  TORCH_CHECK_VALUE(dev.is_cuda(), "humming.gemm runs on CPU or CUDA tensors, got ", dev);
+  HUMMING_CHECK_VALUE(dev.is_cuda(), "humming.gemm runs on CPU or CUDA tensors, got ", dev);
   const c10::cuda::CUDAGuard guard(dev);
   const int cc = device_cc(dev.index());
   args.num_sms = device_sms(dev.index());
@@ -182,7 +208,7 @@ at::Tensor gemm_impl(const at::Tensor &a, const at::Tensor &codes, const c10::op
   if (instance.empty()) {
     std::string why;
     inst = select_instance(args, cc, &why);
-    TORCH_CHECK_VALUE(inst != nullptr, why);
+    HUMMING_CHECK_VALUE(inst != nullptr, why);
   } else {
     inst = named;
   }
@@ -197,13 +223,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> pack_weight_impl(const at::Tensor
                                                                 const c10::optional<at::Tensor> &zeros,
                                                                 const std::string &wfmt, int64_t layout) {
   const WeightFormat w = parse_weight(wfmt);
-  TORCH_CHECK_VALUE(codes_in.dim() == 2, "codes must be 2-D [n, k], got shape ", codes_in.sizes());
-  TORCH_CHECK_TYPE(codes_in.scalar_type() == at::kByte, "codes must be uint8 bit patterns, got ",
+  HUMMING_CHECK_VALUE(codes_in.dim() == 2, "codes must be 2-D [n, k], got shape ", codes_in.sizes());
+  HUMMING_CHECK_TYPE(codes_in.scalar_type() == at::kByte, "codes must be uint8 bit patterns, got ",
                    codes_in.scalar_type());
   PackedDims d;
   check(packed_dims(static_cast<int>(layout), w, codes_in.size(0), codes_in.size(1), &d));
   const at::Device dev = codes_in.device();
-  TORCH_CHECK_VALUE(dev.is_cpu() || dev.is_cuda(), "pack_weight runs on CPU or CUDA tensors, got ", dev);
+  HUMMING_CHECK_VALUE(dev.is_cpu() || dev.is_cuda(), "pack_weight runs on CPU or CUDA tensors, got ", dev);
   const at::Tensor codes = codes_in.contiguous();
   at::Tensor packed = at::empty({d.n_pad, d.words_per_row}, codes.options().dtype(at::kInt));
   at::Tensor out_scales = at::empty({0}, codes.options());
@@ -220,7 +246,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> pack_weight_impl(const at::Tensor
   auto pack_grid = [&](const at::Tensor &t_in, const char *what, at::ScalarType dtype) {
     check_tensor(t_in, what, dtype, dev);
     const at::Tensor t = t_in.contiguous();
-    TORCH_CHECK_VALUE(t.dim() == 2 && t.size(0) == d.n_groups_logical && t.size(1) == d.k_groups_logical, what,
+    HUMMING_CHECK_VALUE(t.dim() == 2 && t.size(0) == d.n_groups_logical && t.size(1) == d.k_groups_logical, what,
                       " have shape ", t.sizes(), "; weight format ", to_string(w), " with n=", d.n, ", k=", d.k,
                       " needs [", d.n_groups_logical, ", ", d.k_groups_logical, "]");
     at::Tensor out = at::empty({d.k_groups, d.n_groups}, t.options());
@@ -230,16 +256,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> pack_weight_impl(const at::Tensor
     return out;
   };
   if (w.has_scale()) {
-    TORCH_CHECK_VALUE(scales.has_value(), "weight format ", wfmt, " needs scales");
+    HUMMING_CHECK_VALUE(scales.has_value(), "weight format ", wfmt, " needs scales");
     out_scales = pack_grid(*scales, "scales", storage_type(w.scale));
   } else {
-    TORCH_CHECK_VALUE(!scales.has_value(), "weight format ", wfmt, " takes no scales");
+    HUMMING_CHECK_VALUE(!scales.has_value(), "weight format ", wfmt, " takes no scales");
   }
   if (w.zero != ZeroKind::kNone) {
-    TORCH_CHECK_VALUE(zeros.has_value(), "weight format ", wfmt, " needs zero points");
+    HUMMING_CHECK_VALUE(zeros.has_value(), "weight format ", wfmt, " needs zero points");
     out_zeros = pack_grid(*zeros, "zero points", w.zero == ZeroKind::kInt ? at::kByte : storage_type(w.scale));
   } else {
-    TORCH_CHECK_VALUE(!zeros.has_value(), "weight format ", wfmt, " takes no zero points");
+    HUMMING_CHECK_VALUE(!zeros.has_value(), "weight format ", wfmt, " takes no zero points");
   }
   return {packed, out_scales, out_zeros};
 }
@@ -286,14 +312,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> unpack_weight_impl(const at::Tens
 
 std::tuple<at::Tensor, at::Tensor> quantize_act_impl(const at::Tensor &x, const std::string &afmt) {
   const ActFormat f = parse_act(afmt);
-  TORCH_CHECK_VALUE(f.granularity != ActScale::kNone, "activation format ", afmt,
+  HUMMING_CHECK_VALUE(f.granularity != ActScale::kNone, "activation format ", afmt,
                     " is not quantized; quantize_act takes e4m3, e5m2 or i8 with -pt or -g{K}");
-  TORCH_CHECK_VALUE(x.dim() == 2, "activations must be 2-D [m, k], got shape ", x.sizes());
+  HUMMING_CHECK_VALUE(x.dim() == 2, "activations must be 2-D [m, k], got shape ", x.sizes());
   const DType xt = dtype_of(x.scalar_type());
-  TORCH_CHECK_TYPE(xt.id() != 0, "activations to quantize must be float32, float16 or bfloat16, got ",
+  HUMMING_CHECK_TYPE(xt.id() != 0, "activations to quantize must be float32, float16 or bfloat16, got ",
                    x.scalar_type());
-  TORCH_CHECK_VALUE(x.size(1) > 0, "activations must have k > 0 columns");
-  TORCH_CHECK_VALUE(x.stride(1) == 1 || x.size(1) == 1, "activations must have unit stride along k");
+  HUMMING_CHECK_VALUE(x.size(1) > 0, "activations must have k > 0 columns");
+  HUMMING_CHECK_VALUE(x.stride(1) == 1 || x.size(1) == 1, "activations must have unit stride along k");
   const int64_t m = x.size(0), k = x.size(1);
   const int64_t group = f.granularity == ActScale::kGroup ? f.group_k : k;
   at::Tensor codes = at::empty({m, k}, x.options().dtype(storage_type(f.type)));
@@ -302,7 +328,7 @@ std::tuple<at::Tensor, at::Tensor> quantize_act_impl(const at::Tensor &x, const 
   if (x.device().is_cpu()) {
     check(quantize_act_cpu(f, xt, x.data_ptr(), m, k, ldx, codes.data_ptr(), scales.data_ptr<float>()));
   } else {
-    TORCH_CHECK_VALUE(x.device().is_cuda(), "quantize_act runs on CPU or CUDA tensors, got ", x.device());
+    HUMMING_CHECK_VALUE(x.device().is_cuda(), "quantize_act runs on CPU or CUDA tensors, got ", x.device());
     const c10::cuda::CUDAGuard guard(x.device());
     check(quantize_act_cuda(f, xt, x.data_ptr(), m, k, ldx, codes.data_ptr(), scales.data_ptr<float>(),
                             c10::cuda::getCurrentCUDAStream(x.device().index()).stream()));
