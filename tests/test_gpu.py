@@ -155,6 +155,11 @@ def test_gpu_error_paths():
         with pytest.raises(ValueError, match="does not compute"):
             torch.ops.humming.gemm(x, pg.codes, pg.scales, None, None, None, None, "a-bf16_w-u4g64-sbf16_c-bf16", 1,
                                    64, 128, other)
+    # the weight fits, but no instance of this build writes f16 from bf16 activations
+    assert not any(i.act_type == "bf16" and i.out_type == "f16" and i.code_type == "u4" for i in INSTANCES)
     with pytest.raises(ValueError, match="no compiled instance computes"):
-        torch.ops.humming.gemm(x, pg.codes, pg.scales, None, None, None, None, "a-bf16_w-u6g64-sbf16_c-f32", 1, 64,
+        torch.ops.humming.gemm(x, pg.codes, pg.scales, None, None, None, None, "a-bf16_w-u4g64-sbf16_c-f16", 1, 64,
+                               128, "")
+    with pytest.raises(ValueError, match="packed codes has shape"):  # packed for 4-bit codes, read as 6-bit
+        torch.ops.humming.gemm(x, pg.codes, pg.scales, None, None, None, None, "a-bf16_w-u6g64-sbf16_c-bf16", 1, 64,
                                128, "")
