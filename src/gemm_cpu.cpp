@@ -13,9 +13,6 @@ namespace humming {
 Status gemm_cpu(const GemmArgs &args) {
   Status st = validate(args);
   if (!st) return st;
-  if (args.layout != kLayoutGeneric)
-    return Status::Error("the CPU reference reads weights packed for layout 1 (generic), not layout " +
-                         std::to_string(args.layout));
   const int64_t m_total = args.m, n_total = args.dims.n, k_total = args.dims.k;
   const float global = global_scale_value(args);
   const int64_t act_group = act_group_extent(args.fmt.act, k_total);

@@ -3,6 +3,7 @@
 
 #include "humming/humming.h"
 #include "humming/layout/generic.h"
+#include "humming/layout/sm80.h"
 
 namespace humming {
 
@@ -10,6 +11,8 @@ const char *layout_name(int layout) {
   switch (layout) {
   case kLayoutGeneric:
     return "generic";
+  case kLayoutSm80:
+    return "sm80";
   default:
     return "unknown";
   }
@@ -21,37 +24,57 @@ int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
 } // namespace
 
 Status packed_dims(int layout, const WeightFormat &fmt, int64_t n, int64_t k, PackedDims *out) {
-  if (layout != kLayoutGeneric)
-    return Status::Error("unknown weight layout id " + std::to_string(layout) + "; this build knows layout 1 (generic)");
+  if (layout != kLayoutGeneric && layout != kLayoutSm80)
+    return Status::Error("unknown weight layout id " + std::to_string(layout) +
+                         "; this build knows layouts 1 (generic) and 2 (sm80)");
   if (n <= 0 || k <= 0)
     return Status::Error("weight extents must be positive, got n=" + std::to_string(n) + ", k=" + std::to_string(k));
   if (n > (int64_t{1} << 31) || k > (int64_t{1} << 31))
     return Status::Error("weight extents above 2^31 are not supported (n=" + std::to_string(n) +
                          ", k=" + std::to_string(k) + ")");
+  const int bits = static_cast<int>(fmt.code.bits);
+  int64_t align_k = layout_generic::kAlignK, align_n = layout_generic::kAlignN;
+  if (layout == kLayoutSm80) {
+    if (!layout_sm80::supports_bits(bits))
+      return Status::Error("layout 2 (sm80) holds 4- and 8-bit codes; " + to_string(fmt.code) + " has " +
+                           std::to_string(bits) + " bits (use layout 1, generic)");
+    align_k = layout_sm80::kAlignK;
+    align_n = layout_sm80::kAlignN;
+  }
   PackedDims d;
   d.n = n;
   d.k = k;
   const int64_t gk = fmt.group_k;
   const int64_t gn = fmt.group_n;
-  // K pads to whole words and whole K groups, N to the layout's multiple and whole N groups.
-  d.k_pad = round_up(k, gk > layout_generic::kAlignK ? gk : layout_generic::kAlignK);
-  d.n_pad = round_up(n, gn > layout_generic::kAlignN ? gn : layout_generic::kAlignN);
+  // K pads to the layout's multiple and whole K groups, N to the layout's multiple and whole N groups.
+  d.k_pad = round_up(k, gk > align_k ? gk : align_k);
+  d.n_pad = round_up(n, gn > align_n ? gn : align_n);
   d.group_k = gk == 0 ? d.k_pad : gk;
   d.group_n = gn;
   d.k_groups = d.k_pad / d.group_k;
   d.n_groups = d.n_pad / d.group_n;
   d.k_groups_logical = gk == 0 ? 1 : ceil_div(k, gk);
   d.n_groups_logical = ceil_div(n, gn);
-  d.words_per_row = layout_generic::words_per_row(d.k_pad, static_cast<int>(fmt.code.bits));
+  d.words_per_row = d.k_pad * bits / 32;
   d.code_words = d.words_per_row * d.n_pad;
   *out = d;
   return Status::Ok();
 }
 
+uint32_t packed_code(int layout, const PackedDims &d, int bits, const uint32_t *packed, int64_t n, int64_t k) {
+  if (layout == kLayoutSm80) return layout_sm80::code_at(packed, n, k, bits, d.k_pad / layout_sm80::kBlockK);
+  return layout_generic::code_at(packed + n * d.words_per_row, k, bits);
+}
+
 Status pack_codes_cpu(int layout, const WeightFormat &fmt, const PackedDims &d, const uint8_t *codes,
                       uint32_t *packed) {
-  if (layout != kLayoutGeneric) return Status::Error("unknown weight layout id " + std::to_string(layout));
   const int bits = static_cast<int>(fmt.code.bits);
+  if (layout == kLayoutSm80) {
+    const int64_t k_blocks = d.k_pad / layout_sm80::kBlockK;
+    for (int64_t w = 0; w < d.code_words; ++w) packed[w] = layout_sm80::pack_word(codes, d.n, d.k, bits, k_blocks, w);
+    return Status::Ok();
+  }
+  if (layout != kLayoutGeneric) return Status::Error("unknown weight layout id " + std::to_string(layout));
   for (int64_t r = 0; r < d.n_pad; ++r)
     for (int64_t w = 0; w < d.words_per_row; ++w)
       packed[r * d.words_per_row + w] = r < d.n ? layout_generic::pack_word(codes + r * d.k, d.k, bits, w) : 0u;
@@ -60,11 +83,11 @@ Status pack_codes_cpu(int layout, const WeightFormat &fmt, const PackedDims &d, 
 
 Status unpack_codes_cpu(int layout, const WeightFormat &fmt, const PackedDims &d, const uint32_t *packed,
                         uint8_t *codes) {
-  if (layout != kLayoutGeneric) return Status::Error("unknown weight layout id " + std::to_string(layout));
+  if (layout != kLayoutGeneric && layout != kLayoutSm80)
+    return Status::Error("unknown weight layout id " + std::to_string(layout));
   const int bits = static_cast<int>(fmt.code.bits);
   for (int64_t r = 0; r < d.n; ++r)
-    for (int64_t c = 0; c < d.k; ++c)
-      codes[r * d.k + c] = static_cast<uint8_t>(layout_generic::code_at(packed + r * d.words_per_row, c, bits));
+    for (int64_t c = 0; c < d.k; ++c) codes[r * d.k + c] = static_cast<uint8_t>(packed_code(layout, d, bits, packed, r, c));
   return Status::Ok();
 }
 

@@ -186,6 +186,10 @@ Status gemm(const GemmArgs &args, const InstanceInfo &instance, void *stream) {
   if (!instance_runs_on(instance, cc, &why)) return Status::Error(why);
   st = instance.can_implement(args);
   if (!st) return Status::Error(std::string(instance.name) + " cannot run this problem: " + st.message);
+  const size_t need = instance.workspace_bytes != nullptr ? instance.workspace_bytes(args) : 0;
+  if (need > 0 && (args.workspace == nullptr || args.workspace_bytes < need))
+    return Status::Error(std::string(instance.name) + " needs " + std::to_string(need) +
+                         " bytes of zeroed workspace for this problem, got " + std::to_string(args.workspace_bytes));
   return instance.launch(args, stream);
 }
 

@@ -239,7 +239,7 @@ def test_reset_clears_tables_forced_instance_and_cache():
     assert dispatch._user_tables == []
     assert dispatch._forced is None
     assert dispatch._cache == {}
-    assert dispatch._table_for(90, 132, "any")["name"] == "default"
+    assert dispatch._table_for(86, 84, "any")["name"] == "default"
 
 
 def test_load_table_and_force_clear_the_cache():

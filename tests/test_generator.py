@@ -53,9 +53,15 @@ def gen(no_torch_env):
 
 
 @pytest.fixture(scope="module")
-def listing(gen):
-    """profile -> list of names for --arch 90a."""
+def all_names(gen):
+    """profile -> every instance name for --arch 90a, all backends."""
     return {prof: gen("--arch", "90a", "--profile", prof, "--list").stdout.splitlines() for prof in PROFILES}
+
+
+@pytest.fixture(scope="module")
+def listing(all_names):
+    """profile -> names of the generic backend (the matrix in generic.json)."""
+    return {prof: [n for n in names if n.startswith("generic_")] for prof, names in all_names.items()}
 
 
 def parse_name(name):
@@ -87,28 +93,28 @@ def test_list_runs_without_torch(listing):
 # ---- determinism, counting, profiles ------------------------------------------------------------
 
 
-def test_full_list_is_deterministic_sorted_and_unique(gen, listing):
+def test_full_list_is_deterministic_sorted_and_unique(gen, all_names):
     again = gen("--arch", "90a", "--profile", "full", "--list").stdout.splitlines()
-    names = listing["full"]
+    names = all_names["full"]
     assert again == names
     assert names == sorted(names)
     assert len(set(names)) == len(names)
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_count_equals_number_of_listed_names(gen, listing, profile):
+def test_count_equals_number_of_listed_names(gen, all_names, profile):
     out = gen("--arch", "90a", "--profile", profile, "--count").stdout.strip()
-    assert int(out) == len(listing[profile])
+    assert int(out) == len(all_names[profile])
 
 
-def test_profiles_nest(listing):
-    ci, dev, full = (set(listing[p]) for p in PROFILES)
+def test_profiles_nest(all_names):
+    ci, dev, full = (set(all_names[p]) for p in PROFILES)
     assert ci <= dev <= full
     assert len(ci) < len(dev) < len(full)
 
 
-def test_default_profile_is_dev(gen, listing):
-    assert gen("--arch", "90a", "--list").stdout.splitlines() == listing["dev"]
+def test_default_profile_is_dev(gen, all_names):
+    assert gen("--arch", "90a", "--list").stdout.splitlines() == all_names["dev"]
 
 
 def test_ci_profile_is_the_product_of_the_ci_entries(listing):
@@ -163,19 +169,19 @@ def test_every_matrix_value_appears_in_full(listing, axis):
     assert seen <= listed, f"{axis} values not in generic.json: {sorted(seen - listed)}"
 
 
-def test_names_do_not_depend_on_a_single_matrix_arch(gen, listing):
-    # Every arch of the generic matrix gets the same instances (archs are compile targets, not keys).
-    assert gen("--arch", "80", "--profile", "ci", "--list").stdout.splitlines() == listing["ci"]
-    assert gen("--arch", "sm_80;90a", "--profile", "ci", "--list").stdout.splitlines() == listing["ci"]
+def test_names_do_not_depend_on_a_single_matrix_arch(gen, all_names):
+    # Every arch both matrices list gets the same instances (archs are compile targets, not keys).
+    assert gen("--arch", "80", "--profile", "ci", "--list").stdout.splitlines() == all_names["ci"]
+    assert gen("--arch", "sm_80;90a", "--profile", "ci", "--list").stdout.splitlines() == all_names["ci"]
 
 
 # ---- filter -------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("pattern", [r"_w-u4", r"e2m1.*_c-f16$", r"^generic_dense_a-i8_"])
-def test_filter_keeps_only_matching_names(gen, listing, pattern):
+def test_filter_keeps_only_matching_names(gen, all_names, pattern):
     got = gen("--arch", "90a", "--profile", "full", "--filter", pattern, "--list").stdout.splitlines()
-    expected = [n for n in listing["full"] if re.search(pattern, n)]
+    expected = [n for n in all_names["full"] if re.search(pattern, n)]
     assert expected, f"pattern {pattern} should match something in the full profile"
     assert got == expected
 
@@ -235,10 +241,10 @@ def test_list_writes_nothing(gen, tmp_path):
     assert not out.exists()
 
 
-def test_out_writes_incrementally_and_prunes(gen, listing, tmp_path):
+def test_out_writes_incrementally_and_prunes(gen, all_names, tmp_path):
     out = tmp_path / "build"
     args = ("--arch", "80;90a", "--profile", "dev", "--out", str(out))
-    names = listing["dev"]
+    names = all_names["dev"]
 
     first = gen(*args)
     files = _snapshot(out)
@@ -246,10 +252,10 @@ def test_out_writes_incrementally_and_prunes(gen, listing, tmp_path):
     assert f"{len(names) + 2} files written" in first.stderr
     for n in names:
         text = (out / "instances" / f"{n}.cu").read_text()
-        assert n in text and "generic_dense.cuh" in text
+        assert n in text and ("generic_dense.cuh" in text if n.startswith("generic_") else "sm80_dense.cuh" in text)
 
     registry = (out / "registry.cpp").read_text()
-    quoted = re.findall(r'\{"(generic_[^"]*)"', registry)
+    quoted = re.findall(r'\{"((?:generic|sm80)_[^"]*)"', registry)
     assert sorted(quoted) == names
     for n in names:
         assert registry.count(f'"{n}"') == 1, n
@@ -301,3 +307,44 @@ def test_installed_build_matches_the_generator(gen):
     expected = gen("--arch", ";".join(info["archs"]), "--profile", info["profile"], "--list").stdout.splitlines()
     assert sorted(i.name for i in registry.instances()) == expected
     assert info["instance_count"] == len(expected)
+
+
+# ---- the sm80 backend ---------------------------------------------------------------------------
+
+SM80 = json.loads((ROOT / "tools" / "matrix" / "sm80.json").read_text())
+SM80_RE = re.compile(r"sm80_mma_dense_a-(?P<act>[^_]+)_w-(?P<weight>[^_]+)_c-(?P<out>[^_]+)"
+                     r"_t(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w(?P<wm>\d+)x(?P<wn>\d+)x(?P<wk>\d+)_s(?P<st>\d+)")
+
+
+def test_sm80_names_spell_format_and_tile(all_names):
+    names = [n for n in all_names["full"] if n.startswith("sm80_")]
+    assert names, "the full profile has sm80 instances"
+    tiles = {(t["bm"], 64 * t["warps"][1], t["warp_k"] * t["warps"][2], *t["warps"], t["stages"])
+             for t in SM80["tiles"].values()}
+    seen = {"act": set(), "code": set(), "zero": set(), "group": set(), "tile": set()}
+    for name in names:
+        m = SM80_RE.fullmatch(name)
+        assert m, name
+        g = F.parse_gemm_format(f"a-{m['act']}_w-{m['weight']}_c-{m['out']}")
+        assert str(g.weight.scale) == str(g.act.type) == str(g.out), name  # scales and output in the operand type
+        tile = tuple(int(m[k]) for k in ("bm", "bn", "bk", "wm", "wn", "wk", "st"))
+        assert tile in tiles, name
+        seen["act"].add(str(g.act.type))
+        seen["code"].add(str(g.weight.code))
+        seen["zero"].add(g.weight.zero)
+        seen["group"].add(g.weight.group_k)
+        seen["tile"].add(tile)
+    want = {"act": set(), "code": set(), "zero": set(), "group": set()}
+    for e in SM80["entries"]:
+        for axis in want:
+            want[axis] |= set(e[axis])
+    for axis in want:
+        assert want[axis] <= seen[axis], (axis, want[axis] - seen[axis])
+    assert seen["tile"] == tiles
+
+
+def test_sm80_instances_only_for_their_architectures(gen):
+    names = gen("--arch", "100a", "--profile", "dev", "--list").stdout.splitlines()
+    assert names and not any(n.startswith("sm80_") for n in names)
+    names = gen("--arch", "86", "--profile", "dev", "--list").stdout.splitlines()
+    assert any(n.startswith("sm80_") for n in names)

@@ -54,21 +54,73 @@ def _act(fmt: F.GemmFormat, m, k, device, seed):
 INSTANCES = _instances()
 
 
+def _operand_dtype(inst, fmt):
+    """Tensor-core instances round (code - zero) * group scale to the operand type before the MMA."""
+    if inst.backend == "generic" or fmt.weight.group_k == 0:
+        return None
+    return R.torch_dtype(fmt.act.type)
+
+
+# M values on both sides of every tile height (16, 64, 128) and of the dispatch ranges.
+M_VALUES = (1, 16, 17, 64, 65, 130)
+
+
 @pytest.mark.parametrize("inst", INSTANCES, ids=[i.name for i in INSTANCES])
 def test_instance_against_reference(inst):
     fmt = _format_for(inst)
-    n, k = 264, 4096 + 128  # n needs padding; k is not a multiple of 256
+    n, k = 264, 4096 + 128  # n needs padding (also past a 256-wide tile); k is not a multiple of 256
     w = torch.randn(n, k, generator=torch.Generator().manual_seed(1)) * 0.02
     q = R.quantize_weight(w, fmt.weight)
-    p = ha.pack_weight(q).to("cuda")
+    p = ha.pack_weight(q, layout=inst.layout).to("cuda")
     w_deq = R.dequantize_weight(q)
-    for m in (1, 33, 130):
+    for m in M_VALUES if inst.backend != "generic" else (1, 33, 130):
         a, s, a_deq = _act(fmt, m, k, "cuda", m)
         bias = torch.randn(n, generator=torch.Generator().manual_seed(7)).to("cuda", R.torch_dtype(fmt.out))
         out = ha.gemm(a, p, fmt, a_scales=s, bias=bias, instance=inst.name)
         torch.cuda.synchronize()
         ref = a_deq.double().cpu() @ w_deq.double().T + bias.double().cpu()
-        assert_gemm_close(out, ref, a_deq.cpu(), w_deq, f"{inst.name} m={m}")
+        assert_gemm_close(out, ref, a_deq.cpu(), w_deq, f"{inst.name} m={m}", _operand_dtype(inst, fmt))
+
+
+FAST = [i for i in INSTANCES if i.backend != "generic"]
+
+
+@pytest.mark.parametrize("inst", FAST[:12], ids=[i.name for i in FAST[:12]])
+def test_split_k_is_deterministic(inst):
+    """Small m on a wide K splits K across blocks; the fix-up sums in a fixed order, so reruns
+    (and a second stream) give the same bits."""
+    fmt = _format_for(inst)
+    n, k = 1024, 8192
+    q = R.quantize_weight(torch.randn(n, k) * 0.02, fmt.weight)
+    p = ha.pack_weight(q, layout=inst.layout).to("cuda")
+    a, s, _ = _act(fmt, 3, k, "cuda", 3)
+    first = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
+    for _ in range(5):
+        assert torch.equal(ha.gemm(a, p, fmt, a_scales=s, instance=inst.name), first)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        other = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
+    torch.cuda.synchronize()
+    assert torch.equal(other, first)
+
+
+def test_dispatch_crosses_ranges_with_fast_instances():
+    """The default layout for a format with sm80 instances is sm80, and every M range picks an
+    instance whose tile height suits it; results match the reference across the boundaries."""
+    if not FAST:
+        pytest.skip("this build has no fast instances (profile without the sm80 backend)")
+    lin = torch.nn.Linear(2048, 512)
+    layer = ha.QuantLinear.from_linear(lin, "u4g128-sbf16", device="cuda")
+    assert layer.layout == 2
+    q = R.quantize_weight(lin.weight.detach(), "u4g128-sbf16")
+    w = R.dequantize_weight(q)
+    for m in M_VALUES:
+        x = torch.randn(m, 2048, device="cuda", dtype=torch.bfloat16)
+        name = layer.instance_for(m, "cuda")
+        assert name.startswith("sm80_"), name
+        y = layer(x)
+        ref = x.cpu().double() @ w.double().T + lin.bias.detach().to(torch.bfloat16).double()
+        assert_gemm_close(y, ref, x.cpu().float(), w, f"{name} m={m}", torch.bfloat16)
 
 
 @pytest.mark.parametrize("fmt", ["u4g128-sbf16-zi", "u3g32-sbf16", "e2m1g16-se4m3-gs", "i8gc-sf32", "u7g64-sf16-zf"])
@@ -98,7 +150,7 @@ def test_gpu_quantize_act_equals_cpu(act):
 
 def test_quant_linear_dispatch_and_explain():
     lin = torch.nn.Linear(512, 384)
-    layer = ha.QuantLinear.from_linear(lin, "u4g128-sbf16", device="cuda")
+    layer = ha.QuantLinear.from_linear(lin, "u4g128-sbf16", device="cuda", layout="generic")
     x = torch.randn(3, 5, 512, device="cuda", dtype=torch.bfloat16)
     y = layer(x)
     assert y.shape == (3, 5, 384) and y.is_cuda

@@ -56,11 +56,48 @@ def test_pack_matches_bit_stream_definition(bits):
     assert bool((p.scales[:, n:] == 0).all())
 
 
-@pytest.mark.parametrize("fmt", WEIGHT_FORMATS)
-def test_unpack_is_exact_inverse(fmt):
+def _layouts(fmt):
+    bits = F.parse_weight_format(fmt).code.bits
+    return ["generic", "sm80"] if bits in (4, 8) else ["generic"]
+
+
+LAYOUT_CASES = [(f, lay) for f in WEIGHT_FORMATS for lay in _layouts(f)]
+
+
+def _sm80_position(n, k, bits, k_blocks):
+    """Word and bit of code (n, k) in the sm80 layout, written out from its definition: 16 x 64
+    blocks stored block-column by block-column; lane = 4 * (n % 8) + (k % 8) // 2 owns
+    `bits` words (32 codes); pair P = 2 * ((n % 64) // 8) + (k % 16) // 8 sits in word P // (16 / bits) at
+    position P % (16 / bits), its second element (odd k) a half word higher."""
+    ppw = 16 // bits
+    lane = 4 * (n % 8) + (k % 8) // 2
+    pair = 2 * ((n % 64) // 8) + (k % 16) // 8
+    block = (n // 64) * k_blocks + k // 16
+    word = block * 32 * bits + lane * bits + pair // ppw
+    return word, bits * (pair % ppw + (k % 2) * ppw)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_sm80_layout_matches_its_definition(bits):
+    n, k = 70, 100
+    g = torch.Generator().manual_seed(bits)
+    codes = torch.randint(0, 1 << bits, (n, k), generator=g, dtype=torch.int64).to(torch.uint8)
+    p = ha.pack_weight(codes, torch.ones(n, 1, dtype=torch.bfloat16), None, None, f"u{bits}gc-sbf16", layout="sm80")
+    assert (p.n_pad, p.k_pad) == (128, 128)
+    words = (p.codes.reshape(-1).to(torch.int64) & 0xFFFFFFFF).tolist()
+    expect = [0] * len(words)
+    for r in range(n):
+        for c in range(k):
+            w, b = _sm80_position(r, c, bits, p.k_pad // 16)
+            expect[w] |= int(codes[r, c]) << b
+    assert words == expect
+
+
+@pytest.mark.parametrize("fmt,layout", LAYOUT_CASES)
+def test_unpack_is_exact_inverse(fmt, layout):
     n, k = 72, 256 + 64
     q = R.quantize_weight(_weight(n, k), fmt)
-    p = ha.pack_weight(q)
+    p = ha.pack_weight(q, layout=layout)
     back = ha.unpack_weight(p)
     assert torch.equal(back.codes, q.codes)
     for a, b in ((back.scales, q.scales), (back.zeros, q.zeros), (back.global_scale, q.global_scale)):
@@ -70,14 +107,14 @@ def test_unpack_is_exact_inverse(fmt):
             assert torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
 
 
-@pytest.mark.parametrize("fmt", WEIGHT_FORMATS)
-def test_cpu_gemm_matches_reference(fmt):
+@pytest.mark.parametrize("fmt,layout", LAYOUT_CASES)
+def test_cpu_gemm_matches_reference(fmt, layout):
     w_fmt = F.parse_weight_format(fmt)
     n, k, m = 40, 200, 5  # n and k need padding; k is not a multiple of 128
     if w_fmt.group_k and k % w_fmt.group_k and w_fmt.group_n > 1:
         k = 256
     q = R.quantize_weight(_weight(n, k, 1), w_fmt)
-    p = ha.pack_weight(q)
+    p = ha.pack_weight(q, layout=layout)
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
     bias = torch.randn(n).to(torch.bfloat16)
     fmt_g = F.GemmFormat("bf16", w_fmt, "bf16")

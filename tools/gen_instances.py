@@ -114,7 +114,45 @@ def _generic_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
     return out
 
 
-BACKENDS = {"generic": _generic_instances}
+def _sm80_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instance]:
+    wanted = PROFILES[: PROFILES.index(profile) + 1]
+    backend_archs = tuple(a for a in archs if a in matrix["archs"])
+    if not backend_archs:
+        return []
+    out = []
+    for entry in matrix["entries"]:
+        if entry["profile"] not in wanted:
+            continue
+        for act, code, zero, group, tile_name in itertools.product(
+                entry["act"], entry["code"], entry["zero"], entry["group"], entry["tile"]):
+            try:
+                F.WeightFormat(F.dtype(code), group, 1, F.dtype(act), zero)
+            except F.FormatError:
+                continue
+            t = matrix["tiles"][tile_name]
+            wm, wn, wk = t["warps"]
+            bn, bk = 64 * wn, t["warp_k"] * wk
+            gran = "gc" if group == 0 else f"g{group}"
+            weight = f"{code}{gran}-s{act}{ZERO_SUFFIX[zero]}"
+            name = (f"sm80_mma_{matrix['scheduler']}_a-{act}_w-{weight}_c-{act}"
+                    f"_t{t['bm']}x{bn}x{bk}_w{wm}x{wn}x{wk}_s{t['stages']}")
+            targs = (f"{_dtype_id(act)}u", f"{_dtype_id(code)}u", f"{_dtype_id(act)}u", str(ZERO_ENUM[zero]),
+                     f"{_dtype_id(act)}u", str(group), str(t["bm"]), str(wm), str(wn), str(wk), str(t["warp_k"]),
+                     str(t["stages"]))
+            bits = F.dtype(code).bits
+            rows = 0 if group == 0 else (1 if group >= bk else bk // group)
+            stage = t["bm"] * bk * 2 + bk * bn * bits // 8 + rows * bn * 2 + (
+                (rows * bn + 15) // 16 * 16 if zero == "int" else 0)
+            key = dict(act_type=_dtype_id(act), act_granularity=0, code_type=_dtype_id(code), group_k=group,
+                       group_n=1, scale_type=_dtype_id(act), zero=ZERO_ENUM[zero], global_scale=-1,
+                       out_type=_dtype_id(act), layout=matrix["layout"], tile_m=t["bm"], tile_n=bn, tile_k=bk,
+                       stages=t["stages"], threads=32 * wm * wn * wk, smem_bytes=stage * t["stages"] + 16)
+            out.append(Instance(name, "sm80", matrix["scheduler"], backend_archs, act, code, act, zero, act,
+                                matrix["layout"], "humming/kernel/sm80_dense.cuh", targs, key))
+    return out
+
+
+BACKENDS = {"generic": _generic_instances, "sm80": _sm80_instances}
 
 
 def enumerate_instances(archs: list[str], profile: str, name_filter: str | None = None) -> list[Instance]:
@@ -148,6 +186,8 @@ def instance_tu(inst: Instance) -> str:
             f"  return {ns}::can_implement<{targs}>(args);\n}}\n\n"
             f"Status {inst.ident}_launch(const GemmArgs &args, void *stream) {{\n"
             f"  return {ns}::launch<{targs}>(args, stream);\n}}\n\n"
+            f"size_t {inst.ident}_workspace(const GemmArgs &args) {{\n"
+            f"  return {ns}::workspace_bytes<{targs}>(args);\n}}\n\n"
             "} // namespace instances\n} // namespace humming\n")
 
 
@@ -157,6 +197,7 @@ def registry_tu(instances: list[Instance], archs: list[str], profile: str) -> st
     for inst in instances:
         lines.append(f"Status {inst.ident}_can_implement(const GemmArgs &);")
         lines.append(f"Status {inst.ident}_launch(const GemmArgs &, void *);")
+        lines.append(f"size_t {inst.ident}_workspace(const GemmArgs &);")
     lines += ["} // namespace instances", "", "namespace generated {", ""]
     lines.append(f'extern const char kBuildArchs[] = "{";".join(archs)}";')
     lines.append(f'extern const char kBuildProfile[] = "{profile}";')
@@ -169,9 +210,10 @@ def registry_tu(instances: list[Instance], archs: list[str], profile: str) -> st
             f"{k['act_type']}u, {k['act_granularity']}, {k['code_type']}u, {k['group_k']}, {k['group_n']}, "
             f"{k['scale_type']}u, {k['zero']}, {k['global_scale']}, {k['out_type']}u, {k['layout']}, "
             f"{k['tile_m']}, {k['tile_n']}, {k['tile_k']}, {k['stages']}, {k['threads']}, {k['smem_bytes']}, "
-            f"&instances::{inst.ident}_can_implement, &instances::{inst.ident}_launch}},")
+            f"&instances::{inst.ident}_can_implement, &instances::{inst.ident}_launch, "
+            f"&instances::{inst.ident}_workspace}},")
     if not instances:  # a zero-length array is not valid C++; the count stays 0
-        lines.append('    {"", "", "", "", 0u, 0, 0u, 0, 0, 0u, 0, 0, 0u, 0, 0, 0, 0, 0, 0, 0, nullptr, nullptr},')
+        lines.append('    {"", "", "", "", 0u, 0, 0u, 0, 0, 0u, 0, 0, 0u, 0, 0, 0, 0, 0, 0, 0, nullptr, nullptr, nullptr},')
     lines += ["};", "", "} // namespace generated", "} // namespace humming", ""]
     return "\n".join(lines)
 

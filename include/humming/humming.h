@@ -64,6 +64,7 @@ std::string to_string(const GemmFormat &f);
 
 enum LayoutId : int {
   kLayoutGeneric = 1, // codes as a bit stream per output channel; read by the generic backend
+  kLayoutSm80 = 2,    // mma.sync B fragments, one vector load per lane (4- and 8-bit codes)
 };
 
 // Logical and padded extents of a weight packed for one layout. Scales and zero points are stored
@@ -81,6 +82,10 @@ struct PackedDims {
 
 const char *layout_name(int layout);
 Status packed_dims(int layout, const WeightFormat &fmt, int64_t n, int64_t k, PackedDims *out);
+
+// Bits of one code of layout `layout` in the packed codes (the CPU reference and tests read codes
+// through it).
+uint32_t packed_code(int layout, const PackedDims &d, int bits, const uint32_t *packed, int64_t n, int64_t k);
 
 // CPU packing: codes are uint8 bit patterns [n][k]; scales/zeros are [n_groups_logical]
 // [k_groups_logical] elements of `elem_bytes` bytes (row-major, the logical orientation).
@@ -149,6 +154,8 @@ struct InstanceInfo {
   int smem_bytes;
   Status (*can_implement)(const GemmArgs &args);
   Status (*launch)(const GemmArgs &args, void *stream);
+  // Bytes of zero-initialised workspace a launch with these arguments needs (0: none).
+  size_t (*workspace_bytes)(const GemmArgs &args);
 };
 
 size_t instance_count();

@@ -1,4 +1,4 @@
-"""The ``humming-aot`` command: ``info`` and ``demo``."""
+"""The ``humming-aot`` command: ``info``, ``demo`` and ``bench``."""
 
 from __future__ import annotations
 
@@ -56,8 +56,18 @@ def _demo(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "bench":
+        # The benchmark has many options of its own; it parses them itself (humming-aot bench --help).
+        from . import bench
+
+        return bench.main(argv[1:])
     ap = argparse.ArgumentParser(prog="humming-aot", description="Quantized GEMM kernels, compiled ahead of time")
     sub = ap.add_subparsers(dest="cmd", required=True)
+    # Listed here for --help only; main() hands `bench` and its arguments to humming_aot.bench above.
+    sub.add_parser("bench", add_help=False,
+                   help="time GEMMs against cuBLAS, torch int4, FP8 and humming-kernels on this GPU "
+                        "(humming-aot bench --help)")
     sub.add_parser("info", help="architectures, instance count, versions, and whether this GPU is covered")
     d = sub.add_parser("demo", help="quantize a layer, run it, print the error against the float result")
     d.add_argument("--format", default="u4g128-sbf16", help="weight format (default u4g128-sbf16)")

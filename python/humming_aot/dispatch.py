@@ -240,3 +240,28 @@ class LayerPlan:
             name = choose(self.fmt, self.n, self.k, m, device=device, layout=self.layout)
             chosen[b] = name
         return name
+
+
+def preferred_layout(fmt, device=None) -> int:
+    """The layout to pack a weight in for ``fmt`` on ``device``: that of a fast instance computing
+    the format there (layout 2, sm80), else the generic layout (1). CPU devices get the generic one."""
+    import torch
+
+    g = F.parse_gemm_format(fmt)
+    dev = torch.device(device) if device is not None else None
+    if dev is None or dev.type != "cuda":
+        return 1
+    cc, _, _ = _device_facts(dev)
+    scale = str(g.weight.scale) if g.weight.scale is not None else "none"
+    for inst in registry.instances():
+        if inst.layout == 1:
+            continue
+        if (inst.act_type, inst.code_type, inst.scale_type, inst.zero, inst.out_type) != (
+                str(g.act.type), str(g.weight.code), scale, g.weight.zero, str(g.out)):
+            continue
+        if inst.group_k not in (-1, g.weight.group_k) or inst.group_n not in (-1, g.weight.group_n):
+            continue
+        if g.act.quantized or not registry.runs_on(inst.name, cc)[0]:
+            continue
+        return inst.layout
+    return 1

@@ -44,14 +44,25 @@ class QuantLinear(torch.nn.Module):
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, weight_format, act_format=None, out_dtype=None, *,
-                    layout="generic", device=None) -> "QuantLinear":
-        """Quantize ``linear.weight`` with the reference quantizer and pack it."""
+                    layout="auto", device=None) -> "QuantLinear":
+        """Quantize ``linear.weight`` with the reference quantizer and pack it.
+
+        ``layout="auto"`` packs for the fastest backend that computes the format on ``device``
+        (the sm80 layout where an sm80 instance exists, otherwise the generic one).
+        """
         if not isinstance(linear, torch.nn.Linear):
             raise TypeError(f"from_linear takes a torch.nn.Linear, got {type(linear).__name__}")
         w = linear.weight.detach()
         if act_format is None:
             act_format = _FLOAT_ACT.get(w.dtype, "bf16")
         q = reference.quantize_weight(w.float(), weight_format)
+        if layout == "auto":
+            act = F.parse_activation_format(act_format)
+            out = out_dtype or ("bf16" if act.quantized else str(act.type))
+            from .dispatch import preferred_layout
+
+            target = device if device is not None else w.device
+            layout = preferred_layout(F.GemmFormat(act, q.fmt, out), target)
         packed = pack_weight(q, layout=layout_id(layout))
         if device is not None:
             packed = packed.to(device)

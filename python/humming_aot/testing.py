@@ -8,25 +8,30 @@ import torch
 _UNIT_ROUNDOFF = {torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
 
 
-def gemm_tolerance(a_abs: torch.Tensor, w_abs: torch.Tensor, ref: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+def gemm_tolerance(a_abs: torch.Tensor, w_abs: torch.Tensor, ref: torch.Tensor, out_dtype: torch.dtype,
+                   operand_dtype: torch.dtype | None = None) -> torch.Tensor:
     """Per-element bound on |out - ref| for two fp32-accumulated GEMMs of the same operands.
 
     Two fp32 sums of k products in different orders differ by at most about 2 * k * u32 * sum|a||w|
     (the standard bound for recursive summation, with u32 = 2**-24), and rounding each result to the
     output type adds up to one unit roundoff of the output type on each side. ``a_abs`` [m, k] and
     ``w_abs`` [n, k] are the magnitudes of the dequantized operands; ``ref`` the fp32 reference.
+    A tensor-core kernel that rounds each dequantized weight (code - zero) * group scale to its
+    operand type (``operand_dtype``) adds at most one unit roundoff of that type per product.
     """
     k = a_abs.shape[1]
     mag = a_abs.double() @ w_abs.double().T
     u_out = _UNIT_ROUNDOFF[out_dtype]
-    return (2 * k * 2.0**-24 * mag + 2 * u_out * ref.double().abs() + 1e-30).float()
+    u_op = _UNIT_ROUNDOFF[operand_dtype] if operand_dtype is not None else 0.0
+    return ((2 * k * 2.0**-24 + u_op) * mag + 2 * u_out * ref.double().abs() + 1e-30).float()
 
 
-def assert_gemm_close(out: torch.Tensor, ref: torch.Tensor, a_deq: torch.Tensor, w_deq: torch.Tensor, what: str = ""):
+def assert_gemm_close(out: torch.Tensor, ref: torch.Tensor, a_deq: torch.Tensor, w_deq: torch.Tensor, what: str = "",
+                      operand_dtype: torch.dtype | None = None):
     """Assert |out - ref| <= gemm_tolerance elementwise, with a message naming the worst element."""
     out_f = out.float().cpu()
     ref_f = ref.float().cpu()
-    tol = gemm_tolerance(a_deq.abs().cpu(), w_deq.abs().cpu(), ref_f, out.dtype)
+    tol = gemm_tolerance(a_deq.abs().cpu(), w_deq.abs().cpu(), ref_f, out.dtype, operand_dtype)
     err = (out_f - ref_f).abs()
     bad = ~(err <= tol)
     if bool(bad.any()):

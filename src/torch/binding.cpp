@@ -212,6 +212,15 @@ at::Tensor gemm_impl(const at::Tensor &a, const at::Tensor &codes, const c10::op
   } else {
     inst = named;
   }
+  // Split-K partials and tile counters: zeroed scratch from torch's caching allocator (no
+  // cudaMalloc on the hot path; inside a CUDA graph it comes from the graph's pool).
+  at::Tensor workspace;
+  const size_t ws = inst->workspace_bytes != nullptr ? inst->workspace_bytes(args) : 0;
+  if (ws > 0) {
+    workspace = at::zeros({static_cast<int64_t>(ws)}, a.options().dtype(at::kByte));
+    args.workspace = workspace.data_ptr();
+    args.workspace_bytes = ws;
+  }
   check(gemm(args, *inst, c10::cuda::getCurrentCUDAStream(dev.index()).stream()));
   return out;
 }

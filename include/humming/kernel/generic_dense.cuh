@@ -103,6 +103,11 @@ Status can_implement(const GemmArgs &args) {
 }
 
 template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int Zero, uint32_t OutId>
+size_t workspace_bytes(const GemmArgs &) {
+  return 0;
+}
+
+template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int Zero, uint32_t OutId>
 Status launch(const GemmArgs &args, void *stream) {
   if (args.m == 0) return Status::Ok();
   const dim3 grid(static_cast<unsigned>(dense_grid_cols(args.dims.n, kBlockN)),

@@ -1,0 +1,92 @@
+// In-register dequantization for tensor-core operands: packed integer codes -> f16 / bf16 register
+// pairs, with bit tricks instead of per-element conversions.
+//
+// The trick: OR a code into the low mantissa bits of a float whose exponent makes one mantissa
+// unit worth 1 (1024.0 in f16, 128.0 in bf16); the register then holds magic + code exactly, and
+// subtracting (magic + zero point) leaves code - zero exactly. One LOP3 extracts and biases both
+// halves of a register pair; one HSUB2 removes the bias. Bytes do not fit bf16's 7-bit mantissa,
+// so 8-bit codes for bf16 go through the same trick in fp32 (2^23 + code) and one pack.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "humming/backend/sm80/ptx.h"
+
+namespace humming {
+namespace numeric {
+
+// Operand register pair helpers for f16 (IsBf16 false) and bf16.
+template <bool IsBf16> struct Operand;
+
+template <> struct Operand<false> {
+  static constexpr uint32_t kMagic = 0x64006400u; // 1024.0 in both halves
+  static constexpr float kMagicValue = 1024.0f;
+  static __device__ __forceinline__ uint32_t pair(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&h);
+  }
+  static __device__ __forceinline__ uint32_t sub(uint32_t a, uint32_t b) {
+    __half2 r = __hsub2(*reinterpret_cast<const __half2 *>(&a), *reinterpret_cast<const __half2 *>(&b));
+    return *reinterpret_cast<uint32_t *>(&r);
+  }
+  static __device__ __forceinline__ uint32_t mul(uint32_t a, uint32_t b) {
+    __half2 r = __hmul2(*reinterpret_cast<const __half2 *>(&a), *reinterpret_cast<const __half2 *>(&b));
+    return *reinterpret_cast<uint32_t *>(&r);
+  }
+  static __device__ __forceinline__ float to_float(uint16_t bits) {
+    return __half2float(*reinterpret_cast<const __half *>(&bits));
+  }
+};
+
+template <> struct Operand<true> {
+  static constexpr uint32_t kMagic = 0x43004300u; // 128.0 in both halves
+  static constexpr float kMagicValue = 128.0f;
+  static __device__ __forceinline__ uint32_t pair(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&h);
+  }
+  static __device__ __forceinline__ uint32_t sub(uint32_t a, uint32_t b) {
+    __nv_bfloat162 r =
+        __hsub2(*reinterpret_cast<const __nv_bfloat162 *>(&a), *reinterpret_cast<const __nv_bfloat162 *>(&b));
+    return *reinterpret_cast<uint32_t *>(&r);
+  }
+  static __device__ __forceinline__ uint32_t mul(uint32_t a, uint32_t b) {
+    __nv_bfloat162 r =
+        __hmul2(*reinterpret_cast<const __nv_bfloat162 *>(&a), *reinterpret_cast<const __nv_bfloat162 *>(&b));
+    return *reinterpret_cast<uint32_t *>(&r);
+  }
+  static __device__ __forceinline__ float to_float(uint16_t bits) {
+    return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+  }
+};
+
+// Bias register pair for zero point z: magic + z in both halves, so that sub(pair, bias) is
+// code - z. For bf16 with 8-bit codes the bias is not used (the fp32 path subtracts z itself).
+template <bool IsBf16> __device__ __forceinline__ uint32_t zero_bias(float z) {
+  return Operand<IsBf16>::pair(Operand<IsBf16>::kMagicValue + z, Operand<IsBf16>::kMagicValue + z);
+}
+
+// Register pair `p` of a word of 4-bit codes: (code[p] - z, code[p + 4] - z), exact.
+template <bool IsBf16, int P> __device__ __forceinline__ uint32_t u4_pair(uint32_t word, uint32_t bias) {
+  const uint32_t biased = sm80::and_or(word >> (4 * P), 0x000F000Fu, Operand<IsBf16>::kMagic);
+  return Operand<IsBf16>::sub(biased, bias);
+}
+
+// Register pair `p` of a word of 8-bit codes: (byte[p] - z, byte[p + 2] - z), exact.
+template <bool IsBf16, int P> __device__ __forceinline__ uint32_t u8_pair(uint32_t word, uint32_t bias, float z) {
+  if constexpr (!IsBf16) {
+    const uint32_t biased = sm80::and_or(word >> (8 * P), 0x00FF00FFu, Operand<false>::kMagic);
+    return Operand<false>::sub(biased, bias);
+  } else {
+    // 2^23 + byte is exact in fp32; subtracting 2^23 + z leaves byte - z, which bf16 holds exactly.
+    const float lo = __uint_as_float(((word >> (8 * P)) & 0xFFu) | 0x4B000000u) - (8388608.0f + z);
+    const float hi = __uint_as_float(((word >> (8 * P + 16)) & 0xFFu) | 0x4B000000u) - (8388608.0f + z);
+    return Operand<true>::pair(lo, hi);
+  }
+}
+
+} // namespace numeric
+} // namespace humming

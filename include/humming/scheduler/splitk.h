@@ -1,0 +1,62 @@
+// Split-K scheduling with a deterministic fix-up.
+//
+// When the output tiles alone cannot fill the GPU (decode: few rows, few tiles), K is cut into
+// `splits` slices, one block per (tile, slice). Every block writes its fp32 partial tile to the
+// workspace; the last block of a tile to finish (found with a per-tile counter) sums the partials
+// in slice order 0, 1, ... and writes the output, then resets the counter. The sum order never
+// depends on which block finishes last, so results are bitwise identical run to run. Slice
+// boundaries fall on multiples of lcm(tile K, scale group), so a scale group is never split.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "humming/format/dtype.h"
+
+namespace humming {
+
+struct SplitPlan {
+  int splits = 1;          // K slices per output tile
+  int64_t unit_tiles = 1;  // K tiles per indivisible unit (a scale group may span several tiles)
+  int64_t units = 0;       // units along K
+  int64_t units_per_split = 0;
+};
+
+// `tiles`: output tiles of the launch; `k_tiles`: K tiles of the padded weight; `group_tiles`: K
+// tiles per scale group (1 when the group is not larger than a tile); `sms`: multiprocessors.
+inline SplitPlan plan_splits(int64_t tiles, int64_t k_tiles, int64_t group_tiles, int sms, int blocks_per_sm) {
+  SplitPlan p;
+  p.unit_tiles = group_tiles > 1 ? group_tiles : 1;
+  p.units = (k_tiles + p.unit_tiles - 1) / p.unit_tiles;
+  const int64_t slots = static_cast<int64_t>(sms > 0 ? sms : 1) * blocks_per_sm;
+  int64_t splits = 1;
+  if (tiles < slots) {
+    splits = slots / tiles;
+    // Each slice keeps at least two units of work, so the fix-up stays cheap next to the loads.
+    const int64_t max_splits = p.units / 2 > 0 ? p.units / 2 : 1;
+    if (splits > max_splits) splits = max_splits;
+    if (splits > 16) splits = 16;
+    if (splits < 1) splits = 1;
+  }
+  p.units_per_split = (p.units + splits - 1) / splits;
+  // Drop slices that would be empty after rounding.
+  p.splits = static_cast<int>((p.units + p.units_per_split - 1) / p.units_per_split);
+  return p;
+}
+
+// K tiles [begin, end) of slice `s`.
+HUMMING_HD void split_range(const SplitPlan &p, int64_t k_tiles, int s, int64_t *begin, int64_t *end) {
+  const int64_t ub = s * p.units_per_split;
+  const int64_t ue = ub + p.units_per_split < p.units ? ub + p.units_per_split : p.units;
+  *begin = ub * p.unit_tiles;
+  *end = ue * p.unit_tiles < k_tiles ? ue * p.unit_tiles : k_tiles;
+}
+
+// Workspace: fp32 partials [splits][m][n_pad], then one int counter per tile.
+inline size_t splitk_workspace_bytes(const SplitPlan &p, int64_t m, int64_t n_pad, int64_t tiles) {
+  if (p.splits <= 1) return 0;
+  const size_t partials = static_cast<size_t>(p.splits) * static_cast<size_t>(m) * static_cast<size_t>(n_pad) * 4;
+  return partials + static_cast<size_t>(tiles) * 4 + 16;
+}
+
+} // namespace humming

@@ -1,0 +1,420 @@
+"""CPU tests of the benchmark harness (humming_aot.bench, benchmarks/bench_gemm.py, humming-aot bench).
+
+The timings themselves need a GPU; what is checked here is everything around them: argument
+parsing, the arithmetic, the JSON / Markdown writers, the operand builders of the peers (against
+torch's CPU kernels and the reference quantizer), the measurement loop driven by a fake timer on
+the CPU, and that a run without a GPU stops with a message instead of a traceback.
+"""
+
+import importlib.util
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import humming_aot
+from humming_aot import bench as B
+from humming_aot import reference as R
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+PKG_PARENT = pathlib.Path(humming_aot.__file__).resolve().parent.parent
+
+
+# ---- arguments -----------------------------------------------------------------------------------
+
+
+def test_defaults_are_the_design_shapes_and_ms():
+    a = B.parse_args([])
+    assert a.shapes == [(8192, 8192), (28672, 8192), (8192, 28672)]
+    assert a.ms == [1, 16, 64, 256, 1024, 4096, 8192]
+    assert [(f.label, f.weight, f.act) for f in a.formats] == [("w4a16", "u4g128-sbf16", "bf16"),
+                                                             ("w8a16", "u8gc-sbf16", "bf16")]
+    assert a.impls == list(B.IMPLS)
+    assert (a.iters, a.warmup, a.graph_max_m, a.layout) == (20, 3, 256, "auto")
+    assert a.jit_timeout_s == a.time_budget_s / 2
+
+
+def test_quick_fills_only_what_is_not_given():
+    q = B.parse_args(["--quick"])
+    assert q.shapes == [(8192, 8192)] and q.ms == [1, 256, 4096] and q.iters == 5
+    q = B.parse_args(["--quick", "--ms", "2, 1,2", "--shapes", "64x128,32x256", "--iters", "7"])
+    assert q.ms == [1, 2] and q.shapes == [(64, 128), (32, 256)] and q.iters == 7
+
+
+@pytest.mark.parametrize("argv", [["--shapes", "8192"], ["--shapes", "0x16"], ["--ms", "0"], ["--ms", "a"],
+                                  ["--formats", "u4g100-sbf16"], ["--formats", "w4a16,u4g128-sbf16:q8"],
+                                  ["--impls", "cublas-bf16,nope"], ["--jit-formats", "w2a16"],
+                                  ["--iters", "0"], ["--max-ms-per-point", "-1"]])
+def test_bad_arguments_are_argparse_errors(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        B.parse_args(argv)
+    assert e.value.code == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_format_strings_and_aliases():
+    f = B.parse_format("I4G128-sbf16:e4m3-pt")
+    assert (f.label, f.weight, f.act, f.gemm) == ("i4g128-sbf16:e4m3-pt", "i4g128-sbf16", "e4m3-pt",
+                                                  "a-e4m3-pt_w-i4g128-sbf16_c-bf16")
+    assert B.parse_format("u4g128-sbf16").gemm == "a-bf16_w-u4g128-sbf16_c-bf16"
+    assert B.parse_format("w8a16").gemm == "a-bf16_w-u8gc-sbf16_c-bf16"
+
+
+def test_worker_arguments_round_trip(tmp_path):
+    a = B.parse_args(["--shapes", "64x128", "--ms", "1,8", "--iters", "4", "--flush-mib", "32", "--jit-formats",
+                      "w4a16,w8a16"])
+    w = B.parse_args(B.worker_argv(a, tmp_path / "o.json", 12.5))
+    assert (w.shapes, w.ms, w.iters, w.flush_mib, w.jit_formats) == (a.shapes, a.ms, 4, 32, ["w4a16", "w8a16"])
+    assert (w.worker, w.worker_out, w.time_budget_s) == ("humming-jit", tmp_path / "o.json", 12.5)
+
+
+# ---- arithmetic ----------------------------------------------------------------------------------
+
+
+def test_tflops_and_best_time():
+    assert B.tflops(1, 8192, 8192, 10.0) == pytest.approx(2 * 8192 * 8192 / 10e-6 / 1e12)
+    assert B.tflops(8192, 28672, 8192, 5422.0) == pytest.approx(710, abs=0.5)  # ANCHORS: 5422.0 us, 710 TFLOP/s
+    assert B.tflops(1, 1, 1, None) is None and B.tflops(1, 1, 1, 0.0) is None
+    assert B.best_us({"us": 55.3, "us_graph": 19.9}) == 19.9
+    assert B.best_us({"us": 55.3, "us_graph": None}) == 55.3
+    assert B.best_us({"us": None, "us_graph": None}) is None
+
+
+def test_device_slug():
+    assert B.device_slug("NVIDIA H200") == "h200"
+    assert B.device_slug("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3"
+    assert B.device_slug("NVIDIA") == "gpu"
+
+
+# ---- writers -------------------------------------------------------------------------------------
+
+
+def _row(impl, fmt, n, k, m, us, us_graph=None, host=None, **kw):
+    r = {"impl": impl, "format": fmt, "n": n, "k": k, "m": m, "us": us, "us_graph": us_graph,
+         "host_overhead_us": host, "eager_minus_graph_us": None if us_graph is None else us - us_graph,
+         "instance": None}
+    r.update(kw)
+    r["tflops"] = B.tflops(m, n, k, B.best_us(r))
+    return r
+
+
+def _result(rows, skipped=()):
+    return {"device": {"name": "NVIDIA H200", "driver": "580.159.04"}, "torch": "2.11.0+cu130", "cuda": "13.0",
+            "date": "2026-11-29T12:00:00Z", "git_sha": "abc123", "git_dirty": False, "method": dict(B.METHOD),
+            "humming_aot": {"build_info": {"version": "0.1.0", "profile": "dev", "archs": ["90a"]}},
+            "settings": {"graph_max_m": 256, "check_m": 16}, "peers": {"humming-kernels": "0.1.20"},
+            "rows": list(rows), "skipped": list(skipped), "host_overhead": B.summarize_host(list(rows))}
+
+
+SYNTHETIC = [
+    _row("cublas-bf16", "bf16", 8192, 8192, 1, 42.8, 20.1, 6.0, rel_err=0.0),
+    _row("humming-aot", "w4a16", 8192, 8192, 1, 30.0, 12.0, 5.0, instance="sm80_x_t16x64", layout="sm80",
+         rel_err=0.1),
+    _row("humming-jit", "w4a16", 8192, 8192, 1, 55.3, 19.9, 35.0, rel_err=0.1),
+    _row("cublas-bf16", "bf16", 8192, 8192, 4096, 800.0),
+    _row("humming-aot", "w4a16", 8192, 8192, 4096, 790.0, instance="sm80_x_t128x128", layout="sm80",
+         rel_err=float("nan")),
+    _row("cublaslt-fp8", "w8a8-fp8", 28672, 8192, 4096, 1600.0),
+]
+
+
+def test_json_has_the_required_fields(tmp_path):
+    path = B.write_json(_result(SYNTHETIC, [{"impl": "torch-int4", "format": "w4a16", "reason": "x"}]),
+                        tmp_path / "sub" / "r.json")
+    data = json.loads(path.read_text())
+    for key in ("device", "torch", "cuda", "humming_aot", "git_sha", "date", "method", "rows", "skipped",
+                "host_overhead"):
+        assert key in data, key
+    assert data["device"]["driver"] == "580.159.04" and data["humming_aot"]["build_info"]["archs"] == ["90a"]
+    assert len(data["rows"]) == len(SYNTHETIC)
+    for row in data["rows"]:
+        for key in ("impl", "format", "n", "k", "m", "us", "us_graph", "tflops", "instance", "host_overhead_us"):
+            assert key in row, key
+    assert data["rows"][4]["rel_err"] is None  # NaN is not JSON
+    assert data["rows"][0]["tflops"] == pytest.approx(2 * 8192 * 8192 / 20.1e-6 / 1e12)
+    host = {(h["impl"], h["format"]): h for h in data["host_overhead"]}
+    assert host[("humming-jit", "w4a16")]["host_overhead_us"] == 35.0
+    assert host[("humming-jit", "w4a16")]["eager_minus_graph_us"] == pytest.approx(55.3 - 19.9)
+    assert ("cublaslt-fp8", "w8a8-fp8") not in host  # no host measurement at m = 4096
+
+
+def test_markdown_lists_every_implementation_and_m():
+    md = B.markdown(_result(SYNTHETIC, [{"impl": "torch-int4", "format": "w4a16", "n": 8192, "k": 8192,
+                                         "reason": "rejected the codes"}]))
+    for r in SYNTHETIC:
+        assert B.impl_label(r["impl"], r["format"]) in md
+    lines = md.splitlines()
+    assert any(line.startswith("| 8192 x 8192 | 1 |") for line in lines)
+    assert any(line.startswith("|  | 4096 |") for line in lines)
+    assert any(line.startswith("| 28672 x 8192 | 4096 |") for line in lines)
+    assert "12.0 g" in md and "790.0 e" in md  # graph where measured, else eager
+    assert "`sm80_x_t16x64`" in md and "rejected the codes" in md and "580.159.04" in md
+    header = next(line for line in lines if line.startswith("| N x K | M |"))
+    # Columns in implementation order: humming-aot first, humming-jit last.
+    assert header.index("humming-aot") < header.index("cublas-bf16") < header.index("humming-jit")
+
+
+def test_plot_is_skipped_with_a_note_without_matplotlib(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    notes = []
+    assert B.write_plot(_result(SYNTHETIC), tmp_path / "p.png", notes.append) is None
+    assert not (tmp_path / "p.png").exists()
+    assert "matplotlib" in notes[0]
+
+
+def test_write_outputs_copies_to_a_second_directory(tmp_path):
+    log = B.Log(stream=open(os.devnull, "w"))
+    log("hello")
+    files = B.write_outputs(_result(SYNTHETIC), tmp_path / "a", "run1", log, plot=False, extra_dir=tmp_path / "out")
+    assert sorted(f.name for f in files) == ["run1.json", "run1.log", "run1.md"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["run1.json", "run1.log", "run1.md"]
+    assert (tmp_path / "out" / "run1.log").read_text() == "hello\n"
+
+
+# ---- operands of the implementations --------------------------------------------------------------
+
+
+def _weight(n, k, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=g)
+    w[3, :64] = 0.0  # an all-zero group: scale 1 by the reference rule
+    return w.to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("fmt", ["u4g128-sbf16", "u8gc-sbf16", "u4g64-sf16", "u2g32-sf32", "u8g128-sbf16"])
+def test_fast_quantizer_matches_the_reference(fmt):
+    w = _weight(48, 256)
+    q = B.quantize_symmetric_uint(w, fmt)
+    ref = R.quantize_weight(w.float(), fmt)
+    assert q is not None
+    assert torch.equal(q.codes, ref.codes)
+    assert q.scales.dtype == ref.scales.dtype and torch.equal(q.scales, ref.scales)
+    assert q.zeros is None and q.global_scale is None
+
+
+@pytest.mark.parametrize("fmt", ["u4g128-sbf16-zi", "i4g128-sbf16", "e2m1g32-se8m0", "e4m3g128n128-sf32"])
+def test_fast_quantizer_declines_other_formats(fmt):
+    assert B.quantize_symmetric_uint(_weight(128, 256), fmt) is None
+
+
+def test_int4_operands_follow_torchs_kernel():
+    w = _weight(64, 256).float()
+    q, sz = B.int4pack_operands(w)
+    assert q.dtype == torch.int32 and sz.shape == (2, 64, 2) and sz.dtype == torch.bfloat16
+    # torch's rule w = (q - 8) * scale + zero, scales and zeros [K / 128, N, 2]
+    s = sz[..., 0].t().float().repeat_interleave(128, dim=1)
+    z = sz[..., 1].t().float().repeat_interleave(128, dim=1)
+    deq = (q.float() - 8) * s + z
+    assert (deq - w).abs().max() <= s.max() * 0.6  # within half a step, plus bf16 rounding of scale and zero
+    x = torch.randn(5, 256).to(torch.bfloat16)
+    y = torch._weight_int4pack_mm_for_cpu(x, torch._convert_weight_to_int4pack_for_cpu(q, 8), 128, sz)
+    ref = x.float() @ deq.t()
+    assert ((y.float() - ref).norm() / ref.norm()) < 1e-2
+    nib = B.int4_nibbles(q)
+    assert nib.shape == (64, 128) and nib.dtype == torch.uint8
+    assert torch.equal((nib >> 4).int(), q[:, 0::2]) and torch.equal((nib & 15).int(), q[:, 1::2])
+
+
+def test_fp8_peer_pads_m_and_approximates_the_product():
+    w = _weight(32, 128)
+    impl = B.ScaledMmFp8("w8a8-fp8")
+    impl.setup(w)
+    assert impl.b.shape == (128, 32) and impl.b.stride() == (1, 128)  # column-major second operand
+    x = torch.randn(5, 128).to(torch.bfloat16)
+    y = impl.call(x)()
+    assert y.shape == (16, 32) and y.dtype == torch.bfloat16
+    ref = x.float() @ w.float().t()
+    assert ((y[:5].float() - ref).norm() / ref.norm()) < 0.1
+    assert y[5:].abs().max() == 0  # the padding rows are zero
+
+
+# ---- the measurement loop, on the CPU with a fake timer --------------------------------------------
+
+
+class FakeTimer:
+    """Stands in for bench.Timer: runs each callable once and reports fixed times."""
+
+    device = "cpu"
+
+    def __init__(self):
+        self.graphed = []
+
+    def flush(self):
+        pass
+
+    def sync(self):
+        pass
+
+    def eager(self, fn, iters, budget_s):
+        fn()
+        return [30.0, 10.0, 20.0]
+
+    def graph(self, fn, iters):
+        fn()
+        self.graphed.append(iters)
+        return [5.0, 7.0, 6.0]
+
+    def host(self, fn, calls=20):
+        fn()
+        return 4.0
+
+
+def _has_extension():
+    try:
+        import humming_aot._ext  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def test_measurement_loop_on_the_cpu(tmp_path):
+    args = B.parse_args(["--shapes", "64x256", "--ms", "1,3,300", "--graph-max-m", "4", "--check-m", "4"])
+    impls = [B.CublasBf16("bf16"), B.ScaledMmFp8("w8a8-fp8"), B.TorchInt4("w4a16")]
+    with_aot = _has_extension()
+    if with_aot:  # the installed package: humming-aot runs its CPU reference kernel here
+        impls.insert(0, B.HummingAot(B.parse_format("w4a16")))
+    log = B.Log(stream=open(os.devnull, "w"))
+    seen = []
+    rows, skipped = B.measure_impls(impls, args, FakeTimer(), log, deadline=float("inf"),
+                                    on_shape=lambda r, s: seen.append((len(r), len(s))))
+    measured = {(r["impl"], r["m"]) for r in rows}
+    for impl in ("cublas-bf16", "cublaslt-fp8") + (("humming-aot",) if with_aot else ()):
+        assert {(impl, m) for m in (1, 3, 300)} <= measured
+    # torch's int4 kernel has no CPU implementation: listed as skipped with torch's message, no crash.
+    assert [s["impl"] for s in skipped] == ["torch-int4"] and "int4pack" in skipped[0]["reason"]
+    assert seen == [(len(rows), len(skipped))]
+    for r in rows:
+        assert r["us"] == 20.0 and r["us_min"] == 10.0 and r["iters"] == 3
+        if r["m"] <= 4:
+            assert (r["us_graph"], r["host_overhead_us"], r["eager_minus_graph_us"]) == (6.0, 4.0, 14.0)
+            assert r["tflops"] == pytest.approx(2 * r["m"] * 64 * 256 / 6e-6 / 1e12)
+        else:
+            assert r["us_graph"] is None and r["host_overhead_us"] is None
+            assert r["tflops"] == pytest.approx(2 * 300 * 64 * 256 / 20e-6 / 1e12)
+        assert math.isfinite(r["rel_err"]) and r["rel_err"] < (0.2 if r["impl"] != "cublas-bf16" else 1e-2)
+    if with_aot:
+        aot = [r for r in rows if r["impl"] == "humming-aot"]
+        assert all(r["instance"] == "cpu-reference" and r["layout"] == "generic" for r in aot)
+    result = B._finish(_result([]), rows, skipped, args.shapes)
+    B.write_json(result, tmp_path / "r.json")
+    md = B.markdown(result)
+    assert "cublaslt-fp8 w8a8-fp8" in md and "| 64 x 256 | 1 |" in md
+
+
+def test_main_end_to_end_with_a_stand_in_gpu(tmp_path, monkeypatch, capsys):
+    # main() and run() as on the GPU machine, with the GPU facts and the timer replaced: output
+    # directory from the device name, copies in $OUT, skipped peers listed, every M in the table.
+    class Props:
+        name, major, minor, multi_processor_count, total_memory, L2_cache_size = "NVIDIA H200", 9, 0, 132, 2**37, 2**25
+
+    class StandInTimer(FakeTimer):
+        flush_bytes = 256 << 20
+
+        def __init__(self, flush_mib):
+            super().__init__()
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda idx=None: Props)
+    monkeypatch.setattr(B, "Timer", StandInTimer)
+    monkeypatch.setattr(B, "_driver", lambda: "580.159.04")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "humming" else real(name, *a))
+    monkeypatch.setenv("OUT", str(tmp_path / "out"))
+    rc = B.main(["--shapes", "64x256,32x128", "--ms", "1,3,300", "--graph-max-m", "4", "--check-m", "4",
+                 "--name", "run1", "--no-plot"], results_root=tmp_path / "results", repo_root=REPO)
+    assert rc == 0, capsys.readouterr().err
+    res = tmp_path / "results" / "h200"
+    assert sorted(p.name for p in res.iterdir()) == ["run1.json", "run1.log", "run1.md"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["run1.json", "run1.log", "run1.md"]
+    data = json.loads((res / "run1.json").read_text())
+    assert "partial" not in data and data["device"]["name"] == "NVIDIA H200" and data["device"]["driver"]
+    assert data["settings"]["ms"] == [1, 3, 300] and set(data["method"]) == set(B.METHOD)
+    assert data["git_sha"]  # from git here, or HUMMING_GIT_SHA where the checkout has no .git
+    impls = {(r["impl"], r["n"], r["m"]) for r in data["rows"]}
+    assert {("cublas-bf16", n, m) for n in (64, 32) for m in (1, 3, 300)} <= impls
+    assert {("cublaslt-fp8", n, m) for n in (64, 32) for m in (1, 3, 300)} <= impls
+    skipped = {s["impl"] for s in data["skipped"]}
+    assert {"torch-int4", "humming-jit"} <= skipped  # no CPU kernel; not installed
+    assert ("humming-aot" in skipped) != any(r["impl"] == "humming-aot" for r in data["rows"])
+    md = (res / "run1.md").read_text()
+    assert "| 64 x 256 | 1 |" in md and "| 32 x 128 | 1 |" in md and "|  | 300 |" in md
+    assert "wrote " in capsys.readouterr().out
+
+
+def test_time_budget_skips_instead_of_running():
+    args = B.parse_args(["--shapes", "64x256", "--ms", "1,2"])
+    rows, skipped = B.measure_impls([B.CublasBf16("bf16")], args, FakeTimer(), B.Log(stream=open(os.devnull, "w")),
+                                    deadline=0.0)
+    assert rows == [] and "time budget" in skipped[0]["reason"]
+
+
+def test_jit_peer_missing_is_recorded_as_skipped(monkeypatch):
+    args = B.parse_args(["--jit-formats", "w4a16,w8a16"])
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "humming" else real(name, *a))
+    rows, skipped = B.run_jit_worker(args, B.Log(stream=open(os.devnull, "w")), 10.0)
+    assert rows == [] and [s["format"] for s in skipped] == ["w4a16", "w8a16"]
+    assert all("humming-kernels" in s["reason"] for s in skipped)
+
+
+def test_jit_child_process_reports_back(tmp_path, monkeypatch):
+    # A stand-in `humming` whose import fails as the real one does without a dependency: the child
+    # process must write its skip reason to the file the parent reads (the whole round trip).
+    (tmp_path / "humming").mkdir()
+    (tmp_path / "humming" / "__init__.py").write_text("raise ImportError('stand-in: cuda.bindings is missing')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + str(PKG_PARENT))
+    args = B.parse_args(["--quick", "--jit-timeout-s", "120"])
+    log = B.Log(stream=open(os.devnull, "w"))
+    rows, skipped = B.run_jit_worker(args, log, 60.0)
+    assert rows == []
+    assert [(s["impl"], s["format"]) for s in skipped] == [("humming-jit", "w4a16")]
+    assert "stand-in: cuda.bindings is missing" in skipped[0]["reason"]
+    assert any(line.startswith("  [jit] ") for line in log.lines)  # the child's output is kept in the log
+
+
+def test_jit_child_process_is_killed_at_its_budget(tmp_path, monkeypatch):
+    (tmp_path / "humming").mkdir()
+    (tmp_path / "humming" / "__init__.py").write_text("import time\ntime.sleep(600)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + str(PKG_PARENT))
+    args = B.parse_args(["--quick"])
+    rows, skipped = B.run_jit_worker(args, B.Log(stream=open(os.devnull, "w")), 5.0)
+    assert rows == [] and len(skipped) == 1
+    assert "killed after 5 s" in skipped[0]["reason"]
+
+
+# ---- entry points without a GPU -------------------------------------------------------------------
+
+
+def _run(cmd):
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    env["PYTHONPATH"] = str(PKG_PARENT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+
+
+@pytest.mark.parametrize("cmd", [[sys.executable, str(REPO / "benchmarks" / "bench_gemm.py"), "--quick"],
+                                 [sys.executable, "-m", "humming_aot.cli", "bench", "--ms", "1"]])
+def test_without_a_gpu_it_exits_with_a_message(cmd):
+    p = _run(cmd)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "no CUDA GPU is visible" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_cli_lists_and_forwards_bench(capsys):
+    from humming_aot import cli
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--help"])
+    assert e.value.code == 0 and "bench" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        cli.main(["bench", "--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and "--formats" in out and "--max-ms-per-point" in out
