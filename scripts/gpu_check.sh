@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-export HUMMING_PROFILE="${HUMMING_PROFILE:-dev}"
+export HUMMING_PROFILE="${HUMMING_PROFILE:-dev}" HUMMING_PTXAS_VERBOSE=ON
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv > "$OUT/device.txt" 2>&1
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" >> "$OUT/device.txt"
 start=$(date +%s)
@@ -18,7 +18,7 @@ humming-aot info | tee -a "$OUT/summary.txt"
 cmake -S . -B build/gpu-cpp -G Ninja -DHUMMING_BUILD_TORCH=OFF -DHUMMING_FILTER='^generic_dense_a-bf16_w-u4' > "$OUT/cpp.log" 2>&1 \
   && cmake --build build/gpu-cpp -j 16 >> "$OUT/cpp.log" 2>&1 && ctest --test-dir build/gpu-cpp --output-on-failure >> "$OUT/cpp.log" 2>&1
 echo "ctest rc=$?" | tee -a "$OUT/summary.txt"
-python3 -m pytest -q tests -p no:cacheprovider --junitxml="$OUT/junit.xml" -rs "$@" > "$OUT/pytest.log" 2>&1
+timeout 420 python3 -m pytest -q ${TESTS:-tests} -p no:cacheprovider --junitxml="$OUT/junit.xml" -rs "$@" > "$OUT/pytest.log" 2>&1
 rc=$?
 tail -25 "$OUT/pytest.log"
 echo "pytest rc=$rc after $(( $(date +%s) - start )) s" | tee -a "$OUT/summary.txt"
