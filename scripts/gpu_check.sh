@@ -14,6 +14,7 @@ CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-d
 rc=$?
 echo "build rc=$rc after $(( $(date +%s) - start )) s" | tee -a "$OUT/summary.txt"
 [ $rc -eq 0 ] || { tail -50 "$OUT/build.log"; exit $rc; }
+grep -E "Compiling entry function|registers|spill" "$OUT/build.log" | sed 's/^ *//' > "$OUT/ptxas.txt"
 humming-aot info | tee -a "$OUT/summary.txt"
 cmake -S . -B build/gpu-cpp -G Ninja -DHUMMING_BUILD_TORCH=OFF -DHUMMING_FILTER='^generic_dense_a-bf16_w-u4' > "$OUT/cpp.log" 2>&1 \
   && cmake --build build/gpu-cpp -j 16 >> "$OUT/cpp.log" 2>&1 && ctest --test-dir build/gpu-cpp --output-on-failure >> "$OUT/cpp.log" 2>&1
