@@ -33,7 +33,8 @@ def _format_for(inst) -> F.GemmFormat:
         w = F.WeightFormat(code)
     else:
         scale = F.dtype(inst.scale_type)
-        gk = inst.group_k if inst.group_k > 0 else (32 if inst.scale_type == "e8m0" else 128)
+        # group_k: -1 = any (generic backend: pick a representative), 0 = per channel, else the group
+        gk = inst.group_k if inst.group_k >= 0 else (32 if inst.scale_type == "e8m0" else 128)
         gs = inst.scale_type == "e4m3" and code.is_float  # NVFP4-style two-level scales
         if inst.scale_type == "e4m3" and code.is_float:
             gk = 16

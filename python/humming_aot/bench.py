@@ -361,6 +361,8 @@ def markdown(result: dict) -> str:
             first = True
             for m in sorted(by_m):
                 vals = [cell(by_m[m].get(c)) for c in cols]
+                if not any(vals):
+                    continue  # e.g. M above graph_max_m in the host-overhead table
                 out.append(f"| {f'{n} x {k}' if first else ''} | {m} | " + " | ".join(vals) + " |")
                 first = False
         return out
@@ -413,8 +415,10 @@ def markdown(result: dict) -> str:
         lines += ["", "## Skipped", ""]
         for s in skipped:
             where = ", ".join(f"{key}={s[key]}" for key in ("n", "k", "m") if s.get(key) is not None)
+            reason = s.get("reason", "")
+            reason = reason if len(reason) <= 240 else reason[:240] + " ... (whole in the JSON)"
             lines.append(f"- {impl_label(s.get('impl', '?'), s.get('format', '?'))}"
-                         + (f" ({where})" if where else "") + f": {s.get('reason', '')}")
+                         + (f" ({where})" if where else "") + f": {reason}")
     return "\n".join(lines) + "\n"
 
 
@@ -441,15 +445,20 @@ def write_plot(result: dict, path: pathlib.Path, log=print) -> pathlib.Path | No
         log("note: no rows measured; no plot written")
         return None
     cols = _columns(rows)
-    fig, axes = plt.subplots(2, len(grid), figsize=(5.5 * len(grid), 8), squeeze=False)
+    # One colour per implementation in every panel, and one legend for the figure: a panel where
+    # some implementation is missing must not recolour the others.
+    colour = {c: f"C{i % 10}" for i, c in enumerate(cols)}
+    handles = {}
+    fig, axes = plt.subplots(2, len(grid), figsize=(5.5 * len(grid), 8.5), squeeze=False)
     for j, ((n, k), by_m) in enumerate(grid.items()):
         for c in cols:
             pts = [(m, by_m[m][c]) for m in sorted(by_m) if c in by_m[m] and best_us(by_m[m][c]) is not None]
             if not pts:
                 continue
             ms = [m for m, _ in pts]
-            axes[0][j].plot(ms, [best_us(r) for _, r in pts], marker="o", label=c)
-            axes[1][j].plot(ms, [r.get("tflops") or float("nan") for _, r in pts], marker="o", label=c)
+            (line,) = axes[0][j].plot(ms, [best_us(r) for _, r in pts], marker="o", color=colour[c], label=c)
+            axes[1][j].plot(ms, [r.get("tflops") or float("nan") for _, r in pts], marker="o", color=colour[c])
+            handles.setdefault(c, line)
         axes[0][j].set_title(f"N x K = {n} x {k}")
         axes[0][j].set_ylabel("us per call (graph where measured)")
         axes[1][j].set_ylabel("TFLOP/s")
@@ -458,9 +467,10 @@ def write_plot(result: dict, path: pathlib.Path, log=print) -> pathlib.Path | No
             ax.set_xlabel("M")
             ax.grid(True, which="both", alpha=0.3)
         axes[0][j].set_yscale("log")
-    axes[0][0].legend(fontsize=8)
     fig.suptitle(f"GEMM on {result.get('device', {}).get('name', '?')} ({result.get('date', '')})")
-    fig.tight_layout()
+    labels = [c for c in cols if c in handles]
+    fig.legend([handles[c] for c in labels], labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))  # room for the legend below the panels
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -1128,6 +1138,10 @@ def run(args, log: Log, repo_root: pathlib.Path | None = None, checkpoint=None) 
     if "cublaslt-fp8" in args.impls:
         impls.append(ScaledMmFp8("w8a8-fp8", "torch._scaled_mm, e4m3 weight per channel and activations per "
                                              "token (fp32 scales), bf16 out, M padded to 16"))
+    if not impls:  # only humming-jit was asked for
+        result = _finish(result, rows, skipped, args.shapes)
+        result["wall_s"] = round(time.perf_counter() - t_start, 1)
+        return result
     timer = Timer(args.flush_mib)
     log(f"L2 flush buffer {timer.flush_bytes >> 20} MiB")
 
