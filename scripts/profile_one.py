@@ -1,0 +1,22 @@
+"""Run one humming-aot GEMM a few times (for ncu / compute-sanitizer on the GPU machine).
+
+Usage: python3 scripts/profile_one.py N K M [weight_format] [layout]
+"""
+
+import sys
+
+import torch
+
+import humming_aot as ha
+from humming_aot import reference as R
+
+n, k, m = (int(v) for v in sys.argv[1:4])
+fmt = sys.argv[4] if len(sys.argv) > 4 else "u4g128-sbf16"
+layout = sys.argv[5] if len(sys.argv) > 5 else "auto"
+lin = torch.nn.Linear(k, n, bias=False)
+layer = ha.QuantLinear.from_linear(lin, fmt, device="cuda", layout=layout)
+x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+for _ in range(3):
+    layer(x)
+torch.cuda.synchronize()
+print("instance", layer.instance_for(m, "cuda"))
