@@ -13,7 +13,7 @@ from humming_aot import reference as R
 n, k, m = (int(v) for v in sys.argv[1:4])
 fmt = sys.argv[4] if len(sys.argv) > 4 else "u4g128-sbf16"
 layout = sys.argv[5] if len(sys.argv) > 5 else "auto"
-lin = torch.nn.Linear(k, n, bias=False)
+lin = torch.nn.Linear(k, n, bias=False, device="cuda")  # quantize on the GPU: seconds, not minutes
 layer = ha.QuantLinear.from_linear(lin, fmt, device="cuda", layout=layout)
 x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
 for _ in range(3):
