@@ -13,6 +13,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <string>
 
 #include "humming/backend/sm80/ptx.h"
@@ -379,11 +380,6 @@ struct Dense {
 
   static int64_t n_tiles(const GemmArgs &args) { return (args.dims.n_pad + BN - 1) / BN; }
 
-  // Blocks of this kernel one multiprocessor holds at once (after raising its shared-memory
-  // limit); split-K fills that many slots per SM, since one block of 8 warps alone leaves the
-  // schedulers idle on the dequantize -> mma dependency chains. Negative: the limit could not be set.
-  static int resident_blocks();
-
   static Params make_params(const GemmArgs &args) {
     Params p;
     p.args = args;
@@ -392,8 +388,7 @@ struct Dense {
     p.m_tiles = (args.m + BM - 1) / BM;
     const int64_t tiles = p.m_tiles * n_tiles(args);
     const int64_t group_tiles = GroupK > BK ? GroupK / BK : 1;
-    const int resident = resident_blocks();
-    p.plan = plan_splits(tiles, p.k_tiles, group_tiles, args.num_sms, resident > 0 ? resident : 1);
+    p.plan = plan_splits(tiles, p.k_tiles, group_tiles, args.num_sms, 1);
     return p;
   }
 };
@@ -401,26 +396,6 @@ struct Dense {
 template <class K> __global__ void __launch_bounds__(K::kThreads) dense_kernel(const __grid_constant__ typename K::Params p) {
   extern __shared__ __align__(16) char smem[];
   K::run(p, smem);
-}
-
-template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int Zero, uint32_t OutId, int GroupK, int BM, int WarpsM,
-          int WarpsN, int WarpsK, int WarpK, int Stages>
-int Dense<ActId, CodeId, ScaleId, Zero, OutId, GroupK, BM, WarpsM, WarpsN, WarpsK, WarpK, Stages>::resident_blocks() {
-  using K = Dense;
-  static const int blocks = [] {
-    if (cudaFuncSetAttribute(dense_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, K::kSmemTotal) !=
-        cudaSuccess) {
-      cudaGetLastError();
-      return -1;
-    }
-    int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, dense_kernel<K>, K::kThreads, K::kSmemTotal) != cudaSuccess) {
-      cudaGetLastError();
-      return 1;
-    }
-    return b > 0 ? b : 1;
-  }();
-  return blocks;
 }
 
 #define HUMMING_SM80_TARGS uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int Zero, uint32_t OutId, int GroupK, \
@@ -462,9 +437,15 @@ template <HUMMING_SM80_TARGS> Status launch(const GemmArgs &args, void *stream) 
   if (need > args.workspace_bytes || (need > 0 && args.workspace == nullptr))
     return Status::Error("the sm80 backend needs " + std::to_string(need) + " bytes of zeroed workspace, got " +
                          std::to_string(args.workspace_bytes));
-  if (K::resident_blocks() < 0)
-    return Status::Error(std::string("the sm80 kernel needs ") + std::to_string(K::kSmemTotal) +
-                         " bytes of shared memory per block, more than this device allows");
+  static std::atomic<bool> configured{false};
+  if (!configured.load(std::memory_order_acquire)) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(dense_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, K::kSmemTotal);
+    if (e != cudaSuccess)
+      return Status::Error(std::string("the sm80 kernel needs ") + std::to_string(K::kSmemTotal) +
+                           " bytes of shared memory: " + cudaGetErrorString(e));
+    configured.store(true, std::memory_order_release);
+  }
   const dim3 grid(static_cast<unsigned>(p.m_tiles * K::n_tiles(args)), static_cast<unsigned>(p.plan.splits));
   dense_kernel<K><<<grid, K::kThreads, K::kSmemTotal, static_cast<cudaStream_t>(stream)>>>(p);
   const cudaError_t e = cudaGetLastError();
