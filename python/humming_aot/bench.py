@@ -958,11 +958,15 @@ def measure_point(impl: Impl, x, n: int, k: int, m: int, args, timer: Timer) -> 
 
 
 def _git(repo_root: pathlib.Path | None) -> tuple[str | None, bool | None]:
+    # An explicit sha wins: the GPU machine's copy of the tree has a .git without the commits, where
+    # `git rev-parse HEAD` fails and prints "HEAD".
+    if os.environ.get("HUMMING_GIT_SHA"):
+        return os.environ["HUMMING_GIT_SHA"], None
     cwd = str(repo_root) if repo_root else None
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=cwd,
-                             timeout=10).stdout.strip()
-        if sha:
+        p = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=cwd, timeout=10)
+        sha = p.stdout.strip()
+        if p.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}", sha):
             dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
                                    text=True, cwd=cwd, timeout=10).stdout.strip()
             return sha, bool(dirty)
