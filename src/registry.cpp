@@ -3,6 +3,7 @@
 
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "humming/humming.h"
 
@@ -14,6 +15,10 @@ extern const InstanceInfo kInstances[];
 extern const size_t kInstanceCount;
 extern const char kBuildArchs[];
 extern const char kBuildProfile[];
+extern const DispatchTable kDispatchTables[];
+extern const size_t kDispatchTableCount;
+extern const DispatchRange kDispatchRanges[];
+extern const size_t kDispatchRangeCount;
 } // namespace generated
 
 #ifndef HUMMING_VERSION
@@ -151,8 +156,61 @@ Status instance_matches(const InstanceInfo &i, const GemmArgs &a) {
   return Status::Error(std::string("instance ") + i.name + " does not compute " + to_string(f) + " (" + diff + ")");
 }
 
-const InstanceInfo *select_instance(const GemmArgs &args, int cc, std::string *why) {
+size_t dispatch_table_count() { return generated::kDispatchTableCount; }
+const DispatchTable *dispatch_table_at(size_t i) {
+  return i < generated::kDispatchTableCount ? &generated::kDispatchTables[i] : nullptr;
+}
+const DispatchRange *dispatch_range_at(size_t i) {
+  return i < generated::kDispatchRangeCount ? &generated::kDispatchRanges[i] : nullptr;
+}
+
+namespace {
+
+// Glob match with '*' (any run) and '?' (one character), as fnmatchcase for those two.
+bool glob_match(const char *p, const char *s) {
+  const char *star = nullptr, *resume = nullptr;
+  while (*s) {
+    if (*p == '?' || (*p && *p != '*' && *p == *s)) {
+      ++p;
+      ++s;
+    } else if (*p == '*') {
+      star = p++;
+      resume = s;
+    } else if (star) {
+      p = star + 1;
+      s = ++resume;
+    } else {
+      return false;
+    }
+  }
+  while (*p == '*') ++p;
+  return *p == 0;
+}
+
+bool list_contains(const char *list, int value) {
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ';'))
+    if (!item.empty() && std::stoi(item) == value) return true;
+  return false;
+}
+
+const DispatchTable *table_for(int cc, int sms) {
+  for (size_t i = 0; i < generated::kDispatchTableCount; ++i) {
+    const DispatchTable &t = generated::kDispatchTables[i];
+    if (t.ccs[0] != 0 && !list_contains(t.ccs, cc)) continue;
+    if (t.sms >= 0 && t.sms != sms) continue;
+    if (t.name_contains[0] != 0) continue;
+    return &t;
+  }
+  return nullptr;
+}
+
+} // namespace
+
+const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::string *why) {
   std::string reasons;
+  std::vector<const InstanceInfo *> candidates;
   for (size_t i = 0; i < generated::kInstanceCount; ++i) {
     const InstanceInfo &info = generated::kInstances[i];
     if (!instance_matches(info, args)) continue;
@@ -166,13 +224,30 @@ const InstanceInfo *select_instance(const GemmArgs &args, int cc, std::string *w
       reasons += std::string(info.name) + ": " + st.message + "; ";
       continue;
     }
-    return &info;
+    candidates.push_back(&info);
   }
-  if (why)
-    *why = "no compiled instance computes " + to_string(args.fmt) + " on sm_" + std::to_string(cc) + " (this build has " +
-           std::to_string(generated::kInstanceCount) + " instances for " + sm_list(generated::kBuildArchs) +
-           ", profile " + generated::kBuildProfile + ")" + (reasons.empty() ? "" : ": " + reasons);
-  return nullptr;
+  if (candidates.empty()) {
+    if (why)
+      *why = "no compiled instance computes " + to_string(args.fmt) + " on sm_" + std::to_string(cc) +
+             " (this build has " + std::to_string(generated::kInstanceCount) + " instances for " +
+             sm_list(generated::kBuildArchs) + ", profile " + generated::kBuildProfile + ")" +
+             (reasons.empty() ? "" : ": " + reasons);
+    return nullptr;
+  }
+  if (const DispatchTable *t = table_for(cc, sms)) {
+    size_t r = t->first_range;
+    const size_t last = t->first_range + t->range_count - 1;
+    while (r < last && args.m > generated::kDispatchRanges[r].m_max) ++r;
+    std::stringstream prefs(generated::kDispatchRanges[r].prefer);
+    std::string pattern;
+    while (std::getline(prefs, pattern, '|'))
+      for (const InstanceInfo *c : candidates)
+        if (glob_match(pattern.c_str(), c->name)) return c;
+  }
+  // Registry order is name order; fast backends first.
+  for (const InstanceInfo *c : candidates)
+    if (std::string(c->backend) != "generic") return c;
+  return candidates.front();
 }
 
 Status gemm(const GemmArgs &args, const InstanceInfo &instance, void *stream) {

@@ -12,6 +12,7 @@ import json
 import pytest
 
 from humming_aot import dispatch, registry
+from humming_aot import formats as F
 
 
 @pytest.fixture(autouse=True)
@@ -249,3 +250,57 @@ def test_load_table_and_force_clear_the_cache():
     dispatch._cache[("key",)] = "value"
     dispatch.force(None)
     assert dispatch._cache == {}
+
+
+
+# ---- the C++ default choice follows the same tables --------------------------------------------
+
+
+def _build_formats():
+    """One GEMM format per compiled instance key (representative group sizes where any is taken)."""
+    out = set()
+    for inst in registry.instances():
+        code = F.dtype(inst.code_type)
+        if inst.scale_type == "none":
+            w = F.WeightFormat(code)
+        else:
+            gk = inst.group_k if inst.group_k >= 0 else (32 if inst.scale_type == "e8m0" else 128)
+            w = F.WeightFormat(code, gk, 1, F.dtype(inst.scale_type), inst.zero)
+        act = inst.act_type if inst.act_type in ("bf16", "f16") else f"{inst.act_type}-pt"
+        out.add((str(F.GemmFormat(act, w, inst.out_type)), inst.layout))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("cc,sms", [(90, 132), (90, 114), (86, 84), (80, 108)])
+def test_cpp_default_choice_equals_python_choice(cc, sms):
+    from humming_aot._ext import C
+
+    dispatch.reset()
+    checked = 0
+    for fmt, layout in _build_formats():
+        for m in (1, 16, 17, 64, 65, 4096):
+            try:
+                py = dispatch.choose_for(fmt, 4096 + 64, 4096 + 128, m, cc=cc, sms=sms, layout=layout)
+            except dispatch.DispatchError as e:
+                with pytest.raises(ValueError, match="no compiled instance computes"):
+                    C.select_instance(fmt, layout, 4096 + 64, 4096 + 128, m, cc, sms)
+                assert "no compiled instance" in str(e)
+                continue
+            assert C.select_instance(fmt, layout, 4096 + 64, 4096 + 128, m, cc, sms) == py, (fmt, m, cc, sms)
+            checked += 1
+    assert checked > 0
+
+
+def test_compiled_tables_are_the_python_tables():
+    from humming_aot._ext import C  # noqa: F401  (the registry of this build)
+    import json
+    import pathlib
+
+    names = [json.loads(p.read_text())["name"] for p in
+             sorted((pathlib.Path(dispatch.__file__).parent / "tables").glob("*.json"))]
+    assert [t["name"] for t in dispatch._BUILTIN] == sorted(names, key=lambda n: n == "default")
+
+
+def test_table_patterns_are_limited_to_shared_wildcards():
+    with pytest.raises(ValueError, match="wildcards"):
+        dispatch.load_table({"ranges": [{"m_max": None, "prefer": ["sm80_[ab]*"]}]})

@@ -158,6 +158,26 @@ struct InstanceInfo {
   size_t (*workspace_bytes)(const GemmArgs &args);
 };
 
+// The M-range dispatch tables of humming_aot/tables/*.json, compiled in by the generator. A table
+// applies to devices whose compute capability is in `ccs` (";"-separated, "" = any) and whose
+// multiprocessor count is `sms` (-1 = any); its ranges cover m <= m_max (-1 = no limit) and list
+// instance-name patterns ('*' and '?' wildcards, "|"-separated) in order of preference.
+struct DispatchRange {
+  int64_t m_max;
+  const char *prefer;
+};
+struct DispatchTable {
+  const char *name;
+  const char *ccs;
+  int sms;
+  const char *name_contains; // matched by the Python dispatcher only; C++ skips such tables
+  size_t first_range;
+  size_t range_count;
+};
+size_t dispatch_table_count();
+const DispatchTable *dispatch_table_at(size_t i);
+const DispatchRange *dispatch_range_at(size_t i);
+
 size_t instance_count();
 const InstanceInfo *instance_at(size_t i);
 const InstanceInfo *find_instance(const std::string &name);
@@ -165,9 +185,12 @@ const InstanceInfo *find_instance(const std::string &name);
 bool instance_runs_on(const InstanceInfo &info, int cc, std::string *why = nullptr);
 // Whether `info` computes the format of `args` (key fields only).
 Status instance_matches(const InstanceInfo &info, const GemmArgs &args);
-// First instance that matches, runs on `cc` and can implement `args` (the C++ default choice);
-// nullptr with a reason otherwise.
-const InstanceInfo *select_instance(const GemmArgs &args, int cc, std::string *why);
+// The default choice, by the same rules as humming_aot.dispatch.choose: the first compiled table
+// that fits the device (cc = major * 10 + minor, `sms` multiprocessors), its range for args.m, the
+// first instance matching a preferred pattern among those that compute the format, run on `cc`
+// and can implement `args`; with no pattern matching, fast backends before generic, then by name.
+// nullptr with a reason when no instance qualifies.
+const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::string *why);
 
 // Validates, checks the instance against the arguments, launches on `stream` (a cudaStream_t).
 Status gemm(const GemmArgs &args, const InstanceInfo &instance, void *stream);

@@ -1,5 +1,8 @@
 """Choosing a compiled instance for (format, device, n, k, m).
 
+The built-in tables are also compiled into libhumming (tools/gen_instances.py), whose
+``humming::select_instance`` applies the same rules; tests keep the two choices equal.
+
 Choices come from M-range tables kept as data (``humming_aot/tables/*.json``; the first table
 whose ``match`` fits the device wins, ``default.json`` last). A range lists instance-name patterns
 in order of preference. The choice for one (format, n, k, device, M range) is cached, so a layer
@@ -43,6 +46,11 @@ def _validate_table(t: dict, origin: str) -> dict:
         m_max = r.get("m_max")
         if not isinstance(r.get("prefer"), list) or not all(isinstance(p, str) for p in r["prefer"]):
             raise ValueError(f"dispatch table {origin}: range {i} needs 'prefer', a list of name patterns")
+        for p in r["prefer"]:
+            # The C++ dispatcher matches '*' and '?' only; keep both sides reading patterns alike.
+            if any(c in p for c in "[]|"):
+                raise ValueError(f"dispatch table {origin}: pattern {p!r} in range {i} may use the wildcards '*' "
+                                 "and '?' only")
         if m_max is None:
             if i != len(t["ranges"]) - 1:
                 raise ValueError(f"dispatch table {origin}: only the last range may have m_max null")
@@ -154,9 +162,17 @@ def _pick(table: dict, idx: int, candidates: list) -> tuple[object, str]:
 
 def choose(fmt, n: int, k: int, m: int, *, device=None, layout: int = 1) -> str:
     """Name of the instance that runs this problem on ``device`` (a CUDA device)."""
-    g = F.parse_gemm_format(fmt)
+    fmt = F.parse_gemm_format(fmt)  # a bad format is reported before anything about the device
     cc, sms, dev_name = _device_facts(device)
-    table = _table_for(cc, sms, dev_name)
+    return choose_for(fmt, n, k, m, cc=cc, sms=sms, device_name=dev_name, layout=layout)
+
+
+def choose_for(fmt, n: int, k: int, m: int, *, cc: int, sms: int, device_name: str = "", layout: int = 1) -> str:
+    """``choose`` for a device described by its compute capability (major * 10 + minor) and
+    multiprocessor count; needs no GPU. The C++ default choice (``humming::select_instance``)
+    follows the same built-in tables and rules."""
+    g = F.parse_gemm_format(fmt)
+    table = _table_for(cc, sms, device_name)
     idx = _range_index(table, m)
     key = (str(g), n, k, idx, cc, sms, layout, id(table), _forced)
     hit = _cache.get(key)

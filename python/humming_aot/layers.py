@@ -41,6 +41,10 @@ class QuantLinear(torch.nn.Module):
                 raise ValueError(f"bias has shape {tuple(bias.shape)}; expected ({packed.n},)")
         self.register_buffer("bias", bias)
         self._plan = LayerPlan(self.fmt, packed.n, packed.k, packed.layout)
+        # Strings and dtypes the op takes, computed once: formatting them costs microseconds per call.
+        self._fmt_str = str(self.fmt)
+        self._act_str = str(self.fmt.act)
+        self._act_dtype = reference.torch_dtype(self.fmt.act.type)
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, weight_format, act_format=None, out_dtype=None, *,
@@ -98,14 +102,12 @@ class QuantLinear(torch.nn.Module):
         a = x.reshape(-1, self.in_features)
         a_scales = None
         if self.fmt.act.quantized:
-            a, a_scales = torch.ops.humming.quantize_act(a, str(self.fmt.act))
-        else:
-            want = reference.torch_dtype(self.fmt.act.type)
-            if a.dtype != want:
-                raise TypeError(f"this layer takes {want} activations ({self.fmt.act}); got {a.dtype}")
+            a, a_scales = torch.ops.humming.quantize_act(a, self._act_str)
+        elif a.dtype != self._act_dtype:
+            raise TypeError(f"this layer takes {self._act_dtype} activations ({self.fmt.act}); got {a.dtype}")
         instance = self.instance_for(a.shape[0], a.device) if a.is_cuda else ""
         out = torch.ops.humming.gemm(a, self.codes, self.scales, self.zeros, self.global_scale, a_scales, self.bias,
-                                     str(self.fmt), self.layout, self.out_features, self.in_features, instance)
+                                     self._fmt_str, self.layout, self.out_features, self.in_features, instance)
         return out.reshape(*lead, self.out_features)
 
     def extra_repr(self) -> str:

@@ -207,7 +207,7 @@ at::Tensor gemm_impl(const at::Tensor &a, const at::Tensor &codes, const c10::op
   const InstanceInfo *inst = nullptr;
   if (instance.empty()) {
     std::string why;
-    inst = select_instance(args, cc, &why);
+    inst = select_instance(args, cc, args.num_sms, &why);
     HUMMING_CHECK_VALUE(inst != nullptr, why);
   } else {
     inst = named;
@@ -468,6 +468,21 @@ PYBIND11_MODULE(_C, m) {
     st = instance_matches(*i, args);
     if (st) st = i->can_implement(args);
     return py::make_tuple(st.ok, st.message);
+  });
+  // The C++ default choice (humming::select_instance) for a described device: kept equal to
+  // humming_aot.dispatch.choose_for by a test.
+  m.def("select_instance", [](const std::string &fmt, int layout, int64_t n, int64_t k, int64_t m, int cc, int sms) {
+    GemmArgs args;
+    Status st = parse_gemm_format(fmt, &args.fmt);
+    if (st) st = packed_dims(layout, args.fmt.weight, n, k, &args.dims);
+    if (!st) throw py::value_error(st.message);
+    args.layout = layout;
+    args.m = m;
+    args.num_sms = sms;
+    std::string why;
+    const InstanceInfo *i = select_instance(args, cc, sms, &why);
+    if (!i) throw py::value_error(why);
+    return std::string(i->name);
   });
   m.def("instance_runs_on", [](const std::string &name, int cc) {
     const InstanceInfo *i = find_instance(name);
