@@ -348,3 +348,16 @@ def test_sm80_instances_only_for_their_architectures(gen):
     assert names and not any(n.startswith("sm80_") for n in names)
     names = gen("--arch", "86", "--profile", "dev", "--list").stdout.splitlines()
     assert any(n.startswith("sm80_") for n in names)
+
+
+def test_bad_profile_is_a_usage_error(gen):
+    p = gen("--arch", "90a", "--profile", "nightly", "--list", check=False)
+    assert p.returncode == 2
+    assert "unknown profile 'nightly'; profiles: ci, dev, full" in p.stderr
+
+
+def test_arch_without_matrix_entries_is_warned_about(gen):
+    p = gen("--arch", "100", "--profile", "ci", "--count")
+    assert int(p.stdout) == 0
+    assert "no matrix entry compiles for sm_100" in p.stderr
+    assert "warning" not in gen("--arch", "90a", "--profile", "ci", "--count").stderr

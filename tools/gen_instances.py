@@ -79,77 +79,79 @@ def _arch_list(text: str) -> list[str]:
     return archs
 
 
-def _generic_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instance]:
+def _entries(matrix: dict, profile: str, archs: list[str], axes: tuple[str, ...]):
+    """(archs this backend compiles for, iterator over (entry, combination)) for the entries of
+    ``profile`` and the profiles it includes; each combination is one value per axis."""
     wanted = PROFILES[: PROFILES.index(profile) + 1]
     backend_archs = tuple(a for a in archs if a in matrix["archs"])
-    if not backend_archs:
-        return []
+
+    def combos():
+        if not backend_archs:
+            return
+        for entry in matrix["entries"]:
+            if entry["profile"] in wanted:
+                for combo in itertools.product(*(entry[a] for a in axes)):
+                    yield entry, combo
+
+    return backend_archs, combos()
+
+
+def _generic_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instance]:
+    backend_archs, combos = _entries(matrix, profile, archs, ("act", "code", "scale", "zero", "out"))
     out = []
-    for entry in matrix["entries"]:
-        if entry["profile"] not in wanted:
+    for entry, (act, code, scale, zero, o) in combos:
+        if entry.get("same_act_scale_out") and not (act == o and (scale == act or scale not in ("bf16", "f16"))):
             continue
-        for act, code, scale, zero, o in itertools.product(
-                entry["act"], entry["code"], entry["scale"], entry["zero"], entry["out"]):
-            if entry.get("same_act_scale_out") and not (act == o and (scale == act or scale not in ("bf16", "f16"))):
-                continue
-            if entry.get("same_act_out") and act != o:
-                continue
-            # Skip what the format rules reject (checked with a representative group size).
-            try:
-                wf = F.WeightFormat(F.dtype(code), 0 if scale == "none" else 128, 1,
-                                    None if scale == "none" else F.dtype(scale), zero)
-                F.ActivationFormat(F.dtype(act), "none" if act in ("bf16", "f16") else "token")
-            except F.FormatError:
-                continue
-            weight = code + ("" if scale == "none" else f"-s{scale}") + ZERO_SUFFIX[zero]
-            name = f"generic_{matrix['scheduler']}_a-{act}_w-{weight}_c-{o}"
-            targs = (f"{_dtype_id(act)}u", f"{_dtype_id(code)}u", f"{_dtype_id(scale)}u", str(ZERO_ENUM[zero]),
-                     f"{_dtype_id(o)}u")
-            key = dict(act_type=_dtype_id(act), act_granularity=-1, code_type=_dtype_id(code), group_k=-1,
-                       group_n=-1, scale_type=_dtype_id(scale), zero=ZERO_ENUM[zero], global_scale=-1,
-                       out_type=_dtype_id(o), layout=matrix["layout"], tile_m=32, tile_n=64, tile_k=32, stages=1,
-                       threads=256, smem_bytes=(32 * 33 + 32 * 65) * 4)
-            out.append(Instance(name, "generic", matrix["scheduler"], backend_archs, act, code, scale, zero, o,
-                                matrix["layout"], "humming/kernel/generic_dense.cuh", targs, key))
-            _ = wf
+        if entry.get("same_act_out") and act != o:
+            continue
+        # Skip what the format rules reject (checked with a representative group size).
+        try:
+            F.WeightFormat(F.dtype(code), 0 if scale == "none" else 128, 1, None if scale == "none" else F.dtype(scale),
+                           zero)
+            F.ActivationFormat(F.dtype(act), "none" if act in ("bf16", "f16") else "token")
+        except F.FormatError:
+            continue
+        weight = code + ("" if scale == "none" else f"-s{scale}") + ZERO_SUFFIX[zero]
+        name = f"generic_{matrix['scheduler']}_a-{act}_w-{weight}_c-{o}"
+        targs = (f"{_dtype_id(act)}u", f"{_dtype_id(code)}u", f"{_dtype_id(scale)}u", str(ZERO_ENUM[zero]),
+                 f"{_dtype_id(o)}u")
+        key = dict(act_type=_dtype_id(act), act_granularity=-1, code_type=_dtype_id(code), group_k=-1,
+                   group_n=-1, scale_type=_dtype_id(scale), zero=ZERO_ENUM[zero], global_scale=-1,
+                   out_type=_dtype_id(o), layout=matrix["layout"], tile_m=32, tile_n=64, tile_k=32, stages=1,
+                   threads=256, smem_bytes=(32 * 33 + 32 * 65) * 4)
+        out.append(Instance(name, "generic", matrix["scheduler"], backend_archs, act, code, scale, zero, o,
+                            matrix["layout"], "humming/kernel/generic_dense.cuh", targs, key))
     return out
 
 
 def _sm80_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instance]:
-    wanted = PROFILES[: PROFILES.index(profile) + 1]
-    backend_archs = tuple(a for a in archs if a in matrix["archs"])
-    if not backend_archs:
-        return []
+    backend_archs, combos = _entries(matrix, profile, archs, ("act", "code", "zero", "group", "tile"))
     out = []
-    for entry in matrix["entries"]:
-        if entry["profile"] not in wanted:
+    for _, (act, code, zero, group, tile_name) in combos:
+        try:
+            F.WeightFormat(F.dtype(code), group, 1, F.dtype(act), zero)
+        except F.FormatError:
             continue
-        for act, code, zero, group, tile_name in itertools.product(
-                entry["act"], entry["code"], entry["zero"], entry["group"], entry["tile"]):
-            try:
-                F.WeightFormat(F.dtype(code), group, 1, F.dtype(act), zero)
-            except F.FormatError:
-                continue
-            t = matrix["tiles"][tile_name]
-            wm, wn, wk = t["warps"]
-            bn, bk = 64 * wn, t["warp_k"] * wk
-            gran = "gc" if group == 0 else f"g{group}"
-            weight = f"{code}{gran}-s{act}{ZERO_SUFFIX[zero]}"
-            name = (f"sm80_mma_{matrix['scheduler']}_a-{act}_w-{weight}_c-{act}"
-                    f"_t{t['bm']}x{bn}x{bk}_w{wm}x{wn}x{wk}_s{t['stages']}")
-            targs = (f"{_dtype_id(act)}u", f"{_dtype_id(code)}u", f"{_dtype_id(act)}u", str(ZERO_ENUM[zero]),
-                     f"{_dtype_id(act)}u", str(group), str(t["bm"]), str(wm), str(wn), str(wk), str(t["warp_k"]),
-                     str(t["stages"]))
-            bits = F.dtype(code).bits
-            rows = 0 if group == 0 else (1 if group >= bk else bk // group)
-            stage = t["bm"] * bk * 2 + bk * bn * bits // 8 + rows * bn * 2 + (
-                (rows * bn + 15) // 16 * 16 if zero == "int" else 0)
-            key = dict(act_type=_dtype_id(act), act_granularity=0, code_type=_dtype_id(code), group_k=group,
-                       group_n=1, scale_type=_dtype_id(act), zero=ZERO_ENUM[zero], global_scale=-1,
-                       out_type=_dtype_id(act), layout=matrix["layout"], tile_m=t["bm"], tile_n=bn, tile_k=bk,
-                       stages=t["stages"], threads=32 * wm * wn * wk, smem_bytes=stage * t["stages"] + 16)
-            out.append(Instance(name, "sm80", matrix["scheduler"], backend_archs, act, code, act, zero, act,
-                                matrix["layout"], "humming/kernel/sm80_dense.cuh", targs, key))
+        t = matrix["tiles"][tile_name]
+        wm, wn, wk = t["warps"]
+        bn, bk = 64 * wn, t["warp_k"] * wk
+        gran = "gc" if group == 0 else f"g{group}"
+        weight = f"{code}{gran}-s{act}{ZERO_SUFFIX[zero]}"
+        name = (f"sm80_mma_{matrix['scheduler']}_a-{act}_w-{weight}_c-{act}"
+                f"_t{t['bm']}x{bn}x{bk}_w{wm}x{wn}x{wk}_s{t['stages']}")
+        targs = (f"{_dtype_id(act)}u", f"{_dtype_id(code)}u", f"{_dtype_id(act)}u", str(ZERO_ENUM[zero]),
+                 f"{_dtype_id(act)}u", str(group), str(t["bm"]), str(wm), str(wn), str(wk), str(t["warp_k"]),
+                 str(t["stages"]))
+        bits = F.dtype(code).bits
+        rows = 0 if group == 0 else (1 if group >= bk else bk // group)
+        stage = t["bm"] * bk * 2 + bk * bn * bits // 8 + rows * bn * 2 + (
+            (rows * bn + 15) // 16 * 16 if zero == "int" else 0)
+        key = dict(act_type=_dtype_id(act), act_granularity=0, code_type=_dtype_id(code), group_k=group,
+                   group_n=1, scale_type=_dtype_id(act), zero=ZERO_ENUM[zero], global_scale=-1,
+                   out_type=_dtype_id(act), layout=matrix["layout"], tile_m=t["bm"], tile_n=bn, tile_k=bk,
+                   stages=t["stages"], threads=32 * wm * wn * wk, smem_bytes=stage * t["stages"] + 16)
+        out.append(Instance(name, "sm80", matrix["scheduler"], backend_archs, act, code, act, zero, act,
+                            matrix["layout"], "humming/kernel/sm80_dense.cuh", targs, key))
     return out
 
 
@@ -158,7 +160,7 @@ BACKENDS = {"generic": _generic_instances, "sm80": _sm80_instances}
 
 def enumerate_instances(archs: list[str], profile: str, name_filter: str | None = None) -> list[Instance]:
     if profile not in PROFILES:
-        raise SystemExit(f"unknown profile {profile!r}; profiles: {', '.join(PROFILES)}")
+        raise ValueError(f"unknown profile {profile!r}; profiles: {', '.join(PROFILES)}")
     found: dict[str, Instance] = {}
     for path in sorted(MATRIX_DIR.glob("*.json")):
         matrix = json.loads(path.read_text())
@@ -316,7 +318,14 @@ def main(argv: list[str] | None = None) -> int:
         re.compile(args.filter)
     except re.error as e:
         ap.error(f"--filter is not a valid regular expression: {e}")
-    instances = enumerate_instances(archs, args.profile, args.filter or None)
+    try:
+        instances = enumerate_instances(archs, args.profile, args.filter or None)
+    except ValueError as e:
+        ap.error(str(e))
+    for arch in archs:
+        if not any(arch in inst.archs for inst in enumerate_instances([arch], args.profile)):
+            print(f"gen_instances: warning: no matrix entry compiles for sm_{arch} in profile {args.profile}; "
+                  "kernels for it will be missing", file=sys.stderr)
     if args.list:
         print("\n".join(i.name for i in instances))
         return 0
