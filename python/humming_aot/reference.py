@@ -343,6 +343,16 @@ def _e8m0_bytes(r: torch.Tensor, c: float, zero_point: bool, empty: torch.Tensor
     return byte.to(torch.uint8)
 
 
+def _check_float_matrix(t, subject: str, dims: str) -> None:
+    """Raise TypeError / ValueError unless ``t`` is a 2-D floating point tensor."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{subject} must be a torch.Tensor {dims} of floats, got {type(t).__name__}")
+    if t.dim() != 2:
+        raise ValueError(f"{subject} must be 2-D {dims}, got shape {list(t.shape)}")
+    if not t.is_floating_point():
+        raise TypeError(f"{subject} must have a floating point dtype, got {t.dtype}")
+
+
 def quantize_weight(w: torch.Tensor, fmt: F.WeightFormat | str) -> QuantizedWeight:
     """Quantize a float weight [N, K] to ``fmt`` with the reference rules.
 
@@ -378,12 +388,7 @@ def quantize_weight(w: torch.Tensor, fmt: F.WeightFormat | str) -> QuantizedWeig
     that underflows its type becomes the type's smallest positive value.
     """
     fmt = F.parse_weight_format(fmt)
-    if not isinstance(w, torch.Tensor):
-        raise TypeError(f"the weight must be a torch.Tensor [N, K] of floats, got {type(w).__name__}")
-    if w.dim() != 2:
-        raise ValueError(f"the weight must be 2-D [N, K], got shape {list(w.shape)}")
-    if not w.is_floating_point():
-        raise TypeError(f"the weight must have a floating point dtype, got {w.dtype}")
+    _check_float_matrix(w, "the weight", "[N, K]")
     if w.shape[0] == 0 or w.shape[1] == 0:
         raise ValueError(f"the weight shape {list(w.shape)} is empty; N and K must be at least 1")
     w = w.detach().to("cpu", torch.float32)
@@ -500,12 +505,7 @@ def quantize_activation(x: torch.Tensor, afmt: F.ActivationFormat | str):
     [-128, 127].
     """
     afmt = F.parse_activation_format(afmt)
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"activations must be a torch.Tensor [M, K] of floats, got {type(x).__name__}")
-    if x.dim() != 2:
-        raise ValueError(f"activations must be 2-D [M, K], got shape {list(x.shape)}")
-    if not x.is_floating_point():
-        raise TypeError(f"activations must have a floating point dtype, got {x.dtype}")
+    _check_float_matrix(x, "activations", "[M, K]")
     t = str(afmt.type)
     if not afmt.quantized:
         return x.to(torch_dtype(afmt.type)), None
