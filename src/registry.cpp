@@ -66,15 +66,8 @@ int current_device_sms() {
 namespace {
 
 // Machine code for sm_XY runs on devices of the same major version and minor >= Y; code for an
-// arch-specific target (90a, 100a) runs only on exactly that compute capability.
-bool arch_runs_on(const std::string &arch, int cc) {
-  if (arch.empty()) return false;
-  const bool specific = arch.back() == 'a' || arch.back() == 'f';
-  const int a = std::stoi(specific ? arch.substr(0, arch.size() - 1) : arch);
-  if (specific) return a == cc;
-  return a / 10 == cc / 10 && a % 10 <= cc % 10;
-}
-
+// arch-specific target (90a, 100a) runs only on exactly that compute capability (see
+// instance_runs_on).
 std::string sm_list(const char *archs) {
   std::string out, item;
   std::stringstream ss(archs);
@@ -86,10 +79,17 @@ std::string sm_list(const char *archs) {
 } // namespace
 
 bool instance_runs_on(const InstanceInfo &info, int cc, std::string *why) {
-  std::stringstream ss(info.archs);
-  std::string arch;
-  while (std::getline(ss, arch, ';'))
-    if (arch_runs_on(arch, cc)) return true;
+  // Walks the ";"-separated list in place: this runs on every launch, so it allocates nothing.
+  for (const char *p = info.archs; *p != 0;) {
+    int value = 0;
+    bool digits = false;
+    while (*p >= '0' && *p <= '9') value = value * 10 + (*p++ - '0'), digits = true;
+    const bool specific = *p == 'a' || *p == 'f';
+    while (*p != 0 && *p != ';') ++p;
+    if (*p == ';') ++p;
+    if (!digits) continue;
+    if (specific ? value == cc : (value / 10 == cc / 10 && value % 10 <= cc % 10)) return true;
+  }
   if (why)
     *why = std::string(info.name) + " has machine code for " + sm_list(info.archs) + "; this device is sm_" +
            std::to_string(cc);
@@ -136,7 +136,24 @@ Status validate(const GemmArgs &a) {
   return Status::Ok();
 }
 
+namespace {
+
+// instance_matches without the message: select_instance tests every instance on every call.
+bool instance_fits(const InstanceInfo &i, const GemmArgs &a) {
+  const GemmFormat &f = a.fmt;
+  return i.act_type == f.act.type.id() &&
+         (i.act_granularity < 0 || i.act_granularity == static_cast<int>(f.act.granularity)) &&
+         i.code_type == f.weight.code.id() && (i.group_k < 0 || i.group_k == f.weight.group_k) &&
+         (i.group_n < 0 || i.group_n == f.weight.group_n) && i.scale_type == f.weight.scale.id() &&
+         i.zero == static_cast<int>(f.weight.zero) &&
+         (i.global_scale < 0 || i.global_scale == static_cast<int>(f.weight.global_scale)) &&
+         i.out_type == f.out.id() && i.layout == a.layout;
+}
+
+} // namespace
+
 Status instance_matches(const InstanceInfo &i, const GemmArgs &a) {
+  if (instance_fits(i, a)) return Status::Ok();
   const GemmFormat &f = a.fmt;
   std::string diff;
   if (i.act_type != f.act.type.id()) diff = "activation type " + to_string(f.act.type);
@@ -187,11 +204,16 @@ bool glob_match(const char *p, const char *s) {
   return *p == 0;
 }
 
+// Whether the ";"-separated list of integers holds `value` (parsed in place, no allocation).
 bool list_contains(const char *list, int value) {
-  std::stringstream ss(list);
-  std::string item;
-  while (std::getline(ss, item, ';'))
-    if (!item.empty() && std::stoi(item) == value) return true;
+  for (const char *p = list; *p != 0;) {
+    int item = 0;
+    bool digits = false;
+    while (*p >= '0' && *p <= '9') item = item * 10 + (*p++ - '0'), digits = true;
+    while (*p != 0 && *p != ';') ++p;
+    if (*p == ';') ++p;
+    if (digits && item == value) return true;
+  }
   return false;
 }
 
@@ -213,7 +235,7 @@ const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::
   std::vector<const InstanceInfo *> candidates;
   for (size_t i = 0; i < generated::kInstanceCount; ++i) {
     const InstanceInfo &info = generated::kInstances[i];
-    if (!instance_matches(info, args)) continue;
+    if (!instance_fits(info, args)) continue;
     std::string r;
     if (!instance_runs_on(info, cc, &r)) {
       reasons += r + "; ";
@@ -243,6 +265,7 @@ const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::
     while (std::getline(prefs, pattern, '|'))
       for (const InstanceInfo *c : candidates)
         if (glob_match(pattern.c_str(), c->name)) return c;
+    // (The binding caches choices per problem, so this string work is not on its hot path.)
   }
   // Registry order is name order; fast backends first.
   for (const InstanceInfo *c : candidates)

@@ -123,7 +123,11 @@ struct GemmArgs {
   const void *bias = nullptr;      // [n] of the output type, or null
   void *out = nullptr;             // [m][n], row stride ldo elements, type fmt.out
   int64_t ldo = 0;
-  void *workspace = nullptr;       // scratch for split-K schedulers (none needs it yet)
+  // Scratch for split-K (InstanceInfo::workspace_bytes). It must be zero before its first use;
+  // launches leave it ready for the next launch on the same stream (counters back at zero), so
+  // one buffer per stream can be zeroed once and reused. Launches on different streams that may
+  // overlap need buffers of their own.
+  void *workspace = nullptr;
   size_t workspace_bytes = 0;
   int num_sms = 0;                 // multiprocessors of the device (schedulers size grids by it)
 };
@@ -154,7 +158,7 @@ struct InstanceInfo {
   int smem_bytes;
   Status (*can_implement)(const GemmArgs &args);
   Status (*launch)(const GemmArgs &args, void *stream);
-  // Bytes of zero-initialised workspace a launch with these arguments needs (0: none).
+  // Bytes of workspace a launch with these arguments needs (0: none); see GemmArgs::workspace.
   size_t (*workspace_bytes)(const GemmArgs &args);
 };
 

@@ -242,6 +242,18 @@ class LayerPlan:
         self.n, self.k, self.layout = int(n), int(k), int(layout)
         self._per_device: dict = {}
 
+    def instance_at(self, m: int, index: int) -> str:
+        """``instance`` for CUDA device number ``index``: the per-call path of QuantLinear, which
+        builds no torch.device when the choice for this M range is cached."""
+        state = self._per_device.get(index)
+        if state is not None and state[2] is _forced and state[3] == len(_user_tables):
+            name = state[1].get(bisect.bisect_left(state[0], m))
+            if name is not None:
+                return name
+        import torch
+
+        return self.instance(m, torch.device("cuda", index))
+
     def instance(self, m: int, device) -> str:
         state = self._per_device.get(device.index)
         if state is None or state[2] != _forced or state[3] != len(_user_tables):

@@ -105,7 +105,7 @@ class QuantLinear(torch.nn.Module):
             a, a_scales = torch.ops.humming.quantize_act(a, self._act_str)
         elif a.dtype != self._act_dtype:
             raise TypeError(f"this layer takes {self._act_dtype} activations ({self.fmt.act}); got {a.dtype}")
-        instance = self.instance_for(a.shape[0], a.device) if a.is_cuda else ""
+        instance = (self.instance or self._plan.instance_at(a.shape[0], a.get_device())) if a.is_cuda else ""
         out = torch.ops.humming.gemm(a, self.codes, self.scales, self.zeros, self.global_scale, a_scales, self.bias,
                                      self._fmt_str, self.layout, self.out_features, self.in_features, instance)
         return out.reshape(*lead, self.out_features)

@@ -2,16 +2,22 @@
 // Ops are registered under torch.ops.humming; the torch-free parts (registry, formats, build facts)
 // are plain pybind11 functions of humming_aot._C. Fake (meta) kernels live in humming_aot/ops.py.
 #include <ATen/ATen.h>
+#include <cuda_runtime_api.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <array>
-#include <type_traits>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "humming/humming.h"
 
@@ -120,14 +126,78 @@ int device_cc(int index) {
 
 // ---- gemm ----------------------------------------------------------------------------------------
 
+// What one call site's strings and extents resolve to. A model calls the same few layers over and
+// over, so each thread keeps the parsed format, the packed extents, the named instance and the
+// default choice per M: the hot path then does no parsing and no registry search.
+struct CallPlan {
+  std::string fmt_text, instance_name;
+  int64_t layout = 0, n = 0, k = 0;
+  GemmFormat fmt;
+  PackedDims dims;
+  const InstanceInfo *named = nullptr;
+  struct Choice {
+    int64_t m;
+    int device, cc, sms;
+    const InstanceInfo *inst;
+  };
+  std::vector<Choice> chosen;
+};
+
+CallPlan &call_plan(const std::string &fmt_text, int64_t layout, int64_t n, int64_t k, const std::string &instance) {
+  thread_local std::vector<std::unique_ptr<CallPlan>> plans;
+  for (auto &p : plans)
+    if (p->n == n && p->k == k && p->layout == layout && p->fmt_text == fmt_text && p->instance_name == instance)
+      return *p;
+  auto p = std::make_unique<CallPlan>();
+  p->fmt = parse_gemm(fmt_text);
+  check(packed_dims(static_cast<int>(layout), p->fmt.weight, n, k, &p->dims));
+  if (!instance.empty()) {
+    p->named = find_instance(instance);
+    HUMMING_CHECK_VALUE(p->named != nullptr, "no compiled instance is named '", instance,
+                        "'; humming_aot.registry.instances() lists the ", instance_count(), " of this build");
+  }
+  p->fmt_text = fmt_text, p->instance_name = instance, p->layout = layout, p->n = n, p->k = k;
+  if (plans.size() >= 256) plans.clear(); // bounded: a model has far fewer distinct layers
+  plans.push_back(std::move(p));
+  return *plans.back();
+}
+
+// Split-K scratch. The kernels need it zeroed only before first use (they return their tile
+// counters to zero), so outside graph capture each (device, stream) keeps one zeroed buffer and
+// reuses it: no memset launch per call. Kernels on one stream run in order, so they may share it;
+// growing it frees the old buffer through the caching allocator, which reuses memory in stream
+// order. Under graph capture a fresh zeroed buffer comes from the graph's pool instead, so a graph
+// never points at a buffer that eager calls or another replay stream also use.
+void *split_workspace(const at::Device &dev, cudaStream_t stream, size_t bytes, at::Tensor *hold) {
+  const auto opts = at::TensorOptions().device(dev).dtype(at::kByte);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  TORCH_CHECK(cudaStreamIsCapturing(stream, &capture) == cudaSuccess, "cannot query the stream's capture state");
+  constexpr size_t kKeepLimit = size_t(256) << 20; // larger scratch is not kept between calls
+  if (capture != cudaStreamCaptureStatusNone || bytes > kKeepLimit) {
+    *hold = at::zeros({static_cast<int64_t>(bytes)}, opts);
+    return hold->data_ptr();
+  }
+  static std::mutex mu;
+  // Never destroyed: releasing CUDA memory during interpreter shutdown is not safe.
+  static auto *kept = new std::map<std::pair<int, cudaStream_t>, at::Tensor>();
+  const std::lock_guard<std::mutex> lock(mu);
+  at::Tensor &buf = (*kept)[{static_cast<int>(dev.index()), stream}];
+  if (!buf.defined() || static_cast<size_t>(buf.numel()) < bytes) {
+    const size_t grown = std::max(bytes, std::min(kKeepLimit, size_t(1) << 20));
+    buf = at::zeros({static_cast<int64_t>(grown)}, opts);
+  }
+  return buf.data_ptr();
+}
+
 at::Tensor gemm_impl(const at::Tensor &a, const at::Tensor &codes, const c10::optional<at::Tensor> &scales,
                      const c10::optional<at::Tensor> &zeros, const c10::optional<at::Tensor> &global_scale,
                      const c10::optional<at::Tensor> &a_scales, const c10::optional<at::Tensor> &bias,
                      const std::string &fmt_text, int64_t layout, int64_t n, int64_t k, const std::string &instance) {
+  CallPlan &plan = call_plan(fmt_text, layout, n, k, instance);
   GemmArgs args;
-  args.fmt = parse_gemm(fmt_text);
+  args.fmt = plan.fmt;
   args.layout = static_cast<int>(layout);
-  check(packed_dims(args.layout, args.fmt.weight, n, k, &args.dims));
+  args.dims = plan.dims;
   const PackedDims &d = args.dims;
   const at::Device dev = a.device();
   const WeightFormat &w = args.fmt.weight;
@@ -186,12 +256,6 @@ at::Tensor gemm_impl(const at::Tensor &a, const at::Tensor &codes, const c10::op
     check_shape(*bias, "bias", {n});
     args.bias = bias->data_ptr();
   }
-  const InstanceInfo *named = nullptr;
-  if (!instance.empty()) {
-    named = find_instance(instance);
-    HUMMING_CHECK_VALUE(named != nullptr, "no compiled instance is named '", instance,
-                      "'; humming_aot.registry.instances() lists the ", instance_count(), " of this build");
-  }
   at::Tensor out = at::empty({args.m, n}, a.options().dtype(storage_type(args.fmt.out)));
   args.out = out.data_ptr();
   args.ldo = n;
@@ -202,26 +266,34 @@ at::Tensor gemm_impl(const at::Tensor &a, const at::Tensor &codes, const c10::op
   }
   HUMMING_CHECK_VALUE(dev.is_cuda(), "humming.gemm runs on CPU or CUDA tensors, got ", dev);
   const c10::cuda::CUDAGuard guard(dev);
-  const int cc = device_cc(dev.index());
-  args.num_sms = device_sms(dev.index());
-  const InstanceInfo *inst = nullptr;
-  if (instance.empty()) {
-    std::string why;
-    inst = select_instance(args, cc, args.num_sms, &why);
-    HUMMING_CHECK_VALUE(inst != nullptr, why);
-  } else {
-    inst = named;
+  const int index = dev.index();
+  const int cc = device_cc(index);
+  args.num_sms = device_sms(index);
+  const InstanceInfo *inst = plan.named;
+  if (inst == nullptr) {
+    for (const auto &c : plan.chosen)
+      if (c.m == args.m && c.device == index && c.cc == cc && c.sms == args.num_sms) inst = c.inst;
+    // A cached choice can still refuse this call's pointers or strides (alignment): choose again.
+    if (inst != nullptr && !inst->can_implement(args)) {
+      std::string why;
+      inst = select_instance(args, cc, args.num_sms, &why);
+      HUMMING_CHECK_VALUE(inst != nullptr, why);
+    } else if (inst == nullptr) {
+      std::string why;
+      inst = select_instance(args, cc, args.num_sms, &why);
+      HUMMING_CHECK_VALUE(inst != nullptr, why);
+      if (plan.chosen.size() >= 64) plan.chosen.clear();
+      plan.chosen.push_back({args.m, index, cc, args.num_sms, inst});
+    }
   }
-  // Split-K partials and tile counters: zeroed scratch from torch's caching allocator (no
-  // cudaMalloc on the hot path; inside a CUDA graph it comes from the graph's pool).
-  at::Tensor workspace;
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(index).stream();
+  at::Tensor workspace; // holds scratch allocated for this call only
   const size_t ws = inst->workspace_bytes != nullptr ? inst->workspace_bytes(args) : 0;
   if (ws > 0) {
-    workspace = at::zeros({static_cast<int64_t>(ws)}, a.options().dtype(at::kByte));
-    args.workspace = workspace.data_ptr();
+    args.workspace = split_workspace(dev, stream, ws, &workspace);
     args.workspace_bytes = ws;
   }
-  check(gemm(args, *inst, c10::cuda::getCurrentCUDAStream(dev.index()).stream()));
+  check(gemm(args, *inst, stream));
   return out;
 }
 

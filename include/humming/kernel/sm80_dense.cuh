@@ -6,14 +6,22 @@
 // and the WarpsK partial sums are added through shared memory at the end (small M gets its
 // parallelism from K). Stages are filled with cp.async (activations into a swizzled tile read with
 // ldmatrix; weights as layout-sm80 blocks, one 16- or 32-byte load per lane per 16 x 64 block).
-// Codes become operands in registers (numeric/fast_dequant.h): (code - zero) exactly, times the
-// group scale in the operand type; per-channel scales and the global scale are applied to the fp32
-// accumulators instead, which is exact.
+// Codes become operands in registers (numeric/fast_dequant.h).
+//
+// Two ways to apply scales, chosen by the warp's row count:
+// * Warps of one 16-row mma tile (MT == 1, the decode tiles) keep a second set of fp32 sums per
+//   scale-group segment and fold the group scale in with one FFMA per sum when the segment ends.
+//   Per 16 x 64 weight block that costs far less than scaling 32 operands, and it is exact. When
+//   every channel has the same zero (symmetric codes), the operands even keep their constant
+//   offset R (magic + 2^(bits-1)): one extra mma against a constant -R fragment yields -R times
+//   each row's activation sum, which starts the segment's sums, so a 4-bit pair costs one LOP3.
+// * Warps of several mma tiles (MT > 1) reuse each operand MT times, so they build
+//   (code - zero) * group scale in the operand type once instead of keeping MT more sums.
+// Per-channel scales and the global scale are applied to the fp32 sums at the end, which is exact.
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <string>
 
 #include "humming/backend/sm80/ptx.h"
@@ -60,10 +68,22 @@ struct Dense {
   static constexpr int kZBytes = kIntZero ? ((kScaleRows * BN + 15) / 16) * 16 : 0;
   static constexpr int kStageBytes = kABytes + kBBytes + kSBytes + kZBytes;
   static constexpr int kAcc = MT * 8 * 4; // fp32 accumulators per lane
+  static constexpr int kSteps = WarpK / 16; // mma K steps per warp per stage
+  // Scale on the fp32 sums (see the top of the file) for warps of one mma tile.
+  static constexpr bool kAccScale = MT == 1;
+  // Operands keep the offset R, removed through the activations' row sums (not for integer zero
+  // points, which differ per channel, nor for bytes as bf16, which are exact (code - zero) already).
+  static constexpr bool kFold = kAccScale && !kIntZero && !(kBf16 && kBits == 8);
+  // K steps per scale segment: a warp's slice of a stage never straddles two groups.
+  static constexpr int kSegSteps = (GroupK == 0 || GroupK >= WarpK) ? kSteps : GroupK / 16;
+  static constexpr int kSegs = kSteps / kSegSteps;
   static constexpr int kReduceBytes = (WarpsK - 1) * WarpsM * WarpsN * 32 * kAcc * 4;
   static constexpr int kSmemBytes = Stages * kStageBytes > kReduceBytes ? Stages * kStageBytes : kReduceBytes;
   // The last block of a split tile learns it is last through this word.
   static constexpr int kSmemTotal = kSmemBytes + 16;
+  // Blocks per SM the register budget is cut for: decode tiles are latency-bound with one block of
+  // 8 warps, so they fit two (128 registers a thread, and shared memory for two on sm_80/sm_90).
+  static constexpr int kMinBlocks = kAccScale && 2 * kSmemTotal <= 227 * 1024 ? 2 : 1;
 
   static_assert(ActId == dtypes::f16.id() || ActId == dtypes::bf16.id(), "activations are f16 or bf16");
   static_assert(ScaleId == ActId, "scales are in the operand type");
@@ -73,6 +93,7 @@ struct Dense {
   static_assert(GroupK == 0 || GroupK % 16 == 0, "a K group covers whole mma K steps");
   static_assert(GroupK == 0 || GroupK >= BK || BK % (GroupK == 0 ? 1 : GroupK) == 0, "groups tile the stage");
   static_assert(kStageBytes % 16 == 0, "16-byte aligned stages");
+  static_assert(GroupK == 0 || GroupK % WarpK == 0 || WarpK % GroupK == 0, "a warp slice lies in whole groups");
 
   struct Params {
     GemmArgs args;
@@ -91,58 +112,227 @@ struct Dense {
     return w;
   }
 
+  // cp.async loops with trip counts known at compile time (the last round may be partial).
+  template <int Total, class F> static __device__ __forceinline__ void for_each_chunk(F f) {
+#pragma unroll
+    for (int it = 0; it < (Total + kThreads - 1) / kThreads; ++it) {
+      const int i = static_cast<int>(threadIdx.x) + it * kThreads;
+      if (Total % kThreads == 0 || i < Total) f(i);
+    }
+  }
+
   static __device__ __forceinline__ void load_stage(const Params &p, char *stage, int64_t kt, int64_t m0, int64_t n0) {
     const GemmArgs &a = p.args;
-    const int tid = threadIdx.x;
     const int64_t k0 = kt * BK;
     // Activations: BM rows x BK inputs in 16-byte chunks, chunk c of row r stored at c ^ (r % 8).
+    // Rows past m are not loaded at all: mma rows are independent, so whatever those rows of shared
+    // memory hold only reaches output rows that are never stored. K past k reads as zeros, which
+    // cancels the padded weights.
     constexpr int kRowChunks = BK / 8;
     const auto *act = static_cast<const char *>(a.a);
-    char *sa = stage;
-#pragma unroll
-    for (int i = tid; i < BM * kRowChunks; i += kThreads) {
+    for_each_chunk<BM * kRowChunks>([&](int i) {
       const int r = i / kRowChunks, c = i % kRowChunks;
       const int64_t m = m0 + r, k = k0 + c * 8;
-      const bool ok = m < a.m && k < a.dims.k;
-      const char *src = ok ? act + (m * a.lda + k) * 2 : act;
-      cp_async16(sa + r * BK * 2 + ((c ^ (r & 7)) * 16), src, ok);
-    }
-    // Weights: for each 64-channel column, BK / 16 consecutive blocks.
+      if (m >= a.m) return;
+      const bool ok = k < a.dims.k;
+      cp_async16(stage + r * BK * 2 + ((c ^ (r & 7)) * 16), ok ? act + (m * a.lda + k) * 2 : act, ok);
+    });
+    // Weights: for each 64-channel column, BK / 16 consecutive blocks. Blocks past the padded K
+    // or N read as zeros (finite operands, so the zero activations cancel them).
     constexpr int kColChunks = (BK / 16) * kWordsPerBlock / 4;
     const auto *codes = reinterpret_cast<const char *>(a.codes);
     char *sb = stage + kABytes;
     const int64_t kb0 = k0 / 16;
-#pragma unroll
-    for (int i = tid; i < WarpsN * kColChunks; i += kThreads) {
+    for_each_chunk<WarpsN * kColChunks>([&](int i) {
       const int nb = i / kColChunks, c = i % kColChunks;
       const int64_t block_k = kb0 + (c * 4) / kWordsPerBlock;
-      // The last column of blocks may pass the padded N when BN is wider than the layout's 64.
       const bool ok = block_k < p.k_blocks && n0 + nb * 64 < a.dims.n_pad;
       const int64_t word = ((n0 / 64 + nb) * p.k_blocks + kb0) * kWordsPerBlock + c * 4;
       cp_async16(sb + (nb * kColChunks + c) * 16, ok ? codes + word * 4 : codes, ok);
-    }
+    });
     if constexpr (GroupK != 0) {
-      // Scale rows (and zero-point rows) of the groups this stage touches.
+      // Scale rows (and zero-point rows) of the groups this stage touches; rows past the last
+      // group read as zeros, never as stale values that could be NaN.
       const int64_t g0 = k0 / GroupK;
       const auto *scales = static_cast<const char *>(a.scales);
       char *ss = stage + kABytes + kBBytes;
       constexpr int kScaleChunks = BN * 2 / 16;
-      for (int i = tid; i < kScaleRows * kScaleChunks; i += kThreads) {
+      for_each_chunk<kScaleRows * kScaleChunks>([&](int i) {
         const int r = i / kScaleChunks, c = i % kScaleChunks;
         const bool ok = g0 + r < a.dims.k_groups && n0 + c * 8 < a.dims.n_pad;
         const int64_t elem = (g0 + r) * a.dims.n_groups + n0 + c * 8;
         cp_async16(ss + (r * kScaleChunks + c) * 16, ok ? scales + elem * 2 : scales, ok);
-      }
+      });
       if constexpr (kIntZero) {
         const auto *zeros = static_cast<const char *>(a.zeros);
         char *sz = ss + kSBytes;
         constexpr int kZeroChunks = BN / 16;
-        for (int i = tid; i < kScaleRows * kZeroChunks; i += kThreads) {
+        for_each_chunk<kScaleRows * kZeroChunks>([&](int i) {
           const int r = i / kZeroChunks, c = i % kZeroChunks;
           const bool ok = g0 + r < a.dims.k_groups && n0 + c * 16 < a.dims.n_pad;
           const int64_t elem = (g0 + r) * a.dims.n_groups + n0 + c * 16;
           cp_async16(sz + (r * kZeroChunks + c) * 16, ok ? zeros + elem : zeros, ok);
+        });
+      }
+    }
+  }
+
+  // This lane's packed words of the 16 x 64 block at stage input kk, warp column wn.
+  static __device__ __forceinline__ void load_words(const char *sb, int wn, int kk, int lane,
+                                                    uint32_t (&words)[kWordsPerLane]) {
+    const char *blk = sb + ((wn * (BK / 16) + kk / 16) * kWordsPerBlock + lane * kWordsPerLane) * 4;
+#pragma unroll
+    for (int v = 0; v < kWordsPerLane / 4; ++v) {
+      const uint4 q = *reinterpret_cast<const uint4 *>(blk + 16 * v);
+      words[4 * v] = q.x, words[4 * v + 1] = q.y, words[4 * v + 2] = q.z, words[4 * v + 3] = q.w;
+    }
+  }
+
+  // B fragments of one K step: bf[j] for channels j * 8 + lane / 4. With kFold the operands keep
+  // the offset R; otherwise they are (code - zero) exactly, zero and bias per fragment column j.
+  static __device__ __forceinline__ void dequant(const uint32_t (&words)[kWordsPerLane], const uint32_t (&bias)[8],
+                                                 const float (&zero)[8], uint32_t (&bf)[8][2]) {
+#pragma unroll
+    for (int pr = 0; pr < 16; ++pr) {
+      const int j = pr / 2;
+      const uint32_t w = to_offset_binary(words[pr / kPairsPerWord]);
+      constexpr int kP = kPairsPerWord;
+      uint32_t v;
+      if constexpr (kBits == 4) {
+        const int q = pr % kP;
+        uint32_t b;
+        if (q == 0) b = numeric::u4_pair_biased<kBf16, 0>(w);
+        else if (q == 1) b = numeric::u4_pair_biased<kBf16, 1>(w);
+        else if (q == 2) b = numeric::u4_pair_biased<kBf16, 2>(w);
+        else b = numeric::u4_pair_biased<kBf16, 3>(w);
+        v = kFold ? b : numeric::Operand<kBf16>::sub(b, bias[j]);
+      } else if constexpr (kFold) {
+        v = pr % kP == 0 ? numeric::u8_pair_biased_f16<0>(w) : numeric::u8_pair_biased_f16<1>(w);
+      } else {
+        v = pr % kP == 0 ? numeric::u8_pair<kBf16, 0>(w, bias[j], zero[j]) : numeric::u8_pair<kBf16, 1>(w, bias[j], zero[j]);
+      }
+      bf[j][pr % 2] = v;
+    }
+  }
+
+  // A fragment (ldmatrix.x4) of the 16-row tile starting at row `row0`, stage input kk.
+  static __device__ __forceinline__ void load_a(const char *sa, int row0, int kk, int lane, uint32_t (&af)[4]) {
+    const int row = row0 + (lane % 8) + ((lane / 8) % 2) * 8;
+    const int chunk = kk / 8 + lane / 16;
+    ldmatrix_x4(af, sa + row * BK * 2 + ((chunk ^ (row & 7)) * 16));
+  }
+
+  // Group zero points of this lane's 8 fragment columns from scale row `row` of the stage.
+  static __device__ __forceinline__ void group_zeros(const char *stage, int row, int wn, int lane, uint32_t (&bias)[8],
+                                                     float (&zero)[8]) {
+    const auto *zrow = reinterpret_cast<const uint8_t *>(stage + kABytes + kBBytes + kSBytes) + row * BN;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      zero[j] = static_cast<float>(zrow[wn * 64 + j * 8 + lane / 4]);
+      bias[j] = bias_for(zero[j]);
+    }
+  }
+
+  // One stage of a warp of one mma tile: segments of kSegSteps K steps, each summed on its own and
+  // scaled into acc (see the top of the file). `offset_sums` gathers -R x row sums over all of K
+  // for per-channel scales, which add it once at the end.
+  static __device__ __forceinline__ void stage_acc_scale(const char *stage, int wn, int wk, int lane,
+                                                         float (&acc)[8][4], float (&offset_sums)[4],
+                                                         const uint32_t (&fixed_bias)[8], const float (&fixed_zero)[8],
+                                                         uint32_t neg_offset) {
+    using Op = numeric::Operand<kBf16>;
+    const char *sb = stage + kABytes;
+    // Not unrolled: small groups (several segments) would otherwise overlap two segments' sums
+    // and pass the 128-register budget.
+#pragma unroll 1
+    for (int sg = 0; sg < kSegs; ++sg) {
+      const int kk0 = wk * WarpK + sg * kSegSteps * 16;
+      const int row = (GroupK == 0 || GroupK >= BK) ? 0 : kk0 / (GroupK == 0 ? 1 : GroupK);
+      uint32_t af[kSegSteps][4];
+#pragma unroll
+      for (int s = 0; s < kSegSteps; ++s) load_a(stage, 0, kk0 + s * 16, lane, af[s]);
+      uint32_t bias[8];
+      float zero[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) bias[j] = fixed_bias[j], zero[j] = fixed_zero[j];
+      if constexpr (GroupK != 0 && kIntZero) group_zeros(stage, row, wn, lane, bias, zero);
+      if constexpr (GroupK == 0) {
+#pragma unroll
+        for (int s = 0; s < kSegSteps; ++s) {
+          if constexpr (kFold) mma_16816<kBf16>(offset_sums, af[s], neg_offset, neg_offset);
+          uint32_t words[kWordsPerLane], bf[8][2];
+          load_words(sb, wn, kk0 + s * 16, lane, words);
+          dequant(words, bias, zero, bf);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) mma_16816<kBf16>(acc[j], af[s], bf[j][0], bf[j][1]);
         }
+      } else {
+        // The segment's sums start at -R x (row sums of its activations), or at zero.
+        float start[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if constexpr (kFold)
+#pragma unroll
+          for (int s = 0; s < kSegSteps; ++s) mma_16816<kBf16>(start, af[s], neg_offset, neg_offset);
+        float seg[8][4];
+#pragma unroll
+        for (int s = 0; s < kSegSteps; ++s) {
+          uint32_t words[kWordsPerLane], bf[8][2];
+          load_words(sb, wn, kk0 + s * 16, lane, words);
+          dequant(words, bias, zero, bf);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            if (s == 0) mma_16816<kBf16>(seg[j], af[s], bf[j][0], bf[j][1], start);
+            else mma_16816<kBf16>(seg[j], af[s], bf[j][0], bf[j][1]);
+          }
+        }
+        // Scales of this lane's accumulator columns j * 8 + (lane % 4) * 2 + {0, 1}.
+        const auto *srow = reinterpret_cast<const uint32_t *>(stage + kABytes + kBBytes) + row * (BN / 2);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float2 sc = Op::to_float2(srow[(wn * 64 + j * 8 + (lane % 4) * 2) / 2]);
+          acc[j][0] = fmaf(sc.x, seg[j][0], acc[j][0]);
+          acc[j][1] = fmaf(sc.y, seg[j][1], acc[j][1]);
+          acc[j][2] = fmaf(sc.x, seg[j][2], acc[j][2]);
+          acc[j][3] = fmaf(sc.y, seg[j][3], acc[j][3]);
+        }
+      }
+    }
+  }
+
+  // One stage of a warp of MT mma tiles: operands (code - zero) * group scale, reused MT times.
+  static __device__ __forceinline__ void stage_operand_scale(const char *stage, int wm, int wn, int wk, int lane,
+                                                             float (&acc)[MT][8][4], const uint32_t (&fixed_bias)[8],
+                                                             const float (&fixed_zero)[8]) {
+    using Op = numeric::Operand<kBf16>;
+    const char *sb = stage + kABytes;
+#pragma unroll
+    for (int ks = 0; ks < kSteps; ++ks) {
+      const int kk = wk * WarpK + ks * 16; // input offset inside the stage
+      uint32_t af[MT][4];
+#pragma unroll
+      for (int i = 0; i < MT; ++i) load_a(stage, wm * WM + i * 16, kk, lane, af[i]);
+      uint32_t words[kWordsPerLane];
+      load_words(sb, wn, kk, lane, words);
+      uint32_t bias[8], scale_pair[8];
+      float zero[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) bias[j] = fixed_bias[j], zero[j] = fixed_zero[j];
+      const int row = (GroupK == 0 || GroupK >= BK) ? 0 : kk / (GroupK == 0 ? 1 : GroupK);
+      if constexpr (GroupK != 0) {
+        const auto *srow = reinterpret_cast<const uint16_t *>(stage + kABytes + kBBytes) + row * BN;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const uint16_t s = srow[wn * 64 + j * 8 + lane / 4];
+          scale_pair[j] = static_cast<uint32_t>(s) | (static_cast<uint32_t>(s) << 16);
+        }
+        if constexpr (kIntZero) group_zeros(stage, row, wn, lane, bias, zero);
+      }
+      uint32_t bf[8][2];
+      dequant(words, bias, zero, bf);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        if constexpr (GroupK != 0) bf[j][0] = Op::mul(bf[j][0], scale_pair[j]), bf[j][1] = Op::mul(bf[j][1], scale_pair[j]);
+#pragma unroll
+        for (int i = 0; i < MT; ++i) mma_16816<kBf16>(acc[i][j], af[i], bf[j][0], bf[j][1]);
       }
     }
   }
@@ -174,6 +364,9 @@ struct Dense {
       fixed_zero[j] = z;
       fixed_bias[j] = bias_for(z);
     }
+    // -R in both halves: the constant B fragment whose mma gives -R x each row's activation sum.
+    const uint32_t neg_offset = Op::pair(-(Op::kMagicValue + (1 << (kBits - 1))), -(Op::kMagicValue + (1 << (kBits - 1))));
+    float offset_sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 
     float acc[MT][8][4];
 #pragma unroll
@@ -190,94 +383,29 @@ struct Dense {
       cp_async_commit();
     }
 
+    int slot = 0; // stage buffer of tile kt; the load goes to the one before it
     for (int64_t kt = kt_begin; kt < kt_end; ++kt) {
       cp_async_wait<Stages - 2>();
       __syncthreads();
       {
         const int64_t next = kt + Stages - 1;
-        if (next < kt_end) load_stage(p, smem + ((next - kt_begin) % Stages) * kStageBytes, next, m0, n0);
+        const int next_slot = slot == 0 ? Stages - 1 : slot - 1;
+        if (next < kt_end) load_stage(p, smem + next_slot * kStageBytes, next, m0, n0);
         cp_async_commit();
       }
-      const char *stage = smem + ((kt - kt_begin) % Stages) * kStageBytes;
-      const char *sa = stage;
-      const char *sb = stage + kABytes;
-#pragma unroll
-      for (int ks = 0; ks < WarpK / 16; ++ks) {
-        const int kk = wk * WarpK + ks * 16; // input offset inside the stage
-        // A fragments: ldmatrix.x4 per 16-row tile.
-        uint32_t af[MT][4];
-#pragma unroll
-        for (int i = 0; i < MT; ++i) {
-          const int row = wm * WM + i * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
-          const int chunk = kk / 8 + lane / 16;
-          ldmatrix_x4(af[i], sa + row * BK * 2 + ((chunk ^ (row & 7)) * 16));
-        }
-        // B: this lane's words of block (kk / 16, wn).
-        uint32_t words[kWordsPerLane];
-        const char *blk = sb + ((wn * (BK / 16) + kk / 16) * kWordsPerBlock + lane * kWordsPerLane) * 4;
-        if constexpr (kWordsPerLane == 4) {
-          const uint4 v = *reinterpret_cast<const uint4 *>(blk);
-          words[0] = v.x, words[1] = v.y, words[2] = v.z, words[3] = v.w;
-        } else {
-          const uint4 v0 = *reinterpret_cast<const uint4 *>(blk);
-          const uint4 v1 = *reinterpret_cast<const uint4 *>(blk + 16);
-          words[0] = v0.x, words[1] = v0.y, words[2] = v0.z, words[3] = v0.w;
-          words[4] = v1.x, words[5] = v1.y, words[6] = v1.z, words[7] = v1.w;
-        }
-        // Group scale (and zero) of this K step for the lane's 8 channels.
-        uint32_t scale_pair[8];
-        uint32_t bias[8];
-        float zero[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          bias[j] = fixed_bias[j];
-          zero[j] = fixed_zero[j];
-        }
-        if constexpr (GroupK != 0) {
-          const int row = GroupK >= BK ? 0 : kk / GroupK;
-          const auto *srow = reinterpret_cast<const uint16_t *>(stage + kABytes + kBBytes) + row * BN;
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            const uint16_t s = srow[wn * 64 + j * 8 + lane / 4];
-            scale_pair[j] = static_cast<uint32_t>(s) | (static_cast<uint32_t>(s) << 16);
-          }
-          if constexpr (kIntZero) {
-            const auto *zrow = reinterpret_cast<const uint8_t *>(stage + kABytes + kBBytes + kSBytes) + row * BN;
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-              zero[j] = static_cast<float>(zrow[wn * 64 + j * 8 + lane / 4]);
-              bias[j] = bias_for(zero[j]);
-            }
-          }
-        }
-        uint32_t bf[8][2];
-#pragma unroll
-        for (int pr = 0; pr < 16; ++pr) {
-          const int j = pr / 2, r = pr % 2;
-          const uint32_t w = to_offset_binary(words[pr / kPairsPerWord]);
-          uint32_t v;
-          if constexpr (kBits == 4) {
-            switch (pr % kPairsPerWord) {
-            case 0: v = numeric::u4_pair<kBf16, 0>(w, bias[j]); break;
-            case 1: v = numeric::u4_pair<kBf16, 1>(w, bias[j]); break;
-            case 2: v = numeric::u4_pair<kBf16, 2>(w, bias[j]); break;
-            default: v = numeric::u4_pair<kBf16, 3>(w, bias[j]); break;
-            }
-          } else {
-            if (pr % kPairsPerWord == 0)
-              v = numeric::u8_pair<kBf16, 0>(w, bias[j], zero[j]);
-            else
-              v = numeric::u8_pair<kBf16, 1>(w, bias[j], zero[j]);
-          }
-          if constexpr (GroupK != 0) v = Op::mul(v, scale_pair[j]);
-          bf[j][r] = v;
-        }
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-          for (int j = 0; j < 8; ++j) mma_16816<kBf16>(acc[i][j], af[i], bf[j][0], bf[j][1]);
-      }
+      const char *stage = smem + slot * kStageBytes;
+      slot = slot == Stages - 1 ? 0 : slot + 1;
+      if constexpr (kAccScale)
+        stage_acc_scale(stage, wn, wk, lane, acc[0], offset_sums, fixed_bias, fixed_zero, neg_offset);
+      else
+        stage_operand_scale(stage, wm, wn, wk, lane, acc, fixed_bias, fixed_zero);
     }
+    // Per-channel scales with kept offsets: remove -R x row sums once for all of K.
+    if constexpr (kFold && GroupK == 0)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[0][j][e] += offset_sums[e];
     cp_async_wait<0>();
     __syncthreads();
 
@@ -380,6 +508,11 @@ struct Dense {
 
   static int64_t n_tiles(const GemmArgs &args) { return (args.dims.n_pad + BN - 1) / BN; }
 
+  // Blocks of this kernel one multiprocessor holds at once, after raising its shared-memory limit
+  // (queried once per process; a process drives one kind of GPU). Split-K fills that many slots
+  // per SM. Negative: the device cannot give a block this much shared memory.
+  static int resident_blocks();
+
   static Params make_params(const GemmArgs &args) {
     Params p;
     p.args = args;
@@ -388,14 +521,34 @@ struct Dense {
     p.m_tiles = (args.m + BM - 1) / BM;
     const int64_t tiles = p.m_tiles * n_tiles(args);
     const int64_t group_tiles = GroupK > BK ? GroupK / BK : 1;
-    p.plan = plan_splits(tiles, p.k_tiles, group_tiles, args.num_sms, 1);
+    const int resident = resident_blocks();
+    p.plan = plan_splits(tiles, p.k_tiles, group_tiles, args.num_sms, resident > 0 ? resident : 1);
     return p;
   }
 };
 
-template <class K> __global__ void __launch_bounds__(K::kThreads) dense_kernel(const __grid_constant__ typename K::Params p) {
+template <class K> __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) dense_kernel(const __grid_constant__ typename K::Params p) {
   extern __shared__ __align__(16) char smem[];
   K::run(p, smem);
+}
+
+template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int Zero, uint32_t OutId, int GroupK, int BM, int WarpsM,
+          int WarpsN, int WarpsK, int WarpK, int Stages>
+int Dense<ActId, CodeId, ScaleId, Zero, OutId, GroupK, BM, WarpsM, WarpsN, WarpsK, WarpK, Stages>::resident_blocks() {
+  static const int blocks = [] {
+    if (cudaFuncSetAttribute(dense_kernel<Dense>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemTotal) !=
+        cudaSuccess) {
+      cudaGetLastError(); // clear the error, so that a later launch reports its own
+      return -1;
+    }
+    int b = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, dense_kernel<Dense>, kThreads, kSmemTotal) != cudaSuccess) {
+      cudaGetLastError();
+      return 1;
+    }
+    return b > 0 ? b : 1;
+  }();
+  return blocks;
 }
 
 #define HUMMING_SM80_TARGS uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int Zero, uint32_t OutId, int GroupK, \
@@ -437,15 +590,9 @@ template <HUMMING_SM80_TARGS> Status launch(const GemmArgs &args, void *stream) 
   if (need > args.workspace_bytes || (need > 0 && args.workspace == nullptr))
     return Status::Error("the sm80 backend needs " + std::to_string(need) + " bytes of zeroed workspace, got " +
                          std::to_string(args.workspace_bytes));
-  static std::atomic<bool> configured{false};
-  if (!configured.load(std::memory_order_acquire)) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(dense_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, K::kSmemTotal);
-    if (e != cudaSuccess)
-      return Status::Error(std::string("the sm80 kernel needs ") + std::to_string(K::kSmemTotal) +
-                           " bytes of shared memory: " + cudaGetErrorString(e));
-    configured.store(true, std::memory_order_release);
-  }
+  if (K::resident_blocks() < 0)
+    return Status::Error(std::string("this sm80 instance needs ") + std::to_string(K::kSmemTotal) +
+                         " bytes of shared memory per block, more than this GPU allows; use a smaller tile");
   const dim3 grid(static_cast<unsigned>(p.m_tiles * K::n_tiles(args)), static_cast<unsigned>(p.plan.splits));
   dense_kernel<K><<<grid, K::kThreads, K::kSmemTotal, static_cast<cudaStream_t>(stream)>>>(p);
   const cudaError_t e = cudaGetLastError();

@@ -39,6 +39,10 @@ template <> struct Operand<false> {
   static __device__ __forceinline__ float to_float(uint16_t bits) {
     return __half2float(*reinterpret_cast<const __half *>(&bits));
   }
+  // Both halves of a register pair as floats.
+  static __device__ __forceinline__ float2 to_float2(uint32_t pair) {
+    return __half22float2(*reinterpret_cast<const __half2 *>(&pair));
+  }
 };
 
 template <> struct Operand<true> {
@@ -61,6 +65,9 @@ template <> struct Operand<true> {
   static __device__ __forceinline__ float to_float(uint16_t bits) {
     return __uint_as_float(static_cast<uint32_t>(bits) << 16);
   }
+  static __device__ __forceinline__ float2 to_float2(uint32_t pair) {
+    return make_float2(__uint_as_float(pair << 16), __uint_as_float(pair & 0xFFFF0000u));
+  }
 };
 
 // Bias register pair for zero point z: magic + z in both halves, so that sub(pair, bias) is
@@ -69,17 +76,28 @@ template <bool IsBf16> __device__ __forceinline__ uint32_t zero_bias(float z) {
   return Operand<IsBf16>::pair(Operand<IsBf16>::kMagicValue + z, Operand<IsBf16>::kMagicValue + z);
 }
 
+// Register pair `p` of a word of 4-bit codes with the magic left in: (magic + code[p],
+// magic + code[p + 4]), exact. A kernel that removes the offset after the mma (as a multiple of
+// the activations' row sums) needs nothing more per pair than this one LOP3.
+template <bool IsBf16, int P> __device__ __forceinline__ uint32_t u4_pair_biased(uint32_t word) {
+  return sm80::and_or(word >> (4 * P), 0x000F000Fu, Operand<IsBf16>::kMagic);
+}
+
 // Register pair `p` of a word of 4-bit codes: (code[p] - z, code[p + 4] - z), exact.
 template <bool IsBf16, int P> __device__ __forceinline__ uint32_t u4_pair(uint32_t word, uint32_t bias) {
-  const uint32_t biased = sm80::and_or(word >> (4 * P), 0x000F000Fu, Operand<IsBf16>::kMagic);
-  return Operand<IsBf16>::sub(biased, bias);
+  return Operand<IsBf16>::sub(u4_pair_biased<IsBf16, P>(word), bias);
+}
+
+// Register pair `p` of a word of 8-bit codes as f16 with the magic left in: (1024 + byte[p],
+// 1024 + byte[p + 2]), exact (bf16 cannot hold 256 consecutive integers; see u8_pair).
+template <int P> __device__ __forceinline__ uint32_t u8_pair_biased_f16(uint32_t word) {
+  return sm80::and_or(word >> (8 * P), 0x00FF00FFu, Operand<false>::kMagic);
 }
 
 // Register pair `p` of a word of 8-bit codes: (byte[p] - z, byte[p + 2] - z), exact.
 template <bool IsBf16, int P> __device__ __forceinline__ uint32_t u8_pair(uint32_t word, uint32_t bias, float z) {
   if constexpr (!IsBf16) {
-    const uint32_t biased = sm80::and_or(word >> (8 * P), 0x00FF00FFu, Operand<false>::kMagic);
-    return Operand<false>::sub(biased, bias);
+    return Operand<false>::sub(u8_pair_biased_f16<P>(word), bias);
   } else {
     // 2^23 + byte is exact in fp32; subtracting 2^23 + z leaves byte - z, which bf16 holds exactly.
     const float lo = __uint_as_float(((word >> (8 * P)) & 0xFFu) | 0x4B000000u) - (8388608.0f + z);
