@@ -17,4 +17,11 @@ bash scripts/gpu_bench.sh --impls humming-aot,cublas-bf16 --formats w4a16 --shap
   --ms 1,16,64,256,4096 --iters 10 --time-budget-s 150 --no-plot --name quick --out-dir "$OUT/bench" "$@" \
   > "$OUT/bench.out" 2>&1
 grep -E "^\|" "$OUT/bench/quick.md" | head -40
+if [ -n "${PROFILE:-}" ]; then
+  # PROFILE="N K M": ncu on the sm80 kernel of that problem (first launch), summary to ncu.txt.
+  ncu -k regex:dense_kernel -c 1 --section SpeedOfLight --section Occupancy --section WarpStateStats \
+    --section SchedulerStats --section LaunchStats --section InstructionStats --section MemoryWorkloadAnalysis \
+    python3 scripts/profile_one.py $PROFILE > "$OUT/ncu.txt" 2>&1
+  grep -E "Duration|Throughput|Stall|Warp Cycles|Issued|Eligible|Achieved|Theoretical|Registers|Block Limit|Grid Size|Executed Ipc|Waves" "$OUT/ncu.txt" | head -60
+fi
 mkdir -p "$FINAL" && tar czf "$FINAL/quick.tgz" -C "$OUT" .

@@ -459,9 +459,9 @@ struct Dense {
     const int splits = p.plan.splits;
     if (splits > 1) {
       // Partial tile to the workspace; the last block of the tile adds all partials in order.
-      float *partials = static_cast<float *>(a.workspace);
+      float *partials = splitk_partials(a.workspace);
       const size_t slice = static_cast<size_t>(a.m) * static_cast<size_t>(a.dims.n_pad);
-      int *counters = reinterpret_cast<int *>(partials + static_cast<size_t>(splits) * slice);
+      int *counters = splitk_counters(a.workspace);
       if (wk == 0) {
         for_each_output(m0, n0, wm, wn, lane, [&](int i, int j, int e, int64_t m, int64_t n) {
           if (m < a.m && n < a.dims.n_pad) __stcg(partials + split * slice + m * a.dims.n_pad + n, acc[i][j][e]);
@@ -579,14 +579,14 @@ template <HUMMING_SM80_TARGS> Status can_implement(const GemmArgs &args) {
 template <HUMMING_SM80_TARGS> size_t workspace_bytes(const GemmArgs &args) {
   using K = Dense<HUMMING_SM80_ARGS>;
   const auto p = K::make_params(args);
-  return splitk_workspace_bytes(p.plan, args.m, args.dims.n_pad, p.m_tiles * K::n_tiles(args));
+  return splitk_workspace_bytes(p.plan, args.m, args.dims.n_pad);
 }
 
 template <HUMMING_SM80_TARGS> Status launch(const GemmArgs &args, void *stream) {
   using K = Dense<HUMMING_SM80_ARGS>;
   if (args.m == 0) return Status::Ok();
   const auto p = K::make_params(args);
-  const size_t need = splitk_workspace_bytes(p.plan, args.m, args.dims.n_pad, p.m_tiles * K::n_tiles(args));
+  const size_t need = splitk_workspace_bytes(p.plan, args.m, args.dims.n_pad);
   if (need > args.workspace_bytes || (need > 0 && args.workspace == nullptr))
     return Status::Error("the sm80 backend needs " + std::to_string(need) + " bytes of zeroed workspace, got " +
                          std::to_string(args.workspace_bytes));

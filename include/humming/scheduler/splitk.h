@@ -22,6 +22,17 @@ struct SplitPlan {
   int64_t units_per_split = 0;
 };
 
+// Workspace: a fixed region of kSplitCounters int tile counters, then fp32 partials
+// [splits][m][n_pad]. The counters sit at the same place for every problem, so a buffer reused
+// across launches of different shapes (GemmArgs::workspace) never finds partials where a later
+// launch expects zero counters; only launches with at most kSplitCounters tiles split K.
+constexpr int64_t kSplitCounters = 16384;
+
+HUMMING_HD int *splitk_counters(void *workspace) { return static_cast<int *>(workspace); }
+HUMMING_HD float *splitk_partials(void *workspace) {
+  return reinterpret_cast<float *>(static_cast<char *>(workspace) + kSplitCounters * 4);
+}
+
 // `tiles`: output tiles of the launch; `k_tiles`: K tiles of the padded weight; `group_tiles`: K
 // tiles per scale group (1 when the group is not larger than a tile); `sms`: multiprocessors.
 inline SplitPlan plan_splits(int64_t tiles, int64_t k_tiles, int64_t group_tiles, int sms, int blocks_per_sm) {
@@ -30,7 +41,7 @@ inline SplitPlan plan_splits(int64_t tiles, int64_t k_tiles, int64_t group_tiles
   p.units = (k_tiles + p.unit_tiles - 1) / p.unit_tiles;
   const int64_t slots = static_cast<int64_t>(sms > 0 ? sms : 1) * blocks_per_sm;
   int64_t splits = 1;
-  if (tiles < slots) {
+  if (tiles < slots && tiles <= kSplitCounters) {
     splits = slots / tiles;
     // Each slice keeps at least two units of work, so the fix-up stays cheap next to the loads.
     const int64_t max_splits = p.units / 2 > 0 ? p.units / 2 : 1;
@@ -52,11 +63,10 @@ HUMMING_HD void split_range(const SplitPlan &p, int64_t k_tiles, int s, int64_t 
   *end = ue * p.unit_tiles < k_tiles ? ue * p.unit_tiles : k_tiles;
 }
 
-// Workspace: fp32 partials [splits][m][n_pad], then one int counter per tile.
-inline size_t splitk_workspace_bytes(const SplitPlan &p, int64_t m, int64_t n_pad, int64_t tiles) {
+inline size_t splitk_workspace_bytes(const SplitPlan &p, int64_t m, int64_t n_pad) {
   if (p.splits <= 1) return 0;
   const size_t partials = static_cast<size_t>(p.splits) * static_cast<size_t>(m) * static_cast<size_t>(n_pad) * 4;
-  return partials + static_cast<size_t>(tiles) * 4 + 16;
+  return static_cast<size_t>(kSplitCounters) * 4 + partials;
 }
 
 } // namespace humming
