@@ -21,7 +21,8 @@ if [ -n "${PROFILE:-}" ]; then
   # PROFILE="N K M": ncu on the sm80 kernel of that problem (first launch), summary to ncu.txt.
   ncu -k regex:dense_kernel -c 1 --section SpeedOfLight --section Occupancy --section WarpStateStats \
     --section SchedulerStats --section LaunchStats --section InstructionStats --section MemoryWorkloadAnalysis \
+    --metrics sm__cycles_active.min,sm__cycles_active.max,sm__cycles_active.avg,sm__cycles_elapsed.max,smsp__warps_issue_stalled_barrier_per_warp_active.pct,smsp__warps_issue_stalled_long_scoreboard_per_warp_active.pct,smsp__warps_issue_stalled_math_pipe_throttle_per_warp_active.pct,smsp__warps_issue_stalled_short_scoreboard_per_warp_active.pct,smsp__warps_issue_stalled_wait_per_warp_active.pct,smsp__warps_issue_stalled_mio_throttle_per_warp_active.pct,smsp__warps_issue_stalled_not_selected_per_warp_active.pct,smsp__warps_issue_stalled_selected_per_warp_active.pct,smsp__warps_issue_stalled_dispatch_stall_per_warp_active.pct \
     python3 scripts/profile_one.py $PROFILE > "$OUT/ncu.txt" 2>&1
-  grep -E "Duration|Throughput|Stall|Warp Cycles|Issued|Eligible|Achieved|Theoretical|Registers|Block Limit|Grid Size|Executed Ipc|Waves" "$OUT/ncu.txt" | head -60
+  grep -E "Duration|Throughput|Stall|Warp Cycles|Issued|Eligible|Achieved|Theoretical|Registers|Block Limit|Grid Size|Executed Ipc|Waves|sm__|smsp__" "$OUT/ncu.txt" | head -60
 fi
 mkdir -p "$FINAL" && tar czf "$FINAL/quick.tgz" -C "$OUT" .

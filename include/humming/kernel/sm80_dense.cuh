@@ -121,6 +121,9 @@ struct Dense {
     }
   }
 
+  // One stage's cp.async copies. Everything 64-bit (the problem-sized offsets) is computed once
+  // per stage from block-uniform values; each chunk adds a 32-bit offset (can_implement keeps
+  // those in range), so issuing a copy costs a handful of instructions.
   static __device__ __forceinline__ void load_stage(const Params &p, char *stage, int64_t kt, int64_t m0, int64_t n0) {
     const GemmArgs &a = p.args;
     const int64_t k0 = kt * BK;
@@ -129,49 +132,59 @@ struct Dense {
     // memory hold only reaches output rows that are never stored. K past k reads as zeros, which
     // cancels the padded weights.
     constexpr int kRowChunks = BK / 8;
-    const auto *act = static_cast<const char *>(a.a);
-    for_each_chunk<BM * kRowChunks>([&](int i) {
-      const int r = i / kRowChunks, c = i % kRowChunks;
-      const int64_t m = m0 + r, k = k0 + c * 8;
-      if (m >= a.m) return;
-      const bool ok = k < a.dims.k;
-      cp_async16(stage + r * BK * 2 + ((c ^ (r & 7)) * 16), ok ? act + (m * a.lda + k) * 2 : act, ok);
-    });
+    {
+      const char *base = static_cast<const char *>(a.a) + (m0 * a.lda + k0) * 2;
+      const int rows = static_cast<int>(a.m - m0 < BM ? a.m - m0 : BM);
+      const int k_left = static_cast<int>(a.dims.k - k0 < BK ? a.dims.k - k0 : BK);
+      const int row_bytes = static_cast<int>(a.lda * 2);
+      for_each_chunk<BM * kRowChunks>([&](int i) {
+        const int r = i / kRowChunks, c = i % kRowChunks;
+        if (r >= rows) return;
+        const bool ok = c * 8 < k_left;
+        cp_async16(stage + r * BK * 2 + ((c ^ (r & 7)) * 16), ok ? base + r * row_bytes + c * 16 : base, ok);
+      });
+    }
     // Weights: for each 64-channel column, BK / 16 consecutive blocks. Blocks past the padded K
     // or N read as zeros (finite operands, so the zero activations cancel them).
     constexpr int kColChunks = (BK / 16) * kWordsPerBlock / 4;
-    const auto *codes = reinterpret_cast<const char *>(a.codes);
-    char *sb = stage + kABytes;
-    const int64_t kb0 = k0 / 16;
-    for_each_chunk<WarpsN * kColChunks>([&](int i) {
-      const int nb = i / kColChunks, c = i % kColChunks;
-      const int64_t block_k = kb0 + (c * 4) / kWordsPerBlock;
-      const bool ok = block_k < p.k_blocks && n0 + nb * 64 < a.dims.n_pad;
-      const int64_t word = ((n0 / 64 + nb) * p.k_blocks + kb0) * kWordsPerBlock + c * 4;
-      cp_async16(sb + (nb * kColChunks + c) * 16, ok ? codes + word * 4 : codes, ok);
-    });
+    constexpr int kChunksPerBlock = kWordsPerBlock / 4;
+    {
+      const int64_t kb0 = k0 / 16;
+      const char *base = reinterpret_cast<const char *>(a.codes) + ((n0 / 64) * p.k_blocks + kb0) * kWordsPerBlock * 4;
+      const int col_bytes = static_cast<int>(p.k_blocks * kWordsPerBlock * 4);
+      const int kb_left = static_cast<int>(p.k_blocks - kb0 < BK / 16 ? p.k_blocks - kb0 : BK / 16);
+      const int cols = static_cast<int>((a.dims.n_pad - n0) / 64);
+      char *sb = stage + kABytes;
+      for_each_chunk<WarpsN * kColChunks>([&](int i) {
+        const int nb = i / kColChunks, c = i % kColChunks;
+        const bool ok = c / kChunksPerBlock < kb_left && nb < cols;
+        cp_async16(sb + i * 16, ok ? base + nb * col_bytes + c * 16 : base, ok);
+      });
+    }
     if constexpr (GroupK != 0) {
       // Scale rows (and zero-point rows) of the groups this stage touches; rows past the last
       // group read as zeros, never as stale values that could be NaN.
       const int64_t g0 = k0 / GroupK;
-      const auto *scales = static_cast<const char *>(a.scales);
+      const int g_left = static_cast<int>(a.dims.k_groups - g0 < kScaleRows ? a.dims.k_groups - g0 : kScaleRows);
+      const int n_left = static_cast<int>(a.dims.n_pad - n0);
+      const int row_elems = static_cast<int>(a.dims.n_groups);
+      const int64_t first = g0 * a.dims.n_groups + n0;
+      const char *scales = static_cast<const char *>(a.scales) + first * 2;
       char *ss = stage + kABytes + kBBytes;
       constexpr int kScaleChunks = BN * 2 / 16;
       for_each_chunk<kScaleRows * kScaleChunks>([&](int i) {
         const int r = i / kScaleChunks, c = i % kScaleChunks;
-        const bool ok = g0 + r < a.dims.k_groups && n0 + c * 8 < a.dims.n_pad;
-        const int64_t elem = (g0 + r) * a.dims.n_groups + n0 + c * 8;
-        cp_async16(ss + (r * kScaleChunks + c) * 16, ok ? scales + elem * 2 : scales, ok);
+        const bool ok = r < g_left && c * 8 < n_left;
+        cp_async16(ss + i * 16, ok ? scales + (r * row_elems + c * 8) * 2 : scales, ok);
       });
       if constexpr (kIntZero) {
-        const auto *zeros = static_cast<const char *>(a.zeros);
+        const char *zeros = static_cast<const char *>(a.zeros) + first;
         char *sz = ss + kSBytes;
         constexpr int kZeroChunks = BN / 16;
         for_each_chunk<kScaleRows * kZeroChunks>([&](int i) {
           const int r = i / kZeroChunks, c = i % kZeroChunks;
-          const bool ok = g0 + r < a.dims.k_groups && n0 + c * 16 < a.dims.n_pad;
-          const int64_t elem = (g0 + r) * a.dims.n_groups + n0 + c * 16;
-          cp_async16(sz + (r * kZeroChunks + c) * 16, ok ? zeros + elem : zeros, ok);
+          const bool ok = r < g_left && c * 16 < n_left;
+          cp_async16(sz + i * 16, ok ? zeros + r * row_elems + c * 16 : zeros, ok);
         });
       }
     }
@@ -571,6 +584,12 @@ template <HUMMING_SM80_TARGS> Status can_implement(const GemmArgs &args) {
                          std::to_string(args.lda));
   if (reinterpret_cast<uintptr_t>(args.a) % 16 != 0)
     return Status::Error("the sm80 backend needs 16-byte aligned activations");
+  // Loads add 32-bit offsets inside a tile: BM activation rows, WarpsN weight columns.
+  constexpr int64_t kLimit = int64_t(1) << 31;
+  if (args.lda * 2 * BM >= kLimit || args.dims.k_pad * 8 * K::kBits * WarpsN >= kLimit ||
+      args.dims.n_groups * 2 * (K::kScaleRows + 1) >= kLimit)
+    return Status::Error("the sm80 backend needs each tile's activation rows, weight columns and scale rows to "
+                         "span less than 2 GiB");
   const int64_t tiles = (args.m + BM - 1) / BM * K::n_tiles(args);
   if (tiles > 0x7FFFFFFF) return Status::Error("too many output tiles for one launch");
   return Status::Ok();
