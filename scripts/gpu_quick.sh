@@ -12,7 +12,6 @@ export HUMMING_FILTER="${HUMMING_FILTER:-a-(bf16|f16)_w-u4(g128|gc|g32)?-s(bf16|
 SKIP_CPP=1 TESTS=tests/test_gpu.py bash scripts/gpu_check.sh -k "instance_against or deterministic or graph" \
   > "$OUT/check.out" 2>&1
 tail -4 "$OUT/check.out"
-grep -E "registers|spill" "$OUT/ptxas.txt" | paste - - | sed 's/ptxas info *: //' | cut -c1-160 | head -20
 bash scripts/gpu_bench.sh --impls humming-aot,cublas-bf16 --formats w4a16 --shapes 28672x8192,8192x8192 \
   --ms 1,16,64,256,4096 --iters 10 --time-budget-s 150 --no-plot --name quick --out-dir "$OUT/bench" "$@" \
   > "$OUT/bench.out" 2>&1
