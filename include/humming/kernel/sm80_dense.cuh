@@ -141,7 +141,7 @@ struct Dense {
         const int r = i / kRowChunks, c = i % kRowChunks;
         if (r >= rows) return;
         const bool ok = c * 8 < k_left;
-        cp_async16(stage + r * BK * 2 + ((c ^ (r & 7)) * 16), ok ? base + r * row_bytes + c * 16 : base, ok);
+        cp_async16<128>(stage + r * BK * 2 + ((c ^ (r & 7)) * 16), ok ? base + r * row_bytes + c * 16 : base, ok);
       });
     }
     // Weights: for each 64-channel column, BK / 16 consecutive blocks. Blocks past the padded K
@@ -158,7 +158,7 @@ struct Dense {
       for_each_chunk<WarpsN * kColChunks>([&](int i) {
         const int nb = i / kColChunks, c = i % kColChunks;
         const bool ok = c / kChunksPerBlock < kb_left && nb < cols;
-        cp_async16(sb + i * 16, ok ? base + nb * col_bytes + c * 16 : base, ok);
+        cp_async16<256>(sb + i * 16, ok ? base + nb * col_bytes + c * 16 : base, ok);
       });
     }
     if constexpr (GroupK != 0) {

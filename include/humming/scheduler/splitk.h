@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdlib>
 #include <cstdint>
 
 #include "humming/format/dtype.h"
@@ -33,6 +34,17 @@ HUMMING_HD float *splitk_partials(void *workspace) {
   return reinterpret_cast<float *>(static_cast<char *>(workspace) + kSplitCounters * 4);
 }
 
+// Upper bound on K slices per tile: 16, or HUMMING_MAX_SPLITS from the environment (read once per
+// process; 1 turns split-K off). A tuning and diagnosis knob, not needed for correctness.
+inline int split_limit() {
+  static const int value = [] {
+    const char *env = std::getenv("HUMMING_MAX_SPLITS");
+    const int v = env != nullptr ? std::atoi(env) : 0;
+    return v >= 1 && v <= 64 ? v : 16;
+  }();
+  return value;
+}
+
 // `tiles`: output tiles of the launch; `k_tiles`: K tiles of the padded weight; `group_tiles`: K
 // tiles per scale group (1 when the group is not larger than a tile); `sms`: multiprocessors.
 inline SplitPlan plan_splits(int64_t tiles, int64_t k_tiles, int64_t group_tiles, int sms, int blocks_per_sm) {
@@ -46,7 +58,7 @@ inline SplitPlan plan_splits(int64_t tiles, int64_t k_tiles, int64_t group_tiles
     // Each slice keeps at least two units of work, so the fix-up stays cheap next to the loads.
     const int64_t max_splits = p.units / 2 > 0 ? p.units / 2 : 1;
     if (splits > max_splits) splits = max_splits;
-    if (splits > 16) splits = 16;
+    if (splits > split_limit()) splits = split_limit();
     if (splits < 1) splits = 1;
   }
   p.units_per_split = (p.units + splits - 1) / splits;
