@@ -357,9 +357,11 @@ struct Dense {
     const int wn = (warp / WarpsM) % WarpsN;
     const int wm = warp % WarpsM;
     const int64_t n_tiles = (a.dims.n_pad + BN - 1) / BN;
-    const int64_t tile = blockIdx.x;
+    // One block per (tile, K slice), the slices of a tile adjacent in launch order so that they
+    // run at the same time and finish close together.
+    const int64_t tile = blockIdx.x / p.plan.splits;
     const int64_t m0 = (tile / n_tiles) * BM, n0 = (tile % n_tiles) * BN;
-    const int split = blockIdx.y;
+    const int split = static_cast<int>(blockIdx.x % p.plan.splits);
     int64_t kt_begin, kt_end;
     split_range(p.plan, p.k_tiles, split, &kt_begin, &kt_end);
 
@@ -592,6 +594,7 @@ template <HUMMING_SM80_TARGS> Status can_implement(const GemmArgs &args) {
                          "span less than 2 GiB");
   const int64_t tiles = (args.m + BM - 1) / BM * K::n_tiles(args);
   if (tiles > 0x7FFFFFFF) return Status::Error("too many output tiles for one launch");
+  // (Split launches have at most kSplitCounters tiles, so tiles x splits stays far below 2^31.)
   return Status::Ok();
 }
 
@@ -612,7 +615,7 @@ template <HUMMING_SM80_TARGS> Status launch(const GemmArgs &args, void *stream) 
   if (K::resident_blocks() < 0)
     return Status::Error(std::string("this sm80 instance needs ") + std::to_string(K::kSmemTotal) +
                          " bytes of shared memory per block, more than this GPU allows; use a smaller tile");
-  const dim3 grid(static_cast<unsigned>(p.m_tiles * K::n_tiles(args)), static_cast<unsigned>(p.plan.splits));
+  const dim3 grid(static_cast<unsigned>(p.m_tiles * K::n_tiles(args) * p.plan.splits));
   dense_kernel<K><<<grid, K::kThreads, K::kSmemTotal, static_cast<cudaStream_t>(stream)>>>(p);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return Status::Error(std::string("sm80 kernel failed to launch: ") + cudaGetErrorString(e));
