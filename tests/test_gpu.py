@@ -86,23 +86,36 @@ def test_instance_against_reference(inst):
 FAST = [i for i in INSTANCES if i.backend != "generic"]
 
 
-@pytest.mark.parametrize("inst", FAST[:12], ids=[i.name for i in FAST[:12]])
-def test_split_k_is_deterministic(inst):
-    """Small m on a wide K splits K across blocks; the fix-up sums in a fixed order, so reruns
-    (and a second stream) give the same bits."""
+# K long enough for split-K (slices keep at least 7168 inputs), not a multiple of any tile's K.
+SPLIT_K = 14336 + 128
+
+
+@pytest.mark.parametrize("inst", FAST, ids=[i.name for i in FAST])
+def test_split_k_matches_reference_and_is_deterministic(inst):
+    """Few rows on a long K split K across blocks: the result matches the reference, and as the
+    fix-up sums the slices in a fixed order, reruns and a second stream give the same bits."""
+    from humming_aot import registry
+
     fmt = _format_for(inst)
-    n, k = 1024, 8192
-    q = R.quantize_weight(torch.randn(n, k) * 0.02, fmt.weight)
+    n, k = 264, SPLIT_K
+    w = torch.randn(n, k, generator=torch.Generator().manual_seed(2)) * 0.02
+    q = R.quantize_weight(w, fmt.weight)
     p = ha.pack_weight(q, layout=inst.layout).to("cuda")
-    a, s, _ = _act(fmt, 3, k, "cuda", 3)
-    first = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
-    for _ in range(5):
-        assert torch.equal(ha.gemm(a, p, fmt, a_scales=s, instance=inst.name), first)
-    side = torch.cuda.Stream()
-    with torch.cuda.stream(side):
-        other = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
-    torch.cuda.synchronize()
-    assert torch.equal(other, first)
+    w_deq = R.dequantize_weight(q)
+    for m in (1, 17):
+        assert registry.workspace_bytes(inst.name, fmt, inst.layout, n, k, m) > 0, "this case must split K"
+        a, s, a_deq = _act(fmt, m, k, "cuda", m)
+        first = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
+        torch.cuda.synchronize()
+        ref = a_deq.double().cpu() @ w_deq.double().T
+        assert_gemm_close(first, ref, a_deq.cpu(), w_deq, f"{inst.name} m={m} split-K", _operand_dtype(inst, fmt))
+        for _ in range(3):
+            assert torch.equal(ha.gemm(a, p, fmt, a_scales=s, instance=inst.name), first)
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            other = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
+        torch.cuda.synchronize()
+        assert torch.equal(other, first)
 
 
 def test_dispatch_crosses_ranges_with_fast_instances():
@@ -167,8 +180,14 @@ def test_quant_linear_dispatch_and_explain():
 
 
 def test_cuda_graph_and_streams():
-    layer = ha.QuantLinear.from_linear(torch.nn.Linear(1024, 512), "u4g128-sbf16", device="cuda")
-    x = torch.randn(8, 1024, device="cuda", dtype=torch.bfloat16)
+    from humming_aot import registry
+
+    # A long K, so that the sm80 instance splits K: graphs and streams cover the split-K scratch.
+    layer = ha.QuantLinear.from_linear(torch.nn.Linear(SPLIT_K, 512), "u4g128-sbf16", device="cuda")
+    x = torch.randn(8, SPLIT_K, device="cuda", dtype=torch.bfloat16)
+    name = layer.instance_for(8, "cuda")
+    if name.startswith("sm80_"):
+        assert registry.workspace_bytes(name, layer.fmt, layer.layout, 512, SPLIT_K, 8) > 0
     eager = layer(x)
     static_x = x.clone()
     s = torch.cuda.Stream()
@@ -184,7 +203,7 @@ def test_cuda_graph_and_streams():
     assert torch.equal(static_y, eager)
     # two streams at once give the same bits as the default stream
     s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
-    x2 = torch.randn(8, 1024, device="cuda", dtype=torch.bfloat16)
+    x2 = torch.randn(8, SPLIT_K, device="cuda", dtype=torch.bfloat16)
     ref2 = layer(x2)
     torch.cuda.synchronize()
     with torch.cuda.stream(s1):

@@ -71,6 +71,12 @@ def runs_on(name: str, cc: int) -> tuple[bool, str]:
     return bool(ok), why
 
 
+def workspace_bytes(name: str, fmt, layout: int, n: int, k: int, m: int) -> int:
+    """Split-K scratch instance ``name`` takes for an ``m`` x ``n`` x ``k`` problem on the current
+    CUDA device; 0 when it computes the problem without splitting K."""
+    return int(C.workspace_bytes(name, str(fmt), int(layout), int(n), int(k), int(m)))
+
+
 def device_covered(cc: int) -> tuple[bool, str]:
     """Whether this build has machine code for a device of compute capability ``cc``."""
     insts = instances()

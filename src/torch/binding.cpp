@@ -442,6 +442,25 @@ py::dict instance_dict(const InstanceInfo &i) {
   return d;
 }
 
+// Registry look-ups for the pybind functions (no tensors: a problem described by its extents).
+const InstanceInfo &named_instance(const std::string &name) {
+  const InstanceInfo *i = find_instance(name);
+  if (!i) throw py::value_error("no compiled instance is named '" + name + "'");
+  return *i;
+}
+
+GemmArgs described_problem(const std::string &fmt, int layout, int64_t n, int64_t k, int64_t m) {
+  GemmArgs args;
+  Status st = parse_gemm_format(fmt, &args.fmt);
+  if (st) st = packed_dims(layout, args.fmt.weight, n, k, &args.dims);
+  if (!st) throw py::value_error(st.message);
+  args.layout = layout;
+  args.m = m;
+  args.lda = k;
+  args.ldo = n;
+  return args;
+}
+
 template <class F, class P> std::string normalize(const std::string &s, P parse) {
   F f;
   const Status st = parse(s, &f);
@@ -528,28 +547,26 @@ PYBIND11_MODULE(_C, m) {
   // rules, no pointers involved): what the Python dispatcher offers and explain() reports.
   m.def("check_instance", [](const std::string &name, const std::string &fmt, int layout, int64_t n, int64_t k,
                              int64_t m) {
-    const InstanceInfo *i = find_instance(name);
-    if (!i) throw py::value_error("no compiled instance is named '" + name + "'");
-    GemmArgs args;
-    Status st = parse_gemm_format(fmt, &args.fmt);
-    if (!st) throw py::value_error(st.message);
-    args.layout = layout;
-    st = packed_dims(layout, args.fmt.weight, n, k, &args.dims);
-    if (!st) throw py::value_error(st.message);
-    args.m = m;
-    st = instance_matches(*i, args);
-    if (st) st = i->can_implement(args);
+    const InstanceInfo &i = named_instance(name);
+    const GemmArgs args = described_problem(fmt, layout, n, k, m);
+    Status st = instance_matches(i, args);
+    if (st) st = i.can_implement(args);
     return py::make_tuple(st.ok, st.message);
+  });
+  // Split-K scratch instance `name` needs for this problem on the current CUDA device (0: it does
+  // not split K), as the binding computes it before a launch. Tests use it to know a case splits.
+  m.def("workspace_bytes", [](const std::string &name, const std::string &fmt, int layout, int64_t n, int64_t k,
+                              int64_t m) {
+    const InstanceInfo &i = named_instance(name);
+    GemmArgs args = described_problem(fmt, layout, n, k, m);
+    check(instance_matches(i, args));
+    args.num_sms = device_sms(-1);
+    return i.workspace_bytes != nullptr ? i.workspace_bytes(args) : size_t(0);
   });
   // The C++ default choice (humming::select_instance) for a described device: kept equal to
   // humming_aot.dispatch.choose_for by a test.
   m.def("select_instance", [](const std::string &fmt, int layout, int64_t n, int64_t k, int64_t m, int cc, int sms) {
-    GemmArgs args;
-    Status st = parse_gemm_format(fmt, &args.fmt);
-    if (st) st = packed_dims(layout, args.fmt.weight, n, k, &args.dims);
-    if (!st) throw py::value_error(st.message);
-    args.layout = layout;
-    args.m = m;
+    GemmArgs args = described_problem(fmt, layout, n, k, m);
     args.num_sms = sms;
     std::string why;
     const InstanceInfo *i = select_instance(args, cc, sms, &why);

@@ -45,9 +45,17 @@ inline int split_limit() {
   return value;
 }
 
-// `tiles`: output tiles of the launch; `k_tiles`: K tiles of the padded weight; `group_tiles`: K
-// tiles per scale group (1 when the group is not larger than a tile); `sms`: multiprocessors.
-inline SplitPlan plan_splits(int64_t tiles, int64_t k_tiles, int64_t group_tiles, int sms, int blocks_per_sm) {
+// Fewest inputs a K slice keeps. Measured on the H200 (sm80 tiles, W4A16, scripts/time_shapes.py
+// with HUMMING_MAX_SPLITS): a split launch costs about as much as 30 more stages of a block, so
+// slicing K = 8192 made every decode shape slower (8192 x 8192, M = 1: 39.8 us whole, 53.6 us in
+// two slices), while K = 28672 gained up to four slices (105.9 -> 79.4 us).
+constexpr int64_t kMinSliceK = 7168;
+
+// `tiles`: output tiles of the launch; `k_tiles`: K tiles of the padded weight (`tile_k` inputs
+// each); `group_tiles`: K tiles per scale group (1 when the group is not larger than a tile);
+// `sms`: multiprocessors; `blocks_per_sm`: blocks of the kernel one multiprocessor holds.
+inline SplitPlan plan_splits(int64_t tiles, int64_t k_tiles, int64_t tile_k, int64_t group_tiles, int sms,
+                             int blocks_per_sm) {
   SplitPlan p;
   p.unit_tiles = group_tiles > 1 ? group_tiles : 1;
   p.units = (k_tiles + p.unit_tiles - 1) / p.unit_tiles;
@@ -55,8 +63,10 @@ inline SplitPlan plan_splits(int64_t tiles, int64_t k_tiles, int64_t group_tiles
   int64_t splits = 1;
   if (tiles < slots && tiles <= kSplitCounters) {
     splits = slots / tiles;
-    // Each slice keeps at least two units of work, so the fix-up stays cheap next to the loads.
-    const int64_t max_splits = p.units / 2 > 0 ? p.units / 2 : 1;
+    // Each slice keeps at least kMinSliceK inputs and two units of work.
+    const int64_t by_k = k_tiles * tile_k / kMinSliceK;
+    int64_t max_splits = p.units / 2 < by_k ? p.units / 2 : by_k;
+    if (max_splits < 1) max_splits = 1;
     if (splits > max_splits) splits = max_splits;
     if (splits > split_limit()) splits = split_limit();
     if (splits < 1) splits = 1;
