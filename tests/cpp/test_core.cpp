@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "humming/humming.h"
+#include "humming/scheduler/splitk.h"
 
 using namespace humming;
 
@@ -147,9 +148,41 @@ void test_registry() {
   std::string why;
   EXPECT(!instance_runs_on(*first, 75, &why) && why.find("sm_75") != std::string::npos, "%s", why.c_str());
 }
+// Split-K plans: slices own whole units (a scale group never straddles two slices), together
+// they cover every K tile exactly once, and they respect the minimum slice length.
+void test_split_plans() {
+  for (int64_t k_tiles : {1, 7, 28, 57, 113, 226, 448}) {
+    for (int64_t tile_k : {64, 128, 256}) {
+      for (int64_t group_tiles : {1, 2, 4}) {
+        for (int64_t tiles : {1, 3, 64, 200}) {
+          const SplitPlan p = plan_splits(tiles, k_tiles, tile_k, group_tiles, 132, 2);
+          EXPECT(p.splits >= 1 && p.splits <= 16, "splits %d", p.splits);
+          if (p.splits > 1)
+            EXPECT(k_tiles * tile_k / p.splits >= kMinSliceK && tiles < 264, "k_tiles %lld splits %d",
+                   static_cast<long long>(k_tiles), p.splits);
+          std::vector<int> seen(static_cast<size_t>(k_tiles), 0);
+          for (int s = 0; s < p.splits; ++s) {
+            const SliceTiles t = slice_tiles(p, k_tiles, s);
+            for (int64_t i = 0; i < t.count; ++i) {
+              const int64_t kt = t[i];
+              EXPECT(kt >= 0 && kt < k_tiles, "tile %lld out of range", static_cast<long long>(kt));
+              if (kt >= 0 && kt < k_tiles) ++seen[static_cast<size_t>(kt)];
+              EXPECT((kt / p.unit_tiles) % p.splits == s, "unit of tile %lld owned by slice %d",
+                     static_cast<long long>(kt), s);
+            }
+          }
+          for (int64_t kt = 0; kt < k_tiles; ++kt)
+            EXPECT(seen[static_cast<size_t>(kt)] == 1, "k_tiles %lld splits %d: tile %lld seen %d times",
+                   static_cast<long long>(k_tiles), p.splits, static_cast<long long>(kt), seen[static_cast<size_t>(kt)]);
+        }
+      }
+    }
+  }
+}
 } // namespace
 
 int main() {
+  test_split_plans();
   test_format_round_trip();
   test_pack_round_trip();
   test_gemm_cpu();

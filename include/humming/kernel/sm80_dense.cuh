@@ -362,8 +362,7 @@ struct Dense {
     const int64_t tile = blockIdx.x / p.plan.splits;
     const int64_t m0 = (tile / n_tiles) * BM, n0 = (tile % n_tiles) * BN;
     const int split = static_cast<int>(blockIdx.x % p.plan.splits);
-    int64_t kt_begin, kt_end;
-    split_range(p.plan, p.k_tiles, split, &kt_begin, &kt_end);
+    const SliceTiles tiles = slice_tiles(p.plan, p.k_tiles, split);
 
     using Op = numeric::Operand<kBf16>;
     // Channels of this lane's B fragments: n0 + wn * 64 + j * 8 + lane / 4, j = 0..7.
@@ -394,18 +393,18 @@ struct Dense {
     // Prologue: fill Stages - 1 stages.
 #pragma unroll
     for (int s = 0; s < Stages - 1; ++s) {
-      if (kt_begin + s < kt_end) load_stage(p, smem + s * kStageBytes, kt_begin + s, m0, n0);
+      if (s < tiles.count) load_stage(p, smem + s * kStageBytes, tiles[s], m0, n0);
       cp_async_commit();
     }
 
-    int slot = 0; // stage buffer of tile kt; the load goes to the one before it
-    for (int64_t kt = kt_begin; kt < kt_end; ++kt) {
+    int slot = 0; // stage buffer of the slice's K tile `it`; the load goes to the one before it
+    for (int64_t it = 0; it < tiles.count; ++it) {
       cp_async_wait<Stages - 2>();
       __syncthreads();
       {
-        const int64_t next = kt + Stages - 1;
+        const int64_t next = it + Stages - 1;
         const int next_slot = slot == 0 ? Stages - 1 : slot - 1;
-        if (next < kt_end) load_stage(p, smem + next_slot * kStageBytes, next, m0, n0);
+        if (next < tiles.count) load_stage(p, smem + next_slot * kStageBytes, tiles[next], m0, n0);
         cp_async_commit();
       }
       const char *stage = smem + slot * kStageBytes;
