@@ -45,6 +45,7 @@ class QuantLinear(torch.nn.Module):
         self._fmt_str = str(self.fmt)
         self._act_str = str(self.fmt.act)
         self._act_dtype = reference.torch_dtype(self.fmt.act.type)
+        self._act_quantized = self.fmt.act.quantized
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, weight_format, act_format=None, out_dtype=None, *,
@@ -98,17 +99,18 @@ class QuantLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.in_features:
             raise ValueError(f"input has {x.shape[-1]} features; this layer takes {self.in_features}")
-        lead = x.shape[:-1]
-        a = x.reshape(-1, self.in_features)
+        # 2-D inputs (what a serving loop passes) skip the two reshapes: each is a torch call.
+        flat = x.dim() == 2
+        a = x if flat else x.reshape(-1, self.in_features)
         a_scales = None
-        if self.fmt.act.quantized:
+        if self._act_quantized:
             a, a_scales = torch.ops.humming.quantize_act(a, self._act_str)
         elif a.dtype != self._act_dtype:
             raise TypeError(f"this layer takes {self._act_dtype} activations ({self.fmt.act}); got {a.dtype}")
         instance = (self.instance or self._plan.instance_at(a.shape[0], a.get_device())) if a.is_cuda else ""
         out = torch.ops.humming.gemm(a, self.codes, self.scales, self.zeros, self.global_scale, a_scales, self.bias,
                                      self._fmt_str, self.layout, self.out_features, self.in_features, instance)
-        return out.reshape(*lead, self.out_features)
+        return out if flat else out.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, format={self.fmt}"

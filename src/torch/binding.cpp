@@ -102,8 +102,8 @@ void check_tensor(const at::Tensor &t, const char *what, at::ScalarType dtype, c
 }
 
 void check_shape(const at::Tensor &t, const char *what, std::initializer_list<int64_t> shape) {
-  const std::vector<int64_t> want(shape);
-  HUMMING_CHECK_VALUE(t.sizes().vec() == want, what, " has shape ", t.sizes(), "; expected ", at::IntArrayRef(want));
+  const at::IntArrayRef want(shape); // compared in place: this runs several times per call
+  HUMMING_CHECK_VALUE(t.sizes() == want, what, " has shape ", t.sizes(), "; expected ", want);
   HUMMING_CHECK_VALUE(t.is_contiguous(), what, " must be contiguous");
 }
 
