@@ -147,6 +147,20 @@ void test_registry() {
   const InstanceInfo *first = instance_at(0);
   std::string why;
   EXPECT(!instance_runs_on(*first, 75, &why) && why.find("sm_75") != std::string::npos, "%s", why.c_str());
+
+  // Machine code for sm_XY runs on the same major version with minor >= Y; "a"/"f" targets only on
+  // exactly their compute capability.
+  InstanceInfo synthetic{};
+  synthetic.name = "synthetic";
+  synthetic.archs = "80;86;90a";
+  for (int cc : {80, 86, 87, 89, 90}) EXPECT(instance_runs_on(synthetic, cc), "runs on sm_%d", cc);
+  for (int cc : {75, 100, 120}) EXPECT(!instance_runs_on(synthetic, cc), "does not run on sm_%d", cc);
+  synthetic.archs = "90;100f";
+  EXPECT(instance_runs_on(synthetic, 90) && instance_runs_on(synthetic, 100), "90 and 100f");
+  EXPECT(!instance_runs_on(synthetic, 103) && !instance_runs_on(synthetic, 89), "not 103, not 89");
+  synthetic.archs = "";
+  EXPECT(!instance_runs_on(synthetic, 90, &why) && why.find("no architectures") != std::string::npos, "%s",
+         why.c_str());
 }
 // Split-K plans: slices own whole units (a scale group never straddles two slices), together
 // they cover every K tile exactly once, and they respect the minimum slice length.
