@@ -78,7 +78,40 @@ std::string sm_list(const char *archs) {
 
 } // namespace
 
+int max_shared_per_block(int cc) {
+  switch (cc) {
+  case 80:
+  case 87:
+    return 166912; // 163 KiB
+  case 86:
+  case 89:
+  case 120:
+  case 121:
+    return 101376; // 99 KiB
+  case 90:
+  case 100:
+  case 103:
+    return 232448; // 227 KiB
+  case 75:
+    return 65536;
+  case 70:
+  case 72:
+    return 98304;
+  default:
+    return 0; // not known here: the launch reports it if the device refuses
+  }
+}
+
 bool instance_runs_on(const InstanceInfo &info, int cc, std::string *why) {
+  // A block that needs more shared memory than the device gives one block cannot launch there.
+  const int limit = max_shared_per_block(cc);
+  if (limit > 0 && info.smem_bytes > limit) {
+    if (why)
+      *why = std::string(info.name) + " needs " + std::to_string(info.smem_bytes) +
+             " bytes of shared memory per block; sm_" + std::to_string(cc) + " gives a block at most " +
+             std::to_string(limit);
+    return false;
+  }
   // Walks the ";"-separated list in place: this runs on every launch, so it allocates nothing.
   for (const char *p = info.archs; *p != 0;) {
     int value = 0;

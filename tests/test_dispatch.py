@@ -311,3 +311,27 @@ def test_compiled_tables_are_the_python_tables():
 def test_table_patterns_are_limited_to_shared_wildcards():
     with pytest.raises(ValueError, match="wildcards"):
         dispatch.load_table({"ranges": [{"m_max": None, "prefer": ["sm80_[ab]*"]}]})
+
+
+def test_devices_with_less_shared_memory_get_instances_that_fit():
+    """sm_86 / sm_89 give a block at most 99 KiB of shared memory: instances needing more do not
+    'run on' them (with the reason), and the default choice for every format fits."""
+    limit = 101376
+    for inst in registry.instances():
+        ok, why = registry.runs_on(inst.name, 86)
+        if inst.smem_bytes > limit:
+            assert not ok and "shared memory" in why, (inst.name, why)
+        ok90, _ = registry.runs_on(inst.name, 90)
+        if "90" in inst.archs or "90a" in inst.archs:
+            assert ok90, inst.name  # the H200 gives 227 KiB: every instance built for it fits
+    dispatch.reset()
+    chosen = 0
+    for fmt, layout in _build_formats():
+        for m in (1, 16, 64, 4096):
+            try:
+                name = dispatch.choose_for(fmt, 4096, 4096, m, cc=86, sms=84, layout=layout)
+            except dispatch.DispatchError:
+                continue
+            assert registry.find(name).smem_bytes <= limit, (fmt, m, name)
+            chosen += 1
+    assert chosen > 0

@@ -185,8 +185,12 @@ const DispatchRange *dispatch_range_at(size_t i);
 size_t instance_count();
 const InstanceInfo *instance_at(size_t i);
 const InstanceInfo *find_instance(const std::string &name);
-// Whether `info` was built for this device (`cc` is major * 10 + minor, e.g. 90, 86).
+// Whether `info` was built for this device (`cc` is major * 10 + minor, e.g. 90, 86) and fits its
+// shared memory per block.
 bool instance_runs_on(const InstanceInfo &info, int cc, std::string *why = nullptr);
+// Most dynamic shared memory one block may use on compute capability `cc` (bytes, after opting in),
+// or 0 when this build does not know the architecture.
+int max_shared_per_block(int cc);
 // Whether `info` computes the format of `args` (key fields only).
 Status instance_matches(const InstanceInfo &info, const GemmArgs &args);
 // The default choice, by the same rules as humming_aot.dispatch.choose: the first compiled table

@@ -158,6 +158,13 @@ void test_registry() {
   synthetic.archs = "90;100f";
   EXPECT(instance_runs_on(synthetic, 90) && instance_runs_on(synthetic, 100), "90 and 100f");
   EXPECT(!instance_runs_on(synthetic, 103) && !instance_runs_on(synthetic, 89), "not 103, not 89");
+  // A block needing more shared memory than the device gives cannot run there, whatever its code.
+  synthetic.archs = "80;86;90a";
+  synthetic.smem_bytes = 120000;
+  EXPECT(instance_runs_on(synthetic, 80) && instance_runs_on(synthetic, 90), "fits sm_80 and sm_90");
+  EXPECT(!instance_runs_on(synthetic, 86, &why) && why.find("shared memory") != std::string::npos, "%s",
+         why.c_str());
+  synthetic.smem_bytes = 0;
   synthetic.archs = "";
   EXPECT(!instance_runs_on(synthetic, 90, &why) && why.find("no architectures") != std::string::npos, "%s",
          why.c_str());

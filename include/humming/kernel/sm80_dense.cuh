@@ -82,7 +82,8 @@ struct Dense {
   // The last block of a split tile learns it is last through this word.
   static constexpr int kSmemTotal = kSmemBytes + 16;
   // Blocks per SM the register budget is cut for: decode tiles are latency-bound with one block of
-  // 8 warps, so they fit two (128 registers a thread, and shared memory for two on sm_80/sm_90).
+  // 8 warps, so they are sized for two (128 registers a thread; shared memory for two exists on
+  // sm_90's 227 KiB, while sm_80 and sm_86 / sm_89 hold one).
   static constexpr int kMinBlocks = kAccScale && 2 * kSmemTotal <= 227 * 1024 ? 2 : 1;
 
   static_assert(ActId == dtypes::f16.id() || ActId == dtypes::bf16.id(), "activations are f16 or bf16");
