@@ -108,7 +108,10 @@ class QuantLinear(torch.nn.Module):
         elif a.dtype != self._act_dtype:
             raise TypeError(f"this layer takes {self._act_dtype} activations ({self.fmt.act}); got {a.dtype}")
         instance = (self.instance or self._plan.instance_at(a.shape[0], a.get_device())) if a.is_cuda else ""
-        out = torch.ops.humming.gemm(a, self.codes, self.scales, self.zeros, self.global_scale, a_scales, self.bias,
+        # Buffers straight from the dict: nn.Module's attribute fallback costs about a microsecond
+        # per buffer per call (7 us for these five on the CI machine).
+        b = self._buffers
+        out = torch.ops.humming.gemm(a, b["codes"], b["scales"], b["zeros"], b["global_scale"], a_scales, b["bias"],
                                      self._fmt_str, self.layout, self.out_features, self.in_features, instance)
         return out if flat else out.reshape(*x.shape[:-1], self.out_features)
 
