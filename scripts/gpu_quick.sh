@@ -17,11 +17,13 @@ bash scripts/gpu_bench.sh --impls humming-aot,cublas-bf16 --formats w4a16 --shap
   > "$OUT/bench.out" 2>&1
 grep -E "^\|" "$OUT/bench/quick.md" | head -40
 if [ -n "${PROFILE:-}" ]; then
-  # PROFILE="N K M": ncu on the sm80 kernel of that problem (first launch), summary to ncu.txt.
+  # PROFILE="N K M": ncu on the sm80 kernel of that problem (first launch), summary to ncu.txt;
+  # PROFILE_EXTRA adds ncu options (e.g. "--section SourceCounters" for stall reasons per line).
+  # Prefix with HUMMING_MAX_SPLITS=... to compare split-K settings.
   ncu -k regex:dense_kernel -c 1 --section SpeedOfLight --section Occupancy --section WarpStateStats \
     --section SchedulerStats --section LaunchStats --section InstructionStats --section MemoryWorkloadAnalysis \
-    --metrics sm__cycles_active.min,sm__cycles_active.max,sm__cycles_active.avg,sm__cycles_elapsed.max,smsp__warps_issue_stalled_barrier_per_warp_active.pct,smsp__warps_issue_stalled_long_scoreboard_per_warp_active.pct,smsp__warps_issue_stalled_math_pipe_throttle_per_warp_active.pct,smsp__warps_issue_stalled_short_scoreboard_per_warp_active.pct,smsp__warps_issue_stalled_wait_per_warp_active.pct,smsp__warps_issue_stalled_mio_throttle_per_warp_active.pct,smsp__warps_issue_stalled_not_selected_per_warp_active.pct,smsp__warps_issue_stalled_selected_per_warp_active.pct,smsp__warps_issue_stalled_dispatch_stall_per_warp_active.pct \
-    python3 scripts/profile_one.py $PROFILE > "$OUT/ncu.txt" 2>&1
+    --metrics sm__cycles_active.min,sm__cycles_active.max,sm__cycles_active.avg,sm__cycles_elapsed.max,smsp__warp_issue_stalled_barrier_per_warp_active.pct,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct,smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct,smsp__warp_issue_stalled_short_scoreboard_per_warp_active.pct,smsp__warp_issue_stalled_wait_per_warp_active.pct,smsp__warp_issue_stalled_mio_throttle_per_warp_active.pct,smsp__warp_issue_stalled_not_selected_per_warp_active.pct,smsp__warp_issue_stalled_selected_per_warp_active.pct,smsp__warp_issue_stalled_dispatch_stall_per_warp_active.pct \
+    ${PROFILE_EXTRA:-} python3 scripts/profile_one.py $PROFILE > "$OUT/ncu.txt" 2>&1
   grep -E "Duration|Throughput|Stall|Warp Cycles|Issued|Eligible|Achieved|Theoretical|Registers|Block Limit|Grid Size|Executed Ipc|Waves|sm__|smsp__" "$OUT/ncu.txt" | head -60
 fi
 mkdir -p "$FINAL" && tar czf "$FINAL/quick.tgz" -C "$OUT" .
