@@ -65,9 +65,19 @@ int current_device_sms() {
 
 namespace {
 
-// Machine code for sm_XY runs on devices of the same major version and minor >= Y; code for an
-// arch-specific target (90a, 100a) runs only on exactly that compute capability (see
-// instance_runs_on).
+// One item of a ";"-separated list of numbers with an optional letter suffix ("80;90a"), parsed in
+// place (these lists are read on every launch, so nothing is allocated). Advances `p` past the
+// item; false when the item has no digits.
+bool next_list_item(const char *&p, int *value, char *suffix) {
+  *value = 0;
+  bool digits = false;
+  while (*p >= '0' && *p <= '9') *value = *value * 10 + (*p++ - '0'), digits = true;
+  *suffix = (*p != 0 && *p != ';') ? *p : 0;
+  while (*p != 0 && *p != ';') ++p;
+  if (*p == ';') ++p;
+  return digits;
+}
+
 std::string sm_list(const char *archs) {
   std::string out, item;
   std::stringstream ss(archs);
@@ -112,16 +122,14 @@ bool instance_runs_on(const InstanceInfo &info, int cc, std::string *why) {
              std::to_string(limit);
     return false;
   }
-  // Walks the ";"-separated list in place: this runs on every launch, so it allocates nothing.
+  // Machine code for sm_XY runs on devices of the same major version and minor >= Y; code for an
+  // arch-specific target (90a, 100f) runs only on exactly that compute capability.
   for (const char *p = info.archs; *p != 0;) {
-    int value = 0;
-    bool digits = false;
-    while (*p >= '0' && *p <= '9') value = value * 10 + (*p++ - '0'), digits = true;
-    const bool specific = *p == 'a' || *p == 'f';
-    while (*p != 0 && *p != ';') ++p;
-    if (*p == ';') ++p;
-    if (!digits) continue;
-    if (specific ? value == cc : (value / 10 == cc / 10 && value % 10 <= cc % 10)) return true;
+    int arch;
+    char suffix;
+    if (!next_list_item(p, &arch, &suffix)) continue;
+    const bool specific = suffix == 'a' || suffix == 'f';
+    if (specific ? arch == cc : (arch / 10 == cc / 10 && arch % 10 <= cc % 10)) return true;
   }
   if (why)
     *why = std::string(info.name) + " has machine code for " + sm_list(info.archs) + "; this device is sm_" +
@@ -237,15 +245,12 @@ bool glob_match(const char *p, const char *s) {
   return *p == 0;
 }
 
-// Whether the ";"-separated list of integers holds `value` (parsed in place, no allocation).
+// Whether the ";"-separated list of integers holds `value`.
 bool list_contains(const char *list, int value) {
   for (const char *p = list; *p != 0;) {
-    int item = 0;
-    bool digits = false;
-    while (*p >= '0' && *p <= '9') item = item * 10 + (*p++ - '0'), digits = true;
-    while (*p != 0 && *p != ';') ++p;
-    if (*p == ';') ++p;
-    if (digits && item == value) return true;
+    int item;
+    char suffix;
+    if (next_list_item(p, &item, &suffix) && item == value) return true;
   }
   return false;
 }

@@ -55,8 +55,17 @@ def _act(fmt: F.GemmFormat, m, k, device, seed):
 INSTANCES = _instances()
 
 
+def _weight(inst, fmt: F.GemmFormat, n: int, k: int, seed: int):
+    """A random n x k weight quantized to the format: packed for the instance's layout on the GPU,
+    and dequantized on the CPU for the reference."""
+    q = R.quantize_weight(torch.randn(n, k, generator=torch.Generator().manual_seed(seed)) * 0.02, fmt.weight)
+    return ha.pack_weight(q, layout=inst.layout).to("cuda"), R.dequantize_weight(q)
+
+
 def _operand_dtype(inst, fmt):
-    """Tensor-core instances round (code - zero) * group scale to the operand type before the MMA."""
+    """The tolerance's operand term: tensor-core tiles of several mma tiles per warp round
+    (code - zero) * group scale to the operand type before the MMA (16-row tiles scale the fp32
+    sums instead, which is exact and within the same bound)."""
     if inst.backend == "generic" or fmt.weight.group_k == 0:
         return None
     return R.torch_dtype(fmt.act.type)
@@ -70,10 +79,7 @@ M_VALUES = (1, 16, 17, 64, 65, 130)
 def test_instance_against_reference(inst):
     fmt = _format_for(inst)
     n, k = 264, 4096 + 128  # n needs padding (also past a 256-wide tile); k is not a multiple of 256
-    w = torch.randn(n, k, generator=torch.Generator().manual_seed(1)) * 0.02
-    q = R.quantize_weight(w, fmt.weight)
-    p = ha.pack_weight(q, layout=inst.layout).to("cuda")
-    w_deq = R.dequantize_weight(q)
+    p, w_deq = _weight(inst, fmt, n, k, 1)
     for m in M_VALUES if inst.backend != "generic" else (1, 33, 130):
         a, s, a_deq = _act(fmt, m, k, "cuda", m)
         bias = torch.randn(n, generator=torch.Generator().manual_seed(7)).to("cuda", R.torch_dtype(fmt.out))
@@ -98,10 +104,7 @@ def test_split_k_matches_reference_and_is_deterministic(inst):
 
     fmt = _format_for(inst)
     n, k = 264, SPLIT_K
-    w = torch.randn(n, k, generator=torch.Generator().manual_seed(2)) * 0.02
-    q = R.quantize_weight(w, fmt.weight)
-    p = ha.pack_weight(q, layout=inst.layout).to("cuda")
-    w_deq = R.dequantize_weight(q)
+    p, w_deq = _weight(inst, fmt, n, k, 2)
     for m in (1, 17):
         assert registry.workspace_bytes(inst.name, fmt, inst.layout, n, k, m) > 0, "this case must split K"
         a, s, a_deq = _act(fmt, m, k, "cuda", m)
