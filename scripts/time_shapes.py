@@ -1,36 +1,71 @@
-"""Kernel time of humming-aot W4A16 layers over a few shapes, for quick A/B runs on the GPU machine.
+"""Kernel time of humming-aot layers over a few shapes, for quick A/B runs on the GPU machine.
 
-Usage: python3 scripts/time_shapes.py NxK[,NxK...] M[,M...] [weight_format]
-Prints one line per point: median microseconds of single calls, each after an L2 flush, timed
-with CUDA events around the call (the flush itself is outside the events). Run it in separate
-processes to compare environment settings such as HUMMING_MAX_SPLITS.
+Usage: python3 scripts/time_shapes.py NxK[,NxK...] M[,M...] [--format F] [--instances A,B,...] [--graph]
+Prints one line per point: median microseconds of single calls, each after an L2 flush. Eager:
+CUDA events around the call (the flush kernel covers the host's launch cost). --graph: the call
+captured in a CUDA graph and replayed after the flush (GPU time only). --instances: time each named
+instance instead of the dispatcher's choice (names that do not compute the format are reported and
+skipped). Run it in separate processes to compare environment settings such as HUMMING_MAX_SPLITS.
 """
 
+import argparse
 import statistics
-import sys
 
 import torch
 
 import humming_aot as ha
 
-shapes = [tuple(int(v) for v in s.split("x")) for s in sys.argv[1].split(",")]
-ms = [int(v) for v in sys.argv[2].split(",")]
-fmt = sys.argv[3] if len(sys.argv) > 3 else "u4g128-sbf16"
+ap = argparse.ArgumentParser()
+ap.add_argument("shapes")
+ap.add_argument("ms")
+ap.add_argument("--format", default="u4g128-sbf16")
+ap.add_argument("--instances", default="")
+ap.add_argument("--graph", action="store_true")
+ap.add_argument("--iters", type=int, default=15)
+args = ap.parse_args()
+shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+ms = [int(v) for v in args.ms.split(",")]
+names = [s for s in args.instances.split(",") if s] or [""]
 flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+
+
+def timed(fn):
+    times = []
+    for _ in range(args.iters):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000)
+    return statistics.median(times)
+
+
 for n, k in shapes:
     lin = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
-    layer = ha.QuantLinear.from_linear(lin, fmt, device="cuda")
-    for m in ms:
-        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        layer(x)
-        times = []
-        for _ in range(15):
-            flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            layer(x)
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1000)
-        print(f"{n}x{k} m={m}: {statistics.median(times):8.1f} us  {layer.instance_for(m, 'cuda')}", flush=True)
+    layer = ha.QuantLinear.from_linear(lin, args.format, device="cuda")
+    for name in names:
+        layer.instance = name
+        for m in ms:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            try:
+                layer(x)
+            except RuntimeError as e:
+                print(f"{n}x{k} m={m}: {name}: {str(e).splitlines()[0]}", flush=True)
+                continue
+            us = timed(lambda: layer(x))
+            line = f"{n}x{k} m={m}: eager {us:8.1f} us"
+            if args.graph:
+                g = torch.cuda.CUDAGraph()
+                s = torch.cuda.Stream()
+                s.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(s):
+                    layer(x)
+                torch.cuda.current_stream().wait_stream(s)
+                with torch.cuda.graph(g):
+                    layer(x)
+                line += f"  graph {timed(g.replay):8.1f} us"
+                del g
+            print(f"{line}  {layer.instance_for(m, 'cuda')}", flush=True)
     del layer, lin

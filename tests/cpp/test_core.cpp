@@ -179,7 +179,7 @@ void test_split_plans() {
           const SplitPlan p = plan_splits(tiles, k_tiles, tile_k, group_tiles, 132, 2);
           EXPECT(p.splits >= 1 && p.splits <= 16, "splits %d", p.splits);
           if (p.splits > 1)
-            EXPECT(k_tiles * tile_k / p.splits >= kMinSliceK && tiles < 264, "k_tiles %lld splits %d",
+            EXPECT(k_tiles * tile_k / p.splits >= min_slice_k() && tiles < 264, "k_tiles %lld splits %d",
                    static_cast<long long>(k_tiles), p.splits);
           std::vector<int> seen(static_cast<size_t>(k_tiles), 0);
           for (int s = 0; s < p.splits; ++s) {

@@ -46,11 +46,19 @@ inline int split_limit() {
   return value;
 }
 
-// Fewest inputs a K slice keeps. Measured on the H200 (sm80 tiles, W4A16, scripts/time_shapes.py
-// with HUMMING_MAX_SPLITS): a split launch costs about as much as 30 more stages of a block, so
-// slicing K = 8192 made every decode shape slower (8192 x 8192, M = 1: 39.8 us whole, 53.6 us in
-// two slices), while K = 28672 gained up to four slices (105.9 -> 79.4 us).
-constexpr int64_t kMinSliceK = 7168;
+// Fewest inputs a K slice keeps: 7168, or HUMMING_MIN_SLICE_K from the environment (read once per
+// process; a tuning and diagnosis knob like HUMMING_MAX_SPLITS). Measured on the H200 (sm80 tiles,
+// W4A16, scripts/time_shapes.py with HUMMING_MAX_SPLITS): a split launch costs about as much as 30
+// more stages of a block, so slicing K = 8192 made every decode shape slower (8192 x 8192, M = 1:
+// 39.8 us whole, 53.6 us in two slices), while K = 28672 gained up to four slices (105.9 -> 79.4 us).
+inline int64_t min_slice_k() {
+  static const int64_t value = [] {
+    const char *env = std::getenv("HUMMING_MIN_SLICE_K");
+    const long long v = env != nullptr ? std::atoll(env) : 0;
+    return v >= 1 ? static_cast<int64_t>(v) : int64_t(7168);
+  }();
+  return value;
+}
 
 // `tiles`: output tiles of the launch; `k_tiles`: K tiles of the padded weight (`tile_k` inputs
 // each); `group_tiles`: K tiles per scale group (1 when the group is not larger than a tile);
@@ -64,8 +72,8 @@ inline SplitPlan plan_splits(int64_t tiles, int64_t k_tiles, int64_t tile_k, int
   int64_t splits = 1;
   if (tiles < slots && tiles <= kSplitCounters) {
     splits = slots / tiles;
-    // Each slice keeps at least kMinSliceK inputs and two units of work.
-    const int64_t by_k = k_tiles * tile_k / kMinSliceK;
+    // Each slice keeps at least min_slice_k() inputs and two units of work.
+    const int64_t by_k = k_tiles * tile_k / min_slice_k();
     int64_t max_splits = p.units / 2 < by_k ? p.units / 2 : by_k;
     if (max_splits < 1) max_splits = 1;
     if (splits > max_splits) splits = max_splits;
