@@ -170,7 +170,8 @@ void test_registry() {
          why.c_str());
 }
 // Split-K plans: slices own whole units (a scale group never straddles two slices), together
-// they cover every K tile exactly once, and they respect the minimum slice length.
+// they cover every K tile exactly once, they respect the minimum slice length, and the cursor the
+// kernels walk a slice with visits its tiles in order.
 void test_split_plans() {
   for (int64_t k_tiles : {1, 7, 28, 57, 113, 226, 448}) {
     for (int64_t tile_k : {64, 128, 256}) {
@@ -184,8 +185,11 @@ void test_split_plans() {
           std::vector<int> seen(static_cast<size_t>(k_tiles), 0);
           for (int s = 0; s < p.splits; ++s) {
             const SliceTiles t = slice_tiles(p, k_tiles, s);
-            for (int64_t i = 0; i < t.count; ++i) {
+            SliceCursor cursor = slice_cursor(t); // the kernels' way through the same tiles
+            for (int64_t i = 0; i < t.count; ++i, cursor.advance()) {
               const int64_t kt = t[i];
+              EXPECT(cursor.tile == kt, "cursor at %lld, slice tile %lld", static_cast<long long>(cursor.tile),
+                     static_cast<long long>(kt));
               EXPECT(kt >= 0 && kt < k_tiles, "tile %lld out of range", static_cast<long long>(kt));
               if (kt >= 0 && kt < k_tiles) ++seen[static_cast<size_t>(kt)];
               EXPECT((kt / p.unit_tiles) % p.splits == s, "unit of tile %lld owned by slice %d",

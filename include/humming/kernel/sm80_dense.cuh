@@ -88,6 +88,8 @@ struct Dense {
 
   static_assert(ActId == dtypes::f16.id() || ActId == dtypes::bf16.id(), "activations are f16 or bf16");
   static_assert(ScaleId == ActId, "scales are in the operand type");
+  static_assert(OutId == dtypes::f16.id() || OutId == dtypes::bf16.id() || OutId == dtypes::f32.id(),
+                "outputs are f16, bf16 or f32");
   static_assert(kBits == 4 || kBits == 8, "4- or 8-bit codes");
   static_assert(BM % (16 * WarpsM) == 0 && WarpK % 16 == 0, "tile shape");
   static_assert(BK % 64 == 0, "the activation swizzle needs rows of at least 8 x 16 bytes");
@@ -391,10 +393,12 @@ struct Dense {
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
-    // Prologue: fill Stages - 1 stages.
+    // Prologue: fill Stages - 1 stages. `load_at` is the K tile the next load reads.
+    SliceCursor load_at = slice_cursor(tiles);
 #pragma unroll
     for (int s = 0; s < Stages - 1; ++s) {
-      if (s < tiles.count) load_stage(p, smem + s * kStageBytes, tiles[s], m0, n0);
+      if (s < tiles.count) load_stage(p, smem + s * kStageBytes, load_at.tile, m0, n0);
+      load_at.advance();
       cp_async_commit();
     }
 
@@ -405,7 +409,10 @@ struct Dense {
       {
         const int64_t next = it + Stages - 1;
         const int next_slot = slot == 0 ? Stages - 1 : slot - 1;
-        if (next < tiles.count) load_stage(p, smem + next_slot * kStageBytes, tiles[next], m0, n0);
+        if (next < tiles.count) {
+          load_stage(p, smem + next_slot * kStageBytes, load_at.tile, m0, n0);
+          load_at.advance();
+        }
         cp_async_commit();
       }
       const char *stage = smem + slot * kStageBytes;
@@ -477,48 +484,106 @@ struct Dense {
       float *partials = splitk_partials(a.workspace);
       const size_t slice = static_cast<size_t>(a.m) * static_cast<size_t>(a.dims.n_pad);
       int *counters = splitk_counters(a.workspace);
+      // Pairs of adjacent channels (n even, n_pad a multiple of 64) move as one 8-byte access.
       if (wk == 0) {
-        for_each_output(m0, n0, wm, wn, lane, [&](int i, int j, int e, int64_t m, int64_t n) {
-          if (m < a.m && n < a.dims.n_pad) __stcg(partials + split * slice + m * a.dims.n_pad + n, acc[i][j][e]);
+        for_each_pair(m0, n0, wm, wn, lane, [&](int i, int j, int h, int64_t m, int64_t n) {
+          if (m < a.m && n < a.dims.n_pad)
+            __stcg(reinterpret_cast<float2 *>(partials + split * slice + m * a.dims.n_pad + n),
+                   make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]));
         });
       }
-      __threadfence();
+      // Publish the block's partials with one release by one thread: the barrier orders every
+      // thread's stores before thread 0's fence (cumulativity), so 256 full fences are not needed.
+      // The block that counts last acquires the others' partials the same way.
       __syncthreads();
       int *flag = reinterpret_cast<int *>(smem + kSmemBytes);
-      if (threadIdx.x == 0) *flag = atomicAdd(counters + tile, 1) == splits - 1;
+      if (threadIdx.x == 0) {
+        __threadfence();
+        const bool last = atomicAdd(counters + tile, 1) == splits - 1;
+        if (last) __threadfence();
+        *flag = last;
+      }
       __syncthreads();
       if (!*flag) return;
-      __threadfence();
+      // The last block writes the tile from the partials alone (its own sums are among them). A
+      // rolled loop: this path runs once per tile, and unrolled it would be cold code the size of
+      // the main loop several times over.
       if (wk == 0) {
-        for_each_output(m0, n0, wm, wn, lane, [&](int i, int j, int e, int64_t m, int64_t n) {
-          float s = 0.0f;
-          if (m < a.m && n < a.dims.n_pad)
-            for (int q = 0; q < splits; ++q) s += __ldcg(partials + q * slice + m * a.dims.n_pad + n);
-          acc[i][j][e] = s;
-        });
+#pragma unroll 1
+        for (int pi = 0; pi < MT * 16; ++pi) {
+          const int i = pi / 16, j = (pi / 2) % 8, h = pi % 2;
+          const int64_t m = m0 + wm * WM + i * 16 + lane / 4 + h * 8;
+          const int64_t n = n0 + wn * 64 + j * 8 + (lane % 4) * 2;
+          if (m >= a.m || n >= a.dims.n) continue;
+          const float2 *src = reinterpret_cast<const float2 *>(partials + m * a.dims.n_pad + n);
+          float2 sum = make_float2(0.0f, 0.0f);
+#pragma unroll 1
+          for (int q = 0; q < splits; ++q) {
+            const float2 v = __ldcg(src + q * (slice / 2));
+            sum.x += v.x, sum.y += v.y;
+          }
+          write_out(a, m, n, sum);
+        }
       }
       if (threadIdx.x == 0) counters[tile] = 0; // ready for the next launch
+      return;
     }
-    if (wk == 0) {
-      for_each_output(m0, n0, wm, wn, lane, [&](int i, int j, int e, int64_t m, int64_t n) {
-        if (m >= a.m || n >= a.dims.n) return;
-        float v = acc[i][j][e];
-        if (a.bias != nullptr) v += load_element(kOut, a.bias, n);
-        store_element(kOut, a.out, m * a.ldo + n, v);
+    if (wk == 0)
+      for_each_pair(m0, n0, wm, wn, lane, [&](int i, int j, int h, int64_t m, int64_t n) {
+        if (m < a.m && n < a.dims.n) write_out(a, m, n, make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]));
       });
-    }
   }
 
-  // Calls f(i, j, e, m, n) for each accumulator of this lane with its output coordinates.
+  // Output channels n and n + 1 of row m (n < the problem's n): bias added, rounded to the output
+  // type, one 32-bit store where the address allows it (the usual case: even ldo, aligned output).
+  static __device__ __forceinline__ void write_out(const GemmArgs &a, int64_t m, int64_t n, float2 v) {
+    const bool both = n + 1 < a.dims.n;
+    if (a.bias != nullptr) {
+      v.x += load_out(a.bias, n);
+      if (both) v.y += load_out(a.bias, n + 1);
+    }
+    store_out_pair(a.out, m * a.ldo + n, v, both);
+  }
+
+  // Calls f(i, j, h, m, n) for each pair of accumulators (acc[i][j][2h], acc[i][j][2h + 1]) of
+  // this lane with its output row m and first channel n (the pair covers n and n + 1).
   template <class F>
-  static __device__ __forceinline__ void for_each_output(int64_t m0, int64_t n0, int wm, int wn, int lane, F f) {
+  static __device__ __forceinline__ void for_each_pair(int64_t m0, int64_t n0, int wm, int wn, int lane, F f) {
 #pragma unroll
     for (int i = 0; i < MT; ++i)
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          f(i, j, e, m0 + wm * WM + i * 16 + lane / 4 + (e / 2) * 8, n0 + wn * 64 + j * 8 + (lane % 4) * 2 + (e % 2));
+        for (int h = 0; h < 2; ++h)
+          f(i, j, h, m0 + wm * WM + i * 16 + lane / 4 + h * 8, n0 + wn * 64 + j * 8 + (lane % 4) * 2);
+  }
+
+  // Output and bias elements with the hardware conversions (cvt.rn: ties to even, overflow to
+  // infinity, subnormals kept), the rounding encode() in format/dtype.h spells out in software;
+  // that general path per element made the epilogue thousands of instructions of cold code.
+  static __device__ __forceinline__ float load_out(const void *base, int64_t i) {
+    if constexpr (kOut.bits == 32) return static_cast<const float *>(base)[i];
+    else return numeric::Operand<OutId == dtypes::bf16.id()>::to_float(static_cast<const uint16_t *>(base)[i]);
+  }
+  static __device__ __forceinline__ void store_out_pair(void *base, int64_t i, float2 v, bool both) {
+    if constexpr (kOut.bits == 32) {
+      float *o = static_cast<float *>(base) + i;
+      if (both && (reinterpret_cast<uintptr_t>(o) & 7) == 0) {
+        *reinterpret_cast<float2 *>(o) = v;
+      } else {
+        o[0] = v.x;
+        if (both) o[1] = v.y;
+      }
+    } else {
+      const uint32_t w = numeric::Operand<OutId == dtypes::bf16.id()>::pair(v.x, v.y);
+      uint16_t *o = static_cast<uint16_t *>(base) + i;
+      if (both && (reinterpret_cast<uintptr_t>(o) & 3) == 0) {
+        *reinterpret_cast<uint32_t *>(o) = w;
+      } else {
+        o[0] = static_cast<uint16_t>(w);
+        if (both) o[1] = static_cast<uint16_t>(w >> 16);
+      }
+    }
   }
 
   static int64_t n_tiles(const GemmArgs &args) { return (args.dims.n_pad + BN - 1) / BN; }

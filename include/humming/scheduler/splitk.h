@@ -100,6 +100,27 @@ struct SliceTiles {
   }
 };
 
+// Walks a slice's K tiles in order with additions only (SliceTiles::operator[] divides, which a
+// kernel would pay once per stage).
+struct SliceCursor {
+  int64_t tile;       // the current K tile
+  int64_t in_unit;    // its place inside its unit
+  int64_t unit_tiles;
+  int64_t jump;       // K tiles of the other slices' units between two units of this slice
+  HUMMING_HD void advance() {
+    ++tile;
+    if (++in_unit == unit_tiles) {
+      in_unit = 0;
+      tile += jump;
+    }
+  }
+};
+
+HUMMING_HD SliceCursor slice_cursor(const SliceTiles &t) {
+  return SliceCursor{static_cast<int64_t>(t.slice) * t.unit_tiles, 0, t.unit_tiles,
+                     static_cast<int64_t>(t.splits - 1) * t.unit_tiles};
+}
+
 HUMMING_HD SliceTiles slice_tiles(const SplitPlan &p, int64_t k_tiles, int s) {
   const int64_t units = s < p.units ? (p.units - 1 - s) / p.splits + 1 : 0;
   int64_t count = units * p.unit_tiles;
