@@ -124,21 +124,81 @@ struct Dense {
     }
   }
 
-  // One stage's cp.async copies. Everything 64-bit (the problem-sized offsets) is computed once
-  // per stage from block-uniform values; each chunk adds a 32-bit offset (can_implement keeps
-  // those in range), so issuing a copy costs a handful of instructions.
-  static __device__ __forceinline__ void load_stage(const Params &p, char *stage, int64_t kt, int64_t m0, int64_t n0) {
+  // This thread's activation and weight copies of every stage of one tile, worked out once per
+  // tile (a stage then adds a uniform K offset and issues its copies): under the decode tiles'
+  // register budget the compiler would otherwise rebuild these addresses for every stage.
+  static constexpr int kRowChunks = BK / 8;                                // 16-byte chunks per activation row
+  static constexpr int kColChunks = (BK / 16) * kWordsPerBlock / 4;        // per 64-channel weight column
+  static constexpr bool kFixedCopies = kThreads % kRowChunks == 0 && kColChunks % kThreads == 0;
+  struct TileCopies {
+    const char *a;  // this thread's first activation chunk at K = 0
+    const char *b;  // this thread's first weight chunk at K = 0
+    int a_rows;     // activation rows of this thread's column that lie below m
+    int a_col;      // first input of this thread's activation chunks
+    int b_cols;     // weight columns of the tile that lie inside n_pad
+  };
+  static __device__ __forceinline__ TileCopies tile_copies(const Params &p, int64_t m0, int64_t n0) {
     const GemmArgs &a = p.args;
-    const int64_t k0 = kt * BK;
-    // Activations: BM rows x BK inputs in 16-byte chunks, chunk c of row r stored at c ^ (r % 8).
-    // Rows past m are not loaded at all: mma rows are independent, so whatever those rows of shared
-    // memory hold only reaches output rows that are never stored. K past k reads as zeros, which
-    // cancels the padded weights.
-    constexpr int kRowChunks = BK / 8;
-    {
+    const int t = static_cast<int>(threadIdx.x);
+    constexpr int kRowsPerPass = kFixedCopies ? kThreads / kRowChunks : 1;
+    const int r0 = t / kRowChunks, c = t % kRowChunks;
+    const int rows = static_cast<int>(a.m - m0 < BM ? a.m - m0 : BM);
+    TileCopies tc;
+    tc.a = static_cast<const char *>(a.a) + (m0 + r0) * a.lda * 2 + c * 16;
+    tc.a_rows = r0 < rows ? (rows - 1 - r0) / kRowsPerPass + 1 : 0;
+    tc.a_col = c * 8;
+    tc.b = reinterpret_cast<const char *>(a.codes) + (n0 / 64) * p.k_blocks * kWordsPerBlock * 4 + t * 16;
+    tc.b_cols = static_cast<int>((a.dims.n_pad - n0) / 64);
+    return tc;
+  }
+
+  // One stage's cp.async copies into the stage at shared address `stage` (K tile kt of the tile
+  // at m0, n0). Activations: BM rows x BK inputs in 16-byte chunks, chunk c of row r stored at
+  // c ^ (r % 8); rows past m are not loaded at all (mma rows are independent, so whatever those
+  // rows of shared memory hold only reaches output rows that are never stored), and K past k
+  // reads as zeros, which cancels the padded weights. Weights: for each 64-channel column, BK / 16
+  // consecutive blocks; blocks past the padded K or N read as zeros (finite operands, so the zero
+  // activations cancel them).
+  static __device__ __forceinline__ void load_stage(const Params &p, const TileCopies &tc, uint32_t stage, int kt,
+                                                    int64_t m0, int64_t n0) {
+    const GemmArgs &a = p.args;
+    // K offsets fit 32 bits (can_implement): cheaper per stage than the 64-bit forms.
+    const int k0 = kt * BK;
+    const int t = static_cast<int>(threadIdx.x);
+    const int k_left = static_cast<int>(a.dims.k) - k0 < BK ? static_cast<int>(a.dims.k) - k0 : BK;
+    const int kb0 = k0 / 16;
+    const int kb_left = static_cast<int>(p.k_blocks) - kb0 < BK / 16 ? static_cast<int>(p.k_blocks) - kb0 : BK / 16;
+    constexpr int kChunksPerBlock = kWordsPerBlock / 4;
+    if constexpr (kFixedCopies) {
+      // Thread t copies chunk t % kRowChunks of rows t / kRowChunks + j * kRowsPerPass, and chunks
+      // t + (j % kPasses) * kThreads of weight column j / kPasses. Only a stage at the end of K
+      // tests each copy against K.
+      constexpr int kRowsPerPass = kThreads / kRowChunks;
+      constexpr int kPasses = kColChunks / kThreads;
+      const bool inner = k_left == BK && kb_left == BK / 16;
+      const int row_bytes = static_cast<int>(a.lda * 2);
+      const int col_bytes = static_cast<int>(p.k_blocks * kWordsPerBlock * 4);
+      const char *asrc = tc.a + k0 * 2;
+      const char *bsrc = tc.b + kb0 * (kWordsPerBlock * 4);
+      const int r0 = t / kRowChunks, c = t % kRowChunks;
+      const bool a_k = inner || tc.a_col < k_left;
+#pragma unroll
+      for (int j = 0; j < (BM + kRowsPerPass - 1) / kRowsPerPass; ++j) {
+        const int r = r0 + j * kRowsPerPass;
+        if (j < tc.a_rows)
+          cp_async16<128>(stage + r * BK * 2 + ((c ^ (r & 7)) * 16), a_k ? asrc + j * kRowsPerPass * row_bytes : asrc,
+                          a_k);
+      }
+#pragma unroll
+      for (int j = 0; j < WarpsN * kPasses; ++j) {
+        const int nb = j / kPasses, c_off = (j % kPasses) * kThreads;
+        const bool ok = (nb == 0 || nb < tc.b_cols) && (inner || (t + c_off) / kChunksPerBlock < kb_left);
+        cp_async16<256>(stage + kABytes + (nb * kColChunks + c_off + t) * 16,
+                        ok ? bsrc + nb * col_bytes + c_off * 16 : bsrc, ok);
+      }
+    } else {
       const char *base = static_cast<const char *>(a.a) + (m0 * a.lda + k0) * 2;
       const int rows = static_cast<int>(a.m - m0 < BM ? a.m - m0 : BM);
-      const int k_left = static_cast<int>(a.dims.k - k0 < BK ? a.dims.k - k0 : BK);
       const int row_bytes = static_cast<int>(a.lda * 2);
       for_each_chunk<BM * kRowChunks>([&](int i) {
         const int r = i / kRowChunks, c = i % kRowChunks;
@@ -146,34 +206,26 @@ struct Dense {
         const bool ok = c * 8 < k_left;
         cp_async16<128>(stage + r * BK * 2 + ((c ^ (r & 7)) * 16), ok ? base + r * row_bytes + c * 16 : base, ok);
       });
-    }
-    // Weights: for each 64-channel column, BK / 16 consecutive blocks. Blocks past the padded K
-    // or N read as zeros (finite operands, so the zero activations cancel them).
-    constexpr int kColChunks = (BK / 16) * kWordsPerBlock / 4;
-    constexpr int kChunksPerBlock = kWordsPerBlock / 4;
-    {
-      const int64_t kb0 = k0 / 16;
-      const char *base = reinterpret_cast<const char *>(a.codes) + ((n0 / 64) * p.k_blocks + kb0) * kWordsPerBlock * 4;
+      const char *wbase = reinterpret_cast<const char *>(a.codes) + ((n0 / 64) * p.k_blocks + kb0) * kWordsPerBlock * 4;
       const int col_bytes = static_cast<int>(p.k_blocks * kWordsPerBlock * 4);
-      const int kb_left = static_cast<int>(p.k_blocks - kb0 < BK / 16 ? p.k_blocks - kb0 : BK / 16);
       const int cols = static_cast<int>((a.dims.n_pad - n0) / 64);
-      char *sb = stage + kABytes;
       for_each_chunk<WarpsN * kColChunks>([&](int i) {
         const int nb = i / kColChunks, c = i % kColChunks;
         const bool ok = c / kChunksPerBlock < kb_left && nb < cols;
-        cp_async16<256>(sb + i * 16, ok ? base + nb * col_bytes + c * 16 : base, ok);
+        cp_async16<256>(stage + kABytes + i * 16, ok ? wbase + nb * col_bytes + c * 16 : wbase, ok);
       });
     }
     if constexpr (GroupK != 0) {
       // Scale rows (and zero-point rows) of the groups this stage touches; rows past the last
       // group read as zeros, never as stale values that could be NaN.
-      const int64_t g0 = k0 / GroupK;
-      const int g_left = static_cast<int>(a.dims.k_groups - g0 < kScaleRows ? a.dims.k_groups - g0 : kScaleRows);
+      const int g0 = k0 / GroupK;
+      const int g_left = static_cast<int>(a.dims.k_groups) - g0 < kScaleRows ? static_cast<int>(a.dims.k_groups) - g0
+                                                                               : kScaleRows;
       const int n_left = static_cast<int>(a.dims.n_pad - n0);
       const int row_elems = static_cast<int>(a.dims.n_groups);
       const int64_t first = g0 * a.dims.n_groups + n0;
       const char *scales = static_cast<const char *>(a.scales) + first * 2;
-      char *ss = stage + kABytes + kBBytes;
+      const uint32_t ss = stage + kABytes + kBBytes;
       constexpr int kScaleChunks = BN * 2 / 16;
       for_each_chunk<kScaleRows * kScaleChunks>([&](int i) {
         const int r = i / kScaleChunks, c = i % kScaleChunks;
@@ -182,7 +234,7 @@ struct Dense {
       });
       if constexpr (kIntZero) {
         const char *zeros = static_cast<const char *>(a.zeros) + first;
-        char *sz = ss + kSBytes;
+        const uint32_t sz = ss + kSBytes;
         constexpr int kZeroChunks = BN / 16;
         for_each_chunk<kScaleRows * kZeroChunks>([&](int i) {
           const int r = i / kZeroChunks, c = i % kZeroChunks;
@@ -395,9 +447,11 @@ struct Dense {
 
     // Prologue: fill Stages - 1 stages. `load_at` is the K tile the next load reads.
     SliceCursor load_at = slice_cursor(tiles);
+    const uint32_t smem_base = smem_addr(smem);
+    const TileCopies copies = tile_copies(p, m0, n0);
 #pragma unroll
     for (int s = 0; s < Stages - 1; ++s) {
-      if (s < tiles.count) load_stage(p, smem + s * kStageBytes, load_at.tile, m0, n0);
+      if (s < tiles.count) load_stage(p, copies, smem_base + s * kStageBytes, static_cast<int>(load_at.tile), m0, n0);
       load_at.advance();
       cp_async_commit();
     }
@@ -410,7 +464,7 @@ struct Dense {
         const int64_t next = it + Stages - 1;
         const int next_slot = slot == 0 ? Stages - 1 : slot - 1;
         if (next < tiles.count) {
-          load_stage(p, smem + next_slot * kStageBytes, load_at.tile, m0, n0);
+          load_stage(p, copies, smem_base + next_slot * kStageBytes, static_cast<int>(load_at.tile), m0, n0);
           load_at.advance();
         }
         cp_async_commit();

@@ -17,19 +17,20 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p) {
 // reads nothing (the source may then be any valid address). Prefetch: 0, or 64 / 128 / 256 to let
 // L2 fetch that many bytes around the copy from DRAM at once (for streams read front to back,
 // fewer and larger DRAM requests for the same outstanding copies).
-template <int Prefetch = 0> __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool pred) {
+// `smem` is a shared-window address (smem_addr): kernels convert their buffer once, not per copy.
+template <int Prefetch = 0> __device__ __forceinline__ void cp_async16(uint32_t smem, const void *gmem, bool pred) {
   const int src_bytes = pred ? 16 : 0;
   if constexpr (Prefetch == 256)
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
-                 "r"(src_bytes));
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(src_bytes));
   else if constexpr (Prefetch == 128)
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
-                 "r"(src_bytes));
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(src_bytes));
   else if constexpr (Prefetch == 64)
-    asm volatile("cp.async.cg.shared.global.L2::64B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
-                 "r"(src_bytes));
+    asm volatile("cp.async.cg.shared.global.L2::64B [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(src_bytes));
   else
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem), "r"(src_bytes));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(src_bytes));
+}
+template <int Prefetch = 0> __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool pred) {
+  cp_async16<Prefetch>(smem_addr(smem), gmem, pred);
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
