@@ -5,7 +5,7 @@ Prints one line per point: median microseconds of single calls, each after an L2
 CUDA events around the call (the flush kernel covers the host's launch cost). --graph: the call
 captured in a CUDA graph and replayed after the flush (GPU time only). --instances: time each named
 instance instead of the dispatcher's choice (names that do not compute the format are reported and
-skipped). Run it in separate processes to compare environment settings such as HUMMING_MAX_SPLITS.
+skipped). Run it in separate processes to compare environment settings such as HUMMING_STREAM_K.
 """
 
 import argparse

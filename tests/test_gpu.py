@@ -92,21 +92,23 @@ def test_instance_against_reference(inst):
 FAST = [i for i in INSTANCES if i.backend != "generic"]
 
 
-# K long enough for split-K (slices keep at least 7168 inputs), not a multiple of any tile's K.
+# K long enough for stream-K to spread few tiles over many blocks (each keeps at least 2048
+# inputs), not a multiple of any tile's K.
 SPLIT_K = 14336 + 128
 
 
 @pytest.mark.parametrize("inst", FAST, ids=[i.name for i in FAST])
 def test_split_k_matches_reference_and_is_deterministic(inst):
-    """Few rows on a long K split K across blocks: the result matches the reference, and as the
-    fix-up sums the slices in a fixed order, reruns and a second stream give the same bits."""
+    """Few rows on a long K spread each tile's K over several blocks (stream-K): the result matches
+    the reference, and as the fix-up adds the partials in block order, reruns and a second stream
+    give the same bits."""
     from humming_aot import registry
 
     fmt = _format_for(inst)
     n, k = 264, SPLIT_K
     p, w_deq = _weight(inst, fmt, n, k, 2)
     for m in (1, 17):
-        assert registry.workspace_bytes(inst.name, fmt, inst.layout, n, k, m) > 0, "this case must split K"
+        assert registry.workspace_bytes(inst.name, fmt, inst.layout, n, k, m) > 0, "this case must use partials"
         a, s, a_deq = _act(fmt, m, k, "cuda", m)
         first = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
         torch.cuda.synchronize()
@@ -119,6 +121,30 @@ def test_split_k_matches_reference_and_is_deterministic(inst):
             other = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
         torch.cuda.synchronize()
         assert torch.equal(other, first)
+
+
+WAVE_INSTANCES = [i for i in FAST if i.name.startswith("sm80_mma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t")]
+
+
+@pytest.mark.parametrize("waves", (1.5, 3.5))
+@pytest.mark.parametrize("inst", WAVE_INSTANCES, ids=[i.name for i in WAVE_INSTANCES])
+def test_stream_k_waves_match_reference(inst, waves):
+    """Output tiles for 1.5 and 3.5 waves of at most two resident blocks per multiprocessor: whole
+    tiles first, then the last waves' tiles cut by K across all blocks, several segments per block
+    (a block may end one tile, compute another whole and start a third). Every output matches the
+    reference, reruns give the same bits."""
+    fmt = _format_for(inst)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    tile_m, tile_n = inst.tile[0], inst.tile[1]
+    n = int(waves * 2 * sms) * tile_n - 40  # a partial last tile as well
+    k = 640  # not a multiple of 256: the last K tile of each tile is partial
+    p, w_deq = _weight(inst, fmt, n, k, 5)
+    m = min(tile_m, 33)
+    a, s, a_deq = _act(fmt, m, k, "cuda", 6)
+    first = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
+    ref = a_deq.double().cpu() @ w_deq.double().T
+    assert_gemm_close(first, ref, a_deq.cpu(), w_deq, f"{inst.name} n={n} m={m}", _operand_dtype(inst, fmt))
+    assert torch.equal(ha.gemm(a, p, fmt, a_scales=s, instance=inst.name), first)
 
 
 def test_dispatch_crosses_ranges_with_fast_instances():

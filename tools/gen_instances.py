@@ -147,9 +147,9 @@ def _sm80_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
         stage = t["bm"] * bk * 2 + bk * bn * bits // 8 + rows * bn * 2 + (
             (rows * bn + 15) // 16 * 16 if zero == "int" else 0)
         # The kernel's dynamic shared memory (sm80::Dense::kSmemTotal; the instance's translation unit
-        # asserts the two agree): the stages, or the K-slice reduction buffer if larger, + 16 bytes.
-        reduce = (wk - 1) * wm * wn * 32 * (t["bm"] // wm // 16 * 32) * 4
-        smem = max(stage * t["stages"], reduce) + 16
+        # asserts the two agree): the stages (the K-slice reduction reuses one), a 16-byte word area
+        # and the block's segment list (scheduler/streamk.h: kMaxSegments records of 16 bytes).
+        smem = stage * t["stages"] + 16 + 6 * 16
         key = dict(act_type=_dtype_id(act), act_granularity=0, code_type=_dtype_id(code), group_k=group,
                    group_n=1, scale_type=_dtype_id(act), zero=ZERO_ENUM[zero], global_scale=-1,
                    out_type=_dtype_id(act), layout=matrix["layout"], tile_m=t["bm"], tile_n=bn, tile_k=bk,

@@ -107,6 +107,9 @@ Status unpack_groups_cuda(const PackedDims &d, int elem_bytes, const void *packe
 // ---- GEMM problem ----------------------------------------------------------------------------
 
 // out[m][n] = sum_k act(a)[m][k] * w[n][k] (+ bias[n]), fp32 accumulation.
+// Bytes at the start of a GemmArgs::workspace that must be zero before its first use.
+constexpr size_t kWorkspaceZeroBytes = 65536;
+
 struct GemmArgs {
   GemmFormat fmt;
   int layout = kLayoutGeneric;
@@ -123,10 +126,10 @@ struct GemmArgs {
   const void *bias = nullptr;      // [n] of the output type, or null
   void *out = nullptr;             // [m][n], row stride ldo elements, type fmt.out
   int64_t ldo = 0;
-  // Scratch for split-K (InstanceInfo::workspace_bytes). It must be zero before its first use;
-  // launches leave it ready for the next launch on the same stream (counters back at zero), so
-  // one buffer per stream can be zeroed once and reused. Launches on different streams that may
-  // overlap need buffers of their own.
+  // Scratch for stream-K (InstanceInfo::workspace_bytes). Its first kWorkspaceZeroBytes bytes (or
+  // all of it, if smaller) must be zero before its first use; launches leave them zero again (tile
+  // counters back at zero), so one buffer per stream can be zeroed once and reused. The rest needs
+  // no initialization. Launches on different streams that may overlap need buffers of their own.
   void *workspace = nullptr;
   size_t workspace_bytes = 0;
   int num_sms = 0;                 // multiprocessors of the device (schedulers size grids by it)

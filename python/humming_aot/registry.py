@@ -72,8 +72,8 @@ def runs_on(name: str, cc: int) -> tuple[bool, str]:
 
 
 def workspace_bytes(name: str, fmt, layout: int, n: int, k: int, m: int) -> int:
-    """Split-K scratch instance ``name`` takes for an ``m`` x ``n`` x ``k`` problem on the current
-    CUDA device; 0 when it computes the problem without splitting K."""
+    """Stream-K scratch instance ``name`` takes for an ``m`` x ``n`` x ``k`` problem on the current
+    CUDA device; 0 when no output tile is assembled from several blocks' partials."""
     return int(C.workspace_bytes(name, str(fmt), int(layout), int(n), int(k), int(m)))
 
 

@@ -162,19 +162,25 @@ CallPlan &call_plan(const std::string &fmt_text, int64_t layout, int64_t n, int6
   return *plans.back();
 }
 
-// Split-K scratch. The kernels need it zeroed only before first use (they return their tile
-// counters to zero), so outside graph capture each (device, stream) keeps one zeroed buffer and
-// reuses it: no memset launch per call. Kernels on one stream run in order, so they may share it;
-// growing it frees the old buffer through the caching allocator, which reuses memory in stream
-// order. Under graph capture a fresh zeroed buffer comes from the graph's pool instead, so a graph
-// never points at a buffer that eager calls or another replay stream also use.
-void *split_workspace(const at::Device &dev, cudaStream_t stream, size_t bytes, at::Tensor *hold) {
+// Stream-K scratch. The kernels need its first kWorkspaceZeroBytes zeroed only before first use
+// (they return their tile counters to zero), so outside graph capture each (device, stream) keeps
+// one buffer and reuses it: no memset launch per call. Kernels on one stream run in order, so they
+// may share it; growing it frees the old buffer through the caching allocator, which reuses memory
+// in stream order. Under graph capture a fresh buffer comes from the graph's pool instead (only its
+// counter region zeroed), so a graph never points at a buffer that eager calls or another replay
+// stream also use.
+void *kernel_workspace(const at::Device &dev, cudaStream_t stream, size_t bytes, at::Tensor *hold) {
   const auto opts = at::TensorOptions().device(dev).dtype(at::kByte);
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   TORCH_CHECK(cudaStreamIsCapturing(stream, &capture) == cudaSuccess, "cannot query the stream's capture state");
   constexpr size_t kKeepLimit = size_t(256) << 20; // larger scratch is not kept between calls
+  auto fresh = [&](size_t size) {
+    at::Tensor t = at::empty({static_cast<int64_t>(size)}, opts);
+    t.narrow(0, 0, static_cast<int64_t>(std::min(size, humming::kWorkspaceZeroBytes))).zero_();
+    return t;
+  };
   if (capture != cudaStreamCaptureStatusNone || bytes > kKeepLimit) {
-    *hold = at::zeros({static_cast<int64_t>(bytes)}, opts);
+    *hold = fresh(bytes);
     return hold->data_ptr();
   }
   static std::mutex mu;
@@ -182,10 +188,8 @@ void *split_workspace(const at::Device &dev, cudaStream_t stream, size_t bytes, 
   static auto *kept = new std::map<std::pair<int, cudaStream_t>, at::Tensor>();
   const std::lock_guard<std::mutex> lock(mu);
   at::Tensor &buf = (*kept)[{static_cast<int>(dev.index()), stream}];
-  if (!buf.defined() || static_cast<size_t>(buf.numel()) < bytes) {
-    const size_t grown = std::max(bytes, std::min(kKeepLimit, size_t(1) << 20));
-    buf = at::zeros({static_cast<int64_t>(grown)}, opts);
-  }
+  if (!buf.defined() || static_cast<size_t>(buf.numel()) < bytes)
+    buf = fresh(std::max(bytes, std::min(kKeepLimit, size_t(1) << 20)));
   return buf.data_ptr();
 }
 
@@ -290,7 +294,7 @@ at::Tensor gemm_impl(const at::Tensor &a, const at::Tensor &codes, const c10::op
   at::Tensor workspace; // holds scratch allocated for this call only
   const size_t ws = inst->workspace_bytes != nullptr ? inst->workspace_bytes(args) : 0;
   if (ws > 0) {
-    args.workspace = split_workspace(dev, stream, ws, &workspace);
+    args.workspace = kernel_workspace(dev, stream, ws, &workspace);
     args.workspace_bytes = ws;
   }
   check(gemm(args, *inst, stream));
@@ -553,8 +557,9 @@ PYBIND11_MODULE(_C, m) {
     if (st) st = i.can_implement(args);
     return py::make_tuple(st.ok, st.message);
   });
-  // Split-K scratch instance `name` needs for this problem on the current CUDA device (0: it does
-  // not split K), as the binding computes it before a launch. Tests use it to know a case splits.
+  // Stream-K scratch instance `name` needs for this problem on the current CUDA device (0: no
+  // tile is assembled from partials), as the binding computes it before a launch. Tests use it to
+  // know a case exercises the fix-up.
   m.def("workspace_bytes", [](const std::string &name, const std::string &fmt, int layout, int64_t n, int64_t k,
                               int64_t m) {
     const InstanceInfo &i = named_instance(name);

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "humming/humming.h"
-#include "humming/scheduler/splitk.h"
+#include "humming/scheduler/streamk.h"
 
 using namespace humming;
 
@@ -169,36 +169,48 @@ void test_registry() {
   EXPECT(!instance_runs_on(synthetic, 90, &why) && why.find("no architectures") != std::string::npos, "%s",
          why.c_str());
 }
-// Split-K plans: slices own whole units (a scale group never straddles two slices), together
-// they cover every K tile exactly once, they respect the minimum slice length, and the cursor the
-// kernels walk a slice with visits its tiles in order.
-void test_split_plans() {
+// Stream-K plans: every K tile of every output tile is computed exactly once; a block's share is
+// at most kMaxSegments segments of whole units (a scale group never straddles two blocks); the
+// partial slots of a tile's contributors are distinct; a large problem is a plain launch.
+void test_stream_k_plans() {
   for (int64_t k_tiles : {1, 7, 28, 57, 113, 226, 448}) {
     for (int64_t tile_k : {64, 128, 256}) {
       for (int64_t group_tiles : {1, 2, 4}) {
-        for (int64_t tiles : {1, 3, 64, 200}) {
-          const SplitPlan p = plan_splits(tiles, k_tiles, tile_k, group_tiles, 132, 2);
-          EXPECT(p.splits >= 1 && p.splits <= 16, "splits %d", p.splits);
-          if (p.splits > 1)
-            EXPECT(k_tiles * tile_k / p.splits >= min_slice_k() && tiles < 264, "k_tiles %lld splits %d",
-                   static_cast<long long>(k_tiles), p.splits);
-          std::vector<int> seen(static_cast<size_t>(k_tiles), 0);
-          for (int s = 0; s < p.splits; ++s) {
-            const SliceTiles t = slice_tiles(p, k_tiles, s);
-            SliceCursor cursor = slice_cursor(t); // the kernels' way through the same tiles
-            for (int64_t i = 0; i < t.count; ++i, cursor.advance()) {
-              const int64_t kt = t[i];
-              EXPECT(cursor.tile == kt, "cursor at %lld, slice tile %lld", static_cast<long long>(cursor.tile),
-                     static_cast<long long>(kt));
-              EXPECT(kt >= 0 && kt < k_tiles, "tile %lld out of range", static_cast<long long>(kt));
-              if (kt >= 0 && kt < k_tiles) ++seen[static_cast<size_t>(kt)];
-              EXPECT((kt / p.unit_tiles) % p.splits == s, "unit of tile %lld owned by slice %d",
-                     static_cast<long long>(kt), s);
+        for (int64_t tiles : {1, 3, 64, 200, 264, 400, 700, 1100}) {
+          const StreamKPlan p = plan_stream_k(tiles, k_tiles, tile_k, group_tiles, 132, 2);
+          EXPECT(p.blocks >= 1 && p.blocks <= (tiles >= 4 * 264 ? tiles : 264), "blocks %lld",
+                 static_cast<long long>(p.blocks));
+          EXPECT(p.dp_tiles() + p.sk_tiles == tiles, "tiles %lld: dp %lld + sk %lld", static_cast<long long>(tiles),
+                 static_cast<long long>(p.dp_tiles()), static_cast<long long>(p.sk_tiles));
+          if (tiles >= 4 * 264) EXPECT(p.blocks == tiles && p.sk_tiles == 0, "large problems launch plainly");
+          std::vector<int> seen(static_cast<size_t>(tiles * k_tiles), 0);
+          for (int64_t b = 0; b < p.blocks; ++b) {
+            Segment segs[kMaxSegments];
+            const int n = block_segments(p, b, segs);
+            EXPECT(n >= 1 && n <= kMaxSegments, "block %lld: %d segments", static_cast<long long>(b), n);
+            for (int i = 0; i < n; ++i) {
+              const Segment &s = segs[i];
+              EXPECT(s.tile >= 0 && s.tile < tiles && s.kt_begin < s.kt_end && s.kt_end <= k_tiles,
+                     "segment %d of block %lld", i, static_cast<long long>(b));
+              EXPECT(s.kt_begin % p.unit_tiles == 0 && (s.kt_end % p.unit_tiles == 0 || s.kt_end == k_tiles),
+                     "segment of whole units");
+              for (int kt = s.kt_begin; kt < s.kt_end; ++kt) ++seen[static_cast<size_t>(s.tile * k_tiles + kt)];
+              const bool whole = s.kt_begin == 0 && s.kt_end == k_tiles;
+              if (!whole) {
+                // This block is among the tile's contributors, and their slots are distinct.
+                const int64_t t = s.tile - p.dp_tiles();
+                const int64_t first = p.sk_owner(t * p.units), last = p.sk_owner(t * p.units + p.units - 1);
+                EXPECT(t >= 0 && first <= b && b <= last && first < last, "contributors of tile %lld",
+                       static_cast<long long>(t));
+                for (int64_t c = first; c < last; ++c)
+                  EXPECT(p.partial_slot(c, t) != p.partial_slot(c + 1, t) && p.partial_slot(c, t) < 2 * p.blocks,
+                         "slots of tile %lld", static_cast<long long>(t));
+              }
             }
           }
-          for (int64_t kt = 0; kt < k_tiles; ++kt)
-            EXPECT(seen[static_cast<size_t>(kt)] == 1, "k_tiles %lld splits %d: tile %lld seen %d times",
-                   static_cast<long long>(k_tiles), p.splits, static_cast<long long>(kt), seen[static_cast<size_t>(kt)]);
+          for (size_t i = 0; i < seen.size(); ++i)
+            EXPECT(seen[i] == 1, "tiles %lld k_tiles %lld: K tile %zu computed %d times",
+                   static_cast<long long>(tiles), static_cast<long long>(k_tiles), i, seen[i]);
         }
       }
     }
@@ -207,7 +219,7 @@ void test_split_plans() {
 } // namespace
 
 int main() {
-  test_split_plans();
+  test_stream_k_plans();
   test_format_round_trip();
   test_pack_round_trip();
   test_gemm_cpu();

@@ -1,4 +1,4 @@
-// The sm80 backend with the dense split-K scheduler: weight-only GEMM (f16 / bf16 activations,
+// The sm80 backend with the persistent stream-K scheduler: weight-only GEMM (f16 / bf16 activations,
 // 4- or 8-bit integer weights) on mma.sync m16n8k16. Runs on sm_80, sm_86, sm_89 and sm_90.
 //
 // Block tile BM x BN x BK, BN = 64 * WarpsN, BK = WarpK * WarpsK. Warps form a WarpsM x WarpsN x
@@ -28,7 +28,7 @@
 #include "humming/humming.h"
 #include "humming/layout/sm80.h"
 #include "humming/numeric/fast_dequant.h"
-#include "humming/scheduler/splitk.h"
+#include "humming/scheduler/streamk.h"
 
 namespace humming {
 namespace sm80 {
@@ -77,10 +77,15 @@ struct Dense {
   // K steps per scale segment: a warp's slice of a stage never straddles two groups.
   static constexpr int kSegSteps = (GroupK == 0 || GroupK >= WarpK) ? kSteps : GroupK / 16;
   static constexpr int kSegs = kSteps / kSegSteps;
+  // The K-slice warps' sums meet in the stage buffer just consumed (no load targets it until the
+  // next iteration's barrier), in as many rounds of accumulators as that buffer needs.
   static constexpr int kReduceBytes = (WarpsK - 1) * WarpsM * WarpsN * 32 * kAcc * 4;
-  static constexpr int kSmemBytes = Stages * kStageBytes > kReduceBytes ? Stages * kStageBytes : kReduceBytes;
-  // The last block of a split tile learns it is last through this word.
-  static constexpr int kSmemTotal = kSmemBytes + 16;
+  static constexpr int kReduceRounds = WarpsK == 1 ? 1 : (kReduceBytes + kStageBytes - 1) / kStageBytes;
+  static constexpr int kRoundAcc = (kAcc + kReduceRounds - 1) / kReduceRounds; // accumulators per round
+  static constexpr int kSmemBytes = Stages * kStageBytes;
+  // After the stages: the word through which the last contributor of a tile learns it is last
+  // (16 bytes), then the block's segment list (scheduler/streamk.h).
+  static constexpr int kSmemTotal = kSmemBytes + 16 + kMaxSegments * static_cast<int>(sizeof(Segment));
   // Blocks per SM the register budget is cut for: decode tiles are latency-bound with one block of
   // 8 warps, so they are sized for two (128 registers a thread; shared memory for two exists on
   // sm_90's 227 KiB, while sm_80 and sm_86 / sm_89 hold one).
@@ -100,7 +105,7 @@ struct Dense {
 
   struct Params {
     GemmArgs args;
-    SplitPlan plan;
+    StreamKPlan plan;
     int64_t k_tiles;   // BK tiles along the padded K
     int64_t k_blocks;  // 16-input blocks along the padded K (layout stride)
     int64_t m_tiles;
@@ -411,103 +416,145 @@ struct Dense {
     const int wk = warp / (WarpsM * WarpsN);
     const int wn = (warp / WarpsM) % WarpsN;
     const int wm = warp % WarpsM;
-    const int64_t n_tiles = (a.dims.n_pad + BN - 1) / BN;
-    // One block per (tile, K slice), the slices of a tile adjacent in launch order so that they
-    // run at the same time and finish close together.
-    const int64_t tile = blockIdx.x / p.plan.splits;
-    const int64_t m0 = (tile / n_tiles) * BM, n0 = (tile % n_tiles) * BN;
-    const int split = static_cast<int>(blockIdx.x % p.plan.splits);
-    const SliceTiles tiles = slice_tiles(p.plan, p.k_tiles, split);
+    const int n_tiles = static_cast<int>((a.dims.n_pad + BN - 1) / BN);
+
+    // The block's segments (scheduler/streamk.h), worked out once and read from shared memory.
+    Segment *segs = reinterpret_cast<Segment *>(smem + kSmemBytes + 16);
+    int *seg_count = reinterpret_cast<int *>(smem + kSmemBytes + 4);
+    if (threadIdx.x == 0) *seg_count = block_segments(p.plan, blockIdx.x, segs);
+    __syncthreads();
+    const int n_segs = *seg_count;
 
     using Op = numeric::Operand<kBf16>;
-    // Channels of this lane's B fragments: n0 + wn * 64 + j * 8 + lane / 4, j = 0..7.
-    const int64_t lane_n = n0 + wn * 64 + lane / 4;
-    // Per-channel zero points (and the implied zero of symmetric codes) are fixed for the whole K.
-    uint32_t fixed_bias[8];
-    float fixed_zero[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      float z = static_cast<float>(1 << (kBits - 1));
-      if constexpr (kIntZero && GroupK == 0)
-        if (lane_n + j * 8 < a.dims.n_pad) z = static_cast<const uint8_t *>(a.zeros)[lane_n + j * 8];
-      fixed_zero[j] = z;
-      fixed_bias[j] = bias_for(z);
-    }
     // -R in both halves: the constant B fragment whose mma gives -R x each row's activation sum.
     const uint32_t neg_offset = Op::pair(-(Op::kMagicValue + (1 << (kBits - 1))), -(Op::kMagicValue + (1 << (kBits - 1))));
-    float offset_sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-
-    float acc[MT][8][4];
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-
-    // Prologue: fill Stages - 1 stages. `load_at` is the K tile the next load reads.
-    SliceCursor load_at = slice_cursor(tiles);
     const uint32_t smem_base = smem_addr(smem);
-    const TileCopies copies = tile_copies(p, m0, n0);
-#pragma unroll
-    for (int s = 0; s < Stages - 1; ++s) {
-      if (s < tiles.count) load_stage(p, copies, smem_base + s * kStageBytes, static_cast<int>(load_at.tile), m0, n0);
-      load_at.advance();
-      cp_async_commit();
-    }
 
-    int slot = 0; // stage buffer of the slice's K tile `it`; the load goes to the one before it
-    for (int64_t it = 0; it < tiles.count; ++it) {
+    // Two walks over the same K tiles: `ld` issues the copies Stages - 1 tiles ahead of `cp`.
+    struct Walk {
+      int seg, kt, kt_end, tile;
+    };
+    auto start = [&](Walk &w, int seg) {
+      w.seg = seg;
+      if (seg < n_segs) w.tile = segs[seg].tile, w.kt = segs[seg].kt_begin, w.kt_end = segs[seg].kt_end;
+    };
+    auto step = [&](Walk &w) {
+      if (++w.kt == w.kt_end) start(w, w.seg + 1);
+    };
+    Walk ld, cp;
+    start(ld, 0);
+    start(cp, 0);
+    // The copies' per-tile parts, redone when `ld` reaches another tile.
+    int copies_tile = -1;
+    int64_t ld_m0 = 0, ld_n0 = 0;
+    TileCopies copies;
+    auto issue = [&](int slot_idx) {
+      if (ld.seg < n_segs) {
+        if (ld.tile != copies_tile) {
+          ld_m0 = static_cast<int64_t>(ld.tile / n_tiles) * BM, ld_n0 = static_cast<int64_t>(ld.tile % n_tiles) * BN;
+          copies = tile_copies(p, ld_m0, ld_n0), copies_tile = ld.tile;
+        }
+        load_stage(p, copies, smem_base + slot_idx * kStageBytes, ld.kt, ld_m0, ld_n0);
+        step(ld);
+      }
+      cp_async_commit();
+    };
+
+    // Per-channel zero points (and the implied zero of symmetric codes) are fixed for the whole K
+    // of a tile; set when a segment starts.
+    uint32_t fixed_bias[8];
+    float fixed_zero[8];
+    float offset_sums[4];
+    float acc[MT][8][4];
+    auto begin_segment = [&]() {
+      const int64_t lane_n = static_cast<int64_t>(cp.tile % n_tiles) * BN + wn * 64 + lane / 4;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        float z = static_cast<float>(1 << (kBits - 1));
+        if constexpr (kIntZero && GroupK == 0)
+          if (lane_n + j * 8 < a.dims.n_pad) z = static_cast<const uint8_t *>(a.zeros)[lane_n + j * 8];
+        fixed_zero[j] = z;
+        fixed_bias[j] = bias_for(z);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) offset_sums[e] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+    };
+
+    // Prologue: fill Stages - 1 stages.
+#pragma unroll
+    for (int s = 0; s < Stages - 1; ++s) issue(s);
+    if (n_segs > 0) begin_segment();
+
+    int slot = 0; // stage buffer of cp's K tile; the copies go to the one before it
+    while (cp.seg < n_segs) {
       cp_async_wait<Stages - 2>();
       __syncthreads();
-      {
-        const int64_t next = it + Stages - 1;
-        const int next_slot = slot == 0 ? Stages - 1 : slot - 1;
-        if (next < tiles.count) {
-          load_stage(p, copies, smem_base + next_slot * kStageBytes, static_cast<int>(load_at.tile), m0, n0);
-          load_at.advance();
-        }
-        cp_async_commit();
-      }
-      const char *stage = smem + slot * kStageBytes;
-      slot = slot == Stages - 1 ? 0 : slot + 1;
+      issue(slot == 0 ? Stages - 1 : slot - 1);
+      char *stage = smem + slot * kStageBytes;
       if constexpr (kAccScale)
         stage_acc_scale(stage, wn, wk, lane, acc[0], offset_sums, fixed_bias, fixed_zero, neg_offset);
       else
         stage_operand_scale(stage, wm, wn, wk, lane, acc, fixed_bias, fixed_zero);
+      if (cp.kt + 1 == cp.kt_end) {
+        // The segment ends here: its sums go out through the buffer just consumed.
+        finish_segment(p, smem, stage, segs[cp.seg], n_tiles, wm, wn, wk, lane, acc, offset_sums);
+        step(cp);
+        if (cp.seg < n_segs) begin_segment();
+      } else {
+        step(cp);
+      }
+      slot = slot == Stages - 1 ? 0 : slot + 1;
     }
-    // Per-channel scales with kept offsets: remove -R x row sums once for all of K.
+    cp_async_wait<0>();
+  }
+
+  // The end of a segment: K-slice warps' sums added, per-channel and global scales applied, then
+  // the output written (a segment that covers its whole tile) or a partial contributed to the
+  // tile's fix-up (scheduler/streamk.h). Called by all threads of the block.
+  static __device__ __forceinline__ void finish_segment(const Params &p, char *smem, char *buf, const Segment &seg, int n_tiles, int wm, int wn, int wk,
+                                                        int lane, float (&acc)[MT][8][4], const float (&offset_sums)[4]) {
+    const GemmArgs &a = p.args;
+    using Op = numeric::Operand<kBf16>;
+    const int tile = seg.tile;
+    const int64_t m0 = static_cast<int64_t>(tile / n_tiles) * BM, n0 = static_cast<int64_t>(tile % n_tiles) * BN;
+    // Per-channel scales with kept offsets: remove -R x row sums once for the segment.
     if constexpr (kFold && GroupK == 0)
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[0][j][e] += offset_sums[e];
-    cp_async_wait<0>();
-    __syncthreads();
 
-    // Add the K-slice warps' sums into the warps with wk == 0.
+    // Add the K-slice warps' sums into the warps with wk == 0, in rounds that fit `buf`.
     if constexpr (WarpsK > 1) {
-      float *red = reinterpret_cast<float *>(smem);
+      float *red = reinterpret_cast<float *>(buf);
       const int mn = wm + WarpsM * wn;
-      if (wk > 0) {
-        float *dst = red + ((wk - 1) * WarpsM * WarpsN + mn) * 32 * kAcc;
 #pragma unroll
-        for (int i = 0; i < MT; ++i)
+      for (int round = 0; round < kReduceRounds; ++round) {
+        __syncthreads(); // every warp is done with `buf` (its stage, or the previous round)
+        if (wk > 0) {
+          float *dst = red + ((wk - 1) * WarpsM * WarpsN + mn) * 32 * kRoundAcc;
 #pragma unroll
-          for (int j = 0; j < 8; ++j)
+          for (int q = 0; q < kRoundAcc; ++q) {
+            const int idx = round * kRoundAcc + q;
+            if (idx < kAcc) dst[q * 32 + lane] = acc[idx / 32][(idx / 4) % 8][idx % 4];
+          }
+        }
+        __syncthreads();
+        if (wk == 0) {
+          for (int s = 1; s < WarpsK; ++s) {
+            const float *src = red + ((s - 1) * WarpsM * WarpsN + mn) * 32 * kRoundAcc;
 #pragma unroll
-            for (int e = 0; e < 4; ++e) dst[((i * 8 + j) * 4 + e) * 32 + lane] = acc[i][j][e];
-      }
-      __syncthreads();
-      if (wk == 0) {
-        for (int s = 1; s < WarpsK; ++s) {
-          const float *src = red + ((s - 1) * WarpsM * WarpsN + mn) * 32 * kAcc;
-#pragma unroll
-          for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) acc[i][j][e] += src[((i * 8 + j) * 4 + e) * 32 + lane];
+            for (int q = 0; q < kRoundAcc; ++q) {
+              const int idx = round * kRoundAcc + q;
+              if (idx < kAcc) acc[idx / 32][(idx / 4) % 8][idx % 4] += src[q * 32 + lane];
+            }
+          }
         }
       }
     }
@@ -532,60 +579,65 @@ struct Dense {
       }
     }
 
-    const int splits = p.plan.splits;
-    if (splits > 1) {
-      // Partial tile to the workspace; the last block of the tile adds all partials in order.
-      float *partials = splitk_partials(a.workspace);
-      const size_t slice = static_cast<size_t>(a.m) * static_cast<size_t>(a.dims.n_pad);
-      int *counters = splitk_counters(a.workspace);
-      // Pairs of adjacent channels (n even, n_pad a multiple of 64) move as one 8-byte access.
-      if (wk == 0) {
+    const StreamKPlan &plan = p.plan;
+    if (seg.kt_begin == 0 && seg.kt_end == plan.k_tiles) {
+      if (wk == 0)
         for_each_pair(m0, n0, wm, wn, lane, [&](int i, int j, int h, int64_t m, int64_t n) {
-          if (m < a.m && n < a.dims.n_pad)
-            __stcg(reinterpret_cast<float2 *>(partials + split * slice + m * a.dims.n_pad + n),
-                   make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]));
+          if (m < a.m && n < a.dims.n) write_out(a, m, n, make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]));
         });
-      }
-      // Publish the block's partials with one release by one thread: the barrier orders every
-      // thread's stores before thread 0's fence (cumulativity), so 256 full fences are not needed.
-      // The block that counts last acquires the others' partials the same way.
-      __syncthreads();
-      int *flag = reinterpret_cast<int *>(smem + kSmemBytes);
-      if (threadIdx.x == 0) {
-        __threadfence();
-        const bool last = atomicAdd(counters + tile, 1) == splits - 1;
-        if (last) __threadfence();
-        *flag = last;
-      }
-      __syncthreads();
-      if (!*flag) return;
-      // The last block writes the tile from the partials alone (its own sums are among them). A
-      // rolled loop: this path runs once per tile, and unrolled it would be cold code the size of
-      // the main loop several times over.
-      if (wk == 0) {
-#pragma unroll 1
-        for (int pi = 0; pi < MT * 16; ++pi) {
-          const int i = pi / 16, j = (pi / 2) % 8, h = pi % 2;
-          const int64_t m = m0 + wm * WM + i * 16 + lane / 4 + h * 8;
-          const int64_t n = n0 + wn * 64 + j * 8 + (lane % 4) * 2;
-          if (m >= a.m || n >= a.dims.n) continue;
-          const float2 *src = reinterpret_cast<const float2 *>(partials + m * a.dims.n_pad + n);
-          float2 sum = make_float2(0.0f, 0.0f);
-#pragma unroll 1
-          for (int q = 0; q < splits; ++q) {
-            const float2 v = __ldcg(src + q * (slice / 2));
-            sum.x += v.x, sum.y += v.y;
-          }
-          write_out(a, m, n, sum);
-        }
-      }
-      if (threadIdx.x == 0) counters[tile] = 0; // ready for the next launch
       return;
     }
-    if (wk == 0)
+
+    // A partial: to this block's slot, then counted on the tile's counter. Pairs of adjacent
+    // channels (n even) move as one 8-byte access.
+    const int64_t t = tile - plan.dp_tiles();
+    const int64_t rows = a.m < BM ? a.m : BM; // rows of a slot
+    const int64_t slot_floats = rows * BN;
+    float *partials = streamk_partials(a.workspace);
+    int *counters = streamk_counters(a.workspace);
+    if (wk == 0) {
+      float *mine = partials + plan.partial_slot(blockIdx.x, t) * slot_floats;
       for_each_pair(m0, n0, wm, wn, lane, [&](int i, int j, int h, int64_t m, int64_t n) {
-        if (m < a.m && n < a.dims.n) write_out(a, m, n, make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]));
+        if (m < a.m)
+          __stcg(reinterpret_cast<float2 *>(mine + (m - m0) * BN + (n - n0)),
+                 make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]));
       });
+    }
+    // Publish the partial with one release by one thread: the barrier orders every thread's
+    // stores before thread 0's fence (cumulativity). The last contributor acquires the others'
+    // partials the same way.
+    const int64_t first_block = plan.sk_owner(t * plan.units);
+    const int64_t last_block = plan.sk_owner(t * plan.units + plan.units - 1);
+    __syncthreads();
+    int *flag = reinterpret_cast<int *>(smem + kSmemBytes);
+    if (threadIdx.x == 0) {
+      __threadfence();
+      const bool last = atomicAdd(counters + t, 1) == static_cast<int>(last_block - first_block);
+      if (last) __threadfence();
+      *flag = last;
+    }
+    __syncthreads();
+    if (!*flag) return;
+    // The last contributor writes the tile from the partials alone (its own among them), in
+    // block order. A rolled loop: it runs once per tile, and unrolled it would be cold code.
+    if (wk == 0) {
+#pragma unroll 1
+      for (int pi = 0; pi < MT * 16; ++pi) {
+        const int i = pi / 16, j = (pi / 2) % 8, h = pi % 2;
+        const int64_t m = m0 + wm * WM + i * 16 + lane / 4 + h * 8;
+        const int64_t n = n0 + wn * 64 + j * 8 + (lane % 4) * 2;
+        if (m >= a.m || n >= a.dims.n) continue;
+        const int64_t offset = (m - m0) * BN + (n - n0);
+        float2 sum = make_float2(0.0f, 0.0f);
+#pragma unroll 1
+        for (int64_t b = first_block; b <= last_block; ++b) {
+          const float2 v = __ldcg(reinterpret_cast<const float2 *>(partials + plan.partial_slot(b, t) * slot_floats + offset));
+          sum.x += v.x, sum.y += v.y;
+        }
+        write_out(a, m, n, sum);
+      }
+    }
+    if (threadIdx.x == 0) counters[t] = 0; // ready for the next launch
   }
 
   // Output channels n and n + 1 of row m (n < the problem's n): bias added, rounded to the output
@@ -643,7 +695,7 @@ struct Dense {
   static int64_t n_tiles(const GemmArgs &args) { return (args.dims.n_pad + BN - 1) / BN; }
 
   // Blocks of this kernel one multiprocessor holds at once, after raising its shared-memory limit
-  // (queried once per process; a process drives one kind of GPU). Split-K fills that many slots
+  // (queried once per process; a process drives one kind of GPU). Stream-K fills that many slots
   // per SM. Negative: the device cannot give a block this much shared memory.
   static int resident_blocks();
 
@@ -656,7 +708,7 @@ struct Dense {
     const int64_t tiles = p.m_tiles * n_tiles(args);
     const int64_t group_tiles = GroupK > BK ? GroupK / BK : 1;
     const int resident = resident_blocks();
-    p.plan = plan_splits(tiles, p.k_tiles, BK, group_tiles, args.num_sms, resident > 0 ? resident : 1);
+    p.plan = plan_stream_k(tiles, p.k_tiles, BK, group_tiles, args.num_sms, resident > 0 ? resident : 1);
     return p;
   }
 };
@@ -713,28 +765,28 @@ template <HUMMING_SM80_TARGS> Status can_implement(const GemmArgs &args) {
                          "span less than 2 GiB");
   const int64_t tiles = (args.m + BM - 1) / BM * K::n_tiles(args);
   if (tiles > 0x7FFFFFFF) return Status::Error("too many output tiles for one launch");
-  // (Split launches have at most kSplitCounters tiles, so tiles x splits stays far below 2^31.)
+  // (Stream-K launches have fewer blocks than tiles and at most kStreamKCounters stream-K tiles.)
   return Status::Ok();
 }
 
 template <HUMMING_SM80_TARGS> size_t workspace_bytes(const GemmArgs &args) {
   using K = Dense<HUMMING_SM80_ARGS>;
   const auto p = K::make_params(args);
-  return splitk_workspace_bytes(p.plan, args.m, args.dims.n_pad);
+  return streamk_workspace_bytes(p.plan, args.m < BM ? args.m : BM, K::BN);
 }
 
 template <HUMMING_SM80_TARGS> Status launch(const GemmArgs &args, void *stream) {
   using K = Dense<HUMMING_SM80_ARGS>;
   if (args.m == 0) return Status::Ok();
   const auto p = K::make_params(args);
-  const size_t need = splitk_workspace_bytes(p.plan, args.m, args.dims.n_pad);
+  const size_t need = streamk_workspace_bytes(p.plan, args.m < BM ? args.m : BM, K::BN);
   if (need > args.workspace_bytes || (need > 0 && args.workspace == nullptr))
     return Status::Error("the sm80 backend needs " + std::to_string(need) + " bytes of zeroed workspace, got " +
                          std::to_string(args.workspace_bytes));
   if (K::resident_blocks() < 0)
     return Status::Error(std::string("this sm80 instance needs ") + std::to_string(K::kSmemTotal) +
                          " bytes of shared memory per block, more than this GPU allows; use a smaller tile");
-  const dim3 grid(static_cast<unsigned>(p.m_tiles * K::n_tiles(args) * p.plan.splits));
+  const dim3 grid(static_cast<unsigned>(p.plan.blocks));
   dense_kernel<K><<<grid, K::kThreads, K::kSmemTotal, static_cast<cudaStream_t>(stream)>>>(p);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return Status::Error(std::string("sm80 kernel failed to launch: ") + cudaGetErrorString(e));

@@ -1,0 +1,149 @@
+// Persistent stream-K scheduling with a deterministic fix-up.
+//
+// The work of a launch is output tiles x K units. A unit is lcm(tile K, scale group) inputs, so a
+// scale group never straddles two blocks. With many tiles (four waves of resident blocks or more)
+// every block computes one whole tile, as a plain launch does. Otherwise the launch has at most one
+// block per resident slot, and:
+// * the first `dp_waves` waves are data-parallel: block b computes tiles b, b + blocks, ... whole
+//   (neighbouring blocks work on neighbouring tiles, as in a plain launch);
+// * the remaining `sk_tiles` tiles (one to two waves' worth, or all of a small problem) are cut by
+//   K unit: block b owns units [sk_begin(b), sk_begin(b + 1)) of those tiles' units in order, so
+//   all blocks get the same amount of work and no wave runs half empty.
+// A tile whose units span several blocks is assembled from fp32 partials: each contributor writes
+// its partial to its own workspace slot and counts itself on the tile's counter; the last to count
+// adds the partials in block order and writes the output. The sum order never depends on which
+// block finishes last, so results are bitwise identical run to run.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+
+#include "humming/format/dtype.h"
+#include "humming/humming.h"
+
+namespace humming {
+
+struct StreamKPlan {
+  int64_t tiles = 0;      // output tiles
+  int64_t k_tiles = 0;    // K tiles of one output tile
+  int64_t unit_tiles = 1; // K tiles per unit (the last unit of a tile may be shorter)
+  int64_t units = 0;      // units per output tile
+  int64_t blocks = 0;     // blocks launched
+  int64_t dp_waves = 0;   // whole-tile waves before the stream-K part
+  int64_t sk_tiles = 0;   // tiles of the stream-K part (the last ones)
+  HUMMING_HD int64_t dp_tiles() const { return dp_waves * blocks; }
+  HUMMING_HD int64_t sk_units() const { return sk_tiles * units; }
+  // First stream-K unit of block b; sk_begin(blocks) is the end.
+  HUMMING_HD int64_t sk_begin(int64_t b) const { return b * sk_units() / blocks; }
+  // The block that owns stream-K unit x (the largest b with sk_begin(b) <= x).
+  HUMMING_HD int64_t sk_owner(int64_t x) const { return ((x + 1) * blocks - 1) / sk_units(); }
+  // Workspace slot of block b's partial of stream-K tile t (0-based within the stream-K part): a
+  // block contributes partials to at most two tiles, its first and its last.
+  HUMMING_HD int64_t partial_slot(int64_t b, int64_t t) const { return 2 * b + (sk_begin(b) >= t * units ? 0 : 1); }
+};
+
+// A block's share as a list of segments: K tiles [kt_begin, kt_end) of one output tile. At most
+// kMaxSegments (whole tiles of at most two data-parallel waves, then at most three tiles' units).
+struct Segment {
+  int tile;
+  int kt_begin;
+  int kt_end;
+  int pad; // 16-byte records
+};
+constexpr int kMaxSegments = 6;
+
+// Writes block b's segments to `out` (kMaxSegments entries) and returns their number.
+HUMMING_HD int block_segments(const StreamKPlan &p, int64_t b, Segment *out) {
+  int n = 0;
+  for (int64_t w = 0; w < p.dp_waves && n < kMaxSegments; ++w)
+    out[n++] = Segment{static_cast<int>(w * p.blocks + b), 0, static_cast<int>(p.k_tiles), 0};
+  if (p.sk_tiles == 0) return n;
+  int64_t x = p.sk_begin(b);
+  const int64_t x_end = p.sk_begin(b + 1);
+  while (x < x_end && n < kMaxSegments) {
+    const int64_t t = x / p.units, first = t * p.units;
+    const int64_t u_end = (x_end < first + p.units ? x_end : first + p.units) - first;
+    const int64_t kt_end = u_end * p.unit_tiles < p.k_tiles ? u_end * p.unit_tiles : p.k_tiles;
+    out[n++] = Segment{static_cast<int>(p.dp_tiles() + t), static_cast<int>((x - first) * p.unit_tiles),
+                       static_cast<int>(kt_end), 0};
+    x = first + u_end;
+  }
+  return n;
+}
+
+// Workspace: a fixed region of kStreamKCounters int tile counters, then fp32 partial slots of
+// `rows` x `tile_n` (rows = min(tile rows, m)), two per block. The counters sit at the same place
+// for every problem, so a buffer reused across launches of different shapes (GemmArgs::workspace)
+// never finds partials where a later launch expects zero counters.
+constexpr int64_t kStreamKCounters = 16384;
+static_assert(kStreamKCounters * 4 <= static_cast<int64_t>(kWorkspaceZeroBytes), "counters lie in the zeroed part");
+
+HUMMING_HD int *streamk_counters(void *workspace) { return static_cast<int *>(workspace); }
+HUMMING_HD float *streamk_partials(void *workspace) {
+  return reinterpret_cast<float *>(static_cast<char *>(workspace) + kStreamKCounters * 4);
+}
+
+// Fewest inputs a block's stream-K share keeps: 2048, or HUMMING_MIN_SLICE_K from the environment
+// (read once per process; a tuning and diagnosis knob).
+inline int64_t min_slice_k() {
+  static const int64_t value = [] {
+    const char *env = std::getenv("HUMMING_MIN_SLICE_K");
+    const long long v = env != nullptr ? std::atoll(env) : 0;
+    return v >= 1 ? static_cast<int64_t>(v) : int64_t(2048);
+  }();
+  return value;
+}
+
+// Whether launches may use stream-K: HUMMING_STREAM_K=0 in the environment turns it off (every
+// block then computes one whole tile). Read once per process; for tuning and diagnosis.
+inline bool stream_k_enabled() {
+  static const bool value = [] {
+    const char *env = std::getenv("HUMMING_STREAM_K");
+    return env == nullptr || std::atoi(env) != 0;
+  }();
+  return value;
+}
+
+// `tiles`: output tiles of the launch; `k_tiles`: K tiles of the padded weight (`tile_k` inputs
+// each); `group_tiles`: K tiles per scale group (1 when the group is not larger than a tile);
+// `sms`: multiprocessors; `blocks_per_sm`: blocks of the kernel one multiprocessor holds.
+inline StreamKPlan plan_stream_k(int64_t tiles, int64_t k_tiles, int64_t tile_k, int64_t group_tiles, int sms,
+                                 int blocks_per_sm) {
+  StreamKPlan p;
+  p.tiles = tiles;
+  p.k_tiles = k_tiles;
+  p.unit_tiles = group_tiles > 1 ? group_tiles : 1;
+  p.units = (k_tiles + p.unit_tiles - 1) / p.unit_tiles;
+  const int64_t slots = static_cast<int64_t>(sms > 0 ? sms : 1) * (blocks_per_sm > 0 ? blocks_per_sm : 1);
+  if (!stream_k_enabled() || tiles >= 4 * slots || tiles > kStreamKCounters || tiles == 0 || p.units == 0) {
+    p.blocks = tiles;
+    p.dp_waves = 1;
+    return p;
+  }
+  const int64_t full = tiles / slots;
+  if (full >= 2) {
+    p.dp_waves = full - 1;
+    p.blocks = slots;
+    p.sk_tiles = tiles - p.dp_waves * slots;
+  } else {
+    // Never fewer blocks than tiles (up to one per slot); more only while each keeps min_slice_k.
+    const int64_t unit_k = p.unit_tiles * tile_k;
+    const int64_t min_units = (min_slice_k() + unit_k - 1) / unit_k;
+    int64_t by_k = tiles * p.units / (min_units > 1 ? min_units : 1);
+    if (by_k < tiles) by_k = tiles;
+    p.blocks = by_k < slots ? by_k : slots;
+    p.sk_tiles = tiles;
+  }
+  return p;
+}
+
+inline size_t streamk_workspace_bytes(const StreamKPlan &p, int64_t rows, int64_t tile_n) {
+  if (p.sk_tiles == 0) return 0;
+  // No partials when every block owns whole tiles.
+  if (p.sk_units() % p.blocks == 0 && (p.sk_units() / p.blocks) % p.units == 0) return 0;
+  return static_cast<size_t>(kStreamKCounters) * 4 +
+         static_cast<size_t>(2 * p.blocks) * static_cast<size_t>(rows) * static_cast<size_t>(tile_n) * 4;
+}
+
+} // namespace humming
