@@ -430,44 +430,17 @@ struct Dense {
     const uint32_t neg_offset = Op::pair(-(Op::kMagicValue + (1 << (kBits - 1))), -(Op::kMagicValue + (1 << (kBits - 1))));
     const uint32_t smem_base = smem_addr(smem);
 
-    // Two walks over the same K tiles: `ld` issues the copies Stages - 1 tiles ahead of `cp`.
-    struct Walk {
-      int seg, kt, kt_end, tile;
-    };
-    auto start = [&](Walk &w, int seg) {
-      w.seg = seg;
-      if (seg < n_segs) w.tile = segs[seg].tile, w.kt = segs[seg].kt_begin, w.kt_end = segs[seg].kt_end;
-    };
-    auto step = [&](Walk &w) {
-      if (++w.kt == w.kt_end) start(w, w.seg + 1);
-    };
-    Walk ld, cp;
-    start(ld, 0);
-    start(cp, 0);
-    // The copies' per-tile parts, redone when `ld` reaches another tile.
-    int copies_tile = -1;
-    int64_t ld_m0 = 0, ld_n0 = 0;
-    TileCopies copies;
-    auto issue = [&](int slot_idx) {
-      if (ld.seg < n_segs) {
-        if (ld.tile != copies_tile) {
-          ld_m0 = static_cast<int64_t>(ld.tile / n_tiles) * BM, ld_n0 = static_cast<int64_t>(ld.tile % n_tiles) * BN;
-          copies = tile_copies(p, ld_m0, ld_n0), copies_tile = ld.tile;
-        }
-        load_stage(p, copies, smem_base + slot_idx * kStageBytes, ld.kt, ld_m0, ld_n0);
-        step(ld);
-      }
-      cp_async_commit();
-    };
+    // Each segment runs its own pipeline (filled, then drained into finish_segment): a block has
+    // one segment in a plain launch and at most a few under stream-K.
+    for (int si = 0; si < n_segs; ++si) {
+      const int tile = segs[si].tile, kt_begin = segs[si].kt_begin, kt_end = segs[si].kt_end;
+      const int64_t m0 = static_cast<int64_t>(tile / n_tiles) * BM, n0 = static_cast<int64_t>(tile % n_tiles) * BN;
+      const TileCopies copies = tile_copies(p, m0, n0);
 
-    // Per-channel zero points (and the implied zero of symmetric codes) are fixed for the whole K
-    // of a tile; set when a segment starts.
-    uint32_t fixed_bias[8];
-    float fixed_zero[8];
-    float offset_sums[4];
-    float acc[MT][8][4];
-    auto begin_segment = [&]() {
-      const int64_t lane_n = static_cast<int64_t>(cp.tile % n_tiles) * BN + wn * 64 + lane / 4;
+      // Per-channel zero points (and the implied zero of symmetric codes) are fixed for the whole K.
+      const int64_t lane_n = n0 + wn * 64 + lane / 4;
+      uint32_t fixed_bias[8];
+      float fixed_zero[8];
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         float z = static_cast<float>(1 << (kBits - 1));
@@ -476,42 +449,44 @@ struct Dense {
         fixed_zero[j] = z;
         fixed_bias[j] = bias_for(z);
       }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) offset_sums[e] = 0.0f;
+      float offset_sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      float acc[MT][8][4];
 #pragma unroll
       for (int i = 0; i < MT; ++i)
 #pragma unroll
         for (int j = 0; j < 8; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-    };
 
-    // Prologue: fill Stages - 1 stages.
+      // Prologue: fill Stages - 1 stages.
 #pragma unroll
-    for (int s = 0; s < Stages - 1; ++s) issue(s);
-    if (n_segs > 0) begin_segment();
-
-    int slot = 0; // stage buffer of cp's K tile; the copies go to the one before it
-    while (cp.seg < n_segs) {
-      cp_async_wait<Stages - 2>();
-      __syncthreads();
-      issue(slot == 0 ? Stages - 1 : slot - 1);
-      char *stage = smem + slot * kStageBytes;
-      if constexpr (kAccScale)
-        stage_acc_scale(stage, wn, wk, lane, acc[0], offset_sums, fixed_bias, fixed_zero, neg_offset);
-      else
-        stage_operand_scale(stage, wm, wn, wk, lane, acc, fixed_bias, fixed_zero);
-      if (cp.kt + 1 == cp.kt_end) {
-        // The segment ends here: its sums go out through the buffer just consumed.
-        finish_segment(p, smem, stage, segs[cp.seg], n_tiles, wm, wn, wk, lane, acc, offset_sums);
-        step(cp);
-        if (cp.seg < n_segs) begin_segment();
-      } else {
-        step(cp);
+      for (int s = 0; s < Stages - 1; ++s) {
+        if (kt_begin + s < kt_end) load_stage(p, copies, smem_base + s * kStageBytes, kt_begin + s, m0, n0);
+        cp_async_commit();
       }
-      slot = slot == Stages - 1 ? 0 : slot + 1;
+      int slot = 0; // stage buffer of K tile kt; the load goes to the one before it
+      char *stage = smem;
+      for (int kt = kt_begin; kt < kt_end; ++kt) {
+        cp_async_wait<Stages - 2>();
+        __syncthreads();
+        {
+          const int next = kt + Stages - 1;
+          const int next_slot = slot == 0 ? Stages - 1 : slot - 1;
+          if (next < kt_end) load_stage(p, copies, smem_base + next_slot * kStageBytes, next, m0, n0);
+          cp_async_commit();
+        }
+        stage = smem + slot * kStageBytes;
+        slot = slot == Stages - 1 ? 0 : slot + 1;
+        if constexpr (kAccScale)
+          stage_acc_scale(stage, wn, wk, lane, acc[0], offset_sums, fixed_bias, fixed_zero, neg_offset);
+        else
+          stage_operand_scale(stage, wm, wn, wk, lane, acc, fixed_bias, fixed_zero);
+      }
+      // Drained: no copy is in flight, so the sums may meet in the last stage's buffer.
+      cp_async_wait<0>();
+      finish_segment(p, smem, stage, segs[si], n_tiles, wm, wn, wk, lane, acc, offset_sums);
+      __syncthreads(); // the next segment's copies may overwrite that buffer
     }
-    cp_async_wait<0>();
   }
 
   // The end of a segment: K-slice warps' sums added, per-channel and global scales applied, then
