@@ -128,11 +128,10 @@ WAVE_INSTANCES = [i for i in FAST if i.name.startswith("sm80_mma_dense_a-bf16_w-
 
 @pytest.mark.parametrize("waves", (1.5, 3.5))
 @pytest.mark.parametrize("inst", WAVE_INSTANCES, ids=[i.name for i in WAVE_INSTANCES])
-def test_stream_k_waves_match_reference(inst, waves):
-    """Output tiles for 1.5 and 3.5 waves of at most two resident blocks per multiprocessor: whole
-    tiles first, then the last waves' tiles cut by K across all blocks, several segments per block
-    (a block may end one tile, compute another whole and start a third). Every output matches the
-    reference, reruns give the same bits."""
+def test_waves_of_tiles_match_reference(inst, waves):
+    """Output tiles for 1.5 and 3.5 waves of at most two resident blocks per multiprocessor (plain
+    launches: one block per tile, several waves, a partial last tile and a partial last K tile).
+    Every output matches the reference, reruns give the same bits."""
     fmt = _format_for(inst)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     tile_m, tile_n = inst.tile[0], inst.tile[1]

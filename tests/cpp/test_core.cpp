@@ -171,18 +171,21 @@ void test_registry() {
 }
 // Stream-K plans: every K tile of every output tile is computed exactly once; a block's share is
 // at most kMaxSegments segments of whole units (a scale group never straddles two blocks); the
-// partial slots of a tile's contributors are distinct; a large problem is a plain launch.
+// partial slots of a tile's contributors are distinct; only few tiles on a long K are spread.
 void test_stream_k_plans() {
   for (int64_t k_tiles : {1, 7, 28, 57, 113, 226, 448}) {
     for (int64_t tile_k : {64, 128, 256}) {
       for (int64_t group_tiles : {1, 2, 4}) {
-        for (int64_t tiles : {1, 3, 64, 200, 264, 400, 700, 1100}) {
+        for (int64_t tiles : {1, 3, 20, 33, 64, 200, 264, 400, 1100}) {
           const StreamKPlan p = plan_stream_k(tiles, k_tiles, tile_k, group_tiles, 132, 2);
-          EXPECT(p.blocks >= 1 && p.blocks <= (tiles >= 4 * 264 ? tiles : 264), "blocks %lld",
+          EXPECT(p.blocks >= 1 && p.blocks <= (tiles > 264 ? tiles : 264), "blocks %lld",
                  static_cast<long long>(p.blocks));
           EXPECT(p.dp_tiles() + p.sk_tiles == tiles, "tiles %lld: dp %lld + sk %lld", static_cast<long long>(tiles),
                  static_cast<long long>(p.dp_tiles()), static_cast<long long>(p.sk_tiles));
-          if (tiles >= 4 * 264) EXPECT(p.blocks == tiles && p.sk_tiles == 0, "large problems launch plainly");
+          const bool spread = tiles * kStreamKSlotsPerTile <= 264 && k_tiles >= kStreamKMinKTiles;
+          EXPECT(spread == (p.sk_tiles > 0), "tiles %lld k_tiles %lld: spread %d", static_cast<long long>(tiles),
+                 static_cast<long long>(k_tiles), static_cast<int>(spread));
+          if (!spread) EXPECT(p.blocks == tiles && p.dp_waves == 1, "a plain launch: one block per tile");
           std::vector<int> seen(static_cast<size_t>(tiles * k_tiles), 0);
           for (int64_t b = 0; b < p.blocks; ++b) {
             Segment segs[kMaxSegments];

@@ -1,14 +1,12 @@
 // Persistent stream-K scheduling with a deterministic fix-up.
 //
 // The work of a launch is output tiles x K units. A unit is lcm(tile K, scale group) inputs, so a
-// scale group never straddles two blocks. With many tiles (four waves of resident blocks or more)
-// every block computes one whole tile, as a plain launch does. Otherwise the launch has at most one
-// block per resident slot, and:
-// * the first `dp_waves` waves are data-parallel: block b computes tiles b, b + blocks, ... whole
-//   (neighbouring blocks work on neighbouring tiles, as in a plain launch);
-// * the remaining `sk_tiles` tiles (one to two waves' worth, or all of a small problem) are cut by
-//   K unit: block b owns units [sk_begin(b), sk_begin(b + 1)) of those tiles' units in order, so
-//   all blocks get the same amount of work and no wave runs half empty.
+// scale group never straddles two blocks. Usually every block computes one whole tile (a plain
+// launch). When a launch has very few tiles for a long K (plan_stream_k says when), it has more
+// blocks than tiles (at most one per resident slot) and the tiles' units are spread evenly over
+// them: block b owns units [sk_begin(b), sk_begin(b + 1)) in order, which may end one tile and
+// start the next. (A plain launch is the same machinery with one data-parallel wave: block b
+// computes tile b whole.)
 // A tile whose units span several blocks is assembled from fp32 partials: each contributor writes
 // its partial to its own workspace slot and counts itself on the tile's counter; the last to count
 // adds the partials in block order and writes the output. The sum order never depends on which
@@ -105,6 +103,15 @@ inline bool stream_k_enabled() {
   return value;
 }
 
+// When stream-K is used (measured on the H200 with the sm80 decode tiles, scripts/time_shapes.py
+// with HUMMING_STREAM_K): spreading a launch's tiles over more blocks pays only when very few tiles
+// would leave most multiprocessors idle for a long K. A 1024 x 8192 layer in 8 tiles of 128
+// channels took 31.6 us whole and 27.7 us spread; in 16 tiles of 64 channels, 20.3 us whole and
+// 25.9 us spread; launches of one to two waves of tiles (28672 x 8192, 8192 x 8192) were 10-60%
+// slower spread. So: at most one tile per eight resident slots, and at least 24 K tiles.
+constexpr int64_t kStreamKSlotsPerTile = 8;
+constexpr int64_t kStreamKMinKTiles = 24;
+
 // `tiles`: output tiles of the launch; `k_tiles`: K tiles of the padded weight (`tile_k` inputs
 // each); `group_tiles`: K tiles per scale group (1 when the group is not larger than a tile);
 // `sms`: multiprocessors; `blocks_per_sm`: blocks of the kernel one multiprocessor holds.
@@ -116,25 +123,20 @@ inline StreamKPlan plan_stream_k(int64_t tiles, int64_t k_tiles, int64_t tile_k,
   p.unit_tiles = group_tiles > 1 ? group_tiles : 1;
   p.units = (k_tiles + p.unit_tiles - 1) / p.unit_tiles;
   const int64_t slots = static_cast<int64_t>(sms > 0 ? sms : 1) * (blocks_per_sm > 0 ? blocks_per_sm : 1);
-  if (!stream_k_enabled() || tiles >= 4 * slots || tiles > kStreamKCounters || tiles == 0 || p.units == 0) {
+  const bool spread = stream_k_enabled() && tiles > 0 && tiles * kStreamKSlotsPerTile <= slots &&
+                      k_tiles >= kStreamKMinKTiles;
+  if (!spread) {
     p.blocks = tiles;
     p.dp_waves = 1;
     return p;
   }
-  const int64_t full = tiles / slots;
-  if (full >= 2) {
-    p.dp_waves = full - 1;
-    p.blocks = slots;
-    p.sk_tiles = tiles - p.dp_waves * slots;
-  } else {
-    // Never fewer blocks than tiles (up to one per slot); more only while each keeps min_slice_k.
-    const int64_t unit_k = p.unit_tiles * tile_k;
-    const int64_t min_units = (min_slice_k() + unit_k - 1) / unit_k;
-    int64_t by_k = tiles * p.units / (min_units > 1 ? min_units : 1);
-    if (by_k < tiles) by_k = tiles;
-    p.blocks = by_k < slots ? by_k : slots;
-    p.sk_tiles = tiles;
-  }
+  // Never fewer blocks than tiles; more only while each keeps min_slice_k inputs.
+  const int64_t unit_k = p.unit_tiles * tile_k;
+  const int64_t min_units = (min_slice_k() + unit_k - 1) / unit_k;
+  int64_t blocks = tiles * p.units / (min_units > 1 ? min_units : 1);
+  if (blocks < tiles) blocks = tiles;
+  p.blocks = blocks < slots ? blocks : slots;
+  p.sk_tiles = tiles;
   return p;
 }
 
