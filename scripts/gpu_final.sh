@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# On the lent GPU machine, the closing run of a session: the dev build with the C++ and GPU tests
+# (scripts/gpu_check.sh), then the benchmark with every peer (scripts/gpu_bench.sh; carry .peer).
+# The device tool returns few files, so the logs come back as one tarball (logs.tgz) and the
+# benchmark's json / md / png / log next to it. Usage: HUMMING_GIT_SHA=... NAME=... bash scripts/gpu_final.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+FINAL="${OUT:-$PWD/build/gpu-out}"
+mkdir -p "$FINAL"
+export OUT=/tmp/humming-final
+rm -rf "$OUT" && mkdir -p "$OUT"
+bash scripts/gpu_check.sh > "$OUT/check.out" 2>&1
+echo "gpu_check rc=$?"
+tail -6 "$OUT/check.out"
+OUT="$OUT/bench" bash scripts/gpu_bench.sh --time-budget-s "${BENCH_BUDGET_S:-240}" --iters 10 --name "${NAME:-h200-final}" \
+  > "$OUT/bench.out" 2>&1
+echo "gpu_bench rc=$?"
+grep -E "^\| (N x K|[0-9]|  )" "$OUT/bench/${NAME:-h200-final}.md" | head -30
+cp "$OUT"/bench/*.json "$OUT"/bench/*.md "$OUT"/bench/*.png "$OUT"/bench/*.log "$FINAL"/ 2>/dev/null
+tar czf "$FINAL/logs.tgz" -C "$OUT" .
