@@ -334,4 +334,7 @@ def test_devices_with_less_shared_memory_get_instances_that_fit():
                 continue
             assert registry.find(name).smem_bytes <= limit, (fmt, m, name)
             chosen += 1
-    assert chosen > 0
+    # A build with machine code for sm_86 (CI's) has choices to check; one built for sm_90a alone
+    # (the GPU machine's) has none, and the loop above checked that nothing unfit was chosen.
+    if any(registry.runs_on(i.name, 86)[0] for i in registry.instances()):
+        assert chosen > 0
