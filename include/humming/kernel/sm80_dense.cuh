@@ -1,5 +1,6 @@
-// The sm80 backend with the persistent stream-K scheduler: weight-only GEMM (f16 / bf16 activations,
-// 4- or 8-bit integer weights) on mma.sync m16n8k16. Runs on sm_80, sm_86, sm_89 and sm_90.
+// The sm80 backend with the dense tile scheduler and stream-K (scheduler/streamk.h): weight-only
+// GEMM (f16 / bf16 activations, 4- or 8-bit integer weights) on mma.sync m16n8k16. Runs on sm_80,
+// sm_86, sm_89 and sm_90.
 //
 // Block tile BM x BN x BK, BN = 64 * WarpsN, BK = WarpK * WarpsK. Warps form a WarpsM x WarpsN x
 // WarpsK grid: each computes (BM / WarpsM) rows x 64 channels over its WarpK slice of every stage,
@@ -77,8 +78,8 @@ struct Dense {
   // K steps per scale segment: a warp's slice of a stage never straddles two groups.
   static constexpr int kSegSteps = (GroupK == 0 || GroupK >= WarpK) ? kSteps : GroupK / 16;
   static constexpr int kSegs = kSteps / kSegSteps;
-  // The K-slice warps' sums meet in the stage buffer just consumed (no load targets it until the
-  // next iteration's barrier), in as many rounds of accumulators as that buffer needs.
+  // The K-slice warps' sums meet in the last stage's buffer once a segment's pipeline is drained,
+  // in as many rounds of accumulators as that buffer needs.
   static constexpr int kReduceBytes = (WarpsK - 1) * WarpsM * WarpsN * 32 * kAcc * 4;
   static constexpr int kReduceRounds = WarpsK == 1 ? 1 : (kReduceBytes + kStageBytes - 1) / kStageBytes;
   static constexpr int kRoundAcc = (kAcc + kReduceRounds - 1) / kReduceRounds; // accumulators per round
@@ -492,8 +493,9 @@ struct Dense {
   // The end of a segment: K-slice warps' sums added, per-channel and global scales applied, then
   // the output written (a segment that covers its whole tile) or a partial contributed to the
   // tile's fix-up (scheduler/streamk.h). Called by all threads of the block.
-  static __device__ __forceinline__ void finish_segment(const Params &p, char *smem, char *buf, const Segment &seg, int n_tiles, int wm, int wn, int wk,
-                                                        int lane, float (&acc)[MT][8][4], const float (&offset_sums)[4]) {
+  static __device__ __forceinline__ void finish_segment(const Params &p, char *smem, char *buf, const Segment &seg,
+                                                        int n_tiles, int wm, int wn, int wk, int lane,
+                                                        float (&acc)[MT][8][4], const float (&offset_sums)[4]) {
     const GemmArgs &a = p.args;
     using Op = numeric::Operand<kBf16>;
     const int tile = seg.tile;
@@ -606,7 +608,8 @@ struct Dense {
         float2 sum = make_float2(0.0f, 0.0f);
 #pragma unroll 1
         for (int64_t b = first_block; b <= last_block; ++b) {
-          const float2 v = __ldcg(reinterpret_cast<const float2 *>(partials + plan.partial_slot(b, t) * slot_floats + offset));
+          const float *slot = partials + plan.partial_slot(b, t) * slot_floats;
+          const float2 v = __ldcg(reinterpret_cast<const float2 *>(slot + offset));
           sum.x += v.x, sum.y += v.y;
         }
         write_out(a, m, n, sum);
