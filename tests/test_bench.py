@@ -449,3 +449,37 @@ def test_cli_lists_and_forwards_bench(capsys):
         cli.main(["bench", "--help"])
     out = capsys.readouterr().out
     assert e.value.code == 0 and "--formats" in out and "--max-ms-per-point" in out
+
+
+def test_gpu_state_is_read_from_nvidia_smi_and_summarized():
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        query = next(a for a in cmd if a.startswith("--query-gpu="))
+        if "clocks_event_reasons" in query:  # an older driver: unknown field
+            return subprocess.CompletedProcess(cmd, 2, stdout="", stderr="invalid field")
+        return subprocess.CompletedProcess(cmd, 0, stdout="1755, 3201, 61, 512.34, 0x0000000000000004\n")
+
+    state = B.read_gpu_state("00000000:19:00.0", run=fake_run)
+    assert state == {"gpu_sm_mhz": 1755.0, "gpu_mem_mhz": 3201.0, "gpu_temp_c": 61.0, "gpu_power_w": 512.34,
+                     "gpu_clock_reasons": "0x0000000000000004"}
+    assert len(calls) == 2 and calls[0][1:3] == ["-i", "00000000:19:00.0"]
+
+    def missing(cmd, **kw):
+        raise FileNotFoundError("nvidia-smi")
+
+    assert B.read_gpu_state("0", run=missing) is None
+    na = B.read_gpu_state("0", run=lambda cmd, **kw: subprocess.CompletedProcess(cmd, 0,
+                                                                                 "1980, 3201, 40, [N/A], 0x0\n"))
+    assert na["gpu_power_w"] is None and na["gpu_sm_mhz"] == 1980.0
+
+    rows = [_row("humming-aot", "w4a16", 8192, 8192, m, 30.0, gpu_sm_mhz=sm, gpu_temp_c=50.0 + m, gpu_power_w=300.0)
+            for m, sm in ((1, 1980.0), (16, 1700.0), (64, 1980.0))]
+    rows.append(_row("cublas-bf16", "bf16", 8192, 8192, 1, 42.8))  # no state: not in the section
+    md = B.markdown(_result(rows))
+    assert "Highest SM clock seen in the run: 1980 MHz." in md
+    line = next(x for x in md.splitlines() if x.startswith("| humming-aot w4a16 | 3 |"))
+    assert "1700 / 1980 / 1980" in line and "| 1 | 114 | 300 |" in line
+    assert not any(x.startswith("| cublas-bf16 bf16 | ") and "MHz" in x for x in md.splitlines())
+    assert "GPU state" not in B.markdown(_result(SYNTHETIC))

@@ -78,6 +78,9 @@ METHOD = {
                      "20 back-to-back eager calls without flush or synchronization, divided by 20; "
                      "eager_minus_graph_us = us - us_graph is given too",
     "tflops": "2*m*n*k / min(us, us_graph), useful work only (FP8 rows pad m to a multiple of 16 but count m)",
+    "gpu_state": "gpu_sm_mhz, gpu_mem_mhz, gpu_temp_c, gpu_power_w, gpu_clock_reasons: nvidia-smi read once "
+                 "right after each point's timings, so a point timed at a lowered SM clock (heat, power) shows; "
+                 "kernels bound by instruction issue rather than memory slow down with the SM clock",
     "weights": "one random bf16 weight per shape (randn), quantized by each implementation's own quantizer: "
                "humming-aot by the reference rule (computed on the GPU, see bench.quantize_symmetric_uint), "
                "torch-int4 uint4 g128 asymmetric (bf16 scale and zero), FP8 e4m3 with one fp32 scale per "
@@ -395,6 +398,7 @@ def markdown(result: dict) -> str:
         for s in summary:
             lines.append(f"| {impl_label(s['impl'], s['format'])} | {_fmt_num(s.get('host_overhead_us'))} | "
                          f"{_fmt_num(s.get('eager_minus_graph_us'))} | {s.get('points', 0)} |")
+    lines += gpu_state_section(rows)
     inst = [r for r in rows if r.get("instance")]
     if inst:
         lines += ["", "## humming-aot instances chosen by the dispatcher", "",
@@ -420,6 +424,30 @@ def markdown(result: dict) -> str:
             lines.append(f"- {impl_label(s.get('impl', '?'), s.get('format', '?'))}"
                          + (f" ({where})" if where else "") + f": {reason}")
     return "\n".join(lines) + "\n"
+
+
+def gpu_state_section(rows: list[dict]) -> list[str]:
+    """Markdown lines: per implementation, the SM clock its points ran at (min / median / max), the
+    highest temperature and power, and how many points ran below 90% of the run's highest SM clock
+    (empty when the rows carry no GPU state)."""
+    clocked = [r for r in rows if r.get("gpu_sm_mhz") is not None]
+    if not clocked:
+        return []
+    top = max(r["gpu_sm_mhz"] for r in clocked)
+    out = ["", "## GPU state at each point (nvidia-smi after its timings)", "",
+           f"Highest SM clock seen in the run: {top:.0f} MHz.", "",
+           "| implementation | points | SM clock min / median / max (MHz) | below 90% of the highest | "
+           "temperature max (C) | power max (W) |", "|---|---:|---|---:|---:|---:|"]
+    for label in _columns(clocked):
+        rs = [r for r in clocked if impl_label(r["impl"], r["format"]) == label]
+        sm = [r["gpu_sm_mhz"] for r in rs]
+        low = sum(1 for v in sm if v < 0.9 * top)
+        temps = [r["gpu_temp_c"] for r in rs if r.get("gpu_temp_c") is not None]
+        power = [r["gpu_power_w"] for r in rs if r.get("gpu_power_w") is not None]
+        out.append(f"| {label} | {len(rs)} | {min(sm):.0f} / {median(sm):.0f} / {max(sm):.0f} | "
+                   f"{low} | {_fmt_num(max(temps) if temps else None, 0)} | "
+                   f"{_fmt_num(max(power) if power else None, 0)} |")
+    return out
 
 
 def write_markdown(result: dict, path: pathlib.Path) -> pathlib.Path:
@@ -743,6 +771,37 @@ class HummingJit(Impl):
 # ---- timing ---------------------------------------------------------------------------------------
 
 
+GPU_STATE_QUERY = ("clocks.sm", "clocks.mem", "temperature.gpu", "power.draw")
+GPU_STATE_KEYS = ("gpu_sm_mhz", "gpu_mem_mhz", "gpu_temp_c", "gpu_power_w")
+
+
+def read_gpu_state(selector: str, run=subprocess.run) -> dict | None:
+    """SM and memory clock (MHz), temperature (C), power (W) and the active clock-event reasons (a
+    hex bit mask; 0x0: none) of the GPU nvidia-smi knows as ``selector``, or None when nvidia-smi is
+    missing or answers nothing usable. Drivers name the reasons field either way; both are tried."""
+    for reasons in ("clocks_event_reasons.active", "clocks_throttle_reasons.active", None):
+        fields = GPU_STATE_QUERY + ((reasons,) if reasons else ())
+        try:
+            p = run(["nvidia-smi", "-i", selector, "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"],
+                    capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        line = p.stdout.strip().splitlines()[0] if p.returncode == 0 and p.stdout.strip() else ""
+        values = [v.strip() for v in line.split(",")]
+        if len(values) != len(fields):
+            continue
+        state = {}
+        for key, v in zip(GPU_STATE_KEYS, values):
+            try:
+                state[key] = float(v)
+            except ValueError:
+                state[key] = None  # "[N/A]" and the like
+        if reasons:
+            state["gpu_clock_reasons"] = values[-1]
+        return state
+    return None
+
+
 class Timer:
     """L2 flush and the three measurements; ``device`` and ``sync`` let tests drive the loop on the CPU."""
 
@@ -758,6 +817,20 @@ class Timer:
         nbytes = max(flush_mib << 20, 4 * l2)
         self.flush_bytes = nbytes
         self.buf = torch.empty(nbytes // 4, dtype=torch.int32, device="cuda")
+        # nvidia-smi numbers GPUs its own way: select this one by PCI address where torch gives it.
+        bus = getattr(props, "pci_bus_id", None)
+        domain, dev = getattr(props, "pci_domain_id", 0), getattr(props, "pci_device_id", 0)
+        self.smi_selector = (f"{domain:08x}:{bus:02x}:{dev:02x}.0" if bus is not None
+                             else str(torch.cuda.current_device()))
+        self._smi_ok = True
+
+    def gpu_state(self) -> dict | None:
+        """The GPU's clocks, temperature and power now (read_gpu_state); None once nvidia-smi failed."""
+        if not self._smi_ok:
+            return None
+        state = read_gpu_state(self.smi_selector)
+        self._smi_ok = state is not None
+        return state
 
     def flush(self):
         self.buf.zero_()
@@ -945,6 +1018,8 @@ def measure_point(impl: Impl, x, n: int, k: int, m: int, args, timer: Timer) -> 
             graph_error = _short(e)
             _recover(timer)
         host = timer.host(fn)
+    state_of = getattr(timer, "gpu_state", None)
+    state = state_of() if state_of is not None else None
     row = {"impl": impl.name, "format": impl.format, "detail": impl.detail, "n": n, "k": k, "m": m,
            "us": us, "us_graph": us_graph, "tflops": None, "instance": instance,
            "host_overhead_us": host,
@@ -953,6 +1028,8 @@ def measure_point(impl: Impl, x, n: int, k: int, m: int, args, timer: Timer) -> 
            "first_call_ms": first_ms, "weight_bytes": impl.weight_bytes, **impl.extra}
     if graph_error:
         row["graph_error"] = graph_error
+    if state:
+        row.update(state)
     row["tflops"] = tflops(m, n, k, best_us(row))
     return row
 
