@@ -820,8 +820,10 @@ class Timer:
         # nvidia-smi numbers GPUs its own way: select this one by PCI address where torch gives it.
         bus = getattr(props, "pci_bus_id", None)
         domain, dev = getattr(props, "pci_domain_id", 0), getattr(props, "pci_device_id", 0)
-        self.smi_selector = (f"{domain:08x}:{bus:02x}:{dev:02x}.0" if bus is not None
-                             else str(torch.cuda.current_device()))
+        try:
+            self.smi_selector = f"{int(domain):08x}:{int(bus):02x}:{int(dev):02x}.0"
+        except (TypeError, ValueError):  # no PCI address from this torch: nvidia-smi's index may differ
+            self.smi_selector = str(torch.cuda.current_device())
         self._smi_ok = True
 
     def gpu_state(self) -> dict | None:
