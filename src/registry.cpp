@@ -325,7 +325,8 @@ Status gemm(const GemmArgs &args, const InstanceInfo &instance, void *stream) {
   const size_t need = instance.workspace_bytes != nullptr ? instance.workspace_bytes(args) : 0;
   if (need > 0 && (args.workspace == nullptr || args.workspace_bytes < need))
     return Status::Error(std::string(instance.name) + " needs " + std::to_string(need) +
-                         " bytes of zeroed workspace for this problem, got " + std::to_string(args.workspace_bytes));
+                         " bytes of workspace for this problem (its first 64 KiB zeroed), got " +
+                         std::to_string(args.workspace_bytes));
   return instance.launch(args, stream);
 }
 

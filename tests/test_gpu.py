@@ -210,7 +210,7 @@ def test_quant_linear_dispatch_and_explain():
 def test_cuda_graph_and_streams():
     from humming_aot import registry
 
-    # A long K, so that the sm80 instance splits K: graphs and streams cover the split-K scratch.
+    # A long K on few tiles, so that the sm80 instance uses stream-K: graphs and streams cover its scratch.
     layer = ha.QuantLinear.from_linear(torch.nn.Linear(SPLIT_K, 512), "u4g128-sbf16", device="cuda")
     x = torch.randn(8, SPLIT_K, device="cuda", dtype=torch.bfloat16)
     name = layer.instance_for(8, "cuda")

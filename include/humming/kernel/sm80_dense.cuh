@@ -759,7 +759,7 @@ template <HUMMING_SM80_TARGS> Status launch(const GemmArgs &args, void *stream) 
   const auto p = K::make_params(args);
   const size_t need = streamk_workspace_bytes(p.plan, args.m < BM ? args.m : BM, K::BN);
   if (need > args.workspace_bytes || (need > 0 && args.workspace == nullptr))
-    return Status::Error("the sm80 backend needs " + std::to_string(need) + " bytes of zeroed workspace, got " +
+    return Status::Error("the sm80 backend needs " + std::to_string(need) + " bytes of workspace (its first 64 KiB zeroed), got " +
                          std::to_string(args.workspace_bytes));
   if (K::resident_blocks() < 0)
     return Status::Error(std::string("this sm80 instance needs ") + std::to_string(K::kSmemTotal) +
