@@ -108,6 +108,7 @@ struct Dense {
     GemmArgs args;
     StreamKPlan plan;
     int64_t k_tiles;   // BK tiles along the padded K
+    int inner_k_tiles; // leading K tiles that lie wholly inside k (load_stage_inner)
     int64_t k_blocks;  // 16-input blocks along the padded K (layout stride)
     int64_t m_tiles;
   };
@@ -130,32 +131,105 @@ struct Dense {
     }
   }
 
-  // This thread's activation and weight copies of every stage of one tile, worked out once per
-  // tile (a stage then adds a uniform K offset and issues its copies): under the decode tiles'
-  // register budget the compiler would otherwise rebuild these addresses for every stage.
+  // This thread's copies of every stage of one tile, worked out once per tile (a stage then adds
+  // a uniform K offset and issues its copies): under the decode tiles' register budget the
+  // compiler would otherwise rebuild these addresses for every stage.
   static constexpr int kRowChunks = BK / 8;                                // 16-byte chunks per activation row
+  static constexpr int kRowsPerPass = kThreads / kRowChunks;               // activation rows per round of copies
   static constexpr int kColChunks = (BK / 16) * kWordsPerBlock / 4;        // per 64-channel weight column
-  static constexpr bool kFixedCopies = kThreads % kRowChunks == 0 && kColChunks % kThreads == 0;
+  static constexpr int kBChunks = WarpsN * kColChunks;                     // weight chunks per stage
+  static constexpr bool kFixedCopies = kColChunks % kThreads == 0;
+  static constexpr int kScaleChunks = BN * 2 / 16;                         // per scale row
+  static constexpr int kZeroChunks = BN / 16;                              // per zero-point row
+  static_assert(kThreads % kRowChunks == 0, "a thread copies the same chunk of several activation rows");
+  static_assert(kColChunks % kThreads == 0 || kThreads % kColChunks == 0, "weight chunks split evenly");
+  static_assert(kScaleRows * kScaleChunks <= kThreads, "one scale chunk per thread and stage at most");
   struct TileCopies {
-    const char *a;  // this thread's first activation chunk at K = 0
-    const char *b;  // this thread's first weight chunk at K = 0
-    int a_rows;     // activation rows of this thread's column that lie below m
-    int a_col;      // first input of this thread's activation chunks
-    int b_cols;     // weight columns of the tile that lie inside n_pad
+    const char *a;     // this thread's first activation chunk at K = 0
+    const char *b;     // this thread's first weight chunk at K = 0
+    const char *s;     // this thread's scale chunk at group 0 (when s_ok)
+    const char *z;     // this thread's zero-point chunk at group 0 (when z_ok)
+    int a_rows;        // activation rows of this thread's column that lie below m
+    int a_col;         // first input of this thread's activation chunks
+    int a_pass;        // bytes between this thread's activation rows of two rounds
+    uint32_t a_dst;    // stage offset of this thread's first activation chunk
+    int b_cols;        // weight columns of the tile that lie inside n_pad
+    int b_col;         // column of this thread's first weight chunk
+    bool s_ok, z_ok;   // this thread copies a scale / zero-point chunk that lies inside n_pad
   };
   static __device__ __forceinline__ TileCopies tile_copies(const Params &p, int64_t m0, int64_t n0) {
     const GemmArgs &a = p.args;
     const int t = static_cast<int>(threadIdx.x);
-    constexpr int kRowsPerPass = kFixedCopies ? kThreads / kRowChunks : 1;
     const int r0 = t / kRowChunks, c = t % kRowChunks;
     const int rows = static_cast<int>(a.m - m0 < BM ? a.m - m0 : BM);
+    const int n_left = static_cast<int>(a.dims.n_pad - n0);
     TileCopies tc;
     tc.a = static_cast<const char *>(a.a) + (m0 + r0) * a.lda * 2 + c * 16;
     tc.a_rows = r0 < rows ? (rows - 1 - r0) / kRowsPerPass + 1 : 0;
     tc.a_col = c * 8;
-    tc.b = reinterpret_cast<const char *>(a.codes) + (n0 / 64) * p.k_blocks * kWordsPerBlock * 4 + t * 16;
+    tc.a_pass = static_cast<int>(a.lda * 2 * kRowsPerPass);
+    // r0 < kRowsPerPass, so row r0 + j * kRowsPerPass swizzles with (r0 & 7) ^ ((j * kRowsPerPass) & 7).
+    tc.a_dst = static_cast<uint32_t>(r0 * BK * 2 + ((c ^ (r0 & 7)) * 16));
+    tc.b_col = kFixedCopies ? 0 : t / kColChunks;
+    const int b_chunk = kFixedCopies ? t : t % kColChunks;
+    tc.b = reinterpret_cast<const char *>(a.codes) + (n0 / 64 + tc.b_col) * p.k_blocks * kWordsPerBlock * 4 +
+           b_chunk * 16;
     tc.b_cols = static_cast<int>((a.dims.n_pad - n0) / 64);
+    tc.s = tc.z = nullptr;
+    tc.s_ok = tc.z_ok = false;
+    if constexpr (GroupK != 0) {
+      const int sr = t / kScaleChunks, sc = t % kScaleChunks;
+      tc.s_ok = t < kScaleRows * kScaleChunks && sc * 8 < n_left;
+      tc.s = static_cast<const char *>(a.scales) + (sr * a.dims.n_groups + n0 + sc * 8) * 2;
+      if constexpr (kIntZero) {
+        const int zr = t / kZeroChunks, zc = t % kZeroChunks;
+        tc.z_ok = t < kScaleRows * kZeroChunks && zc * 16 < n_left;
+        tc.z = static_cast<const char *>(a.zeros) + zr * a.dims.n_groups + n0 + zc * 16;
+      }
+    }
     return tc;
+  }
+
+  // The copies of a stage that lies wholly inside K (every stage but a partial last one): no K
+  // tests, no zero fill, and per stream one multiply-add of the K tile to a per-tile pointer.
+  // Rows past m and weight columns past n_pad are not loaded (see load_stage), and scale rows
+  // all exist.
+  static __device__ __forceinline__ void load_stage_inner(const Params &p, const TileCopies &tc, uint32_t stage,
+                                                          int kt) {
+    const int t = static_cast<int>(threadIdx.x);
+    const char *asrc = tc.a + kt * (BK * 2);
+#pragma unroll
+    for (int j = 0; j < (BM + kRowsPerPass - 1) / kRowsPerPass; ++j)
+      if (j < tc.a_rows)
+        cp_async16_full<128>(stage + ((tc.a_dst + j * kRowsPerPass * BK * 2) ^ (((j * kRowsPerPass) & 7) * 16)),
+                             asrc + j * tc.a_pass);
+    const int col_bytes = static_cast<int>(p.k_blocks * kWordsPerBlock * 4);
+    const char *bsrc = tc.b + kt * ((BK / 16) * kWordsPerBlock * 4);
+    if constexpr (kFixedCopies) {
+      // Chunk t + (j % kPasses) * kThreads of column j / kPasses.
+      constexpr int kPasses = kColChunks / kThreads;
+#pragma unroll
+      for (int j = 0; j < WarpsN * kPasses; ++j) {
+        const int nb = j / kPasses, c_off = (j % kPasses) * kThreads;
+        if (nb == 0 || nb < tc.b_cols)
+          cp_async16_full<256>(stage + kABytes + (nb * kColChunks + c_off + t) * 16, bsrc + nb * col_bytes + c_off * 16);
+      }
+    } else {
+      // Chunk t % kColChunks of columns b_col + j * (kThreads / kColChunks).
+      constexpr int kColsPerPass = kThreads / kColChunks;
+#pragma unroll
+      for (int j = 0; j < (kBChunks + kThreads - 1) / kThreads; ++j)
+        if ((kBChunks % kThreads == 0 || t + j * kThreads < kBChunks) && tc.b_col + j * kColsPerPass < tc.b_cols)
+          cp_async16_full<256>(stage + kABytes + (t + j * kThreads) * 16, bsrc + j * kColsPerPass * col_bytes);
+    }
+    if constexpr (GroupK != 0) {
+      const int g0 = GroupK <= BK ? kt * kScaleRows : kt / (GroupK <= BK ? 1 : GroupK / BK);
+      const int row_elems = static_cast<int>(p.args.dims.n_groups);
+      const uint32_t ss = stage + kABytes + kBBytes;
+      if (tc.s_ok) cp_async16_full(ss + t * 16, tc.s + g0 * (row_elems * 2));
+      if constexpr (kIntZero)
+        if (tc.z_ok) cp_async16_full(ss + kSBytes + t * 16, tc.z + g0 * row_elems);
+    }
   }
 
   // One stage's cp.async copies into the stage at shared address `stage` (K tile kt of the tile
@@ -179,7 +253,6 @@ struct Dense {
       // Thread t copies chunk t % kRowChunks of rows t / kRowChunks + j * kRowsPerPass, and chunks
       // t + (j % kPasses) * kThreads of weight column j / kPasses. Only a stage at the end of K
       // tests each copy against K.
-      constexpr int kRowsPerPass = kThreads / kRowChunks;
       constexpr int kPasses = kColChunks / kThreads;
       const bool inner = k_left == BK && kb_left == BK / 16;
       const int row_bytes = static_cast<int>(a.lda * 2);
@@ -459,10 +532,15 @@ struct Dense {
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
-      // Prologue: fill Stages - 1 stages.
-#pragma unroll
+      // K tile kt into the stage buffer at `dst`: the short path inside K, the tested one at its end.
+      const auto load = [&](uint32_t dst, int kt) {
+        if (kt < p.inner_k_tiles) load_stage_inner(p, copies, dst, kt);
+        else load_stage(p, copies, dst, kt, m0, n0);
+      };
+      // Prologue: fill Stages - 1 stages (rolled: both copy paths would be inlined per stage).
+#pragma unroll 1
       for (int s = 0; s < Stages - 1; ++s) {
-        if (kt_begin + s < kt_end) load_stage(p, copies, smem_base + s * kStageBytes, kt_begin + s, m0, n0);
+        if (kt_begin + s < kt_end) load(smem_base + s * kStageBytes, kt_begin + s);
         cp_async_commit();
       }
       int slot = 0; // stage buffer of K tile kt; the load goes to the one before it
@@ -473,7 +551,7 @@ struct Dense {
         {
           const int next = kt + Stages - 1;
           const int next_slot = slot == 0 ? Stages - 1 : slot - 1;
-          if (next < kt_end) load_stage(p, copies, smem_base + next_slot * kStageBytes, next, m0, n0);
+          if (next < kt_end) load(smem_base + next_slot * kStageBytes, next);
           cp_async_commit();
         }
         stage = smem + slot * kStageBytes;
@@ -681,6 +759,7 @@ struct Dense {
     Params p;
     p.args = args;
     p.k_tiles = (args.dims.k_pad + BK - 1) / BK;
+    p.inner_k_tiles = static_cast<int>(args.dims.k / BK);
     p.k_blocks = args.dims.k_pad / layout_sm80::kBlockK;
     p.m_tiles = (args.m + BM - 1) / BM;
     const int64_t tiles = p.m_tiles * n_tiles(args);

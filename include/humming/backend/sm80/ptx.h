@@ -29,6 +29,17 @@ template <int Prefetch = 0> __device__ __forceinline__ void cp_async16(uint32_t 
   else
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(src_bytes));
 }
+// The same copy when the source is known to be in bounds (no source-size operand).
+template <int Prefetch = 0> __device__ __forceinline__ void cp_async16_full(uint32_t smem, const void *gmem) {
+  if constexpr (Prefetch == 256)
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
+  else if constexpr (Prefetch == 128)
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
+  else if constexpr (Prefetch == 64)
+    asm volatile("cp.async.cg.shared.global.L2::64B [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
+  else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
+}
 template <int Prefetch = 0> __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool pred) {
   cp_async16<Prefetch>(smem_addr(smem), gmem, pred);
 }
