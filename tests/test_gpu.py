@@ -71,8 +71,9 @@ def _operand_dtype(inst, fmt):
     return R.torch_dtype(fmt.act.type)
 
 
-# M values on both sides of every tile height (16, 64, 128) and of the dispatch ranges.
-M_VALUES = (1, 16, 17, 64, 65, 130)
+# M values on both sides of every tile height (16, 64, 128), of the narrow kernels (m <= 8) and of
+# the dispatch ranges.
+M_VALUES = (1, 5, 8, 9, 16, 17, 64, 65, 130)
 
 
 @pytest.mark.parametrize("inst", INSTANCES, ids=[i.name for i in INSTANCES])
@@ -130,20 +131,20 @@ WAVE_INSTANCES = [i for i in FAST if i.name.startswith("sm80_mma_dense_a-bf16_w-
 @pytest.mark.parametrize("inst", WAVE_INSTANCES, ids=[i.name for i in WAVE_INSTANCES])
 def test_waves_of_tiles_match_reference(inst, waves):
     """Output tiles for 1.5 and 3.5 waves of at most two resident blocks per multiprocessor (plain
-    launches: one block per tile, several waves, a partial last tile and a partial last K tile).
-    Every output matches the reference, reruns give the same bits."""
+    launches: one block per tile, several waves, a partial last tile and a partial last K tile), for
+    a narrow and a full row count. Every output matches the reference, reruns give the same bits."""
     fmt = _format_for(inst)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     tile_m, tile_n = inst.tile[0], inst.tile[1]
     n = int(waves * 2 * sms) * tile_n - 40  # a partial last tile as well
     k = 640  # not a multiple of 256: the last K tile of each tile is partial
     p, w_deq = _weight(inst, fmt, n, k, 5)
-    m = min(tile_m, 33)
-    a, s, a_deq = _act(fmt, m, k, "cuda", 6)
-    first = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
-    ref = a_deq.double().cpu() @ w_deq.double().T
-    assert_gemm_close(first, ref, a_deq.cpu(), w_deq, f"{inst.name} n={n} m={m}", _operand_dtype(inst, fmt))
-    assert torch.equal(ha.gemm(a, p, fmt, a_scales=s, instance=inst.name), first)
+    for m in (3, min(tile_m, 33)):  # 3: the narrow kernels of 16-row tiles
+        a, s, a_deq = _act(fmt, m, k, "cuda", 6)
+        first = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
+        ref = a_deq.double().cpu() @ w_deq.double().T
+        assert_gemm_close(first, ref, a_deq.cpu(), w_deq, f"{inst.name} n={n} m={m}", _operand_dtype(inst, fmt))
+        assert torch.equal(ha.gemm(a, p, fmt, a_scales=s, instance=inst.name), first)
 
 
 def test_dispatch_crosses_ranges_with_fast_instances():

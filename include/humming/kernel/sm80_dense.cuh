@@ -23,6 +23,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "humming/backend/sm80/ptx.h"
@@ -445,6 +446,113 @@ struct Dense {
     }
   }
 
+  // Narrow launches (m <= 8) of warps of one mma tile swap the mma's roles: the weights are the
+  // 16-row A operand (16 channels) and the activations the 8-column B operand (8 tokens). A B
+  // fragment pair of channels j * 8 and j * 8 + 8 (dequant) is exactly the A fragment of those
+  // 16 channels, and an ldmatrix of the activation rows 0-7 is the B fragment, so 64 channels
+  // per K step take 4 mma instead of 8, with half the sums and half the scale FMAs. Sums:
+  // accn[J][2h + e] is channel J * 16 + h * 8 + lane / 4, token (lane % 4) * 2 + e.
+  static constexpr bool kHasNarrow = kAccScale;
+  static constexpr int kNarrowRows = 8;
+  static_assert(!kHasNarrow || kSegSteps % 2 == 0, "narrow activation loads cover two K steps");
+
+  // B fragments of the activation rows 0-7 for K steps kk / 16 and kk / 16 + 1: (r[0], r[1]) and
+  // (r[2], r[3]).
+  static __device__ __forceinline__ void load_act_narrow(const char *sa, int kk, int lane, uint32_t (&r)[4]) {
+    const int row = lane % 8;
+    const int chunk = kk / 8 + lane / 8;
+    ldmatrix_x4(r, sa + row * BK * 2 + ((chunk ^ row) * 16));
+  }
+
+  // mma of the 16 channels J * 16 ... J * 16 + 15 (two dequant fragments) against 8 tokens.
+  static __device__ __forceinline__ void mma_narrow(float (&d)[4], const uint32_t (&bf)[8][2], int J, uint32_t b0,
+                                                    uint32_t b1) {
+    const uint32_t a[4] = {bf[2 * J][0], bf[2 * J + 1][0], bf[2 * J][1], bf[2 * J + 1][1]};
+    mma_16816<kBf16>(d, a, b0, b1);
+  }
+
+  // One stage of a narrow launch (see stage_acc_scale for the segments and the kept offset).
+  static __device__ __forceinline__ void stage_narrow(const char *stage, int wn, int wk, int lane, float (&acc)[4][4],
+                                                      float (&offset_sums)[4], const uint32_t (&fixed_bias)[8],
+                                                      const float (&fixed_zero)[8], uint32_t neg_offset) {
+    using Op = numeric::Operand<kBf16>;
+    const char *sb = stage + kABytes;
+    const uint32_t neg[4] = {neg_offset, neg_offset, neg_offset, neg_offset};
+#pragma unroll 1
+    for (int sg = 0; sg < kSegs; ++sg) {
+      const int kk0 = wk * WarpK + sg * kSegSteps * 16;
+      const int row = (GroupK == 0 || GroupK >= BK) ? 0 : kk0 / (GroupK == 0 ? 1 : GroupK);
+      uint32_t act[kSegSteps / 2][4];
+#pragma unroll
+      for (int q = 0; q < kSegSteps / 2; ++q) load_act_narrow(stage, kk0 + q * 32, lane, act[q]);
+      uint32_t bias[8];
+      float zero[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) bias[j] = fixed_bias[j], zero[j] = fixed_zero[j];
+      if constexpr (GroupK != 0 && kIntZero) group_zeros(stage, row, wn, lane, bias, zero);
+      if constexpr (GroupK == 0) {
+#pragma unroll
+        for (int s = 0; s < kSegSteps; ++s) {
+          const uint32_t b0 = act[s / 2][2 * (s % 2)], b1 = act[s / 2][2 * (s % 2) + 1];
+          if constexpr (kFold) mma_16816<kBf16>(offset_sums, neg, b0, b1);
+          uint32_t words[kWordsPerLane], bf[8][2];
+          load_words(sb, wn, kk0 + s * 16, lane, words);
+          dequant(words, bias, zero, bf);
+#pragma unroll
+          for (int J = 0; J < 4; ++J) mma_narrow(acc[J], bf, J, b0, b1);
+        }
+      } else {
+        float start[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if constexpr (kFold)
+#pragma unroll
+          for (int s = 0; s < kSegSteps; ++s)
+            mma_16816<kBf16>(start, neg, act[s / 2][2 * (s % 2)], act[s / 2][2 * (s % 2) + 1]);
+        float seg[4][4];
+#pragma unroll
+        for (int s = 0; s < kSegSteps; ++s) {
+          const uint32_t b0 = act[s / 2][2 * (s % 2)], b1 = act[s / 2][2 * (s % 2) + 1];
+          uint32_t words[kWordsPerLane], bf[8][2];
+          load_words(sb, wn, kk0 + s * 16, lane, words);
+          dequant(words, bias, zero, bf);
+#pragma unroll
+          for (int J = 0; J < 4; ++J) {
+            const uint32_t a[4] = {bf[2 * J][0], bf[2 * J + 1][0], bf[2 * J][1], bf[2 * J + 1][1]};
+            if (s == 0) mma_16816<kBf16>(seg[J], a, b0, b1, start);
+            else mma_16816<kBf16>(seg[J], a, b0, b1);
+          }
+        }
+        // Scales of this lane's channels J * 16 + h * 8 + lane / 4.
+        const auto *srow = reinterpret_cast<const uint16_t *>(stage + kABytes + kBBytes) + row * BN + wn * 64 + lane / 4;
+#pragma unroll
+        for (int J = 0; J < 4; ++J)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float sc = Op::to_float(srow[J * 16 + h * 8]);
+            acc[J][2 * h] = fmaf(sc, seg[J][2 * h], acc[J][2 * h]);
+            acc[J][2 * h + 1] = fmaf(sc, seg[J][2 * h + 1], acc[J][2 * h + 1]);
+          }
+      }
+    }
+  }
+
+  // A narrow launch's sums in the layout of the others (acc[j][e]: token lane / 4, channel
+  // j * 8 + (lane % 4) * 2 + e; rows 8-15 zero), so that the end of a segment is shared: once per
+  // segment, through shuffles.
+  static __device__ __forceinline__ void narrow_to_wide(const float (&accn)[4][4], int lane, float (&acc)[8][4]) {
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        // Channel j * 8 + 2t + e sits in lane (2t + e) * 4 + g / 2, token g in its element g % 2.
+        const int src = (2 * t + e) * 4 + g / 2;
+        const float v0 = __shfl_sync(0xFFFFFFFFu, accn[j / 2][2 * (j % 2)], src);
+        const float v1 = __shfl_sync(0xFFFFFFFFu, accn[j / 2][2 * (j % 2) + 1], src);
+        acc[j][e] = (g & 1) ? v1 : v0;
+        acc[j][e + 2] = 0.0f;
+      }
+  }
+
   // One stage of a warp of MT mma tiles: operands (code - zero) * group scale, reused MT times.
   static __device__ __forceinline__ void stage_operand_scale(const char *stage, int wm, int wn, int wk, int lane,
                                                              float (&acc)[MT][8][4], const uint32_t (&fixed_bias)[8],
@@ -484,7 +592,9 @@ struct Dense {
     }
   }
 
-  static __device__ void run(const Params &p, char *smem) {
+  // Narrow: the narrow kernel (m <= 8, warps of one mma tile; see stage_narrow).
+  template <bool Narrow> static __device__ void run(const Params &p, char *smem) {
+    static_assert(!Narrow || kHasNarrow, "narrow launches need warps of one mma tile");
     const GemmArgs &a = p.args;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int wk = warp / (WarpsM * WarpsN);
@@ -524,6 +634,7 @@ struct Dense {
         fixed_bias[j] = bias_for(z);
       }
       float offset_sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      float accn[Narrow ? 4 : 1][4] = {};
       float acc[MT][8][4];
 #pragma unroll
       for (int i = 0; i < MT; ++i)
@@ -556,10 +667,24 @@ struct Dense {
         }
         stage = smem + slot * kStageBytes;
         slot = slot == Stages - 1 ? 0 : slot + 1;
-        if constexpr (kAccScale)
+        if constexpr (Narrow)
+          stage_narrow(stage, wn, wk, lane, accn, offset_sums, fixed_bias, fixed_zero, neg_offset);
+        else if constexpr (kAccScale)
           stage_acc_scale(stage, wn, wk, lane, acc[0], offset_sums, fixed_bias, fixed_zero, neg_offset);
         else
           stage_operand_scale(stage, wm, wn, wk, lane, acc, fixed_bias, fixed_zero);
+      }
+      if constexpr (Narrow) {
+        // Per-channel scales with kept offsets: -R x row sums (the same for every channel) go in
+        // here, so that finish_segment adds nothing more.
+        if constexpr (kFold && GroupK == 0)
+#pragma unroll
+          for (int J = 0; J < 4; ++J)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) accn[J][e] += offset_sums[e];
+        narrow_to_wide(accn, lane, acc[0]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) offset_sums[e] = 0.0f;
       }
       // Drained: no copy is in flight, so the sums may meet in the last stage's buffer.
       cp_async_wait<0>();
@@ -770,28 +895,46 @@ struct Dense {
   }
 };
 
-template <class K> __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) dense_kernel(const __grid_constant__ typename K::Params p) {
+// Narrow: the kernel for m <= 8 (Dense::stage_narrow), for instances whose warps hold one mma tile.
+template <class K, bool Narrow>
+__global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) dense_kernel(const __grid_constant__ typename K::Params p) {
   extern __shared__ __align__(16) char smem[];
-  K::run(p, smem);
+  K::template run<Narrow>(p, smem);
 }
 
 template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int Zero, uint32_t OutId, int GroupK, int BM, int WarpsM,
           int WarpsN, int WarpsK, int WarpK, int Stages>
 int Dense<ActId, CodeId, ScaleId, Zero, OutId, GroupK, BM, WarpsM, WarpsN, WarpsK, WarpK, Stages>::resident_blocks() {
   static const int blocks = [] {
-    if (cudaFuncSetAttribute(dense_kernel<Dense>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemTotal) !=
-        cudaSuccess) {
+    cudaError_t e = cudaFuncSetAttribute(dense_kernel<Dense, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         kSmemTotal);
+    if constexpr (kHasNarrow)
+      if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(dense_kernel<Dense, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemTotal);
+    if (e != cudaSuccess) {
       cudaGetLastError(); // clear the error, so that a later launch reports its own
       return -1;
     }
+    // Both kernels are built for the same blocks per SM (__launch_bounds__), so one answers.
     int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, dense_kernel<Dense>, kThreads, kSmemTotal) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, dense_kernel<Dense, false>, kThreads, kSmemTotal) !=
+        cudaSuccess) {
       cudaGetLastError();
       return 1;
     }
     return b > 0 ? b : 1;
   }();
   return blocks;
+}
+
+// Whether launches of at most 8 rows may use the narrow kernels: HUMMING_NARROW=0 in the
+// environment turns them off. Read once per process; for tuning and diagnosis.
+inline bool narrow_enabled() {
+  static const bool value = [] {
+    const char *env = std::getenv("HUMMING_NARROW");
+    return env == nullptr || std::atoi(env) != 0;
+  }();
+  return value;
 }
 
 #define HUMMING_SM80_TARGS uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int Zero, uint32_t OutId, int GroupK, \
@@ -844,7 +987,11 @@ template <HUMMING_SM80_TARGS> Status launch(const GemmArgs &args, void *stream) 
     return Status::Error(std::string("this sm80 instance needs ") + std::to_string(K::kSmemTotal) +
                          " bytes of shared memory per block, more than this GPU allows; use a smaller tile");
   const dim3 grid(static_cast<unsigned>(p.plan.blocks));
-  dense_kernel<K><<<grid, K::kThreads, K::kSmemTotal, static_cast<cudaStream_t>(stream)>>>(p);
+  bool narrow = false;
+  if constexpr (K::kHasNarrow) narrow = args.m <= K::kNarrowRows && narrow_enabled();
+  if constexpr (K::kHasNarrow)
+    if (narrow) dense_kernel<K, true><<<grid, K::kThreads, K::kSmemTotal, static_cast<cudaStream_t>(stream)>>>(p);
+  if (!narrow) dense_kernel<K, false><<<grid, K::kThreads, K::kSmemTotal, static_cast<cudaStream_t>(stream)>>>(p);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return Status::Error(std::string("sm80 kernel failed to launch: ") + cudaGetErrorString(e));
   return Status::Ok();
