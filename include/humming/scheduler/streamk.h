@@ -93,12 +93,16 @@ inline int64_t min_slice_k() {
   return value;
 }
 
-// Whether launches may use stream-K: HUMMING_STREAM_K=0 in the environment turns it off (every
-// block then computes one whole tile). Read once per process; for tuning and diagnosis.
-inline bool stream_k_enabled() {
-  static const bool value = [] {
+// Stream-K mode from HUMMING_STREAM_K in the environment: 0 off (every block computes one whole
+// tile), 1 (the default) when plan_stream_k's policy says so, 2 whenever a launch has fewer tiles
+// than resident slots and K to split (to measure the policy). Read once per process; for tuning
+// and diagnosis.
+inline int stream_k_mode() {
+  static const int value = [] {
     const char *env = std::getenv("HUMMING_STREAM_K");
-    return env == nullptr || std::atoi(env) != 0;
+    if (env == nullptr) return 1;
+    const int v = std::atoi(env);
+    return v <= 0 ? 0 : (v >= 2 ? 2 : 1);
   }();
   return value;
 }
@@ -123,8 +127,10 @@ inline StreamKPlan plan_stream_k(int64_t tiles, int64_t k_tiles, int64_t tile_k,
   p.unit_tiles = group_tiles > 1 ? group_tiles : 1;
   p.units = (k_tiles + p.unit_tiles - 1) / p.unit_tiles;
   const int64_t slots = static_cast<int64_t>(sms > 0 ? sms : 1) * (blocks_per_sm > 0 ? blocks_per_sm : 1);
-  const bool spread = stream_k_enabled() && tiles > 0 && tiles * kStreamKSlotsPerTile <= slots &&
-                      k_tiles >= kStreamKMinKTiles;
+  const int mode = stream_k_mode();
+  const bool spread = mode == 2 ? tiles > 0 && tiles < slots && p.units > 1
+                                : mode == 1 && tiles > 0 && tiles * kStreamKSlotsPerTile <= slots &&
+                                      k_tiles >= kStreamKMinKTiles;
   if (!spread) {
     p.blocks = tiles;
     p.dp_waves = 1;
