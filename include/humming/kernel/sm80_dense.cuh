@@ -799,23 +799,36 @@ struct Dense {
     __syncthreads();
     if (!*flag) return;
     // The last contributor writes the tile from the partials alone (its own among them), in
-    // block order. A rolled loop: it runs once per tile, and unrolled it would be cold code.
+    // block order: per block, this lane's 16 pairs of one mma tile in registers. Only the first
+    // contributor's slot needs the plan's 64-bit division; every later one owns slot 2b (it
+    // starts inside the tile). Rolled over blocks and mma tiles: it runs once per tile.
     if (wk == 0) {
+      const int64_t first_slot = plan.partial_slot(first_block, t);
 #pragma unroll 1
-      for (int pi = 0; pi < MT * 16; ++pi) {
-        const int i = pi / 16, j = (pi / 2) % 8, h = pi % 2;
-        const int64_t m = m0 + wm * WM + i * 16 + lane / 4 + h * 8;
-        const int64_t n = n0 + wn * 64 + j * 8 + (lane % 4) * 2;
-        if (m >= a.m || n >= a.dims.n) continue;
-        const int64_t offset = (m - m0) * BN + (n - n0);
-        float2 sum = make_float2(0.0f, 0.0f);
+      for (int i = 0; i < MT; ++i) {
+        const int r = wm * WM + i * 16 + lane / 4; // tile row of h = 0
+        const int c = wn * 64 + (lane % 4) * 2;   // tile channel of j = 0
+        float2 sum[16];
+#pragma unroll
+        for (int pp = 0; pp < 16; ++pp) sum[pp] = make_float2(0.0f, 0.0f);
 #pragma unroll 1
         for (int64_t b = first_block; b <= last_block; ++b) {
-          const float *slot = partials + plan.partial_slot(b, t) * slot_floats;
-          const float2 v = __ldcg(reinterpret_cast<const float2 *>(slot + offset));
-          sum.x += v.x, sum.y += v.y;
+          const float *slot = partials + (b == first_block ? first_slot : 2 * b) * slot_floats;
+#pragma unroll
+          for (int pp = 0; pp < 16; ++pp) {
+            const int j = pp / 2, h = pp % 2;
+            if (r + h * 8 < rows) {
+              const float2 v = __ldcg(reinterpret_cast<const float2 *>(slot + (r + h * 8) * BN + c + j * 8));
+              sum[pp].x += v.x, sum[pp].y += v.y;
+            }
+          }
         }
-        write_out(a, m, n, sum);
+#pragma unroll
+        for (int pp = 0; pp < 16; ++pp) {
+          const int j = pp / 2, h = pp % 2;
+          const int64_t m = m0 + r + h * 8, n = n0 + c + j * 8;
+          if (m < a.m && n < a.dims.n) write_out(a, m, n, sum[pp]);
+        }
       }
     }
     if (threadIdx.x == 0) counters[t] = 0; // ready for the next launch
