@@ -297,7 +297,10 @@ const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::
   if (const DispatchTable *t = table_for(cc, sms)) {
     size_t r = t->first_range;
     const size_t last = t->first_range + t->range_count - 1;
-    while (r < last && args.m > generated::kDispatchRanges[r].m_max) ++r;
+    const auto covers = [&](const DispatchRange &d) {
+      return (d.m_max < 0 || args.m <= d.m_max) && args.dims.n >= d.n_min;
+    };
+    while (r < last && !covers(generated::kDispatchRanges[r])) ++r;
     std::stringstream prefs(generated::kDispatchRanges[r].prefer);
     std::string pattern;
     while (std::getline(prefs, pattern, '|'))

@@ -6,6 +6,7 @@ table matching, ``force`` and ``reset``. Every test leaves the dispatcher's glob
 it (an autouse fixture calls ``dispatch.reset()`` before and after).
 """
 
+import bisect
 import itertools
 import json
 
@@ -54,6 +55,14 @@ def table(*ranges, **extra):
     (table((16, ["a*"]), (64, ["b*"])), r"the last range must have m_max null"),
     (table((None, ["a*"]), (16, ["b*"])), r"only the last range may have m_max null"),
     (table((None, ["a*"]), (None, ["b*"])), r"only the last range may have m_max null"),
+    ({"ranges": [{"m_max": 16, "n_min": 0, "prefer": ["a*"]}, {"m_max": 16, "prefer": ["b*"]},
+                 {"m_max": None, "prefer": ["c*"]}]}, r"n_min must be a positive integer \(range 0 has 0\)"),
+    ({"ranges": [{"m_max": 16, "n_min": "wide", "prefer": ["a*"]}, {"m_max": 16, "prefer": ["b*"]},
+                 {"m_max": None, "prefer": ["c*"]}]}, r"n_min must be a positive integer"),
+    ({"ranges": [{"m_max": 16, "n_min": 4096, "prefer": ["a*"]}, {"m_max": 64, "prefer": ["b*"]},
+                 {"m_max": None, "prefer": ["c*"]}]}, r"range 0 has n_min, so the next range must have the same m_max"),
+    ({"ranges": [{"m_max": None, "prefer": ["a*"]}, {"m_max": None, "n_min": 4096, "prefer": ["b*"]}]},
+     r"range 1 has n_min, so the next range must have the same m_max"),
 ])
 def test_load_table_rejects_bad_tables(bad, message):
     with pytest.raises(ValueError, match=message):
@@ -103,31 +112,58 @@ def test_builtin_tables_are_valid_and_default_is_last():
 # ---- M ranges -----------------------------------------------------------------------------------
 
 
-def expected_range(t, m):
-    """Index of the first range whose m_max is null or >= m (a linear scan, independent of bisect)."""
+def expected_range(t, m, n=4096):
+    """Index of the first range whose m_max is null or >= m and whose n_min (if any) is <= n (a
+    linear scan written apart from the dispatcher's)."""
     for i, r in enumerate(t["ranges"]):
-        if r["m_max"] is None or m <= r["m_max"]:
+        if (r["m_max"] is None or m <= r["m_max"]) and ("n_min" not in r or n >= r["n_min"]):
             return i
     raise AssertionError("the last range covers every m")
 
 
 def test_range_index_boundaries():
     t = dispatch._validate_table(table((1, ["a"]), (16, ["b"]), (64, ["c"]), (None, ["d"])), "test")
-    assert dispatch._range_index(t, 1) == 0
-    assert dispatch._range_index(t, 2) == 1
-    assert dispatch._range_index(t, 16) == 1   # m == m_max stays in that range
-    assert dispatch._range_index(t, 17) == 2   # m_max + 1 goes to the next
-    assert dispatch._range_index(t, 64) == 2
-    assert dispatch._range_index(t, 65) == 3
-    assert dispatch._range_index(t, 10**9) == 3
+    assert dispatch._range_index(t, 1, 4096) == 0
+    assert dispatch._range_index(t, 2, 4096) == 1
+    assert dispatch._range_index(t, 16, 4096) == 1   # m == m_max stays in that range
+    assert dispatch._range_index(t, 17, 4096) == 2   # m_max + 1 goes to the next
+    assert dispatch._range_index(t, 64, 4096) == 2
+    assert dispatch._range_index(t, 65, 4096) == 3
+    assert dispatch._range_index(t, 10**9, 4096) == 3
     for m in range(1, 200):
-        assert dispatch._range_index(t, m) == expected_range(t, m), m
+        assert dispatch._range_index(t, m, 4096) == expected_range(t, m), m
 
 
 def test_range_index_single_range():
     t = dispatch._validate_table(table((None, ["a"])), "test")
     for m in (1, 7, 4096, 10**6):
-        assert dispatch._range_index(t, m) == 0
+        assert dispatch._range_index(t, m, 64) == 0
+
+
+WIDE = {"ranges": [{"m_max": 16, "n_min": 20000, "prefer": ["w16*"]}, {"m_max": 16, "prefer": ["a16*"]},
+                   {"m_max": 64, "prefer": ["a64*"]},
+                   {"m_max": None, "n_min": 10000, "prefer": ["wbig*"]}, {"m_max": None, "prefer": ["abig*"]}]}
+
+
+def test_range_index_with_n_min():
+    t = dispatch._validate_table(json.loads(json.dumps(WIDE)), "test")
+    assert dispatch._range_index(t, 16, 20000) == 0   # n == n_min takes the wide range
+    assert dispatch._range_index(t, 16, 19999) == 1
+    assert dispatch._range_index(t, 17, 50000) == 2   # no wide range for 17..64
+    assert dispatch._range_index(t, 65, 10000) == 3
+    assert dispatch._range_index(t, 65, 9999) == 4
+    for n in (1, 9999, 10000, 19999, 20000, 10**6):
+        for m in range(1, 100):
+            assert dispatch._range_index(t, m, n) == expected_range(t, m, n), (m, n)
+
+
+def test_layer_plan_follows_n_min():
+    """A layer's cached M bounds are those of the ranges that apply to its n."""
+    t = dispatch._validate_table(json.loads(json.dumps(WIDE)), "test")
+    for n in (9999, 10000, 20000):
+        bounds, applying = dispatch._bounds_for(t, n)
+        for m in range(1, 100):
+            assert applying[bisect.bisect_left(bounds, m)] == expected_range(t, m, n), (m, n)
 
 
 # ---- preference order and fallback --------------------------------------------------------------
@@ -278,16 +314,16 @@ def test_cpp_default_choice_equals_python_choice(cc, sms):
     dispatch.reset()
     checked = refused = 0
     for fmt, layout in _build_formats():
-        for m in (1, 16, 17, 64, 65, 4096):
+        for m, n in itertools.product((1, 16, 17, 64, 65, 4096), (4096 + 64, 28672)):  # 28672: wide-layer ranges
             try:
-                py = dispatch.choose_for(fmt, 4096 + 64, 4096 + 128, m, cc=cc, sms=sms, layout=layout)
+                py = dispatch.choose_for(fmt, n, 4096 + 128, m, cc=cc, sms=sms, layout=layout)
             except dispatch.DispatchError as e:
                 with pytest.raises(ValueError, match="no compiled instance computes"):
-                    C.select_instance(fmt, layout, 4096 + 64, 4096 + 128, m, cc, sms)
+                    C.select_instance(fmt, layout, n, 4096 + 128, m, cc, sms)
                 assert "no compiled instance" in str(e)
                 refused += 1
                 continue
-            assert C.select_instance(fmt, layout, 4096 + 64, 4096 + 128, m, cc, sms) == py, (fmt, m, cc, sms)
+            assert C.select_instance(fmt, layout, n, 4096 + 128, m, cc, sms) == py, (fmt, m, n, cc, sms)
             checked += 1
     # A build with machine code for this device class chooses for it; one without (e.g. a 90a-only
     # build asked about sm_86) refuses every format in both languages.

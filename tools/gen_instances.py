@@ -221,7 +221,8 @@ def tables_code() -> list[str]:
         first = len(ranges)
         for r in t["ranges"]:
             m_max = -1 if r.get("m_max") is None else int(r["m_max"])
-            ranges.append(f"    {{{m_max}, {_c_string('|'.join(r['prefer']))}}},")
+            n_min = int(r.get("n_min", 0))
+            ranges.append(f"    {{{m_max}, {n_min}, {_c_string('|'.join(r['prefer']))}}},")
         match = t.get("match", {})
         ccs = ";".join(str(c) for c in match.get("cc", []))
         sms = int(match.get("sms", -1))
@@ -229,7 +230,7 @@ def tables_code() -> list[str]:
                        f"{_c_string(match.get('name_contains', ''))}, {first}, {len(t['ranges'])}}},")
     lines.append(f"extern const size_t kDispatchRangeCount = {len(ranges)};")
     lines.append("extern const DispatchRange kDispatchRanges[] = {")
-    lines += ranges or ['    {-1, ""},']
+    lines += ranges or ['    {-1, 0, ""},']
     lines.append("};")
     lines.append(f"extern const size_t kDispatchTableCount = {len(entries)};")
     lines.append("extern const DispatchTable kDispatchTables[] = {")

@@ -5,7 +5,8 @@ The built-in tables are also compiled into libhumming (tools/gen_instances.py), 
 
 Choices come from M-range tables kept as data (``humming_aot/tables/*.json``; the first table
 whose ``match`` fits the device wins, ``default.json`` last). A range lists instance-name patterns
-in order of preference. The choice for one (format, n, k, device, M range) is cached, so a layer
+in order of preference; a range with ``n_min`` applies only to layers of at least that many output
+channels and is followed by the range of the same ``m_max`` that the other layers take. The choice for one (format, n, k, device, M range) is cached, so a layer
 pays a dictionary lookup per call. Overrides:
 
 * ``load_table(path_or_dict)`` puts a tuned table in front of the built-in ones;
@@ -40,9 +41,10 @@ class DispatchError(ValueError):
 def _validate_table(t: dict, origin: str) -> dict:
     if not isinstance(t, dict) or not isinstance(t.get("ranges"), list) or not t["ranges"]:
         raise ValueError(f"dispatch table {origin} needs a non-empty list 'ranges' of "
-                         "{{'m_max': int|null, 'prefer': [patterns]}}")
-    last = 0
-    for i, r in enumerate(t["ranges"]):
+                         "{{'m_max': int|null, 'n_min': int (optional), 'prefer': [patterns]}}")
+    last = 0  # m_max of the last range without n_min
+    ranges = t["ranges"]
+    for i, r in enumerate(ranges):
         m_max = r.get("m_max")
         if not isinstance(r.get("prefer"), list) or not all(isinstance(p, str) for p in r["prefer"]):
             raise ValueError(f"dispatch table {origin}: range {i} needs 'prefer', a list of name patterns")
@@ -51,15 +53,25 @@ def _validate_table(t: dict, origin: str) -> dict:
             if any(c in p for c in "[]|"):
                 raise ValueError(f"dispatch table {origin}: pattern {p!r} in range {i} may use the wildcards '*' "
                                  "and '?' only")
+        n_min = r.get("n_min")
+        if n_min is not None:
+            if isinstance(n_min, bool) or not isinstance(n_min, int) or n_min < 1:
+                raise ValueError(f"dispatch table {origin}: n_min must be a positive integer (range {i} has "
+                                 f"{n_min!r})")
+            # A range for wide layers only is followed by the one the other layers of its M range take.
+            if i + 1 == len(ranges) or ranges[i + 1].get("m_max") != m_max:
+                raise ValueError(f"dispatch table {origin}: range {i} has n_min, so the next range must have the "
+                                 f"same m_max ({m_max!r}) for the narrower layers")
+            continue
         if m_max is None:
-            if i != len(t["ranges"]) - 1:
+            if i != len(ranges) - 1:
                 raise ValueError(f"dispatch table {origin}: only the last range may have m_max null")
         elif isinstance(m_max, bool) or not isinstance(m_max, int) or m_max <= last:  # JSON true is no bound
             raise ValueError(f"dispatch table {origin}: m_max values must be increasing positive integers "
                              f"(range {i} has {m_max!r})")
         else:
             last = m_max
-    if t["ranges"][-1].get("m_max") is not None:
+    if ranges[-1].get("m_max") is not None:
         raise ValueError(f"dispatch table {origin}: the last range must have m_max null (covers every larger m)")
     t.setdefault("name", origin)
     t.setdefault("match", {})
@@ -135,9 +147,23 @@ def _table_for(cc: int, sms: int, name: str) -> dict:
     raise AssertionError("the default table matches every device")
 
 
-def _range_index(table: dict, m: int) -> int:
-    bounds = [r["m_max"] for r in table["ranges"][:-1]]
-    return bisect.bisect_left(bounds, m)
+def _applies(r: dict, n: int) -> bool:
+    return n >= r.get("n_min", 0)
+
+
+def _range_index(table: dict, m: int, n: int) -> int:
+    """Index of the first range with m <= m_max (null: any m) and n >= n_min (absent: any n)."""
+    for i, r in enumerate(table["ranges"]):
+        if _applies(r, n) and (r["m_max"] is None or m <= r["m_max"]):
+            return i
+    raise AssertionError("the last range covers every m and n")
+
+
+def _bounds_for(table: dict, n: int) -> tuple[list, list]:
+    """For layers of n channels: the m_max bounds of the ranges that apply (for bisect) and their
+    indices in the table."""
+    idx = [i for i, r in enumerate(table["ranges"]) if _applies(r, n)]
+    return [table["ranges"][i]["m_max"] for i in idx[:-1]], idx
 
 
 def _evaluate(g: F.GemmFormat, n: int, k: int, m: int, cc: int, layout: int):
@@ -173,7 +199,7 @@ def choose_for(fmt, n: int, k: int, m: int, *, cc: int, sms: int, device_name: s
     follows the same built-in tables and rules."""
     g = F.parse_gemm_format(fmt)
     table = _table_for(cc, sms, device_name)
-    idx = _range_index(table, m)
+    idx = _range_index(table, m, n)
     key = (str(g), n, k, idx, cc, sms, layout, id(table), _forced)
     hit = _cache.get(key)
     if hit is not None:
@@ -208,13 +234,16 @@ def explain(fmt, n: int, k: int, m: int, *, device=None, layout: int = 1) -> str
     g = F.parse_gemm_format(fmt)
     cc, sms, dev_name = _device_facts(device)
     table = _table_for(cc, sms, dev_name)
-    idx = _range_index(table, m)
+    idx = _range_index(table, m, n)
     r = table["ranges"][idx]
-    lo = table["ranges"][idx - 1]["m_max"] + 1 if idx else 1
+    bounds, applying = _bounds_for(table, n)
+    pos = applying.index(idx)
+    lo = bounds[pos - 1] + 1 if pos else 1
     hi = "inf" if r["m_max"] is None else r["m_max"]
+    wide = f", n >= {r['n_min']}" if "n_min" in r else ""
     lines = [f"format {g}, n={n}, k={k}, m={m}, layout {layout}",
-             f"device {dev_name} (sm_{cc}, {sms} SMs); table {table['name']!r}, range m in [{lo}, {hi}] prefers "
-             f"{r['prefer']}"]
+             f"device {dev_name} (sm_{cc}, {sms} SMs); table {table['name']!r}, range m in [{lo}, {hi}]{wide} "
+             f"prefers {r['prefer']}"]
     rows = _evaluate(g, n, k, m, cc, layout)
     candidates = [i for i, ok, _ in rows if ok]
     for inst, ok, why in rows:
@@ -259,7 +288,7 @@ class LayerPlan:
         if state is None or state[2] != _forced or state[3] != len(_user_tables):
             cc, sms, name = _device_facts(device)
             table = _table_for(cc, sms, name)
-            state = ([r["m_max"] for r in table["ranges"][:-1]], {}, _forced, len(_user_tables))
+            state = (_bounds_for(table, self.n)[0], {}, _forced, len(_user_tables))
             self._per_device[device.index] = state
         bounds, chosen, _, _ = state
         b = bisect.bisect_left(bounds, m)

@@ -176,52 +176,74 @@ void test_stream_k_plans() {
   for (int64_t k_tiles : {1, 7, 28, 57, 113, 226, 448}) {
     for (int64_t tile_k : {64, 128, 256}) {
       for (int64_t group_tiles : {1, 2, 4}) {
-        for (int64_t tiles : {1, 3, 20, 33, 64, 200, 264, 400, 1100}) {
-          const StreamKPlan p = plan_stream_k(tiles, k_tiles, tile_k, group_tiles, 132, 2);
-          EXPECT(p.blocks >= 1 && p.blocks <= (tiles > 264 ? tiles : 264), "blocks %lld",
-                 static_cast<long long>(p.blocks));
-          EXPECT(p.dp_tiles() + p.sk_tiles == tiles, "tiles %lld: dp %lld + sk %lld", static_cast<long long>(tiles),
-                 static_cast<long long>(p.dp_tiles()), static_cast<long long>(p.sk_tiles));
-          const bool spread = tiles * kStreamKSlotsPerTile <= 264 && k_tiles >= kStreamKMinKTiles;
-          EXPECT(spread == (p.sk_tiles > 0), "tiles %lld k_tiles %lld: spread %d", static_cast<long long>(tiles),
-                 static_cast<long long>(k_tiles), static_cast<int>(spread));
-          if (!spread) EXPECT(p.blocks == tiles && p.dp_waves == 1, "a plain launch: one block per tile");
-          std::vector<int> seen(static_cast<size_t>(tiles * k_tiles), 0);
-          for (int64_t b = 0; b < p.blocks; ++b) {
-            Segment segs[kMaxSegments];
-            const int n = block_segments(p, b, segs);
-            EXPECT(n >= 1 && n <= kMaxSegments, "block %lld: %d segments", static_cast<long long>(b), n);
-            for (int i = 0; i < n; ++i) {
-              const Segment &s = segs[i];
-              EXPECT(s.tile >= 0 && s.tile < tiles && s.kt_begin < s.kt_end && s.kt_end <= k_tiles,
-                     "segment %d of block %lld", i, static_cast<long long>(b));
-              EXPECT(s.kt_begin % p.unit_tiles == 0 && (s.kt_end % p.unit_tiles == 0 || s.kt_end == k_tiles),
-                     "segment of whole units");
-              for (int kt = s.kt_begin; kt < s.kt_end; ++kt) ++seen[static_cast<size_t>(s.tile * k_tiles + kt)];
-              const bool whole = s.kt_begin == 0 && s.kt_end == k_tiles;
-              if (!whole) {
-                // This block is among the tile's contributors, and their slots are distinct.
-                const int64_t t = s.tile - p.dp_tiles();
-                const int64_t first = p.sk_owner(t * p.units), last = p.sk_owner(t * p.units + p.units - 1);
-                EXPECT(t >= 0 && first <= b && b <= last && first < last, "contributors of tile %lld",
-                       static_cast<long long>(t));
-                for (int64_t c = first; c < last; ++c)
-                  EXPECT(p.partial_slot(c, t) != p.partial_slot(c + 1, t) && p.partial_slot(c, t) < 2 * p.blocks,
-                         "slots of tile %lld", static_cast<long long>(t));
+        for (int64_t tiles : {1, 3, 20, 33, 64, 132, 200, 264, 400, 1100}) {
+          for (bool decode : {false, true}) {
+            const StreamKPlan p = plan_stream_k(tiles, k_tiles, tile_k, group_tiles, 132, 2, decode);
+            EXPECT(p.blocks >= 1 && p.blocks <= (tiles > 264 ? tiles : 264), "blocks %lld",
+                   static_cast<long long>(p.blocks));
+            EXPECT(p.dp_tiles() + p.sk_tiles == tiles, "tiles %lld: dp %lld + sk %lld", static_cast<long long>(tiles),
+                   static_cast<long long>(p.dp_tiles()), static_cast<long long>(p.sk_tiles));
+            const int64_t units = (k_tiles + group_tiles - 1) / group_tiles;
+            const bool spread = tiles * (decode ? kStreamKSlotsPerDecodeTile : kStreamKSlotsPerTile) <= 264 &&
+                                units > 1 && k_tiles * tile_k >= 2 * min_slice_k();
+            EXPECT(spread == (p.sk_tiles > 0), "tiles %lld k_tiles %lld: spread %d", static_cast<long long>(tiles),
+                   static_cast<long long>(k_tiles), static_cast<int>(spread));
+            if (!spread) EXPECT(p.blocks == tiles && p.dp_waves == 1, "a plain launch: one block per tile");
+            std::vector<int> seen(static_cast<size_t>(tiles * k_tiles), 0);
+            for (int64_t b = 0; b < p.blocks; ++b) {
+              Segment segs[kMaxSegments];
+              const int n = block_segments(p, b, segs);
+              EXPECT(n >= 1 && n <= kMaxSegments, "block %lld: %d segments", static_cast<long long>(b), n);
+              for (int i = 0; i < n; ++i) {
+                const Segment &s = segs[i];
+                EXPECT(s.tile >= 0 && s.tile < tiles && s.kt_begin < s.kt_end && s.kt_end <= k_tiles,
+                       "segment %d of block %lld", i, static_cast<long long>(b));
+                EXPECT(s.kt_begin % p.unit_tiles == 0 && (s.kt_end % p.unit_tiles == 0 || s.kt_end == k_tiles),
+                       "segment of whole units");
+                for (int kt = s.kt_begin; kt < s.kt_end; ++kt) ++seen[static_cast<size_t>(s.tile * k_tiles + kt)];
+                const bool whole = s.kt_begin == 0 && s.kt_end == k_tiles;
+                if (!whole) {
+                  // This block is among the tile's contributors, and their slots are distinct.
+                  const int64_t t = s.tile - p.dp_tiles();
+                  const int64_t first = p.sk_owner(t * p.units), last = p.sk_owner(t * p.units + p.units - 1);
+                  EXPECT(t >= 0 && first <= b && b <= last && first < last, "contributors of tile %lld",
+                         static_cast<long long>(t));
+                  for (int64_t c = first; c < last; ++c)
+                    EXPECT(p.partial_slot(c, t) != p.partial_slot(c + 1, t) && p.partial_slot(c, t) < 2 * p.blocks,
+                           "slots of tile %lld", static_cast<long long>(t));
+                  // The fix-up reads every contributor after the first from slot 2c.
+                  for (int64_t c = first + 1; c <= last; ++c)
+                    EXPECT(p.partial_slot(c, t) == 2 * c, "slot of block %lld", static_cast<long long>(c));
+                }
               }
             }
+            for (size_t i = 0; i < seen.size(); ++i)
+              EXPECT(seen[i] == 1, "tiles %lld k_tiles %lld: K tile %zu computed %d times",
+                     static_cast<long long>(tiles), static_cast<long long>(k_tiles), i, seen[i]);
           }
-          for (size_t i = 0; i < seen.size(); ++i)
-            EXPECT(seen[i] == 1, "tiles %lld k_tiles %lld: K tile %zu computed %d times",
-                   static_cast<long long>(tiles), static_cast<long long>(k_tiles), i, seen[i]);
         }
       }
     }
   }
 }
+// The policy on the launches it was measured on (scheduler/streamk.h).
+void test_stream_k_policy() {
+  // 16 x 64 decode tiles, two blocks per SM: 1024 x 8192 spreads, 8192 x 8192 does not.
+  EXPECT(plan_stream_k(16, 16, 512, 1, 132, 2, true).sk_tiles == 16, "few decode tiles spread");
+  EXPECT(plan_stream_k(128, 16, 512, 1, 132, 2, true).sk_tiles == 0, "a wave of decode tiles stays plain");
+  // 128 x 256 tiles, one block per SM, g128: 8192 x 28672 at m = 256 (64 tiles) spreads.
+  const StreamKPlan big = plan_stream_k(64, 448, 64, 2, 132, 1, false);
+  EXPECT(big.sk_tiles == 64 && big.blocks == 132, "64 large tiles over 132 blocks, got %lld blocks",
+         static_cast<long long>(big.blocks));
+  // 64 x 128 tiles on 28672 x 8192 (224 tiles, 264 slots) stay plain.
+  EXPECT(plan_stream_k(224, 64, 128, 1, 132, 2, false).sk_tiles == 0, "most slots busy: plain");
+  // A short K gives nothing to split.
+  EXPECT(plan_stream_k(8, 4, 512, 1, 132, 2, false).sk_tiles == 0, "K below two slices: plain");
+}
 } // namespace
 
 int main() {
+  test_stream_k_policy();
   test_stream_k_plans();
   test_format_round_trip();
   test_pack_round_trip();

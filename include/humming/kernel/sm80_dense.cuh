@@ -903,7 +903,7 @@ struct Dense {
     const int64_t tiles = p.m_tiles * n_tiles(args);
     const int64_t group_tiles = GroupK > BK ? GroupK / BK : 1;
     const int resident = resident_blocks();
-    p.plan = plan_stream_k(tiles, p.k_tiles, BK, group_tiles, args.num_sms, resident > 0 ? resident : 1);
+    p.plan = plan_stream_k(tiles, p.k_tiles, BK, group_tiles, args.num_sms, resident > 0 ? resident : 1, kAccScale);
     return p;
   }
 };

@@ -107,20 +107,27 @@ inline int stream_k_mode() {
   return value;
 }
 
-// When stream-K is used (measured on the H200 with the sm80 decode tiles, scripts/time_shapes.py
-// with HUMMING_STREAM_K): spreading a launch's tiles over more blocks pays only when very few tiles
-// would leave most multiprocessors idle for a long K. A 1024 x 8192 layer in 8 tiles of 128
-// channels took 31.6 us whole and 27.7 us spread; in 16 tiles of 64 channels, 20.3 us whole and
-// 25.9 us spread; launches of one to two waves of tiles (28672 x 8192, 8192 x 8192) were 10-60%
-// slower spread. So: at most one tile per eight resident slots, and at least 24 K tiles.
-constexpr int64_t kStreamKSlotsPerTile = 8;
-constexpr int64_t kStreamKMinKTiles = 24;
+// When stream-K is used (measured on the H200, graph time, scripts/time_shapes.py with
+// HUMMING_STREAM_K=0 / 2, after the fix-up lost its per-element 64-bit divisions):
+// * Tiles of several mma tiles per warp (t64, t128) gain whenever the launch leaves at least half
+//   of the resident blocks idle: t128 (132 slots) on 8192 x 28672 took 662 us plain and 196 us
+//   spread at m = 128, 663 and 350 us at m = 256 (64 tiles); 8192 x 8192 at m = 128, 196 and 74
+//   us; t64 (264 slots) on 8192 x 8192 at m = 64, 71 and 47 us. With 112-128 tiles on 132 slots
+//   spreading gained 0-4% or lost up to 7%; with 224 tiles on 264 slots, nothing.
+// * Decode tiles (warps of one mma tile, two blocks per SM) gain only with very few tiles: 16 x 64
+//   tiles on 1024 x 8192 (16 tiles) took 17.0 us plain and 15.3 us spread, while 64 tiles on 4096
+//   x 4096 took 12.9 and 15.1 us, and 128 tiles on 8192 x 8192 21.2 and 24.4-28.2 us.
+// So: at most one tile per two resident slots (one per eight for decode tiles), and K for at
+// least two min_slice_k() slices.
+constexpr int64_t kStreamKSlotsPerTile = 2;
+constexpr int64_t kStreamKSlotsPerDecodeTile = 8;
 
 // `tiles`: output tiles of the launch; `k_tiles`: K tiles of the padded weight (`tile_k` inputs
 // each); `group_tiles`: K tiles per scale group (1 when the group is not larger than a tile);
-// `sms`: multiprocessors; `blocks_per_sm`: blocks of the kernel one multiprocessor holds.
+// `sms`: multiprocessors; `blocks_per_sm`: blocks of the kernel one multiprocessor holds;
+// `decode`: the kernel's warps hold one mma tile (latency-bound decode tiles; see above).
 inline StreamKPlan plan_stream_k(int64_t tiles, int64_t k_tiles, int64_t tile_k, int64_t group_tiles, int sms,
-                                 int blocks_per_sm) {
+                                 int blocks_per_sm, bool decode) {
   StreamKPlan p;
   p.tiles = tiles;
   p.k_tiles = k_tiles;
@@ -128,9 +135,10 @@ inline StreamKPlan plan_stream_k(int64_t tiles, int64_t k_tiles, int64_t tile_k,
   p.units = (k_tiles + p.unit_tiles - 1) / p.unit_tiles;
   const int64_t slots = static_cast<int64_t>(sms > 0 ? sms : 1) * (blocks_per_sm > 0 ? blocks_per_sm : 1);
   const int mode = stream_k_mode();
+  const int64_t per_tile = decode ? kStreamKSlotsPerDecodeTile : kStreamKSlotsPerTile;
   const bool spread = mode == 2 ? tiles > 0 && tiles < slots && p.units > 1
-                                : mode == 1 && tiles > 0 && tiles * kStreamKSlotsPerTile <= slots &&
-                                      k_tiles >= kStreamKMinKTiles;
+                                : mode == 1 && tiles > 0 && tiles * per_tile <= slots && p.units > 1 &&
+                                      k_tiles * tile_k >= 2 * min_slice_k();
   if (!spread) {
     p.blocks = tiles;
     p.dp_waves = 1;
