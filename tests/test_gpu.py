@@ -124,6 +124,37 @@ def test_split_k_matches_reference_and_is_deterministic(inst):
         assert torch.equal(other, first)
 
 
+E4M3_INSTANCES = [i for i in FAST if i.code_type == "e4m3"]
+
+
+@pytest.mark.parametrize("inst", E4M3_INSTANCES, ids=[i.name for i in E4M3_INSTANCES])
+def test_e4m3_subnormal_codes(inst):
+    """e4m3 weights whose codes are mostly subnormal: each scale group's largest value (column 0,
+    code 448) sets the scale and every other value lies below the smallest normal code (2^-6).
+    The activations of column 0 are zero, so the output is made of subnormal codes alone: a
+    conversion that flushed them would give zeros."""
+    fmt = _format_for(inst)
+    n, k = 136, 1024 + 64
+    g = torch.Generator().manual_seed(12)
+    w = (torch.rand(n, k, generator=g) * 2 - 1) * (0.9 * 2.0**-6 / 448)
+    step = fmt.weight.group_k or k  # one maximum per scale group
+    w[:, ::step] = 1.0
+    q = R.quantize_weight(w, fmt.weight)
+    codes = q.codes.to(torch.int32)
+    subnormal = ((codes & 0x78) == 0) & ((codes & 0x7) != 0)
+    assert subnormal.float().mean() > 0.5, "the weight must be mostly subnormal codes"
+    p = ha.pack_weight(q, layout=inst.layout).to("cuda")
+    w_deq = R.dequantize_weight(q)
+    for m in (1, 9, 64):
+        a, s, a_deq = _act(fmt, m, k, "cuda", 13)
+        a[:, ::step] = 0
+        a_deq = a.float().cpu()
+        out = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
+        ref = a_deq.double() @ w_deq.double().T
+        assert ref.abs().max() > 0
+        assert_gemm_close(out, ref, a_deq, w_deq, f"{inst.name} m={m} subnormal codes", _operand_dtype(inst, fmt))
+
+
 WAVE_INSTANCES = [i for i in FAST if i.name.startswith("sm80_mma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t")]
 
 

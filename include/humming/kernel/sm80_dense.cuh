@@ -1,5 +1,5 @@
 // The sm80 backend with the dense tile scheduler and stream-K (scheduler/streamk.h): weight-only
-// GEMM (f16 / bf16 activations, 4- or 8-bit integer weights) on mma.sync m16n8k16. Runs on sm_80,
+// GEMM (f16 / bf16 activations, 4- or 8-bit integer or e4m3 weights) on mma.sync m16n8k16. Runs on sm_80,
 // sm_86, sm_89 and sm_90.
 //
 // Block tile BM x BN x BK, BN = 64 * WarpsN, BK = WarpK * WarpsK. Warps form a WarpsM x WarpsN x
@@ -36,7 +36,7 @@ namespace humming {
 namespace sm80 {
 
 // ActId:   DType id of the activations and of the mma operands (f16 or bf16).
-// CodeId:  DType id of the weight codes: u4, i4, u8 or i8.
+// CodeId:  DType id of the weight codes: u4, i4, u8, i8 or e4m3.
 // ScaleId: DType id of the weight scales; must equal ActId (scales multiply operands in that type).
 // Zero:    ZeroKind: none (unsigned codes are symmetric around 2^(bits-1)) or int.
 // OutId:   DType id of the output (f16, bf16 or f32).
@@ -53,6 +53,7 @@ struct Dense {
   static constexpr DType kOut = DType::from_id(OutId);
   static constexpr int kBits = static_cast<int>(kCode.bits);
   static constexpr bool kSigned = kCode.kind == kInt;
+  static constexpr bool kFloatCode = kCode.kind == kFloat; // e4m3: operands are the code values
   static constexpr bool kIntZero = Zero == static_cast<int>(ZeroKind::kInt);
   static constexpr int kWarps = WarpsM * WarpsN * WarpsK;
   static constexpr int kThreads = 32 * kWarps;
@@ -75,7 +76,7 @@ struct Dense {
   static constexpr bool kAccScale = MT == 1;
   // Operands keep the offset R, removed through the activations' row sums (not for integer zero
   // points, which differ per channel, nor for bytes as bf16, which are exact (code - zero) already).
-  static constexpr bool kFold = kAccScale && !kIntZero && !(kBf16 && kBits == 8);
+  static constexpr bool kFold = kAccScale && !kIntZero && !(kBf16 && kBits == 8) && !kFloatCode;
   // K steps per scale segment: a warp's slice of a stage never straddles two groups.
   static constexpr int kSegSteps = (GroupK == 0 || GroupK >= WarpK) ? kSteps : GroupK / 16;
   static constexpr int kSegs = kSteps / kSegSteps;
@@ -98,6 +99,7 @@ struct Dense {
   static_assert(OutId == dtypes::f16.id() || OutId == dtypes::bf16.id() || OutId == dtypes::f32.id(),
                 "outputs are f16, bf16 or f32");
   static_assert(kBits == 4 || kBits == 8, "4- or 8-bit codes");
+  static_assert(!kFloatCode || (kCode.fn() && !kIntZero), "float codes are e4m3, without zero points");
   static_assert(BM % (16 * WarpsM) == 0 && WarpK % 16 == 0, "tile shape");
   static_assert(BK % 64 == 0, "the activation swizzle needs rows of at least 8 x 16 bytes");
   static_assert(GroupK == 0 || GroupK % 16 == 0, "a K group covers whole mma K steps");
@@ -354,6 +356,8 @@ struct Dense {
         else if (q == 2) b = numeric::u4_pair_biased<kBf16, 2>(w);
         else b = numeric::u4_pair_biased<kBf16, 3>(w);
         v = kFold ? b : numeric::Operand<kBf16>::sub(b, bias[j]);
+      } else if constexpr (kFloatCode) {
+        v = pr % kP == 0 ? numeric::e4m3_pair<kBf16, 0>(w) : numeric::e4m3_pair<kBf16, 1>(w);
       } else if constexpr (kFold) {
         v = pr % kP == 0 ? numeric::u8_pair_biased_f16<0>(w) : numeric::u8_pair_biased_f16<1>(w);
       } else {
@@ -627,7 +631,7 @@ struct Dense {
       float fixed_zero[8];
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        float z = static_cast<float>(1 << (kBits - 1));
+        float z = kFloatCode ? 0.0f : static_cast<float>(1 << (kBits - 1));
         if constexpr (kIntZero && GroupK == 0)
           if (lane_n + j * 8 < a.dims.n_pad) z = static_cast<const uint8_t *>(a.zeros)[lane_n + j * 8];
         fixed_zero[j] = z;

@@ -5,7 +5,8 @@
 // unit worth 1 (1024.0 in f16, 128.0 in bf16); the register then holds magic + code exactly, and
 // subtracting (magic + zero point) leaves code - zero exactly. One LOP3 extracts and biases both
 // halves of a register pair; one HSUB2 removes the bias. Bytes do not fit bf16's 7-bit mantissa,
-// so 8-bit codes for bf16 go through the same trick in fp32 (2^23 + code) and one pack.
+// so 8-bit codes for bf16 go through the same trick in fp32 (2^23 + code) and one pack. e4m3 codes
+// are moved into the operand's exponent and mantissa bits (e4m3_pair).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -103,6 +104,33 @@ template <bool IsBf16, int P> __device__ __forceinline__ uint32_t u8_pair(uint32
     const float lo = __uint_as_float(((word >> (8 * P)) & 0xFFu) | 0x4B000000u) - (8388608.0f + z);
     const float hi = __uint_as_float(((word >> (8 * P + 16)) & 0xFFu) | 0x4B000000u) - (8388608.0f + z);
     return Operand<true>::pair(lo, hi);
+  }
+}
+
+// Register pair `p` of a word of e4m3 codes (float8_e4m3fn): (value(byte[p]), value(byte[p + 2])),
+// exact. One PRMT moves the two bytes to the top of their halves (S EEEE MMM, then zeros). Shifted
+// right so that EEEE MMM lands in the low exponent and top mantissa bits of the operand type, with
+// the sign put back at bit 15, the register holds value x 2^-8 (f16: exponent bias 15 against 7)
+// or value x 2^-120 (bf16: bias 127); subnormal codes become subnormals of the same scale. One
+// multiply by the power of two (exact; f16 and bf16 arithmetic keep subnormals) restores the value.
+// sm_89 and newer convert a byte pair to f16 in one instruction. Codes S.1111.111 (NaN) are not
+// produced by the quantizers and decode as +-480.
+template <bool IsBf16, int P> __device__ __forceinline__ uint32_t e4m3_pair(uint32_t word) {
+  if constexpr (!IsBf16) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    uint32_t r;
+    const uint16_t pair = static_cast<uint16_t>(__byte_perm(word, 0u, P == 0 ? 0x4420u : 0x4431u));
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"(pair));
+    return r;
+#else
+    const uint32_t x = __byte_perm(word, 0u, P == 0 ? 0x2404u : 0x3414u); // bytes P, P + 2 to bits 15..8, 31..24
+    const uint32_t bits = ((x >> 1) & 0x3F803F80u) | (x & 0x80008000u);
+    return Operand<false>::mul(bits, 0x5C005C00u); // x 256
+#endif
+  } else {
+    const uint32_t x = __byte_perm(word, 0u, P == 0 ? 0x2404u : 0x3414u);
+    const uint32_t bits = ((x >> 4) & 0x07F007F0u) | (x & 0x80008000u);
+    return Operand<true>::mul(bits, 0x7B807B80u); // x 2^120
   }
 }
 
