@@ -61,7 +61,7 @@ def table(*ranges, **extra):
                  {"m_max": None, "prefer": ["c*"]}]}, r"n_min must be a positive integer"),
     ({"ranges": [{"m_max": 16, "n_min": 4096, "prefer": ["a*"]}, {"m_max": 64, "prefer": ["b*"]},
                  {"m_max": None, "prefer": ["c*"]}]}, r"range 0 has n_min, so the next range must have the same m_max"),
-    ({"ranges": [{"m_max": None, "prefer": ["a*"]}, {"m_max": None, "n_min": 4096, "prefer": ["b*"]}]},
+    ({"ranges": [{"m_max": 16, "prefer": ["a*"]}, {"m_max": None, "n_min": 4096, "prefer": ["b*"]}]},
      r"range 1 has n_min, so the next range must have the same m_max"),
 ])
 def test_load_table_rejects_bad_tables(bad, message):

@@ -163,6 +163,8 @@ def _bounds_for(table: dict, n: int) -> tuple[list, list]:
     """For layers of n channels: the m_max bounds of the ranges that apply (for bisect) and their
     indices in the table."""
     idx = [i for i, r in enumerate(table["ranges"]) if _applies(r, n)]
+    ends = [j for j, i in enumerate(idx) if table["ranges"][i]["m_max"] is None]
+    idx = idx[:ends[0] + 1]  # the first that applies with m_max null covers every larger m
     return [table["ranges"][i]["m_max"] for i in idx[:-1]], idx
 
 
