@@ -148,64 +148,49 @@ struct Dense {
   static_assert(kColChunks % kThreads == 0 || kThreads % kColChunks == 0, "weight chunks split evenly");
   static_assert(kScaleRows * kScaleChunks <= kThreads, "one scale chunk per thread and stage at most");
   struct TileCopies {
-    const char *a;     // this thread's first activation chunk at K = 0
-    const char *b;     // this thread's first weight chunk at K = 0
-    const char *s;     // this thread's scale chunk at group 0 (when s_ok)
-    const char *z;     // this thread's zero-point chunk at group 0 (when z_ok)
-    int a_rows;        // activation rows of this thread's column that lie below m
-    int a_col;         // first input of this thread's activation chunks
-    int a_pass;        // bytes between this thread's activation rows of two rounds
-    uint32_t a_dst;    // stage offset of this thread's first activation chunk
-    int b_cols;        // weight columns of the tile that lie inside n_pad
-    int b_col;         // column of this thread's first weight chunk
-    bool s_ok, z_ok;   // this thread copies a scale / zero-point chunk that lies inside n_pad
+    const char *a;  // this thread's first activation chunk at K = 0
+    const char *b;  // this thread's first weight chunk at K = 0
+    int a_rows;     // activation rows of this thread's column that lie below m
+    int a_col;      // first input of this thread's activation chunks
+    int b_cols;     // weight columns of the tile that lie inside n_pad
   };
   static __device__ __forceinline__ TileCopies tile_copies(const Params &p, int64_t m0, int64_t n0) {
     const GemmArgs &a = p.args;
     const int t = static_cast<int>(threadIdx.x);
     const int r0 = t / kRowChunks, c = t % kRowChunks;
     const int rows = static_cast<int>(a.m - m0 < BM ? a.m - m0 : BM);
-    const int n_left = static_cast<int>(a.dims.n_pad - n0);
     TileCopies tc;
     tc.a = static_cast<const char *>(a.a) + (m0 + r0) * a.lda * 2 + c * 16;
     tc.a_rows = r0 < rows ? (rows - 1 - r0) / kRowsPerPass + 1 : 0;
     tc.a_col = c * 8;
-    tc.a_pass = static_cast<int>(a.lda * 2 * kRowsPerPass);
-    // r0 < kRowsPerPass, so row r0 + j * kRowsPerPass swizzles with (r0 & 7) ^ ((j * kRowsPerPass) & 7).
-    tc.a_dst = static_cast<uint32_t>(r0 * BK * 2 + ((c ^ (r0 & 7)) * 16));
-    tc.b_col = kFixedCopies ? 0 : t / kColChunks;
+    // Fixed copies: chunk t of column 0; otherwise chunk t % kColChunks of column t / kColChunks.
+    const int b_col = kFixedCopies ? 0 : t / kColChunks;
     const int b_chunk = kFixedCopies ? t : t % kColChunks;
-    tc.b = reinterpret_cast<const char *>(a.codes) + (n0 / 64 + tc.b_col) * p.k_blocks * kWordsPerBlock * 4 +
+    tc.b = reinterpret_cast<const char *>(a.codes) + (n0 / 64 + b_col) * p.k_blocks * kWordsPerBlock * 4 +
            b_chunk * 16;
     tc.b_cols = static_cast<int>((a.dims.n_pad - n0) / 64);
-    tc.s = tc.z = nullptr;
-    tc.s_ok = tc.z_ok = false;
-    if constexpr (GroupK != 0) {
-      const int sr = t / kScaleChunks, sc = t % kScaleChunks;
-      tc.s_ok = t < kScaleRows * kScaleChunks && sc * 8 < n_left;
-      tc.s = static_cast<const char *>(a.scales) + (sr * a.dims.n_groups + n0 + sc * 8) * 2;
-      if constexpr (kIntZero) {
-        const int zr = t / kZeroChunks, zc = t % kZeroChunks;
-        tc.z_ok = t < kScaleRows * kZeroChunks && zc * 16 < n_left;
-        tc.z = static_cast<const char *>(a.zeros) + zr * a.dims.n_groups + n0 + zc * 16;
-      }
-    }
     return tc;
   }
 
   // The copies of a stage that lies wholly inside K (every stage but a partial last one): no K
   // tests, no zero fill, and per stream one multiply-add of the K tile to a per-tile pointer.
   // Rows past m and weight columns past n_pad are not loaded (see load_stage), and scale rows
-  // all exist.
+  // all exist. Only the two pointers of TileCopies stay live across stages: whatever else a
+  // thread needs is a few integer operations on its index, cheaper than registers under the
+  // decode tiles' budget of 128.
   static __device__ __forceinline__ void load_stage_inner(const Params &p, const TileCopies &tc, uint32_t stage,
-                                                          int kt) {
+                                                          int kt, int64_t n0) {
     const int t = static_cast<int>(threadIdx.x);
+    const int r0 = t / kRowChunks, c = t % kRowChunks;
+    // r0 < kRowsPerPass, so row r0 + j * kRowsPerPass swizzles with (r0 & 7) ^ ((j * kRowsPerPass) & 7).
+    const uint32_t a_dst = static_cast<uint32_t>(r0 * BK * 2 + ((c ^ (r0 & 7)) * 16));
+    const int a_pass = static_cast<int>(p.args.lda * 2 * kRowsPerPass);
     const char *asrc = tc.a + kt * (BK * 2);
 #pragma unroll
     for (int j = 0; j < (BM + kRowsPerPass - 1) / kRowsPerPass; ++j)
       if (j < tc.a_rows)
-        cp_async16_full<128>(stage + ((tc.a_dst + j * kRowsPerPass * BK * 2) ^ (((j * kRowsPerPass) & 7) * 16)),
-                             asrc + j * tc.a_pass);
+        cp_async16_full<128>(stage + ((a_dst + j * kRowsPerPass * BK * 2) ^ (((j * kRowsPerPass) & 7) * 16)),
+                             asrc + j * a_pass);
     const int col_bytes = static_cast<int>(p.k_blocks * kWordsPerBlock * 4);
     const char *bsrc = tc.b + kt * ((BK / 16) * kWordsPerBlock * 4);
     if constexpr (kFixedCopies) {
@@ -218,20 +203,28 @@ struct Dense {
           cp_async16_full<256>(stage + kABytes + (nb * kColChunks + c_off + t) * 16, bsrc + nb * col_bytes + c_off * 16);
       }
     } else {
-      // Chunk t % kColChunks of columns b_col + j * (kThreads / kColChunks).
+      // Chunk t % kColChunks of columns t / kColChunks + j * (kThreads / kColChunks).
       constexpr int kColsPerPass = kThreads / kColChunks;
+      const int b_col = t / kColChunks;
 #pragma unroll
       for (int j = 0; j < (kBChunks + kThreads - 1) / kThreads; ++j)
-        if ((kBChunks % kThreads == 0 || t + j * kThreads < kBChunks) && tc.b_col + j * kColsPerPass < tc.b_cols)
+        if ((kBChunks % kThreads == 0 || t + j * kThreads < kBChunks) && b_col + j * kColsPerPass < tc.b_cols)
           cp_async16_full<256>(stage + kABytes + (t + j * kThreads) * 16, bsrc + j * kColsPerPass * col_bytes);
     }
     if constexpr (GroupK != 0) {
+      const GemmArgs &a = p.args;
       const int g0 = GroupK <= BK ? kt * kScaleRows : kt / (GroupK <= BK ? 1 : GroupK / BK);
-      const int row_elems = static_cast<int>(p.args.dims.n_groups);
+      const int n_left = static_cast<int>(a.dims.n_pad - n0);
+      const int64_t first = static_cast<int64_t>(g0) * a.dims.n_groups + n0;
       const uint32_t ss = stage + kABytes + kBBytes;
-      if (tc.s_ok) cp_async16_full(ss + t * 16, tc.s + g0 * (row_elems * 2));
-      if constexpr (kIntZero)
-        if (tc.z_ok) cp_async16_full(ss + kSBytes + t * 16, tc.z + g0 * row_elems);
+      const int sr = t / kScaleChunks, sc = t % kScaleChunks;
+      if (t < kScaleRows * kScaleChunks && sc * 8 < n_left)
+        cp_async16_full(ss + t * 16, static_cast<const char *>(a.scales) + (first + sr * a.dims.n_groups + sc * 8) * 2);
+      if constexpr (kIntZero) {
+        const int zr = t / kZeroChunks, zc = t % kZeroChunks;
+        if (t < kScaleRows * kZeroChunks && zc * 16 < n_left)
+          cp_async16_full(ss + kSBytes + t * 16, static_cast<const char *>(a.zeros) + first + zr * a.dims.n_groups + zc * 16);
+      }
     }
   }
 
@@ -308,7 +301,6 @@ struct Dense {
       const int64_t first = g0 * a.dims.n_groups + n0;
       const char *scales = static_cast<const char *>(a.scales) + first * 2;
       const uint32_t ss = stage + kABytes + kBBytes;
-      constexpr int kScaleChunks = BN * 2 / 16;
       for_each_chunk<kScaleRows * kScaleChunks>([&](int i) {
         const int r = i / kScaleChunks, c = i % kScaleChunks;
         const bool ok = r < g_left && c * 8 < n_left;
@@ -317,7 +309,6 @@ struct Dense {
       if constexpr (kIntZero) {
         const char *zeros = static_cast<const char *>(a.zeros) + first;
         const uint32_t sz = ss + kSBytes;
-        constexpr int kZeroChunks = BN / 16;
         for_each_chunk<kScaleRows * kZeroChunks>([&](int i) {
           const int r = i / kZeroChunks, c = i % kZeroChunks;
           const bool ok = r < g_left && c * 16 < n_left;
@@ -649,7 +640,7 @@ struct Dense {
 
       // K tile kt into the stage buffer at `dst`: the short path inside K, the tested one at its end.
       const auto load = [&](uint32_t dst, int kt) {
-        if (kt < p.inner_k_tiles) load_stage_inner(p, copies, dst, kt);
+        if (kt < p.inner_k_tiles) load_stage_inner(p, copies, dst, kt, n0);
         else load_stage(p, copies, dst, kt, m0, n0);
       };
       // Prologue: fill Stages - 1 stages (rolled: both copy paths would be inlined per stage).
@@ -803,36 +794,25 @@ struct Dense {
     __syncthreads();
     if (!*flag) return;
     // The last contributor writes the tile from the partials alone (its own among them), in
-    // block order: per block, this lane's 16 pairs of one mma tile in registers. Only the first
-    // contributor's slot needs the plan's 64-bit division; every later one owns slot 2b (it
-    // starts inside the tile). Rolled over blocks and mma tiles: it runs once per tile.
+    // block order. Only the first contributor's slot needs the plan's 64-bit division; every later
+    // one owns slot 2b (it starts inside the tile). Rolled loops: this runs once per tile, and
+    // unrolled it would be cold code and registers.
     if (wk == 0) {
-      const int64_t first_slot = plan.partial_slot(first_block, t);
+      const float *first = partials + plan.partial_slot(first_block, t) * slot_floats;
 #pragma unroll 1
-      for (int i = 0; i < MT; ++i) {
-        const int r = wm * WM + i * 16 + lane / 4; // tile row of h = 0
-        const int c = wn * 64 + (lane % 4) * 2;   // tile channel of j = 0
-        float2 sum[16];
-#pragma unroll
-        for (int pp = 0; pp < 16; ++pp) sum[pp] = make_float2(0.0f, 0.0f);
+      for (int pi = 0; pi < MT * 16; ++pi) {
+        const int i = pi / 16, j = (pi / 2) % 8, h = pi % 2;
+        const int64_t m = m0 + wm * WM + i * 16 + lane / 4 + h * 8;
+        const int64_t n = n0 + wn * 64 + j * 8 + (lane % 4) * 2;
+        if (m >= a.m || n >= a.dims.n) continue;
+        const int64_t offset = (m - m0) * BN + (n - n0);
+        float2 sum = __ldcg(reinterpret_cast<const float2 *>(first + offset));
 #pragma unroll 1
-        for (int64_t b = first_block; b <= last_block; ++b) {
-          const float *slot = partials + (b == first_block ? first_slot : 2 * b) * slot_floats;
-#pragma unroll
-          for (int pp = 0; pp < 16; ++pp) {
-            const int j = pp / 2, h = pp % 2;
-            if (r + h * 8 < rows) {
-              const float2 v = __ldcg(reinterpret_cast<const float2 *>(slot + (r + h * 8) * BN + c + j * 8));
-              sum[pp].x += v.x, sum[pp].y += v.y;
-            }
-          }
+        for (int64_t b = first_block + 1; b <= last_block; ++b) {
+          const float2 v = __ldcg(reinterpret_cast<const float2 *>(partials + 2 * b * slot_floats + offset));
+          sum.x += v.x, sum.y += v.y;
         }
-#pragma unroll
-        for (int pp = 0; pp < 16; ++pp) {
-          const int j = pp / 2, h = pp % 2;
-          const int64_t m = m0 + r + h * 8, n = n0 + c + j * 8;
-          if (m < a.m && n < a.dims.n) write_out(a, m, n, sum[pp]);
-        }
+        write_out(a, m, n, sum);
       }
     }
     if (threadIdx.x == 0) counters[t] = 0; // ready for the next launch
