@@ -795,24 +795,44 @@ struct Dense {
     if (!*flag) return;
     // The last contributor writes the tile from the partials alone (its own among them), in
     // block order. Only the first contributor's slot needs the plan's 64-bit division; every later
-    // one owns slot 2b (it starts inside the tile). Rolled loops: this runs once per tile, and
-    // unrolled it would be cold code and registers.
+    // one owns slot 2b (it starts inside the tile). kFixPairs of this lane's pairs at a time: their
+    // loads from one block are issued together (a pair at a time leaves the loads' latency
+    // exposed, 30 us more on a t64 launch), in few registers (the whole 16 made some decode tiles
+    // spill). Rolled: this runs once per tile.
     if (wk == 0) {
+      constexpr int kFixPairs = 8;
       const float *first = partials + plan.partial_slot(first_block, t) * slot_floats;
 #pragma unroll 1
-      for (int pi = 0; pi < MT * 16; ++pi) {
-        const int i = pi / 16, j = (pi / 2) % 8, h = pi % 2;
-        const int64_t m = m0 + wm * WM + i * 16 + lane / 4 + h * 8;
-        const int64_t n = n0 + wn * 64 + j * 8 + (lane % 4) * 2;
-        if (m >= a.m || n >= a.dims.n) continue;
-        const int64_t offset = (m - m0) * BN + (n - n0);
-        float2 sum = __ldcg(reinterpret_cast<const float2 *>(first + offset));
+      for (int q = 0; q < MT * 16 / kFixPairs; ++q) {
+        float2 sum[kFixPairs];
+        int64_t offset[kFixPairs];
+        bool inside[kFixPairs];
+#pragma unroll
+        for (int e = 0; e < kFixPairs; ++e) {
+          const int pi = q * kFixPairs + e, i = pi / 16, j = (pi / 2) % 8, h = pi % 2;
+          const int64_t m = m0 + wm * WM + i * 16 + lane / 4 + h * 8;
+          const int64_t n = n0 + wn * 64 + j * 8 + (lane % 4) * 2;
+          inside[e] = m < a.m; // rows of the slot (every channel of the tile has one)
+          offset[e] = (m - m0) * BN + (n - n0);
+          sum[e] = inside[e] ? __ldcg(reinterpret_cast<const float2 *>(first + offset[e])) : make_float2(0.0f, 0.0f);
+        }
 #pragma unroll 1
         for (int64_t b = first_block + 1; b <= last_block; ++b) {
-          const float2 v = __ldcg(reinterpret_cast<const float2 *>(partials + 2 * b * slot_floats + offset));
-          sum.x += v.x, sum.y += v.y;
+          const float *slot = partials + 2 * b * slot_floats;
+#pragma unroll
+          for (int e = 0; e < kFixPairs; ++e)
+            if (inside[e]) {
+              const float2 v = __ldcg(reinterpret_cast<const float2 *>(slot + offset[e]));
+              sum[e].x += v.x, sum[e].y += v.y;
+            }
         }
-        write_out(a, m, n, sum);
+#pragma unroll
+        for (int e = 0; e < kFixPairs; ++e) {
+          const int pi = q * kFixPairs + e, i = pi / 16, j = (pi / 2) % 8, h = pi % 2;
+          const int64_t m = m0 + wm * WM + i * 16 + lane / 4 + h * 8;
+          const int64_t n = n0 + wn * 64 + j * 8 + (lane % 4) * 2;
+          if (m < a.m && n < a.dims.n) write_out(a, m, n, sum[e]);
+        }
       }
     }
     if (threadIdx.x == 0) counters[t] = 0; // ready for the next launch
