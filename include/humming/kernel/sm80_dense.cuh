@@ -376,6 +376,16 @@ struct Dense {
     }
   }
 
+  // The zero points of a scale segment: per group from scale row `row` of the stage (integer
+  // zero points with K groups), else the fixed ones of the whole K.
+  static __device__ __forceinline__ void segment_zeros(const char *stage, int row, int wn, int lane,
+                                                       const uint32_t (&fixed_bias)[8], const float (&fixed_zero)[8],
+                                                       uint32_t (&bias)[8], float (&zero)[8]) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) bias[j] = fixed_bias[j], zero[j] = fixed_zero[j];
+    if constexpr (GroupK != 0 && kIntZero) group_zeros(stage, row, wn, lane, bias, zero);
+  }
+
   // One stage of a warp of one mma tile: segments of kSegSteps K steps, each summed on its own and
   // scaled into acc (see the top of the file). `offset_sums` gathers -R x row sums over all of K
   // for per-channel scales, which add it once at the end.
@@ -396,9 +406,7 @@ struct Dense {
       for (int s = 0; s < kSegSteps; ++s) load_a(stage, 0, kk0 + s * 16, lane, af[s]);
       uint32_t bias[8];
       float zero[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) bias[j] = fixed_bias[j], zero[j] = fixed_zero[j];
-      if constexpr (GroupK != 0 && kIntZero) group_zeros(stage, row, wn, lane, bias, zero);
+      segment_zeros(stage, row, wn, lane, fixed_bias, fixed_zero, bias, zero);
       if constexpr (GroupK == 0) {
 #pragma unroll
         for (int s = 0; s < kSegSteps; ++s) {
@@ -482,9 +490,7 @@ struct Dense {
       for (int q = 0; q < kSegSteps / 2; ++q) load_act_narrow(stage, kk0 + q * 32, lane, act[q]);
       uint32_t bias[8];
       float zero[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) bias[j] = fixed_bias[j], zero[j] = fixed_zero[j];
-      if constexpr (GroupK != 0 && kIntZero) group_zeros(stage, row, wn, lane, bias, zero);
+      segment_zeros(stage, row, wn, lane, fixed_bias, fixed_zero, bias, zero);
       if constexpr (GroupK == 0) {
 #pragma unroll
         for (int s = 0; s < kSegSteps; ++s) {
@@ -564,8 +570,6 @@ struct Dense {
       load_words(sb, wn, kk, lane, words);
       uint32_t bias[8], scale_pair[8];
       float zero[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) bias[j] = fixed_bias[j], zero[j] = fixed_zero[j];
       const int row = (GroupK == 0 || GroupK >= BK) ? 0 : kk / (GroupK == 0 ? 1 : GroupK);
       if constexpr (GroupK != 0) {
         const auto *srow = reinterpret_cast<const uint16_t *>(stage + kABytes + kBBytes) + row * BN;
@@ -574,8 +578,8 @@ struct Dense {
           const uint16_t s = srow[wn * 64 + j * 8 + lane / 4];
           scale_pair[j] = static_cast<uint32_t>(s) | (static_cast<uint32_t>(s) << 16);
         }
-        if constexpr (kIntZero) group_zeros(stage, row, wn, lane, bias, zero);
       }
+      segment_zeros(stage, row, wn, lane, fixed_bias, fixed_zero, bias, zero);
       uint32_t bf[8][2];
       dequant(words, bias, zero, bf);
 #pragma unroll
