@@ -228,7 +228,15 @@ def test_table_for_matches_device_facts():
     assert dispatch._table_for(90, 132, "NVIDIA H100 80GB HBM3") is h100
     assert dispatch._table_for(90, 114, "NVIDIA H100 PCIe")["name"] == "default"  # other SM count
     assert dispatch._table_for(80, 108, "NVIDIA A100-SXM4-80GB") is a100          # case-insensitive
-    assert dispatch._table_for(89, 128, "NVIDIA L40S")["name"] == "default"
+    assert dispatch._table_for(100, 148, "NVIDIA B200")["name"] == "default"
+
+
+@pytest.mark.parametrize("cc,name", [(80, "sm80"), (86, "sm86"), (87, "sm86"), (89, "sm89"), (90, "default")])
+def test_builtin_tables_per_architecture(cc, name):
+    # sm_80 / sm_86 / sm_89 have tables of their own whatever the SM count; an sm_90 part other
+    # than the 132-SM H200 takes the default one.
+    for sms in (56, 84, 142):
+        assert dispatch._table_for(cc, sms, "a GPU")["name"] == name
 
 
 def test_newer_user_table_wins():
@@ -276,7 +284,7 @@ def test_reset_clears_tables_forced_instance_and_cache():
     assert dispatch._user_tables == []
     assert dispatch._forced is None
     assert dispatch._cache == {}
-    assert dispatch._table_for(86, 84, "any")["name"] == "default"
+    assert dispatch._table_for(100, 148, "any")["name"] == "default"  # the loaded one is gone
 
 
 def test_load_table_and_force_clear_the_cache():

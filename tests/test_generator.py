@@ -343,6 +343,46 @@ def test_sm80_names_spell_format_and_tile(all_names):
     assert seen["tile"] == tiles
 
 
+# Shared memory one block may use (CUDA programming guide, compute capabilities table): the
+# registry's runs-on check applies the same limits.
+SMEM_PER_BLOCK = {80: 163 * 1024, 86: 99 * 1024, 89: 99 * 1024, 90: 227 * 1024}
+
+
+def _load_generator():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_instances_for_test", GEN)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("cc", sorted(SMEM_PER_BLOCK))
+def test_full_matrix_gives_every_sm80_format_a_fast_instance_per_range(cc):
+    """On each architecture, for every weight format of the full sm80 matrix and every M range of
+    the table that architecture gets, the table's patterns reach an sm80 instance whose shared
+    memory fits a block there: no format falls back to the generic backend for lack of a tile
+    that fits (sm_86 / sm_89 allow 99 KiB)."""
+    import fnmatch
+
+    gen_mod = _load_generator()
+    insts = [i for i in gen_mod.enumerate_instances(["90a"], "full") if i.backend == "sm80"]
+    tables = gen_mod.dispatch_tables()
+    sms = 132 if cc == 90 else 100
+    table = next(t for t in tables if all(
+        (k != "cc" or cc in v) and (k != "sms" or sms == v) for k, v in t["match"].items() if k in ("cc", "sms")))
+    by_format: dict[str, list] = {}
+    for i in insts:
+        by_format.setdefault(i.name.split("_t")[0], []).append(i)
+    assert len(by_format) >= 60
+    for fmt, group in by_format.items():
+        fitting = [i for i in group if i.key["smem_bytes"] <= SMEM_PER_BLOCK[cc]]
+        for r in table["ranges"]:
+            chosen = next((i for p in r["prefer"] for i in fitting if fnmatch.fnmatchcase(i.name, p)), None)
+            assert chosen is not None and chosen.backend == "sm80", (cc, table["name"], r, fmt)
+
+
 def test_sm80_instances_only_for_their_architectures(gen):
     names = gen("--arch", "100a", "--profile", "dev", "--list").stdout.splitlines()
     assert names and not any(n.startswith("sm80_") for n in names)

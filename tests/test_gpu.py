@@ -62,13 +62,18 @@ def _weight(inst, fmt: F.GemmFormat, n: int, k: int, seed: int):
     return ha.pack_weight(q, layout=inst.layout).to("cuda"), R.dequantize_weight(q)
 
 
-def _operand_dtype(inst, fmt):
+def _operand(inst, fmt) -> dict:
     """The tolerance's operand term: tensor-core tiles of several mma tiles per warp round
     (code - zero) * group scale to the operand type before the MMA (16-row tiles scale the fp32
-    sums instead, which is exact and within the same bound)."""
-    if inst.backend == "generic" or fmt.weight.group_k == 0:
-        return None
-    return R.torch_dtype(fmt.act.type)
+    sums instead, which is exact and within the same bound). With float zero points code - z
+    rounds as well, also with per-channel scales: two roundings."""
+    if inst.backend == "generic":
+        return {}
+    if fmt.weight.zero == "float":
+        return {"operand_dtype": R.torch_dtype(fmt.act.type), "operand_roundings": 2}
+    if fmt.weight.group_k == 0:
+        return {}
+    return {"operand_dtype": R.torch_dtype(fmt.act.type)}
 
 
 # M values on both sides of every tile height (16, 64, 128), of the narrow kernels (m <= 8) and of
@@ -87,7 +92,7 @@ def test_instance_against_reference(inst):
         out = ha.gemm(a, p, fmt, a_scales=s, bias=bias, instance=inst.name)
         torch.cuda.synchronize()
         ref = a_deq.double().cpu() @ w_deq.double().T + bias.double().cpu()
-        assert_gemm_close(out, ref, a_deq.cpu(), w_deq, f"{inst.name} m={m}", _operand_dtype(inst, fmt))
+        assert_gemm_close(out, ref, a_deq.cpu(), w_deq, f"{inst.name} m={m}", **_operand(inst, fmt))
 
 
 FAST = [i for i in INSTANCES if i.backend != "generic"]
@@ -114,7 +119,7 @@ def test_split_k_matches_reference_and_is_deterministic(inst):
         first = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
         torch.cuda.synchronize()
         ref = a_deq.double().cpu() @ w_deq.double().T
-        assert_gemm_close(first, ref, a_deq.cpu(), w_deq, f"{inst.name} m={m} split-K", _operand_dtype(inst, fmt))
+        assert_gemm_close(first, ref, a_deq.cpu(), w_deq, f"{inst.name} m={m} split-K", **_operand(inst, fmt))
         for _ in range(3):
             assert torch.equal(ha.gemm(a, p, fmt, a_scales=s, instance=inst.name), first)
         side = torch.cuda.Stream()
@@ -152,7 +157,36 @@ def test_e4m3_subnormal_codes(inst):
         out = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
         ref = a_deq.double() @ w_deq.double().T
         assert ref.abs().max() > 0
-        assert_gemm_close(out, ref, a_deq, w_deq, f"{inst.name} m={m} subnormal codes", _operand_dtype(inst, fmt))
+        assert_gemm_close(out, ref, a_deq, w_deq, f"{inst.name} m={m} subnormal codes", **_operand(inst, fmt))
+
+
+FLOAT_ZERO_INSTANCES = [i for i in FAST if i.zero == "float"]
+
+
+@pytest.mark.parametrize("inst", FLOAT_ZERO_INSTANCES, ids=[i.name for i in FLOAT_ZERO_INSTANCES])
+def test_float_zero_points_with_positive_activations(inst):
+    """Float zero points far from any integer, on weights that are mostly positive (even
+    channels) or mostly negative (odd ones), against activations that are all positive: the
+    zero-point term z x (sum of the activations) is then as large as the output itself and does
+    not cancel across K, so a zero point rounded on the way (for example as magic + z in the
+    operand type) or applied to the wrong rows or channels shows. Narrow, wide and multi-tile
+    row counts."""
+    fmt = _format_for(inst)
+    n, k = 200, 4096 + 128
+    g = torch.Generator().manual_seed(21)
+    w = (torch.rand(n, k, generator=g) * 1.3 - 0.3) * 0.02  # zero points near 15 * 0.3 / 1.3
+    w[1::2] = -w[1::2]  # and near 15 - that for 4-bit codes
+    q = R.quantize_weight(w, fmt.weight)
+    z = R.scale_value(q.zeros, fmt.weight.scale)
+    assert ((z - z.round()).abs() > 0.05).float().mean() > 0.5, "zero points must be mostly non-integer"
+    p = ha.pack_weight(q, layout=inst.layout).to("cuda")
+    w_deq = R.dequantize_weight(q)
+    for m in (1, 8, 16, 70):
+        a = torch.rand(m, k, generator=torch.Generator().manual_seed(m)).to("cuda", R.torch_dtype(fmt.act.type))
+        a_deq = a.float().cpu()
+        out = ha.gemm(a, p, fmt, instance=inst.name)
+        ref = a_deq.double() @ w_deq.double().T
+        assert_gemm_close(out, ref, a_deq, w_deq, f"{inst.name} m={m} float zero points", **_operand(inst, fmt))
 
 
 WAVE_INSTANCES = [i for i in FAST if i.name.startswith("sm80_mma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t")]
@@ -174,7 +208,7 @@ def test_waves_of_tiles_match_reference(inst, waves):
         a, s, a_deq = _act(fmt, m, k, "cuda", 6)
         first = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
         ref = a_deq.double().cpu() @ w_deq.double().T
-        assert_gemm_close(first, ref, a_deq.cpu(), w_deq, f"{inst.name} n={n} m={m}", _operand_dtype(inst, fmt))
+        assert_gemm_close(first, ref, a_deq.cpu(), w_deq, f"{inst.name} n={n} m={m}", **_operand(inst, fmt))
         assert torch.equal(ha.gemm(a, p, fmt, a_scales=s, instance=inst.name), first)
 
 

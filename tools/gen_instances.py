@@ -144,8 +144,8 @@ def _sm80_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
                  str(t["stages"]))
         bits = F.dtype(code).bits
         rows = 0 if group == 0 else (1 if group >= bk else bk // group)
-        stage = t["bm"] * bk * 2 + bk * bn * bits // 8 + rows * bn * 2 + (
-            (rows * bn + 15) // 16 * 16 if zero == "int" else 0)
+        zero_bytes = {"none": 0, "int": 1, "float": 2}[zero]  # per zero point staged with the scales
+        stage = t["bm"] * bk * 2 + bk * bn * bits // 8 + rows * bn * 2 + (rows * bn * zero_bytes + 15) // 16 * 16
         # The kernel's dynamic shared memory (sm80::Dense::kSmemTotal; the instance's translation unit
         # asserts the two agree): the stages (the K-slice reduction reuses one), a 16-byte word area
         # and the block's segment list (scheduler/streamk.h: kMaxSegments records of 16 bytes).

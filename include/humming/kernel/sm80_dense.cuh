@@ -19,6 +19,11 @@
 // * Warps of several mma tiles (MT > 1) reuse each operand MT times, so they build
 //   (code - zero) * group scale in the operand type once instead of keeping MT more sums.
 // Per-channel scales and the global scale are applied to the fp32 sums at the end, which is exact.
+//
+// Float zero points (w = (code - z) * s with z in the scale type): z * s is not an operand a
+// register pair can hold exactly, so warps of one mma tile keep the operands code (+ magic, as
+// above) and remove z through the row sums in fp32: a segment adds s * (sums - z * row sums).
+// Warps of several mma tiles build (code - z) * s in the operand type, two roundings.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,7 +43,8 @@ namespace sm80 {
 // ActId:   DType id of the activations and of the mma operands (f16 or bf16).
 // CodeId:  DType id of the weight codes: u4, i4, u8, i8 or e4m3.
 // ScaleId: DType id of the weight scales; must equal ActId (scales multiply operands in that type).
-// Zero:    ZeroKind: none (unsigned codes are symmetric around 2^(bits-1)) or int.
+// Zero:    ZeroKind: none (unsigned codes are symmetric around 2^(bits-1)), int (a byte per group)
+//          or float (in the scale type).
 // OutId:   DType id of the output (f16, bf16 or f32).
 // GroupK:  inputs per scale (32, 64, 128, ...), or 0 for one scale per output channel.
 // BM:      rows of the block tile (a multiple of 16 * WarpsM).
@@ -55,6 +61,9 @@ struct Dense {
   static constexpr bool kSigned = kCode.kind == kInt;
   static constexpr bool kFloatCode = kCode.kind == kFloat; // e4m3: operands are the code values
   static constexpr bool kIntZero = Zero == static_cast<int>(ZeroKind::kInt);
+  static constexpr bool kFloatZero = Zero == static_cast<int>(ZeroKind::kFloat);
+  // Bytes of one zero point in shared memory (zero points of K groups are staged like scales).
+  static constexpr int kZeroBytes = kFloatZero ? 2 : 1;
   static constexpr int kWarps = WarpsM * WarpsN * WarpsK;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int BN = 64 * WarpsN;
@@ -68,7 +77,7 @@ struct Dense {
   static constexpr int kABytes = BM * BK * 2;
   static constexpr int kBBytes = BK * BN * kBits / 8;
   static constexpr int kSBytes = kScaleRows * BN * 2;
-  static constexpr int kZBytes = kIntZero ? ((kScaleRows * BN + 15) / 16) * 16 : 0;
+  static constexpr int kZBytes = kIntZero || kFloatZero ? ((kScaleRows * BN * kZeroBytes + 15) / 16) * 16 : 0;
   static constexpr int kStageBytes = kABytes + kBBytes + kSBytes + kZBytes;
   static constexpr int kAcc = MT * 8 * 4; // fp32 accumulators per lane
   static constexpr int kSteps = WarpK / 16; // mma K steps per warp per stage
@@ -76,7 +85,15 @@ struct Dense {
   static constexpr bool kAccScale = MT == 1;
   // Operands keep the offset R, removed through the activations' row sums (not for integer zero
   // points, which differ per channel, nor for bytes as bf16, which are exact (code - zero) already).
+  // R is magic + 2^(bits-1) for symmetric codes and the magic alone for float zero points.
   static constexpr bool kFold = kAccScale && !kIntZero && !(kBf16 && kBits == 8) && !kFloatCode;
+  // Warps of one mma tile with float zero points need the row sums as well (z x row sums).
+  static constexpr bool kRowSums = kFold || (kAccScale && kFloatZero);
+  // P: the row sums come from one mma against a constant -P fragment (-P x each row's sum): R with
+  // kFold, else 1. With float zero points P is a power of two (the magic or 1), so dividing the
+  // result by -P is exact.
+  static constexpr float kRowUnit =
+      kFold ? numeric::Operand<kBf16>::kMagicValue + (kFloatZero ? 0 : 1 << (kBits - 1)) : 1.0f;
   // K steps per scale segment: a warp's slice of a stage never straddles two groups.
   static constexpr int kSegSteps = (GroupK == 0 || GroupK >= WarpK) ? kSteps : GroupK / 16;
   static constexpr int kSegs = kSteps / kSegSteps;
@@ -99,13 +116,15 @@ struct Dense {
   static_assert(OutId == dtypes::f16.id() || OutId == dtypes::bf16.id() || OutId == dtypes::f32.id(),
                 "outputs are f16, bf16 or f32");
   static_assert(kBits == 4 || kBits == 8, "4- or 8-bit codes");
-  static_assert(!kFloatCode || (kCode.fn() && !kIntZero), "float codes are e4m3, without zero points");
+  static_assert(!kFloatCode || (kCode.fn() && !kIntZero && !kFloatZero), "float codes are e4m3, without zero points");
+  static_assert(!kFloatZero || !kSigned, "float zero points go with unsigned codes");
   static_assert(BM % (16 * WarpsM) == 0 && WarpK % 16 == 0, "tile shape");
   static_assert(BK % 64 == 0, "the activation swizzle needs rows of at least 8 x 16 bytes");
   static_assert(GroupK == 0 || GroupK % 16 == 0, "a K group covers whole mma K steps");
   static_assert(GroupK == 0 || GroupK >= BK || BK % (GroupK == 0 ? 1 : GroupK) == 0, "groups tile the stage");
   static_assert(kStageBytes % 16 == 0, "16-byte aligned stages");
-  static_assert(GroupK == 0 || GroupK % WarpK == 0 || WarpK % GroupK == 0, "a warp slice lies in whole groups");
+  static_assert(GroupK == 0 || GroupK % WarpK == 0 || WarpK % (GroupK == 0 ? 1 : GroupK) == 0,
+                "a warp slice lies in whole groups");
 
   struct Params {
     GemmArgs args;
@@ -143,10 +162,11 @@ struct Dense {
   static constexpr int kBChunks = WarpsN * kColChunks;                     // weight chunks per stage
   static constexpr bool kFixedCopies = kColChunks % kThreads == 0;
   static constexpr int kScaleChunks = BN * 2 / 16;                         // per scale row
-  static constexpr int kZeroChunks = BN / 16;                              // per zero-point row
+  static constexpr int kZeroChunks = BN * kZeroBytes / 16;                 // per zero-point row
   static_assert(kThreads % kRowChunks == 0, "a thread copies the same chunk of several activation rows");
   static_assert(kColChunks % kThreads == 0 || kThreads % kColChunks == 0, "weight chunks split evenly");
   static_assert(kScaleRows * kScaleChunks <= kThreads, "one scale chunk per thread and stage at most");
+  static_assert(kScaleRows * kZeroChunks <= kThreads, "one zero-point chunk per thread and stage at most");
   struct TileCopies {
     const char *a;  // this thread's first activation chunk at K = 0
     const char *b;  // this thread's first weight chunk at K = 0
@@ -220,10 +240,12 @@ struct Dense {
       const int sr = t / kScaleChunks, sc = t % kScaleChunks;
       if (t < kScaleRows * kScaleChunks && sc * 8 < n_left)
         cp_async16_full(ss + t * 16, static_cast<const char *>(a.scales) + (first + sr * a.dims.n_groups + sc * 8) * 2);
-      if constexpr (kIntZero) {
+      if constexpr (kIntZero || kFloatZero) {
+        constexpr int kPerChunk = 16 / kZeroBytes; // zero points per 16-byte chunk
         const int zr = t / kZeroChunks, zc = t % kZeroChunks;
-        if (t < kScaleRows * kZeroChunks && zc * 16 < n_left)
-          cp_async16_full(ss + kSBytes + t * 16, static_cast<const char *>(a.zeros) + first + zr * a.dims.n_groups + zc * 16);
+        if (t < kScaleRows * kZeroChunks && zc * kPerChunk < n_left)
+          cp_async16_full(ss + kSBytes + t * 16, static_cast<const char *>(a.zeros) +
+                                                     (first + zr * a.dims.n_groups + zc * kPerChunk) * kZeroBytes);
       }
     }
   }
@@ -306,13 +328,14 @@ struct Dense {
         const bool ok = r < g_left && c * 8 < n_left;
         cp_async16(ss + i * 16, ok ? scales + (r * row_elems + c * 8) * 2 : scales, ok);
       });
-      if constexpr (kIntZero) {
-        const char *zeros = static_cast<const char *>(a.zeros) + first;
+      if constexpr (kIntZero || kFloatZero) {
+        constexpr int kPerChunk = 16 / kZeroBytes;
+        const char *zeros = static_cast<const char *>(a.zeros) + first * kZeroBytes;
         const uint32_t sz = ss + kSBytes;
         for_each_chunk<kScaleRows * kZeroChunks>([&](int i) {
           const int r = i / kZeroChunks, c = i % kZeroChunks;
-          const bool ok = r < g_left && c * 16 < n_left;
-          cp_async16(sz + i * 16, ok ? zeros + r * row_elems + c * 16 : zeros, ok);
+          const bool ok = r < g_left && c * kPerChunk < n_left;
+          cp_async16(sz + i * 16, ok ? zeros + (r * row_elems + c * kPerChunk) * kZeroBytes : zeros, ok);
         });
       }
     }
@@ -330,7 +353,8 @@ struct Dense {
   }
 
   // B fragments of one K step: bf[j] for channels j * 8 + lane / 4. With kFold the operands keep
-  // the offset R; otherwise they are (code - zero) exactly, zero and bias per fragment column j.
+  // the offset R; otherwise they are (code - zero) exactly, zero and bias per fragment column j
+  // (float zero points: the codes themselves, exactly; the zero is applied later).
   static __device__ __forceinline__ void dequant(const uint32_t (&words)[kWordsPerLane], const uint32_t (&bias)[8],
                                                  const float (&zero)[8], uint32_t (&bf)[8][2]) {
 #pragma unroll
@@ -346,13 +370,15 @@ struct Dense {
         else if (q == 1) b = numeric::u4_pair_biased<kBf16, 1>(w);
         else if (q == 2) b = numeric::u4_pair_biased<kBf16, 2>(w);
         else b = numeric::u4_pair_biased<kBf16, 3>(w);
-        v = kFold ? b : numeric::Operand<kBf16>::sub(b, bias[j]);
+        v = kFold ? b : numeric::Operand<kBf16>::sub(b, kFloatZero ? numeric::Operand<kBf16>::kMagic : bias[j]);
       } else if constexpr (kFloatCode) {
         v = pr % kP == 0 ? numeric::e4m3_pair<kBf16, 0>(w) : numeric::e4m3_pair<kBf16, 1>(w);
       } else if constexpr (kFold) {
         v = pr % kP == 0 ? numeric::u8_pair_biased_f16<0>(w) : numeric::u8_pair_biased_f16<1>(w);
       } else {
-        v = pr % kP == 0 ? numeric::u8_pair<kBf16, 0>(w, bias[j], zero[j]) : numeric::u8_pair<kBf16, 1>(w, bias[j], zero[j]);
+        const uint32_t bj = kFloatZero ? numeric::Operand<kBf16>::kMagic : bias[j];
+        const float zj = kFloatZero ? 0.0f : zero[j];
+        v = pr % kP == 0 ? numeric::u8_pair<kBf16, 0>(w, bj, zj) : numeric::u8_pair<kBf16, 1>(w, bj, zj);
       }
       bf[j][pr % 2] = v;
     }
@@ -386,6 +412,18 @@ struct Dense {
     if constexpr (GroupK != 0 && kIntZero) group_zeros(stage, row, wn, lane, bias, zero);
   }
 
+  // Float zero points of channels 2 * col and 2 * col + 1 (tile columns) from zero-point row `row`
+  // of the stage, divided by P (exact: a power of two) for the segment's -P x row sums.
+  static __device__ __forceinline__ float2 group_zero_pair(const char *stage, int row, int col) {
+    const auto *zrow = reinterpret_cast<const uint32_t *>(stage + kABytes + kBBytes + kSBytes) + row * (BN / 2);
+    const float2 z = numeric::Operand<kBf16>::to_float2(zrow[col]);
+    return make_float2(z.x * (1.0f / kRowUnit), z.y * (1.0f / kRowUnit));
+  }
+  static __device__ __forceinline__ float group_zero(const char *stage, int row, int ch) {
+    const auto *zrow = reinterpret_cast<const uint16_t *>(stage + kABytes + kBBytes + kSBytes) + row * BN;
+    return numeric::Operand<kBf16>::to_float(zrow[ch]) * (1.0f / kRowUnit);
+  }
+
   // One stage of a warp of one mma tile: segments of kSegSteps K steps, each summed on its own and
   // scaled into acc (see the top of the file). `offset_sums` gathers -R x row sums over all of K
   // for per-channel scales, which add it once at the end.
@@ -410,7 +448,7 @@ struct Dense {
       if constexpr (GroupK == 0) {
 #pragma unroll
         for (int s = 0; s < kSegSteps; ++s) {
-          if constexpr (kFold) mma_16816<kBf16>(offset_sums, af[s], neg_offset, neg_offset);
+          if constexpr (kRowSums) mma_16816<kBf16>(offset_sums, af[s], neg_offset, neg_offset);
           uint32_t words[kWordsPerLane], bf[8][2];
           load_words(sb, wn, kk0 + s * 16, lane, words);
           dequant(words, bias, zero, bf);
@@ -418,11 +456,13 @@ struct Dense {
           for (int j = 0; j < 8; ++j) mma_16816<kBf16>(acc[j], af[s], bf[j][0], bf[j][1]);
         }
       } else {
-        // The segment's sums start at -R x (row sums of its activations), or at zero.
-        float start[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if constexpr (kFold)
+        // -P x (row sums of the segment's activations). The sums start there with kFold (P = R),
+        // else at zero.
+        float start[4] = {0.0f, 0.0f, 0.0f, 0.0f}, none[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if constexpr (kRowSums)
 #pragma unroll
           for (int s = 0; s < kSegSteps; ++s) mma_16816<kBf16>(start, af[s], neg_offset, neg_offset);
+        const float(&init)[4] = kFold ? start : none;
         float seg[8][4];
 #pragma unroll
         for (int s = 0; s < kSegSteps; ++s) {
@@ -431,15 +471,24 @@ struct Dense {
           dequant(words, bias, zero, bf);
 #pragma unroll
           for (int j = 0; j < 8; ++j) {
-            if (s == 0) mma_16816<kBf16>(seg[j], af[s], bf[j][0], bf[j][1], start);
+            if (s == 0) mma_16816<kBf16>(seg[j], af[s], bf[j][0], bf[j][1], init);
             else mma_16816<kBf16>(seg[j], af[s], bf[j][0], bf[j][1]);
           }
         }
-        // Scales of this lane's accumulator columns j * 8 + (lane % 4) * 2 + {0, 1}.
+        // Scales (and float zero points) of this lane's accumulator columns j * 8 + (lane % 4) * 2 + {0, 1}.
         const auto *srow = reinterpret_cast<const uint32_t *>(stage + kABytes + kBBytes) + row * (BN / 2);
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-          const float2 sc = Op::to_float2(srow[(wn * 64 + j * 8 + (lane % 4) * 2) / 2]);
+          const int col = (wn * 64 + j * 8 + (lane % 4) * 2) / 2;
+          const float2 sc = Op::to_float2(srow[col]);
+          if constexpr (kFloatZero) {
+            // sums - z x row sums = sums + (z / P) x start.
+            const float2 z = group_zero_pair(stage, row, col);
+            seg[j][0] = fmaf(z.x, start[0], seg[j][0]);
+            seg[j][1] = fmaf(z.y, start[1], seg[j][1]);
+            seg[j][2] = fmaf(z.x, start[2], seg[j][2]);
+            seg[j][3] = fmaf(z.y, start[3], seg[j][3]);
+          }
           acc[j][0] = fmaf(sc.x, seg[j][0], acc[j][0]);
           acc[j][1] = fmaf(sc.y, seg[j][1], acc[j][1]);
           acc[j][2] = fmaf(sc.x, seg[j][2], acc[j][2]);
@@ -495,7 +544,7 @@ struct Dense {
 #pragma unroll
         for (int s = 0; s < kSegSteps; ++s) {
           const uint32_t b0 = act[s / 2][2 * (s % 2)], b1 = act[s / 2][2 * (s % 2) + 1];
-          if constexpr (kFold) mma_16816<kBf16>(offset_sums, neg, b0, b1);
+          if constexpr (kRowSums) mma_16816<kBf16>(offset_sums, neg, b0, b1);
           uint32_t words[kWordsPerLane], bf[8][2];
           load_words(sb, wn, kk0 + s * 16, lane, words);
           dequant(words, bias, zero, bf);
@@ -503,11 +552,12 @@ struct Dense {
           for (int J = 0; J < 4; ++J) mma_narrow(acc[J], bf, J, b0, b1);
         }
       } else {
-        float start[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if constexpr (kFold)
+        float start[4] = {0.0f, 0.0f, 0.0f, 0.0f}, none[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if constexpr (kRowSums)
 #pragma unroll
           for (int s = 0; s < kSegSteps; ++s)
             mma_16816<kBf16>(start, neg, act[s / 2][2 * (s % 2)], act[s / 2][2 * (s % 2) + 1]);
+        const float(&init)[4] = kFold ? start : none;
         float seg[4][4];
 #pragma unroll
         for (int s = 0; s < kSegSteps; ++s) {
@@ -518,16 +568,21 @@ struct Dense {
 #pragma unroll
           for (int J = 0; J < 4; ++J) {
             const uint32_t a[4] = {bf[2 * J][0], bf[2 * J + 1][0], bf[2 * J][1], bf[2 * J + 1][1]};
-            if (s == 0) mma_16816<kBf16>(seg[J], a, b0, b1, start);
+            if (s == 0) mma_16816<kBf16>(seg[J], a, b0, b1, init);
             else mma_16816<kBf16>(seg[J], a, b0, b1);
           }
         }
-        // Scales of this lane's channels J * 16 + h * 8 + lane / 4.
+        // Scales (and float zero points) of this lane's channels J * 16 + h * 8 + lane / 4.
         const auto *srow = reinterpret_cast<const uint16_t *>(stage + kABytes + kBBytes) + row * BN + wn * 64 + lane / 4;
 #pragma unroll
         for (int J = 0; J < 4; ++J)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
+            if constexpr (kFloatZero) {
+              const float z = group_zero(stage, row, wn * 64 + lane / 4 + J * 16 + h * 8);
+              seg[J][2 * h] = fmaf(z, start[2 * h], seg[J][2 * h]);
+              seg[J][2 * h + 1] = fmaf(z, start[2 * h + 1], seg[J][2 * h + 1]);
+            }
             const float sc = Op::to_float(srow[J * 16 + h * 8]);
             acc[J][2 * h] = fmaf(sc, seg[J][2 * h], acc[J][2 * h]);
             acc[J][2 * h + 1] = fmaf(sc, seg[J][2 * h + 1], acc[J][2 * h + 1]);
@@ -555,6 +610,8 @@ struct Dense {
   }
 
   // One stage of a warp of MT mma tiles: operands (code - zero) * group scale, reused MT times.
+  // Float zero points: the codes are exact, then code - z and the product with the scale round
+  // once each; per-channel float zero points come as operand pairs in fixed_bias.
   static __device__ __forceinline__ void stage_operand_scale(const char *stage, int wm, int wn, int wk, int lane,
                                                              float (&acc)[MT][8][4], const uint32_t (&fixed_bias)[8],
                                                              const float (&fixed_zero)[8]) {
@@ -568,7 +625,7 @@ struct Dense {
       for (int i = 0; i < MT; ++i) load_a(stage, wm * WM + i * 16, kk, lane, af[i]);
       uint32_t words[kWordsPerLane];
       load_words(sb, wn, kk, lane, words);
-      uint32_t bias[8], scale_pair[8];
+      uint32_t bias[8], scale_pair[8], zero_pair[8];
       float zero[8];
       const int row = (GroupK == 0 || GroupK >= BK) ? 0 : kk / (GroupK == 0 ? 1 : GroupK);
       if constexpr (GroupK != 0) {
@@ -577,13 +634,21 @@ struct Dense {
         for (int j = 0; j < 8; ++j) {
           const uint16_t s = srow[wn * 64 + j * 8 + lane / 4];
           scale_pair[j] = static_cast<uint32_t>(s) | (static_cast<uint32_t>(s) << 16);
+          if constexpr (kFloatZero) {
+            const uint16_t z = srow[kSBytes / 2 + wn * 64 + j * 8 + lane / 4];
+            zero_pair[j] = static_cast<uint32_t>(z) | (static_cast<uint32_t>(z) << 16);
+          }
         }
+      } else if constexpr (kFloatZero) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) zero_pair[j] = fixed_bias[j];
       }
       segment_zeros(stage, row, wn, lane, fixed_bias, fixed_zero, bias, zero);
       uint32_t bf[8][2];
       dequant(words, bias, zero, bf);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
+        if constexpr (kFloatZero) bf[j][0] = Op::sub(bf[j][0], zero_pair[j]), bf[j][1] = Op::sub(bf[j][1], zero_pair[j]);
         if constexpr (GroupK != 0) bf[j][0] = Op::mul(bf[j][0], scale_pair[j]), bf[j][1] = Op::mul(bf[j][1], scale_pair[j]);
 #pragma unroll
         for (int i = 0; i < MT; ++i) mma_16816<kBf16>(acc[i][j], af[i], bf[j][0], bf[j][1]);
@@ -609,8 +674,8 @@ struct Dense {
     const int n_segs = *seg_count;
 
     using Op = numeric::Operand<kBf16>;
-    // -R in both halves: the constant B fragment whose mma gives -R x each row's activation sum.
-    const uint32_t neg_offset = Op::pair(-(Op::kMagicValue + (1 << (kBits - 1))), -(Op::kMagicValue + (1 << (kBits - 1))));
+    // -P in both halves: the constant B fragment whose mma gives -P x each row's activation sum.
+    const uint32_t neg_offset = Op::pair(-kRowUnit, -kRowUnit);
     const uint32_t smem_base = smem_addr(smem);
 
     // Each segment runs its own pipeline (filled, then drained into finish_segment): a block has
@@ -621,16 +686,22 @@ struct Dense {
       const TileCopies copies = tile_copies(p, m0, n0);
 
       // Per-channel zero points (and the implied zero of symmetric codes) are fixed for the whole K.
+      // Float ones: fixed_bias holds the operand pair (z, z) (stage_operand_scale), the fp32 paths
+      // read them at the end.
       const int64_t lane_n = n0 + wn * 64 + lane / 4;
       uint32_t fixed_bias[8];
       float fixed_zero[8];
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        float z = kFloatCode ? 0.0f : static_cast<float>(1 << (kBits - 1));
+        float z = kFloatCode || kFloatZero ? 0.0f : static_cast<float>(1 << (kBits - 1));
         if constexpr (kIntZero && GroupK == 0)
           if (lane_n + j * 8 < a.dims.n_pad) z = static_cast<const uint8_t *>(a.zeros)[lane_n + j * 8];
         fixed_zero[j] = z;
         fixed_bias[j] = bias_for(z);
+        if constexpr (kFloatZero && GroupK == 0 && !kAccScale) {
+          const uint16_t zc = lane_n + j * 8 < a.dims.n_pad ? static_cast<const uint16_t *>(a.zeros)[lane_n + j * 8] : 0;
+          fixed_bias[j] = static_cast<uint32_t>(zc) | (static_cast<uint32_t>(zc) << 16);
+        }
       }
       float offset_sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       float accn[Narrow ? 4 : 1][4] = {};
@@ -675,12 +746,17 @@ struct Dense {
       }
       if constexpr (Narrow) {
         // Per-channel scales with kept offsets: -R x row sums (the same for every channel) go in
-        // here, so that finish_segment adds nothing more.
-        if constexpr (kFold && GroupK == 0)
+        // here, so that finish_segment adds nothing more; float zero points add (z / P) x -P x
+        // row sums, z of channel J * 16 + h * 8 + lane / 4.
+        if constexpr (kRowSums && GroupK == 0)
 #pragma unroll
           for (int J = 0; J < 4; ++J)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) accn[J][e] += offset_sums[e];
+            for (int h = 0; h < 2; ++h) {
+              const float f = (kFold ? 1.0f : 0.0f) + channel_zero(a, n0 + wn * 64 + J * 16 + h * 8 + lane / 4);
+              accn[J][2 * h] = fmaf(f, offset_sums[2 * h], accn[J][2 * h]);
+              accn[J][2 * h + 1] = fmaf(f, offset_sums[2 * h + 1], accn[J][2 * h + 1]);
+            }
         narrow_to_wide(accn, lane, acc[0]);
 #pragma unroll
         for (int e = 0; e < 4; ++e) offset_sums[e] = 0.0f;
@@ -702,12 +778,17 @@ struct Dense {
     using Op = numeric::Operand<kBf16>;
     const int tile = seg.tile;
     const int64_t m0 = static_cast<int64_t>(tile / n_tiles) * BM, n0 = static_cast<int64_t>(tile % n_tiles) * BN;
-    // Per-channel scales with kept offsets: remove -R x row sums once for the segment.
-    if constexpr (kFold && GroupK == 0)
+    // Per-channel scales with kept offsets: remove -R x row sums once for the segment (and with
+    // float zero points z x row sums, as (z / P) x -P x row sums).
+    if constexpr (kRowSums && GroupK == 0)
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[0][j][e] += offset_sums[e];
+        for (int e = 0; e < 2; ++e) {
+          const float f = (kFold ? 1.0f : 0.0f) + channel_zero(a, n0 + wn * 64 + j * 8 + (lane % 4) * 2 + e);
+          acc[0][j][e] = fmaf(f, offset_sums[e], acc[0][j][e]);
+          acc[0][j][e + 2] = fmaf(f, offset_sums[e + 2], acc[0][j][e + 2]);
+        }
 
     // Add the K-slice warps' sums into the warps with wk == 0, in rounds that fit `buf`.
     if constexpr (WarpsK > 1) {
@@ -840,6 +921,16 @@ struct Dense {
       }
     }
     if (threadIdx.x == 0) counters[t] = 0; // ready for the next launch
+  }
+
+  // Per-channel float zero point of channel n divided by P (0 without float zero points, and past
+  // n_pad), for the row-sum term at the end of a segment.
+  static __device__ __forceinline__ float channel_zero(const GemmArgs &a, int64_t n) {
+    if constexpr (kFloatZero)
+      return n < a.dims.n_pad ? numeric::Operand<kBf16>::to_float(static_cast<const uint16_t *>(a.zeros)[n]) *
+                                    (1.0f / kRowUnit)
+                              : 0.0f;
+    return 0.0f;
   }
 
   // Output channels n and n + 1 of row m (n < the problem's n): bias added, rounded to the output

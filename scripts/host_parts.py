@@ -1,0 +1,52 @@
+"""Where the host time of one eager humming-aot call goes, against plain torch calls, on the GPU machine.
+
+Usage: python3 scripts/host_parts.py [N K M]   (default 8192 8192 1, u4g128-sbf16)
+Prints the CPU wall time per call (median of 7 rounds of 200 back-to-back calls, no synchronization
+inside a round) of: QuantLinear.forward, torch.ops.humming.gemm with the instance named (the
+packet, and its .default overload), the dispatcher's cached choice alone, and for scale torch's
+own calls (an empty allocation, F.linear on cuBLAS, torch._weight_int4pack_mm when present).
+"""
+
+import statistics
+import sys
+import time
+
+import torch
+
+import humming_aot as ha
+
+n, k, m = (int(v) for v in sys.argv[1:4]) if len(sys.argv) >= 4 else (8192, 8192, 1)
+lin = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
+layer = ha.QuantLinear.from_linear(lin, "u4g128-sbf16", device="cuda")
+x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+inst = layer.instance_for(m)
+b = layer._buffers
+args = (x, b["codes"], b["scales"], b["zeros"], b["global_scale"], None, b["bias"], layer._fmt_str, layer.layout,
+        layer.out_features, layer.in_features, inst)
+dev = x.get_device()
+
+
+def per_call(fn, calls=200, rounds=7):
+    fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        out.append((time.perf_counter() - t0) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(out)
+
+
+parts = {
+    "QuantLinear.forward": lambda: layer(x),
+    "torch.ops.humming.gemm (instance named)": lambda: torch.ops.humming.gemm(*args),
+    "torch.ops.humming.gemm.default": lambda: torch.ops.humming.gemm.default(*args),
+    "dispatcher choice (cached)": lambda: layer._plan.instance_at(m, dev),
+    "torch.empty(m, n)": lambda: torch.empty((m, n), device="cuda", dtype=torch.bfloat16),
+    "F.linear (cuBLAS bf16)": lambda: torch.nn.functional.linear(x, lin.weight),
+}
+print(f"{n}x{k} m={m} instance {inst}")
+for name, fn in parts.items():
+    print(f"{name:45s} {per_call(fn):8.2f} us")
