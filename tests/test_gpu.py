@@ -178,7 +178,8 @@ def test_float_zero_points_with_positive_activations(inst):
     w[1::2] = -w[1::2]  # and near 15 - that for 4-bit codes
     q = R.quantize_weight(w, fmt.weight)
     z = R.scale_value(q.zeros, fmt.weight.scale)
-    assert ((z - z.round()).abs() > 0.05).float().mean() > 0.5, "zero points must be mostly non-integer"
+    # (bf16 holds only integers from 128 up, so 8-bit codes' zero points near 196 are integers)
+    assert ((z - z.round()).abs() > 0.05).float().mean() > 0.3, "zero points must be largely non-integer"
     p = ha.pack_weight(q, layout=inst.layout).to("cuda")
     w_deq = R.dequantize_weight(q)
     for m in (1, 8, 16, 70):
