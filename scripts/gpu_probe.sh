@@ -2,7 +2,8 @@
 # On the lent GPU machine, after scripts/gpu_check.sh has installed the build: the measurements a
 # session takes besides tests and the benchmark. Host time per eager call split into its parts
 # (scripts/host_parts.py), decode timings of the symmetric and float-zero-point formats, and ncu
-# sections of the decode kernel and of a large-M kernel. Text to $OUT/probe.txt.
+# sections of the decode kernel and of a large-M kernel (profile_one.py calls the layer three
+# times; the third launch is profiled). Text to $OUT/probe.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -16,7 +17,7 @@ export PYTHONUNBUFFERED=1
 } > "$OUT/probe.txt" 2>&1
 for spec in "8192 8192 1:decode" "28672 8192 16:m16" "28672 8192 8192:large"; do
   shape=${spec%%:*} tag=${spec##*:}
-  timeout 150 ncu --kernel-name regex:dense_kernel --launch-skip 3 --launch-count 1 \
+  timeout 150 ncu --kernel-name regex:dense_kernel --launch-skip 2 --launch-count 1 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     --section Occupancy --section SchedulerStats --section WarpStateStats --section LaunchStats \
     python3 scripts/profile_one.py $shape > "$OUT/ncu_$tag.txt" 2>&1

@@ -2,8 +2,9 @@
 
 Usage: python3 scripts/host_parts.py [N K M]   (default 8192 8192 1, u4g128-sbf16)
 Prints the CPU wall time per call (median of 7 rounds of 200 back-to-back calls, no synchronization
-inside a round) of: QuantLinear.forward, torch.ops.humming.gemm with the instance named (the
-packet, and its .default overload), the dispatcher's cached choice alone, and for scale torch's
+inside a round) of: a QuantLinear call and its forward alone, torch.ops.humming.gemm with the
+instance named (the packet, and its .default overload) and with the C++ dispatcher choosing, the
+Python dispatcher's cached choice alone, and for scale torch's
 own calls (an empty allocation, F.linear on cuBLAS, torch._weight_int4pack_mm when present).
 """
 
@@ -40,8 +41,10 @@ def per_call(fn, calls=200, rounds=7):
 
 
 parts = {
-    "QuantLinear.forward": lambda: layer(x),
+    "QuantLinear call": lambda: layer(x),
+    "QuantLinear.forward (no Module.__call__)": lambda: layer.forward(x),
     "torch.ops.humming.gemm (instance named)": lambda: torch.ops.humming.gemm(*args),
+    "torch.ops.humming.gemm (C++ dispatch)": lambda: torch.ops.humming.gemm(*args[:-1], ""),
     "torch.ops.humming.gemm.default": lambda: torch.ops.humming.gemm.default(*args),
     "dispatcher choice (cached)": lambda: layer._plan.instance_at(m, dev),
     "torch.empty(m, n)": lambda: torch.empty((m, n), device="cuda", dtype=torch.bfloat16),
