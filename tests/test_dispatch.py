@@ -315,14 +315,14 @@ def _build_formats():
     return sorted(out)
 
 
-@pytest.mark.parametrize("cc,sms", [(90, 132), (90, 114), (86, 84), (80, 108)])
+@pytest.mark.parametrize("cc,sms", [(90, 132), (90, 114), (89, 142), (86, 84), (80, 108)])
 def test_cpp_default_choice_equals_python_choice(cc, sms):
     from humming_aot._ext import C
 
     dispatch.reset()
     checked = refused = 0
     for fmt, layout in _build_formats():
-        for m, n in itertools.product((1, 16, 17, 64, 65, 4096), (4096 + 64, 28672)):  # 28672: wide-layer ranges
+        for m, n in itertools.product((1, 16, 17, 64, 65, 4096), (4096 + 64, 12288, 28672)):  # wide-layer ranges
             try:
                 py = dispatch.choose_for(fmt, n, 4096 + 128, m, cc=cc, sms=sms, layout=layout)
             except dispatch.DispatchError as e:
