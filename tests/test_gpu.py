@@ -160,6 +160,25 @@ def test_e4m3_subnormal_codes(inst):
         assert_gemm_close(out, ref, a_deq, w_deq, f"{inst.name} m={m} subnormal codes", **_operand(inst, fmt))
 
 
+@pytest.mark.parametrize("inst", FAST, ids=[i.name for i in FAST])
+def test_global_scale(inst):
+    """The instance's format with an fp32 global scale (-gs): the group scales shrink to at most 1
+    and the global scale carries the magnitude; narrow, wide and multi-tile row counts."""
+    fmt = _format_for(inst)
+    w_fmt = F.WeightFormat(fmt.weight.code, fmt.weight.group_k, 1, fmt.weight.scale, fmt.weight.zero, True)
+    fmt = F.GemmFormat(fmt.act, w_fmt, fmt.out)
+    n, k = 136, 1024 + 64
+    q = R.quantize_weight(torch.randn(n, k, generator=torch.Generator().manual_seed(31)) * 3.0, w_fmt)
+    assert q.global_scale is not None and float(q.global_scale) != 1.0
+    p = ha.pack_weight(q, layout=inst.layout).to("cuda")
+    w_deq = R.dequantize_weight(q)
+    for m in (1, 9, 64):
+        a, s, a_deq = _act(fmt, m, k, "cuda", 32 + m)
+        out = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
+        ref = a_deq.double().cpu() @ w_deq.double().T
+        assert_gemm_close(out, ref, a_deq.cpu(), w_deq, f"{inst.name} m={m} global scale", **_operand(inst, fmt))
+
+
 FLOAT_ZERO_INSTANCES = [i for i in FAST if i.zero == "float"]
 
 

@@ -1,5 +1,6 @@
 // C++ tests of libhumming that need no GPU: format strings, packing round trips, the CPU reference
 // against a direct computation, registry contents and error statuses. Run by ctest.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -184,8 +185,15 @@ void test_stream_k_plans() {
             EXPECT(p.dp_tiles() + p.sk_tiles == tiles, "tiles %lld: dp %lld + sk %lld", static_cast<long long>(tiles),
                    static_cast<long long>(p.dp_tiles()), static_cast<long long>(p.sk_tiles));
             const int64_t units = (k_tiles + group_tiles - 1) / group_tiles;
+            // Decode tiles split every tile into the same number (at least 2) of blocks.
+            const int64_t unit_k = (group_tiles > 1 ? group_tiles : 1) * tile_k;
+            const int64_t min_units = (min_slice_k() + unit_k - 1) / unit_k;
+            const int64_t splits = std::min<int64_t>(264 / tiles, tiles * units / std::max<int64_t>(min_units, 1) / tiles);
             const bool spread = tiles * (decode ? kStreamKSlotsPerDecodeTile : kStreamKSlotsPerTile) <= 264 &&
-                                units > 1 && k_tiles * tile_k >= 2 * min_slice_k();
+                                units > 1 && k_tiles * tile_k >= 2 * min_slice_k() && (!decode || splits >= 2);
+            if (spread && decode)
+              EXPECT(p.blocks == tiles * splits, "decode: %lld tiles x %lld splits, got %lld blocks",
+                     static_cast<long long>(tiles), static_cast<long long>(splits), static_cast<long long>(p.blocks));
             EXPECT(spread == (p.sk_tiles > 0), "tiles %lld k_tiles %lld: spread %d", static_cast<long long>(tiles),
                    static_cast<long long>(k_tiles), static_cast<int>(spread));
             if (!spread) EXPECT(p.blocks == tiles && p.dp_waves == 1, "a plain launch: one block per tile");
@@ -194,6 +202,7 @@ void test_stream_k_plans() {
               Segment segs[kMaxSegments];
               const int n = block_segments(p, b, segs);
               EXPECT(n >= 1 && n <= kMaxSegments, "block %lld: %d segments", static_cast<long long>(b), n);
+              if (decode) EXPECT(n == 1, "decode: block %lld has %d segments, not one", static_cast<long long>(b), n);
               for (int i = 0; i < n; ++i) {
                 const Segment &s = segs[i];
                 EXPECT(s.tile >= 0 && s.tile < tiles && s.kt_begin < s.kt_end && s.kt_end <= k_tiles,
@@ -229,7 +238,9 @@ void test_stream_k_plans() {
 // The policy on the launches it was measured on (scheduler/streamk.h).
 void test_stream_k_policy() {
   // 16 x 64 decode tiles, two blocks per SM: 1024 x 8192 spreads, 8192 x 8192 does not.
-  EXPECT(plan_stream_k(16, 16, 512, 1, 132, 2, true).sk_tiles == 16, "few decode tiles spread");
+  const StreamKPlan few = plan_stream_k(16, 16, 512, 1, 132, 2, true);
+  EXPECT(few.sk_tiles == 16 && few.blocks == 64, "few decode tiles: 4 blocks each (each keeps 2048 inputs), got %lld",
+         static_cast<long long>(few.blocks));
   EXPECT(plan_stream_k(128, 16, 512, 1, 132, 2, true).sk_tiles == 0, "a wave of decode tiles stays plain");
   // 128 x 256 tiles, one block per SM, g128: 8192 x 28672 at m = 256 (64 tiles) spreads.
   const StreamKPlan big = plan_stream_k(64, 448, 64, 2, 132, 1, false);

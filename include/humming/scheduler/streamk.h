@@ -147,9 +147,23 @@ inline StreamKPlan plan_stream_k(int64_t tiles, int64_t k_tiles, int64_t tile_k,
   // Never fewer blocks than tiles; more only while each keeps min_slice_k inputs.
   const int64_t unit_k = p.unit_tiles * tile_k;
   const int64_t min_units = (min_slice_k() + unit_k - 1) / unit_k;
-  int64_t blocks = tiles * p.units / (min_units > 1 ? min_units : 1);
-  if (blocks < tiles) blocks = tiles;
-  p.blocks = blocks < slots ? blocks : slots;
+  const int64_t max_blocks = tiles * p.units / (min_units > 1 ? min_units : 1);
+  if (decode) {
+    // Decode tiles split each tile into the same number of blocks, so that every block owns one
+    // segment of one tile: an even spread over all slots gives most blocks the ends of two tiles,
+    // two short pipelines to fill and drain, which cost more than the idle slots it fills.
+    int64_t splits = slots / tiles;
+    if (splits > max_blocks / tiles) splits = max_blocks / tiles;
+    if (splits < 2) {
+      p.blocks = tiles;
+      p.dp_waves = 1;
+      return p;
+    }
+    p.blocks = tiles * splits;
+  } else {
+    const int64_t blocks = max_blocks < tiles ? tiles : max_blocks;
+    p.blocks = blocks < slots ? blocks : slots;
+  }
   p.sk_tiles = tiles;
   return p;
 }
