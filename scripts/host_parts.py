@@ -2,10 +2,11 @@
 
 Usage: python3 scripts/host_parts.py [N K M]   (default 8192 8192 1, u4g128-sbf16)
 Prints the CPU wall time per call (median of 7 rounds of 200 back-to-back calls, no synchronization
-inside a round) of: a QuantLinear call and its forward alone, torch.ops.humming.gemm with the
-instance named (the packet, and its .default overload) and with the C++ dispatcher choosing, the
-Python dispatcher's cached choice alone, and for scale torch's
-own calls (an empty allocation, F.linear on cuBLAS, torch._weight_int4pack_mm when present).
+inside a round) of: a QuantLinear call (which skips the dispatcher where it can), the same call
+through torch.ops, its forward alone, _C.gemm_eager and torch.ops.humming.gemm with the instance
+named (the packet, and its .default overload) and with the C++ dispatcher choosing, the Python
+dispatcher's cached choice alone, and for scale two torch calls (an empty allocation, F.linear on
+cuBLAS).
 """
 
 import statistics
@@ -40,12 +41,28 @@ def per_call(fn, calls=200, rounds=7):
     return statistics.median(out)
 
 
+from humming_aot import layers  # noqa: E402
+from humming_aot._ext import C  # noqa: E402
+
+direct = layers._DIRECT
+
+
+def via_ops():
+    layers._DIRECT = None  # as HUMMING_EAGER_OPS=1
+    try:
+        return layer(x)
+    finally:
+        layers._DIRECT = direct
+
+
 parts = {
     "QuantLinear call": lambda: layer(x),
+    "QuantLinear call through torch.ops": via_ops,
     "QuantLinear.forward (no Module.__call__)": lambda: layer.forward(x),
     "torch.ops.humming.gemm (instance named)": lambda: torch.ops.humming.gemm(*args),
     "torch.ops.humming.gemm (C++ dispatch)": lambda: torch.ops.humming.gemm(*args[:-1], ""),
     "torch.ops.humming.gemm.default": lambda: torch.ops.humming.gemm.default(*args),
+    "_C.gemm_eager (instance named)": lambda: C.gemm_eager(*args),
     "dispatcher choice (cached)": lambda: layer._plan.instance_at(m, dev),
     "torch.empty(m, n)": lambda: torch.empty((m, n), device="cuda", dtype=torch.bfloat16),
     "F.linear (cuBLAS bf16)": lambda: torch.nn.functional.linear(x, lin.weight),

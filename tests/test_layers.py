@@ -174,3 +174,70 @@ def test_instance_for_on_cpu_is_the_reference():
     assert layer.instance_for(1, "cpu") == "cpu-reference"
     assert layer.instance_for(4096, torch.device("cpu")) == "cpu-reference"
     assert layer.instance_for(8) == "cpu-reference"  # the weight lives on the CPU
+
+
+# ---- the eager path without the dispatcher ------------------------------------------------------
+
+
+class _CountingDirect:
+    """Stands in for humming_aot._C.gemm_eager and counts the calls that reach it."""
+
+    def __init__(self, real):
+        self.real, self.calls = real, 0
+
+    def __call__(self, *args):
+        self.calls += 1
+        return self.real(*args)
+
+
+@pytest.fixture
+def direct(monkeypatch):
+    from humming_aot import layers
+
+    assert layers._DIRECT is not None, "the extension has gemm_eager"
+    counting = _CountingDirect(layers._DIRECT)
+    monkeypatch.setattr(layers, "_DIRECT", counting)
+    return counting
+
+
+def test_eager_calls_skip_the_dispatcher_with_the_same_result(direct, monkeypatch):
+    from humming_aot import layers
+
+    layer = QuantLinear.from_linear(linear(256, 72), "u4g64-sbf16-zf")
+    x = acts((5, 256), 40)
+    y = layer(x)
+    assert direct.calls == 1
+    monkeypatch.setattr(layers, "_DIRECT", None)  # what HUMMING_EAGER_OPS=1 does
+    assert torch.equal(layer(x), y)
+    with torch.inference_mode():
+        monkeypatch.setattr(layers, "_DIRECT", direct)
+        assert torch.equal(layer(x), y)
+    assert direct.calls == 2
+
+
+def test_dispatch_modes_and_autograd_still_see_the_op(direct):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Record(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    layer = QuantLinear.from_linear(linear(256, 72), "i4g128-sbf16")
+    x = acts((3, 256), 41)
+    with Record() as mode:
+        y = layer(x)
+    assert any("humming.gemm" in op for op in mode.ops), mode.ops
+    assert direct.calls == 0
+    # Inputs that need autograd go through the dispatcher too (which decides what that means).
+    xg = x.clone().requires_grad_(True)
+    try:
+        layer(xg)
+    except RuntimeError:
+        pass
+    assert direct.calls == 0
+    assert torch.equal(layer(x), y) and direct.calls == 1

@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from . import formats as F
 from . import reference
+from ._ext import C
 from .dispatch import LayerPlan
 from .pack import PackedWeight, layout_id, pack_weight
 
 _FLOAT_ACT = {torch.bfloat16: "bf16", torch.float16: "f16"}
+
+# Eager calls skip the torch dispatcher (humming_aot._C.gemm_eager, the same implementation as
+# torch.ops.humming.gemm) where it would add nothing; HUMMING_EAGER_OPS=1 always goes through
+# torch.ops (for example so that torch.profiler lists humming::gemm).
+_DIRECT = None if os.environ.get("HUMMING_EAGER_OPS", "0") not in ("", "0") else getattr(C, "gemm_eager", None)
+
+
+def _direct_call_ok(x: torch.Tensor) -> bool:
+    """Whether the dispatcher would do nothing for this call but run the kernel: a plain tensor
+    that needs no autograd, outside torch.compile tracing and outside dispatch / function modes
+    (fake tensors, flop counters and the like must see the op)."""
+    return (type(x) is torch.Tensor and not (x.requires_grad and torch.is_grad_enabled())
+            and not torch.compiler.is_compiling() and torch._C._len_torch_dispatch_stack() == 0
+            and not torch._C._is_torch_function_mode_enabled())
 
 
 class QuantLinear(torch.nn.Module):
@@ -111,8 +128,9 @@ class QuantLinear(torch.nn.Module):
         # Buffers straight from the dict: nn.Module's attribute fallback costs about a microsecond
         # per buffer per call (7 us for these five on the CI machine).
         b = self._buffers
-        out = torch.ops.humming.gemm(a, b["codes"], b["scales"], b["zeros"], b["global_scale"], a_scales, b["bias"],
-                                     self._fmt_str, self.layout, self.out_features, self.in_features, instance)
+        op = _DIRECT if _DIRECT is not None and _direct_call_ok(a) else torch.ops.humming.gemm
+        out = op(a, b["codes"], b["scales"], b["zeros"], b["global_scale"], a_scales, b["bias"], self._fmt_str,
+                 self.layout, self.out_features, self.in_features, instance)
         return out if flat else out.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:

@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/utils/pybind.h> // pybind11 casters for at::Tensor (gemm_eager)
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/library.h>
@@ -504,6 +505,13 @@ TORCH_LIBRARY_IMPL(humming, CUDA, m) {
 PYBIND11_MODULE(_C, m) {
   using namespace humming;
   m.doc() = "humming_aot._C: torch ops under torch.ops.humming, plus the torch-free registry and build facts";
+  // QuantLinear's eager path: the implementation behind torch.ops.humming.gemm, called without
+  // the dispatcher, whose boxing of twelve arguments costs several microseconds per call. Python
+  // takes it only where the dispatcher would add nothing (humming_aot/layers.py: plain tensors, no
+  // autograd, no torch.compile tracing, no dispatch or function modes).
+  m.def("gemm_eager", &gemm_impl, py::arg("a"), py::arg("codes"), py::arg("scales"), py::arg("zeros"),
+        py::arg("global_scale"), py::arg("a_scales"), py::arg("bias"), py::arg("fmt"), py::arg("layout"), py::arg("n"),
+        py::arg("k"), py::arg("instance") = "");
   m.def("instances", [] {
     py::list out;
     for (size_t i = 0; i < instance_count(); ++i) out.append(instance_dict(*instance_at(i)));
