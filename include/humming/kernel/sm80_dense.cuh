@@ -402,6 +402,13 @@ struct Dense {
     }
   }
 
+  // First input (inside the stage) of scale segment sg of K-slice warp wk, and the stage's scale
+  // row of input kk.
+  static __device__ __forceinline__ int segment_input(int wk, int sg) { return wk * WarpK + sg * kSegSteps * 16; }
+  static __device__ __forceinline__ int scale_row(int kk) {
+    return (GroupK == 0 || GroupK >= BK) ? 0 : kk / (GroupK == 0 ? 1 : GroupK);
+  }
+
   // The zero points of a scale segment: per group from scale row `row` of the stage (integer
   // zero points with K groups), else the fixed ones of the whole K.
   static __device__ __forceinline__ void segment_zeros(const char *stage, int row, int wn, int lane,
@@ -437,8 +444,8 @@ struct Dense {
     // and pass the 128-register budget.
 #pragma unroll 1
     for (int sg = 0; sg < kSegs; ++sg) {
-      const int kk0 = wk * WarpK + sg * kSegSteps * 16;
-      const int row = (GroupK == 0 || GroupK >= BK) ? 0 : kk0 / (GroupK == 0 ? 1 : GroupK);
+      const int kk0 = segment_input(wk, sg);
+      const int row = scale_row(kk0);
       uint32_t af[kSegSteps][4];
 #pragma unroll
       for (int s = 0; s < kSegSteps; ++s) load_a(stage, 0, kk0 + s * 16, lane, af[s]);
@@ -532,8 +539,8 @@ struct Dense {
     const uint32_t neg[4] = {neg_offset, neg_offset, neg_offset, neg_offset};
 #pragma unroll 1
     for (int sg = 0; sg < kSegs; ++sg) {
-      const int kk0 = wk * WarpK + sg * kSegSteps * 16;
-      const int row = (GroupK == 0 || GroupK >= BK) ? 0 : kk0 / (GroupK == 0 ? 1 : GroupK);
+      const int kk0 = segment_input(wk, sg);
+      const int row = scale_row(kk0);
       uint32_t act[kSegSteps / 2][4];
 #pragma unroll
       for (int q = 0; q < kSegSteps / 2; ++q) load_act_narrow(stage, kk0 + q * 32, lane, act[q]);
@@ -627,7 +634,7 @@ struct Dense {
       load_words(sb, wn, kk, lane, words);
       uint32_t bias[8], scale_pair[8], zero_pair[8];
       float zero[8];
-      const int row = (GroupK == 0 || GroupK >= BK) ? 0 : kk / (GroupK == 0 ? 1 : GroupK);
+      const int row = scale_row(kk);
       if constexpr (GroupK != 0) {
         const auto *srow = reinterpret_cast<const uint16_t *>(stage + kABytes + kBBytes) + row * BN;
 #pragma unroll
