@@ -1,11 +1,11 @@
 """Kernel time of humming-aot layers over a few shapes, for quick A/B runs on the GPU machine.
 
-Usage: python3 scripts/time_shapes.py NxK[,NxK...] M[,M...] [--format F] [--instances A,B,...] [--graph]
+Usage: python3 scripts/time_shapes.py NxK[,NxK...] M[,M...] [--format F] [--layout L] [--instances A,B,...] [--graph]
 Prints one line per point: median microseconds of single calls, each after an L2 flush. Eager:
 CUDA events around the call (the flush kernel covers the host's launch cost). --graph: the call
 captured in a CUDA graph and replayed after the flush (GPU time only). --instances: time each named
 instance instead of the dispatcher's choice (names that do not compute the format are reported and
-skipped). Run it in separate processes to compare environment settings such as HUMMING_STREAM_K.
+skipped). --layout: pack for this layout (sm80, sm90) instead of the default. Run it in separate processes to compare environment settings such as HUMMING_STREAM_K.
 """
 
 import argparse
@@ -21,6 +21,7 @@ ap.add_argument("ms")
 ap.add_argument("--format", default="u4g128-sbf16")
 ap.add_argument("--instances", default="")
 ap.add_argument("--graph", action="store_true")
+ap.add_argument("--layout", default="auto")
 ap.add_argument("--iters", type=int, default=15)
 args = ap.parse_args()
 shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
@@ -44,7 +45,7 @@ def timed(fn):
 
 for n, k in shapes:
     lin = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
-    layer = ha.QuantLinear.from_linear(lin, args.format, device="cuda")
+    layer = ha.QuantLinear.from_linear(lin, args.format, device="cuda", layout=args.layout)
     for name in names:
         layer.instance = name
         for m in ms:

@@ -4,6 +4,7 @@
 #include "humming/humming.h"
 #include "humming/layout/generic.h"
 #include "humming/layout/sm80.h"
+#include "humming/layout/sm90.h"
 
 namespace humming {
 
@@ -13,6 +14,8 @@ const char *layout_name(int layout) {
     return "generic";
   case kLayoutSm80:
     return "sm80";
+  case kLayoutSm90:
+    return "sm90";
   default:
     return "unknown";
   }
@@ -24,9 +27,9 @@ int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
 } // namespace
 
 Status packed_dims(int layout, const WeightFormat &fmt, int64_t n, int64_t k, PackedDims *out) {
-  if (layout != kLayoutGeneric && layout != kLayoutSm80)
+  if (layout != kLayoutGeneric && layout != kLayoutSm80 && layout != kLayoutSm90)
     return Status::Error("unknown weight layout id " + std::to_string(layout) +
-                         "; this build knows layouts 1 (generic) and 2 (sm80)");
+                         "; this build knows layouts 1 (generic), 2 (sm80) and 3 (sm90)");
   if (n <= 0 || k <= 0)
     return Status::Error("weight extents must be positive, got n=" + std::to_string(n) + ", k=" + std::to_string(k));
   if (n > (int64_t{1} << 31) || k > (int64_t{1} << 31))
@@ -40,6 +43,12 @@ Status packed_dims(int layout, const WeightFormat &fmt, int64_t n, int64_t k, Pa
                            std::to_string(bits) + " bits (use layout 1, generic)");
     align_k = layout_sm80::kAlignK;
     align_n = layout_sm80::kAlignN;
+  } else if (layout == kLayoutSm90) {
+    if (!layout_sm90::supports_bits(bits))
+      return Status::Error("layout 3 (sm90) holds 4- and 8-bit codes; " + to_string(fmt.code) + " has " +
+                           std::to_string(bits) + " bits (use layout 1, generic)");
+    align_k = layout_sm90::kAlignK;
+    align_n = layout_sm90::kAlignN;
   }
   PackedDims d;
   d.n = n;
@@ -63,6 +72,7 @@ Status packed_dims(int layout, const WeightFormat &fmt, int64_t n, int64_t k, Pa
 
 uint32_t packed_code(int layout, const PackedDims &d, int bits, const uint32_t *packed, int64_t n, int64_t k) {
   if (layout == kLayoutSm80) return layout_sm80::code_at(packed, n, k, bits, d.k_pad / layout_sm80::kBlockK);
+  if (layout == kLayoutSm90) return layout_sm90::code_at(packed, n, k, bits, d.n_pad / layout_sm90::kBlockN);
   return layout_generic::code_at(packed + n * d.words_per_row, k, bits);
 }
 
@@ -74,6 +84,11 @@ Status pack_codes_cpu(int layout, const WeightFormat &fmt, const PackedDims &d, 
     for (int64_t w = 0; w < d.code_words; ++w) packed[w] = layout_sm80::pack_word(codes, d.n, d.k, bits, k_blocks, w);
     return Status::Ok();
   }
+  if (layout == kLayoutSm90) {
+    const int64_t n_blocks = d.n_pad / layout_sm90::kBlockN;
+    for (int64_t w = 0; w < d.code_words; ++w) packed[w] = layout_sm90::pack_word(codes, d.n, d.k, bits, n_blocks, w);
+    return Status::Ok();
+  }
   if (layout != kLayoutGeneric) return Status::Error("unknown weight layout id " + std::to_string(layout));
   for (int64_t r = 0; r < d.n_pad; ++r)
     for (int64_t w = 0; w < d.words_per_row; ++w)
@@ -83,7 +98,7 @@ Status pack_codes_cpu(int layout, const WeightFormat &fmt, const PackedDims &d, 
 
 Status unpack_codes_cpu(int layout, const WeightFormat &fmt, const PackedDims &d, const uint32_t *packed,
                         uint8_t *codes) {
-  if (layout != kLayoutGeneric && layout != kLayoutSm80)
+  if (layout != kLayoutGeneric && layout != kLayoutSm80 && layout != kLayoutSm90)
     return Status::Error("unknown weight layout id " + std::to_string(layout));
   const int bits = static_cast<int>(fmt.code.bits);
   for (int64_t r = 0; r < d.n; ++r)

@@ -7,6 +7,7 @@
 #include "humming/humming.h"
 #include "humming/layout/generic.h"
 #include "humming/layout/sm80.h"
+#include "humming/layout/sm90.h"
 
 namespace humming {
 namespace {
@@ -24,6 +25,18 @@ __global__ void pack_codes_sm80_kernel(PackedDims d, int bits, const uint8_t *co
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= d.code_words) return;
   packed[i] = layout_sm80::pack_word(codes, d.n, d.k, bits, d.k_pad / layout_sm80::kBlockK, i);
+}
+
+__global__ void pack_codes_sm90_kernel(PackedDims d, int bits, const uint8_t *codes, uint32_t *packed) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= d.code_words) return;
+  packed[i] = layout_sm90::pack_word(codes, d.n, d.k, bits, d.n_pad / layout_sm90::kBlockN, i);
+}
+
+__global__ void unpack_codes_sm90_kernel(PackedDims d, int bits, const uint32_t *packed, uint8_t *codes) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= d.n * d.k) return;
+  codes[i] = static_cast<uint8_t>(layout_sm90::code_at(packed, i / d.k, i % d.k, bits, d.n_pad / layout_sm90::kBlockN));
 }
 
 __global__ void unpack_codes_sm80_kernel(PackedDims d, int bits, const uint32_t *packed, uint8_t *codes) {
@@ -65,9 +78,14 @@ Status launched(const char *what) {
 
 Status pack_codes_cuda(int layout, const WeightFormat &fmt, const PackedDims &d, const uint8_t *codes,
                        uint32_t *packed, void *stream) {
-  if (layout != kLayoutGeneric && layout != kLayoutSm80)
+  if (layout != kLayoutGeneric && layout != kLayoutSm80 && layout != kLayoutSm90)
     return Status::Error("unknown weight layout id " + std::to_string(layout));
   if (d.code_words == 0) return Status::Ok();
+  if (layout == kLayoutSm90) {
+    pack_codes_sm90_kernel<<<blocks_for(d.code_words), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        d, static_cast<int>(fmt.code.bits), codes, packed);
+    return launched("packing codes on the GPU");
+  }
   if (layout == kLayoutSm80) {
     pack_codes_sm80_kernel<<<blocks_for(d.code_words), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
         d, static_cast<int>(fmt.code.bits), codes, packed);
@@ -80,9 +98,14 @@ Status pack_codes_cuda(int layout, const WeightFormat &fmt, const PackedDims &d,
 
 Status unpack_codes_cuda(int layout, const WeightFormat &fmt, const PackedDims &d, const uint32_t *packed,
                          uint8_t *codes, void *stream) {
-  if (layout != kLayoutGeneric && layout != kLayoutSm80)
+  if (layout != kLayoutGeneric && layout != kLayoutSm80 && layout != kLayoutSm90)
     return Status::Error("unknown weight layout id " + std::to_string(layout));
   if (d.n * d.k == 0) return Status::Ok();
+  if (layout == kLayoutSm90) {
+    unpack_codes_sm90_kernel<<<blocks_for(d.n * d.k), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        d, static_cast<int>(fmt.code.bits), packed, codes);
+    return launched("unpacking codes on the GPU");
+  }
   if (layout == kLayoutSm80) {
     unpack_codes_sm80_kernel<<<blocks_for(d.n * d.k), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
         d, static_cast<int>(fmt.code.bits), packed, codes);

@@ -170,8 +170,10 @@ def test_every_matrix_value_appears_in_full(listing, axis):
 
 
 def test_names_do_not_depend_on_a_single_matrix_arch(gen, all_names):
-    # Every arch both matrices list gets the same instances (archs are compile targets, not keys).
-    assert gen("--arch", "80", "--profile", "ci", "--list").stdout.splitlines() == all_names["ci"]
+    # Every arch both matrices list gets the same instances (archs are compile targets, not keys);
+    # the sm90 backend compiles for 90a only.
+    without_sm90 = [n for n in all_names["ci"] if not n.startswith("sm90_")]
+    assert gen("--arch", "80", "--profile", "ci", "--list").stdout.splitlines() == without_sm90
     assert gen("--arch", "sm_80;90a", "--profile", "ci", "--list").stdout.splitlines() == all_names["ci"]
 
 
@@ -252,10 +254,10 @@ def test_out_writes_incrementally_and_prunes(gen, all_names, tmp_path):
     assert f"{len(names) + 2} files written" in first.stderr
     for n in names:
         text = (out / "instances" / f"{n}.cu").read_text()
-        assert n in text and ("generic_dense.cuh" in text if n.startswith("generic_") else "sm80_dense.cuh" in text)
+        assert n in text and f"{n.split('_')[0]}_dense.cuh" in text
 
     registry = (out / "registry.cpp").read_text()
-    quoted = re.findall(r'\{"((?:generic|sm80)_[^"]*)"', registry)
+    quoted = re.findall(r'\{"((?:generic|sm80|sm90)_[^"]*)"', registry)
     assert sorted(quoted) == names
     for n in names:
         assert registry.count(f'"{n}"') == 1, n
@@ -269,7 +271,9 @@ def test_out_writes_incrementally_and_prunes(gen, all_names, tmp_path):
     for n in names:
         line = next(p for p in props if f"/instances/{n}.cu\"" in p)
         for arch in ("80", "90a"):
-            assert f"-gencode=arch=compute_{arch},code=sm_{arch}" in line, (n, arch)
+            # The sm90 backend's machine code is for sm_90a alone (wgmma, setmaxnreg).
+            expected = arch == "90a" or not n.startswith("sm90_")
+            assert (f"-gencode=arch=compute_{arch},code=sm_{arch}" in line) == expected, (n, arch)
     sources = re.search(r"set\(HUMMING_INSTANCE_SOURCES\n(.*?)\n\)", cmake, re.S).group(1).split()
     assert sorted(Path(s.strip('"')).name for s in sources) == sorted(f"{n}.cu" for n in names)
 
@@ -381,6 +385,50 @@ def test_full_matrix_gives_every_sm80_format_a_fast_instance_per_range(cc):
         for r in table["ranges"]:
             chosen = next((i for p in r["prefer"] for i in fitting if fnmatch.fnmatchcase(i.name, p)), None)
             assert chosen is not None and chosen.backend == "sm80", (cc, table["name"], r, fmt)
+
+
+SM90_RE = re.compile(r"sm90_wgmma_dense_a-(?P<act>[^_]+)_w-(?P<weight>[^_]+)_c-(?P<out>[^_]+)"
+                     r"_t(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w1x(?P<wg>\d)x1_s(?P<stages>\d+)$")
+
+
+def test_sm90_names_spell_format_and_tile(all_names):
+    gen_mod = _load_generator()
+    matrix = json.loads((ROOT / "tools" / "matrix" / "sm90.json").read_text())
+    insts = [i for i in gen_mod.enumerate_instances(["90a"], "full") if i.backend == "sm90"]
+    assert insts and all(i.layout == 3 and i.archs == ("90a",) for i in insts)
+    tiles = {(t["bm"], 64 * t["consumers"], 64 * t["k_atoms"], t["stages"]) for t in matrix["tiles"].values()}
+    for i in insts:
+        m = SM90_RE.match(i.name)
+        assert m, i.name
+        assert m["act"] == m["out"] == i.act
+        assert (int(m["bm"]), int(m["bn"]), int(m["bk"]), int(m["stages"])) in tiles
+        assert int(m["bn"]) == 64 * int(m["wg"]) and i.key["threads"] == 128 * (1 + int(m["wg"]))
+        # Stages start 1024-byte aligned; the ring plus barriers fits the 227 KiB of a block.
+        assert i.key["smem_bytes"] <= 227 * 1024
+    assert not any(i.backend == "sm90" for i in gen_mod.enumerate_instances(["80", "86", "89"], "full"))
+
+
+def test_h200_table_gives_every_sm90_format_an_sm90_instance_per_range():
+    """Weights packed for layout 3 find an sm90 instance of the right tile height in every M range
+    of the H200 table (a pattern for each tile height, nearest first), for every format of the
+    full sm90 matrix."""
+    import fnmatch
+
+    gen_mod = _load_generator()
+    insts = [i for i in gen_mod.enumerate_instances(["90a"], "full") if i.backend == "sm90"]
+    table = next(t for t in gen_mod.dispatch_tables() if t["name"] == "h200")
+    by_format: dict[str, list] = {}
+    for i in insts:
+        by_format.setdefault(i.name.split("_t")[0], []).append(i)
+    assert len(by_format) >= 40
+    heights = sorted({i.key["tile_m"] for i in insts})
+    for fmt, group in by_format.items():
+        for r in table["ranges"]:
+            chosen = next((i for p in r["prefer"] for i in group if fnmatch.fnmatchcase(i.name, p)), None)
+            assert chosen is not None and chosen.backend == "sm90", (fmt, r)
+            # The smallest tile height at or above the range's largest m (the full matrix has all).
+            want = heights[-1] if r["m_max"] is None else min(h for h in heights if h >= r["m_max"])
+            assert chosen.key["tile_m"] == want, (fmt, r, chosen.name)
 
 
 def test_sm80_instances_only_for_their_architectures(gen):

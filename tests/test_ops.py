@@ -58,7 +58,7 @@ def test_pack_matches_bit_stream_definition(bits):
 
 def _layouts(fmt):
     bits = F.parse_weight_format(fmt).code.bits
-    return ["generic", "sm80"] if bits in (4, 8) else ["generic"]
+    return ["generic", "sm80", "sm90"] if bits in (4, 8) else ["generic"]
 
 
 LAYOUT_CASES = [(f, lay) for f in WEIGHT_FORMATS for lay in _layouts(f)]
@@ -89,6 +89,37 @@ def test_sm80_layout_matches_its_definition(bits):
     for r in range(n):
         for c in range(k):
             w, b = _sm80_position(r, c, bits, p.k_pad // 16)
+            expect[w] |= int(codes[r, c]) << b
+    assert words == expect
+
+
+def _sm90_position(n, k, bits, n_blocks):
+    """Word and bit of code (n, k) in the sm90 layout, written out from its definition: 64 x 64
+    blocks stored K-block major; thread t = 32 * w + 4 * (n % 8) + (k % 8) // 2 of the warpgroup,
+    w = (n % 64) // 16, owns `bits` words; pair P = 4 * ((k % 64) // 16) + 2 * ((k % 16) // 8) +
+    (n % 16) // 8 sits in word j = P // (16 / bits) at position P % (16 / bits), its second element
+    (odd k) a half word higher; word j of thread t is word 512 * (j // 4) + 4 * t + j % 4 of the block."""
+    ppw = 16 // bits
+    t = 32 * ((n % 64) // 16) + 4 * (n % 8) + (k % 8) // 2
+    pair = 4 * ((k % 64) // 16) + 2 * ((k % 16) // 8) + (n % 16) // 8
+    j = pair // ppw
+    block = (k // 64) * n_blocks + n // 64
+    word = block * 128 * bits + 512 * (j // 4) + 4 * t + j % 4
+    return word, bits * (pair % ppw + (k % 2) * ppw)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_sm90_layout_matches_its_definition(bits):
+    n, k = 70, 100
+    g = torch.Generator().manual_seed(bits + 1)
+    codes = torch.randint(0, 1 << bits, (n, k), generator=g, dtype=torch.int64).to(torch.uint8)
+    p = ha.pack_weight(codes, torch.ones(n, 1, dtype=torch.bfloat16), None, None, f"u{bits}gc-sbf16", layout="sm90")
+    assert (p.n_pad, p.k_pad, p.layout) == (128, 128, 3)
+    words = (p.codes.reshape(-1).to(torch.int64) & 0xFFFFFFFF).tolist()
+    expect = [0] * len(words)
+    for r in range(n):
+        for c in range(k):
+            w, b = _sm90_position(r, c, bits, p.n_pad // 64)
             expect[w] |= int(codes[r, c]) << b
     assert words == expect
 

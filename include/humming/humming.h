@@ -65,6 +65,7 @@ std::string to_string(const GemmFormat &f);
 enum LayoutId : int {
   kLayoutGeneric = 1, // codes as a bit stream per output channel; read by the generic backend
   kLayoutSm80 = 2,    // mma.sync B fragments, one vector load per lane (4- and 8-bit codes)
+  kLayoutSm90 = 3,    // WGMMA register A fragments, one vector load per thread (4- and 8-bit codes)
 };
 
 // Logical and padded extents of a weight packed for one layout. Scales and zero points are stored

@@ -32,6 +32,8 @@ _TABLE_DIR = pathlib.Path(__file__).resolve().parent / "tables"
 _user_tables: list[dict] = []
 _forced: str | None = os.environ.get("HUMMING_AOT_INSTANCE") or None
 _cache: dict = {}
+# Fast layouts a table's optional "layouts" list names (pack.LAYOUTS without importing torch).
+_LAYOUT_IDS = {"generic": 1, "sm80": 2, "sm90": 3}
 
 
 class DispatchError(ValueError):
@@ -73,6 +75,10 @@ def _validate_table(t: dict, origin: str) -> dict:
             last = m_max
     if ranges[-1].get("m_max") is not None:
         raise ValueError(f"dispatch table {origin}: the last range must have m_max null (covers every larger m)")
+    layouts = t.get("layouts", [])
+    if not isinstance(layouts, list) or any(x not in _LAYOUT_IDS or x == "generic" for x in layouts):
+        raise ValueError(f"dispatch table {origin}: 'layouts' lists fast layouts by name, in order of preference "
+                         f"({', '.join(n for n in _LAYOUT_IDS if n != 'generic')}); got {layouts!r}")
     t.setdefault("name", origin)
     t.setdefault("match", {})
     return t
@@ -301,19 +307,23 @@ class LayerPlan:
         return name
 
 
+
 def preferred_layout(fmt, device=None) -> int:
-    """The layout to pack a weight in for ``fmt`` on ``device``: that of a fast instance computing
-    the format there (layout 2, sm80), else the generic layout (1). CPU devices get the generic one."""
+    """The layout to pack a weight in for ``fmt`` on ``device``: the first layout of the device's
+    table (its optional ``layouts`` list, by name, in order of preference; without one, the order
+    of the registry) that a fast instance computing the format there reads, else the generic
+    layout (1). CPU devices get the generic one."""
     import torch
 
     g = F.parse_gemm_format(fmt)
     dev = torch.device(device) if device is not None else None
     if dev is None or dev.type != "cuda":
         return 1
-    cc, _, _ = _device_facts(dev)
+    cc, sms, name = _device_facts(dev)
     scale = str(g.weight.scale) if g.weight.scale is not None else "none"
+    found = []
     for inst in registry.instances():
-        if inst.layout == 1:
+        if inst.layout == 1 or inst.layout in found:
             continue
         if (inst.act_type, inst.code_type, inst.scale_type, inst.zero, inst.out_type) != (
                 str(g.act.type), str(g.weight.code), scale, g.weight.zero, str(g.out)):
@@ -322,5 +332,9 @@ def preferred_layout(fmt, device=None) -> int:
             continue
         if g.act.quantized or not registry.runs_on(inst.name, cc)[0]:
             continue
-        return inst.layout
+        found.append(inst.layout)
+    order = [_LAYOUT_IDS[n] for n in _table_for(cc, sms, name).get("layouts", [])]
+    for lid in order + found:
+        if lid in found:
+            return lid
     return 1

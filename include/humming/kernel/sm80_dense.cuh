@@ -32,6 +32,7 @@
 #include <string>
 
 #include "humming/backend/sm80/ptx.h"
+#include "humming/epilogue/store.h"
 #include "humming/humming.h"
 #include "humming/layout/sm80.h"
 #include "humming/numeric/fast_dequant.h"
@@ -940,15 +941,9 @@ struct Dense {
     return 0.0f;
   }
 
-  // Output channels n and n + 1 of row m (n < the problem's n): bias added, rounded to the output
-  // type, one 32-bit store where the address allows it (the usual case: even ldo, aligned output).
+  // Output channels n and n + 1 of row m (epilogue/store.h).
   static __device__ __forceinline__ void write_out(const GemmArgs &a, int64_t m, int64_t n, float2 v) {
-    const bool both = n + 1 < a.dims.n;
-    if (a.bias != nullptr) {
-      v.x += load_out(a.bias, n);
-      if (both) v.y += load_out(a.bias, n + 1);
-    }
-    store_out_pair(a.out, m * a.ldo + n, v, both);
+    epilogue::write_pair<OutId>(a, m, n, v);
   }
 
   // Calls f(i, j, h, m, n) for each pair of accumulators (acc[i][j][2h], acc[i][j][2h + 1]) of
@@ -962,34 +957,6 @@ struct Dense {
 #pragma unroll
         for (int h = 0; h < 2; ++h)
           f(i, j, h, m0 + wm * WM + i * 16 + lane / 4 + h * 8, n0 + wn * 64 + j * 8 + (lane % 4) * 2);
-  }
-
-  // Output and bias elements with the hardware conversions (cvt.rn: ties to even, overflow to
-  // infinity, subnormals kept), the rounding encode() in format/dtype.h spells out in software;
-  // that general path per element made the epilogue thousands of instructions of cold code.
-  static __device__ __forceinline__ float load_out(const void *base, int64_t i) {
-    if constexpr (kOut.bits == 32) return static_cast<const float *>(base)[i];
-    else return numeric::Operand<OutId == dtypes::bf16.id()>::to_float(static_cast<const uint16_t *>(base)[i]);
-  }
-  static __device__ __forceinline__ void store_out_pair(void *base, int64_t i, float2 v, bool both) {
-    if constexpr (kOut.bits == 32) {
-      float *o = static_cast<float *>(base) + i;
-      if (both && (reinterpret_cast<uintptr_t>(o) & 7) == 0) {
-        *reinterpret_cast<float2 *>(o) = v;
-      } else {
-        o[0] = v.x;
-        if (both) o[1] = v.y;
-      }
-    } else {
-      const uint32_t w = numeric::Operand<OutId == dtypes::bf16.id()>::pair(v.x, v.y);
-      uint16_t *o = static_cast<uint16_t *>(base) + i;
-      if (both && (reinterpret_cast<uintptr_t>(o) & 3) == 0) {
-        *reinterpret_cast<uint32_t *>(o) = w;
-      } else {
-        o[0] = static_cast<uint16_t>(w);
-        if (both) o[1] = static_cast<uint16_t>(w >> 16);
-      }
-    }
   }
 
   static int64_t n_tiles(const GemmArgs &args) { return (args.dims.n_pad + BN - 1) / BN; }

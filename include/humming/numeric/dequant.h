@@ -11,10 +11,11 @@
 #include "humming/humming.h"
 #include "humming/layout/generic.h"
 #include "humming/layout/sm80.h"
+#include "humming/layout/sm90.h"
 
 namespace humming {
 
-// Value of weight element (n, k) of a packed weight (generic or sm80 layout). `code_t` and `scale_t` are
+// Value of weight element (n, k) of a packed weight (generic, sm80 or sm90 layout). `code_t` and `scale_t` are
 // passed by value so that a kernel handing in compile-time constants gets the decode folded.
 HUMMING_HD float weight_value_generic(const GemmArgs &args, DType code_t, DType scale_t, int zero, float global,
                                       int64_t n, int64_t k) {
@@ -22,6 +23,8 @@ HUMMING_HD float weight_value_generic(const GemmArgs &args, DType code_t, DType 
   const int bits = static_cast<int>(code_t.bits);
   const uint32_t code = args.layout == kLayoutSm80
                             ? layout_sm80::code_at(args.codes, n, k, bits, d.k_pad / layout_sm80::kBlockK)
+                        : args.layout == kLayoutSm90
+                            ? layout_sm90::code_at(args.codes, n, k, bits, d.n_pad / layout_sm90::kBlockN)
                             : layout_generic::code_at(args.codes + n * d.words_per_row, k, bits);
   float v = decode(code_t, code);
   // Unsigned codes without zero points are symmetric around the middle of their range (GPTQ

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "humming/backend/sm80/ptx.h"
+#include "humming/format/dtype.h"
 
 namespace humming {
 namespace numeric {
@@ -131,6 +132,24 @@ template <bool IsBf16, int P> __device__ __forceinline__ uint32_t e4m3_pair(uint
     const uint32_t x = __byte_perm(word, 0u, P == 0 ? 0x2404u : 0x3414u);
     const uint32_t bits = ((x >> 4) & 0x07F007F0u) | (x & 0x80008000u);
     return Operand<true>::mul(bits, 0x7B807B80u); // x 2^120
+  }
+}
+
+
+// Register pair `P` of a word of codes of type CodeId (u4, i4, u8, i8 or e4m3) as the exact operand
+// pair (code[P] - zero, code[P + pairs per word] - zero): signed integers read as offset binary
+// (flipping the sign bit adds 2^(bits-1), which the zero then includes); `bias` is
+// zero_bias(zero) and `zero` the zero point itself (bytes as bf16 need it in fp32); e4m3 codes are
+// their values (no zero point).
+template <bool IsBf16, uint32_t CodeId, int P>
+__device__ __forceinline__ uint32_t exact_pair(uint32_t word, uint32_t bias, float zero) {
+  constexpr DType kCode = DType::from_id(CodeId);
+  if constexpr (kCode.kind == kFloat) {
+    return e4m3_pair<IsBf16, P>(word);
+  } else {
+    if constexpr (kCode.kind == kInt) word ^= kCode.bits == 4 ? 0x88888888u : 0x80808080u;
+    if constexpr (kCode.bits == 4) return u4_pair<IsBf16, P>(word, bias);
+    else return u8_pair<IsBf16, P>(word, bias, zero);
   }
 }
 

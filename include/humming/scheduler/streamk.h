@@ -168,6 +168,72 @@ inline StreamKPlan plan_stream_k(int64_t tiles, int64_t k_tiles, int64_t tile_k,
   return p;
 }
 
+// Persistent launches (the sm90 backend: one warp-specialized block per multiprocessor whose
+// producer keeps loading across the block's segments, so a block that ends one tile and starts
+// the next pays no pipeline refill). Whole waves of tiles go to every block in turn; when the
+// last wave would leave slots idle, its tiles are spread evenly over all blocks by K (stream-K),
+// with the same deterministic fix-up as above. Below two K slices per block the tail wave is
+// merged with the last whole one; launches of more than kPersistentMaxWaves waves keep the idle
+// tail (at most a few per cent), which costs less than the partials of large tiles.
+constexpr int64_t kPersistentMaxWaves = 8;
+
+inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_k, int sms) {
+  StreamKPlan p;
+  p.tiles = tiles;
+  p.k_tiles = k_tiles;
+  p.unit_tiles = 1;
+  p.units = k_tiles;
+  const int64_t slots = sms > 0 ? sms : 1;
+  const int64_t min_units = (min_slice_k() + tile_k - 1) / tile_k;
+  const int64_t full = tiles / slots, rem = tiles % slots;
+  const bool spread = stream_k_mode() != 0 && rem != 0 && full < kPersistentMaxWaves && k_tiles >= 2;
+  if (!spread) {
+    p.blocks = tiles < slots ? tiles : slots;
+    p.dp_waves = p.blocks > 0 ? (tiles + p.blocks - 1) / p.blocks : 0;
+    return p;
+  }
+  p.dp_waves = full;
+  p.sk_tiles = rem;
+  if (full > 0 && rem * p.units < slots * min_units) { // too little K per block: one more wave spread
+    p.dp_waves = full - 1;
+    p.sk_tiles = rem + slots;
+  }
+  if (p.dp_waves == 0) {
+    // Only the spread part: as many blocks as keep min_slice_k inputs each, never fewer than tiles.
+    const int64_t by_k = p.sk_tiles * p.units / (min_units > 1 ? min_units : 1);
+    const int64_t b = by_k < slots ? by_k : slots;
+    p.blocks = b > p.sk_tiles ? b : p.sk_tiles;
+  } else {
+    p.blocks = slots;
+  }
+  if (p.blocks >= p.sk_tiles * p.units) { // every block would own at most one unit: no spread
+    p.blocks = tiles < slots ? tiles : slots;
+    p.dp_waves = (tiles + p.blocks - 1) / p.blocks;
+    p.sk_tiles = 0;
+  }
+  return p;
+}
+
+// Calls f(tile, kt_begin, kt_end) for each segment of block b in order: its whole tiles of the
+// data-parallel waves (the last wave of a plan without a stream-K part may be partial), then its
+// share of the stream-K part. No limit on the count (plan_persistent may give many waves).
+template <class F> HUMMING_HD void for_each_segment(const StreamKPlan &p, int64_t b, F f) {
+  const int64_t dp_end = p.sk_tiles == 0 ? p.tiles : p.dp_tiles();
+  for (int64_t w = 0; w < p.dp_waves; ++w) {
+    const int64_t t = w * p.blocks + b;
+    if (t < dp_end) f(t, int64_t(0), p.k_tiles);
+  }
+  if (p.sk_tiles == 0) return;
+  int64_t x = p.sk_begin(b);
+  const int64_t x_end = p.sk_begin(b + 1);
+  while (x < x_end) {
+    const int64_t t = x / p.units, first = t * p.units;
+    const int64_t u_end = (x_end < first + p.units ? x_end : first + p.units) - first;
+    f(p.dp_tiles() + t, (x - first) * p.unit_tiles, u_end * p.unit_tiles < p.k_tiles ? u_end * p.unit_tiles : p.k_tiles);
+    x = first + u_end;
+  }
+}
+
 inline size_t streamk_workspace_bytes(const StreamKPlan &p, int64_t rows, int64_t tile_n) {
   if (p.sk_tiles == 0) return 0;
   // No partials when every block owns whole tiles.

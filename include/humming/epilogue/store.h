@@ -1,0 +1,57 @@
+// Output stores shared by the tensor-core backends: bias, rounding to the output type, and pairs
+// of adjacent channels stored as one access where the address allows it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "humming/humming.h"
+#include "humming/numeric/fast_dequant.h"
+
+namespace humming {
+namespace epilogue {
+
+// Output and bias elements with the hardware conversions (cvt.rn: ties to even, overflow to
+// infinity, subnormals kept), the rounding encode() in format/dtype.h spells out in software;
+// that general path per element made the epilogue thousands of instructions of cold code.
+// OutId: DType id of the output (f16, bf16 or f32).
+template <uint32_t OutId> __device__ __forceinline__ float load_out(const void *base, int64_t i) {
+  if constexpr (DType::from_id(OutId).bits == 32) return static_cast<const float *>(base)[i];
+  else return numeric::Operand<OutId == dtypes::bf16.id()>::to_float(static_cast<const uint16_t *>(base)[i]);
+}
+
+template <uint32_t OutId> __device__ __forceinline__ void store_out_pair(void *base, int64_t i, float2 v, bool both) {
+  if constexpr (DType::from_id(OutId).bits == 32) {
+    float *o = static_cast<float *>(base) + i;
+    if (both && (reinterpret_cast<uintptr_t>(o) & 7) == 0) {
+      *reinterpret_cast<float2 *>(o) = v;
+    } else {
+      o[0] = v.x;
+      if (both) o[1] = v.y;
+    }
+  } else {
+    const uint32_t w = numeric::Operand<OutId == dtypes::bf16.id()>::pair(v.x, v.y);
+    uint16_t *o = static_cast<uint16_t *>(base) + i;
+    if (both && (reinterpret_cast<uintptr_t>(o) & 3) == 0) {
+      *reinterpret_cast<uint32_t *>(o) = w;
+    } else {
+      o[0] = static_cast<uint16_t>(w);
+      if (both) o[1] = static_cast<uint16_t>(w >> 16);
+    }
+  }
+}
+
+// Output channels n and n + 1 of row m (n < the problem's n): bias added, rounded to the output
+// type, one store where the address allows it (the usual case: even ldo, aligned output).
+template <uint32_t OutId> __device__ __forceinline__ void write_pair(const GemmArgs &a, int64_t m, int64_t n, float2 v) {
+  const bool both = n + 1 < a.dims.n;
+  if (a.bias != nullptr) {
+    v.x += load_out<OutId>(a.bias, n);
+    if (both) v.y += load_out<OutId>(a.bias, n + 1);
+  }
+  store_out_pair<OutId>(a.out, m * a.ldo + n, v, both);
+}
+
+} // namespace epilogue
+} // namespace humming

@@ -1,0 +1,418 @@
+// The sm90 backend with the persistent dense scheduler (scheduler/streamk.h, plan_persistent):
+// weight-only GEMM (f16 / bf16 activations; u4, i4, u8, i8 or e4m3 weights) on WGMMA, sm_90a.
+//
+// Roles swap against the sm80 backend: the weights are the instruction's 64-row A operand, in
+// registers (channels as M), and the tokens its N (BM, any multiple of 8 up to 256), so a decode
+// launch of one token runs m64n8 and wastes nothing on rows that do not exist.
+//
+// A block is one producer warpgroup and `Consumers` consumer warpgroups of 64 channels each
+// (BN = 64 x Consumers). One producer thread walks the block's segments (tiles or stream-K shares
+// of them) and fills a ring of `Stages` shared-memory stages with bulk copies that complete on
+// the stage's "full" mbarrier: the activations' BM x BK box through a tensor map (128-byte
+// swizzle, rows past m and inputs past k land as zeros), the weight's layout-3 blocks of the stage
+// (contiguous per K block), and the stage's scale and zero-point rows. Consumers wait on "full",
+// load their fragments (one 16-byte shared load per 4 bits of code width per 64 inputs), turn
+// codes into operands in registers (numeric/fast_dequant.h), issue the stage's WGMMAs, and hand
+// the stage back to the producer (its "empty" mbarrier) once they have retired; the consumer
+// warpgroups overlap each other's dequant and WGMMAs (see consume_stage).
+//
+// Scales: group scales are folded into the operands ((code - zero) x scale rounded once to the
+// operand type, as the sm80 backend's tiles of several mma tiles per warp do); per-channel scales
+// and the global scale multiply the fp32 sums at the end (exact).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "humming/backend/sm90/ptx.h"
+#include "humming/backend/sm90/tensor_map.h"
+#include "humming/epilogue/store.h"
+#include "humming/epilogue/streamk_fixup.h"
+#include "humming/humming.h"
+#include "humming/layout/sm90.h"
+#include "humming/numeric/fast_dequant.h"
+#include "humming/scheduler/streamk.h"
+
+namespace humming {
+namespace sm90 {
+
+// ActId:     DType id of the activations, the operands, the scales and the output (f16 or bf16).
+// CodeId:    DType id of the weight codes: u4, i4, u8, i8 or e4m3.
+// Zero:      ZeroKind: none (unsigned codes are symmetric around 2^(bits-1)) or int (a byte per group).
+// GroupK:    inputs per scale (32, 64, 128, ...), or 0 for one scale per output channel.
+// BM:        tokens per tile: the WGMMA's N (8, 16, 32, 64, 128 or 256).
+// Consumers: consumer warpgroups, 64 channels each (BN = 64 x Consumers).
+// KAtoms:    64-input blocks per stage (BK = 64 x KAtoms; layout 3 pads K to 128, so 1 or 2).
+// Stages:    depth of the shared-memory ring.
+template <uint32_t ActId, uint32_t CodeId, int Zero, int GroupK, int BM, int Consumers, int KAtoms, int Stages>
+struct Dense {
+  static constexpr bool kBf16 = ActId == dtypes::bf16.id();
+  static constexpr DType kCode = DType::from_id(CodeId);
+  static constexpr int kBits = static_cast<int>(kCode.bits);
+  static constexpr bool kFloatCode = kCode.kind == kFloat;
+  static constexpr bool kIntZero = Zero == static_cast<int>(ZeroKind::kInt);
+  static constexpr int BN = 64 * Consumers;
+  static constexpr int BK = 64 * KAtoms;
+  static constexpr int kConsumerThreads = 128 * Consumers;
+  static constexpr int kThreads = 128 + kConsumerThreads;
+  static constexpr int kAcc = BM / 2; // fp32 sums per consumer thread (the 64 x BM tile of its warpgroup)
+  static constexpr int kSteps = BK / 16;
+  static constexpr int kWords = layout_sm90::words_per_thread(kBits); // per thread per 64-input block
+  static constexpr int kBlockBytes = layout_sm90::words_per_block(kBits) * 4;
+  static constexpr int kScaleRows = GroupK == 0 ? 0 : (GroupK >= BK ? 1 : BK / GroupK);
+  static constexpr int kAtomBytes = BM * 128; // one 64-input box of the activations
+  static constexpr int kABytes = KAtoms * kAtomBytes;
+  static constexpr int kWBytes = KAtoms * Consumers * kBlockBytes;
+  static constexpr int kSBytes = kScaleRows * BN * 2;
+  static constexpr int kZBytes = kIntZero ? kScaleRows * BN : 0;
+  // Stages start 1024-byte aligned: the 128-byte swizzle repeats every 8 rows of 128 bytes.
+  static constexpr int kStageBytes = (kABytes + kWBytes + kSBytes + kZBytes + 1023) / 1024 * 1024;
+  static constexpr int kRingBytes = Stages * kStageBytes;
+  // Alignment slack, the ring, a full and an empty barrier per stage, the fix-up flag.
+  static constexpr int kSmemTotal = 1024 + kRingBytes + Stages * 16 + 16;
+  // Registers per thread after the producer gives most of its own back (a multiple of 8).
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegsFit = (65536 / 128 - kProducerRegs) / Consumers / 8 * 8;
+  static constexpr int kConsumerRegs = kConsumerRegsFit < 240 ? kConsumerRegsFit : 240;
+
+  static_assert(ActId == dtypes::f16.id() || ActId == dtypes::bf16.id(), "activations are f16 or bf16");
+  static_assert(kBits == 4 || kBits == 8, "4- or 8-bit codes");
+  static_assert(!kFloatCode || (kCode.fn() && !kIntZero), "float codes are e4m3, without zero points");
+  static_assert(Zero == static_cast<int>(ZeroKind::kNone) || kIntZero, "no float zero points on this backend yet");
+  static_assert(BM == 8 || BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 256, "a WGMMA N of this backend");
+  static_assert(KAtoms == 1 || KAtoms == 2, "layout 3 pads K to 128");
+  static_assert(Consumers >= 1 && Consumers <= 4, "one to four consumer warpgroups");
+  static_assert(GroupK == 0 || GroupK % 16 == 0, "a K group covers whole WGMMA K steps");
+  static_assert(GroupK == 0 || GroupK >= BK || BK % (GroupK == 0 ? 1 : GroupK) == 0, "groups tile the stage");
+  static_assert(kSmemTotal <= 227 * 1024, "the ring fits a block's shared memory");
+
+  struct Params {
+    CUtensorMap act; // activations [m][k], boxes of BM rows x 64 inputs (64-byte aligned by its type)
+    GemmArgs args;
+    StreamKPlan plan;
+    int64_t n_tiles;
+    int64_t n_blocks; // 64-channel blocks along the padded N (layout stride)
+  };
+
+  // ---- producer ------------------------------------------------------------------------------
+
+  // One thread: every stage of every segment of this block, in order.
+  static __device__ __forceinline__ void produce(const Params &p, uint32_t ring, uint32_t bars) {
+    const GemmArgs &a = p.args;
+    int64_t it = 0;
+    for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
+      const int64_t m0 = tile / p.n_tiles * BM, n0 = tile % p.n_tiles * BN;
+      // Channel blocks of this tile inside n_pad: the copies stop there (the consumers of the
+      // others compute on whatever the stage holds, and nothing of theirs is stored).
+      const int64_t left = (a.dims.n_pad - n0) / 64;
+      const int cols = static_cast<int>(left < Consumers ? left : Consumers);
+      const uint32_t bytes = kABytes + KAtoms * cols * kBlockBytes + kScaleRows * cols * 64 * (2 + (kIntZero ? 1 : 0));
+      for (int64_t kt = kt0; kt < kt1; ++kt, ++it) {
+        const uint32_t s = static_cast<uint32_t>(it % Stages);
+        const uint32_t stage = ring + s * kStageBytes, full = bars + 8 * s, empty = bars + 8 * (Stages + s);
+        mbar_wait(empty, static_cast<uint32_t>((it / Stages) & 1) ^ 1u);
+        mbar_arrive_expect_tx(full, bytes);
+#pragma unroll
+        for (int at = 0; at < KAtoms; ++at)
+          tensor_copy_2d(stage + at * kAtomBytes, &p.act, static_cast<int>(kt * BK + at * 64), static_cast<int>(m0), full);
+#pragma unroll
+        for (int at = 0; at < KAtoms; ++at) {
+          const int64_t kb = kt * KAtoms + at;
+          const char *src = reinterpret_cast<const char *>(a.codes) + (kb * p.n_blocks + n0 / 64) * kBlockBytes;
+          bulk_copy(stage + kABytes + at * Consumers * kBlockBytes, src, cols * kBlockBytes, full);
+        }
+        if constexpr (GroupK != 0) {
+#pragma unroll
+          for (int r = 0; r < kScaleRows; ++r) {
+            const int64_t g = kt * BK / GroupK + r;
+            bulk_copy(stage + kABytes + kWBytes + r * BN * 2,
+                      static_cast<const char *>(a.scales) + (g * a.dims.n_groups + n0) * 2, cols * 128, full);
+            if constexpr (kIntZero)
+              bulk_copy(stage + kABytes + kWBytes + kSBytes + r * BN,
+                        static_cast<const char *>(a.zeros) + g * a.dims.n_groups + n0, cols * 64, full);
+          }
+        }
+      }
+    });
+  }
+
+  // ---- consumers -----------------------------------------------------------------------------
+
+  // Scale row of the stage that holds K step `step` (0 when one group spans the stage).
+  static constexpr int scale_row(int step) { return GroupK == 0 || GroupK >= BK ? 0 : step * 16 / (GroupK == 0 ? 1 : GroupK); }
+
+  // This thread's A fragments of one stage: af[step][r] is register r of K step `step`, channels
+  // c0 (r even) and c0 + 8 (r odd) of the warpgroup's 64 (see layout/sm90.h). `col` is the
+  // thread's first channel inside the tile; `bias` / `zero` the per-channel zero points (used when
+  // the stage holds none).
+  static __device__ __forceinline__ void load_fragments(const char *stage, int cw, int t, int col,
+                                                        const uint32_t (&bias)[2], const float (&zero)[2],
+                                                        uint32_t (&af)[kSteps][4]) {
+    using Op = numeric::Operand<kBf16>;
+#pragma unroll
+    for (int at = 0; at < KAtoms; ++at) {
+      const uint32_t *blk = reinterpret_cast<const uint32_t *>(stage + kABytes + (at * Consumers + cw) * kBlockBytes);
+      uint32_t words[kWords];
+#pragma unroll
+      for (int v = 0; v < kWords / 4; ++v) {
+        const uint4 q = *reinterpret_cast<const uint4 *>(blk + layout_sm90::word_in_block(t, 4 * v));
+        words[4 * v] = q.x, words[4 * v + 1] = q.y, words[4 * v + 2] = q.z, words[4 * v + 3] = q.w;
+      }
+#pragma unroll
+      for (int sa = 0; sa < 4; ++sa) {
+        const int step = at * 4 + sa;
+        const int row = scale_row(step);
+        uint32_t b[2] = {bias[0], bias[1]}, sc[2] = {0u, 0u};
+        float z[2] = {zero[0], zero[1]};
+        if constexpr (GroupK != 0) {
+          const auto *srow = reinterpret_cast<const uint16_t *>(stage + kABytes + kWBytes) + row * BN;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t sv = srow[col + 8 * h];
+            sc[h] = sv | (sv << 16);
+            if constexpr (kIntZero) {
+              const auto *zrow = reinterpret_cast<const uint8_t *>(stage + kABytes + kWBytes + kSBytes) + row * BN;
+              z[h] = static_cast<float>(zrow[col + 8 * h]);
+              b[h] = numeric::zero_bias<kBf16>(z[h]);
+            }
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          constexpr int kPpw = layout_sm90::pairs_per_word(kBits);
+          const int pair = sa * 4 + r; // pair index inside the 64-input block
+          const uint32_t w = words[pair / kPpw];
+          uint32_t v;
+          if (pair % kPpw == 0) v = numeric::exact_pair<kBf16, CodeId, 0>(w, b[r % 2], z[r % 2]);
+          else if (pair % kPpw == 1) v = numeric::exact_pair<kBf16, CodeId, 1>(w, b[r % 2], z[r % 2]);
+          else if (pair % kPpw == 2) v = numeric::exact_pair<kBf16, CodeId, (kPpw > 2 ? 2 : 0)>(w, b[r % 2], z[r % 2]);
+          else v = numeric::exact_pair<kBf16, CodeId, (kPpw > 3 ? 3 : 0)>(w, b[r % 2], z[r % 2]);
+          if constexpr (GroupK != 0) v = Op::mul(v, sc[r % 2]);
+          af[step][r] = v;
+        }
+      }
+    }
+  }
+
+  // One stage: wait for it, build the fragments into af, issue its WGMMAs as one group, wait for
+  // them and hand the stage back to the producer. Keeping a group in flight while the next
+  // stage's fragments are built makes ptxas serialize the WGMMAs (C7513: registers of a pending
+  // group's successor written by ordinary instructions), so the overlap comes from the other
+  // consumer warpgroup instead: one builds fragments while the other's WGMMAs run, and the ring
+  // keeps the copies ahead of both.
+  static __device__ __forceinline__ void consume_stage(uint32_t ring, const char *ring_ptr, uint32_t bars, int64_t it,
+                                                       bool first, int cw, int t, int col, const uint32_t (&bias)[2],
+                                                       const float (&zero)[2], float (&acc)[kAcc]) {
+    const uint32_t s = static_cast<uint32_t>(it % Stages);
+    mbar_wait(bars + 8 * s, static_cast<uint32_t>((it / Stages) & 1));
+    uint32_t af[kSteps][4];
+    load_fragments(ring_ptr + s * kStageBytes, cw, t, col, bias, zero, af);
+    // The fragments and sums are final before the fence: the compiler may not sink the dequant
+    // past it.
+#pragma unroll
+    for (int step = 0; step < kSteps; ++step) fence_regs(af[step]);
+    fence_regs(acc);
+    wgmma_fence();
+    const uint64_t desc = desc_sw128(ring + s * kStageBytes);
+#pragma unroll
+    for (int step = 0; step < kSteps; ++step)
+      Wgmma<BM, kBf16>::run(acc, af[step], desc + (step / 4) * (kAtomBytes >> 4) + (step % 4) * 2,
+                            first && step == 0 ? 0 : 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(acc);
+    release(bars, it, t);
+  }
+
+  // The consumer warps' arrivals on the empty barrier of stage-iteration `it` (one per warp, after
+  // the warp's own shared loads and WGMMA reads of it are done).
+  static __device__ __forceinline__ void release(uint32_t bars, int64_t it, int t) {
+    __syncwarp();
+    if (t % 32 == 0) mbar_arrive(bars + 8 * (Stages + static_cast<uint32_t>(it % Stages)));
+  }
+
+  static __device__ __forceinline__ void consumer_sync() {
+    asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory");
+  }
+
+  static __device__ __forceinline__ void consume(const Params &p, uint32_t ring, const char *ring_ptr, uint32_t bars,
+                                                 volatile int *flag) {
+    const GemmArgs &a = p.args;
+    const int ct = static_cast<int>(threadIdx.x) - 128; // thread among the consumers
+    const int cw = ct / 128, t = ct % 128, warp = t / 32, lane = t % 32;
+    const int col = cw * 64 + warp * 16 + lane / 4; // first channel of this thread inside the tile
+    int64_t it = 0;
+    for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
+      const int64_t m0 = tile / p.n_tiles * BM, n0 = tile % p.n_tiles * BN;
+      // Zero points that hold for the whole segment: the implied 2^(bits-1) of symmetric codes, or
+      // the per-channel ones (with K groups, the stage's rows replace them).
+      uint32_t bias[2];
+      float zero[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        zero[h] = kFloatCode ? 0.0f : static_cast<float>(1 << (kBits - 1));
+        if constexpr (kIntZero && GroupK == 0) {
+          const int64_t n = n0 + col + 8 * h;
+          zero[h] = n < a.dims.n_pad ? static_cast<float>(static_cast<const uint8_t *>(a.zeros)[n]) : 0.0f;
+        }
+        bias[h] = numeric::zero_bias<kBf16>(zero[h]);
+      }
+      float acc[kAcc];
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+      for (int64_t kt = kt0; kt < kt1; ++kt, ++it)
+        consume_stage(ring, ring_ptr, bars, it, kt == kt0, cw, t, col, bias, zero, acc);
+
+      const StreamKPlan &plan = p.plan;
+      if (!(kt0 == 0 && kt1 == plan.k_tiles)) {
+        const bool last = epilogue::streamk_fixup<kAcc, kConsumerThreads>(plan, a.workspace, blockIdx.x,
+                                                                           tile - plan.dp_tiles(), ct, acc, flag,
+                                                                           [] { consumer_sync(); });
+        if (!last) return;
+      }
+      store(a, m0, n0 + col, lane, acc);
+    });
+  }
+
+  // Sums acc[4j + e] are channel c = n (e < 2) or n + 8, token m0 + 8j + 2(lane % 4) + e % 2.
+  // Per-channel and global scales on the fp32 sums, then lanes 4 apart (channels c and c + 1)
+  // swap halves so that each stores two adjacent channels of one token at once.
+  static __device__ __forceinline__ void store(const GemmArgs &a, int64_t m0, int64_t n, int lane,
+                                               float (&acc)[kAcc]) {
+    using Op = numeric::Operand<kBf16>;
+    const float global = a.global_scale != nullptr ? *a.global_scale : 1.0f;
+    float f[2] = {global, global};
+    if constexpr (GroupK == 0)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        f[h] *= n + 8 * h < a.dims.n_pad ? Op::to_float(static_cast<const uint16_t *>(a.scales)[n + 8 * h]) : 0.0f;
+    const bool odd = (lane / 4) % 2 != 0;
+#pragma unroll
+    for (int j = 0; j < kAcc / 4; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float own0 = acc[4 * j + 2 * h] * f[h], own1 = acc[4 * j + 2 * h + 1] * f[h];
+        // Even lanes keep token 2q and take their partner's; odd lanes keep token 2q + 1.
+        const float other = __shfl_xor_sync(0xFFFFFFFFu, odd ? own0 : own1, 4);
+        const int64_t m = m0 + 8 * j + 2 * (lane % 4) + (odd ? 1 : 0);
+        const int64_t c = n + 8 * h - (odd ? 1 : 0);
+        const float2 v = odd ? make_float2(other, own1) : make_float2(own0, other);
+        if (m < a.m && c < a.dims.n) epilogue::write_pair<ActId>(a, m, c, v);
+      }
+    }
+  }
+
+  static __device__ __forceinline__ void run(const Params &p, char *smem) {
+    const uint32_t raw = smem_addr(smem);
+    const uint32_t ring = (raw + 1023u) & ~1023u;
+    char *ring_ptr = smem + (ring - raw);
+    const uint32_t bars = ring + kRingBytes;
+    volatile int *flag = reinterpret_cast<volatile int *>(ring_ptr + kRingBytes + Stages * 16);
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < Stages; ++s) {
+        mbar_init(bars + 8 * s, 1);                          // full: the producer's arrival + bytes
+        mbar_init(bars + 8 * (Stages + s), 4 * Consumers);  // empty: one arrival per consumer warp
+      }
+      mbar_init_fence();
+      prefetch_tensor_map(&p.act);
+    }
+    __syncthreads();
+    if (threadIdx.x < 128) {
+      regs_dealloc<kProducerRegs>();
+      if (threadIdx.x == 0) produce(p, ring, bars);
+    } else {
+      regs_alloc<kConsumerRegs>();
+      consume(p, ring, ring_ptr, bars, flag);
+    }
+  }
+
+  static int64_t n_tiles(const GemmArgs &args) { return (args.dims.n_pad + BN - 1) / BN; }
+
+  static StreamKPlan plan(const GemmArgs &args) {
+    const int64_t tiles = (args.m + BM - 1) / BM * n_tiles(args);
+    return plan_persistent(tiles, args.dims.k_pad / BK, BK, args.num_sms);
+  }
+
+  // Raises the kernel's shared-memory limit once per process; false where the device cannot give
+  // a block this much.
+  static bool configure();
+};
+
+template <class K> __global__ void __launch_bounds__(K::kThreads, 1) dense_kernel(const __grid_constant__ typename K::Params p) {
+  extern __shared__ __align__(1024) char smem[];
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  K::run(p, smem);
+#endif
+}
+
+template <uint32_t ActId, uint32_t CodeId, int Zero, int GroupK, int BM, int Consumers, int KAtoms, int Stages>
+bool Dense<ActId, CodeId, Zero, GroupK, BM, Consumers, KAtoms, Stages>::configure() {
+  static const bool ok = [] {
+    const cudaError_t e = cudaFuncSetAttribute(dense_kernel<Dense>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemTotal);
+    if (e != cudaSuccess) cudaGetLastError();
+    return e == cudaSuccess;
+  }();
+  return ok;
+}
+
+#define HUMMING_SM90_TARGS uint32_t ActId, uint32_t CodeId, int Zero, int GroupK, int BM, int Consumers, int KAtoms, int Stages
+#define HUMMING_SM90_ARGS ActId, CodeId, Zero, GroupK, BM, Consumers, KAtoms, Stages
+
+template <HUMMING_SM90_TARGS> Status can_implement(const GemmArgs &args) {
+  if (args.layout != kLayoutSm90)
+    return Status::Error(std::string("the sm90 backend reads weights packed for layout 3 (sm90), not layout ") +
+                         std::to_string(args.layout) + " (" + layout_name(args.layout) + ")");
+  if (args.fmt.weight.group_k != GroupK || args.fmt.weight.group_n != 1)
+    return Status::Error("this instance is compiled for " +
+                         (GroupK == 0 ? std::string("per-channel scales") : "K groups of " + std::to_string(GroupK)));
+  if (args.dims.k_pad % (64 * KAtoms) != 0)
+    return Status::Error("the sm90 backend needs the padded k to be a multiple of " + std::to_string(64 * KAtoms) +
+                         ", got " + std::to_string(args.dims.k_pad));
+  if (args.dims.k % 8 != 0)
+    return Status::Error("the sm90 backend needs k to be a multiple of 8 (16-byte activation rows), got k=" +
+                         std::to_string(args.dims.k));
+  if (args.m > 1 && args.lda % 8 != 0)
+    return Status::Error("the sm90 backend needs the activation row stride to be a multiple of 8 elements, got " +
+                         std::to_string(args.lda));
+  if (reinterpret_cast<uintptr_t>(args.a) % 16 != 0)
+    return Status::Error("the sm90 backend needs 16-byte aligned activations");
+  if (args.m > 0x7FFFFFFF - 256 || args.dims.k_pad > 0x7FFFFFFF)
+    return Status::Error("the sm90 backend takes at most 2^31 - 257 rows and 2^31 inputs");
+  return Status::Ok();
+}
+
+template <HUMMING_SM90_TARGS> size_t workspace_bytes(const GemmArgs &args) {
+  using K = Dense<HUMMING_SM90_ARGS>;
+  return streamk_workspace_bytes(K::plan(args), BM, K::BN);
+}
+
+template <HUMMING_SM90_TARGS> Status launch(const GemmArgs &args, void *stream) {
+  using K = Dense<HUMMING_SM90_ARGS>;
+  if (args.m == 0) return Status::Ok();
+  typename K::Params p;
+  p.args = args;
+  p.plan = K::plan(args);
+  p.n_tiles = K::n_tiles(args);
+  p.n_blocks = args.dims.n_pad / layout_sm90::kBlockN;
+  const size_t need = streamk_workspace_bytes(p.plan, BM, K::BN);
+  if (need > args.workspace_bytes || (need > 0 && args.workspace == nullptr))
+    return Status::Error("the sm90 backend needs " + std::to_string(need) + " bytes of workspace (its first 64 KiB zeroed), got " +
+                         std::to_string(args.workspace_bytes));
+  if (!K::configure())
+    return Status::Error(std::string("this sm90 instance needs ") + std::to_string(K::kSmemTotal) +
+                         " bytes of shared memory per block, more than this GPU allows");
+  Status st = encode_rows_map(&p.act, args.a, K::kBf16, args.m, args.dims.k, args.lda, BM);
+  if (!st) return st;
+  dense_kernel<K><<<static_cast<unsigned>(p.plan.blocks), K::kThreads, K::kSmemTotal, static_cast<cudaStream_t>(stream)>>>(p);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return Status::Error(std::string("sm90 kernel failed to launch: ") + cudaGetErrorString(e));
+  return Status::Ok();
+}
+
+#undef HUMMING_SM90_TARGS
+#undef HUMMING_SM90_ARGS
+
+} // namespace sm90
+} // namespace humming
