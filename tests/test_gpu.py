@@ -233,19 +233,29 @@ def test_waves_of_tiles_match_reference(inst, waves):
 
 
 def test_dispatch_crosses_ranges_with_fast_instances():
-    """The default layout for a format with sm80 instances is sm80, and every M range picks an
-    instance whose tile height suits it; results match the reference across the boundaries."""
+    """The default layout for a format with fast instances is that of a fast backend (sm90 first
+    where the device's table says so and the build has sm90 instances for the format, else sm80),
+    and every M range picks an instance of that backend; results match the reference across the
+    boundaries."""
     if not FAST:
-        pytest.skip("this build has no fast instances (profile without the sm80 backend)")
+        pytest.skip("this build has no fast instances (profile without the sm80 or sm90 backend)")
+    from humming_aot import dispatch, registry
+
     lin = torch.nn.Linear(2048, 512)
     layer = ha.QuantLinear.from_linear(lin, "u4g128-sbf16", device="cuda")
-    assert layer.layout == 2
+    props = torch.cuda.get_device_properties(0)
+    table = dispatch._table_for(props.major * 10 + props.minor, props.multi_processor_count, props.name)
+    has = {lay: any(i.layout == lid and "u4g128-sbf16" in i.name and i.act_type == "bf16" and
+                    registry.runs_on(i.name, props.major * 10 + props.minor)[0] for i in FAST)
+           for lay, lid in (("sm80", 2), ("sm90", 3))}
+    expected = next((lay for lay in table.get("layouts", []) + ["sm80", "sm90"] if has[lay]), None)
+    assert layer.layout == {"sm80": 2, "sm90": 3}[expected]
     q = R.quantize_weight(lin.weight.detach(), "u4g128-sbf16")
     w = R.dequantize_weight(q)
     for m in M_VALUES:
         x = torch.randn(m, 2048, device="cuda", dtype=torch.bfloat16)
         name = layer.instance_for(m, "cuda")
-        assert name.startswith("sm80_"), name
+        assert name.startswith(expected + "_"), name
         y = layer(x)
         ref = x.cpu().double() @ w.double().T + lin.bias.detach().to(torch.bfloat16).double()
         assert_gemm_close(y, ref, x.cpu().float(), w, f"{name} m={m}", torch.bfloat16)

@@ -168,6 +168,11 @@ def _sm80_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
     return out
 
 
+# Shared memory one block may use on sm_90 (227 KiB); tiles whose ring needs more for a code width
+# are left out of the matrix for that width.
+SM90_MAX_SMEM = 227 * 1024
+
+
 def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instance]:
     backend_archs, combos = _weight_only_combos(matrix, profile, archs)
     out = []
@@ -187,6 +192,8 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
         # sm90::Dense::kSmemTotal (the instance's translation unit asserts the two agree): alignment
         # slack, the ring, a full and an empty mbarrier per stage, the fix-up flag.
         smem = 1024 + stage * stages + stages * 16 + 16
+        if smem > SM90_MAX_SMEM:  # e.g. the 256-channel decode tiles with 8-bit codes
+            continue
         key = dict(act_type=_dtype_id(act), act_granularity=0, code_type=_dtype_id(code), group_k=group,
                    group_n=1, scale_type=_dtype_id(act), zero=ZERO_ENUM[zero], global_scale=-1,
                    out_type=_dtype_id(act), layout=matrix["layout"], tile_m=bm, tile_n=bn, tile_k=bk,

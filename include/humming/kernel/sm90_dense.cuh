@@ -72,10 +72,16 @@ struct Dense {
   static constexpr int kRingBytes = Stages * kStageBytes;
   // Alignment slack, the ring, a full and an empty barrier per stage, the fix-up flag.
   static constexpr int kSmemTotal = 1024 + kRingBytes + Stages * 16 + 16;
-  // Registers per thread after the producer gives most of its own back (a multiple of 8).
+  // Registers per thread after the producer gives most of its own back (a multiple of 8). A
+  // block starts with the cap __launch_bounds__ gives every thread (65536 / threads, in steps of
+  // 8), and setmaxnreg.inc waits until the block's own pool has the registers, so the consumers may
+  // take only what the producer returns: asking for more hangs the block (seen with four
+  // consumers at 112 against a start of 96).
   static constexpr int kProducerRegs = 40;
-  static constexpr int kConsumerRegsFit = (65536 / 128 - kProducerRegs) / Consumers / 8 * 8;
+  static constexpr int kStartRegs = 65536 / kThreads / 8 * 8;
+  static constexpr int kConsumerRegsFit = (kStartRegs * kThreads - kProducerRegs * 128) / kConsumerThreads / 8 * 8;
   static constexpr int kConsumerRegs = kConsumerRegsFit < 240 ? kConsumerRegsFit : 240;
+  static_assert(kConsumerRegs >= kStartRegs, "the consumers never give registers back");
 
   static_assert(ActId == dtypes::f16.id() || ActId == dtypes::bf16.id(), "activations are f16 or bf16");
   static_assert(kBits == 4 || kBits == 8, "4- or 8-bit codes");
