@@ -27,13 +27,12 @@ import pathlib
 from . import formats as F
 from . import registry
 from ._ext import C
+from .pack import LAYOUTS as _LAYOUT_IDS  # the layouts a table's optional "layouts" list names
 
 _TABLE_DIR = pathlib.Path(__file__).resolve().parent / "tables"
 _user_tables: list[dict] = []
 _forced: str | None = os.environ.get("HUMMING_AOT_INSTANCE") or None
 _cache: dict = {}
-# Fast layouts a table's optional "layouts" list names (pack.LAYOUTS without importing torch).
-_LAYOUT_IDS = {"generic": 1, "sm80": 2, "sm90": 3}
 
 
 class DispatchError(ValueError):
