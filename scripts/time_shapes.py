@@ -1,14 +1,16 @@
 """Kernel time of humming-aot layers over a few shapes, for quick A/B runs on the GPU machine.
 
 Usage: python3 scripts/time_shapes.py NxK[,NxK...] M[,M...] [--format F] [--layout L] [--instances A,B,...] [--graph]
+       [--flush write|read|none]
 Prints one line per point: median microseconds of single calls, each after an L2 flush. Eager:
 CUDA events around the call (the flush kernel covers the host's launch cost). --graph: the call
 captured in a CUDA graph and replayed after the flush (GPU time only). --instances: time each named
-instance instead of the dispatcher's choice (names that do not compute the format are reported and
+instance (or each built instance matching --match) instead of the dispatcher's choice (names that do not compute the format are reported and
 skipped). --layout: pack for this layout (sm80, sm90) instead of the default. Run it in separate processes to compare environment settings such as HUMMING_STREAM_K.
 """
 
 import argparse
+import re
 import statistics
 
 import torch
@@ -20,20 +22,32 @@ ap.add_argument("shapes")
 ap.add_argument("ms")
 ap.add_argument("--format", default="u4g128-sbf16")
 ap.add_argument("--instances", default="")
+ap.add_argument("--match", default="", help="time every built instance whose name matches this regular expression")
 ap.add_argument("--graph", action="store_true")
 ap.add_argument("--layout", default="auto")
 ap.add_argument("--iters", type=int, default=15)
+ap.add_argument("--flush", choices=("write", "read", "none"), default="write",
+                help="before each call: zero a 256 MiB buffer (as the benchmark does; L2 is left full of dirty "
+                "lines), read it (clean lines), or nothing")
 args = ap.parse_args()
 shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
 ms = [int(v) for v in args.ms.split(",")]
-names = [s for s in args.instances.split(",") if s] or [""]
+names = [s for s in args.instances.split(",") if s]
+if args.match:
+    from humming_aot import registry
+
+    names += [i.name for i in registry.instances() if re.search(args.match, i.name)]
+names = names or [""]
 flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
 
 
 def timed(fn):
     times = []
     for _ in range(args.iters):
-        flush.zero_()
+        if args.flush == "write":
+            flush.zero_()
+        elif args.flush == "read":
+            flush.max()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()

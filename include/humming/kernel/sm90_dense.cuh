@@ -13,12 +13,19 @@
 // (contiguous per K block), and the stage's scale and zero-point rows. Consumers wait on "full",
 // load their fragments (one 16-byte shared load per 4 bits of code width per 64 inputs), turn
 // codes into operands in registers (numeric/fast_dequant.h), issue the stage's WGMMAs, and hand
-// the stage back to the producer (its "empty" mbarrier) once they have retired; the consumer
-// warpgroups overlap each other's dequant and WGMMAs (see consume_stage).
+// the stage back to the producer (its "empty" mbarrier) once they have retired.
 //
-// Scales: group scales are folded into the operands ((code - zero) x scale rounded once to the
-// operand type, as the sm80 backend's tiles of several mma tiles per warp do); per-channel scales
-// and the global scale multiply the fp32 sums at the end (exact).
+// Each consumer warpgroup keeps one WGMMA group in flight: while the tensor cores run stage i, it
+// waits for stage i + 1 and builds that stage's fragments into the other of two register sets,
+// then waits for stage i, hands it back and issues stage i + 1 (see advance). At most one group is
+// ever pending, and no ordinary instruction writes its registers, so ptxas keeps the WGMMAs
+// asynchronous.
+//
+// Scales: per-channel scales and the global scale multiply the fp32 sums at the end (exact). Group
+// scales, where the registers allow a sum per group (small token counts: kSumScales), multiply the
+// fp32 sums of each group as they come out of the tensor cores (exact, and no per-operand multiply);
+// otherwise they are folded into the operands ((code - zero) x scale rounded once to the operand
+// type, as the sm80 backend's tiles of several mma tiles per warp do).
 #pragma once
 
 #include <cuda.h>
@@ -62,6 +69,8 @@ struct Dense {
   static constexpr int kWords = layout_sm90::words_per_thread(kBits); // per thread per 64-input block
   static constexpr int kBlockBytes = layout_sm90::words_per_block(kBits) * 4;
   static constexpr int kScaleRows = GroupK == 0 ? 0 : (GroupK >= BK ? 1 : BK / GroupK);
+  // Scale groups per stage, each summed apart when kSumScales.
+  static constexpr int kSets = kScaleRows > 0 ? kScaleRows : 1;
   static constexpr int kAtomBytes = BM * 128; // one 64-input box of the activations
   static constexpr int kABytes = KAtoms * kAtomBytes;
   static constexpr int kWBytes = KAtoms * Consumers * kBlockBytes;
@@ -81,6 +90,10 @@ struct Dense {
   static constexpr int kStartRegs = 65536 / kThreads / 8 * 8;
   static constexpr int kConsumerRegsFit = (kStartRegs * kThreads - kProducerRegs * 128) / kConsumerThreads / 8 * 8;
   static constexpr int kConsumerRegs = kConsumerRegsFit < 240 ? kConsumerRegsFit : 240;
+  // Group sums in fp32 where the registers allow them: kSets x kAcc more sums per thread (besides
+  // two fragment sets of 4 x kSteps registers), so four-consumer tiles (96 registers) keep at most
+  // 4 (8 spilled with 64-input groups), two-consumer tiles 16.
+  static constexpr bool kSumScales = GroupK != 0 && kSets * kAcc <= (kConsumerRegs >= 160 ? 16 : 4);
   static_assert(kConsumerRegs >= kStartRegs, "the consumers never give registers back");
 
   static_assert(ActId == dtypes::f16.id() || ActId == dtypes::bf16.id(), "activations are f16 or bf16");
@@ -102,12 +115,20 @@ struct Dense {
     int64_t n_blocks; // 64-channel blocks along the padded N (layout stride)
   };
 
+  // A stage of the ring and the parity of its current fill (flips each time the ring wraps).
+  struct RingPos {
+    uint32_t stage = 0, phase = 0;
+    __device__ __forceinline__ void advance() {
+      if (++stage == Stages) stage = 0, phase ^= 1u;
+    }
+  };
+
   // ---- producer ------------------------------------------------------------------------------
 
   // One thread: every stage of every segment of this block, in order.
   static __device__ __forceinline__ void produce(const Params &p, uint32_t ring, uint32_t bars) {
     const GemmArgs &a = p.args;
-    int64_t it = 0;
+    RingPos pos;
     for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
       const int64_t m0 = tile / p.n_tiles * BM, n0 = tile % p.n_tiles * BN;
       // Channel blocks of this tile inside n_pad: the copies stop there (the consumers of the
@@ -115,10 +136,10 @@ struct Dense {
       const int64_t left = (a.dims.n_pad - n0) / 64;
       const int cols = static_cast<int>(left < Consumers ? left : Consumers);
       const uint32_t bytes = kABytes + KAtoms * cols * kBlockBytes + kScaleRows * cols * 64 * (2 + (kIntZero ? 1 : 0));
-      for (int64_t kt = kt0; kt < kt1; ++kt, ++it) {
-        const uint32_t s = static_cast<uint32_t>(it % Stages);
-        const uint32_t stage = ring + s * kStageBytes, full = bars + 8 * s, empty = bars + 8 * (Stages + s);
-        mbar_wait(empty, static_cast<uint32_t>((it / Stages) & 1) ^ 1u);
+      for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
+        const uint32_t stage = ring + pos.stage * kStageBytes, full = bars + 8 * pos.stage,
+                       empty = bars + 8 * (Stages + pos.stage);
+        mbar_wait(empty, pos.phase ^ 1u);
         mbar_arrive_expect_tx(full, bytes);
 #pragma unroll
         for (int at = 0; at < KAtoms; ++at)
@@ -152,11 +173,19 @@ struct Dense {
   // This thread's A fragments of one stage: af[step][r] is register r of K step `step`, channels
   // c0 (r even) and c0 + 8 (r odd) of the warpgroup's 64 (see layout/sm90.h). `col` is the
   // thread's first channel inside the tile; `bias` / `zero` the per-channel zero points (used when
-  // the stage holds none).
+  // the stage holds none). With kSumScales, sc[g][h] is the scale of group g of the stage for
+  // channel c0 + 8h, and the operands stay unscaled.
   static __device__ __forceinline__ void load_fragments(const char *stage, int cw, int t, int col,
                                                         const uint32_t (&bias)[2], const float (&zero)[2],
-                                                        uint32_t (&af)[kSteps][4]) {
+                                                        uint32_t (&af)[kSteps][4], float (&sc)[kSets][2]) {
     using Op = numeric::Operand<kBf16>;
+    if constexpr (kSumScales) {
+      const auto *srows = reinterpret_cast<const uint16_t *>(stage + kABytes + kWBytes);
+#pragma unroll
+      for (int g = 0; g < kSets; ++g)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) sc[g][h] = Op::to_float(srows[g * BN + col + 8 * h]);
+    }
 #pragma unroll
     for (int at = 0; at < KAtoms; ++at) {
       const uint32_t *blk = reinterpret_cast<const uint32_t *>(stage + kABytes + (at * Consumers + cw) * kBlockBytes);
@@ -170,14 +199,16 @@ struct Dense {
       for (int sa = 0; sa < 4; ++sa) {
         const int step = at * 4 + sa;
         const int row = scale_row(step);
-        uint32_t b[2] = {bias[0], bias[1]}, sc[2] = {0u, 0u};
+        uint32_t b[2] = {bias[0], bias[1]}, sc2[2] = {0u, 0u};
         float z[2] = {zero[0], zero[1]};
         if constexpr (GroupK != 0) {
           const auto *srow = reinterpret_cast<const uint16_t *>(stage + kABytes + kWBytes) + row * BN;
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const uint32_t sv = srow[col + 8 * h];
-            sc[h] = sv | (sv << 16);
+            if constexpr (!kSumScales) {
+              const uint32_t sv = srow[col + 8 * h];
+              sc2[h] = sv | (sv << 16);
+            }
             if constexpr (kIntZero) {
               const auto *zrow = reinterpret_cast<const uint8_t *>(stage + kABytes + kWBytes + kSBytes) + row * BN;
               z[h] = static_cast<float>(zrow[col + 8 * h]);
@@ -195,48 +226,103 @@ struct Dense {
           else if (pair % kPpw == 1) v = numeric::exact_pair<kBf16, CodeId, 1>(w, b[r % 2], z[r % 2]);
           else if (pair % kPpw == 2) v = numeric::exact_pair<kBf16, CodeId, (kPpw > 2 ? 2 : 0)>(w, b[r % 2], z[r % 2]);
           else v = numeric::exact_pair<kBf16, CodeId, (kPpw > 3 ? 3 : 0)>(w, b[r % 2], z[r % 2]);
-          if constexpr (GroupK != 0) v = Op::mul(v, sc[r % 2]);
+          if constexpr (GroupK != 0 && !kSumScales) v = Op::mul(v, sc2[r % 2]);
           af[step][r] = v;
         }
       }
     }
   }
 
-  // One stage: wait for it, build the fragments into af, issue its WGMMAs as one group, wait for
-  // them and hand the stage back to the producer. Keeping a group in flight while the next
-  // stage's fragments are built makes ptxas serialize the WGMMAs (C7513: registers of a pending
-  // group's successor written by ordinary instructions), so the overlap comes from the other
-  // consumer warpgroup instead: one builds fragments while the other's WGMMAs run, and the ring
-  // keeps the copies ahead of both.
-  static __device__ __forceinline__ void consume_stage(uint32_t ring, const char *ring_ptr, uint32_t bars, int64_t it,
-                                                       bool first, int cw, int t, int col, const uint32_t (&bias)[2],
-                                                       const float (&zero)[2], float (&acc)[kAcc]) {
-    const uint32_t s = static_cast<uint32_t>(it % Stages);
-    mbar_wait(bars + 8 * s, static_cast<uint32_t>((it / Stages) & 1));
-    uint32_t af[kSteps][4];
-    load_fragments(ring_ptr + s * kStageBytes, cw, t, col, bias, zero, af);
-    // The fragments and sums are final before the fence: the compiler may not sink the dequant
-    // past it.
-#pragma unroll
-    for (int step = 0; step < kSteps; ++step) fence_regs(af[step]);
-    fence_regs(acc);
-    wgmma_fence();
-    const uint64_t desc = desc_sw128(ring + s * kStageBytes);
-#pragma unroll
-    for (int step = 0; step < kSteps; ++step)
-      Wgmma<BM, kBf16>::run(acc, af[step], desc + (step / 4) * (kAtomBytes >> 4) + (step % 4) * 2,
-                            first && step == 0 ? 0 : 1);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(acc);
-    release(bars, it, t);
+  // Per consumer thread: the sums of its tile (acc) and, with kSumScales, the current stage's sums
+  // per scale group (part), with the fragments and scales of two stages (the one the tensor cores
+  // run and the next).
+  struct Regs {
+    float acc[kAcc];
+    float part[kSumScales ? kSets : 1][kSumScales ? kAcc : 1];
+    uint32_t af[2][kSteps][4];
+    float sc[2][kSets][2];
+  };
+
+  // Waits for stage `pos` and builds its fragments into set `B`.
+  template <int B>
+  static __device__ __forceinline__ void fetch(const char *ring_ptr, uint32_t bars, RingPos pos, int cw, int t,
+                                               int col, const uint32_t (&bias)[2], const float (&zero)[2], Regs &r) {
+    mbar_wait(bars + 8 * pos.stage, pos.phase);
+    load_fragments(ring_ptr + pos.stage * kStageBytes, cw, t, col, bias, zero, r.af[B], r.sc[B]);
   }
 
-  // The consumer warps' arrivals on the empty barrier of stage-iteration `it` (one per warp, after
-  // the warp's own shared loads and WGMMA reads of it are done).
-  static __device__ __forceinline__ void release(uint32_t bars, int64_t it, int t) {
+  // Issues the WGMMAs of stage `pos` from fragment set `B` as one group: into the group sums (each
+  // group's first K step starts its sum afresh) or straight into the tile's sums. The fragments
+  // and sums are final before the fence (the compiler may not sink their writes past it).
+  template <int B> static __device__ __forceinline__ void issue(uint32_t ring, RingPos pos, Regs &r) {
+#pragma unroll
+    for (int step = 0; step < kSteps; ++step) fence_regs(r.af[B][step]);
+    if constexpr (kSumScales)
+#pragma unroll
+      for (int g = 0; g < kSets; ++g) fence_regs(r.part[g]);
+    else fence_regs(r.acc);
+    wgmma_fence();
+    const uint64_t desc = desc_sw128(ring + pos.stage * kStageBytes);
+#pragma unroll
+    for (int step = 0; step < kSteps; ++step) {
+      const uint64_t d = desc + (step / 4) * (kAtomBytes >> 4) + (step % 4) * 2;
+      if constexpr (kSumScales) {
+        constexpr int kSpan = GroupK < BK ? GroupK : BK; // inputs of one group inside the stage
+        Wgmma<BM, kBf16>::run(r.part[scale_row(step)], r.af[B][step], d, (step * 16) % kSpan == 0 ? 0 : 1);
+      } else {
+        Wgmma<BM, kBf16>::run(r.acc, r.af[B][step], d, 1);
+      }
+    }
+    wgmma_commit();
+  }
+
+  // Completes the stage in flight (`cur`, fragment set B) and starts the next one, if any: builds
+  // the next stage's fragments into set 1 - B while the tensor cores run, waits for them, adds the
+  // group sums into the tile's sums, hands the stage back and issues the next. True at the end.
+  template <int B>
+  static __device__ __forceinline__ bool advance(uint32_t ring, const char *ring_ptr, uint32_t bars, RingPos &cur,
+                                                 bool more, int cw, int t, int col, const uint32_t (&bias)[2],
+                                                 const float (&zero)[2], Regs &r) {
+    RingPos next = cur;
+    next.advance();
+    if (more) fetch<1 - B>(ring_ptr, bars, next, cw, t, col, bias, zero, r);
+    wgmma_wait<0>();
+    if constexpr (kSumScales) {
+#pragma unroll
+      for (int g = 0; g < kSets; ++g) {
+        fence_regs(r.part[g]);
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) r.acc[i] = fmaf(r.part[g][i], r.sc[B][g][(i % 4) / 2], r.acc[i]);
+      }
+    } else {
+      fence_regs(r.acc);
+    }
+    release(bars, cur.stage, t);
+    cur = next;
+    if (more) issue<1 - B>(ring, cur, r);
+    return !more;
+  }
+
+  // The `n` stages of one segment from ring position `pos` (left one past the last) into r.acc.
+  static __device__ __forceinline__ void mainloop(uint32_t ring, const char *ring_ptr, uint32_t bars, RingPos &pos,
+                                                  int64_t n, int cw, int t, int col, const uint32_t (&bias)[2],
+                                                  const float (&zero)[2], Regs &r) {
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) r.acc[i] = 0.0f;
+    fetch<0>(ring_ptr, bars, pos, cw, t, col, bias, zero, r);
+    issue<0>(ring, pos, r);
+    // Two stages per trip so that each fragment set has fixed registers.
+    for (int64_t j = 1;; j += 2) {
+      if (advance<0>(ring, ring_ptr, bars, pos, j < n, cw, t, col, bias, zero, r)) break;
+      if (advance<1>(ring, ring_ptr, bars, pos, j + 1 < n, cw, t, col, bias, zero, r)) break;
+    }
+  }
+
+  // The consumer warps' arrivals on the empty barrier of `stage` (one per warp, after the warp's
+  // own shared loads and WGMMA reads of it are done).
+  static __device__ __forceinline__ void release(uint32_t bars, uint32_t stage, int t) {
     __syncwarp();
-    if (t % 32 == 0) mbar_arrive(bars + 8 * (Stages + static_cast<uint32_t>(it % Stages)));
+    if (t % 32 == 0) mbar_arrive(bars + 8 * (Stages + stage));
   }
 
   static __device__ __forceinline__ void consumer_sync() {
@@ -249,7 +335,8 @@ struct Dense {
     const int ct = static_cast<int>(threadIdx.x) - 128; // thread among the consumers
     const int cw = ct / 128, t = ct % 128, warp = t / 32, lane = t % 32;
     const int col = cw * 64 + warp * 16 + lane / 4; // first channel of this thread inside the tile
-    int64_t it = 0;
+    RingPos pos;
+    Regs r;
     for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
       const int64_t m0 = tile / p.n_tiles * BM, n0 = tile % p.n_tiles * BN;
       // Zero points that hold for the whole segment: the implied 2^(bits-1) of symmetric codes, or
@@ -265,20 +352,16 @@ struct Dense {
         }
         bias[h] = numeric::zero_bias<kBf16>(zero[h]);
       }
-      float acc[kAcc];
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
-      for (int64_t kt = kt0; kt < kt1; ++kt, ++it)
-        consume_stage(ring, ring_ptr, bars, it, kt == kt0, cw, t, col, bias, zero, acc);
+      mainloop(ring, ring_ptr, bars, pos, kt1 - kt0, cw, t, col, bias, zero, r);
 
       const StreamKPlan &plan = p.plan;
       if (!(kt0 == 0 && kt1 == plan.k_tiles)) {
         const bool last = epilogue::streamk_fixup<kAcc, kConsumerThreads>(plan, a.workspace, blockIdx.x,
-                                                                           tile - plan.dp_tiles(), ct, acc, flag,
+                                                                           tile - plan.dp_tiles(), ct, r.acc, flag,
                                                                            [] { consumer_sync(); });
         if (!last) return;
       }
-      store(a, m0, n0 + col, lane, acc);
+      store(a, m0, n0 + col, lane, r.acc);
     });
   }
 
