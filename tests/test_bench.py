@@ -1,9 +1,10 @@
 """CPU tests of the benchmark harness (humming_aot.bench, benchmarks/bench_gemm.py, humming-aot bench).
 
 The timings themselves need a GPU; what is checked here is everything around them: argument
-parsing, the arithmetic, the JSON / Markdown writers, the operand builders of the peers (against
-torch's CPU kernels and the reference quantizer), the measurement loop driven by a fake timer on
-the CPU, and that a run without a GPU stops with a message instead of a traceback.
+parsing, the shape corpus (against the models' published configs), the arithmetic, the JSON /
+Markdown writers, the operand builders of the peers (against torch's CPU kernels and the reference
+quantizer), the measurement loop driven by a fake timer on the CPU, and that a run without a GPU
+stops with a message instead of a traceback.
 """
 
 import importlib.util
@@ -64,7 +65,8 @@ def test_quick_fills_only_what_is_not_given():
 @pytest.mark.parametrize("argv", [["--shapes", "8192"], ["--shapes", "0x16"], ["--ms", "0"], ["--ms", "a"],
                                   ["--formats", "u4g100-sbf16"], ["--formats", "w4a16,u4g128-sbf16:q8"],
                                   ["--impls", "cublas-bf16,nope"], ["--jit-formats", "w2a16"],
-                                  ["--iters", "0"], ["--max-ms-per-point", "-1"]])
+                                  ["--iters", "0"], ["--max-ms-per-point", "-1"], ["--suite", "llama"],
+                                  ["--flush", "zero"]])
 def test_bad_arguments_are_argparse_errors(argv, capsys):
     with pytest.raises(SystemExit) as e:
         B.parse_args(argv)
@@ -82,10 +84,144 @@ def test_format_strings_and_aliases():
 
 def test_worker_arguments_round_trip(tmp_path):
     a = B.parse_args(["--shapes", "64x128", "--ms", "1,8", "--iters", "4", "--flush-mib", "32", "--jit-formats",
-                      "w4a16,w8a16"])
+                      "w4a16,w8a16", "--flush", "write"])
     w = B.parse_args(B.worker_argv(a, tmp_path / "o.json", 12.5))
     assert (w.shapes, w.ms, w.iters, w.flush_mib, w.jit_formats) == (a.shapes, a.ms, 4, 32, ["w4a16", "w8a16"])
     assert (w.worker, w.worker_out, w.time_budget_s) == ("humming-jit", tmp_path / "o.json", 12.5)
+    assert w.flush == "write"  # not the default: only forwarding gets it there
+
+
+def test_the_suite_picks_the_shapes_and_explicit_shapes_win():
+    corpus = list(dict.fromkeys((e["n"], e["k"]) for e in json.loads(B.CORPUS_PATH.read_text())["shapes"]))
+    headline = [(8192, 8192), (28672, 8192), (8192, 28672)]
+    a = B.parse_args([])
+    assert (a.suite, a.shapes) == ("headline", headline)
+    a = B.parse_args(["--suite", "models"])
+    assert (a.suite, a.shapes) == ("models", corpus) and a.ms == [1, 16, 64, 256, 1024, 4096, 8192]
+    a = B.parse_args(["--suite", "all"])
+    assert a.suite == "all" and a.shapes[:3] == headline and len(set(a.shapes)) == len(a.shapes)
+    assert set(a.shapes) == set(headline) | set(corpus) and len(a.shapes) < len(headline) + len(corpus)
+    # --quick fills in what was not given: an explicit suite keeps its shapes, --shapes beats both.
+    q = B.parse_args(["--quick", "--suite", "models"])
+    assert (q.suite, q.shapes, q.ms, q.iters) == ("models", corpus, [1, 256, 4096], 5)
+    q = B.parse_args(["--quick"])
+    assert (q.suite, q.shapes) == (None, [(8192, 8192)])
+    for argv in (["--suite", "models", "--shapes", "64x128"], ["--shapes", "64x128", "--suite", "all", "--quick"]):
+        a = B.parse_args(argv)
+        assert (a.suite, a.shapes) == (None, [(64, 128)])
+
+
+def test_flush_method_defaults_to_read():
+    assert B.parse_args([]).flush == "read"
+    assert B.parse_args(["--flush", "write"]).flush == "write"
+    assert "--flush" in B.worker_argv(B.parse_args([]), pathlib.Path("o.json"), 1.0)
+
+
+def test_read_flush_leaves_the_buffer_alone_and_write_flush_zeroes_it():
+    buf = torch.arange(-500, 1500, dtype=torch.int32)
+    sink = torch.zeros(1, dtype=torch.int32)
+    B.flush_l2(buf, "read", sink)
+    assert torch.equal(buf, torch.arange(-500, 1500, dtype=torch.int32)) and sink.tolist() == [1499]
+    B.flush_l2(buf, "write", sink)
+    assert not buf.any() and sink.tolist() == [1499]
+    with pytest.raises(ValueError, match="flush method"):
+        B.flush_l2(buf, "zero", sink)
+
+
+# ---- shape corpus (bench_corpus.json) -------------------------------------------------------------
+
+
+# The published config.json values of each model (field names as there; head_dim is hidden_size /
+# num_attention_heads where the file has no such field), written out independently of the corpus file.
+MODEL_CONFIGS = {
+    "Llama-3-8B": {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+                   "num_key_value_heads": 8, "head_dim": 128},
+    "Llama-3-70B": {"hidden_size": 8192, "intermediate_size": 28672, "num_attention_heads": 64,
+                    "num_key_value_heads": 8, "head_dim": 128},
+    "Qwen2.5-7B": {"hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,
+                   "num_key_value_heads": 4, "head_dim": 128},
+    "Qwen2.5-14B": {"hidden_size": 5120, "intermediate_size": 13824, "num_attention_heads": 40,
+                    "num_key_value_heads": 8, "head_dim": 128},
+    "Qwen2.5-72B": {"hidden_size": 8192, "intermediate_size": 29568, "num_attention_heads": 64,
+                    "num_key_value_heads": 8, "head_dim": 128},
+    "Mistral-7B": {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+                   "num_key_value_heads": 8, "head_dim": 128},
+    "Mixtral-8x7B": {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+                     "num_key_value_heads": 8, "head_dim": 128},
+    "DeepSeek-V3": {"hidden_size": 7168, "intermediate_size": 18432, "num_attention_heads": 128,
+                    "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "v_head_dim": 128},
+    "gpt-oss-120b": {"hidden_size": 2880, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64},
+}
+STANDARD_ROLES = {"qkv", "o", "gate_up", "down"}
+MODEL_ROLES = dict({m: STANDARD_ROLES for m in MODEL_CONFIGS},
+                   **{"DeepSeek-V3": {"q_a_proj", "kv_a_proj_with_mqa", "o", "gate_up", "down"},
+                      "gpt-oss-120b": {"qkv", "o"}})
+
+
+def _expected_nk(cfg: dict, role: str) -> tuple[int, int]:
+    """(N, K) of a layer by the fused-projection rules of the corpus' _doc."""
+    h = cfg["hidden_size"]
+    if role == "qkv":
+        return (cfg["num_attention_heads"] + 2 * cfg["num_key_value_heads"]) * cfg["head_dim"], h
+    if role == "o":
+        return h, cfg["num_attention_heads"] * cfg.get("v_head_dim", cfg.get("head_dim"))
+    if role == "gate_up":
+        return 2 * cfg["intermediate_size"], h
+    if role == "down":
+        return h, cfg["intermediate_size"]
+    if role == "q_a_proj":
+        return cfg["q_lora_rank"], h
+    if role == "kv_a_proj_with_mqa":
+        return cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"], h
+    raise AssertionError(f"role {role!r} has no rule")
+
+
+def test_corpus_file_is_valid_and_follows_the_head_arithmetic():
+    data = json.loads(B.CORPUS_PATH.read_text())  # the installed package's copy: it must ship
+    assert "config.json" in data["_doc"] and "num_key_value_heads" in data["_doc"]
+    entries = data["shapes"]
+    for e in entries:
+        assert {"model", "role", "n", "k"} <= set(e), e
+        assert all(type(e[key]) is int and e[key] > 0 for key in ("n", "k")), e
+        assert e["model"] in MODEL_CONFIGS, e
+        assert (e["n"], e["k"]) == _expected_nk(MODEL_CONFIGS[e["model"]], e["role"]), e
+    assert len({(e["n"], e["k"]) for e in entries}) >= 24
+    pairs = [(e["model"], e["role"]) for e in entries]
+    assert len(pairs) == len(set(pairs))
+    assert set(pairs) == {(m, r) for m, roles in MODEL_ROLES.items() for r in roles}
+    # The config values the file documents are the published ones.
+    for model, cfg in MODEL_CONFIGS.items():
+        assert {key: data["models"][model].get(key) for key in cfg} == cfg, model
+    # Anchors given as numbers rather than derived (gpt-oss states its head_dim; DeepSeek-V3 uses MLA).
+    nk = {(e["model"], e["role"]): (e["n"], e["k"]) for e in entries}
+    assert nk[("gpt-oss-120b", "qkv")] == (5120, 2880) and nk[("gpt-oss-120b", "o")] == (2880, 4096)
+    assert nk[("DeepSeek-V3", "q_a_proj")] == (1536, 7168)
+    assert nk[("DeepSeek-V3", "kv_a_proj_with_mqa")] == (576, 7168)
+    assert nk[("DeepSeek-V3", "o")] == (7168, 16384)
+    assert nk[("Llama-3-70B", "gate_up")] == (57344, 8192) and nk[("Qwen2.5-7B", "qkv")] == (4608, 3584)
+    assert B.load_corpus() == entries
+
+
+@pytest.mark.parametrize("bad", [{"model": "A", "role": "o", "n": 0, "k": 64},
+                                 {"model": "A", "role": "o", "n": "4096", "k": 64},
+                                 {"model": "A", "role": "o", "n": True, "k": 64},
+                                 {"model": "A", "n": 64, "k": 64}])
+def test_broken_corpus_entries_are_rejected(tmp_path, bad):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"shapes": [{"model": "A", "role": "qkv", "n": 64, "k": 64}, bad]}))
+    with pytest.raises(ValueError, match=r"shapes\[1\]"):
+        B.load_corpus(path)
+
+
+def test_shape_labels_name_every_model_and_role():
+    labels = B.shape_labels(B.load_corpus())
+    assert labels[(6144, 4096)] == "Llama-3-8B, Mistral-7B, Mixtral-8x7B qkv"
+    assert labels[(8192, 8192)] == "Llama-3-70B, Qwen2.5-72B o"
+    assert labels[(576, 7168)] == "DeepSeek-V3 kv_a_proj_with_mqa"
+    assert (28672, 8192) not in labels  # a headline shape that is no fused layer of these models
+    mixed = [{"model": "A", "role": "o", "n": 64, "k": 64}, {"model": "B", "role": "down", "n": 64, "k": 64},
+             {"model": "C", "role": "o", "n": 64, "k": 64}, {"model": "A", "role": "o", "n": 64, "k": 64}]
+    assert B.shape_labels(mixed) == {(64, 64): "A, C o; B down"}
 
 
 # ---- arithmetic ----------------------------------------------------------------------------------
@@ -156,6 +292,19 @@ def test_json_has_the_required_fields(tmp_path):
     assert host[("humming-jit", "w4a16")]["host_overhead_us"] == 35.0
     assert host[("humming-jit", "w4a16")]["eager_minus_graph_us"] == pytest.approx(55.3 - 19.9)
     assert ("cublaslt-fp8", "w8a8-fp8") not in host  # no host measurement at m = 4096
+
+
+def test_markdown_shows_the_layer_label_where_rows_have_one():
+    rows = [dict(r, label="Llama-3-70B, Qwen2.5-72B o") if (r["n"], r["k"]) == (8192, 8192) else r
+            for r in SYNTHETIC]
+    md = B.markdown(_result(rows))
+    lines = md.splitlines()
+    header = next(line for line in lines if line.startswith("| N x K |"))
+    assert header.startswith("| N x K | layer | M | ")
+    assert any(line.startswith("| 8192 x 8192 | Llama-3-70B, Qwen2.5-72B o | 1 |") for line in lines)
+    assert any(line.startswith("|  |  | 4096 |") for line in lines)
+    assert any(line.startswith("| 28672 x 8192 |  | 4096 |") for line in lines)  # no label: empty cell
+    assert "| layer |" not in B.markdown(_result(SYNTHETIC))  # no labels: no column
 
 
 def test_markdown_lists_every_implementation_and_m():
@@ -342,11 +491,14 @@ def test_main_end_to_end_with_a_stand_in_gpu(tmp_path, monkeypatch, capsys):
     class Props:
         name, major, minor, multi_processor_count, total_memory, L2_cache_size = "NVIDIA H200", 9, 0, 132, 2**37, 2**25
 
+    flushes = []
+
     class StandInTimer(FakeTimer):
         flush_bytes = 256 << 20
 
-        def __init__(self, flush_mib):
+        def __init__(self, flush_mib, flush="read"):
             super().__init__()
+            flushes.append(flush)
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
@@ -357,7 +509,7 @@ def test_main_end_to_end_with_a_stand_in_gpu(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "humming" else real(name, *a))
     monkeypatch.setenv("OUT", str(tmp_path / "out"))
     rc = B.main(["--shapes", "64x256,32x128", "--ms", "1,3,300", "--graph-max-m", "4", "--check-m", "4",
-                 "--name", "run1", "--no-plot"], results_root=tmp_path / "results", repo_root=REPO)
+                 "--name", "run1", "--no-plot", "--flush", "write"], results_root=tmp_path / "results", repo_root=REPO)
     assert rc == 0, capsys.readouterr().err
     res = tmp_path / "results" / "h200"
     assert sorted(p.name for p in res.iterdir()) == ["run1.json", "run1.log", "run1.md"]
@@ -365,6 +517,7 @@ def test_main_end_to_end_with_a_stand_in_gpu(tmp_path, monkeypatch, capsys):
     data = json.loads((res / "run1.json").read_text())
     assert "partial" not in data and data["device"]["name"] == "NVIDIA H200" and data["device"]["driver"]
     assert data["settings"]["ms"] == [1, 3, 300] and set(data["method"]) == set(B.METHOD)
+    assert (data["settings"]["flush"], data["settings"]["suite"], flushes) == ("write", None, ["write"])
     assert data["git_sha"]  # from git here, or HUMMING_GIT_SHA where the checkout has no .git
     impls = {(r["impl"], r["n"], r["m"]) for r in data["rows"]}
     assert {("cublas-bf16", n, m) for n in (64, 32) for m in (1, 3, 300)} <= impls
@@ -376,6 +529,35 @@ def test_main_end_to_end_with_a_stand_in_gpu(tmp_path, monkeypatch, capsys):
     md = (res / "run1.md").read_text()
     assert "| 64 x 256 | 1 |" in md and "| 32 x 128 | 1 |" in md and "|  | 300 |" in md
     assert "wrote " in capsys.readouterr().out
+
+
+def test_corpus_shapes_no_peer_can_run_are_skipped_with_a_reason():
+    # K = 2880 (gpt-oss-120b qkv) is not a multiple of 128 and N = 576 (DeepSeek-V3 kv_a_proj_with_mqa)
+    # not of 64: every implementation either measures them or lists them as skipped, and the rows and
+    # the table carry the layer names.
+    args = B.parse_args(["--shapes", "5120x2880,576x7168", "--ms", "1,3", "--graph-max-m", "4", "--check-m", "2"])
+    impls = [B.CublasBf16("bf16"), B.TorchInt4("w4a16")]
+    if _has_extension():
+        impls.insert(0, B.HummingAot(B.parse_format("w4a16")))
+    rows, skipped = B.measure_impls(impls, args, FakeTimer(), B.Log(stream=open(os.devnull, "w")),
+                                    deadline=float("inf"))
+    for impl in impls:
+        for n, k in args.shapes:
+            ms = {r["m"] for r in rows if (r["impl"], r["n"], r["k"]) == (impl.name, n, k)}
+            why = [s["reason"] for s in skipped if (s["impl"], s["n"], s["k"]) == (impl.name, n, k)]
+            assert ms == {1, 3} or (why and all(why)), (impl.name, n, k, ms, why)
+    int4 = next(s for s in skipped if (s["impl"], s["k"]) == ("torch-int4", 2880))
+    assert "multiple of 128" in int4["reason"]
+    assert {(r["n"], r["k"]) for r in rows if r["impl"] == "cublas-bf16"} == {(5120, 2880), (576, 7168)}
+    result = B._finish(_result([]), rows, skipped, args.shapes)
+    assert {(r["n"], r["label"]) for r in result["rows"]} == {(5120, "gpt-oss-120b qkv"),
+                                                             (576, "DeepSeek-V3 kv_a_proj_with_mqa")}
+    stripped = [{key: v for key, v in r.items() if key != "label"} for r in result["rows"]]
+    assert len(stripped) == len(rows) and all(r in rows for r in stripped)  # the other fields as measured
+    md = B.markdown(result)
+    assert "| 5120 x 2880 | gpt-oss-120b qkv | 1 |" in md
+    assert "| 576 x 7168 | DeepSeek-V3 kv_a_proj_with_mqa | 1 |" in md
+    assert "k=2880, gpt-oss-120b qkv): ValueError: torch-int4 needs K a multiple of 128" in md
 
 
 def test_time_budget_skips_instead_of_running():

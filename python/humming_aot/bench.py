@@ -4,8 +4,13 @@
 
 What is timed, and how (the same text goes into the JSON ``method`` field, see ``METHOD``):
 
-* before every timed call a buffer larger than L2 (256 MiB by default) is overwritten, so the
-  weights come from HBM as they do in a model that streams through many layers;
+* before every timed call a buffer larger than L2 (256 MiB by default) passes through L2, so the
+  weights come from HBM as they do in a model that streams through many layers. ``--flush read``
+  (the default) reduces the buffer into one element and leaves L2 full of clean lines, as a forward
+  pass does (what L2 holds then is mostly the previous layer's weights, read only); ``--flush
+  write`` zeroes it instead, which leaves L2 full of dirty lines whose write-back to HBM competes
+  with the timed kernel's reads: on the H200 a streaming read of 117 MB took 38.1 us after a
+  zeroing flush and 29.8 us after a read flush;
 * ``us`` (eager): flush, ``torch.cuda.synchronize()``, then CUDA events around one Python call. The
   GPU is idle when the call starts, so the time includes whatever the host needs to issue the call
   when that is longer than the GPU work (what a server pays without CUDA graphs); median of the
@@ -15,6 +20,11 @@ What is timed, and how (the same text goes into the JSON ``method`` field, see `
   replay and the events see GPU time only (servers run decode under graphs); median;
 * ``host_overhead_us`` (the same M range): CPU wall time per call of issuing 20 back-to-back eager
   calls without flush or synchronization, i.e. the host cost of one eager call by itself.
+
+Shapes: ``--suite headline`` (the default) are the design's three shapes, ``--suite models`` the
+dense layers of public models listed in ``bench_corpus.json`` next to this module (N x K with
+model and layer names, see ``load_corpus``), ``--suite all`` both; rows of a shape in that file
+carry its ``label`` (e.g. "Llama-3-70B, Qwen2.5-72B o") whichever way the shape was chosen.
 
 Peers: cuBLAS bf16 (``F.linear``), torch's int4 weight-only kernel (``torch._weight_int4pack_mm``),
 FP8 (``torch._scaled_mm`` with row-wise scales) and the JIT Humming library ``humming-kernels``.
@@ -49,6 +59,11 @@ DEFAULT_SHAPES = "8192x8192,28672x8192,8192x28672"
 DEFAULT_MS = "1,16,64,256,1024,4096,8192"
 QUICK_SHAPES = "8192x8192"
 QUICK_MS = "1,256,4096"
+# Shape lists by name (--suite): the design's three shapes, the layers of public models in the
+# corpus file, or both.
+SUITES = ("headline", "models", "all")
+CORPUS_PATH = pathlib.Path(__file__).resolve().parent / "bench_corpus.json"
+FLUSH_METHODS = ("read", "write")
 
 # Short names for the formats of the design's comparisons. Anything else is given as
 # WEIGHT[:ACT], e.g. "i4g128-sbf16:bf16" or "e2m1g32-se8m0:e4m3-pt".
@@ -68,7 +83,12 @@ INT4_INNER_K_TILES = 8  # what torchao uses; needs K % 128 == 0
 FP8_M_MULTIPLE = 16     # _scaled_mm wants every dimension a multiple of 16
 
 METHOD = {
-    "l2_flush": "before every timed call a buffer of flush_mib MiB (larger than L2) is zeroed on the same stream",
+    "l2_flush": "before every timed call a buffer of flush_mib MiB (larger than L2, at least 4x) passes through L2 "
+                "on the same stream, as settings.flush says: read (the default) reduces it into one element "
+                "(torch.amax), leaving L2 full of clean lines as in a forward pass, where L2 holds mostly the "
+                "previous layer's weights; write zeroes it, leaving dirty lines whose write-back to HBM competes "
+                "with the timed kernel's reads (H200: a streaming read of 117 MB took 38.1 us after a zeroing "
+                "flush, 29.8 us after a read flush)",
     "eager": "us: flush, torch.cuda.synchronize(), CUDA events around one Python call; host cost is included "
              "when the host is slower than the GPU work; median of up to `iters` calls, stopped early after "
              "max_ms_per_point ms (at least 3 calls)",
@@ -118,6 +138,56 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
     if not out:
         raise argparse.ArgumentTypeError("no shape given; expected e.g. 8192x8192,28672x8192")
     return out
+
+
+def load_corpus(path: pathlib.Path | None = None) -> list[dict]:
+    """The entries of the shape corpus (bench_corpus.json): dicts with model, role, n, k, in file order.
+
+    Checked here so that a broken entry stops ``--suite models`` with its index instead of timing a
+    wrong shape.
+    """
+    path = pathlib.Path(path) if path is not None else CORPUS_PATH
+    entries = json.loads(path.read_text()).get("shapes")
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"{path}: no 'shapes' list")
+    for i, e in enumerate(entries):
+        ok = (isinstance(e, dict) and all(isinstance(e.get(key), str) and e[key] for key in ("model", "role"))
+              and all(type(e.get(key)) is int and e[key] > 0 for key in ("n", "k")))
+        if not ok:
+            raise ValueError(f"{path}: shapes[{i}] = {e!r} needs model and role (names) and n and k "
+                             "(positive integers)")
+    return entries
+
+
+def corpus_shapes(entries: list[dict]) -> list[tuple[int, int]]:
+    """Distinct (N, K) of corpus entries, in order of first appearance (models share shapes)."""
+    return list(dict.fromkeys((e["n"], e["k"]) for e in entries))
+
+
+def shape_labels(entries: list[dict]) -> dict[tuple[int, int], str]:
+    """{(N, K): label}: the models of each shape, grouped by layer role, e.g.
+    "Llama-3-8B, Mistral-7B, Mixtral-8x7B qkv" or "A o; B down" when roles differ."""
+    by_shape: dict = {}
+    for e in entries:
+        models = by_shape.setdefault((e["n"], e["k"]), {}).setdefault(e["role"], [])
+        if e["model"] not in models:
+            models.append(e["model"])
+    return {shape: "; ".join(f"{', '.join(models)} {role}" for role, models in roles.items())
+            for shape, roles in by_shape.items()}
+
+
+def suite_shapes(name: str) -> list[tuple[int, int]]:
+    """The (N, K) list of a --suite: headline, models (the corpus) or all (headline first, then the
+    corpus shapes not already in it)."""
+    headline = parse_shapes(DEFAULT_SHAPES)
+    if name == "headline":
+        return headline
+    corpus = corpus_shapes(load_corpus())
+    if name == "models":
+        return corpus
+    if name == "all":
+        return headline + [s for s in corpus if s not in headline]
+    raise ValueError(f"unknown suite {name!r}; choose from {', '.join(SUITES)}")
 
 
 def parse_ms(text: str) -> list[int]:
@@ -178,7 +248,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Time humming-aot GEMMs against cuBLAS bf16, torch int4, FP8 _scaled_mm and humming-kernels "
                     "in one run on one GPU; write JSON, a Markdown table and (with matplotlib) a plot.")
     ap.add_argument("--shapes", type=parse_shapes, default=None,
-                    help=f"comma-separated NxK weight shapes (default {DEFAULT_SHAPES})")
+                    help="comma-separated NxK weight shapes (default: those of --suite)")
+    ap.add_argument("--suite", choices=SUITES, default=None,
+                    help=f"named shape list: headline ({DEFAULT_SHAPES}, the default), models (the dense layers "
+                         "of public models in bench_corpus.json: Llama 3 8B and 70B, Qwen2.5 7B, 14B and 72B, "
+                         "Mistral 7B, Mixtral 8x7B, DeepSeek-V3, gpt-oss-120b) or all (both, each shape once). "
+                         f"--shapes wins; --quick without --suite times {QUICK_SHAPES} only")
     ap.add_argument("--ms", type=parse_ms, default=None, help=f"comma-separated M values (default {DEFAULT_MS})")
     ap.add_argument("--formats", type=_csv("format"), default=["w4a16", "w8a16"],
                     help="humming-aot formats: aliases " + ", ".join(f"{k} ({w}, {a} activations)"
@@ -200,6 +275,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--graph-max-m", type=int, default=256,
                     help="also time CUDA-graph replays and host overhead for M up to this (default 256)")
     ap.add_argument("--flush-mib", type=int, default=256, help="L2 flush buffer in MiB (default 256)")
+    ap.add_argument("--flush", choices=FLUSH_METHODS, default="read",
+                    help="how the flush buffer passes through L2 before each timed call: read (default; leaves "
+                         "clean lines, as the previous layer's weights in a forward pass) or write (zeroes it; "
+                         "the dirty lines' write-back slows the timed kernel's reads)")
     ap.add_argument("--check-m", type=int, default=16, help="M of the relative-error sanity check (default 16)")
     ap.add_argument("--time-budget-s", type=float, default=480.0,
                     help="stop starting new points after this many seconds and list the rest as skipped "
@@ -224,8 +303,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = build_parser()
     args = ap.parse_args(argv)
     q = args.quick
-    if args.shapes is None:
-        args.shapes = parse_shapes(QUICK_SHAPES if q else DEFAULT_SHAPES)
+    # Shapes: explicit --shapes, else an explicit --suite, else --quick's one shape, else the headline
+    # suite. args.suite ends up naming the suite the shapes came from, None when they did not.
+    if args.shapes is not None:
+        args.suite = None
+    elif args.suite is not None:
+        try:
+            args.shapes = suite_shapes(args.suite)
+        except (OSError, ValueError) as e:
+            ap.error(f"--suite {args.suite}: {e}")
+    elif q:
+        args.shapes = parse_shapes(QUICK_SHAPES)
+    else:
+        args.suite = "headline"
+        args.shapes = suite_shapes("headline")
     if args.ms is None:
         args.ms = parse_ms(QUICK_MS if q else DEFAULT_MS)
     if args.iters is None:
@@ -261,8 +352,9 @@ def worker_argv(args: argparse.Namespace, out: pathlib.Path, budget_s: float) ->
     return ["--shapes", ",".join(f"{n}x{k}" for n, k in args.shapes), "--ms", ",".join(map(str, args.ms)),
             "--jit-formats", ",".join(args.jit_formats), "--iters", str(args.iters), "--warmup", str(args.warmup),
             "--max-ms-per-point", str(args.max_ms_per_point), "--graph-max-m", str(args.graph_max_m),
-            "--flush-mib", str(args.flush_mib), "--check-m", str(args.check_m), "--seed", str(args.seed),
-            "--time-budget-s", str(budget_s), "--worker", "humming-jit", "--worker-out", str(out)]
+            "--flush-mib", str(args.flush_mib), "--flush", args.flush, "--check-m", str(args.check_m),
+            "--seed", str(args.seed), "--time-budget-s", str(budget_s), "--worker", "humming-jit",
+            "--worker-out", str(out)]
 
 
 # ---- small pure helpers --------------------------------------------------------------------------
@@ -353,20 +445,27 @@ def markdown(result: dict) -> str:
                  + (f"; humming-kernels {result['peers']['humming-kernels']}"
                     if result.get("peers", {}).get("humming-kernels") else ""))
     lines.append("")
-    lines.append("Microseconds per call, median, L2 flushed before each call. `g`: CUDA-graph replay (GPU time); "
+    flush = result.get("settings", {}).get("flush")
+    lines.append(f"Microseconds per call, median, L2 flushed{f' ({flush})' if flush else ''} before each call. "
+                 "`g`: CUDA-graph replay (GPU time); "
                  "`e`: eager call timed from an idle GPU (includes host cost when the host is slower). "
                  "Method details are in the JSON `method` field.")
+    # A layer column only when some shape is a known model layer (bench_corpus.json).
+    labels = {(r["n"], r["k"]): r["label"] for r in rows if r.get("label")}
 
     def table(title, cell):
-        out = ["", f"## {title}", "", "| N x K | M | " + " | ".join(cols) + " |",
-               "|---|---:|" + "---:|" * len(cols)]
+        out = ["", f"## {title}", "", "| N x K | " + ("layer | " if labels else "") + "M | " + " | ".join(cols) + " |",
+               "|---|" + ("---|" if labels else "") + "---:|" + "---:|" * len(cols)]
         for (n, k), by_m in grid.items():
             first = True
             for m in sorted(by_m):
                 vals = [cell(by_m[m].get(c)) for c in cols]
                 if not any(vals):
                     continue  # e.g. M above graph_max_m in the host-overhead table
-                out.append(f"| {f'{n} x {k}' if first else ''} | {m} | " + " | ".join(vals) + " |")
+                shape = [f"{n} x {k}", labels.get((n, k), "")] if labels else [f"{n} x {k}"]
+                if not first:
+                    shape = [""] * len(shape)
+                out.append("| " + " | ".join(shape) + f" | {m} | " + " | ".join(vals) + " |")
                 first = False
         return out
 
@@ -418,7 +517,8 @@ def markdown(result: dict) -> str:
     if skipped:
         lines += ["", "## Skipped", ""]
         for s in skipped:
-            where = ", ".join(f"{key}={s[key]}" for key in ("n", "k", "m") if s.get(key) is not None)
+            where = ", ".join([f"{key}={s[key]}" for key in ("n", "k", "m") if s.get(key) is not None]
+                              + ([s["label"]] if s.get("label") else []))
             reason = s.get("reason", "")
             reason = reason if len(reason) <= 240 else reason[:240] + " ... (whole in the JSON)"
             lines.append(f"- {impl_label(s.get('impl', '?'), s.get('format', '?'))}"
@@ -487,7 +587,8 @@ def write_plot(result: dict, path: pathlib.Path, log=print) -> pathlib.Path | No
             (line,) = axes[0][j].plot(ms, [best_us(r) for _, r in pts], marker="o", color=colour[c], label=c)
             axes[1][j].plot(ms, [r.get("tflops") or float("nan") for _, r in pts], marker="o", color=colour[c])
             handles.setdefault(c, line)
-        axes[0][j].set_title(f"N x K = {n} x {k}")
+        label = next((r["label"] for r in by_m[min(by_m)].values() if r.get("label")), None)
+        axes[0][j].set_title(f"N x K = {n} x {k}" + (f"\n{label}" if label else ""), fontsize=10 if label else None)
         axes[0][j].set_ylabel("us per call (graph where measured)")
         axes[1][j].set_ylabel("TFLOP/s")
         for ax in (axes[0][j], axes[1][j]):
@@ -647,6 +748,11 @@ class TorchInt4(Impl):
     def setup(self, w):
         import torch
 
+        k = w.shape[1]
+        if k % INT4_GROUP or k % (INT4_INNER_K_TILES * 16):
+            # Said here: otherwise the first complaint is a reshape error of the operand builder.
+            raise ValueError(f"torch-int4 needs K a multiple of {INT4_GROUP} (groups of {INT4_GROUP}, "
+                             f"innerKTiles {INT4_INNER_K_TILES} of 16); K = {k}")
         q, self.sz = int4pack_operands(w)
         try:
             # torch >= 2.5 takes the codes two per byte ([N, K/2] uint8) ...
@@ -802,21 +908,41 @@ def read_gpu_state(selector: str, run=subprocess.run) -> dict | None:
     return None
 
 
+def flush_l2(buf, method: str, sink) -> None:
+    """Pass every byte of ``buf`` through L2 (METHOD["l2_flush"]): "write" zeroes it, leaving dirty
+    lines; "read" reduces it into ``sink`` (one element of buf's dtype), leaving clean ones."""
+    import torch
+
+    if method == "write":
+        buf.zero_()
+    elif method == "read":
+        # A reduction reads every element (eager torch runs it whatever becomes of the result) and
+        # writes one; the result goes into a kept tensor so no allocation happens between timed calls.
+        torch.amax(buf, dim=0, keepdim=True, out=sink)
+    else:
+        raise ValueError(f"unknown flush method {method!r}; choose from {', '.join(FLUSH_METHODS)}")
+
+
 class Timer:
     """L2 flush and the three measurements; ``device`` and ``sync`` let tests drive the loop on the CPU."""
 
     device = "cuda"
 
-    def __init__(self, flush_mib: int):
+    def __init__(self, flush_mib: int, flush: str = "read"):
         import torch
 
+        if flush not in FLUSH_METHODS:
+            raise ValueError(f"unknown flush method {flush!r}; choose from {', '.join(FLUSH_METHODS)}")
         self.torch = torch
+        self.flush_method = flush
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         l2 = int(getattr(props, "L2_cache_size", 0) or 0)
         # At least 4x L2 so nothing of the weights survives however the cache replaces lines.
         nbytes = max(flush_mib << 20, 4 * l2)
         self.flush_bytes = nbytes
+        # int32: a read flush's max is defined whatever the (never initialized) contents are.
         self.buf = torch.empty(nbytes // 4, dtype=torch.int32, device="cuda")
+        self.sink = torch.empty(1, dtype=torch.int32, device="cuda")
         # nvidia-smi numbers GPUs its own way: select this one by PCI address where torch gives it.
         bus = getattr(props, "pci_bus_id", None)
         domain, dev = getattr(props, "pci_domain_id", 0), getattr(props, "pci_device_id", 0)
@@ -835,7 +961,7 @@ class Timer:
         return state
 
     def flush(self):
-        self.buf.zero_()
+        flush_l2(self.buf, self.flush_method, self.sink)
 
     def sync(self):
         self.torch.cuda.synchronize()
@@ -1143,7 +1269,7 @@ def worker_main(args) -> int:
     try:
         import humming  # noqa: F401  (imports its ops; fails here if a dependency is missing)
 
-        timer = Timer(args.flush_mib)
+        timer = Timer(args.flush_mib, args.flush)
 
         def on_shape(r, s):
             _write_atomic(args.worker_out, {"rows": r, "skipped": s})
@@ -1164,7 +1290,15 @@ def _write_atomic(path: pathlib.Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def _labelled(entries: list, labels: dict) -> list:
+    """Copies of rows (or skipped entries) with the corpus label of their shape where it has one."""
+    return [dict(e, label=labels[(e["n"], e["k"])]) if (e.get("n"), e.get("k")) in labels else e for e in entries]
+
+
 def _finish(result: dict, rows: list, skipped: list, shapes) -> dict:
+    # Labelled here, in the parent, so that rows of the humming-jit child get them too.
+    labels = shape_labels(load_corpus())
+    rows, skipped = _labelled(rows, labels), _labelled(skipped, labels)
     order = {impl: i for i, impl in enumerate(IMPLS)}
     rows = sorted(rows, key=lambda r: (shapes.index((r["n"], r["k"])) if (r["n"], r["k"]) in shapes else len(shapes),
                                        r["m"], order.get(r["impl"], len(order)), r["format"]))
@@ -1185,11 +1319,11 @@ def run(args, log: Log, repo_root: pathlib.Path | None = None, checkpoint=None) 
         "python": sys.version.split()[0],
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "method": dict(METHOD),
-        "settings": {"shapes": [f"{n}x{k}" for n, k in args.shapes], "ms": args.ms,
+        "settings": {"suite": args.suite, "shapes": [f"{n}x{k}" for n, k in args.shapes], "ms": args.ms,
                      "formats": [dataclasses.asdict(f) for f in args.formats], "impls": args.impls,
                      "layout": args.layout, "jit_formats": args.jit_formats, "iters": args.iters, "warmup": args.warmup,
                      "max_ms_per_point": args.max_ms_per_point, "graph_max_m": args.graph_max_m,
-                     "flush_mib": args.flush_mib, "check_m": args.check_m, "seed": args.seed,
+                     "flush": args.flush, "flush_mib": args.flush_mib, "check_m": args.check_m, "seed": args.seed,
                      "time_budget_s": args.time_budget_s},
         "peers": {"humming-kernels": _jit_version()},
         "rows": [], "skipped": [], "host_overhead": [],
@@ -1225,8 +1359,8 @@ def run(args, log: Log, repo_root: pathlib.Path | None = None, checkpoint=None) 
         result = _finish(result, rows, skipped, args.shapes)
         result["wall_s"] = round(time.perf_counter() - t_start, 1)
         return result
-    timer = Timer(args.flush_mib)
-    log(f"L2 flush buffer {timer.flush_bytes >> 20} MiB")
+    timer = Timer(args.flush_mib, args.flush)
+    log(f"L2 flush: {args.flush}, buffer {timer.flush_bytes >> 20} MiB")
 
     def on_shape(r, s):
         if checkpoint is not None:

@@ -492,7 +492,7 @@ template <HUMMING_SM90_TARGS> Status launch(const GemmArgs &args, void *stream) 
   if (!K::configure())
     return Status::Error(std::string("this sm90 instance needs ") + std::to_string(K::kSmemTotal) +
                          " bytes of shared memory per block, more than this GPU allows");
-  Status st = encode_rows_map(&p.act, args.a, K::kBf16, args.m, args.dims.k, args.lda, BM);
+  Status st = cached_rows_map(&p.act, args.a, K::kBf16, args.m, args.dims.k, args.lda, BM);
   if (!st) return st;
   dense_kernel<K><<<static_cast<unsigned>(p.plan.blocks), K::kThreads, K::kSmemTotal, static_cast<cudaStream_t>(stream)>>>(p);
   const cudaError_t e = cudaGetLastError();

@@ -61,5 +61,34 @@ inline Status encode_rows_map(CUtensorMap *map, const void *base, bool bf16, int
   return Status::Ok();
 }
 
+// encode_rows_map through a small per-thread cache of the last maps it encoded. A map holds only
+// the address, the shape, the stride, the element type and the box, so a call with the same five
+// values gets a map identical to a fresh one (even if the memory was freed and handed out again
+// in between); eager decode calls, which reuse their activation buffers, skip the driver call.
+inline Status cached_rows_map(CUtensorMap *map, const void *base, bool bf16, int64_t rows, int64_t cols, int64_t ld,
+                              int box_rows) {
+  struct Entry {
+    CUtensorMap map;
+    const void *base = nullptr;
+    int64_t rows = -1, cols = -1, ld = -1;
+    int box_rows = -1;
+    bool bf16 = false;
+  };
+  constexpr int kEntries = 8;
+  thread_local Entry cache[kEntries];
+  thread_local int next = 0;
+  for (const Entry &e : cache)
+    if (e.base == base && e.rows == rows && e.cols == cols && e.ld == ld && e.box_rows == box_rows && e.bf16 == bf16) {
+      *map = e.map;
+      return Status::Ok();
+    }
+  Status st = encode_rows_map(map, base, bf16, rows, cols, ld, box_rows);
+  if (!st) return st;
+  Entry &e = cache[next];
+  next = (next + 1) % kEntries;
+  e.map = *map, e.base = base, e.rows = rows, e.cols = cols, e.ld = ld, e.box_rows = box_rows, e.bf16 = bf16;
+  return Status::Ok();
+}
+
 } // namespace sm90
 } // namespace humming
