@@ -24,7 +24,7 @@ _LAZY = {
     "explain": ("dispatch", "explain"),
     "choose": ("dispatch", "choose"),
 }
-_MODULES = ("reference", "pack", "ops", "dispatch", "registry", "layers", "cli")
+_MODULES = ("reference", "pack", "ops", "dispatch", "registry", "layers", "cli", "convert")
 
 __all__ = ["ActivationFormat", "DType", "FormatError", "GemmFormat", "WeightFormat", "dtype",
            "parse_activation_format", "parse_gemm_format", "parse_weight_format", *_LAZY, *_MODULES]

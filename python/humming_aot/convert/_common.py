@@ -1,0 +1,255 @@
+"""Pieces shared by the checkpoint importers: the result type, the error type, bit unpacking,
+scale types and the act-order (``g_idx``) analysis.
+
+Nothing here re-quantizes: every function moves bits or checks them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from .. import formats as F
+from ..reference import QuantizedWeight
+
+__all__ = ["ConversionError", "ConvertedWeight"]
+
+
+class ConversionError(ValueError):
+    """A checkpoint tensor or setting that an importer cannot turn into the unified format exactly.
+
+    The message names the layer, the offending field (a tensor name or a config key) and its value;
+    the same three are kept as attributes ``layer``, ``field`` and ``value``.
+    """
+
+    def __init__(self, layer: str, field: str, value: Any, reason: str):
+        self.layer, self.field, self.value = layer, field, value
+        where = f"layer {layer!r}" if layer else "layer (unnamed)"
+        super().__init__(f"{where}: {field} = {_show(value)}: {reason}")
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        if value.numel() == 1:
+            return f"{value.item()!r} ({value.dtype})"
+        return f"tensor of shape {list(value.shape)} and dtype {value.dtype}"
+    return repr(value)
+
+
+@dataclasses.dataclass
+class ConvertedWeight:
+    """One imported layer weight.
+
+    ``weight``: the unified ``QuantizedWeight`` [N, K] (N outputs, K inputs).
+
+    ``perm``: ``None`` when the weight's inputs are in the checkpoint's order. Otherwise an int64
+    tensor [K] (a permutation of 0..K-1): input ``j`` of ``weight`` is input ``perm[j]`` of the
+    original layer, so the caller must permute the activations the same way before the GEMM::
+
+        y = x @ W.T  ==  x.index_select(-1, perm) @ dequantize_weight(weight).T
+
+    (act-order checkpoints, GPTQ ``desc_act`` / compressed-tensors ``actorder="group"``, need it so
+    that each quantization group becomes K-contiguous). A model loader may instead fold ``perm``
+    into the layer that produces ``x`` where that is exact (e.g. the rows of a preceding linear).
+
+    ``source``: which importer made it, e.g. ``"gptq_v1"``, ``"awq_gemm"``.
+    """
+
+    weight: QuantizedWeight
+    perm: torch.Tensor | None = None
+    source: str = ""
+
+    @property
+    def fmt(self) -> F.WeightFormat:
+        return self.weight.fmt
+
+
+# ---- small checks ---------------------------------------------------------------------------------
+
+_SCALE_NAMES = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
+
+
+def scale_type_name(scales: torch.Tensor, layer: str, field: str) -> str:
+    """Scale type name (f16 / bf16 / f32) of a checkpoint's scale tensor; scales are kept bit for bit."""
+    try:
+        return _SCALE_NAMES[scales.dtype]
+    except KeyError:
+        raise ConversionError(layer, f"{field}.dtype", scales.dtype,
+                              "scales must be float16, bfloat16 or float32 to be kept exactly "
+                              "(the unified format has scale types f16, bf16, f32)") from None
+
+
+def need_tensor(t: Any, layer: str, field: str, *, dtypes=None, ndim=None) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise ConversionError(layer, field, type(t).__name__, "a torch.Tensor is required")
+    if dtypes is not None and t.dtype not in dtypes:
+        names = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+        raise ConversionError(layer, f"{field}.dtype", t.dtype, f"expected {names}")
+    if ndim is not None and t.dim() != ndim:
+        raise ConversionError(layer, f"{field}.shape", list(t.shape), f"expected a {ndim}-D tensor")
+    return t
+
+
+def need_shape(t: torch.Tensor, shape, layer: str, field: str, why: str) -> None:
+    if list(t.shape) != list(shape):
+        raise ConversionError(layer, f"{field}.shape", list(t.shape), f"expected {list(shape)} ({why})")
+
+
+def get_tensor(tensors: Mapping[str, torch.Tensor], prefix: str, name: str, layer: str,
+               required: bool = True):
+    key = f"{prefix}.{name}" if prefix else name
+    if key in tensors:
+        return tensors[key]
+    if required:
+        raise ConversionError(layer, key, None, "the tensor is missing from the checkpoint")
+    return None
+
+
+def config_value(config: Any, names, default=None):
+    """First present key of ``names`` in a mapping (or attribute of an object); ``default`` if none."""
+    if isinstance(names, str):
+        names = (names,)
+    for n in names:
+        if isinstance(config, Mapping):
+            if n in config and config[n] is not None:
+                return config[n]
+        elif config is not None and getattr(config, n, None) is not None:
+            v = getattr(config, n)
+            return getattr(v, "value", v)  # enums (e.g. pydantic use_enum_values=False)
+    return default
+
+
+# ---- granularity ----------------------------------------------------------------------------------
+
+
+def granularity(group_size: int | None, K: int, num_groups: int, layer: str, field: str) -> str:
+    """Weight format granularity for K groups of ``group_size`` inputs (None / -1 / 0: per channel).
+
+    A power of two from 8 to 4096 is kept as ``g{size}`` (partial last group allowed); any group size
+    that covers all of K in one group is the same thing as per channel (``gc``).
+    """
+    if group_size is None or group_size in (-1, 0):
+        return "gc"
+    if group_size < 0:
+        raise ConversionError(layer, field, group_size, "group sizes are positive, or -1 for per channel")
+    try:
+        F._check_pow2_group(group_size, "the K group size")
+    except F.FormatError as e:
+        if num_groups == 1 and group_size >= K:
+            return "gc"
+        raise ConversionError(layer, field, group_size,
+                              f"the unified format cannot represent it: {e} (or one group covering "
+                              f"all K = {K} inputs)") from None
+    return f"g{group_size}"
+
+
+def n_groups(K: int, group_size: int | None) -> int:
+    if group_size is None or group_size <= 0:
+        return 1
+    return -(-K // group_size)
+
+
+# ---- bit unpacking --------------------------------------------------------------------------------
+
+
+def _along_last(words: torch.Tensor, dim: int) -> torch.Tensor:
+    return words if dim in (1, -1) else words.t()
+
+
+def unpack_stream(words: torch.Tensor, bits: int, count: int, dim: int) -> torch.Tensor:
+    """Values of ``bits`` bits packed as one LSB-first bit stream along ``dim`` of an int32 tensor.
+
+    Value ``i`` occupies stream bits ``bits*i .. bits*i + bits - 1``; stream bit ``b`` is bit
+    ``b % 32`` of word ``b // 32``. So a value may straddle two words (3 bits: 32 values in 3 words,
+    GPTQ's layout). Returns uint8 with ``count`` values along ``dim``. ``words`` along ``dim`` must
+    be exactly ``ceil(count * bits / 32)`` long (checked by the caller).
+    """
+    w = _along_last(words, dim)  # [R, W]
+    R, W = w.shape
+    period = 32 // _gcd(bits, 32)  # values per whole number of words
+    pwords = period * bits // 32
+    blocks = -(-W // pwords)
+    if blocks * pwords != W:  # pad to whole periods; the padding values are cut below
+        w = torch.cat([w, w.new_zeros(R, blocks * pwords - W)], dim=1)
+    w = w.reshape(R, blocks, pwords)
+    out = torch.empty(R, blocks, period, dtype=torch.uint8, device=words.device)
+    mask = (1 << bits) - 1
+    for j in range(period):
+        bit = bits * j
+        word, shift = divmod(bit, 32)
+        # int32 shifts are arithmetic, but masking to the bits below 32 - shift discards the sign fill.
+        lo = (w[:, :, word] >> shift) & ((1 << min(bits, 32 - shift)) - 1)
+        if shift + bits > 32:
+            hi = w[:, :, word + 1] & ((1 << (shift + bits - 32)) - 1)
+            lo = lo | (hi << (32 - shift))
+        out[:, :, j] = (lo & mask).to(torch.uint8)
+    out = out.reshape(R, blocks * period)[:, :count]
+    return out if dim in (1, -1) else out.t()
+
+
+def unpack_words(words: torch.Tensor, bits: int, count: int, dim: int) -> torch.Tensor:
+    """Values of ``bits`` bits, ``32 // bits`` per int32 word, LSB first, never straddling words.
+
+    Value ``i`` is bits ``bits*(i % p) ..`` of word ``i // p`` along ``dim`` with ``p = 32 // bits``
+    (the top ``32 - p*bits`` bits of a word are unused: compressed-tensors' layout; for 2, 4 and 8
+    bits it is the same as ``unpack_stream``). Returns uint8 with ``count`` values along ``dim``.
+    """
+    w = _along_last(words, dim)
+    R, W = w.shape
+    p = 32 // bits
+    out = torch.empty(R, W, p, dtype=torch.uint8, device=words.device)
+    mask = (1 << bits) - 1
+    for j in range(p):
+        out[:, :, j] = ((w >> (bits * j)) & mask).to(torch.uint8)
+    out = out.reshape(R, W * p)[:, :count]
+    return out if dim in (1, -1) else out.t()
+
+
+def _gcd(a: int, b: int) -> int:
+    while b:
+        a, b = b, a % b
+    return a
+
+
+# ---- act-order ------------------------------------------------------------------------------------
+
+
+def sort_groups(g_idx: torch.Tensor, K: int, group_size: int | None, num_groups: int, layer: str,
+                field: str) -> torch.Tensor | None:
+    """The input permutation that makes the groups of ``g_idx`` K-contiguous, or None if they are.
+
+    ``g_idx[k]`` is the group (row of the scales) of input ``k``. The unified format needs group
+    ``g`` to be inputs ``g*group_size .. (g+1)*group_size - 1``; that is reachable by permuting K
+    exactly when every group but the last has ``group_size`` members and the last the rest. Then
+    ``perm`` (a stable sort of ``g_idx``) lists the original inputs in the new order.
+    """
+    need_tensor(g_idx, layer, field, ndim=1)
+    if g_idx.dtype.is_floating_point or g_idx.dtype == torch.bool or g_idx.is_complex():
+        raise ConversionError(layer, f"{field}.dtype", g_idx.dtype, "group indices must be integers")
+    if g_idx.numel() != K:
+        raise ConversionError(layer, f"{field}.shape", list(g_idx.shape), f"expected [{K}] (one group per input)")
+    g = g_idx.to(torch.int64)
+    lo, hi = int(g.min()), int(g.max())
+    if lo < 0 or hi >= num_groups:
+        bad = lo if lo < 0 else hi
+        raise ConversionError(layer, field, g_idx,
+                              f"holds group {bad}, outside 0..{num_groups - 1} (the scales have "
+                              f"{num_groups} groups)")
+    gs = K if group_size is None or group_size <= 0 else group_size
+    want = torch.arange(K, device=g.device) // gs
+    if bool(torch.equal(g, want)):
+        return None
+    perm = torch.sort(g, stable=True).indices
+    if not bool(torch.equal(g[perm], want)):
+        counts = torch.bincount(g, minlength=num_groups).tolist()
+        expect = [min(gs, K - i * gs) for i in range(num_groups)]
+        first = next(i for i, (c, e) in enumerate(zip(counts, expect)) if c != e)
+        raise ConversionError(
+            layer, field, g_idx,
+            f"group {first} has {counts[first]} inputs where {expect[first]} are needed; the "
+            f"groups cannot be made K-contiguous groups of {gs} by permuting the inputs, so the "
+            "unified format cannot hold this weight exactly")
+    return perm
