@@ -7,7 +7,7 @@ Nothing here re-quantizes: every function moves bits or checks them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -253,3 +253,94 @@ def sort_groups(g_idx: torch.Tensor, K: int, group_size: int | None, num_groups:
             f"groups cannot be made K-contiguous groups of {gs} by permuting the inputs, so the "
             "unified format cannot hold this weight exactly")
     return perm
+
+
+# ---- floating point codes ---------------------------------------------------------------------------
+
+# torch's float8 dtypes are exactly the unified code types of the same name (e4m3 follows the
+# float8_e4m3fn rules, e5m2 the IEEE ones), so their bytes are the codes as they are.
+FP8_CODE_NAMES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
+
+
+def fp8_codes(weight: Any, layer: str, field: str) -> tuple[torch.Tensor, str]:
+    """(uint8 bit patterns, code type name) of a 2-D float8 weight; the bytes are not touched."""
+    need_tensor(weight, layer, field, ndim=2)
+    name = FP8_CODE_NAMES.get(weight.dtype)
+    if name is None:
+        raise ConversionError(layer, f"{field}.dtype", weight.dtype,
+                              "expected float8_e4m3fn or float8_e5m2 (FP8 weights)")
+    return weight.contiguous().view(torch.uint8), name
+
+
+def unpack_fp4(packed: Any, layer: str, field: str, rows: int | None = None) -> torch.Tensor:
+    """uint8 [..., 2 * C] e2m1 codes of a uint8 tensor [..., C] holding two codes per byte.
+
+    Every FP4 checkpoint this package knows (compressed-tensors, ModelOpt, gpt-oss) stores element
+    ``2j`` of a row in the low nibble of byte ``j`` and element ``2j + 1`` in the high nibble; the
+    nibble is the e2m1 bit pattern (sign in bit 3), which is the unified code as it is.
+    """
+    need_tensor(packed, layer, field, dtypes=(torch.uint8,))
+    if packed.dim() < 1 or packed.shape[-1] < 1:
+        raise ConversionError(layer, f"{field}.shape", list(packed.shape), "expected bytes along the last dim")
+    if rows is not None and (packed.dim() != 2 or packed.shape[0] != rows):
+        raise ConversionError(layer, f"{field}.shape", list(packed.shape), f"expected [{rows}, K / 2]")
+    lo = packed & 0x0F
+    hi = packed >> 4
+    return torch.stack((lo, hi), dim=-1).reshape(*packed.shape[:-1], packed.shape[-1] * 2).contiguous()
+
+
+def e4m3_scales(t: Any, layer: str, field: str) -> torch.Tensor:
+    need_tensor(t, layer, field, dtypes=(torch.float8_e4m3fn,), ndim=2)
+    return t.contiguous()
+
+
+def e8m0_scales(t: Any, layer: str, field: str) -> torch.Tensor:
+    """e8m0 exponent bytes (value 2**(byte - 127)), kept as they are."""
+    need_tensor(t, layer, field, dtypes=(torch.uint8,))
+    return t.contiguous()
+
+
+def scalar_f32(t: Any, layer: str, field: str) -> torch.Tensor:
+    """A one-element floating point tensor as a float32 scalar (shape []); the value must be finite
+    and positive and survive the cast to float32 unchanged."""
+    need_tensor(t, layer, field)
+    if t.numel() != 1 or not t.dtype.is_floating_point:
+        raise ConversionError(layer, field, t, "expected one floating point value (a per-tensor scale)")
+    v = t.detach().reshape(()).cpu()
+    f = v.to(torch.float32)
+    if not (bool(torch.isfinite(f)) and float(f) > 0) or f.double() != v.double():
+        raise ConversionError(layer, field, t, "a per-tensor scale must be a positive finite float32 value")
+    return f
+
+
+def reciprocal_f32(t: Any, layer: str, field: str) -> torch.Tensor:
+    """float32 scalar nearest to ``1 / t`` (computed in float64, rounded once).
+
+    For tools that store a divisor (compressed-tensors' NVFP4 ``weight_global_scale``, BitNet's
+    ``weight_scale``): the unified format multiplies, so the divisor's reciprocal is stored. That is
+    exact when ``t`` is a power of two and otherwise within half an ulp of float32 (relative error
+    at most 2**-24); nothing else in the weight is touched.
+    """
+    v = scalar_f32(t, layer, field)
+    r = (1.0 / v.double()).to(torch.float32)
+    if not bool(torch.isfinite(r)) or float(r) == 0:
+        raise ConversionError(layer, field, t, "its reciprocal is not a finite nonzero float32 value")
+    return r
+
+
+def block_structure(args: Any, layer: str) -> tuple[int, int]:
+    """compressed-tensors' ``block_structure`` ([rows, cols] or "RxC") as (outputs, inputs) per
+    block, each a power of two the unified format can hold."""
+    block = config_value(args, "block_structure")
+    if isinstance(block, str):
+        block = [int(v) for v in block.lower().split("x")]
+    if not isinstance(block, Sequence) or len(block) != 2:
+        raise ConversionError(layer, "weights.block_structure", block, "expected [rows, cols]")
+    bn, bk = (int(v) for v in block)
+    for what, v in (("rows (outputs)", bn), ("cols (inputs)", bk)):
+        try:
+            F._check_pow2_group(v, f"the block {what}")
+        except F.FormatError as e:
+            raise ConversionError(layer, "weights.block_structure", list(block),
+                                  f"the unified format cannot represent it: {e}") from None
+    return bn, bk

@@ -26,9 +26,10 @@ tensor; a tensor scale is repeated per channel, exactly), or ``g{cols}n{rows}`` 
 groups are made K-contiguous by a permutation returned as ``ConvertedWeight.perm`` (apply it to the
 activations: ``x.index_select(-1, perm)``).
 
-Refused with an error naming the setting: other compressors (``int-quantized``,
-``float-quantized``, ``naive-quantized``, ``nvfp4-pack-quantized``, ``mxfp4-pack-quantized``,
-``marlin-24``, sparse ones: not yet imported here), ``type = "float"``, dynamic weights, the
+``convert_layer`` hands the ``float-quantized``, ``int-quantized``, ``naive-quantized``,
+``nvfp4-pack-quantized`` and ``mxfp4-pack-quantized`` compressors over to ``compressed_tensors_fp``.
+Refused with an error naming the setting: other compressors (``marlin-24``, sparse ones),
+``type = "float"`` in pack-quantized, dynamic weights, the
 ``tensor_group`` / ``token`` / ``attn_head`` strategies, group or block sizes the unified format
 cannot hold.
 """
@@ -42,7 +43,8 @@ import torch
 
 from .. import formats as F
 from ..reference import QuantizedWeight
-from ._common import (ConversionError, ConvertedWeight, config_value, get_tensor, granularity, n_groups,
+from . import compressed_tensors_fp
+from ._common import (ConversionError, ConvertedWeight, block_structure, config_value, get_tensor, granularity, n_groups,
                       need_shape, need_tensor, scale_type_name, sort_groups, unpack_words)
 
 __all__ = ["convert", "convert_layer", "SUPPORTED_FORMATS"]
@@ -144,18 +146,7 @@ def convert(weight_packed: torch.Tensor, weight_scale: torch.Tensor, *, args: Ma
                                   "the tensor strategy has one scale")
         gran, scales = "gc", weight_scale.reshape(1, 1).expand(N, 1)
     elif strategy == "block":
-        block = config_value(args, "block_structure")
-        if isinstance(block, str):
-            block = [int(v) for v in block.lower().split("x")]
-        if not isinstance(block, Sequence) or len(block) != 2:
-            raise ConversionError(layer, "weights.block_structure", block, "expected [rows, cols]")
-        bn, bk = (int(v) for v in block)
-        for what, v in (("rows (outputs)", bn), ("cols (inputs)", bk)):
-            try:
-                F._check_pow2_group(v, f"the block {what}")
-            except F.FormatError as e:
-                raise ConversionError(layer, "weights.block_structure", list(block),
-                                      f"the unified format cannot represent it: {e}") from None
+        bn, bk = block_structure(args, layer)
         need_shape(weight_scale, [-(-N // bn), -(-K // bk)], layer, "weight_scale",
                    f"one scale per {bn} x {bk} block of [{N}, {K}]")
         gran, scales = f"g{bk}n{bn}", weight_scale
@@ -237,6 +228,9 @@ def convert_layer(tensors: Mapping[str, torch.Tensor], prefix: str, scheme: Mapp
     args = config_value(scheme, "weights", scheme)
     if compression_format is None:
         compression_format = config_value(scheme, "format", "pack-quantized")
+    if str(compression_format).strip().lower() in compressed_tensors_fp.SUPPORTED_FORMATS:
+        return compressed_tensors_fp.convert_layer(tensors, prefix, scheme,
+                                                   compression_format=compression_format, layer=layer)
     get = lambda name, required=False: get_tensor(tensors, prefix, name, layer, required)  # noqa: E731
     return convert(get("weight_packed", True), get("weight_scale", True), args=args,
                    weight_shape=get("weight_shape", True), weight_zero_point=get("weight_zero_point"),
