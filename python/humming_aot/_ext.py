@@ -13,3 +13,9 @@ except ImportError as e:  # pragma: no cover - only on a broken install
         "(from a source checkout, with torch installed first), or a prebuilt wheel for your GPU.") from e
 
 C = _C
+
+# The fake (meta) kernels of torch.ops.humming and the op defined in Python (auto_gemm) are
+# registered with the compiled ops, whichever module loads them first: without fake kernels
+# torch.compile cannot trace a layer whose process never imported humming_aot.ops. ops reads C
+# from this module, which is set by now.
+from . import ops as _ops  # noqa: E402,F401

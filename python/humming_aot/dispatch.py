@@ -14,6 +14,13 @@ pays a dictionary lookup per call. Overrides:
 * env ``HUMMING_AOT_TABLE`` names a table file loaded at import.
 
 ``explain(...)`` returns the reasoning behind a choice as text.
+
+No silent slow path: when the choice on a GPU is an instance of the generic backend (correct for
+every format, but far slower than a tensor-core kernel), the first such call of each format on each
+device class warns with a :class:`SlowPathWarning` that names the formats with fast kernels there;
+``explain`` says the same. With env ``HUMMING_STRICT=1`` (read when a choice is made) the call
+raises :class:`SlowPathError` instead. A forced or named instance is a deliberate choice and is
+neither warned about nor refused.
 """
 
 from __future__ import annotations
@@ -23,20 +30,36 @@ import fnmatch
 import json
 import os
 import pathlib
+import warnings
 
 from . import formats as F
 from . import registry
 from ._ext import C
+from .pack import LAYOUT_NAMES
 from .pack import LAYOUTS as _LAYOUT_IDS  # the layouts a table's optional "layouts" list names
 
 _TABLE_DIR = pathlib.Path(__file__).resolve().parent / "tables"
 _user_tables: list[dict] = []
 _forced: str | None = os.environ.get("HUMMING_AOT_INSTANCE") or None
 _cache: dict = {}
+# Bumped whenever the tables or the forced instance change: layer plans compare it to know their
+# cached choices still hold (the number of loaded tables alone does not tell reset + load apart).
+_epoch = 0
+_plans: dict = {}    # (format text, n, k, layout) -> the LayerPlan shared by every user of that weight
+_warned: set = set()  # (format text, cc) that already had their slow-path warning
 
 
 class DispatchError(ValueError):
     """No compiled instance can run the problem; the message says why for each candidate."""
+
+
+class SlowPathWarning(UserWarning):
+    """A format runs on the generic backend (the slow fallback) on this GPU: no fast kernel of this
+    build computes it there, or none can run this problem."""
+
+
+class SlowPathError(DispatchError):
+    """HUMMING_STRICT=1 and the dispatcher would run the format on the generic backend on a GPU."""
 
 
 def _validate_table(t: dict, origin: str) -> dict:
@@ -96,6 +119,7 @@ _BUILTIN = _builtin_tables()
 
 def load_table(table: str | os.PathLike | dict) -> dict:
     """Put a table (a dict or a JSON file) in front of the built-in ones; returns it."""
+    global _epoch
     if isinstance(table, dict):
         t = _validate_table(dict(table), "<dict>")
     else:
@@ -105,24 +129,28 @@ def load_table(table: str | os.PathLike | dict) -> dict:
         t = _validate_table(json.loads(path.read_text()), str(path))
     _user_tables.insert(0, t)
     _cache.clear()
+    _epoch += 1
     return t
 
 
 def reset() -> None:
-    """Forget loaded tables, a forced instance and cached choices."""
-    global _forced
+    """Forget loaded tables, a forced instance, cached choices and which formats were warned about."""
+    global _forced, _epoch
     _user_tables.clear()
     _forced = None
     _cache.clear()
+    _warned.clear()
+    _epoch += 1
 
 
 def force(name: str | None) -> None:
     """Use instance ``name`` for every call whose format it computes (None: back to the tables)."""
-    global _forced
+    global _forced, _epoch
     if name is not None:
         registry.find(name)  # raises KeyError naming the problem
     _forced = name
     _cache.clear()
+    _epoch += 1
 
 
 if os.environ.get("HUMMING_AOT_TABLE"):
@@ -197,7 +225,10 @@ def choose(fmt, n: int, k: int, m: int, *, device=None, layout: int = 1) -> str:
     """Name of the instance that runs this problem on ``device`` (a CUDA device)."""
     fmt = F.parse_gemm_format(fmt)  # a bad format is reported before anything about the device
     cc, sms, dev_name = _device_facts(device)
-    return choose_for(fmt, n, k, m, cc=cc, sms=sms, device_name=dev_name, layout=layout)
+    name = choose_for(fmt, n, k, m, cc=cc, sms=sms, device_name=dev_name, layout=layout)
+    if _forced is None and is_generic(name):
+        _report_slow_path(fmt, n, k, m, cc, dev_name, layout, name)
+    return name
 
 
 def choose_for(fmt, n: int, k: int, m: int, *, cc: int, sms: int, device_name: str = "", layout: int = 1) -> str:
@@ -236,6 +267,115 @@ def _no_candidate_message(g, n, k, m, cc, rows) -> str:
                                                               ", none for this format"))
 
 
+# ---- no silent slow path -------------------------------------------------------------------------
+
+_QUANTIZED_ACT = ("e4m3", "e5m2", "i8")
+_generic_names: set | None = None
+
+
+def is_generic(name: str) -> bool:
+    """Whether the instance named ``name`` belongs to the generic backend (False for unknown names)."""
+    global _generic_names
+    if _generic_names is None:  # built on first use: choose() asks on every call
+        _generic_names = {i.name for i in registry.instances() if i.backend == "generic"}
+    return name in _generic_names
+
+
+def _computes(inst, g: F.GemmFormat) -> bool:
+    """Whether ``inst``'s key (types, zero point kind, group sizes; not the layout or the problem's
+    extents) covers format ``g``."""
+    scale = str(g.weight.scale) if g.weight.scale is not None else "none"
+    if (inst.act_type, inst.code_type, inst.scale_type, inst.zero, inst.out_type) != (
+            str(g.act.type), str(g.weight.code), scale, g.weight.zero, str(g.out)):
+        return False
+    return inst.group_k in (-1, g.weight.group_k) and inst.group_n in (-1, g.weight.group_n)
+
+
+def instance_format(inst) -> str:
+    """The GEMM format an instance computes, as text: ``g*`` where it takes any K group size, ``-*``
+    after a quantized activation type (per-token and per-group scales)."""
+    w = inst.code_type
+    if inst.scale_type != "none":
+        w += {-1: "g*", 0: "gc"}.get(inst.group_k, f"g{inst.group_k}")
+        if inst.group_n not in (-1, 1):
+            w += f"n{inst.group_n}"
+        w += f"-s{inst.scale_type}" + {"none": "", "int": "-zi", "float": "-zf"}[inst.zero]
+    act = inst.act_type + ("-*" if inst.act_type in _QUANTIZED_ACT else "")
+    return f"a-{act}_w-{w}_c-{inst.out_type}"
+
+
+def slow_path_note(fmt, chosen, device: str, instances, layout: int = 1, refused: dict | None = None) -> str | None:
+    """What a user must be told when ``chosen`` (a registry.Instance) is to run ``fmt`` on a GPU:
+    None for an instance of a fast backend; for the generic backend, a sentence naming the format,
+    the device and the formats with fast kernels there. Pure (no GPU, no global state), so that it
+    can be tested with hand-made instances.
+
+    ``device``: the device in words (e.g. "NVIDIA H200 (sm_90)"); ``instances``: the instances of
+    the build that run on it; ``layout``: the weight's layout id; ``refused``: instance name ->
+    reason, for fast instances that compute the format but refused this problem (extents, alignment).
+    """
+    if chosen.backend != "generic":
+        return None
+    g = F.parse_gemm_format(fmt)
+    fast = [i for i in instances if i.backend != "generic"]
+    same = [i for i in fast if _computes(i, g)]
+    text = f"{g} runs on the slow fallback (generic backend, {chosen.name}) on {device}"
+    other_layout = sorted({i.layout for i in same if i.layout != layout})
+    refused = {name: why for name, why in (refused or {}).items() if any(i.name == name for i in same)}
+    if refused:
+        text += ("; the fast kernels for this format here cannot run this problem: "
+                 + "; ".join(f"{name}: {why}" for name, why in sorted(refused.items())))
+    elif other_layout:
+        names = " or ".join(repr(LAYOUT_NAMES.get(x, str(x))) for x in other_layout)
+        text += (f"; its fast kernels here read another weight layout: pack the weight with layout={names} "
+                 "(QuantLinear.from_linear(..., layout='auto') picks it)")
+    else:
+        text += "; this build has no fast kernel for it on this device"
+    formats = sorted({instance_format(i) for i in fast})
+    text += (". Formats with fast kernels on this device: " + ", ".join(formats) if formats
+             else ". This build has no fast kernel for any format on this device")
+    return text + "."
+
+
+def strict() -> bool:
+    """Whether env HUMMING_STRICT asks for an error instead of a slow-path warning."""
+    return os.environ.get("HUMMING_STRICT", "0") not in ("", "0")
+
+
+def note_slow_path(key, note: str | None) -> None:
+    """Act on a :func:`slow_path_note`: nothing for None; with HUMMING_STRICT=1 raise
+    :class:`SlowPathError`; otherwise warn once per ``key`` (format and device class)."""
+    if note is None:
+        return
+    if strict():
+        raise SlowPathError(note + " HUMMING_STRICT=1 makes this an error; unset it to accept the fallback.")
+    if key in _warned:
+        return
+    _warned.add(key)
+    # stacklevel: points at the caller of choose() / the layer, not at this module
+    warnings.warn(note + " Set HUMMING_STRICT=1 to make this an error.", SlowPathWarning, stacklevel=4)
+
+
+def _slow_path_facts(g, n, k, m, cc, dev_name, layout, name):
+    """slow_path_note's arguments for a real choice (evaluates every instance: only on the first
+    generic choice of a format, or under HUMMING_STRICT=1)."""
+    rows = _evaluate(g, n, k, m, cc, layout)
+    here = [i for i in registry.instances() if registry.runs_on(i.name, cc)[0]]
+    refused = {i.name: why for i, ok, why in rows
+               if not ok and i.backend != "generic" and "does not compute" not in why and i.layout == layout
+               and registry.runs_on(i.name, cc)[0]}
+    device = f"{dev_name} (sm_{cc})" if dev_name else f"sm_{cc}"
+    return registry.find(name), device, here, refused
+
+
+def _report_slow_path(g, n, k, m, cc, dev_name, layout, name) -> None:
+    key = (str(g), cc)
+    if key in _warned and not strict():
+        return  # the per-call cost of a warned format: one set lookup
+    chosen, device, here, refused = _slow_path_facts(g, n, k, m, cc, dev_name, layout, name)
+    note_slow_path(key, slow_path_note(g, chosen, device, here, layout, refused))
+
+
 def explain(fmt, n: int, k: int, m: int, *, device=None, layout: int = 1) -> str:
     """Why ``choose`` picks what it picks: device, table, M range and every relevant instance."""
     g = F.parse_gemm_format(fmt)
@@ -264,6 +404,12 @@ def explain(fmt, n: int, k: int, m: int, *, device=None, layout: int = 1) -> str
     if candidates:
         inst, reason = _pick(table, idx, candidates)
         lines.append(f"choice: {_forced or inst.name} ({'forced' if _forced else reason})")
+        if _forced is None and inst.backend == "generic":
+            chosen, device_text, here, refused = _slow_path_facts(g, n, k, m, cc, dev_name, layout, inst.name)
+            lines.append(f"slow path: {slow_path_note(g, chosen, device_text, here, layout, refused)}")
+            lines.append("HUMMING_STRICT=1 is set: this call raises SlowPathError" if strict() else
+                         "(warned once, on the first call of this format on this device class; HUMMING_STRICT=1 "
+                         "makes it an error)")
     else:
         lines.append("choice: none; " + _no_candidate_message(g, n, k, m, cc, rows))
     return "\n".join(lines)
@@ -282,7 +428,7 @@ class LayerPlan:
         """``instance`` for CUDA device number ``index``: the per-call path of QuantLinear, which
         builds no torch.device when the choice for this M range is cached."""
         state = self._per_device.get(index)
-        if state is not None and state[2] is _forced and state[3] == len(_user_tables):
+        if state is not None and state[2] == _epoch:
             name = state[1].get(bisect.bisect_left(state[0], m))
             if name is not None:
                 return name
@@ -292,12 +438,12 @@ class LayerPlan:
 
     def instance(self, m: int, device) -> str:
         state = self._per_device.get(device.index)
-        if state is None or state[2] != _forced or state[3] != len(_user_tables):
+        if state is None or state[2] != _epoch:
             cc, sms, name = _device_facts(device)
             table = _table_for(cc, sms, name)
-            state = (_bounds_for(table, self.n)[0], {}, _forced, len(_user_tables))
+            state = (_bounds_for(table, self.n)[0], {}, _epoch)
             self._per_device[device.index] = state
-        bounds, chosen, _, _ = state
+        bounds, chosen, _ = state
         b = bisect.bisect_left(bounds, m)
         name = chosen.get(b)
         if name is None:
@@ -305,6 +451,17 @@ class LayerPlan:
             chosen[b] = name
         return name
 
+
+def layer_plan(fmt, n: int, k: int, layout: int = 1) -> LayerPlan:
+    """The LayerPlan of a weight of this format and shape: QuantLinear's eager calls and
+    torch.ops.humming.auto_gemm (what compiled graphs call) share it, so both make one choice."""
+    key = (str(fmt), int(n), int(k), int(layout))
+    plan = _plans.get(key)
+    if plan is None:
+        if len(_plans) >= 4096:  # bounded: a model has far fewer distinct layer shapes
+            _plans.clear()
+        plan = _plans[key] = LayerPlan(fmt, n, k, layout)
+    return plan
 
 
 def preferred_layout(fmt, device=None) -> int:
@@ -319,15 +476,9 @@ def preferred_layout(fmt, device=None) -> int:
     if dev is None or dev.type != "cuda":
         return 1
     cc, sms, name = _device_facts(dev)
-    scale = str(g.weight.scale) if g.weight.scale is not None else "none"
     found = []
     for inst in registry.instances():
-        if inst.layout == 1 or inst.layout in found:
-            continue
-        if (inst.act_type, inst.code_type, inst.scale_type, inst.zero, inst.out_type) != (
-                str(g.act.type), str(g.weight.code), scale, g.weight.zero, str(g.out)):
-            continue
-        if inst.group_k not in (-1, g.weight.group_k) or inst.group_n not in (-1, g.weight.group_n):
+        if inst.layout == 1 or inst.layout in found or not _computes(inst, g):
             continue
         if g.act.quantized or not registry.runs_on(inst.name, cc)[0]:
             continue

@@ -9,7 +9,8 @@ import torch
 from . import formats as F
 from . import reference
 from ._ext import C
-from .dispatch import LayerPlan
+from .dispatch import is_generic, layer_plan
+from .ops import activation_operand
 from .pack import PackedWeight, layout_id, pack_weight
 
 _FLOAT_ACT = {torch.bfloat16: "bf16", torch.float16: "f16"}
@@ -36,7 +37,10 @@ class QuantLinear(torch.nn.Module):
     already packed weight (:meth:`from_packed`). ``forward`` takes x of shape [..., in_features]
     in the activation dtype (bf16 or f16; for e4m3 / e5m2 / i8 activation formats it quantizes x
     itself), runs on x's device (CUDA: a compiled instance chosen per M range; CPU: the reference
-    path) and returns [..., out_features] in the output type.
+    path) and returns [..., out_features] in the output type. As ``nn.Linear``, it takes any view
+    (transposed, strided, at any address; copied only where the kernel cannot read it) and zero rows.
+    Under torch.compile the instance is chosen at run time inside ``torch.ops.humming.auto_gemm``,
+    so graphs have no break and serve every M.
     """
 
     def __init__(self, packed: PackedWeight, act_format="bf16", out_dtype: str | None = None, bias=None,
@@ -57,12 +61,13 @@ class QuantLinear(torch.nn.Module):
             if bias.shape != (packed.n,):
                 raise ValueError(f"bias has shape {tuple(bias.shape)}; expected ({packed.n},)")
         self.register_buffer("bias", bias)
-        self._plan = LayerPlan(self.fmt, packed.n, packed.k, packed.layout)
+        self._plan = layer_plan(self.fmt, packed.n, packed.k, packed.layout)  # shared with auto_gemm
         # Strings and dtypes the op takes, computed once: formatting them costs microseconds per call.
         self._fmt_str = str(self.fmt)
         self._act_str = str(self.fmt.act)
         self._act_dtype = reference.torch_dtype(self.fmt.act.type)
         self._act_quantized = self.fmt.act.quantized
+        self._out_dtype = reference.torch_dtype(self.fmt.out)
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, weight_format, act_format=None, out_dtype=None, *,
@@ -120,17 +125,41 @@ class QuantLinear(torch.nn.Module):
         flat = x.dim() == 2
         a = x if flat else x.reshape(-1, self.in_features)
         a_scales = None
-        if self._act_quantized:
-            a, a_scales = torch.ops.humming.quantize_act(a, self._act_str)
-        elif a.dtype != self._act_dtype:
+        if not self._act_quantized and a.dtype != self._act_dtype:
             raise TypeError(f"this layer takes {self._act_dtype} activations ({self.fmt.act}); got {a.dtype}")
-        instance = (self.instance or self._plan.instance_at(a.shape[0], a.get_device())) if a.is_cuda else ""
+        if a.is_cuda and a.shape[0] == 0:
+            # As nn.Linear: no rows in, no rows out, with no instance to choose and nothing to launch.
+            # (The CPU kernels take m = 0 as it is; traced graphs see m = 0 as a constant.)
+            out = a.new_empty((0, self.out_features), dtype=self._out_dtype)
+            return out if flat else out.reshape(*x.shape[:-1], self.out_features)
+        if self._act_quantized:
+            # quantize_act reads rows of unit stride; its output is a fresh contiguous tensor
+            if not a.is_contiguous():
+                a = activation_operand(a, False)
+            a, a_scales = torch.ops.humming.quantize_act(a, self._act_str)
         # Buffers straight from the dict: nn.Module's attribute fallback costs about a microsecond
         # per buffer per call (7 us for these five on the CI machine).
         b = self._buffers
-        op = _DIRECT if _DIRECT is not None and _direct_call_ok(a) else torch.ops.humming.gemm
-        out = op(a, b["codes"], b["scales"], b["zeros"], b["global_scale"], a_scales, b["bias"], self._fmt_str,
-                 self.layout, self.out_features, self.in_features, instance)
+        if torch.compiler.is_compiling():
+            # Traced (torch.compile, export): the instance choice depends on M and is host-side
+            # Python, so auto_gemm makes it inside the op at run time, on every device alike.
+            out = torch.ops.humming.auto_gemm(a, b["codes"], b["scales"], b["zeros"], b["global_scale"], a_scales,
+                                              b["bias"], self._fmt_str, self.layout, self.out_features,
+                                              self.in_features, self.instance)
+        else:
+            # Transposed / strided / unaligned activations are copied only where the kernel needs it
+            # (the tests come first: the usual contiguous, aligned input pays two calls).
+            if a.is_cuda:
+                instance = self.instance or self._plan.instance_at(a.shape[0], a.get_device())
+                if not a.is_contiguous() or a.data_ptr() % 16:
+                    a = activation_operand(a, not is_generic(instance))
+            else:
+                instance = ""
+                if not a.is_contiguous():
+                    a = activation_operand(a, False)
+            op = _DIRECT if _DIRECT is not None and _direct_call_ok(a) else torch.ops.humming.gemm
+            out = op(a, b["codes"], b["scales"], b["zeros"], b["global_scale"], a_scales, b["bias"], self._fmt_str,
+                     self.layout, self.out_features, self.in_features, instance)
         return out if flat else out.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:

@@ -6,13 +6,19 @@ Ops (schemas in src/torch/binding.cpp):
 * ``pack_weight(codes, scales, zeros, weight_format, layout) -> (codes, scales, zeros)``
 * ``unpack_weight(codes, scales, zeros, weight_format, layout, n, k) -> (codes, scales, zeros)``
 * ``quantize_act(x, act_format) -> (codes, scales)``
+* ``auto_gemm(...)``: ``gemm``'s arguments; with ``instance=''`` the Python dispatcher
+  (:mod:`humming_aot.dispatch`: its tables, ``load_table``, ``force``) chooses the instance inside
+  the op, at run time. Defined here in Python; it is what torch.compile traces in place of ``gemm``.
 
 Each has CUDA and CPU kernels (the CPU ones are the reference reading the packed layout) and a
-fake kernel here, so they trace under torch.compile and run on meta tensors. Absent outputs of
+fake kernel here, so they trace under torch.compile and run on meta tensors. humming_aot._ext
+imports this module, so the fake kernels are registered whenever the ops are. Absent outputs of
 pack/unpack are empty tensors; the Python API turns them into ``None``.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -32,7 +38,62 @@ def _act_scale_cols(afmt: F.ActivationFormat, k: int) -> int:
 def _gemm_fake(a, codes, scales, zeros, global_scale, a_scales, bias, fmt, layout, n, k, instance=""):
     g = F.parse_gemm_format(fmt)
     torch._check(a.dim() == 2, lambda: f"activations must be 2-D [m, k], got {a.dim()}-D")
+    torch._check(a.shape[1] == k, lambda: f"activations have {a.shape[1]} columns but the weight has k={k}")
     return a.new_empty((a.shape[0], n), dtype=torch_dtype(g.out))
+
+
+def activation_operand(a: torch.Tensor, fast: bool) -> torch.Tensor:
+    """``a`` [m, k] as the kernels read it: ``a`` itself where they can, otherwise a contiguous copy
+    (so strided, transposed and unaligned activations work, copied only when needed). Every kernel
+    reads rows of unit stride along k that do not overlap (row stride >= k); the fast backends
+    (``fast``: an sm80 / sm90 instance) also need a 16-byte aligned start and a row stride of a
+    multiple of 8 elements, which the generic backend and the CPU reference do not."""
+    if a.is_contiguous():  # the usual case: one call, and a data pointer only for a fast kernel
+        if not fast or a.data_ptr() % 16 == 0:
+            return a
+    else:
+        m, k = a.shape
+        s0, s1 = a.stride()
+        ok = (s1 == 1 or k == 1) and (m <= 1 or s0 >= k)
+        if ok and (not fast or (a.data_ptr() % 16 == 0 and (m <= 1 or s0 % 8 == 0))):
+            return a
+    # clone, not contiguous(): a contiguous tensor at an unaligned address needs a fresh buffer too
+    return a.clone(memory_format=torch.contiguous_format)
+
+
+# What auto_gemm runs once it has an instance: the implementation behind torch.ops.humming.gemm,
+# called without boxing the arguments a second time (the dispatcher already ran for auto_gemm);
+# HUMMING_EAGER_OPS=1 goes through torch.ops here too, so that torch.profiler lists humming::gemm.
+_GEMM = (torch.ops.humming.gemm if os.environ.get("HUMMING_EAGER_OPS", "0") not in ("", "0")
+         else getattr(C, "gemm_eager", None) or torch.ops.humming.gemm)
+
+# The instance choice is host-side Python that depends on M (a bisect over the table's bounds and
+# dictionary caches): Dynamo cannot trace it, and a traced choice would have to guard on M's range
+# or fix one instance for every M. Made inside an op, it is opaque to the tracer and happens per call
+# with the call's real M, as in eager mode. The choice is the one eager QuantLinear makes: both read
+# the layer plan dispatch.layer_plan keeps for the weight.
+@torch.library.custom_op("humming::auto_gemm", mutates_args=(),
+                         schema="(Tensor a, Tensor codes, Tensor? scales, Tensor? zeros, Tensor? global_scale, "
+                                "Tensor? a_scales, Tensor? bias, str fmt, int layout, int n, int k, "
+                                "str instance='') -> Tensor")
+def _auto_gemm(a, codes, scales, zeros, global_scale, a_scales, bias, fmt, layout, n, k, instance=""):
+    fast = False
+    if a.is_cuda:
+        from . import dispatch
+
+        if a.dim() == 2 and a.shape[0] == 0:  # no rows: nothing to choose or launch (as QuantLinear)
+            return a.new_empty((0, n), dtype=torch_dtype(F.parse_gemm_format(fmt).out))
+        if not instance:
+            instance = dispatch.layer_plan(fmt, n, k, layout).instance_at(a.shape[0], a.get_device())
+        fast = not dispatch.is_generic(instance)
+    # A compiled graph may hand over any view (slices, transposes, offsets): made readable here, at
+    # run time, where the address is known. (Other shapes: the op's own error message.)
+    if a.dim() == 2:
+        a = activation_operand(a, fast)
+    return _GEMM(a, codes, scales, zeros, global_scale, a_scales, bias, fmt, layout, n, k, instance)
+
+
+_auto_gemm.register_fake(_gemm_fake)
 
 
 @torch.library.register_fake("humming::pack_weight")
@@ -82,12 +143,26 @@ def gemm(a: torch.Tensor, packed, fmt: str | F.GemmFormat, *, a_scales=None, bia
     dispatcher chooses (see :func:`humming_aot.dispatch.choose`).
     """
     g = F.parse_gemm_format(fmt)
-    if g.weight != packed.fmt:
+    # Compared as text (a format and its string determine each other): under torch.compile with
+    # dynamic shapes the packed weight's integers (group sizes among them) may be symbolic, and
+    # Dynamo cannot compare dataclasses holding them, while it formats them with a guard.
+    if str(g.weight) != str(packed.fmt):
         raise F.FormatError(f"the GEMM format's weight part {g.weight} differs from the packed weight's format "
                             f"{packed.fmt}")
-    if not instance and a.is_cuda:
+    if torch.compiler.is_compiling():
+        # Traced: the choice is made inside the op at run time (see auto_gemm above).
+        return torch.ops.humming.auto_gemm(a, packed.codes, packed.scales, packed.zeros, packed.global_scale, a_scales,
+                                           bias, str(g), packed.layout, packed.n, packed.k, instance)
+    fast = False
+    if a.is_cuda:
         from . import dispatch
 
-        instance = dispatch.choose(g, packed.n, packed.k, a.shape[0], device=a.device, layout=packed.layout)
+        if a.dim() == 2 and a.shape[0] == 0:  # no rows: nothing to choose or launch
+            return a.new_empty((0, packed.n), dtype=torch_dtype(g.out))
+        if not instance:
+            instance = dispatch.choose(g, packed.n, packed.k, a.shape[0], device=a.device, layout=packed.layout)
+        fast = not dispatch.is_generic(instance)
+    if a.dim() == 2:  # other shapes: the op's own error message
+        a = activation_operand(a, fast)
     return torch.ops.humming.gemm(a, packed.codes, packed.scales, packed.zeros, packed.global_scale, a_scales, bias,
                                   str(g), packed.layout, packed.n, packed.k, instance)
