@@ -382,3 +382,19 @@ def test_devices_with_less_shared_memory_get_instances_that_fit():
     # (the GPU machine's) has none, and the loop above checked that nothing unfit was chosen.
     if any(registry.runs_on(i.name, 86)[0] for i in registry.instances()):
         assert chosen > 0
+
+
+def test_h200_ranges_say_why_and_explain_repeats_it(monkeypatch):
+    """Every range of the measured H200 table records the measurement behind its order, and
+    explain() prints the one of the range it used; a 'why' that is not a sentence is refused."""
+    from humming_aot import dispatch
+
+    table = next(t for t in dispatch._BUILTIN if t["name"] == "h200")
+    assert all(isinstance(r.get("why"), str) and r["why"].strip() for r in table["ranges"])
+    monkeypatch.setattr(dispatch, "_device_facts", lambda device=None: (90, 132, "NVIDIA H200"))
+    text = dispatch.explain("a-bf16_w-u4g128-sbf16_c-bf16", 28672, 8192, 64, layout=3)
+    r = table["ranges"][dispatch._range_index(table, 64, 28672)]
+    assert f"why this order: {r['why']}" in text
+    bad = {"ranges": [{"m_max": None, "prefer": ["*"], "why": ""}]}
+    with pytest.raises(ValueError, match="why"):
+        dispatch.load_table(bad)

@@ -77,6 +77,8 @@ def _validate_table(t: dict, origin: str) -> dict:
             if any(c in p for c in "[]|"):
                 raise ValueError(f"dispatch table {origin}: pattern {p!r} in range {i} may use the wildcards '*' "
                                  "and '?' only")
+        if "why" in r and (not isinstance(r["why"], str) or not r["why"].strip()):
+            raise ValueError(f"dispatch table {origin}: 'why' of range {i} must be a non-empty sentence")
         n_min = r.get("n_min")
         if n_min is not None:
             if isinstance(n_min, bool) or not isinstance(n_min, int) or n_min < 1:
@@ -391,6 +393,8 @@ def explain(fmt, n: int, k: int, m: int, *, device=None, layout: int = 1) -> str
     lines = [f"format {g}, n={n}, k={k}, m={m}, layout {layout}",
              f"device {dev_name} (sm_{cc}, {sms} SMs); table {table['name']!r}, range m in [{lo}, {hi}]{wide} "
              f"prefers {r['prefer']}"]
+    if "why" in r:  # the measurement behind the range's order, as the table records it
+        lines.append(f"why this order: {r['why']}")
     rows = _evaluate(g, n, k, m, cc, layout)
     candidates = [i for i, ok, _ in rows if ok]
     for inst, ok, why in rows:
