@@ -23,8 +23,11 @@ _LAZY = {
     "quantize_act": ("ops", "quantize_act"),
     "explain": ("dispatch", "explain"),
     "choose": ("dispatch", "choose"),
+    "load_quantized": ("loading", "load_quantized"),
+    "iter_quantized": ("loading", "iter_quantized"),
+    "replace_linears": ("loading", "replace_linears"),
 }
-_MODULES = ("reference", "pack", "ops", "dispatch", "registry", "layers", "cli", "convert")
+_MODULES = ("reference", "pack", "ops", "dispatch", "registry", "layers", "cli", "convert", "loading")
 
 __all__ = ["ActivationFormat", "DType", "FormatError", "GemmFormat", "WeightFormat", "dtype",
            "parse_activation_format", "parse_gemm_format", "parse_weight_format", *_LAZY, *_MODULES]

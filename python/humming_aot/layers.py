@@ -44,7 +44,7 @@ class QuantLinear(torch.nn.Module):
     """
 
     def __init__(self, packed: PackedWeight, act_format="bf16", out_dtype: str | None = None, bias=None,
-                 instance: str = ""):
+                 instance: str = "", in_perm: torch.Tensor | None = None):
         super().__init__()
         act = F.parse_activation_format(act_format)
         out = out_dtype or ("bf16" if act.quantized else str(act.type))
@@ -61,6 +61,14 @@ class QuantLinear(torch.nn.Module):
             if bias.shape != (packed.n,):
                 raise ValueError(f"bias has shape {tuple(bias.shape)}; expected ({packed.n},)")
         self.register_buffer("bias", bias)
+        # Act-order checkpoints (convert.ConvertedWeight.perm): the packed weight's input j is the
+        # layer's input in_perm[j], so forward gathers x's features in that order first. A buffer,
+        # so that .to(device) and state_dict carry it; None (no gather, no extra op) otherwise.
+        if in_perm is not None:
+            in_perm = torch.as_tensor(in_perm).detach().to(device=packed.codes.device, dtype=torch.int64)
+            if in_perm.shape != (packed.k,):
+                raise ValueError(f"in_perm has shape {tuple(in_perm.shape)}; expected ({packed.k},)")
+        self.register_buffer("in_perm", in_perm)
         self._plan = layer_plan(self.fmt, packed.n, packed.k, packed.layout)  # shared with auto_gemm
         # Strings and dtypes the op takes, computed once: formatting them costs microseconds per call.
         self._fmt_str = str(self.fmt)
@@ -99,8 +107,11 @@ class QuantLinear(torch.nn.Module):
         return cls(packed, act_format, out_dtype, bias)
 
     @classmethod
-    def from_packed(cls, packed: PackedWeight, act_format="bf16", out_dtype=None, bias=None) -> "QuantLinear":
-        return cls(packed, act_format, out_dtype, bias)
+    def from_packed(cls, packed: PackedWeight, act_format="bf16", out_dtype=None, bias=None, *,
+                    in_perm: torch.Tensor | None = None) -> "QuantLinear":
+        """Wrap an already packed weight; ``in_perm`` (int64 [in_features]) permutes the input's
+        features before the GEMM, for act-order weights (see ``convert.ConvertedWeight.perm``)."""
+        return cls(packed, act_format, out_dtype, bias, in_perm=in_perm)
 
     @property
     def packed(self) -> PackedWeight:
@@ -124,6 +135,10 @@ class QuantLinear(torch.nn.Module):
         # 2-D inputs (what a serving loop passes) skip the two reshapes: each is a torch call.
         flat = x.dim() == 2
         a = x if flat else x.reshape(-1, self.in_features)
+        perm = self._buffers.get("in_perm")
+        if perm is not None:
+            # None or not is fixed per module, so traced graphs see one branch and no guard on data.
+            a = a.index_select(-1, perm)
         a_scales = None
         if not self._act_quantized and a.dtype != self._act_dtype:
             raise TypeError(f"this layer takes {self._act_dtype} activations ({self.fmt.act}); got {a.dtype}")
@@ -163,4 +178,5 @@ class QuantLinear(torch.nn.Module):
         return out if flat else out.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, format={self.fmt}"
+        perm = ", in_perm" if self._buffers.get("in_perm") is not None else ""
+        return f"in_features={self.in_features}, out_features={self.out_features}, format={self.fmt}{perm}"

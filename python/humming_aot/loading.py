@@ -1,0 +1,420 @@
+"""Whole quantized checkpoints in, ``QuantLinear`` modules out.
+
+* :func:`load_quantized` reads a checkpoint directory (``config.json`` with its
+  ``quantization_config``, safetensors shards) or a state dict, finds every quantized linear layer
+  by its tensor names and imports it with the ``convert`` module of its tool. It returns
+  ``{layer_prefix: ConvertedWeight}``: weights in the unified format, not yet packed, because
+  packing depends on the target (layout, device, activation format), which is the model's business.
+* :func:`replace_linears` packs those weights for a target and swaps the model's ``nn.Linear``
+  modules of the same names for ``QuantLinear``, keeping their biases.
+
+Shards are read with ``safetensors.safe_open``, one tensor at a time, and only the tensors of the
+layer being converted are held, so a shard is never all in memory. Only quantized layers are
+loaded here; everything else in the checkpoint (embeddings, norms, biases, ignored layers) is the
+caller's to load into the model as usual (e.g. ``model.load_state_dict(rest, strict=False)``).
+
+Layer-name patterns (``ignore``, ``modules_to_not_convert``, ``exclude_modules``, compressed-tensors
+``targets``, GPTQ ``dynamic``) match as their tools define them: ``re:`` prefixes a regular
+expression (``re.match`` from the start of the name), ``*`` / ``?`` make a shell wildcard, and a
+plain name matches whole dotted parts of the layer name (``lm_head``, ``mlp.gate``; so ``gate``
+does not match ``gate_proj``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fnmatch
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Callable
+
+import torch
+
+from .convert import (ConversionError, ConvertedWeight, awq, bitnet, compressed_tensors, fp8_block, gpt_oss, gptq,
+                      modelopt)
+
+__all__ = ["load_quantized", "iter_quantized", "replace_linears", "CheckpointError", "QUANT_METHODS"]
+
+_EXTRA = "pip install 'humming-aot[convert]'"
+
+# quant_method (lower case) -> the tensor-name suffixes that mark one of its quantized layers.
+QUANT_METHODS = {
+    "gptq": (".qweight",),
+    "awq": (".qweight",),
+    "compressed-tensors": (".weight_packed", ".weight_scale"),
+    "modelopt": (".weight_scale",),
+    "modelopt_fp4": (".weight_scale",),
+    "fp8": (".weight_scale_inv", ".weight_scale"),
+    "mxfp4": ("_blocks", ".blocks"),
+    "bitnet": (".weight_scale",),
+}
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be read as it claims to be (a missing or truncated shard, a
+    tensor the index lists but the shard lacks); the message names the file and the tensor."""
+
+
+# ---- reading checkpoints ----------------------------------------------------------------------------
+
+
+def _safe_open():
+    try:
+        from safetensors import safe_open
+    except ImportError as e:
+        raise ImportError("humming_aot.load_quantized reads safetensors checkpoints with the `safetensors` "
+                          f"package, which is not installed: {_EXTRA} (or pip install safetensors)") from e
+    return safe_open
+
+
+class _Shards:
+    """Tensor names of a safetensors checkpoint directory and their reading, one tensor at a time.
+
+    Sharded checkpoints name each tensor's file in ``model.safetensors.index.json``; otherwise the
+    names come from the headers of ``model.safetensors`` (or every ``*.safetensors`` file). Files
+    are opened on first use and stay open (memory-mapped, nothing read) until :meth:`close`.
+    """
+
+    def __init__(self, directory: str):
+        self._safe_open = _safe_open()
+        self.directory = directory
+        self._handles: dict[str, Any] = {}
+        self._names: dict[str, set[str]] = {}
+        self._stack = contextlib.ExitStack()
+        index = os.path.join(directory, "model.safetensors.index.json")
+        if os.path.exists(index):
+            with open(index) as f:
+                weight_map = json.load(f).get("weight_map")
+            if not isinstance(weight_map, dict) or not weight_map:
+                raise CheckpointError(f"{index}: no weight_map (tensor name -> shard file)")
+            self.where = dict(weight_map)
+            return
+        single = os.path.join(directory, "model.safetensors")
+        files = ["model.safetensors"] if os.path.exists(single) else \
+            sorted(f for f in os.listdir(directory) if f.endswith(".safetensors"))
+        if not files:
+            raise FileNotFoundError(f"{directory}: no model.safetensors.index.json and no *.safetensors files")
+        self.where = {}
+        for f in files:
+            for name in self._keys(f):
+                self.where.setdefault(name, f)
+
+    def _open(self, file: str):
+        if file not in self._handles:
+            path = os.path.join(self.directory, file)
+            if not os.path.exists(path):
+                raise CheckpointError(f"{path}: the shard is missing (named by the checkpoint's index)")
+            try:
+                h = self._stack.enter_context(self._safe_open(path, framework="pt", device="cpu"))
+            except Exception as e:  # safetensors raises its own error type for a bad header
+                raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from e
+            self._handles[file] = h
+            self._names[file] = set(h.keys())
+        return self._handles[file]
+
+    def _keys(self, file: str) -> set[str]:
+        self._open(file)
+        return self._names[file]
+
+    def keys(self):
+        return self.where.keys()
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        file = self.where[name]
+        h = self._open(file)
+        path = os.path.join(self.directory, file)
+        if name not in self._names[file]:
+            raise CheckpointError(f"{path}: has no tensor {name!r} (the index says it is there)")
+        try:
+            return h.get_tensor(name)
+        except Exception as e:  # a header that promises more bytes than the file has
+            raise CheckpointError(f"{path}: cannot read tensor {name!r} ({e})") from e
+
+    def close(self) -> None:
+        self._stack.close()
+        self._handles.clear()
+
+
+class _LayerTensors(Mapping):
+    """The tensors of one layer, read from the checkpoint when an importer asks for them."""
+
+    def __init__(self, source, names: Iterable[str]):
+        self._source, self._names, self._cache = source, set(names), {}
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        if name not in self._names:
+            raise KeyError(name)
+        if name not in self._cache:
+            self._cache[name] = self._source[name]
+        return self._cache[name]
+
+    def __contains__(self, name) -> bool:
+        return name in self._names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+def _read_config(directory: str) -> dict:
+    """The quantization settings of a checkpoint directory: ``config.json``'s ``quantization_config``,
+    else AutoGPTQ's ``quantize_config.json`` or ModelOpt's ``hf_quant_config.json``."""
+    path = os.path.join(directory, "config.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            cfg = json.load(f)
+        if cfg.get("quantization_config"):
+            return _quant_config(cfg)
+    path = os.path.join(directory, "quantize_config.json")
+    if os.path.exists(path):  # AutoGPTQ writes no quant_method: the file itself says GPTQ
+        with open(path) as f:
+            return {"quant_method": "gptq", **json.load(f)}
+    path = os.path.join(directory, "hf_quant_config.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            return {"quant_method": "modelopt", **json.load(f)}
+    raise FileNotFoundError(f"{directory}: no quantization_config in config.json, and no quantize_config.json "
+                            "or hf_quant_config.json: this is not a quantized checkpoint this package knows")
+
+
+def _quant_config(config: Any) -> dict:
+    """A whole model config (a dict or a transformers config object) or its quantization_config."""
+    if not isinstance(config, Mapping):
+        config = config.to_dict() if hasattr(config, "to_dict") else vars(config)
+    if "quantization_config" in config:
+        config = config["quantization_config"]
+        if not isinstance(config, Mapping):
+            config = config.to_dict() if hasattr(config, "to_dict") else vars(config)
+    return dict(config)
+
+
+# ---- which layers, with which settings ----------------------------------------------------------------
+
+
+def _matches(name: str, pattern: str) -> bool:
+    if pattern.startswith("re:"):
+        return re.match(pattern[3:], name) is not None
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(name, pattern + ".*")
+    return f".{pattern}." in f".{name}."
+
+
+def _ignore_list(qcfg: Mapping) -> list[str]:
+    out = []
+    inner = qcfg.get("quantization") if isinstance(qcfg.get("quantization"), Mapping) else {}
+    for cfg in (qcfg, inner):
+        for key in ("ignore", "modules_to_not_convert", "exclude_modules"):
+            out += [str(p) for p in cfg.get(key) or ()]
+    return out
+
+
+def _gptq_settings(qcfg: Mapping, prefix: str) -> Mapping:
+    """The layer's GPTQ settings with GPTQModel's ``dynamic`` overrides applied: the first pattern
+    matching the layer wins (``+:`` or no sign: its keys replace the config's; ``-:``: the layer is
+    not quantized)."""
+    for pattern, override in (qcfg.get("dynamic") or {}).items():
+        sign, pat = (pattern[:2], pattern[2:]) if pattern[:2] in ("+:", "-:") else ("+:", pattern)
+        if re.match(pat, prefix):
+            if sign == "-:":
+                raise ConversionError(prefix, "dynamic", pattern,
+                                      "excludes this layer from quantization, yet the checkpoint has its qweight")
+            return {**qcfg, **(override or {})}
+    return qcfg
+
+
+def _ct_group(qcfg: Mapping, prefix: str) -> Mapping:
+    """The compressed-tensors config group of a layer. As compressed-tensors ranks them, a target
+    naming the layer (exactly, then by ``re:``) beats a class target; the only class whose layers
+    carry these tensors is ``Linear``."""
+    groups = qcfg.get("config_groups") or {}
+    ranked = []
+    for key, group in groups.items():
+        for t in group.get("targets") or ():
+            t = str(t)
+            rank = 0 if t == prefix else 1 if t.startswith("re:") and _matches(prefix, t) else \
+                2 if t == "Linear" else None
+            if rank is not None:
+                ranked.append((rank, key, group))
+    if not ranked:
+        raise ConversionError(prefix, "config_groups", sorted(groups),
+                              "no config group targets this layer, though the checkpoint has quantized tensors for it")
+    return min(ranked, key=lambda r: r[0])[2]
+
+
+def _importer(method: str, qcfg: Mapping) -> Callable[[Mapping, str], Any]:
+    if method == "gptq":
+        return lambda t, p: gptq.convert_layer(t, p, _gptq_settings(qcfg, p))
+    if method == "awq":
+        return lambda t, p: awq.convert_layer(t, p, qcfg)
+    if method == "compressed-tensors":
+        def ct(t, p):
+            group = _ct_group(qcfg, p)
+            # a group's own format wins over the config's (mixed-precision checkpoints)
+            fmt = group.get("format") or qcfg.get("format")
+            return compressed_tensors.convert_layer(t, p, group, compression_format=fmt)
+        return ct
+    if method in ("modelopt", "modelopt_fp4"):
+        return lambda t, p: modelopt.convert_layer(t, p, qcfg)
+    if method == "fp8":
+        return lambda t, p: fp8_block.convert_layer(t, p, qcfg)
+    if method == "mxfp4":
+        return lambda t, p: gpt_oss.convert_layer(t, p, qcfg)
+    if method == "bitnet":
+        return lambda t, p: bitnet.convert_layer(t, p, qcfg)
+    raise ConversionError("", "quant_method", qcfg.get("quant_method"),
+                          f"load_quantized knows {', '.join(QUANT_METHODS)}")
+
+
+def _layers(names: Iterable[str], suffixes: tuple[str, ...]) -> dict[str, list[str]]:
+    """{layer prefix: its tensor names} for the layers that have a tensor ending in one of
+    ``suffixes``, in checkpoint order."""
+    by_prefix: dict[str, list[str]] = {}
+    for name in names:
+        if "." in name:
+            by_prefix.setdefault(name.rsplit(".", 1)[0], []).append(name)
+        for s in ("_blocks", "_scales"):  # gpt-oss (Hugging Face): gate_up_proj_blocks, no dot
+            if name.endswith(s):
+                by_prefix.setdefault(name[:-len(s)], []).append(name)
+    marked = {}  # a dict: ordered and deduplicated (a layer may have several marking tensors)
+    for name in names:
+        for s in suffixes:
+            if name.endswith(s):
+                marked.setdefault(name[:-len(s)], None)
+    return {p: by_prefix.get(p, []) for p in marked}
+
+
+def _progress(items, total: int | None, desc: str, enabled: bool):
+    if not enabled:
+        return items
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # an optional nicety: no tqdm, no bar
+        return items
+    return tqdm(items, total=total, desc=desc, unit="layer")
+
+
+# ---- the public API -----------------------------------------------------------------------------------
+
+
+def iter_quantized(source: str | os.PathLike | Mapping[str, torch.Tensor], config: Any = None, *,
+                   progress: bool = True) -> Iterator[tuple[str, ConvertedWeight | list[ConvertedWeight]]]:
+    """:func:`load_quantized` one layer at a time: yields ``(layer_prefix, converted)`` and keeps
+    only the current layer's checkpoint tensors, so ``replace_linears(model, iter_quantized(d))``
+    holds at most one unpacked layer besides the packed model."""
+    if isinstance(source, (str, os.PathLike)):
+        directory = os.fspath(source)
+        qcfg = _quant_config(config) if config is not None else _read_config(directory)
+        tensors = _Shards(directory)
+    elif isinstance(source, Mapping):
+        if config is None:
+            raise ValueError("load_quantized of a state dict needs config= (the model config or its "
+                             "quantization_config)")
+        qcfg, tensors = _quant_config(config), source
+    else:
+        raise TypeError(f"load_quantized takes a checkpoint directory or a state dict, got {type(source).__name__}")
+    try:
+        method = str(qcfg.get("quant_method") or qcfg.get("method") or "").lower()
+        convert = _importer(method, qcfg)  # first: it refuses a method that QUANT_METHODS lacks
+        ignore = _ignore_list(qcfg)
+        layers = {p: names for p, names in _layers(list(tensors.keys()), QUANT_METHODS[method]).items()
+                  if not any(_matches(p, pat) for pat in ignore)}
+        for prefix in _progress(layers, len(layers), "importing", progress):
+            yield prefix, convert(_LayerTensors(tensors, layers[prefix]), prefix)
+    finally:
+        if isinstance(tensors, _Shards):
+            tensors.close()
+
+
+def load_quantized(source: str | os.PathLike | Mapping[str, torch.Tensor], config: Any = None, *,
+                   progress: bool = True) -> dict[str, ConvertedWeight | list[ConvertedWeight]]:
+    """Import every quantized linear layer of a checkpoint into the unified format.
+
+    ``source``: a checkpoint directory (``config.json`` + ``model.safetensors`` or shards with
+    ``model.safetensors.index.json``; needs the ``safetensors`` package, the ``convert`` extra) or
+    a state dict of tensors. ``config``: the model config (dict or transformers config) or its
+    ``quantization_config``; read from the directory when not given, required for a state dict.
+
+    ``quant_method`` picks the importer (``QUANT_METHODS``: gptq, awq, compressed-tensors,
+    modelopt, fp8 with ``weight_block_size``, mxfp4 for gpt-oss, bitnet); layers named by
+    ``ignore`` / ``modules_to_not_convert`` / ``exclude_modules`` are skipped, GPTQ ``dynamic``
+    overrides and compressed-tensors ``config_groups`` are applied per layer.
+
+    Returns ``{layer_prefix: ConvertedWeight}`` in checkpoint order (``convert.ConvertedWeight``:
+    ``.weight``, and ``.perm`` for act-order layers); gpt-oss expert tensors give a list, one per
+    expert. Raises ``convert.ConversionError`` or :class:`CheckpointError` naming the layer or the
+    file and tensor; nothing is returned half-way.
+    """
+    return dict(iter_quantized(source, config, progress=progress))
+
+
+def replace_linears(model: torch.nn.Module, converted: Mapping[str, ConvertedWeight] | Iterable, *,
+                    act_format=None, out_dtype=None, layout="auto", device=None, strict: bool = True,
+                    progress: bool = True) -> dict[str, torch.nn.Module]:
+    """Swap ``model``'s ``nn.Linear`` modules named by ``converted`` (:func:`load_quantized`'s
+    result, or :func:`iter_quantized`) for ``QuantLinear`` modules holding those weights.
+
+    Each weight is packed for ``layout`` ("auto": the fastest layout for the format on the device,
+    the generic one on the CPU) on ``device`` (default: where the linear's weight is; a ``meta``
+    model packs on the CPU). ``act_format`` defaults to the linear's weight dtype (bf16 / f16; bf16
+    otherwise). The linear's bias is kept; act-order weights get ``QuantLinear.in_perm``.
+
+    ``strict``: every converted layer must name an ``nn.Linear`` of the model with the same shape
+    (else ``ValueError`` listing them all); with ``strict=False`` the others are left out (e.g.
+    gpt-oss experts, which are not ``nn.Linear``). Every module is built before any is swapped, so
+    an error leaves the model as it was. Returns ``{name: QuantLinear}`` of the swapped modules.
+    """
+    from . import formats as F
+    from .dispatch import preferred_layout
+    from .layers import _FLOAT_ACT, QuantLinear
+    from .pack import layout_id, pack_weight
+
+    items = converted.items() if isinstance(converted, Mapping) else converted
+    total = len(converted) if isinstance(converted, Mapping) else None
+    built, problems = {}, []
+    for name, cw in _progress(items, total, "packing", progress):
+        try:
+            linear = model.get_submodule(name)
+        except AttributeError:
+            linear = None
+        if not isinstance(linear, torch.nn.Linear) or not isinstance(cw, ConvertedWeight):
+            what = "no module" if linear is None else type(linear).__name__
+            problems.append(f"{name} ({what}; converted: {type(cw).__name__})")
+            continue
+        q = cw.weight
+        if tuple(q.codes.shape) != (linear.out_features, linear.in_features):
+            problems.append(f"{name} (nn.Linear({linear.in_features}, {linear.out_features}); the checkpoint's "
+                            f"weight is [{q.codes.shape[0]}, {q.codes.shape[1]}] = [out, in])")
+            continue
+        dev = torch.device(device) if device is not None else linear.weight.device
+        if dev.type == "meta":
+            dev = torch.device("cpu")
+        act = act_format if act_format is not None else _FLOAT_ACT.get(linear.weight.dtype, "bf16")
+        lid = layout
+        if layout == "auto":
+            a = F.parse_activation_format(act)
+            out = out_dtype or ("bf16" if a.quantized else str(a.type))
+            lid = preferred_layout(F.GemmFormat(a, q.fmt, out), dev)
+        # pack where the layer will run: packing runs on the tensors' device
+        mv = lambda t: None if t is None else t.to(dev)  # noqa: E731
+        q = dataclasses.replace(q, codes=q.codes.to(dev), scales=mv(q.scales), zeros=mv(q.zeros),
+                                global_scale=mv(q.global_scale))
+        bias = linear.bias
+        if bias is not None:
+            if bias.device.type == "meta":
+                raise ValueError(f"{name}: the bias is on the meta device; load the model's float tensors "
+                                 "(biases included) before replace_linears")
+            bias = bias.detach().to(dev)
+        built[name] = QuantLinear.from_packed(pack_weight(q, layout=layout_id(lid)), act, out_dtype, bias,
+                                              in_perm=cw.perm)
+    if problems and strict:
+        raise ValueError("replace_linears: these converted layers are not nn.Linear modules of the model of "
+                         "the same shape: " + "; ".join(problems) + " (strict=False leaves them out)")
+    for name, module in built.items():
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, child, module)
+    return built

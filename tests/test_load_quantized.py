@@ -1,0 +1,374 @@
+"""Whole checkpoints through humming_aot.load_quantized and replace_linears, on the CPU.
+
+Each test writes a tiny checkpoint directory (config.json, two safetensors shards and
+model.safetensors.index.json, one layer's tensors spread over both shards) for GPTQ (act-order, with
+a ``dynamic`` override), AWQ or compressed-tensors (two config groups, an ignore list). The packers
+here follow each format's published layout on Python integers, apart from the importers (as in
+tests/test_convert_*.py). The known dequantized weights become the float reference model; the
+quantized model built by replace_linears must give its output up to bf16 round-off, while a wrong
+code order, group map or permutation would be off by the size of the weights.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+
+import pytest
+import torch
+
+import humming_aot as ha
+from humming_aot.convert import ConversionError
+from humming_aot.layers import QuantLinear
+from humming_aot.loading import CheckpointError
+
+safetensors_torch = pytest.importorskip("safetensors.torch", reason="the convert extra (safetensors) is not installed")
+
+H, I = 128, 192  # hidden and intermediate sizes: K = 192 has three groups of 64, six of 32
+LAYERS = [f"model.layers.{i}.{name}" for i in range(2) for name in ("self_attn.q_proj", "mlp.up_proj",
+                                                                    "mlp.down_proj")]
+
+
+def to_int32(u: int) -> int:
+    return u - (1 << 32) if u >= 1 << 31 else u
+
+
+def stream_pack_rows(values: torch.Tensor, bits: int) -> torch.Tensor:
+    """GPTQ: int32 [L*bits/32, C], column c the LSB-first bit stream of values[:, c]."""
+    L, C = values.shape
+    out = [[0] * C for _ in range(L * bits // 32)]
+    for c in range(C):
+        stream = 0
+        for i in range(L):
+            stream |= int(values[i, c]) << (bits * i)
+        for w in range(len(out)):
+            out[w][c] = to_int32((stream >> (32 * w)) & 0xFFFFFFFF)
+    return torch.tensor(out, dtype=torch.int32)
+
+
+def awq_pack(values: torch.Tensor) -> torch.Tensor:
+    """AWQ GEMM: [R, N] nibbles -> int32 [R, N/8], nibble i of word c holding output 8c + order[i]."""
+    order = (0, 2, 4, 6, 1, 3, 5, 7)
+    return torch.tensor([[to_int32(sum(int(row[8 * c + order[i]]) << (4 * i) for i in range(8)))
+                          for c in range(len(row) // 8)] for row in values.tolist()], dtype=torch.int32)
+
+
+def ct_pack_rows(signed: torch.Tensor, bits: int) -> torch.Tensor:
+    """compressed-tensors pack-quantized: [R, C] signed -> int32 [R, C/p], value + 2**(bits-1)."""
+    p, off = 32 // bits, 1 << (bits - 1)
+    return torch.tensor([[to_int32(sum((int(v) + off) << (bits * i) for i, v in enumerate(row[j:j + p])))
+                          for j in range(0, len(row), p)] for row in signed.tolist()], dtype=torch.int32)
+
+
+def scales_like(shape, g, dtype):
+    return ((torch.rand(shape, generator=g) + 0.05) * 0.02).to(dtype)
+
+
+def gptq_layer(N, K, gs, g):
+    """GPTQ v1, asymmetric 4-bit, act-order: (tensors, float32 weight [N, K])."""
+    G = K // gs
+    q = torch.randint(0, 16, (K, N), generator=g)
+    z = torch.randint(1, 16, (G, N), generator=g)  # v1 stores z - 1, so z >= 1
+    s = scales_like((G, N), g, torch.float16)
+    g_idx = (torch.randperm(K, generator=g) // gs).to(torch.int32)
+    gi = g_idx.long()
+    w = (s.float()[gi] * (q.float() - z.float()[gi])).t()
+    return {"qweight": stream_pack_rows(q, 4), "qzeros": stream_pack_rows(z.t() - 1, 4).t().contiguous(),
+            "scales": s, "g_idx": g_idx}, w
+
+
+def awq_layer(N, K, gs, g):
+    G = K // gs
+    q = torch.randint(0, 16, (K, N), generator=g)
+    z = torch.randint(0, 16, (G, N), generator=g)
+    s = scales_like((G, N), g, torch.float16)
+    gi = torch.arange(K) // gs
+    w = (s.float()[gi] * (q.float() - z.float()[gi])).t()
+    return {"qweight": awq_pack(q), "qzeros": awq_pack(z), "scales": s}, w
+
+
+def ct_layer(N, K, gs, g):
+    """Symmetric int4, group strategy (gs) or channel strategy (gs None)."""
+    q = torch.randint(-8, 8, (N, K), generator=g)
+    s = scales_like((N, 1 if gs is None else K // gs), g, torch.bfloat16)
+    cols = torch.zeros(K, dtype=torch.long) if gs is None else torch.arange(K) // gs
+    w = s.float()[:, cols] * q.float()
+    return {"weight_packed": ct_pack_rows(q, 4), "weight_scale": s, "weight_shape": torch.tensor([N, K])}, w
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.self_attn = torch.nn.Module()
+        self.self_attn.q_proj = torch.nn.Linear(H, H, bias=True)
+        self.mlp = torch.nn.Module()
+        self.mlp.up_proj = torch.nn.Linear(H, I, bias=False)
+        self.mlp.down_proj = torch.nn.Linear(I, H, bias=True)
+
+    def forward(self, h):
+        h = h + self.self_attn.q_proj(h)
+        return h + self.mlp.down_proj(torch.relu(self.mlp.up_proj(h)))
+
+
+class Tiny(torch.nn.Module):
+    """The module tree of a transformers decoder, cut down: model.layers.{i}..., lm_head."""
+
+    def __init__(self):
+        super().__init__()
+        self.model = torch.nn.Module()
+        self.model.layers = torch.nn.ModuleList([Block(), Block()])
+        self.lm_head = torch.nn.Linear(H, 64, bias=False)
+
+    def forward(self, x):
+        for block in self.model.layers:
+            x = block(x)
+        return self.lm_head(x)
+
+
+def write_checkpoint(path, tensors: dict, quantization_config: dict):
+    """config.json + two shards + index; consecutive names go to different shards, so every layer's
+    tensors are split between them."""
+    names = sorted(tensors)
+    shards = {f"model-0000{i + 1}-of-00002.safetensors": names[i::2] for i in range(2)}
+    weight_map = {}
+    for file, keys in shards.items():
+        safetensors_torch.save_file({k: tensors[k].contiguous() for k in keys}, str(path / file))
+        weight_map.update({k: file for k in keys})
+    (path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    (path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"],
+                                                  "quantization_config": quantization_config}))
+
+
+def make_model_and_checkpoint(path, method, seed=0):
+    """(model with random float weights, the float reference holding the dequantized weights,
+    config) after writing the checkpoint of ``method`` to ``path``."""
+    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    model = Tiny().to(torch.bfloat16)
+    ref = copy.deepcopy(model).float()
+    tensors = {}
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and module.bias is not None:
+            tensors[f"{name}.bias"] = module.bias.detach()  # float tensors the loader must pass by
+    tensors["lm_head.weight"] = model.lm_head.weight.detach()  # unquantized (ignored) layer
+    for name in LAYERS:
+        lin = model.get_submodule(name)
+        N, K = lin.out_features, lin.in_features
+        if method == "gptq":
+            # dynamic below: down_proj layers use groups of 32
+            layer, w = gptq_layer(N, K, 32 if name.endswith("down_proj") else 64, g)
+        elif method == "awq":
+            layer, w = awq_layer(N, K, 64, g)
+        else:  # config group 1 (channel) targets down_proj by name, group 0 (groups of 64) the rest
+            layer, w = ct_layer(N, K, None if name.endswith("down_proj") else 64, g)
+        tensors.update({f"{name}.{k}": v for k, v in layer.items()})
+        ref.get_submodule(name).weight.data = w
+    config = {
+        "gptq": {"quant_method": "gptq", "bits": 4, "group_size": 64, "desc_act": True, "sym": False,
+                 "checkpoint_format": "gptq", "dynamic": {r"+:.*\.down_proj": {"group_size": 32}}},
+        "awq": {"quant_method": "awq", "bits": 4, "group_size": 64, "zero_point": True, "version": "gemm",
+                "modules_to_not_convert": ["lm_head"]},
+        "compressed-tensors": {
+            "quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
+            "ignore": ["lm_head"],
+            "config_groups": {
+                "group_0": {"targets": ["Linear"],
+                            "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group",
+                                        "group_size": 64, "dynamic": False}},
+                "group_1": {"targets": [r"re:.*down_proj$"],
+                            "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "channel",
+                                        "dynamic": False}},
+            }},
+    }[method]
+    write_checkpoint(path, tensors, config)
+    return model, ref, config
+
+
+def rel_err(a, b):
+    a, b = a.detach().float(), b.detach().float()
+    return float((a - b).norm() / b.norm())
+
+
+@pytest.mark.parametrize("method", ["gptq", "awq", "compressed-tensors"])
+def test_checkpoint_to_model(tmp_path, method):
+    model, ref, _ = make_model_and_checkpoint(tmp_path, method)
+    converted = ha.load_quantized(tmp_path, progress=False)
+    assert sorted(converted) == sorted(LAYERS)  # the quantized layers, nothing else (biases, lm_head)
+    assert all((cw.perm is not None) == (method == "gptq") for cw in converted.values())
+    if method == "gptq":  # the dynamic override reached the down projections
+        assert str(converted["model.layers.0.mlp.down_proj"].weight.fmt).startswith("u4g32-")
+        assert str(converted["model.layers.0.mlp.up_proj"].weight.fmt).startswith("u4g64-")
+    if method == "compressed-tensors":  # group_1 (by name) beat group_0 (by class) for down_proj
+        assert converted["model.layers.0.mlp.down_proj"].weight.scales.shape[1] == 1
+        assert converted["model.layers.0.mlp.up_proj"].weight.scales.shape[1] == H // 64
+    swapped = ha.replace_linears(model, converted, progress=False)
+    assert sorted(swapped) == sorted(LAYERS)
+    for name in LAYERS:
+        lin = model.get_submodule(name)
+        assert isinstance(lin, QuantLinear)
+        assert (lin.in_perm is not None) == (method == "gptq")
+        if ref.get_submodule(name).bias is not None:
+            assert torch.equal(lin.bias.float(), ref.get_submodule(name).bias)
+    assert type(model.lm_head) is torch.nn.Linear  # ignored: stays float
+    x = torch.randn(2, 5, H, generator=torch.Generator().manual_seed(7)).to(torch.bfloat16)
+    with torch.no_grad():
+        got, want = model(x), ref(x.float())
+    assert got.dtype == torch.bfloat16
+    assert rel_err(got, want) < 1e-2  # bf16 round-off over a few layers (4e-3); a wrong order gives ~1
+
+
+def test_one_act_order_layer_exactly(tmp_path):
+    """One GPTQ act-order layer against x @ W.T in float32: only the output rounding differs."""
+    _, ref, _ = make_model_and_checkpoint(tmp_path, "gptq", seed=3)
+    converted = ha.load_quantized(tmp_path, progress=False)
+    holder = torch.nn.Module()
+    holder.up_proj = torch.nn.Linear(H, I, bias=False).to(torch.bfloat16)
+    ha.replace_linears(holder, {"up_proj": converted["model.layers.0.mlp.up_proj"]}, progress=False)
+    w = ref.model.layers[0].mlp.up_proj.weight
+    x = torch.randn(9, H).to(torch.bfloat16)
+    y = holder.up_proj(x)
+    assert rel_err(y, x.float() @ w.t()) < 4e-3
+
+
+def test_state_dict_source_and_ignore(tmp_path):
+    """A state dict (no files) with config=; an ignore entry skips a layer even when its quantized
+    tensors are there; the model config object form (with quantization_config) works too."""
+    g = torch.Generator().manual_seed(5)
+    sd = {}
+    for name in ("model.layers.0.mlp.gate_proj", "model.layers.0.mlp.gate", "lm_head"):
+        layer, _ = awq_layer(64, 128, 64, g)
+        sd.update({f"{name}.{k}": v for k, v in layer.items()})
+    cfg = {"quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 64,
+                                   "modules_to_not_convert": ["lm_head", "mlp.gate"]}}
+    got = ha.load_quantized(sd, cfg, progress=False)
+    assert list(got) == ["model.layers.0.mlp.gate_proj"]  # "mlp.gate" is whole dotted parts only
+    with pytest.raises(ValueError, match="config="):
+        ha.load_quantized(sd)
+
+
+def test_dynamic_negative_pattern_with_qweight_is_an_error():
+    g = torch.Generator().manual_seed(6)
+    layer, _ = gptq_layer(64, 128, 64, g)
+    sd = {f"model.layers.0.mlp.up_proj.{k}": v for k, v in layer.items()}
+    cfg = {"quant_method": "gptq", "bits": 4, "group_size": 64, "desc_act": True, "sym": False,
+           "dynamic": {r"-:.*up_proj": {}}}
+    with pytest.raises(ConversionError, match="up_proj.*dynamic"):
+        ha.load_quantized(sd, cfg, progress=False)
+
+
+def test_bad_checkpoints_name_file_and_tensor(tmp_path):
+    make_model_and_checkpoint(tmp_path, "awq")
+    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+    # a tensor the index lists but no shard holds
+    index["weight_map"]["model.layers.0.mlp.gate_proj.qweight"] = "model-00001-of-00002.safetensors"
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match=r"model-00001-of-00002\.safetensors.*gate_proj\.qweight"):
+        ha.load_quantized(tmp_path, progress=False)
+    del index["weight_map"]["model.layers.0.mlp.gate_proj.qweight"]
+    # a missing tensor: the importer names the layer and the tensor
+    del index["weight_map"]["model.layers.1.mlp.up_proj.scales"]
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(ConversionError, match=r"model\.layers\.1\.mlp\.up_proj\.scales"):
+        ha.load_quantized(tmp_path, progress=False)
+    # a truncated shard
+    shard = tmp_path / "model-00002-of-00002.safetensors"
+    shard.write_bytes(shard.read_bytes()[:100])
+    with pytest.raises(CheckpointError, match="model-00002-of-00002.safetensors"):
+        ha.load_quantized(tmp_path, progress=False)
+
+
+def test_replace_linears_strict_leaves_model_untouched(tmp_path):
+    model, _, _ = make_model_and_checkpoint(tmp_path, "awq")
+    converted = ha.load_quantized(tmp_path, progress=False)
+    converted["model.layers.0.mlp.down_proj"], converted["model.layers.0.mlp.up_proj"] = \
+        converted["model.layers.0.mlp.up_proj"], converted["model.layers.0.mlp.down_proj"]  # wrong shapes
+    converted["model.nothing_here"] = converted[LAYERS[0]]
+    with pytest.raises(ValueError, match="down_proj.*nothing_here"):
+        ha.replace_linears(model, converted, progress=False)
+    assert not any(isinstance(m, QuantLinear) for m in model.modules())  # nothing swapped half-way
+    swapped = ha.replace_linears(model, converted, strict=False, progress=False)
+    assert sorted(swapped) == sorted(set(LAYERS) - {"model.layers.0.mlp.down_proj", "model.layers.0.mlp.up_proj"})
+
+
+def test_progress_bar_and_iterator(tmp_path, capsys):
+    pytest.importorskip("tqdm", reason="tqdm (the convert extra) is not installed")
+    model, _, _ = make_model_and_checkpoint(tmp_path, "compressed-tensors")
+    ha.replace_linears(model, ha.iter_quantized(tmp_path), progress=True)
+    assert sum(isinstance(m, QuantLinear) for m in model.modules()) == len(LAYERS)
+    assert "importing" in capsys.readouterr().err
+
+
+def test_no_tqdm_no_bar(tmp_path, monkeypatch, capsys):
+    model, _, _ = make_model_and_checkpoint(tmp_path, "awq")
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+    ha.replace_linears(model, ha.load_quantized(tmp_path), progress=True)
+    assert sum(isinstance(m, QuantLinear) for m in model.modules()) == len(LAYERS)
+    assert "importing" not in capsys.readouterr().err
+
+
+def test_missing_safetensors_names_the_extra(tmp_path, monkeypatch):
+    make_model_and_checkpoint(tmp_path, "awq")
+    monkeypatch.setitem(sys.modules, "safetensors", None)  # import safetensors now raises ImportError
+    with pytest.raises(ImportError, match=r"humming-aot\[convert\]"):
+        ha.load_quantized(tmp_path, progress=False)
+
+
+def test_in_perm_compiles_fullgraph():
+    """QuantLinear with in_perm: one graph under torch.compile(fullgraph=True), the eager result bit
+    for bit, and the permutation is really applied (a layer without it differs)."""
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(9)
+    layer, w = gptq_layer(72, 128, 64, g)
+    cw = ha.load_quantized({f"l.{k}": v for k, v in layer.items()},
+                           {"quant_method": "gptq", "bits": 4, "group_size": 64, "desc_act": True, "sym": False},
+                           progress=False)["l"]
+    packed = ha.pack_weight(cw.weight)
+    lin = QuantLinear.from_packed(packed, "bf16", in_perm=cw.perm)
+    plain = QuantLinear.from_packed(packed, "bf16")
+    x = torch.randn(7, 128, generator=g).to(torch.bfloat16)
+    eager = lin(x)
+    assert torch.equal(eager, torch.compile(lin, fullgraph=True)(x))
+    torch._dynamo.reset()
+    dyn = torch.compile(lin, fullgraph=True, dynamic=True)
+    for m in (5, 16, 1):
+        assert torch.equal(dyn(x[:m]), lin(x[:m]))
+    assert rel_err(eager, x.float() @ w.t()) < 4e-3
+    assert rel_err(plain(x), x.float() @ w.t()) > 0.1
+    torch._dynamo.reset()
+
+
+def test_other_methods_dispatch():
+    """The remaining quant_methods reach their importers (each importer's bits are tested in its own
+    file): FP8 with 128 x 128 weight_scale_inv, ModelOpt FP8, gpt-oss MXFP4 experts (a list per
+    projection, not an nn.Linear), and an unknown method is refused by name."""
+    g = torch.Generator().manual_seed(11)
+    w8 = (torch.randn(256, 128, generator=g) * 4).to(torch.float8_e4m3fn)
+    inv = torch.rand(2, 1, generator=g) + 0.5
+    got = ha.load_quantized({"m.a.weight": w8, "m.a.weight_scale_inv": inv, "m.b.weight": torch.ones(4, 4)},
+                            {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}, progress=False)
+    assert list(got) == ["m.a"]  # m.b has no scale: a float layer
+    holder = torch.nn.Module()
+    holder.m = torch.nn.Module()
+    holder.m.a = torch.nn.Linear(128, 256, bias=False).to(torch.bfloat16)
+    ha.replace_linears(holder, got, progress=False)
+    x = torch.randn(3, 128, generator=g).to(torch.bfloat16)
+    want = x.float() @ (w8.float() * inv.repeat_interleave(128, 0)).t()
+    assert rel_err(holder.m.a(x), want) < 4e-3
+
+    got = ha.load_quantized({"q.weight": w8, "q.weight_scale": torch.tensor(0.5), "q.input_scale": torch.tensor(1.0)},
+                            {"quant_method": "modelopt", "quant_algo": "FP8"}, progress=False)
+    assert list(got) == ["q"]
+
+    blocks = torch.randint(0, 256, (3, 64, 4, 16), dtype=torch.uint8, generator=g)
+    scales = torch.randint(120, 130, (3, 64, 4), dtype=torch.uint8, generator=g)
+    got = ha.load_quantized({"model.layers.0.mlp.experts.down_proj_blocks": blocks,
+                             "model.layers.0.mlp.experts.down_proj_scales": scales,
+                             "model.layers.0.self_attn.q_proj.weight": torch.ones(4, 4)},
+                            {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]},
+                            progress=False)
+    assert list(got) == ["model.layers.0.mlp.experts.down_proj"] and len(got["model.layers.0.mlp.experts.down_proj"]) == 3
+
+    with pytest.raises(ConversionError, match="quant_method.*'hqq'"):
+        ha.load_quantized({}, {"quant_method": "hqq"}, progress=False)
