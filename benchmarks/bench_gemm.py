@@ -13,8 +13,10 @@ HERE = pathlib.Path(__file__).resolve().parent
 try:
     from humming_aot import bench
 except ImportError as e:
-    sys.exit(f"bench_gemm.py: cannot import humming_aot.bench ({e}). Install the package from this checkout "
-             "(pip install --no-build-isolation .) first.")
+    sys.exit(
+        f"bench_gemm.py: cannot import humming_aot.bench ({e}). Install the package from this checkout "
+        "(pip install --no-build-isolation .) first."
+    )
 
 if __name__ == "__main__":
     sys.exit(bench.main(sys.argv[1:], results_root=HERE / "results", repo_root=HERE.parent))

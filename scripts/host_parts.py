@@ -23,8 +23,20 @@ layer = ha.QuantLinear.from_linear(lin, "u4g128-sbf16", device="cuda")
 x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
 inst = layer.instance_for(m)
 b = layer._buffers
-args = (x, b["codes"], b["scales"], b["zeros"], b["global_scale"], None, b["bias"], layer._fmt_str, layer.layout,
-        layer.out_features, layer.in_features, inst)
+args = (
+    x,
+    b["codes"],
+    b["scales"],
+    b["zeros"],
+    b["global_scale"],
+    None,
+    b["bias"],
+    layer._fmt_str,
+    layer.layout,
+    layer.out_features,
+    layer.in_features,
+    inst,
+)
 dev = x.get_device()
 
 

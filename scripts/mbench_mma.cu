@@ -2,7 +2,8 @@
 // WGMMA m64nNk16 with a register A operand (the sm90 backend's instruction) and for one mma.sync
 // m16n8k16 (the sm80 backend's), at several warpgroup / warp counts per SM.
 // Build and run on the GPU machine:
-//   nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -I include scripts/mbench_mma.cu -o /tmp/mbench && /tmp/mbench
+//   nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -I include scripts/mbench_mma.cu -o /tmp/mbench &&
+//   /tmp/mbench
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -16,7 +17,8 @@ constexpr int kIters = 512;
 
 // Each warpgroup: kIters groups of `Chain` WGMMAs into one accumulator (the mainloop's k steps),
 // waiting after each group (Wait0) or only at the end.
-template <int N, int Chain, bool Wait0> __global__ void __launch_bounds__(512, 1) wgmma_rate(long long *cycles, float *sink) {
+template <int N, int Chain, bool Wait0>
+__global__ void __launch_bounds__(512, 1) wgmma_rate(long long *cycles, float *sink) {
   extern __shared__ __align__(1024) char smem[];
   for (int i = threadIdx.x; i < 16 * 1024 / 4; i += blockDim.x) reinterpret_cast<uint32_t *>(smem)[i] = 0x3F803F80u;
   __syncthreads();

@@ -41,18 +41,20 @@ __global__ void __launch_bounds__(128 + 4 * 32, 1) stream(const char *w, Cfg c, 
     for (long u = u0; u < u1; ++u) {
       const long t = u / k_stages, ks = u % k_stages;
       mbar_wait(bars + 8 * (c.stages + s), ph ^ 1u);
-        mbar_arrive_expect_tx(bars + 8 * s, stage_bytes);
-        const uint32_t dst = ring + s * stage_bytes;
-        const long nb0 = t * c.cols, kb0 = ks * c.atoms;
-        if (c.pattern == 0) {
-          for (int a = 0; a < c.atoms; ++a)
-            bulk_copy(dst + a * c.cols * c.block, w + ((kb0 + a) * c.n_blocks + nb0) * c.block, c.cols * c.block, bars + 8 * s);
-        } else if (c.pattern == 1) {
-          for (int j = 0; j < c.cols; ++j)
-            bulk_copy(dst + j * c.atoms * c.block, w + ((nb0 + j) * c.k_blocks + kb0) * c.block, c.atoms * c.block, bars + 8 * s);
-        } else {
-          bulk_copy(dst, w + (t * k_stages + ks) * stage_bytes, stage_bytes, bars + 8 * s);
-        }
+      mbar_arrive_expect_tx(bars + 8 * s, stage_bytes);
+      const uint32_t dst = ring + s * stage_bytes;
+      const long nb0 = t * c.cols, kb0 = ks * c.atoms;
+      if (c.pattern == 0) {
+        for (int a = 0; a < c.atoms; ++a)
+          bulk_copy(dst + a * c.cols * c.block, w + ((kb0 + a) * c.n_blocks + nb0) * c.block, c.cols * c.block,
+                    bars + 8 * s);
+      } else if (c.pattern == 1) {
+        for (int j = 0; j < c.cols; ++j)
+          bulk_copy(dst + j * c.atoms * c.block, w + ((nb0 + j) * c.k_blocks + kb0) * c.block, c.atoms * c.block,
+                    bars + 8 * s);
+      } else {
+        bulk_copy(dst, w + (t * k_stages + ks) * stage_bytes, stage_bytes, bars + 8 * s);
+      }
       if (++s == uint32_t(c.stages)) s = 0, ph ^= 1u;
     }
   } else if (threadIdx.x >= 128 && threadIdx.x < 128 + 32 * c.consumers && threadIdx.x % 32 == 0) {
@@ -100,8 +102,10 @@ int main() {
             cudaFuncSetAttribute(stream, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
             float best = 1e9f;
             for (int rep = 0; rep < 5; ++rep) {
-              if (flushw) cudaMemset(flush, 0, 256 << 20);
-              else read_all<<<528, 512>>>(reinterpret_cast<const int4 *>(flush), (256 << 20) / 16, sink);
+              if (flushw)
+                cudaMemset(flush, 0, 256 << 20);
+              else
+                read_all<<<528, 512>>>(reinterpret_cast<const int4 *>(flush), (256 << 20) / 16, sink);
               cudaEventRecord(e0);
               stream<<<132, 256, smem>>>(w, c, 132, sink);
               cudaEventRecord(e1);

@@ -26,9 +26,13 @@ ap.add_argument("--match", default="", help="time every built instance whose nam
 ap.add_argument("--graph", action="store_true")
 ap.add_argument("--layout", default="auto")
 ap.add_argument("--iters", type=int, default=15)
-ap.add_argument("--flush", choices=("write", "read", "none"), default="write",
-                help="before each call: zero a 256 MiB buffer (as the benchmark does; L2 is left full of dirty "
-                "lines), read it (clean lines), or nothing")
+ap.add_argument(
+    "--flush",
+    choices=("write", "read", "none"),
+    default="write",
+    help="before each call: zero a 256 MiB buffer (as the benchmark does; L2 is left full of dirty "
+    "lines), read it (clean lines), or nothing",
+)
 args = ap.parse_args()
 shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
 ms = [int(v) for v in args.ms.split(",")]

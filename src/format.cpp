@@ -17,7 +17,8 @@ const char *kActHelp = "activation formats look like bf16, f16, e4m3-pt, e4m3-g1
 std::string lower(const std::string &s) {
   std::string r;
   for (char c : s)
-    if (!std::isspace(static_cast<unsigned char>(c))) r += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (!std::isspace(static_cast<unsigned char>(c)))
+      r += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return r;
 }
 
@@ -137,8 +138,7 @@ Status parse_weight_format(const std::string &text, WeightFormat *out) {
     } else {
       long gk;
       if (!read_int(s, &pos, &gk)) return Status::Error("cannot parse weight format '" + text + "'; " + kWeightHelp);
-      if (gk == 0)
-        return Status::Error("K group size 0 in '" + text + "'; write gc for one scale per output channel");
+      if (gk == 0) return Status::Error("K group size 0 in '" + text + "'; write gc for one scale per output channel");
       if (!is_pow2_group(gk))
         return Status::Error("the K group size is " + std::to_string(gk) +
                              "; group sizes are powers of two from 8 to 4096");
@@ -160,7 +160,8 @@ Status parse_weight_format(const std::string &text, WeightFormat *out) {
     st = parse_dtype_prefix(s, &pos, &f.scale);
     if (!st) return st;
     if (!one_of(f.scale, {dtypes::f16, dtypes::bf16, dtypes::f32, dtypes::e8m0, dtypes::e4m3}))
-      return Status::Error("scale type " + to_string(f.scale) + " is not accepted; scale types: f16, bf16, f32, e8m0, e4m3");
+      return Status::Error("scale type " + to_string(f.scale) +
+                           " is not accepted; scale types: f16, bf16, f32, e8m0, e4m3");
   }
   if (s.compare(pos, 3, "-zi") == 0) {
     f.zero = ZeroKind::kInt;
@@ -238,7 +239,8 @@ Status parse_gemm_format(const std::string &text, GemmFormat *out) {
   const std::string s = lower(text);
   const size_t w = s.find("_w-"), c = s.find("_c-");
   if (s.compare(0, 2, "a-") != 0 || w == std::string::npos || c == std::string::npos || c < w)
-    return Status::Error("cannot parse GEMM format '" + text + "'; GEMM formats look like a-bf16_w-u4g128-sbf16_c-bf16");
+    return Status::Error("cannot parse GEMM format '" + text +
+                         "'; GEMM formats look like a-bf16_w-u4g128-sbf16_c-bf16");
   GemmFormat f;
   Status st = parse_act_format(s.substr(2, w - 2), &f.act);
   if (!st) return st;

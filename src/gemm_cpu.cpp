@@ -44,7 +44,8 @@ Status check_act_quant(const ActFormat &fmt, DType x_type, int64_t m, int64_t k,
   if (!(x_type == dtypes::f32 || x_type == dtypes::f16 || x_type == dtypes::bf16))
     return Status::Error("activations to quantize must be f32, f16 or bf16, not " + to_string(x_type));
   if (m < 0 || k <= 0) return Status::Error("activation extents must be m >= 0 and k > 0");
-  if (ldx < k) return Status::Error("activation row stride " + std::to_string(ldx) + " is below k=" + std::to_string(k));
+  if (ldx < k)
+    return Status::Error("activation row stride " + std::to_string(ldx) + " is below k=" + std::to_string(k));
   return Status::Ok();
 }
 } // namespace

@@ -102,7 +102,8 @@ Status unpack_codes_cpu(int layout, const WeightFormat &fmt, const PackedDims &d
     return Status::Error("unknown weight layout id " + std::to_string(layout));
   const int bits = static_cast<int>(fmt.code.bits);
   for (int64_t r = 0; r < d.n; ++r)
-    for (int64_t c = 0; c < d.k; ++c) codes[r * d.k + c] = static_cast<uint8_t>(packed_code(layout, d, bits, packed, r, c));
+    for (int64_t c = 0; c < d.k; ++c)
+      codes[r * d.k + c] = static_cast<uint8_t>(packed_code(layout, d, bits, packed, r, c));
   return Status::Ok();
 }
 

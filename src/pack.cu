@@ -76,8 +76,8 @@ Status launched(const char *what) {
 
 } // namespace
 
-Status pack_codes_cuda(int layout, const WeightFormat &fmt, const PackedDims &d, const uint8_t *codes,
-                       uint32_t *packed, void *stream) {
+Status pack_codes_cuda(int layout, const WeightFormat &fmt, const PackedDims &d, const uint8_t *codes, uint32_t *packed,
+                       void *stream) {
   if (layout != kLayoutGeneric && layout != kLayoutSm80 && layout != kLayoutSm90)
     return Status::Error("unknown weight layout id " + std::to_string(layout));
   if (d.code_words == 0) return Status::Ok();
@@ -120,7 +120,7 @@ Status pack_groups_cuda(const PackedDims &d, int elem_bytes, const void *logical
   const int64_t count = d.k_groups * d.n_groups;
   if (count == 0) return Status::Ok();
   pack_groups_kernel<<<blocks_for(count), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(d, elem_bytes, logical,
-                                                                                             packed);
+                                                                                            packed);
   return launched("packing scales on the GPU");
 }
 
@@ -128,7 +128,7 @@ Status unpack_groups_cuda(const PackedDims &d, int elem_bytes, const void *packe
   const int64_t count = d.k_groups_logical * d.n_groups_logical;
   if (count == 0) return Status::Ok();
   unpack_groups_kernel<<<blocks_for(count), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(d, elem_bytes, packed,
-                                                                                               logical);
+                                                                                              logical);
   return launched("unpacking scales on the GPU");
 }
 

@@ -42,7 +42,8 @@ Status quantize_act_cuda(const ActFormat &fmt, DType x_type, const void *x, int6
   if (!(x_type == dtypes::f32 || x_type == dtypes::f16 || x_type == dtypes::bf16))
     return Status::Error("activations to quantize must be f32, f16 or bf16, not " + to_string(x_type));
   if (m < 0 || k <= 0 || ldx < k) return Status::Error("activation extents must be m >= 0, k > 0 and ldx >= k");
-  if (m > 65535) return Status::Error("quantize_act on the GPU takes at most 65535 rows at once, got " + std::to_string(m));
+  if (m > 65535)
+    return Status::Error("quantize_act on the GPU takes at most 65535 rows at once, got " + std::to_string(m));
   if (m == 0) return Status::Ok();
   const int64_t group = act_group_extent(fmt, k);
   const int64_t cols = (k + group - 1) / group;
@@ -50,7 +51,8 @@ Status quantize_act_cuda(const ActFormat &fmt, DType x_type, const void *x, int6
                         static_cast<cudaStream_t>(stream)>>>(fmt, x_type, x, k, ldx, group, cols,
                                                              static_cast<uint8_t *>(codes), scales);
   const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return Status::Error(std::string("quantize_act kernel failed to launch: ") + cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    return Status::Error(std::string("quantize_act kernel failed to launch: ") + cudaGetErrorString(e));
   return Status::Ok();
 }
 

@@ -31,7 +31,9 @@ const char *build_profile() { return generated::kBuildProfile; }
 int cuda_version() { return CUDART_VERSION; }
 
 size_t instance_count() { return generated::kInstanceCount; }
-const InstanceInfo *instance_at(size_t i) { return i < generated::kInstanceCount ? &generated::kInstances[i] : nullptr; }
+const InstanceInfo *instance_at(size_t i) {
+  return i < generated::kInstanceCount ? &generated::kInstances[i] : nullptr;
+}
 
 const InstanceInfo *find_instance(const std::string &name) {
   for (size_t i = 0; i < generated::kInstanceCount; ++i)
@@ -147,13 +149,15 @@ Status validate(const GemmArgs &a) {
   if (!st) return st;
   if (expect.n_pad != a.dims.n_pad || expect.k_pad != a.dims.k_pad || expect.words_per_row != a.dims.words_per_row ||
       expect.k_groups != a.dims.k_groups || expect.n_groups != a.dims.n_groups)
-    return Status::Error("the packed extents do not match weight format " + to_string(w) + " with n=" +
-                         std::to_string(a.dims.n) + ", k=" + std::to_string(a.dims.k) + " in layout " +
+    return Status::Error("the packed extents do not match weight format " + to_string(w) +
+                         " with n=" + std::to_string(a.dims.n) + ", k=" + std::to_string(a.dims.k) + " in layout " +
                          layout_name(a.layout));
   if (a.m > 0 && a.a == nullptr) return Status::Error("the activation pointer is null");
   if (a.m > 0 && a.out == nullptr) return Status::Error("the output pointer is null");
-  if (a.lda < a.dims.k) return Status::Error("activation row stride " + std::to_string(a.lda) + " is below k=" + std::to_string(a.dims.k));
-  if (a.ldo < a.dims.n) return Status::Error("output row stride " + std::to_string(a.ldo) + " is below n=" + std::to_string(a.dims.n));
+  if (a.lda < a.dims.k)
+    return Status::Error("activation row stride " + std::to_string(a.lda) + " is below k=" + std::to_string(a.dims.k));
+  if (a.ldo < a.dims.n)
+    return Status::Error("output row stride " + std::to_string(a.ldo) + " is below n=" + std::to_string(a.dims.n));
   if (a.codes == nullptr) return Status::Error("the packed codes pointer is null");
   if (w.has_scale() && a.scales == nullptr) return Status::Error("weight format " + to_string(w) + " needs scales");
   if (!w.has_scale() && a.scales != nullptr) return Status::Error("weight format " + to_string(w) + " takes no scales");
@@ -197,15 +201,24 @@ Status instance_matches(const InstanceInfo &i, const GemmArgs &a) {
   if (instance_fits(i, a)) return Status::Ok();
   const GemmFormat &f = a.fmt;
   std::string diff;
-  if (i.act_type != f.act.type.id()) diff = "activation type " + to_string(f.act.type);
-  else if (i.act_granularity >= 0 && i.act_granularity != static_cast<int>(f.act.granularity)) diff = "activation scale granularity";
-  else if (i.code_type != f.weight.code.id()) diff = "weight code type " + to_string(f.weight.code);
-  else if (i.group_k >= 0 && i.group_k != f.weight.group_k) diff = "K group size " + std::to_string(f.weight.group_k);
-  else if (i.group_n >= 0 && i.group_n != f.weight.group_n) diff = "N group size " + std::to_string(f.weight.group_n);
-  else if (i.scale_type != f.weight.scale.id()) diff = "scale type " + to_string(f.weight.scale);
-  else if (i.zero != static_cast<int>(f.weight.zero)) diff = "zero point kind";
-  else if (i.global_scale >= 0 && i.global_scale != static_cast<int>(f.weight.global_scale)) diff = "global scale";
-  else if (i.out_type != f.out.id()) diff = "output type " + to_string(f.out);
+  if (i.act_type != f.act.type.id())
+    diff = "activation type " + to_string(f.act.type);
+  else if (i.act_granularity >= 0 && i.act_granularity != static_cast<int>(f.act.granularity))
+    diff = "activation scale granularity";
+  else if (i.code_type != f.weight.code.id())
+    diff = "weight code type " + to_string(f.weight.code);
+  else if (i.group_k >= 0 && i.group_k != f.weight.group_k)
+    diff = "K group size " + std::to_string(f.weight.group_k);
+  else if (i.group_n >= 0 && i.group_n != f.weight.group_n)
+    diff = "N group size " + std::to_string(f.weight.group_n);
+  else if (i.scale_type != f.weight.scale.id())
+    diff = "scale type " + to_string(f.weight.scale);
+  else if (i.zero != static_cast<int>(f.weight.zero))
+    diff = "zero point kind";
+  else if (i.global_scale >= 0 && i.global_scale != static_cast<int>(f.weight.global_scale))
+    diff = "global scale";
+  else if (i.out_type != f.out.id())
+    diff = "output type " + to_string(f.out);
   else if (i.layout != a.layout)
     diff = std::string("weight layout: the weight is packed for layout ") + std::to_string(a.layout) + " (" +
            layout_name(a.layout) + "), the instance reads layout " + std::to_string(i.layout) + " (" +

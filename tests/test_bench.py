@@ -48,8 +48,10 @@ def test_defaults_are_the_design_shapes_and_ms():
     a = B.parse_args([])
     assert a.shapes == [(8192, 8192), (28672, 8192), (8192, 28672)]
     assert a.ms == [1, 16, 64, 256, 1024, 4096, 8192]
-    assert [(f.label, f.weight, f.act) for f in a.formats] == [("w4a16", "u4g128-sbf16", "bf16"),
-                                                             ("w8a16", "u8gc-sbf16", "bf16")]
+    assert [(f.label, f.weight, f.act) for f in a.formats] == [
+        ("w4a16", "u4g128-sbf16", "bf16"),
+        ("w8a16", "u8gc-sbf16", "bf16"),
+    ]
     assert a.impls == list(B.IMPLS)
     assert (a.iters, a.warmup, a.graph_max_m, a.layout) == (20, 3, 256, "auto")
     assert a.jit_timeout_s == a.time_budget_s / 2
@@ -62,11 +64,23 @@ def test_quick_fills_only_what_is_not_given():
     assert q.ms == [1, 2] and q.shapes == [(64, 128), (32, 256)] and q.iters == 7
 
 
-@pytest.mark.parametrize("argv", [["--shapes", "8192"], ["--shapes", "0x16"], ["--ms", "0"], ["--ms", "a"],
-                                  ["--formats", "u4g100-sbf16"], ["--formats", "w4a16,u4g128-sbf16:q8"],
-                                  ["--impls", "cublas-bf16,nope"], ["--jit-formats", "w2a16"],
-                                  ["--iters", "0"], ["--max-ms-per-point", "-1"], ["--suite", "llama"],
-                                  ["--flush", "zero"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--shapes", "8192"],
+        ["--shapes", "0x16"],
+        ["--ms", "0"],
+        ["--ms", "a"],
+        ["--formats", "u4g100-sbf16"],
+        ["--formats", "w4a16,u4g128-sbf16:q8"],
+        ["--impls", "cublas-bf16,nope"],
+        ["--jit-formats", "w2a16"],
+        ["--iters", "0"],
+        ["--max-ms-per-point", "-1"],
+        ["--suite", "llama"],
+        ["--flush", "zero"],
+    ],
+)
 def test_bad_arguments_are_argparse_errors(argv, capsys):
     with pytest.raises(SystemExit) as e:
         B.parse_args(argv)
@@ -76,15 +90,33 @@ def test_bad_arguments_are_argparse_errors(argv, capsys):
 
 def test_format_strings_and_aliases():
     f = B.parse_format("I4G128-sbf16:e4m3-pt")
-    assert (f.label, f.weight, f.act, f.gemm) == ("i4g128-sbf16:e4m3-pt", "i4g128-sbf16", "e4m3-pt",
-                                                  "a-e4m3-pt_w-i4g128-sbf16_c-bf16")
+    assert (f.label, f.weight, f.act, f.gemm) == (
+        "i4g128-sbf16:e4m3-pt",
+        "i4g128-sbf16",
+        "e4m3-pt",
+        "a-e4m3-pt_w-i4g128-sbf16_c-bf16",
+    )
     assert B.parse_format("u4g128-sbf16").gemm == "a-bf16_w-u4g128-sbf16_c-bf16"
     assert B.parse_format("w8a16").gemm == "a-bf16_w-u8gc-sbf16_c-bf16"
 
 
 def test_worker_arguments_round_trip(tmp_path):
-    a = B.parse_args(["--shapes", "64x128", "--ms", "1,8", "--iters", "4", "--flush-mib", "32", "--jit-formats",
-                      "w4a16,w8a16", "--flush", "write"])
+    a = B.parse_args(
+        [
+            "--shapes",
+            "64x128",
+            "--ms",
+            "1,8",
+            "--iters",
+            "4",
+            "--flush-mib",
+            "32",
+            "--jit-formats",
+            "w4a16,w8a16",
+            "--flush",
+            "write",
+        ]
+    )
     w = B.parse_args(B.worker_argv(a, tmp_path / "o.json", 12.5))
     assert (w.shapes, w.ms, w.iters, w.flush_mib, w.jit_formats) == (a.shapes, a.ms, 4, 32, ["w4a16", "w8a16"])
     assert (w.worker, w.worker_out, w.time_budget_s) == ("humming-jit", tmp_path / "o.json", 12.5)
@@ -134,28 +166,71 @@ def test_read_flush_leaves_the_buffer_alone_and_write_flush_zeroes_it():
 # The published config.json values of each model (field names as there; head_dim is hidden_size /
 # num_attention_heads where the file has no such field), written out independently of the corpus file.
 MODEL_CONFIGS = {
-    "Llama-3-8B": {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
-                   "num_key_value_heads": 8, "head_dim": 128},
-    "Llama-3-70B": {"hidden_size": 8192, "intermediate_size": 28672, "num_attention_heads": 64,
-                    "num_key_value_heads": 8, "head_dim": 128},
-    "Qwen2.5-7B": {"hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,
-                   "num_key_value_heads": 4, "head_dim": 128},
-    "Qwen2.5-14B": {"hidden_size": 5120, "intermediate_size": 13824, "num_attention_heads": 40,
-                    "num_key_value_heads": 8, "head_dim": 128},
-    "Qwen2.5-72B": {"hidden_size": 8192, "intermediate_size": 29568, "num_attention_heads": 64,
-                    "num_key_value_heads": 8, "head_dim": 128},
-    "Mistral-7B": {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
-                   "num_key_value_heads": 8, "head_dim": 128},
-    "Mixtral-8x7B": {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
-                     "num_key_value_heads": 8, "head_dim": 128},
-    "DeepSeek-V3": {"hidden_size": 7168, "intermediate_size": 18432, "num_attention_heads": 128,
-                    "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "v_head_dim": 128},
+    "Llama-3-8B": {
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+    },
+    "Llama-3-70B": {
+        "hidden_size": 8192,
+        "intermediate_size": 28672,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+    },
+    "Qwen2.5-7B": {
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "head_dim": 128,
+    },
+    "Qwen2.5-14B": {
+        "hidden_size": 5120,
+        "intermediate_size": 13824,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+    },
+    "Qwen2.5-72B": {
+        "hidden_size": 8192,
+        "intermediate_size": 29568,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+    },
+    "Mistral-7B": {
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+    },
+    "Mixtral-8x7B": {
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+    },
+    "DeepSeek-V3": {
+        "hidden_size": 7168,
+        "intermediate_size": 18432,
+        "num_attention_heads": 128,
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+    },
     "gpt-oss-120b": {"hidden_size": 2880, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64},
 }
 STANDARD_ROLES = {"qkv", "o", "gate_up", "down"}
-MODEL_ROLES = dict({m: STANDARD_ROLES for m in MODEL_CONFIGS},
-                   **{"DeepSeek-V3": {"q_a_proj", "kv_a_proj_with_mqa", "o", "gate_up", "down"},
-                      "gpt-oss-120b": {"qkv", "o"}})
+MODEL_ROLES = dict(
+    {m: STANDARD_ROLES for m in MODEL_CONFIGS},
+    **{"DeepSeek-V3": {"q_a_proj", "kv_a_proj_with_mqa", "o", "gate_up", "down"}, "gpt-oss-120b": {"qkv", "o"}},
+)
 
 
 def _expected_nk(cfg: dict, role: str) -> tuple[int, int]:
@@ -202,10 +277,15 @@ def test_corpus_file_is_valid_and_follows_the_head_arithmetic():
     assert B.load_corpus() == entries
 
 
-@pytest.mark.parametrize("bad", [{"model": "A", "role": "o", "n": 0, "k": 64},
-                                 {"model": "A", "role": "o", "n": "4096", "k": 64},
-                                 {"model": "A", "role": "o", "n": True, "k": 64},
-                                 {"model": "A", "n": 64, "k": 64}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"model": "A", "role": "o", "n": 0, "k": 64},
+        {"model": "A", "role": "o", "n": "4096", "k": 64},
+        {"model": "A", "role": "o", "n": True, "k": 64},
+        {"model": "A", "n": 64, "k": 64},
+    ],
+)
 def test_broken_corpus_entries_are_rejected(tmp_path, bad):
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"shapes": [{"model": "A", "role": "qkv", "n": 64, "k": 64}, bad]}))
@@ -219,8 +299,12 @@ def test_shape_labels_name_every_model_and_role():
     assert labels[(8192, 8192)] == "Llama-3-70B, Qwen2.5-72B o"
     assert labels[(576, 7168)] == "DeepSeek-V3 kv_a_proj_with_mqa"
     assert (28672, 8192) not in labels  # a headline shape that is no fused layer of these models
-    mixed = [{"model": "A", "role": "o", "n": 64, "k": 64}, {"model": "B", "role": "down", "n": 64, "k": 64},
-             {"model": "C", "role": "o", "n": 64, "k": 64}, {"model": "A", "role": "o", "n": 64, "k": 64}]
+    mixed = [
+        {"model": "A", "role": "o", "n": 64, "k": 64},
+        {"model": "B", "role": "down", "n": 64, "k": 64},
+        {"model": "C", "role": "o", "n": 64, "k": 64},
+        {"model": "A", "role": "o", "n": 64, "k": 64},
+    ]
     assert B.shape_labels(mixed) == {(64, 64): "A, C o; B down"}
 
 
@@ -246,40 +330,70 @@ def test_device_slug():
 
 
 def _row(impl, fmt, n, k, m, us, us_graph=None, host=None, **kw):
-    r = {"impl": impl, "format": fmt, "n": n, "k": k, "m": m, "us": us, "us_graph": us_graph,
-         "host_overhead_us": host, "eager_minus_graph_us": None if us_graph is None else us - us_graph,
-         "instance": None}
+    r = {
+        "impl": impl,
+        "format": fmt,
+        "n": n,
+        "k": k,
+        "m": m,
+        "us": us,
+        "us_graph": us_graph,
+        "host_overhead_us": host,
+        "eager_minus_graph_us": None if us_graph is None else us - us_graph,
+        "instance": None,
+    }
     r.update(kw)
     r["tflops"] = B.tflops(m, n, k, B.best_us(r))
     return r
 
 
 def _result(rows, skipped=()):
-    return {"device": {"name": "NVIDIA H200", "driver": "580.159.04"}, "torch": "2.11.0+cu130", "cuda": "13.0",
-            "date": "2026-11-29T12:00:00Z", "git_sha": "abc123", "git_dirty": False, "method": dict(B.METHOD),
-            "humming_aot": {"build_info": {"version": "0.1.0", "profile": "dev", "archs": ["90a"]}},
-            "settings": {"graph_max_m": 256, "check_m": 16}, "peers": {"humming-kernels": "0.1.20"},
-            "rows": list(rows), "skipped": list(skipped), "host_overhead": B.summarize_host(list(rows))}
+    return {
+        "device": {"name": "NVIDIA H200", "driver": "580.159.04"},
+        "torch": "2.11.0+cu130",
+        "cuda": "13.0",
+        "date": "2026-11-29T12:00:00Z",
+        "git_sha": "abc123",
+        "git_dirty": False,
+        "method": dict(B.METHOD),
+        "humming_aot": {"build_info": {"version": "0.1.0", "profile": "dev", "archs": ["90a"]}},
+        "settings": {"graph_max_m": 256, "check_m": 16},
+        "peers": {"humming-kernels": "0.1.20"},
+        "rows": list(rows),
+        "skipped": list(skipped),
+        "host_overhead": B.summarize_host(list(rows)),
+    }
 
 
 SYNTHETIC = [
     _row("cublas-bf16", "bf16", 8192, 8192, 1, 42.8, 20.1, 6.0, rel_err=0.0),
-    _row("humming-aot", "w4a16", 8192, 8192, 1, 30.0, 12.0, 5.0, instance="sm80_x_t16x64", layout="sm80",
-         rel_err=0.1),
+    _row("humming-aot", "w4a16", 8192, 8192, 1, 30.0, 12.0, 5.0, instance="sm80_x_t16x64", layout="sm80", rel_err=0.1),
     _row("humming-jit", "w4a16", 8192, 8192, 1, 55.3, 19.9, 35.0, rel_err=0.1),
     _row("cublas-bf16", "bf16", 8192, 8192, 4096, 800.0),
-    _row("humming-aot", "w4a16", 8192, 8192, 4096, 790.0, instance="sm80_x_t128x128", layout="sm80",
-         rel_err=float("nan")),
+    _row(
+        "humming-aot", "w4a16", 8192, 8192, 4096, 790.0, instance="sm80_x_t128x128", layout="sm80", rel_err=float("nan")
+    ),
     _row("cublaslt-fp8", "w8a8-fp8", 28672, 8192, 4096, 1600.0),
 ]
 
 
 def test_json_has_the_required_fields(tmp_path):
-    path = B.write_json(_result(SYNTHETIC, [{"impl": "torch-int4", "format": "w4a16", "reason": "x"}]),
-                        tmp_path / "sub" / "r.json")
+    path = B.write_json(
+        _result(SYNTHETIC, [{"impl": "torch-int4", "format": "w4a16", "reason": "x"}]), tmp_path / "sub" / "r.json"
+    )
     data = json.loads(path.read_text())
-    for key in ("device", "torch", "cuda", "humming_aot", "git_sha", "date", "method", "rows", "skipped",
-                "host_overhead"):
+    for key in (
+        "device",
+        "torch",
+        "cuda",
+        "humming_aot",
+        "git_sha",
+        "date",
+        "method",
+        "rows",
+        "skipped",
+        "host_overhead",
+    ):
         assert key in data, key
     assert data["device"]["driver"] == "580.159.04" and data["humming_aot"]["build_info"]["archs"] == ["90a"]
     assert len(data["rows"]) == len(SYNTHETIC)
@@ -295,8 +409,7 @@ def test_json_has_the_required_fields(tmp_path):
 
 
 def test_markdown_shows_the_layer_label_where_rows_have_one():
-    rows = [dict(r, label="Llama-3-70B, Qwen2.5-72B o") if (r["n"], r["k"]) == (8192, 8192) else r
-            for r in SYNTHETIC]
+    rows = [dict(r, label="Llama-3-70B, Qwen2.5-72B o") if (r["n"], r["k"]) == (8192, 8192) else r for r in SYNTHETIC]
     md = B.markdown(_result(rows))
     lines = md.splitlines()
     header = next(line for line in lines if line.startswith("| N x K |"))
@@ -308,8 +421,11 @@ def test_markdown_shows_the_layer_label_where_rows_have_one():
 
 
 def test_markdown_lists_every_implementation_and_m():
-    md = B.markdown(_result(SYNTHETIC, [{"impl": "torch-int4", "format": "w4a16", "n": 8192, "k": 8192,
-                                         "reason": "rejected the codes"}]))
+    md = B.markdown(
+        _result(
+            SYNTHETIC, [{"impl": "torch-int4", "format": "w4a16", "n": 8192, "k": 8192, "reason": "rejected the codes"}]
+        )
+    )
     for r in SYNTHETIC:
         assert B.impl_label(r["impl"], r["format"]) in md
     lines = md.splitlines()
@@ -438,11 +554,10 @@ class FakeTimer:
         return 4.0
 
 
-
-
 def _has_extension():
     try:
         import humming_aot._ext  # noqa: F401
+
         return True
     except ImportError:
         return False
@@ -456,8 +571,9 @@ def test_measurement_loop_on_the_cpu(tmp_path):
         impls.insert(0, B.HummingAot(B.parse_format("w4a16")))
     log = B.Log(stream=open(os.devnull, "w"))
     seen = []
-    rows, skipped = B.measure_impls(impls, args, FakeTimer(), log, deadline=float("inf"),
-                                    on_shape=lambda r, s: seen.append((len(r), len(s))))
+    rows, skipped = B.measure_impls(
+        impls, args, FakeTimer(), log, deadline=float("inf"), on_shape=lambda r, s: seen.append((len(r), len(s)))
+    )
     measured = {(r["impl"], r["m"]) for r in rows}
     fp8 = ("cublaslt-fp8",) if FP8_ON_CPU else ()
     for impl in ("cublas-bf16",) + fp8 + (("humming-aot",) if with_aot else ()):
@@ -508,8 +624,25 @@ def test_main_end_to_end_with_a_stand_in_gpu(tmp_path, monkeypatch, capsys):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "humming" else real(name, *a))
     monkeypatch.setenv("OUT", str(tmp_path / "out"))
-    rc = B.main(["--shapes", "64x256,32x128", "--ms", "1,3,300", "--graph-max-m", "4", "--check-m", "4",
-                 "--name", "run1", "--no-plot", "--flush", "write"], results_root=tmp_path / "results", repo_root=REPO)
+    rc = B.main(
+        [
+            "--shapes",
+            "64x256,32x128",
+            "--ms",
+            "1,3,300",
+            "--graph-max-m",
+            "4",
+            "--check-m",
+            "4",
+            "--name",
+            "run1",
+            "--no-plot",
+            "--flush",
+            "write",
+        ],
+        results_root=tmp_path / "results",
+        repo_root=REPO,
+    )
     assert rc == 0, capsys.readouterr().err
     res = tmp_path / "results" / "h200"
     assert sorted(p.name for p in res.iterdir()) == ["run1.json", "run1.log", "run1.md"]
@@ -539,8 +672,9 @@ def test_corpus_shapes_no_peer_can_run_are_skipped_with_a_reason():
     impls = [B.CublasBf16("bf16"), B.TorchInt4("w4a16")]
     if _has_extension():
         impls.insert(0, B.HummingAot(B.parse_format("w4a16")))
-    rows, skipped = B.measure_impls(impls, args, FakeTimer(), B.Log(stream=open(os.devnull, "w")),
-                                    deadline=float("inf"))
+    rows, skipped = B.measure_impls(
+        impls, args, FakeTimer(), B.Log(stream=open(os.devnull, "w")), deadline=float("inf")
+    )
     for impl in impls:
         for n, k in args.shapes:
             ms = {r["m"] for r in rows if (r["impl"], r["n"], r["k"]) == (impl.name, n, k)}
@@ -550,8 +684,10 @@ def test_corpus_shapes_no_peer_can_run_are_skipped_with_a_reason():
     assert "multiple of 128" in int4["reason"]
     assert {(r["n"], r["k"]) for r in rows if r["impl"] == "cublas-bf16"} == {(5120, 2880), (576, 7168)}
     result = B._finish(_result([]), rows, skipped, args.shapes)
-    assert {(r["n"], r["label"]) for r in result["rows"]} == {(5120, "gpt-oss-120b qkv"),
-                                                             (576, "DeepSeek-V3 kv_a_proj_with_mqa")}
+    assert {(r["n"], r["label"]) for r in result["rows"]} == {
+        (5120, "gpt-oss-120b qkv"),
+        (576, "DeepSeek-V3 kv_a_proj_with_mqa"),
+    }
     stripped = [{key: v for key, v in r.items() if key != "label"} for r in result["rows"]]
     assert len(stripped) == len(rows) and all(r in rows for r in stripped)  # the other fields as measured
     md = B.markdown(result)
@@ -562,8 +698,9 @@ def test_corpus_shapes_no_peer_can_run_are_skipped_with_a_reason():
 
 def test_time_budget_skips_instead_of_running():
     args = B.parse_args(["--shapes", "64x256", "--ms", "1,2"])
-    rows, skipped = B.measure_impls([B.CublasBf16("bf16")], args, FakeTimer(), B.Log(stream=open(os.devnull, "w")),
-                                    deadline=0.0)
+    rows, skipped = B.measure_impls(
+        [B.CublasBf16("bf16")], args, FakeTimer(), B.Log(stream=open(os.devnull, "w")), deadline=0.0
+    )
     assert rows == [] and "time budget" in skipped[0]["reason"]
 
 
@@ -612,8 +749,13 @@ def _run(cmd):
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
 
 
-@pytest.mark.parametrize("cmd", [[sys.executable, str(REPO / "benchmarks" / "bench_gemm.py"), "--quick"],
-                                 [sys.executable, "-m", "humming_aot.cli", "bench", "--ms", "1"]])
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        [sys.executable, str(REPO / "benchmarks" / "bench_gemm.py"), "--quick"],
+        [sys.executable, "-m", "humming_aot.cli", "bench", "--ms", "1"],
+    ],
+)
 def test_without_a_gpu_it_exits_with_a_message(cmd):
     p = _run(cmd)
     assert p.returncode == 2, p.stdout + p.stderr
@@ -644,20 +786,28 @@ def test_gpu_state_is_read_from_nvidia_smi_and_summarized():
         return subprocess.CompletedProcess(cmd, 0, stdout="1755, 3201, 61, 512.34, 0x0000000000000004\n")
 
     state = B.read_gpu_state("00000000:19:00.0", run=fake_run)
-    assert state == {"gpu_sm_mhz": 1755.0, "gpu_mem_mhz": 3201.0, "gpu_temp_c": 61.0, "gpu_power_w": 512.34,
-                     "gpu_clock_reasons": "0x0000000000000004"}
+    assert state == {
+        "gpu_sm_mhz": 1755.0,
+        "gpu_mem_mhz": 3201.0,
+        "gpu_temp_c": 61.0,
+        "gpu_power_w": 512.34,
+        "gpu_clock_reasons": "0x0000000000000004",
+    }
     assert len(calls) == 2 and calls[0][1:3] == ["-i", "00000000:19:00.0"]
 
     def missing(cmd, **kw):
         raise FileNotFoundError("nvidia-smi")
 
     assert B.read_gpu_state("0", run=missing) is None
-    na = B.read_gpu_state("0", run=lambda cmd, **kw: subprocess.CompletedProcess(cmd, 0,
-                                                                                 "1980, 3201, 40, [N/A], 0x0\n"))
+    na = B.read_gpu_state(
+        "0", run=lambda cmd, **kw: subprocess.CompletedProcess(cmd, 0, "1980, 3201, 40, [N/A], 0x0\n")
+    )
     assert na["gpu_power_w"] is None and na["gpu_sm_mhz"] == 1980.0
 
-    rows = [_row("humming-aot", "w4a16", 8192, 8192, m, 30.0, gpu_sm_mhz=sm, gpu_temp_c=50.0 + m, gpu_power_w=300.0)
-            for m, sm in ((1, 1980.0), (16, 1700.0), (64, 1980.0))]
+    rows = [
+        _row("humming-aot", "w4a16", 8192, 8192, m, 30.0, gpu_sm_mhz=sm, gpu_temp_c=50.0 + m, gpu_power_w=300.0)
+        for m, sm in ((1, 1980.0), (16, 1700.0), (64, 1980.0))
+    ]
     rows.append(_row("cublas-bf16", "bf16", 8192, 8192, 1, 42.8))  # no state: not in the section
     md = B.markdown(_result(rows))
     assert "Highest SM clock seen in the run: 1980 MHz." in md

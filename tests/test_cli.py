@@ -20,8 +20,9 @@ from humming_aot import registry
 
 def cli(*args, cwd):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-    return subprocess.run([sys.executable, "-m", "humming_aot.cli", *args], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "humming_aot.cli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=120
+    )
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +90,7 @@ def test_demo_on_cpu_error_is_the_quantization_error(tmp_path):
     assert 0.05 < expected < 0.09
 
     err = demo_error(p.stdout)
-    assert 0.5 * expected < err < 1.5 * expected + 2 * 2.0 ** -9, (err, expected)
+    assert 0.5 * expected < err < 1.5 * expected + 2 * 2.0**-9, (err, expected)
 
 
 def run_main(args, capsys):
@@ -103,28 +104,36 @@ def run_main(args, capsys):
 
 
 def test_demo_with_quantized_activations(capsys):
-    rc, out, err = run_main(["demo", "--cpu", "--format", "e4m3gc-sf32", "--act", "e4m3-pt", "--m", "4", "--n", "64",
-                             "--k", "256"], capsys)
+    rc, out, err = run_main(
+        ["demo", "--cpu", "--format", "e4m3gc-sf32", "--act", "e4m3-pt", "--m", "4", "--n", "64", "--k", "256"], capsys
+    )
     assert rc == 0, err
     assert "activations e4m3-pt" in out
     # e4m3 keeps 3 mantissa bits: relative rounding error at most 2**-4 per element, about 2**-4/sqrt(3)
     # in rms for each of the two operands.
-    assert 0 < demo_error(out) < 2 * 2.0 ** -4
+    assert 0 < demo_error(out) < 2 * 2.0**-4
 
 
 def test_demo_bad_format_exits_2_naming_the_grammar(tmp_path):
     p = cli("demo", "--cpu", "--m", "2", "--n", "64", "--k", "256", "--format", "foo", cwd=tmp_path)
     assert p.returncode == 2, (p.returncode, p.stderr)
-    assert re.search(r"^humming-aot demo: cannot parse weight format 'foo'; weight formats look like "
-                     r"\{code\}\[\{granularity\}-s\{scale\}\]\[-z\{i\|f\}\]\[-gs\]", p.stderr, re.M), p.stderr
+    assert re.search(
+        r"^humming-aot demo: cannot parse weight format 'foo'; weight formats look like "
+        r"\{code\}\[\{granularity\}-s\{scale\}\]\[-z\{i\|f\}\]\[-gs\]",
+        p.stderr,
+        re.M,
+    ), p.stderr
     assert "Traceback" not in p.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--format", "u4g100-sbf16"), r"the K group size is 100; group sizes are powers of two"),
-    (("--format", "i4g128-sbf16-zi"), r"zero points are for unsigned integer codes"),
-    (("--act", "e4m3"), r"quantized activations \(e4m3\) need scales"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--format", "u4g100-sbf16"), r"the K group size is 100; group sizes are powers of two"),
+        (("--format", "i4g128-sbf16-zi"), r"zero points are for unsigned integer codes"),
+        (("--act", "e4m3"), r"quantized activations \(e4m3\) need scales"),
+    ],
+)
 def test_demo_bad_formats_return_2_naming_the_problem(capsys, args, message):
     rc, out, err = run_main(["demo", "--cpu", "--m", "2", "--n", "64", "--k", "256", *args], capsys)
     assert rc == 2

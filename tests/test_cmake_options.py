@@ -26,9 +26,23 @@ def configure(build: Path, env_extra: dict, *defines: str) -> dict:
     """Configure the torch-free core in `build`; returns the options the configure reports."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUMMING_")}
     env.update(env_extra)
-    p = subprocess.run([_cmake(), "-S", str(ROOT), "-B", str(build), "-DHUMMING_BUILD_TORCH=OFF",
-                        "-DHUMMING_BUILD_TESTS=OFF", "-DHUMMING_CUDA_ARCHS=90a", *defines],
-                       capture_output=True, text=True, env=env, timeout=300)
+    p = subprocess.run(
+        [
+            _cmake(),
+            "-S",
+            str(ROOT),
+            "-B",
+            str(build),
+            "-DHUMMING_BUILD_TORCH=OFF",
+            "-DHUMMING_BUILD_TESTS=OFF",
+            "-DHUMMING_CUDA_ARCHS=90a",
+            *defines,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     m = re.search(r"humming: archs=(\S*) profile=(\S*) filter='([^']*)'", p.stdout)
     assert m, p.stdout

@@ -24,8 +24,12 @@ from humming_aot.layers import QuantLinear
 # (weight format, activation format): unsigned codes with the implied zero point, per-channel 8-bit
 # codes with integer zero points, f16 with float zero points, and FP8 activations (quantize_act in
 # the graph too).
-LAYER_FORMATS = [("u4g128-sbf16", "bf16"), ("u8gc-sbf16-zi", "bf16"), ("u4g64-sf16-zf", "f16"),
-                 ("e4m3gc-sf32", "e4m3-pt")]
+LAYER_FORMATS = [
+    ("u4g128-sbf16", "bf16"),
+    ("u8gc-sbf16-zi", "bf16"),
+    ("u4g64-sf16-zf", "f16"),
+    ("e4m3gc-sf32", "e4m3-pt"),
+]
 K, N = 256, 72
 # 1 and odd M values, a multiple of 8 and one past a tile height.
 STATIC_MS = (1, 7, 16)
@@ -100,8 +104,11 @@ def test_quant_linear_mark_dynamic_batch_dim(wfmt, act):
 def test_model_of_several_layers_is_one_graph():
     """Two quantized layers with float ops between them trace into one graph (fullgraph=True)
     whose GEMMs are auto_gemm calls: no host-side choice is left in the traced code."""
-    model = torch.nn.Sequential(_layer("u4g128-sbf16", "bf16", seed=1, n=128), torch.nn.GELU(),
-                                _layer("u8gc-sbf16-zi", "bf16", seed=2, k=128, n=N))
+    model = torch.nn.Sequential(
+        _layer("u4g128-sbf16", "bf16", seed=1, n=128),
+        torch.nn.GELU(),
+        _layer("u8gc-sbf16-zi", "bf16", seed=2, k=128, n=N),
+    )
     graphs = []
 
     def capture(gm, example_inputs):
@@ -114,8 +121,9 @@ def test_model_of_several_layers_is_one_graph():
         _assert_same(compiled(x), model(x), f"m={m}")
     assert len(graphs) == 1
     # Dynamo records the op packet (humming.auto_gemm) or an overload of it (humming.auto_gemm.default).
-    targets = [str(node.target).removesuffix(".default") for node in graphs[0].graph.nodes
-               if node.op == "call_function"]
+    targets = [
+        str(node.target).removesuffix(".default") for node in graphs[0].graph.nodes if node.op == "call_function"
+    ]
     assert targets.count("humming.auto_gemm") == 2, targets
     assert "humming.gemm" not in targets
 
@@ -139,7 +147,8 @@ def test_fake_kernels_come_with_the_ops():
         "layer = QuantLinear.from_linear(torch.nn.Linear(128, 32), 'u4g128-sbf16')\n"
         "x = torch.randn(3, 128).to(torch.bfloat16)\n"
         "y = torch.compile(layer, fullgraph=True, backend='aot_eager')(x)\n"
-        "assert torch.equal(y, layer(x))\n")
+        "assert torch.equal(y, layer(x))\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -223,8 +232,10 @@ def test_quantize_act_compiles(act, dynamic):
     for m in (1, 7, 20):
         x = torch.randn(m, 96, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
         for got, want in zip(compiled(x), f(x)):
-            assert torch.equal(got.view(torch.uint8) if got.element_size() == 1 else got,
-                               want.view(torch.uint8) if want.element_size() == 1 else want)
+            assert torch.equal(
+                got.view(torch.uint8) if got.element_size() == 1 else got,
+                want.view(torch.uint8) if want.element_size() == 1 else want,
+            )
 
 
 # ---- opcheck -------------------------------------------------------------------------------------
@@ -236,16 +247,45 @@ def _gemm_cases():
     q, p = _packed("u4g64-sbf16-zi", n=16, k=128)
     x = _x((3, 128), "bf16", seed=1)
     cases.append((x, p.codes, p.scales, p.zeros, None, None, None, "a-bf16_w-u4g64-sbf16-zi_c-bf16", 1, 16, 128, ""))
-    cases.append((x, p.codes, p.scales, p.zeros, None, None, torch.randn(16).to(torch.bfloat16),
-                  "a-bf16_w-u4g64-sbf16-zi_c-bf16", 1, 16, 128, ""))
+    cases.append(
+        (
+            x,
+            p.codes,
+            p.scales,
+            p.zeros,
+            None,
+            None,
+            torch.randn(16).to(torch.bfloat16),
+            "a-bf16_w-u4g64-sbf16-zi_c-bf16",
+            1,
+            16,
+            128,
+            "",
+        )
+    )
     # A global scale and activation scales (int8 codes and e8m0 scales: see test_opcheck_fp8_operands).
     _, p4 = _packed("e2m1g32-se8m0-gs", n=24, k=64)
     a, s = ha.quantize_act(torch.randn(5, 64), "i8-pt")
-    cases.append((a, p4.codes, p4.scales, None, p4.global_scale, s, None, "a-i8-pt_w-e2m1g32-se8m0-gs_c-f32", 1, 24, 64,
-                  ""))
+    cases.append(
+        (a, p4.codes, p4.scales, None, p4.global_scale, s, None, "a-i8-pt_w-e2m1g32-se8m0-gs_c-f32", 1, 24, 64, "")
+    )
     _, p8 = _packed("u8gc-sbf16-zi", n=8, k=96)
-    cases.append((_x((1, 96), "bf16", seed=2), p8.codes, p8.scales, p8.zeros, None, None, None,
-                  "a-bf16_w-u8gc-sbf16-zi_c-bf16", 1, 8, 96, ""))
+    cases.append(
+        (
+            _x((1, 96), "bf16", seed=2),
+            p8.codes,
+            p8.scales,
+            p8.zeros,
+            None,
+            None,
+            None,
+            "a-bf16_w-u8gc-sbf16-zi_c-bf16",
+            1,
+            8,
+            96,
+            "",
+        )
+    )
     return cases
 
 
@@ -257,10 +297,14 @@ def _opcheck_cases():
     return {
         "gemm": gemm,
         "auto_gemm": gemm,
-        "pack_weight": [(q.codes, q.scales, q.zeros, "u4g64-sbf16-zi", 1),
-                        (qf.codes, qf.scales, None, "e4m3g128n128-sf32", 1)],
-        "unpack_weight": [(p.codes, p.scales, p.zeros, "u4g64-sbf16-zi", 1, 16, 128),
-                          (pf.codes, pf.scales, torch.empty(0, dtype=torch.uint8), "e4m3g128n128-sf32", 1, 20, 256)],
+        "pack_weight": [
+            (q.codes, q.scales, q.zeros, "u4g64-sbf16-zi", 1),
+            (qf.codes, qf.scales, None, "e4m3g128n128-sf32", 1),
+        ],
+        "unpack_weight": [
+            (p.codes, p.scales, p.zeros, "u4g64-sbf16-zi", 1, 16, 128),
+            (pf.codes, pf.scales, torch.empty(0, dtype=torch.uint8), "e4m3g128n128-sf32", 1, 20, 256),
+        ],
         "quantize_act": [(torch.randn(4, 64), "e4m3-g32"), (torch.randn(1, 40).to(torch.bfloat16), "i8-pt")],
     }
 
@@ -290,8 +334,40 @@ def test_opcheck_fp8_operands(op_name):
     op = getattr(torch.ops.humming, op_name)
     _, p = _packed("e4m3gc-sf32", n=24, k=64)
     a, s = ha.quantize_act(torch.randn(5, 64), "e4m3-pt")
-    torch.library.opcheck(op, (a, p.codes, p.scales, None, None, s, torch.randn(24).to(torch.bfloat16),
-                               "a-e4m3-pt_w-e4m3gc-sf32_c-bf16", 1, 24, 64, ""), test_utils=utils)
+    torch.library.opcheck(
+        op,
+        (
+            a,
+            p.codes,
+            p.scales,
+            None,
+            None,
+            s,
+            torch.randn(24).to(torch.bfloat16),
+            "a-e4m3-pt_w-e4m3gc-sf32_c-bf16",
+            1,
+            24,
+            64,
+            "",
+        ),
+        test_utils=utils,
+    )
     _, p4 = _packed("e2m1g16-se4m3-gs", n=24, k=64)
-    torch.library.opcheck(op, (_x((3, 64), "bf16", seed=4), p4.codes, p4.scales, None, p4.global_scale, None, None,
-                               "a-bf16_w-e2m1g16-se4m3-gs_c-bf16", 1, 24, 64, ""), test_utils=utils)
+    torch.library.opcheck(
+        op,
+        (
+            _x((3, 64), "bf16", seed=4),
+            p4.codes,
+            p4.scales,
+            None,
+            p4.global_scale,
+            None,
+            None,
+            "a-bf16_w-e2m1g16-se4m3-gs_c-bf16",
+            1,
+            24,
+            64,
+            "",
+        ),
+        test_utils=utils,
+    )

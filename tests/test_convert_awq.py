@@ -59,19 +59,26 @@ def expected_weight(q, z, scales, group_size):
 def test_awq_nibble_order_by_hand():
     # Nibble i holds the value i: outputs 0..7 read nibbles 0, 4, 1, 5, 2, 6, 3, 7.
     word = torch.tensor([[to_int32(0x76543210)]] * 8, dtype=torch.int32)  # K = 8 rows
-    res = awq.convert(word, torch.tensor([[to_int32(0x76543210)]], dtype=torch.int32),
-                      torch.ones(1, 8, dtype=torch.float16), group_size=8)
+    res = awq.convert(
+        word,
+        torch.tensor([[to_int32(0x76543210)]], dtype=torch.int32),
+        torch.ones(1, 8, dtype=torch.float16),
+        group_size=8,
+    )
     assert res.weight.codes[:, 0].tolist() == [0, 4, 1, 5, 2, 6, 3, 7]
     assert res.weight.zeros[:, 0].tolist() == [0, 4, 1, 5, 2, 6, 3, 7]
 
 
-@pytest.mark.parametrize("K,N,group_size,scale_dtype", [
-    (192, 72, 64, torch.float16),
-    (200, 40, 64, torch.float16),   # K not a multiple of the group size: partial last group
-    (96, 24, 32, torch.bfloat16),
-    (136, 56, -1, torch.float16),   # per channel
-    (128, 8, 128, torch.float16),
-])
+@pytest.mark.parametrize(
+    "K,N,group_size,scale_dtype",
+    [
+        (192, 72, 64, torch.float16),
+        (200, 40, 64, torch.float16),  # K not a multiple of the group size: partial last group
+        (96, 24, 32, torch.bfloat16),
+        (136, 56, -1, torch.float16),  # per channel
+        (128, 8, 128, torch.float16),
+    ],
+)
 def test_awq_roundtrip(K, N, group_size, scale_dtype):
     ckpt, q, z, scales = make_checkpoint(K, N, group_size, seed=K + N, scale_dtype=scale_dtype)
     res = awq.convert(ckpt["qweight"], ckpt["qzeros"], ckpt["scales"], group_size=group_size, layer="l")
@@ -88,8 +95,10 @@ def test_awq_roundtrip(K, N, group_size, scale_dtype):
 def test_awq_convert_layer_both_config_spellings():
     ckpt, q, z, scales = make_checkpoint(256, 48, 128, seed=9)
     tensors = {f"model.layers.3.self_attn.o_proj.{k}": v for k, v in ckpt.items()}
-    for cfg in ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"},
-                {"w_bit": 4, "q_group_size": 128, "zero_point": True, "version": "GEMM"}):
+    for cfg in (
+        {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"},
+        {"w_bit": 4, "q_group_size": 128, "zero_point": True, "version": "GEMM"},
+    ):
         res = awq.convert_layer(tensors, "model.layers.3.self_attn.o_proj", cfg)
         assert torch.equal(R.dequantize_weight(res.weight), expected_weight(q, z, scales, 128))
 
@@ -103,13 +112,27 @@ def raises(match, fn, *args, **kwargs):
 def test_awq_errors():
     ckpt, q, z, scales = make_checkpoint(128, 16, 64, seed=10)
     qw, qz, sc = ckpt["qweight"], ckpt["qzeros"], ckpt["scales"]
-    e = raises(r"layer 'L': bits = 8: AWQ GEMM checkpoints are 4-bit", awq.convert, qw, qz, sc, group_size=64,
-               bits=8, layer="L")
+    e = raises(
+        r"layer 'L': bits = 8: AWQ GEMM checkpoints are 4-bit",
+        awq.convert,
+        qw,
+        qz,
+        sc,
+        group_size=64,
+        bits=8,
+        layer="L",
+    )
     assert (e.layer, e.field, e.value) == ("L", "bits", 8)
     raises(r"layer 'L': version = 'gemv'", awq.convert, qw, qz, sc, group_size=64, version="gemv", layer="L")
     raises(r"qweight.shape = \[128, 1\]", awq.convert, qw[:, :1], qz, sc, group_size=64)
-    raises(r"scales.shape = \[2, 12\]: N = 12 outputs is not a multiple of 8", awq.convert, qw, qz, sc[:, :12],
-           group_size=64)
+    raises(
+        r"scales.shape = \[2, 12\]: N = 12 outputs is not a multiple of 8",
+        awq.convert,
+        qw,
+        qz,
+        sc[:, :12],
+        group_size=64,
+    )
     raises(r"scales.shape = \[2, 16\]", awq.convert, qw, qz, sc, group_size=32)
     raises(r"qzeros.dtype = torch.int64", awq.convert, qw, qz.long(), sc, group_size=64)
     raises(r"group_size = 48", awq.convert, qw[:96], qz, sc, group_size=48)

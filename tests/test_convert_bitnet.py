@@ -64,16 +64,36 @@ def raises(match, fn, *args, **kwargs):
 
 def test_bitnet_errors():
     ws = torch.tensor([1.5])
-    raises(r"layer 'L': weight = .*holds the 2-bit value 3", bitnet.convert,
-           torch.full((2, 4), 0xFF, dtype=torch.uint8), ws, layer="L")
-    raises(r"weight.shape = \[2, 4\]: expected \[ceil\(12 / 4\) = 3, K\]", bitnet.convert,
-           torch.zeros(2, 4, dtype=torch.uint8), ws, out_features=12)
+    raises(
+        r"layer 'L': weight = .*holds the 2-bit value 3",
+        bitnet.convert,
+        torch.full((2, 4), 0xFF, dtype=torch.uint8),
+        ws,
+        layer="L",
+    )
+    raises(
+        r"weight.shape = \[2, 4\]: expected \[ceil\(12 / 4\) = 3, K\]",
+        bitnet.convert,
+        torch.zeros(2, 4, dtype=torch.uint8),
+        ws,
+        out_features=12,
+    )
     raises(r"linear_class = 'foo'", bitnet.convert, torch.zeros(2, 4, dtype=torch.uint8), ws, linear_class="foo")
-    raises(r"weight.dtype = torch.bfloat16: BitLinear checkpoints store packed uint8", bitnet.convert,
-           torch.zeros(2, 4, dtype=torch.bfloat16), ws)
-    raises(r"unpacked BitNet weights must be -1, 0 or 1", bitnet.convert, torch.full((2, 4), 0.5), ws,
-           linear_class="autobitlinear")
-    raises(r"weight_scale = .*positive finite", bitnet.convert, torch.zeros(2, 4, dtype=torch.uint8),
-           torch.tensor([0.0]))
+    raises(
+        r"weight.dtype = torch.bfloat16: BitLinear checkpoints store packed uint8",
+        bitnet.convert,
+        torch.zeros(2, 4, dtype=torch.bfloat16),
+        ws,
+    )
+    raises(
+        r"unpacked BitNet weights must be -1, 0 or 1",
+        bitnet.convert,
+        torch.full((2, 4), 0.5),
+        ws,
+        linear_class="autobitlinear",
+    )
+    raises(
+        r"weight_scale = .*positive finite", bitnet.convert, torch.zeros(2, 4, dtype=torch.uint8), torch.tensor([0.0])
+    )
     raises(r"quantization_mode = 'online'", bitnet.convert_layer, {}, "p", {"quantization_mode": "online"})
     raises(r"quant_method = 'awq'", bitnet.convert_layer, {}, "p", {"quant_method": "awq"})

@@ -45,8 +45,9 @@ def rand_signed(shape, bits, g):
     return torch.randint(-(1 << (bits - 1)), 1 << (bits - 1), shape, generator=g)
 
 
-def make(N, K, bits, strategy, *, symmetric, group_size=None, block=None, actorder=False, seed=0,
-         scale_dtype=torch.bfloat16):
+def make(
+    N, K, bits, strategy, *, symmetric, group_size=None, block=None, actorder=False, seed=0, scale_dtype=torch.bfloat16
+):
     """Signed codes q [N, K], per-element scale / zero maps and the checkpoint tensors."""
     g = torch.Generator().manual_seed(seed)
     q = rand_signed((N, K), bits, g)
@@ -86,8 +87,7 @@ def make(N, K, bits, strategy, *, symmetric, group_size=None, block=None, actord
         s_el = scale.float()[rows, cols]
         z_el = torch.zeros(N, K) if zp is None else zp.float()[rows, cols]
     expected = s_el * (q.float() - z_el)
-    tensors = {"weight_packed": pack_rows(q, bits), "weight_scale": scale,
-               "weight_shape": torch.tensor([N, K])}
+    tensors = {"weight_packed": pack_rows(q, bits), "weight_scale": scale, "weight_shape": torch.tensor([N, K])}
     if zp is not None:
         if strategy in ("group", "channel"):
             tensors["weight_zero_point"] = pack_rows(zp.t(), bits).t().contiguous()
@@ -95,9 +95,16 @@ def make(N, K, bits, strategy, *, symmetric, group_size=None, block=None, actord
             tensors["weight_zero_point"] = zp.to(torch.int8)
     if gidx is not None:
         tensors["weight_g_idx"] = gidx
-    args = {"num_bits": bits, "type": "int", "symmetric": symmetric, "strategy": strategy,
-            "group_size": group_size, "block_structure": block, "dynamic": False,
-            "actorder": "group" if actorder else None}
+    args = {
+        "num_bits": bits,
+        "type": "int",
+        "symmetric": symmetric,
+        "strategy": strategy,
+        "group_size": group_size,
+        "block_structure": block,
+        "dynamic": False,
+        "actorder": "group" if actorder else None,
+    }
     return tensors, args, q, scale, zp, expected, gidx
 
 
@@ -109,7 +116,7 @@ CASES = [
     (40, 192, 4, "group", True, 64, None, True),
     (70, 100, 8, "channel", True, None, None, False),
     (70, 100, 8, "channel", False, None, None, False),
-    (30, 160, 3, "group", False, 32, None, False),   # 10 codes per word, top 2 bits unused
+    (30, 160, 3, "group", False, 32, None, False),  # 10 codes per word, top 2 bits unused
     (24, 96, 2, "group", True, 16, None, True),
     (36, 50, 4, "tensor", True, None, None, False),
     (36, 50, 8, "tensor", False, None, None, False),
@@ -120,12 +127,21 @@ CASES = [
 
 @pytest.mark.parametrize("N,K,bits,strategy,symmetric,group_size,block,actorder", CASES)
 def test_pack_quantized_roundtrip(N, K, bits, strategy, symmetric, group_size, block, actorder):
-    tensors, args, q, scale, zp, expected, gidx = make(N, K, bits, strategy, symmetric=symmetric,
-                                                       group_size=group_size, block=block, actorder=actorder,
-                                                       seed=N * K + bits)
+    tensors, args, q, scale, zp, expected, gidx = make(
+        N,
+        K,
+        bits,
+        strategy,
+        symmetric=symmetric,
+        group_size=group_size,
+        block=block,
+        actorder=actorder,
+        seed=N * K + bits,
+    )
     scheme = {"targets": ["Linear"], "weights": args, "format": "pack-quantized"}
-    res = ct.convert_layer({f"model.layers.1.mlp.down_proj.{k}": v for k, v in tensors.items()},
-                           "model.layers.1.mlp.down_proj", scheme)
+    res = ct.convert_layer(
+        {f"model.layers.1.mlp.down_proj.{k}": v for k, v in tensors.items()}, "model.layers.1.mlp.down_proj", scheme
+    )
     w = res.weight
     mid = 1 << (bits - 1)
     gran = {"group": f"g{group_size}", "channel": "gc", "tensor": "gc"}.get(strategy) or f"g{block[1]}n{block[0]}"
@@ -148,24 +164,31 @@ def test_pack_quantized_roundtrip(N, K, bits, strategy, symmetric, group_size, b
     got = R.dequantize_weight(w)
     assert torch.equal(got, expected[:, perm])
     x = torch.randn(2, K, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
-    torch.testing.assert_close(x.index_select(-1, perm) @ got.double().t(), x @ expected.double().t(),
-                               rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(
+        x.index_select(-1, perm) @ got.double().t(), x @ expected.double().t(), rtol=1e-12, atol=1e-12
+    )
 
 
 def test_pack_quantized_strategy_inferred_and_unset_g_idx():
     # No strategy: group_size > 0 means group; a g_idx of -1 entries means column order.
     tensors, args, q, scale, zp, expected, _ = make(16, 64, 4, "group", symmetric=False, group_size=32, seed=3)
     args = {"num_bits": 4, "symmetric": False, "group_size": 32}
-    res = ct.convert(tensors["weight_packed"], tensors["weight_scale"], args=args,
-                     weight_shape=tensors["weight_shape"], weight_zero_point=tensors["weight_zero_point"],
-                     weight_g_idx=torch.full((64,), -1, dtype=torch.int32))
+    res = ct.convert(
+        tensors["weight_packed"],
+        tensors["weight_scale"],
+        args=args,
+        weight_shape=tensors["weight_shape"],
+        weight_zero_point=tensors["weight_zero_point"],
+        weight_g_idx=torch.full((64,), -1, dtype=torch.int32),
+    )
     assert str(res.weight.fmt) == "u4g32-sbf16-zi" and res.perm is None
     assert torch.equal(R.dequantize_weight(res.weight), expected)
 
 
 def test_pack_quantized_fp16_scales_and_list_shape():
-    tensors, args, q, scale, zp, expected, _ = make(24, 128, 4, "group", symmetric=True, group_size=128, seed=4,
-                                                    scale_dtype=torch.float16)
+    tensors, args, q, scale, zp, expected, _ = make(
+        24, 128, 4, "group", symmetric=True, group_size=128, seed=4, scale_dtype=torch.float16
+    )
     res = ct.convert(tensors["weight_packed"], tensors["weight_scale"], args=args, weight_shape=[24, 128])
     assert str(res.weight.fmt) == "u4g128-sf16"
     assert torch.equal(R.dequantize_weight(res.weight), expected)
@@ -181,36 +204,99 @@ def test_pack_quantized_errors():
     tensors, args, *_ = make(16, 64, 4, "group", symmetric=False, group_size=32, seed=5)
     wp, ws, shape, zpt = (tensors[k] for k in ("weight_packed", "weight_scale", "weight_shape", "weight_zero_point"))
     kw = dict(weight_shape=shape, weight_zero_point=zpt, layer="L")
-    e = raises(r"layer 'L': format = 'float-quantized'", ct.convert, wp, ws, args=args,
-               compression_format="float-quantized", **kw)
+    e = raises(
+        r"layer 'L': format = 'float-quantized'",
+        ct.convert,
+        wp,
+        ws,
+        args=args,
+        compression_format="float-quantized",
+        **kw,
+    )
     assert (e.field, e.value) == ("format", "float-quantized")
     raises(r"weights.type = 'float'", ct.convert, wp, ws, args=dict(args, type="float"), **kw)
     raises(r"weights.strategy = 'tensor_group'", ct.convert, wp, ws, args=dict(args, strategy="tensor_group"), **kw)
     raises(r"weights.dynamic = True", ct.convert, wp, ws, args=dict(args, dynamic=True), **kw)
     raises(r"weights.num_bits = 16", ct.convert, wp, ws, args=dict(args, num_bits=16), **kw)
-    raises(r"weight_zero_point = None: the scheme is asymmetric", ct.convert, wp, ws, args=args,
-           weight_shape=shape, layer="L")
+    raises(
+        r"weight_zero_point = None: the scheme is asymmetric",
+        ct.convert,
+        wp,
+        ws,
+        args=args,
+        weight_shape=shape,
+        layer="L",
+    )
     raises(r"weight_shape = None", ct.convert, wp, ws, args=args, weight_zero_point=zpt, layer="L")
-    raises(r"weight_packed.shape = \[16, 8\]: expected \[16, 9\]", ct.convert, wp, ws, args=args,
-           weight_shape=[16, 72], weight_zero_point=zpt, layer="L")
-    raises(r"weights.group_size = 24", ct.convert, wp[:, :6], ws, args=dict(args, group_size=24),
-           weight_shape=[16, 48], weight_zero_point=zpt)
-    raises(r"weight_zero_point.shape", ct.convert, wp, ws, args=args, weight_shape=shape,
-           weight_zero_point=zpt[:, :1])
-    raises(r"the scheme is symmetric but the stored zero points are not all 0", ct.convert, wp, ws,
-           args=dict(args, symmetric=True), **kw)
-    raises(r"weight_g_idx = .*group 0 has 31 inputs where 32 are needed", ct.convert, wp, ws, args=args,
-           weight_g_idx=torch.tensor([1] + [0] * 31 + [1] * 32, dtype=torch.int32), **kw)
-    raises(r"weight_g_idx = None: actorder = 'group' reorders the groups", ct.convert, wp, ws,
-           args=dict(args, actorder="group"), **kw)
+    raises(
+        r"weight_packed.shape = \[16, 8\]: expected \[16, 9\]",
+        ct.convert,
+        wp,
+        ws,
+        args=args,
+        weight_shape=[16, 72],
+        weight_zero_point=zpt,
+        layer="L",
+    )
+    raises(
+        r"weights.group_size = 24",
+        ct.convert,
+        wp[:, :6],
+        ws,
+        args=dict(args, group_size=24),
+        weight_shape=[16, 48],
+        weight_zero_point=zpt,
+    )
+    raises(r"weight_zero_point.shape", ct.convert, wp, ws, args=args, weight_shape=shape, weight_zero_point=zpt[:, :1])
+    raises(
+        r"the scheme is symmetric but the stored zero points are not all 0",
+        ct.convert,
+        wp,
+        ws,
+        args=dict(args, symmetric=True),
+        **kw,
+    )
+    raises(
+        r"weight_g_idx = .*group 0 has 31 inputs where 32 are needed",
+        ct.convert,
+        wp,
+        ws,
+        args=args,
+        weight_g_idx=torch.tensor([1] + [0] * 31 + [1] * 32, dtype=torch.int32),
+        **kw,
+    )
+    raises(
+        r"weight_g_idx = None: actorder = 'group' reorders the groups",
+        ct.convert,
+        wp,
+        ws,
+        args=dict(args, actorder="group"),
+        **kw,
+    )
     # block sizes the format cannot hold, and an out-of-range unpacked zero point
     bt, bargs, *_ = make(48, 96, 8, "block", symmetric=True, block=[16, 32], seed=6)
-    raises(r"weights.block_structure = \[24, 32\]", ct.convert, bt["weight_packed"],
-           torch.ones(2, 3, dtype=torch.bfloat16), args=dict(bargs, block_structure=[24, 32]),
-           weight_shape=bt["weight_shape"])
+    raises(
+        r"weights.block_structure = \[24, 32\]",
+        ct.convert,
+        bt["weight_packed"],
+        torch.ones(2, 3, dtype=torch.bfloat16),
+        args=dict(bargs, block_structure=[24, 32]),
+        weight_shape=bt["weight_shape"],
+    )
     tt, targs, *_ = make(8, 32, 4, "tensor", symmetric=False, seed=7)
-    raises(r"weight_zero_point = 9 \(torch.int8\): holds 9, outside the signed 4-bit range -8..7", ct.convert,
-           tt["weight_packed"], tt["weight_scale"], args=targs, weight_shape=tt["weight_shape"],
-           weight_zero_point=torch.tensor([9], dtype=torch.int8))
-    raises(r"layer 'p': p.weight_scale = None: the tensor is missing", ct.convert_layer,
-           {"p.weight_packed": wp, "p.weight_shape": shape}, "p", {"weights": args})
+    raises(
+        r"weight_zero_point = 9 \(torch.int8\): holds 9, outside the signed 4-bit range -8..7",
+        ct.convert,
+        tt["weight_packed"],
+        tt["weight_scale"],
+        args=targs,
+        weight_shape=tt["weight_shape"],
+        weight_zero_point=torch.tensor([9], dtype=torch.int8),
+    )
+    raises(
+        r"layer 'p': p.weight_scale = None: the tensor is missing",
+        ct.convert_layer,
+        {"p.weight_packed": wp, "p.weight_shape": shape},
+        "p",
+        {"weights": args},
+    )

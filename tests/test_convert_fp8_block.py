@@ -32,11 +32,14 @@ def make(N, K, bn, bk, seed):
     return raw, weight, s, expected
 
 
-@pytest.mark.parametrize("N,K,bn,bk", [
-    (256, 384, 128, 128),
-    (200, 300, 128, 128),   # partial last block row and column
-    (72, 96, 64, 32),
-])
+@pytest.mark.parametrize(
+    "N,K,bn,bk",
+    [
+        (256, 384, 128, 128),
+        (200, 300, 128, 128),  # partial last block row and column
+        (72, 96, 64, 32),
+    ],
+)
 def test_fp8_block_roundtrip(N, K, bn, bk):
     raw, weight, s, expected = make(N, K, bn, bk, seed=N + K)
     res = fp8_block.convert(weight, s, block_size=[bn, bk], layer="l")
@@ -73,15 +76,30 @@ def raises(match, fn, *args, **kwargs):
 
 def test_fp8_block_errors():
     raw, weight, s, _ = make(256, 256, 128, 128, seed=3)
-    e = raises(r"layer 'L': weight_scale_inv.shape = \[2, 1\]: expected \[2, 2\]", fp8_block.convert, weight,
-               s[:, :1], layer="L")
+    e = raises(
+        r"layer 'L': weight_scale_inv.shape = \[2, 1\]: expected \[2, 2\]",
+        fp8_block.convert,
+        weight,
+        s[:, :1],
+        layer="L",
+    )
     assert e.field == "weight_scale_inv.shape"
     raises(r"weight.dtype = torch.bfloat16: expected float8_e4m3fn", fp8_block.convert, weight.bfloat16(), s)
-    raises(r"weight_block_size = \[96, 128\]: the unified format cannot represent it", fp8_block.convert,
-           weight, s, block_size=[96, 128])
+    raises(
+        r"weight_block_size = \[96, 128\]: the unified format cannot represent it",
+        fp8_block.convert,
+        weight,
+        s,
+        block_size=[96, 128],
+    )
     raises(r"weight_scale_inv.dtype = torch.float64", fp8_block.convert, weight, s.double())
-    raises(r"p.weight_scale_inv = None: the tensor is missing", fp8_block.convert_layer, {"p.weight": weight}, "p",
-           {"quant_method": "fp8", "weight_block_size": [128, 128]})
+    raises(
+        r"p.weight_scale_inv = None: the tensor is missing",
+        fp8_block.convert_layer,
+        {"p.weight": weight},
+        "p",
+        {"quant_method": "fp8", "weight_block_size": [128, 128]},
+    )
     raises(r"quant_method = 'gptq'", fp8_block.convert_layer, {"p.weight": weight}, "p", {"quant_method": "gptq"})
     raises(r"fmt = 'e5m2'", fp8_block.convert_layer, {"p.weight": weight}, "p", {"quant_method": "fp8", "fmt": "e5m2"})
     raises(r"without weight_block_size the scale is one value", fp8_block.convert, weight, s, block_size=None)

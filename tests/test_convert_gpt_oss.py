@@ -20,8 +20,9 @@ def pack_blocks(codes):
     N, K = codes.shape
     out = []
     for row in codes.tolist():
-        out.append([[row[32 * gi + 2 * j] | (row[32 * gi + 2 * j + 1] << 4) for j in range(16)]
-                    for gi in range(K // 32)])
+        out.append(
+            [[row[32 * gi + 2 * j] | (row[32 * gi + 2 * j + 1] << 4) for j in range(16)] for gi in range(K // 32)]
+        )
     return torch.tensor(out, dtype=torch.uint8)
 
 
@@ -73,8 +74,13 @@ def raises(match, fn, *args, **kwargs):
 
 def test_gpt_oss_errors():
     blocks, scales, *_ = make(2, 8, 64, seed=3)
-    raises(r"layer 'L': scales.shape = \[2, 8, 1\]: expected \[2, 8, 2\]", gpt_oss.convert, blocks, scales[..., :1],
-           layer="L")
+    raises(
+        r"layer 'L': scales.shape = \[2, 8, 1\]: expected \[2, 8, 2\]",
+        gpt_oss.convert,
+        blocks,
+        scales[..., :1],
+        layer="L",
+    )
     raises(r"blocks.shape = \[2, 8, 2, 8\]", gpt_oss.convert, blocks[..., :8], scales)
     raises(r"blocks.dtype = torch.int32", gpt_oss.convert, blocks.int(), scales)
     raises(r"scales.dtype = torch.float32", gpt_oss.convert, blocks, scales.float())

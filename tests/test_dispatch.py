@@ -26,9 +26,23 @@ def clean_dispatch():
 def inst(name, backend=None):
     """A registry.Instance built by hand; the backend defaults to the name's first word."""
     return registry.Instance(
-        name=name, backend=backend or name.split("_")[0], scheduler="dense", archs=("90a",), act_type="bf16",
-        code_type="u4", scale_type="bf16", zero="none", out_type="bf16", layout=1, group_k=-1, group_n=-1,
-        tile=(32, 64, 32), stages=1, threads=256, smem_bytes=0)
+        name=name,
+        backend=backend or name.split("_")[0],
+        scheduler="dense",
+        archs=("90a",),
+        act_type="bf16",
+        code_type="u4",
+        scale_type="bf16",
+        zero="none",
+        out_type="bf16",
+        layout=1,
+        group_k=-1,
+        group_n=-1,
+        tile=(32, 64, 32),
+        stages=1,
+        threads=256,
+        smem_bytes=0,
+    )
 
 
 def table(*ranges, **extra):
@@ -39,31 +53,64 @@ def table(*ranges, **extra):
 # ---- table validation ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({}, r"needs a non-empty list 'ranges'"),
-    ({"ranges": []}, r"needs a non-empty list 'ranges'"),
-    ({"ranges": "fast"}, r"needs a non-empty list 'ranges'"),
-    ({"ranges": [{"m_max": None}]}, r"range 0 needs 'prefer', a list of name patterns"),
-    ({"ranges": [{"m_max": None, "prefer": ["generic_*", 3]}]}, r"range 0 needs 'prefer'"),
-    (table((16, ["a*"]), (16, ["b*"]), (None, ["c*"])),
-     r"m_max values must be increasing positive integers \(range 1 has 16\)"),
-    (table((64, ["a*"]), (16, ["b*"]), (None, ["c*"])),
-     r"m_max values must be increasing positive integers \(range 1 has 16\)"),
-    (table((0, ["a*"]), (None, ["c*"])), r"m_max values must be increasing positive integers \(range 0 has 0\)"),
-    (table(("16", ["a*"]), (None, ["c*"])), r"increasing positive integers \(range 0 has '16'\)"),
-    (table((True, ["a*"]), (None, ["c*"])), r"increasing positive integers \(range 0 has True\)"),
-    (table((16, ["a*"]), (64, ["b*"])), r"the last range must have m_max null"),
-    (table((None, ["a*"]), (16, ["b*"])), r"only the last range may have m_max null"),
-    (table((None, ["a*"]), (None, ["b*"])), r"only the last range may have m_max null"),
-    ({"ranges": [{"m_max": 16, "n_min": 0, "prefer": ["a*"]}, {"m_max": 16, "prefer": ["b*"]},
-                 {"m_max": None, "prefer": ["c*"]}]}, r"n_min must be a positive integer \(range 0 has 0\)"),
-    ({"ranges": [{"m_max": 16, "n_min": "wide", "prefer": ["a*"]}, {"m_max": 16, "prefer": ["b*"]},
-                 {"m_max": None, "prefer": ["c*"]}]}, r"n_min must be a positive integer"),
-    ({"ranges": [{"m_max": 16, "n_min": 4096, "prefer": ["a*"]}, {"m_max": 64, "prefer": ["b*"]},
-                 {"m_max": None, "prefer": ["c*"]}]}, r"range 0 has n_min, so the next range must have the same m_max"),
-    ({"ranges": [{"m_max": 16, "prefer": ["a*"]}, {"m_max": None, "n_min": 4096, "prefer": ["b*"]}]},
-     r"range 1 has n_min, so the next range must have the same m_max"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({}, r"needs a non-empty list 'ranges'"),
+        ({"ranges": []}, r"needs a non-empty list 'ranges'"),
+        ({"ranges": "fast"}, r"needs a non-empty list 'ranges'"),
+        ({"ranges": [{"m_max": None}]}, r"range 0 needs 'prefer', a list of name patterns"),
+        ({"ranges": [{"m_max": None, "prefer": ["generic_*", 3]}]}, r"range 0 needs 'prefer'"),
+        (
+            table((16, ["a*"]), (16, ["b*"]), (None, ["c*"])),
+            r"m_max values must be increasing positive integers \(range 1 has 16\)",
+        ),
+        (
+            table((64, ["a*"]), (16, ["b*"]), (None, ["c*"])),
+            r"m_max values must be increasing positive integers \(range 1 has 16\)",
+        ),
+        (table((0, ["a*"]), (None, ["c*"])), r"m_max values must be increasing positive integers \(range 0 has 0\)"),
+        (table(("16", ["a*"]), (None, ["c*"])), r"increasing positive integers \(range 0 has '16'\)"),
+        (table((True, ["a*"]), (None, ["c*"])), r"increasing positive integers \(range 0 has True\)"),
+        (table((16, ["a*"]), (64, ["b*"])), r"the last range must have m_max null"),
+        (table((None, ["a*"]), (16, ["b*"])), r"only the last range may have m_max null"),
+        (table((None, ["a*"]), (None, ["b*"])), r"only the last range may have m_max null"),
+        (
+            {
+                "ranges": [
+                    {"m_max": 16, "n_min": 0, "prefer": ["a*"]},
+                    {"m_max": 16, "prefer": ["b*"]},
+                    {"m_max": None, "prefer": ["c*"]},
+                ]
+            },
+            r"n_min must be a positive integer \(range 0 has 0\)",
+        ),
+        (
+            {
+                "ranges": [
+                    {"m_max": 16, "n_min": "wide", "prefer": ["a*"]},
+                    {"m_max": 16, "prefer": ["b*"]},
+                    {"m_max": None, "prefer": ["c*"]},
+                ]
+            },
+            r"n_min must be a positive integer",
+        ),
+        (
+            {
+                "ranges": [
+                    {"m_max": 16, "n_min": 4096, "prefer": ["a*"]},
+                    {"m_max": 64, "prefer": ["b*"]},
+                    {"m_max": None, "prefer": ["c*"]},
+                ]
+            },
+            r"range 0 has n_min, so the next range must have the same m_max",
+        ),
+        (
+            {"ranges": [{"m_max": 16, "prefer": ["a*"]}, {"m_max": None, "n_min": 4096, "prefer": ["b*"]}]},
+            r"range 1 has n_min, so the next range must have the same m_max",
+        ),
+    ],
+)
 def test_load_table_rejects_bad_tables(bad, message):
     with pytest.raises(ValueError, match=message):
         dispatch.load_table(bad)
@@ -125,8 +172,8 @@ def test_range_index_boundaries():
     t = dispatch._validate_table(table((1, ["a"]), (16, ["b"]), (64, ["c"]), (None, ["d"])), "test")
     assert dispatch._range_index(t, 1, 4096) == 0
     assert dispatch._range_index(t, 2, 4096) == 1
-    assert dispatch._range_index(t, 16, 4096) == 1   # m == m_max stays in that range
-    assert dispatch._range_index(t, 17, 4096) == 2   # m_max + 1 goes to the next
+    assert dispatch._range_index(t, 16, 4096) == 1  # m == m_max stays in that range
+    assert dispatch._range_index(t, 17, 4096) == 2  # m_max + 1 goes to the next
     assert dispatch._range_index(t, 64, 4096) == 2
     assert dispatch._range_index(t, 65, 4096) == 3
     assert dispatch._range_index(t, 10**9, 4096) == 3
@@ -140,16 +187,22 @@ def test_range_index_single_range():
         assert dispatch._range_index(t, m, 64) == 0
 
 
-WIDE = {"ranges": [{"m_max": 16, "n_min": 20000, "prefer": ["w16*"]}, {"m_max": 16, "prefer": ["a16*"]},
-                   {"m_max": 64, "prefer": ["a64*"]},
-                   {"m_max": None, "n_min": 10000, "prefer": ["wbig*"]}, {"m_max": None, "prefer": ["abig*"]}]}
+WIDE = {
+    "ranges": [
+        {"m_max": 16, "n_min": 20000, "prefer": ["w16*"]},
+        {"m_max": 16, "prefer": ["a16*"]},
+        {"m_max": 64, "prefer": ["a64*"]},
+        {"m_max": None, "n_min": 10000, "prefer": ["wbig*"]},
+        {"m_max": None, "prefer": ["abig*"]},
+    ]
+}
 
 
 def test_range_index_with_n_min():
     t = dispatch._validate_table(json.loads(json.dumps(WIDE)), "test")
-    assert dispatch._range_index(t, 16, 20000) == 0   # n == n_min takes the wide range
+    assert dispatch._range_index(t, 16, 20000) == 0  # n == n_min takes the wide range
     assert dispatch._range_index(t, 16, 19999) == 1
-    assert dispatch._range_index(t, 17, 50000) == 2   # no wide range for 17..64
+    assert dispatch._range_index(t, 17, 50000) == 2  # no wide range for 17..64
     assert dispatch._range_index(t, 65, 10000) == 3
     assert dispatch._range_index(t, 65, 9999) == 4
     for n in (1, 9999, 10000, 19999, 20000, 10**6):
@@ -191,14 +244,19 @@ def test_pick_patterns_are_case_sensitive_globs():
     t = table((None, ["SM90_*", "sm80_mma_?"]))
     cands = [inst("sm90_x"), inst("sm80_mma_ab"), inst("sm80_mma_a")]
     chosen, why = dispatch._pick(t, 0, cands)
-    assert chosen.name == "sm80_mma_a"   # "SM90_*" matches nothing, "?" is one character
+    assert chosen.name == "sm80_mma_a"  # "SM90_*" matches nothing, "?" is one character
     assert "sm80_mma_?" in why
 
 
 def test_pick_fallback_prefers_fast_backends_then_name():
     t = table((None, ["nothing_matches_*"]))
-    cands = [inst("generic_dense_b"), inst("sm90_wgmma_z"), inst("generic_dense_a"), inst("sm80_mma_y"),
-             inst("sm90_wgmma_c")]
+    cands = [
+        inst("generic_dense_b"),
+        inst("sm90_wgmma_z"),
+        inst("generic_dense_a"),
+        inst("sm80_mma_y"),
+        inst("sm90_wgmma_c"),
+    ]
     fast = sorted(c.name for c in cands if c.backend != "generic")
     for perm in itertools.permutations(cands):
         chosen, why = dispatch._pick(t, 0, list(perm))
@@ -227,7 +285,7 @@ def test_table_for_matches_device_facts():
     a100 = dispatch.load_table(table((None, ["sm80_*"]), name="a100", match={"name_contains": "a100"}))
     assert dispatch._table_for(90, 132, "NVIDIA H100 80GB HBM3") is h100
     assert dispatch._table_for(90, 114, "NVIDIA H100 PCIe")["name"] == "default"  # other SM count
-    assert dispatch._table_for(80, 108, "NVIDIA A100-SXM4-80GB") is a100          # case-insensitive
+    assert dispatch._table_for(80, 108, "NVIDIA A100-SXM4-80GB") is a100  # case-insensitive
     assert dispatch._table_for(100, 148, "NVIDIA B200")["name"] == "default"
 
 
@@ -296,7 +354,6 @@ def test_load_table_and_force_clear_the_cache():
     assert dispatch._cache == {}
 
 
-
 # ---- the C++ default choice follows the same tables --------------------------------------------
 
 
@@ -347,8 +404,10 @@ def test_compiled_tables_are_the_python_tables():
     import json
     import pathlib
 
-    names = [json.loads(p.read_text())["name"] for p in
-             sorted((pathlib.Path(dispatch.__file__).parent / "tables").glob("*.json"))]
+    names = [
+        json.loads(p.read_text())["name"]
+        for p in sorted((pathlib.Path(dispatch.__file__).parent / "tables").glob("*.json"))
+    ]
     assert [t["name"] for t in dispatch._BUILTIN] == sorted(names, key=lambda n: n == "default")
 
 

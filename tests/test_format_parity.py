@@ -23,8 +23,23 @@ def _weight_strings():
             yield f"{code}{gran}-s{scale}{suffix}"
 
 
-BAD = ["u4", "u9g128-sbf16", "u4g100-sbf16", "u4g128-su4", "x4", "e4m3-gs", "e5m3g32-sbf16", "u4g128-sbf16-zq",
-       "u4g0-sbf16", "u4g128", "u4g128n-sbf16", "", "e8m0g32-sf16", "f16", "bf16g128-sbf16"]
+BAD = [
+    "u4",
+    "u9g128-sbf16",
+    "u4g100-sbf16",
+    "u4g128-su4",
+    "x4",
+    "e4m3-gs",
+    "e5m3g32-sbf16",
+    "u4g128-sbf16-zq",
+    "u4g0-sbf16",
+    "u4g128",
+    "u4g128n-sbf16",
+    "",
+    "e8m0g32-sf16",
+    "f16",
+    "bf16g128-sbf16",
+]
 
 
 def _normalized(parse, text):
@@ -45,14 +60,24 @@ def test_weight_formats_agree():
     assert accepted > 100 and checked - accepted > 100  # both sides of the rules were exercised
 
 
-@pytest.mark.parametrize("text", ["bf16", "f16", "e4m3-pt", "e5m2-g128", "i8-pt", "i8-g64", "e4m3", "bf16-pt",
-                                  "u8-pt", "e4m3-g100", "f32", "i8-g7"])
+@pytest.mark.parametrize(
+    "text",
+    ["bf16", "f16", "e4m3-pt", "e5m2-g128", "i8-pt", "i8-g64", "e4m3", "bf16-pt", "u8-pt", "e4m3-g100", "f32", "i8-g7"],
+)
 def test_activation_formats_agree(text):
     assert _normalized(F.parse_activation_format, text) == _normalized(C.normalize_act_format, text)
 
 
-@pytest.mark.parametrize("text", ["a-bf16_w-u4g128-sbf16_c-bf16", "a-e4m3-pt_w-e2m1g16-se4m3-gs_c-f32",
-                                  "a-bf16_w-u4g128-sbf16_c-e4m3", "a-e4m3-g32_w-u4g128-sbf16_c-bf16",
-                                  "a-e4m3-g64_w-u4g96-sbf16_c-bf16", "bf16_u4"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a-bf16_w-u4g128-sbf16_c-bf16",
+        "a-e4m3-pt_w-e2m1g16-se4m3-gs_c-f32",
+        "a-bf16_w-u4g128-sbf16_c-e4m3",
+        "a-e4m3-g32_w-u4g128-sbf16_c-bf16",
+        "a-e4m3-g64_w-u4g96-sbf16_c-bf16",
+        "bf16_u4",
+    ],
+)
 def test_gemm_formats_agree(text):
     assert _normalized(F.parse_gemm_format, text) == _normalized(C.normalize_gemm_format, text)

@@ -43,14 +43,17 @@ def test_dtype_names_round_trip():
     assert F.dtype(" E4M3 ") == F.dtype("e4m3")
 
 
-@pytest.mark.parametrize("name, message", [
-    ("i9", "has 9 bits; integer codes have 1 to 8 bits"),
-    ("u0", "has 0 bits"),
-    ("e5m3", r"needs 1 \+ 5 \+ 3 bits"),
-    ("e0m3", "X >= 1"),
-    ("f8", "unknown data type 'f8'"),
-    ("int4", "unknown data type"),
-])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("i9", "has 9 bits; integer codes have 1 to 8 bits"),
+        ("u0", "has 0 bits"),
+        ("e5m3", r"needs 1 \+ 5 \+ 3 bits"),
+        ("e0m3", "X >= 1"),
+        ("f8", "unknown data type 'f8'"),
+        ("int4", "unknown data type"),
+    ],
+)
 def test_dtype_errors(name, message):
     with pytest.raises(F.FormatError, match=message):
         F.dtype(name)
@@ -73,7 +76,7 @@ def test_integer_decode_and_ranges():
         # two's complement: code c >= 2**(b-1) is c - 2**b
         assert i.values() == [float(c - (1 << b) if c >= 1 << (b - 1) else c) for c in range(1 << b)]
         assert u.values() == [float(c) for c in range(1 << b)]
-        assert i.max_value == 2 ** (b - 1) - 1 and u.max_value == 2 ** b - 1
+        assert i.max_value == 2 ** (b - 1) - 1 and u.max_value == 2**b - 1
     with pytest.raises(F.FormatError, match="does not fit in 4 bits"):
         u4.decode(16)
     with pytest.raises(F.FormatError, match="not an integer type"):
@@ -98,7 +101,7 @@ def test_small_float_decode_closed_forms():
 def _closed_form_max(x: int, y: int) -> float:
     # All patterns finite: the largest is exponent field 2**x - 1 and mantissa all ones.
     bias = 2 ** (x - 1) - 1
-    return (2 - 2.0 ** -y) * 2.0 ** (2 ** x - 1 - bias)
+    return (2 - 2.0**-y) * 2.0 ** (2**x - 1 - bias)
 
 
 def test_float_types_monotone_and_symmetric():
@@ -159,8 +162,8 @@ def test_16_bit_decode_matches_torch(name, tdtype):
 def test_e8m0():
     e8m0 = F.dtype("e8m0")
     assert e8m0.decode(127) == 1.0
-    assert e8m0.decode(0) == 2.0 ** -127
-    assert e8m0.decode(254) == 2.0 ** 127
+    assert e8m0.decode(0) == 2.0**-127
+    assert e8m0.decode(254) == 2.0**127
     assert e8m0.decode(130) == 8.0
     assert math.isnan(e8m0.decode(255))
     assert e8m0.bias == 127 and not e8m0.is_signed
@@ -172,7 +175,8 @@ def test_e8m0():
 def test_weight_format_round_trip_and_validity_everywhere():
     n_valid = 0
     for code, (gk, gn), scale, zero, gs in itertools.product(
-            CODE_TYPES, GRANULARITIES, SCALE_NAMES + [None], ZEROS, (False, True)):
+        CODE_TYPES, GRANULARITIES, SCALE_NAMES + [None], ZEROS, (False, True)
+    ):
         valid = _expected_valid(code, scale, gk, gn, zero, gs)
         if not valid:
             with pytest.raises(F.FormatError):
@@ -187,16 +191,19 @@ def test_weight_format_round_trip_and_validity_everywhere():
     assert n_valid > 3000
 
 
-@pytest.mark.parametrize("text, fields", [
-    ("u4g128-sbf16", ("u4", 128, 1, "bf16", "none", False)),
-    ("u4g128-sf16-zi", ("u4", 128, 1, "f16", "int", False)),
-    ("u8gc-sf32-zf", ("u8", 0, 1, "f32", "float", False)),
-    ("i4g128-sf16", ("i4", 128, 1, "f16", "none", False)),
-    ("e2m1g32-se8m0", ("e2m1", 32, 1, "e8m0", "none", False)),
-    ("e2m1g16-se4m3-gs", ("e2m1", 16, 1, "e4m3", "none", True)),
-    ("e4m3g128n128-sf32", ("e4m3", 128, 128, "f32", "none", False)),
-    ("e4m3", ("e4m3", 0, 1, None, "none", False)),
-])
+@pytest.mark.parametrize(
+    "text, fields",
+    [
+        ("u4g128-sbf16", ("u4", 128, 1, "bf16", "none", False)),
+        ("u4g128-sf16-zi", ("u4", 128, 1, "f16", "int", False)),
+        ("u8gc-sf32-zf", ("u8", 0, 1, "f32", "float", False)),
+        ("i4g128-sf16", ("i4", 128, 1, "f16", "none", False)),
+        ("e2m1g32-se8m0", ("e2m1", 32, 1, "e8m0", "none", False)),
+        ("e2m1g16-se4m3-gs", ("e2m1", 16, 1, "e4m3", "none", True)),
+        ("e4m3g128n128-sf32", ("e4m3", 128, 128, "f32", "none", False)),
+        ("e4m3", ("e4m3", 0, 1, None, "none", False)),
+    ],
+)
 def test_weight_format_examples(text, fields):
     f = F.parse_weight_format(text)
     code, gk, gn, scale, zero, gs = fields
@@ -207,26 +214,29 @@ def test_weight_format_examples(text, fields):
     assert str(f) == text
 
 
-@pytest.mark.parametrize("text, message", [
-    ("u4g100-sbf16", "K group size is 100; group sizes are powers of two from 8 to 4096"),
-    ("u4g4-sbf16", "powers of two from 8 to 4096"),
-    ("u4g8192-sbf16", "powers of two from 8 to 4096"),
-    ("u4g128n3-sbf16", "N group size is 3"),
-    ("u4g0-sf16", "K group size 0.*write gc"),
-    ("u4", r"integer codes \(u4\) need a scale"),
-    ("i4g128-sf16-zi", "zero points are for unsigned integer codes; i4 is not one"),
-    ("e2m1g32-se8m0-zi", "zero points are for unsigned integer codes"),
-    ("u4g128-se8m0-zf", "float zero points.*cannot be e8m0"),
-    ("u4g128-se5m2", "scale type e5m2 is not accepted; scale types: f16, bf16, f32, e8m0, e4m3"),
-    ("u4g128-sf8", "unknown data type 'f8'"),
-    ("e8m0g32-sf16", "e8m0 is not a quantized code"),
-    ("u9g128-sf16", "has 9 bits"),
-    ("e5m3", r"needs 1 \+ 5 \+ 3 bits"),
-    ("u4g128", "cannot parse weight format 'u4g128'; weight formats look like"),
-    ("f16", "cannot parse weight format"),
-    ("u4gcn128-sf16", "cannot parse weight format"),
-    ("e2m1-gs", "a global scale need a scale type"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("u4g100-sbf16", "K group size is 100; group sizes are powers of two from 8 to 4096"),
+        ("u4g4-sbf16", "powers of two from 8 to 4096"),
+        ("u4g8192-sbf16", "powers of two from 8 to 4096"),
+        ("u4g128n3-sbf16", "N group size is 3"),
+        ("u4g0-sf16", "K group size 0.*write gc"),
+        ("u4", r"integer codes \(u4\) need a scale"),
+        ("i4g128-sf16-zi", "zero points are for unsigned integer codes; i4 is not one"),
+        ("e2m1g32-se8m0-zi", "zero points are for unsigned integer codes"),
+        ("u4g128-se8m0-zf", "float zero points.*cannot be e8m0"),
+        ("u4g128-se5m2", "scale type e5m2 is not accepted; scale types: f16, bf16, f32, e8m0, e4m3"),
+        ("u4g128-sf8", "unknown data type 'f8'"),
+        ("e8m0g32-sf16", "e8m0 is not a quantized code"),
+        ("u9g128-sf16", "has 9 bits"),
+        ("e5m3", r"needs 1 \+ 5 \+ 3 bits"),
+        ("u4g128", "cannot parse weight format 'u4g128'; weight formats look like"),
+        ("f16", "cannot parse weight format"),
+        ("u4gcn128-sf16", "cannot parse weight format"),
+        ("e2m1-gs", "a global scale need a scale type"),
+    ],
+)
 def test_weight_format_errors(text, message):
     with pytest.raises(F.FormatError, match=message):
         F.parse_weight_format(text)
@@ -254,8 +264,7 @@ def test_activation_format_round_trip():
         if t in ("f16", "bf16"):
             options = [F.ActivationFormat(t)]
         else:
-            options = [F.ActivationFormat(t, "token")] + [
-                F.ActivationFormat(t, "group", 1 << p) for p in range(3, 13)]
+            options = [F.ActivationFormat(t, "token")] + [F.ActivationFormat(t, "group", 1 << p) for p in range(3, 13)]
         for a in options:
             assert F.parse_activation_format(str(a)) == a
             assert F.ActivationFormat.parse(str(a).upper()) == a
@@ -266,16 +275,19 @@ def test_activation_format_round_trip():
     assert F.parse_activation_format("bf16").quantized is False
 
 
-@pytest.mark.parametrize("text, message", [
-    ("e4m3", r"quantized activations \(e4m3\) need scales"),
-    ("i8", "need scales"),
-    ("bf16-pt", "bf16 activations are not quantized and take no scales; write bf16"),
-    ("u4-pt", "activation type u4 is not accepted; activation types: f16, bf16, e4m3, e5m2, i8"),
-    ("e2m1-pt", "activation type e2m1 is not accepted"),
-    ("i8-g100", "activation K group size is 100; group sizes are powers of two"),
-    ("e4m3-pq", "cannot parse activation format 'e4m3-pq'"),
-    ("e4m3_pt", "cannot parse activation format"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("e4m3", r"quantized activations \(e4m3\) need scales"),
+        ("i8", "need scales"),
+        ("bf16-pt", "bf16 activations are not quantized and take no scales; write bf16"),
+        ("u4-pt", "activation type u4 is not accepted; activation types: f16, bf16, e4m3, e5m2, i8"),
+        ("e2m1-pt", "activation type e2m1 is not accepted"),
+        ("i8-g100", "activation K group size is 100; group sizes are powers of two"),
+        ("e4m3-pq", "cannot parse activation format 'e4m3-pq'"),
+        ("e4m3_pt", "cannot parse activation format"),
+    ],
+)
 def test_activation_format_errors(text, message):
     with pytest.raises(F.FormatError, match=message):
         F.parse_activation_format(text)
@@ -292,9 +304,10 @@ def test_activation_format_constructor_errors():
 
 def test_gemm_format_round_trip():
     for act, w, out in itertools.product(
-            ["bf16", "f16", "e4m3-pt", "i8-g64", "e5m2-g128"],
-            ["u4g128-sbf16", "u4g64-sf16-zi", "e2m1g32-se8m0", "e2m1g16-se4m3-gs", "e4m3g128n128-sf32", "e4m3"],
-            F.OUT_TYPES):
+        ["bf16", "f16", "e4m3-pt", "i8-g64", "e5m2-g128"],
+        ["u4g128-sbf16", "u4g64-sf16-zi", "e2m1g32-se8m0", "e2m1g16-se4m3-gs", "e4m3g128n128-sf32", "e4m3"],
+        F.OUT_TYPES,
+    ):
         g = F.GemmFormat(act, w, out)
         s = str(g)
         assert s == f"a-{act}_w-{w}_c-{out}"
@@ -349,7 +362,7 @@ def _int_value_range(dt, zero):
         return -(2 ** (dt.bits - 1)), 2 ** (dt.bits - 1) - 1
     if zero == "none":  # unsigned codes without zero points: implied zero 2**(bits-1)
         return -(2 ** (dt.bits - 1)), 2 ** (dt.bits - 1) - 1
-    span = 2 ** dt.bits - 1  # the stored zero may be any code
+    span = 2**dt.bits - 1  # the stored zero may be any code
     return -span, span
 
 
@@ -360,8 +373,7 @@ def _exact_in_torch(values, tdtype) -> bool:
     return bool(torch.equal(back, t))
 
 
-_TORCH_ACT = {"f16": torch.float16, "bf16": torch.bfloat16, "e4m3": torch.float8_e4m3fn,
-              "e5m2": torch.float8_e5m2}
+_TORCH_ACT = {"f16": torch.float16, "bf16": torch.bfloat16, "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
 
 @pytest.mark.parametrize("act", ["f16", "bf16", "e4m3-pt", "e5m2-pt"])
@@ -389,7 +401,7 @@ def test_support_matches_exactness_of_float_activation_types(act):
 def test_support_matches_int8_range():
     for code in INT_CODES:
         dt = F.dtype(code)
-        for zero in (["none", "int"] if code.startswith("u") else ["none"]):
+        for zero in ["none", "int"] if code.startswith("u") else ["none"]:
             lo, hi = _int_value_range(dt, zero)
             fmt = f"a-i8-pt_w-{F.WeightFormat(dt, 32, 1, 'f16', zero)}_c-f16"
             assert F.support("sm80", fmt)[0] == (-128 <= lo and hi <= 127), fmt

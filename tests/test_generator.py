@@ -34,7 +34,8 @@ def no_torch_env(tmp_path_factory):
     stub = tmp_path_factory.mktemp("no_torch")
     (stub / "torch").mkdir()
     (stub / "torch" / "__init__.py").write_text(
-        'raise ImportError("torch is blocked: the generator must not need it")\n')
+        'raise ImportError("torch is blocked: the generator must not need it")\n'
+    )
     env = dict(os.environ)
     env["PYTHONPATH"] = str(stub)
     env.pop("PYTHONHOME", None)
@@ -44,11 +45,13 @@ def no_torch_env(tmp_path_factory):
 @pytest.fixture(scope="module")
 def gen(no_torch_env):
     def run(*args, check=True):
-        p = subprocess.run([sys.executable, str(GEN), *args], capture_output=True, text=True, env=no_torch_env,
-                           timeout=120)
+        p = subprocess.run(
+            [sys.executable, str(GEN), *args], capture_output=True, text=True, env=no_torch_env, timeout=120
+        )
         if check:
             assert p.returncode == 0, f"gen_instances {args} failed ({p.returncode}):\n{p.stderr}"
         return p
+
     return run
 
 
@@ -70,16 +73,22 @@ def parse_name(name):
     assert m, f"{name!r} does not look like generic_dense_a-{{act}}_w-{{weight}}_c-{{out}}"
     w = WEIGHT_RE.fullmatch(m.group("weight"))
     assert w, f"weight part {m.group('weight')!r} of {name!r} is not code[-s{{scale}}][-zi|-zf]"
-    return (m.group("act"), w.group("code"), w.group("scale") or "none", ZERO_OF_SUFFIX[w.group("zero")],
-            m.group("out"))
+    return (
+        m.group("act"),
+        w.group("code"),
+        w.group("scale") or "none",
+        ZERO_OF_SUFFIX[w.group("zero")],
+        m.group("out"),
+    )
 
 
 # ---- torch is not needed ------------------------------------------------------------------------
 
 
 def test_stub_really_blocks_torch(no_torch_env):
-    p = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True, env=no_torch_env,
-                       timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-c", "import torch"], capture_output=True, text=True, env=no_torch_env, timeout=60
+    )
     assert p.returncode != 0
     assert "torch is blocked" in p.stderr
 
@@ -316,15 +325,19 @@ def test_installed_build_matches_the_generator(gen):
 # ---- the sm80 backend ---------------------------------------------------------------------------
 
 SM80 = json.loads((ROOT / "tools" / "matrix" / "sm80.json").read_text())
-SM80_RE = re.compile(r"sm80_mma_dense_a-(?P<act>[^_]+)_w-(?P<weight>[^_]+)_c-(?P<out>[^_]+)"
-                     r"_t(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w(?P<wm>\d+)x(?P<wn>\d+)x(?P<wk>\d+)_s(?P<st>\d+)")
+SM80_RE = re.compile(
+    r"sm80_mma_dense_a-(?P<act>[^_]+)_w-(?P<weight>[^_]+)_c-(?P<out>[^_]+)"
+    r"_t(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w(?P<wm>\d+)x(?P<wn>\d+)x(?P<wk>\d+)_s(?P<st>\d+)"
+)
 
 
 def test_sm80_names_spell_format_and_tile(all_names):
     names = [n for n in all_names["full"] if n.startswith("sm80_")]
     assert names, "the full profile has sm80 instances"
-    tiles = {(t["bm"], 64 * t["warps"][1], t["warp_k"] * t["warps"][2], *t["warps"], t["stages"])
-             for t in SM80["tiles"].values()}
+    tiles = {
+        (t["bm"], 64 * t["warps"][1], t["warp_k"] * t["warps"][2], *t["warps"], t["stages"])
+        for t in SM80["tiles"].values()
+    }
     seen = {"act": set(), "code": set(), "zero": set(), "group": set(), "tile": set()}
     for name in names:
         m = SM80_RE.fullmatch(name)
@@ -374,8 +387,11 @@ def test_full_matrix_gives_every_sm80_format_a_fast_instance_per_range(cc):
     insts = [i for i in gen_mod.enumerate_instances(["90a"], "full") if i.backend == "sm80"]
     tables = gen_mod.dispatch_tables()
     sms = 132 if cc == 90 else 100
-    table = next(t for t in tables if all(
-        (k != "cc" or cc in v) and (k != "sms" or sms == v) for k, v in t["match"].items() if k in ("cc", "sms")))
+    table = next(
+        t
+        for t in tables
+        if all((k != "cc" or cc in v) and (k != "sms" or sms == v) for k, v in t["match"].items() if k in ("cc", "sms"))
+    )
     by_format: dict[str, list] = {}
     for i in insts:
         by_format.setdefault(i.name.split("_t")[0], []).append(i)
@@ -387,8 +403,10 @@ def test_full_matrix_gives_every_sm80_format_a_fast_instance_per_range(cc):
             assert chosen is not None and chosen.backend == "sm80", (cc, table["name"], r, fmt)
 
 
-SM90_RE = re.compile(r"sm90_wgmma_dense_a-(?P<act>[^_]+)_w-(?P<weight>[^_]+)_c-(?P<out>[^_]+)"
-                     r"_t(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w1x(?P<wg>\d)x1_s(?P<stages>\d+)$")
+SM90_RE = re.compile(
+    r"sm90_wgmma_dense_a-(?P<act>[^_]+)_w-(?P<weight>[^_]+)_c-(?P<out>[^_]+)"
+    r"_t(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w1x(?P<wg>\d)x1_s(?P<stages>\d+)$"
+)
 
 
 def test_sm90_names_spell_format_and_tile(all_names):

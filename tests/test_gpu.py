@@ -245,9 +245,16 @@ def test_dispatch_crosses_ranges_with_fast_instances():
     layer = ha.QuantLinear.from_linear(lin, "u4g128-sbf16", device="cuda")
     props = torch.cuda.get_device_properties(0)
     table = dispatch._table_for(props.major * 10 + props.minor, props.multi_processor_count, props.name)
-    has = {lay: any(i.layout == lid and "u4g128-sbf16" in i.name and i.act_type == "bf16" and
-                    registry.runs_on(i.name, props.major * 10 + props.minor)[0] for i in FAST)
-           for lay, lid in (("sm80", 2), ("sm90", 3))}
+    has = {
+        lay: any(
+            i.layout == lid
+            and "u4g128-sbf16" in i.name
+            and i.act_type == "bf16"
+            and registry.runs_on(i.name, props.major * 10 + props.minor)[0]
+            for i in FAST
+        )
+        for lay, lid in (("sm80", 2), ("sm90", 3))
+    }
     expected = next((lay for lay in table.get("layouts", []) + ["sm80", "sm90"] if has[lay]), None)
     assert layer.layout == {"sm80": 2, "sm90": 3}[expected]
     q = R.quantize_weight(lin.weight.detach(), "u4g128-sbf16")
@@ -265,9 +272,13 @@ def test_dispatch_crosses_ranges_with_fast_instances():
 def test_gpu_pack_equals_cpu_pack(fmt):
     q = R.quantize_weight(torch.randn(100, 300) * 0.1, fmt)
     cpu = ha.pack_weight(q)
-    qg = R.QuantizedWeight(q.fmt, q.codes.cuda(), None if q.scales is None else q.scales.cuda(),
-                           None if q.zeros is None else q.zeros.cuda(),
-                           None if q.global_scale is None else q.global_scale.cuda())
+    qg = R.QuantizedWeight(
+        q.fmt,
+        q.codes.cuda(),
+        None if q.scales is None else q.scales.cuda(),
+        None if q.zeros is None else q.zeros.cuda(),
+        None if q.global_scale is None else q.global_scale.cuda(),
+    )
     gpu = ha.pack_weight(qg)
     assert gpu.codes.is_cuda
     assert torch.equal(gpu.codes.cpu(), cpu.codes)
@@ -343,19 +354,23 @@ def test_gpu_error_paths():
     p = ha.pack_weight(q)  # on the CPU
     x = torch.randn(2, 128, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="same device"):
-        torch.ops.humming.gemm(x, p.codes, p.scales, None, None, None, None, "a-bf16_w-u4g64-sbf16_c-bf16", 1, 64,
-                               128, "")
+        torch.ops.humming.gemm(
+            x, p.codes, p.scales, None, None, None, None, "a-bf16_w-u4g64-sbf16_c-bf16", 1, 64, 128, ""
+        )
     pg = p.to("cuda")
     other = next((i.name for i in INSTANCES if i.code_type != "u4"), None)
     if other is not None:
         with pytest.raises(ValueError, match="does not compute"):
-            torch.ops.humming.gemm(x, pg.codes, pg.scales, None, None, None, None, "a-bf16_w-u4g64-sbf16_c-bf16", 1,
-                                   64, 128, other)
+            torch.ops.humming.gemm(
+                x, pg.codes, pg.scales, None, None, None, None, "a-bf16_w-u4g64-sbf16_c-bf16", 1, 64, 128, other
+            )
     # the weight fits, but no instance of this build writes f16 from bf16 activations
     assert not any(i.act_type == "bf16" and i.out_type == "f16" and i.code_type == "u4" for i in INSTANCES)
     with pytest.raises(ValueError, match="no compiled instance computes"):
-        torch.ops.humming.gemm(x, pg.codes, pg.scales, None, None, None, None, "a-bf16_w-u4g64-sbf16_c-f16", 1, 64,
-                               128, "")
+        torch.ops.humming.gemm(
+            x, pg.codes, pg.scales, None, None, None, None, "a-bf16_w-u4g64-sbf16_c-f16", 1, 64, 128, ""
+        )
     with pytest.raises(ValueError, match="packed codes has shape"):  # packed for 4-bit codes, read as 6-bit
-        torch.ops.humming.gemm(x, pg.codes, pg.scales, None, None, None, None, "a-bf16_w-u6g64-sbf16_c-bf16", 1, 64,
-                               128, "")
+        torch.ops.humming.gemm(
+            x, pg.codes, pg.scales, None, None, None, None, "a-bf16_w-u6g64-sbf16_c-bf16", 1, 64, 128, ""
+        )

@@ -115,7 +115,8 @@ def test_opcheck_on_cuda():
     torch.library.opcheck(torch.ops.humming.gemm, args)
     torch.library.opcheck(torch.ops.humming.auto_gemm, args)
     torch.library.opcheck(torch.ops.humming.pack_weight, (q.codes.cuda(), q.scales.cuda(), None, "u4g128-sbf16", 1))
-    torch.library.opcheck(torch.ops.humming.unpack_weight,
-                          (p.codes, p.scales, torch.empty(0, dtype=torch.uint8, device="cuda"), "u4g128-sbf16", 1, 64,
-                           256))
+    torch.library.opcheck(
+        torch.ops.humming.unpack_weight,
+        (p.codes, p.scales, torch.empty(0, dtype=torch.uint8, device="cuda"), "u4g128-sbf16", 1, 64, 256),
+    )
     torch.library.opcheck(torch.ops.humming.quantize_act, (torch.randn(4, 256, device="cuda"), "i8-pt"))

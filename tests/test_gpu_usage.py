@@ -95,10 +95,10 @@ def _views(m=9):
     return [
         ("transposed", _x(K, 4)[:, :m].T),
         ("every other column", _x(m, 5, k=2 * K)[:, ::2]),
-        ("rows of a wider tensor", wide[:, 8:8 + K]),         # row stride K + 24: a multiple of 8, read in place
-        ("odd row stride", _x(m, 6, k=K + 3)[:, :K]),         # fast kernels need a copy
+        ("rows of a wider tensor", wide[:, 8 : 8 + K]),  # row stride K + 24: a multiple of 8, read in place
+        ("odd row stride", _x(m, 6, k=K + 3)[:, :K]),  # fast kernels need a copy
         ("expanded row", _x(1, 7).expand(m, K)),
-        ("unaligned start", buf[1:1 + m * K].view(m, K)),     # fast kernels need a copy
+        ("unaligned start", buf[1 : 1 + m * K].view(m, K)),  # fast kernels need a copy
     ]
 
 

@@ -53,9 +53,9 @@ def _views():
     return [
         ("transposed", _randn(K, 5, seed=3).T, False),
         ("every other column", _randn(5, 2 * K, seed=4)[:, ::2], False),
-        ("rows of a wider tensor", wide[:, 8:8 + K], True),       # row stride K + 24 >= K, unit column stride
+        ("rows of a wider tensor", wide[:, 8 : 8 + K], True),  # row stride K + 24 >= K, unit column stride
         ("expanded row", _randn(1, K, seed=5).expand(5, K), False),  # row stride 0: rows overlap
-        ("unaligned start", unaligned, True),                     # the CPU reference needs no alignment
+        ("unaligned start", unaligned, True),  # the CPU reference needs no alignment
         ("every other row", _randn(10, K, seed=6)[::2], True),
     ]
 
@@ -107,7 +107,7 @@ def test_activation_operand_rules():
     # A contiguous tensor two bytes past a 16-byte boundary: copied for a fast kernel only.
     buf = _randn(4 * K + 8, seed=11)
     base = (16 - buf.data_ptr() % 16) % 16 // 2  # elements up to the next 16-byte boundary
-    shifted = buf[base + 1:base + 1 + 4 * K].view(4, K)
+    shifted = buf[base + 1 : base + 1 + 4 * K].view(4, K)
     assert shifted.data_ptr() % 16 == 2
     assert activation_operand(shifted, False) is shifted
     moved = activation_operand(shifted, True)

@@ -19,7 +19,7 @@ from humming_aot import reference as R
 from humming_aot.layers import QuantLinear
 from humming_aot.pack import pack_weight
 
-U32 = 2.0 ** -24
+U32 = 2.0**-24
 MANTISSA = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23}
 
 WEIGHT_FORMATS = [
@@ -27,10 +27,10 @@ WEIGHT_FORMATS = [
     "u4g64-sbf16-zi",
     "u4g64-sbf16-zf",
     "i8gc-sbf16",
-    "e2m1g32-se8m0",       # MXFP4
-    "e2m1g16-se4m3-gs",    # NVFP4
-    "e4m3g128n128-sf32",   # FP8 block scales
-    "e4m3",                # FP8 without scales: bf16 activations take it too
+    "e2m1g32-se8m0",  # MXFP4
+    "e2m1g16-se4m3-gs",  # NVFP4
+    "e4m3g128n128-sf32",  # FP8 block scales
+    "e4m3",  # FP8 without scales: bf16 activations take it too
 ]
 
 
@@ -114,8 +114,9 @@ def test_bias_is_added():
     q = R.quantize_weight(lin.weight.detach().float(), "i8gc-sbf16")
     bias = lin.bias.detach().to(torch.bfloat16)  # the layer keeps the bias in the output type
     y = layer(x)
-    assert_close_to_reference(y, R.gemm(x, q, "bf16", None, torch.bfloat16, bias), x.float(),
-                              R.dequantize_weight(q), bias)
+    assert_close_to_reference(
+        y, R.gemm(x, q, "bf16", None, torch.bfloat16, bias), x.float(), R.dequantize_weight(q), bias
+    )
     # Against the same layer without bias: the difference is the bias (up to bf16 rounding of the sums).
     d = y.float() - no_bias(x).float()
     tol = ulp(y.float(), torch.bfloat16) + ulp(no_bias(x).float(), torch.bfloat16)

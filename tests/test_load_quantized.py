@@ -26,8 +26,7 @@ from humming_aot.loading import CheckpointError
 safetensors_torch = pytest.importorskip("safetensors.torch", reason="the convert extra (safetensors) is not installed")
 
 H, I = 128, 192  # hidden and intermediate sizes: K = 192 has three groups of 64, six of 32
-LAYERS = [f"model.layers.{i}.{name}" for i in range(2) for name in ("self_attn.q_proj", "mlp.up_proj",
-                                                                    "mlp.down_proj")]
+LAYERS = [f"model.layers.{i}.{name}" for i in range(2) for name in ("self_attn.q_proj", "mlp.up_proj", "mlp.down_proj")]
 
 
 def to_int32(u: int) -> int:
@@ -50,15 +49,28 @@ def stream_pack_rows(values: torch.Tensor, bits: int) -> torch.Tensor:
 def awq_pack(values: torch.Tensor) -> torch.Tensor:
     """AWQ GEMM: [R, N] nibbles -> int32 [R, N/8], nibble i of word c holding output 8c + order[i]."""
     order = (0, 2, 4, 6, 1, 3, 5, 7)
-    return torch.tensor([[to_int32(sum(int(row[8 * c + order[i]]) << (4 * i) for i in range(8)))
-                          for c in range(len(row) // 8)] for row in values.tolist()], dtype=torch.int32)
+    return torch.tensor(
+        [
+            [to_int32(sum(int(row[8 * c + order[i]]) << (4 * i) for i in range(8))) for c in range(len(row) // 8)]
+            for row in values.tolist()
+        ],
+        dtype=torch.int32,
+    )
 
 
 def ct_pack_rows(signed: torch.Tensor, bits: int) -> torch.Tensor:
     """compressed-tensors pack-quantized: [R, C] signed -> int32 [R, C/p], value + 2**(bits-1)."""
     p, off = 32 // bits, 1 << (bits - 1)
-    return torch.tensor([[to_int32(sum((int(v) + off) << (bits * i) for i, v in enumerate(row[j:j + p])))
-                          for j in range(0, len(row), p)] for row in signed.tolist()], dtype=torch.int32)
+    return torch.tensor(
+        [
+            [
+                to_int32(sum((int(v) + off) << (bits * i) for i, v in enumerate(row[j : j + p])))
+                for j in range(0, len(row), p)
+            ]
+            for row in signed.tolist()
+        ],
+        dtype=torch.int32,
+    )
 
 
 def scales_like(shape, g, dtype):
@@ -74,8 +86,12 @@ def gptq_layer(N, K, gs, g):
     g_idx = (torch.randperm(K, generator=g) // gs).to(torch.int32)
     gi = g_idx.long()
     w = (s.float()[gi] * (q.float() - z.float()[gi])).t()
-    return {"qweight": stream_pack_rows(q, 4), "qzeros": stream_pack_rows(z.t() - 1, 4).t().contiguous(),
-            "scales": s, "g_idx": g_idx}, w
+    return {
+        "qweight": stream_pack_rows(q, 4),
+        "qzeros": stream_pack_rows(z.t() - 1, 4).t().contiguous(),
+        "scales": s,
+        "g_idx": g_idx,
+    }, w
 
 
 def awq_layer(N, K, gs, g):
@@ -136,8 +152,9 @@ def write_checkpoint(path, tensors: dict, quantization_config: dict):
         safetensors_torch.save_file({k: tensors[k].contiguous() for k in keys}, str(path / file))
         weight_map.update({k: file for k in keys})
     (path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-    (path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"],
-                                                  "quantization_config": quantization_config}))
+    (path / "config.json").write_text(
+        json.dumps({"architectures": ["LlamaForCausalLM"], "quantization_config": quantization_config})
+    )
 
 
 def make_model_and_checkpoint(path, method, seed=0):
@@ -165,21 +182,52 @@ def make_model_and_checkpoint(path, method, seed=0):
         tensors.update({f"{name}.{k}": v for k, v in layer.items()})
         ref.get_submodule(name).weight.data = w
     config = {
-        "gptq": {"quant_method": "gptq", "bits": 4, "group_size": 64, "desc_act": True, "sym": False,
-                 "checkpoint_format": "gptq", "dynamic": {r"+:.*\.down_proj": {"group_size": 32}}},
-        "awq": {"quant_method": "awq", "bits": 4, "group_size": 64, "zero_point": True, "version": "gemm",
-                "modules_to_not_convert": ["lm_head"]},
+        "gptq": {
+            "quant_method": "gptq",
+            "bits": 4,
+            "group_size": 64,
+            "desc_act": True,
+            "sym": False,
+            "checkpoint_format": "gptq",
+            "dynamic": {r"+:.*\.down_proj": {"group_size": 32}},
+        },
+        "awq": {
+            "quant_method": "awq",
+            "bits": 4,
+            "group_size": 64,
+            "zero_point": True,
+            "version": "gemm",
+            "modules_to_not_convert": ["lm_head"],
+        },
         "compressed-tensors": {
-            "quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
+            "quant_method": "compressed-tensors",
+            "format": "pack-quantized",
+            "quantization_status": "compressed",
             "ignore": ["lm_head"],
             "config_groups": {
-                "group_0": {"targets": ["Linear"],
-                            "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group",
-                                        "group_size": 64, "dynamic": False}},
-                "group_1": {"targets": [r"re:.*down_proj$"],
-                            "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "channel",
-                                        "dynamic": False}},
-            }},
+                "group_0": {
+                    "targets": ["Linear"],
+                    "weights": {
+                        "num_bits": 4,
+                        "type": "int",
+                        "symmetric": True,
+                        "strategy": "group",
+                        "group_size": 64,
+                        "dynamic": False,
+                    },
+                },
+                "group_1": {
+                    "targets": [r"re:.*down_proj$"],
+                    "weights": {
+                        "num_bits": 4,
+                        "type": "int",
+                        "symmetric": True,
+                        "strategy": "channel",
+                        "dynamic": False,
+                    },
+                },
+            },
+        },
     }[method]
     write_checkpoint(path, tensors, config)
     return model, ref, config
@@ -239,8 +287,14 @@ def test_state_dict_source_and_ignore(tmp_path):
     for name in ("model.layers.0.mlp.gate_proj", "model.layers.0.mlp.gate", "lm_head"):
         layer, _ = awq_layer(64, 128, 64, g)
         sd.update({f"{name}.{k}": v for k, v in layer.items()})
-    cfg = {"quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 64,
-                                   "modules_to_not_convert": ["lm_head", "mlp.gate"]}}
+    cfg = {
+        "quantization_config": {
+            "quant_method": "awq",
+            "bits": 4,
+            "group_size": 64,
+            "modules_to_not_convert": ["lm_head", "mlp.gate"],
+        }
+    }
     got = ha.load_quantized(sd, cfg, progress=False)
     assert list(got) == ["model.layers.0.mlp.gate_proj"]  # "mlp.gate" is whole dotted parts only
     with pytest.raises(ValueError, match="config="):
@@ -251,8 +305,14 @@ def test_dynamic_negative_pattern_with_qweight_is_an_error():
     g = torch.Generator().manual_seed(6)
     layer, _ = gptq_layer(64, 128, 64, g)
     sd = {f"model.layers.0.mlp.up_proj.{k}": v for k, v in layer.items()}
-    cfg = {"quant_method": "gptq", "bits": 4, "group_size": 64, "desc_act": True, "sym": False,
-           "dynamic": {r"-:.*up_proj": {}}}
+    cfg = {
+        "quant_method": "gptq",
+        "bits": 4,
+        "group_size": 64,
+        "desc_act": True,
+        "sym": False,
+        "dynamic": {r"-:.*up_proj": {}},
+    }
     with pytest.raises(ConversionError, match="up_proj.*dynamic"):
         ha.load_quantized(sd, cfg, progress=False)
 
@@ -281,8 +341,10 @@ def test_bad_checkpoints_name_file_and_tensor(tmp_path):
 def test_replace_linears_strict_leaves_model_untouched(tmp_path):
     model, _, _ = make_model_and_checkpoint(tmp_path, "awq")
     converted = ha.load_quantized(tmp_path, progress=False)
-    converted["model.layers.0.mlp.down_proj"], converted["model.layers.0.mlp.up_proj"] = \
-        converted["model.layers.0.mlp.up_proj"], converted["model.layers.0.mlp.down_proj"]  # wrong shapes
+    converted["model.layers.0.mlp.down_proj"], converted["model.layers.0.mlp.up_proj"] = (
+        converted["model.layers.0.mlp.up_proj"],
+        converted["model.layers.0.mlp.down_proj"],
+    )  # wrong shapes
     converted["model.nothing_here"] = converted[LAYERS[0]]
     with pytest.raises(ValueError, match="down_proj.*nothing_here"):
         ha.replace_linears(model, converted, progress=False)
@@ -321,9 +383,11 @@ def test_in_perm_compiles_fullgraph():
     torch._dynamo.reset()
     g = torch.Generator().manual_seed(9)
     layer, w = gptq_layer(72, 128, 64, g)
-    cw = ha.load_quantized({f"l.{k}": v for k, v in layer.items()},
-                           {"quant_method": "gptq", "bits": 4, "group_size": 64, "desc_act": True, "sym": False},
-                           progress=False)["l"]
+    cw = ha.load_quantized(
+        {f"l.{k}": v for k, v in layer.items()},
+        {"quant_method": "gptq", "bits": 4, "group_size": 64, "desc_act": True, "sym": False},
+        progress=False,
+    )["l"]
     packed = ha.pack_weight(cw.weight)
     lin = QuantLinear.from_packed(packed, "bf16", in_perm=cw.perm)
     plain = QuantLinear.from_packed(packed, "bf16")
@@ -346,8 +410,11 @@ def test_other_methods_dispatch():
     g = torch.Generator().manual_seed(11)
     w8 = (torch.randn(256, 128, generator=g) * 4).to(torch.float8_e4m3fn)
     inv = torch.rand(2, 1, generator=g) + 0.5
-    got = ha.load_quantized({"m.a.weight": w8, "m.a.weight_scale_inv": inv, "m.b.weight": torch.ones(4, 4)},
-                            {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}, progress=False)
+    got = ha.load_quantized(
+        {"m.a.weight": w8, "m.a.weight_scale_inv": inv, "m.b.weight": torch.ones(4, 4)},
+        {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]},
+        progress=False,
+    )
     assert list(got) == ["m.a"]  # m.b has no scale: a float layer
     holder = torch.nn.Module()
     holder.m = torch.nn.Module()
@@ -357,18 +424,27 @@ def test_other_methods_dispatch():
     want = x.float() @ (w8.float() * inv.repeat_interleave(128, 0)).t()
     assert rel_err(holder.m.a(x), want) < 4e-3
 
-    got = ha.load_quantized({"q.weight": w8, "q.weight_scale": torch.tensor(0.5), "q.input_scale": torch.tensor(1.0)},
-                            {"quant_method": "modelopt", "quant_algo": "FP8"}, progress=False)
+    got = ha.load_quantized(
+        {"q.weight": w8, "q.weight_scale": torch.tensor(0.5), "q.input_scale": torch.tensor(1.0)},
+        {"quant_method": "modelopt", "quant_algo": "FP8"},
+        progress=False,
+    )
     assert list(got) == ["q"]
 
     blocks = torch.randint(0, 256, (3, 64, 4, 16), dtype=torch.uint8, generator=g)
     scales = torch.randint(120, 130, (3, 64, 4), dtype=torch.uint8, generator=g)
-    got = ha.load_quantized({"model.layers.0.mlp.experts.down_proj_blocks": blocks,
-                             "model.layers.0.mlp.experts.down_proj_scales": scales,
-                             "model.layers.0.self_attn.q_proj.weight": torch.ones(4, 4)},
-                            {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]},
-                            progress=False)
-    assert list(got) == ["model.layers.0.mlp.experts.down_proj"] and len(got["model.layers.0.mlp.experts.down_proj"]) == 3
+    got = ha.load_quantized(
+        {
+            "model.layers.0.mlp.experts.down_proj_blocks": blocks,
+            "model.layers.0.mlp.experts.down_proj_scales": scales,
+            "model.layers.0.self_attn.q_proj.weight": torch.ones(4, 4),
+        },
+        {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]},
+        progress=False,
+    )
+    assert (
+        list(got) == ["model.layers.0.mlp.experts.down_proj"] and len(got["model.layers.0.mlp.experts.down_proj"]) == 3
+    )
 
     with pytest.raises(ConversionError, match="quant_method.*'hqq'"):
         ha.load_quantized({}, {"quant_method": "hqq"}, progress=False)

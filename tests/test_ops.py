@@ -12,9 +12,25 @@ from humming_aot import reference as R
 from humming_aot.testing import assert_gemm_close
 
 WEIGHT_FORMATS = [
-    "u4g128-sbf16", "u4g128-sbf16-zi", "u4g64-sbf16-zf", "i4g128-sbf16", "u8gc-sbf16", "i8gc-sf32", "u3g32-sbf16",
-    "u5g32-sf16-zi", "i2g64-sbf16", "u1g32-sbf16-zi", "i7gc-sbf16", "e2m1g32-se8m0", "e2m1g16-se4m3-gs",
-    "e4m3g128n128-sf32", "e3m2g32-sbf16", "e2m3g32-sf16", "e5m2gc-sf32", "e4m3", "e5m2",
+    "u4g128-sbf16",
+    "u4g128-sbf16-zi",
+    "u4g64-sbf16-zf",
+    "i4g128-sbf16",
+    "u8gc-sbf16",
+    "i8gc-sf32",
+    "u3g32-sbf16",
+    "u5g32-sf16-zi",
+    "i2g64-sbf16",
+    "u1g32-sbf16-zi",
+    "i7gc-sbf16",
+    "e2m1g32-se8m0",
+    "e2m1g16-se4m3-gs",
+    "e4m3g128n128-sf32",
+    "e3m2g32-sbf16",
+    "e2m3g32-sf16",
+    "e5m2gc-sf32",
+    "e4m3",
+    "e5m2",
 ]
 
 
@@ -169,7 +185,9 @@ def test_quantize_act_matches_reference_bitwise(act):
         assert float(scales[2].max()) == 1.0
 
 
-@pytest.mark.parametrize("act,wfmt", [("e4m3-pt", "e4m3gc-sf32"), ("i8-pt", "i4g64-sbf16"), ("e4m3-g64", "u4g64-sbf16")])
+@pytest.mark.parametrize(
+    "act,wfmt", [("e4m3-pt", "e4m3gc-sf32"), ("i8-pt", "i4g64-sbf16"), ("e4m3-g64", "u4g64-sbf16")]
+)
 def test_cpu_gemm_quantized_activations(act, wfmt):
     n, k, m = 24, 128, 6
     q = R.quantize_weight(_weight(n, k, 4), wfmt)
@@ -190,20 +208,42 @@ def test_opcheck_cpu():
     q, p = _packed()
     x = torch.randn(3, 128).to(torch.bfloat16)
     fmt = "a-bf16_w-u4g64-sbf16-zi_c-bf16"
-    torch.library.opcheck(torch.ops.humming.gemm,
-                          (x, p.codes, p.scales, p.zeros, None, None, None, fmt, 1, 16, 128, ""))
+    torch.library.opcheck(
+        torch.ops.humming.gemm, (x, p.codes, p.scales, p.zeros, None, None, None, fmt, 1, 16, 128, "")
+    )
     torch.library.opcheck(torch.ops.humming.pack_weight, (q.codes, q.scales, q.zeros, "u4g64-sbf16-zi", 1))
     torch.library.opcheck(torch.ops.humming.unpack_weight, (p.codes, p.scales, p.zeros, "u4g64-sbf16-zi", 1, 16, 128))
     torch.library.opcheck(torch.ops.humming.quantize_act, (torch.randn(4, 64), "e4m3-g32"))
 
 
 def _gemm(x, p, fmt="a-bf16_w-u4g64-sbf16-zi_c-bf16", **kw):
-    args = dict(codes=p.codes, scales=p.scales, zeros=p.zeros, global_scale=None, a_scales=None, bias=None, n=p.n,
-                k=p.k, layout=1, instance="")
+    args = dict(
+        codes=p.codes,
+        scales=p.scales,
+        zeros=p.zeros,
+        global_scale=None,
+        a_scales=None,
+        bias=None,
+        n=p.n,
+        k=p.k,
+        layout=1,
+        instance="",
+    )
     args.update(kw)
-    return torch.ops.humming.gemm(x, args["codes"], args["scales"], args["zeros"], args["global_scale"],
-                                  args["a_scales"], args["bias"], fmt, args["layout"], args["n"], args["k"],
-                                  args["instance"])
+    return torch.ops.humming.gemm(
+        x,
+        args["codes"],
+        args["scales"],
+        args["zeros"],
+        args["global_scale"],
+        args["a_scales"],
+        args["bias"],
+        fmt,
+        args["layout"],
+        args["n"],
+        args["k"],
+        args["instance"],
+    )
 
 
 def test_gemm_error_paths():
@@ -276,9 +316,20 @@ def test_quantize_act_error_paths():
 def test_meta_shapes():
     q, p = _packed()
     dev = torch.device("meta")
-    out = torch.ops.humming.gemm(torch.empty(5, 128, dtype=torch.bfloat16, device=dev), p.codes.to(dev),
-                                 p.scales.to(dev), p.zeros.to(dev), None, None, None,
-                                 "a-bf16_w-u4g64-sbf16-zi_c-f32", 1, 16, 128, "")
+    out = torch.ops.humming.gemm(
+        torch.empty(5, 128, dtype=torch.bfloat16, device=dev),
+        p.codes.to(dev),
+        p.scales.to(dev),
+        p.zeros.to(dev),
+        None,
+        None,
+        None,
+        "a-bf16_w-u4g64-sbf16-zi_c-f32",
+        1,
+        16,
+        128,
+        "",
+    )
     assert out.shape == (5, 16) and out.dtype == torch.float32 and out.device.type == "meta"
     pc, ps, pz = torch.ops.humming.pack_weight(q.codes.to(dev), q.scales.to(dev), q.zeros.to(dev), "u4g64-sbf16-zi", 1)
     assert pc.shape == p.codes.shape and ps.shape == p.scales.shape and pz.shape == p.zeros.shape

@@ -16,7 +16,7 @@ from humming_aot import reference as R
 INT_CODES = [f"{s}{b}" for s in "iu" for b in range(1, 9)]
 FLOAT_CODES = [f"e{x}m{y}" for x in range(1, 8) for y in range(0, 8 - x)]
 SMALL_TYPES = INT_CODES + FLOAT_CODES + ["e8m0"]
-U32 = 2.0 ** -24  # unit roundoff of float32
+U32 = 2.0**-24  # unit roundoff of float32
 
 
 def gen(seed):
@@ -56,8 +56,7 @@ def zero_points(q):
         # unsigned integer codes without stored zeros are symmetric: implied zero 2**(bits-1)
         implied = 2 ** (q.fmt.code.bits - 1) if q.fmt.code.kind == F.KIND_UINT else 0
         return torch.full((N, K), float(implied), dtype=torch.float64)
-    return per_element(scale_values64(q.zeros, q.fmt.scale) if q.fmt.zero == "float" else q.zeros.double(),
-                       q.fmt, N, K)
+    return per_element(scale_values64(q.zeros, q.fmt.scale) if q.fmt.zero == "float" else q.zeros.double(), q.fmt, N, K)
 
 
 def finite_code_values(dt):
@@ -103,7 +102,7 @@ def test_decode_against_closed_forms_and_torch():
     assert e2m1.tolist() == [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6]
     assert e2m1.dtype == torch.float32
     assert R.decode(torch.tensor([0, 7, 8, 15], dtype=torch.uint8), "i4").tolist() == [0, 7, -8, -1]
-    assert R.decode(torch.tensor([127, 128, 0], dtype=torch.uint8), "e8m0").tolist() == [1.0, 2.0, 2.0 ** -127]
+    assert R.decode(torch.tensor([127, 128, 0], dtype=torch.uint8), "e8m0").tolist() == [1.0, 2.0, 2.0**-127]
     allc = torch.arange(256, dtype=torch.int32).to(torch.uint8)
     for name, tdt in (("e4m3", torch.float8_e4m3fn), ("e5m2", torch.float8_e5m2)):
         ours, ref = R.decode(allc, name), allc.view(tdt).float()
@@ -140,7 +139,7 @@ def _mantissa_field(v, dt):
     if v < 2.0 ** (1 - bias):  # subnormal (or zero): v = m * 2**(1 - bias - man)
         return v / 2.0 ** (1 - bias - dt.man)
     e = math.floor(math.log2(v))
-    return v / 2.0 ** (e - dt.man) - 2 ** dt.man
+    return v / 2.0 ** (e - dt.man) - 2**dt.man
 
 
 @pytest.mark.parametrize("name", SMALL_TYPES)
@@ -217,7 +216,7 @@ def test_scale_value_e8m0_and_types():
     b = torch.tensor([[127, 0, 254, 255, 130]], dtype=torch.uint8)
     v = R.scale_value(b, "u4g32-se8m0")
     assert v.dtype == torch.float32
-    assert v[0, [0, 1, 2, 4]].tolist() == [1.0, 2.0 ** -127, 2.0 ** 127, 8.0]
+    assert v[0, [0, 1, 2, 4]].tolist() == [1.0, 2.0**-127, 2.0**127, 8.0]
     assert math.isnan(v[0, 3])
     h = torch.tensor([[0.5, 3.0]], dtype=torch.float16)
     assert R.scale_value(h, F.parse_weight_format("u4g32-sf16")).tolist() == [[0.5, 3.0]]
@@ -287,9 +286,20 @@ def test_quantize_picks_nearest_grid_value(fmt):
     assert bool((err <= best + slack).all()), float((err - best - slack).max())
 
 
-INT_BOUND_FORMATS = ["u4g128-sbf16", "u4g128-sf16-zi", "u4g128-sf16-zf", "i4g128-sf16", "i8gc-sf32",
-                     "u8g64-sbf16-zi", "i2g32-sf16", "u3g32-sf32-zf", "u4g64n16-sf16", "i6gc-sbf16",
-                     "u4g32-se4m3-zi", "i4g32-se4m3"]
+INT_BOUND_FORMATS = [
+    "u4g128-sbf16",
+    "u4g128-sf16-zi",
+    "u4g128-sf16-zf",
+    "i4g128-sf16",
+    "i8gc-sf32",
+    "u8g64-sbf16-zi",
+    "i2g32-sf16",
+    "u3g32-sf32-zf",
+    "u4g64n16-sf16",
+    "i6gc-sbf16",
+    "u4g32-se4m3-zi",
+    "i4g32-se4m3",
+]
 
 
 @pytest.mark.parametrize("fmt", INT_BOUND_FORMATS)
@@ -308,7 +318,7 @@ def test_integer_error_bound_and_scales(fmt):
     svals = scale_values64(q.scales, st)
     code = fmt.code
     # asymmetric (stored zero): the whole code range; symmetric (iB, uB with implied zero): one side
-    span = 2 ** code.bits - 1 if fmt.zero != "none" else 2 ** (code.bits - 1) - 1
+    span = 2**code.bits - 1 if fmt.zero != "none" else 2 ** (code.bits - 1) - 1
     for gi, gj, rs, cs in group_slices(fmt, N, K):
         blk = w[rs, cs].double()
         if fmt.zero != "none":
@@ -318,12 +328,14 @@ def test_integer_error_bound_and_scales(fmt):
         ideal = torch.tensor([float(r) / span], dtype=torch.float64)
         # nearest value of the scale type (half an ulp, subnormals included), plus 2**-24 relative
         # for the float32 step the rounding goes through
-        tol = float(half_ulp(ideal, st)) + float(ideal) * 2.0 ** -23
+        tol = float(half_ulp(ideal, st)) + float(ideal) * 2.0**-23
         assert abs(float(svals[gi, gj]) - float(ideal)) <= tol, (gi, gj)
     eff = effective_scale(q)
     w64 = w.double()
-    rel_slack = torch.tensor([float(half_ulp(torch.tensor([float(v)], dtype=torch.float64), st)) / float(v)
-                              for v in svals.flatten()], dtype=torch.float64).view_as(svals)
+    rel_slack = torch.tensor(
+        [float(half_ulp(torch.tensor([float(v)], dtype=torch.float64), st)) / float(v) for v in svals.flatten()],
+        dtype=torch.float64,
+    ).view_as(svals)
     excess = span * eff * per_element(rel_slack, fmt, N, K)
     err = (R.dequantize_weight(q).double() - w64).abs()
     bound = 0.5 * eff + excess + 4 * U32 * (w64.abs() + eff)
@@ -336,8 +348,16 @@ def test_integer_error_bound_and_scales(fmt):
         assert torch.equal(R.dequantize_weight(q0)[:, 5], torch.zeros(N))
 
 
-FP_BOUND_FORMATS = ["e2m1g32-sbf16", "e4m3gc-sf32", "e3m2g32-sf16", "e2m3g16-se4m3", "e5m2g128-sbf16",
-                    "e4m3g128n128-sf32", "e2m1g16-se4m3-gs", "e4m3"]
+FP_BOUND_FORMATS = [
+    "e2m1g32-sbf16",
+    "e4m3gc-sf32",
+    "e3m2g32-sf16",
+    "e2m3g16-se4m3",
+    "e5m2g128-sbf16",
+    "e4m3g128n128-sf32",
+    "e2m1g16-se4m3-gs",
+    "e4m3",
+]
 
 
 @pytest.mark.parametrize("fmt", FP_BOUND_FORMATS)
@@ -387,8 +407,9 @@ def build_exact(fmt, N, K, seed):
         # symmetric values -c..c with c = 2**(B-1) - 1 (c = 1 for B = 1, whose only nonzero is -1)
         c = max(2 ** (code.bits - 1) - 1, 1)
         values = torch.randint(-c, min(c, 2 ** (code.bits - 1) - 1) + 1, (N, K), generator=g)
-        to_code = ((lambda v: v & ((1 << code.bits) - 1)) if code.kind == F.KIND_INT
-                   else (lambda v: v + 2 ** (code.bits - 1)))  # implied zero point
+        to_code = (
+            (lambda v: v & ((1 << code.bits) - 1)) if code.kind == F.KIND_INT else (lambda v: v + 2 ** (code.bits - 1))
+        )  # implied zero point
         codes = to_code(values)
         top_code = int(to_code(torch.tensor(-c)))
     elif code.is_int:
@@ -418,15 +439,34 @@ def build_exact(fmt, N, K, seed):
     elif fmt.zero == "float":
         zf = torch.randint(0, 4 * code.max_int + 1, (ng, kg), generator=g).float() / 4  # quarter steps
         zeros = zf.to(R.torch_dtype(st))
-    gscale = torch.tensor(0.75 * 2.0 ** -7) if fmt.global_scale else None
+    gscale = torch.tensor(0.75 * 2.0**-7) if fmt.global_scale else None
     return R.QuantizedWeight(fmt, codes.to(torch.uint8), scales, zeros, gscale)
 
 
-EXACT_FORMATS = ["u4g128-sbf16", "u4g128-sf16-zi", "u4g128-sf16-zf", "i4g128-sf16", "i8gc-sf32",
-                 "u8g64-sbf16-zi", "e2m1g32-se8m0", "e2m1g16-se4m3-gs", "e2m1g32-sbf16-gs",
-                 "e4m3g128n128-sf32", "e3m2g32-se8m0", "e2m3g32-se8m0", "i4g32-se8m0", "u4g32-se8m0-zi",
-                 "u2g8-sf16", "i2g16-sbf16", "e5m2gc-sbf16", "e4m3", "u4g64n16-sbf16", "u1g8-sf32",
-                 "e4m3g32-se4m3", "u5g32-se4m3-zf"]
+EXACT_FORMATS = [
+    "u4g128-sbf16",
+    "u4g128-sf16-zi",
+    "u4g128-sf16-zf",
+    "i4g128-sf16",
+    "i8gc-sf32",
+    "u8g64-sbf16-zi",
+    "e2m1g32-se8m0",
+    "e2m1g16-se4m3-gs",
+    "e2m1g32-sbf16-gs",
+    "e4m3g128n128-sf32",
+    "e3m2g32-se8m0",
+    "e2m3g32-se8m0",
+    "i4g32-se8m0",
+    "u4g32-se8m0-zi",
+    "u2g8-sf16",
+    "i2g16-sbf16",
+    "e5m2gc-sbf16",
+    "e4m3",
+    "u4g64n16-sbf16",
+    "u1g8-sf32",
+    "e4m3g32-se4m3",
+    "u5g32-se4m3-zf",
+]
 
 
 @pytest.mark.parametrize("fmt", EXACT_FORMATS)
@@ -437,8 +477,10 @@ def test_exact_round_trip_from_codes_and_scales(fmt):
     assert torch.equal(q2.codes, q.codes)
     if q.scales is not None:
         assert q2.scales.dtype == q.scales.dtype
-        assert torch.equal(q2.scales.view(torch.uint8) if q.scales.dtype.itemsize == 1 else q2.scales,
-                           q.scales.view(torch.uint8) if q.scales.dtype.itemsize == 1 else q.scales)
+        assert torch.equal(
+            q2.scales.view(torch.uint8) if q.scales.dtype.itemsize == 1 else q2.scales,
+            q.scales.view(torch.uint8) if q.scales.dtype.itemsize == 1 else q.scales,
+        )
     if q.zeros is not None:
         assert torch.equal(q2.zeros.float(), q.zeros.float())
     if q.global_scale is not None:
@@ -456,13 +498,19 @@ def test_dequantize_definition_by_hand():
     zeros = torch.tensor([[3, 8]], dtype=torch.uint8)
     q = R.QuantizedWeight(fmt, codes, scales, zeros)
     assert R.dequantize_weight(q).tolist() == [[-1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 6.0, 2.0]]
-    u4 = R.QuantizedWeight("u4g8-sf16", torch.tensor([[0, 8, 15, 9]], dtype=torch.uint8),
-                           torch.tensor([[0.5]], dtype=torch.float16))
+    u4 = R.QuantizedWeight(
+        "u4g8-sf16", torch.tensor([[0, 8, 15, 9]], dtype=torch.uint8), torch.tensor([[0.5]], dtype=torch.float16)
+    )
     assert R.dequantize_weight(u4).tolist() == [[-4.0, 0.0, 3.5, 0.5]]  # implied zero 8
     assert R.implied_zero("u4g8-sf16") == 8 and R.implied_zero("u4g8-sf16-zi") == 0
     assert R.implied_zero("i4g8-sf16") == 0 and R.implied_zero("e2m1g32-se8m0") == 0
-    nv = R.QuantizedWeight("e2m1g16-se4m3-gs", torch.tensor([[7] * 16 + [9] * 16], dtype=torch.uint8),
-                           torch.tensor([[2.0, 0.25]]).to(torch.float8_e4m3fn), None, torch.tensor(0.5))
+    nv = R.QuantizedWeight(
+        "e2m1g16-se4m3-gs",
+        torch.tensor([[7] * 16 + [9] * 16], dtype=torch.uint8),
+        torch.tensor([[2.0, 0.25]]).to(torch.float8_e4m3fn),
+        None,
+        torch.tensor(0.5),
+    )
     assert R.dequantize_weight(nv).tolist() == [[6.0] * 16 + [-0.0625] * 16]
 
 
@@ -473,8 +521,10 @@ def test_unsigned_symmetric_is_signed_with_offset_encoding(bits, gran_scale):
     w = torch.randn(24, 80, generator=gen(bits)) * 0.1
     qu = R.quantize_weight(w, f"u{bits}{gran_scale}")
     qi = R.quantize_weight(w, f"i{bits}{gran_scale}")
-    assert torch.equal(qu.scales.view(torch.uint8) if qu.scales.dtype.itemsize == 1 else qu.scales,
-                       qi.scales.view(torch.uint8) if qi.scales.dtype.itemsize == 1 else qi.scales)
+    assert torch.equal(
+        qu.scales.view(torch.uint8) if qu.scales.dtype.itemsize == 1 else qu.scales,
+        qi.scales.view(torch.uint8) if qi.scales.dtype.itemsize == 1 else qi.scales,
+    )
     assert torch.equal(qu.codes, qi.codes ^ (1 << (bits - 1)))
     assert torch.equal(R.dequantize_weight(qu), R.dequantize_weight(qi))
 
@@ -516,7 +566,7 @@ def test_nvfp4_two_level_scales():
     # each group scale is its amax / 6 / global rounded to e4m3: within half an e4m3 ulp (2**-4 relative)
     amax = w2.abs().view(24, 6, 16).amax(-1).double()
     ideal = amax / 6 / float(q2.global_scale)
-    assert bool(((q2.scales.double() - ideal).abs() <= ideal * 2.0 ** -4 + 2.0 ** -10).all())
+    assert bool(((q2.scales.double() - ideal).abs() <= ideal * 2.0**-4 + 2.0**-10).all())
 
 
 def test_block_scales_128x128():
@@ -562,7 +612,7 @@ def test_zero_point_asymmetric_ranges():
     for n in range(N):
         lo = min(float(w[n].min()), 0.0)
         hi = max(float(w[n].max()), 0.0)
-        assert abs(s[n] - (hi - lo) / 15) <= (hi - lo) / 15 * 2.0 ** -23
+        assert abs(s[n] - (hi - lo) / 15) <= (hi - lo) / 15 * 2.0**-23
         assert abs(float(dq[n].min()) - float(w[n].min())) <= s[n] / 2 * 1.0001
         assert abs(float(dq[n].max()) - float(w[n].max())) <= s[n] / 2 * 1.0001
     assert z[1] == 0 and z[2] == 15
@@ -574,14 +624,21 @@ def test_zero_point_asymmetric_ranges():
     zf = qf.zeros.double().squeeze(1)
     sf = qf.scales.double().squeeze(1)
     want = -float(w[0].min()) / sf[0]
-    assert abs(zf[0] - want) <= want * 2.0 ** -8  # bf16 rounding
-    assert zf[0] != round(float(zf[0])) or abs(want - round(want)) < want * 2.0 ** -8
+    assert abs(zf[0] - want) <= want * 2.0**-8  # bf16 rounding
+    assert zf[0] != round(float(zf[0])) or abs(want - round(want)) < want * 2.0**-8
     assert zf[1] == 0
 
 
 def test_all_zero_tiny_and_huge_weights():
-    for fmt in ("u4g32-sf16", "i4g32-sbf16", "e2m1g32-se8m0", "e2m1g16-se4m3-gs", "u4g32-sf16-zi",
-                "u4g32-se4m3-zf", "e4m3gc-sf16"):
+    for fmt in (
+        "u4g32-sf16",
+        "i4g32-sbf16",
+        "e2m1g32-se8m0",
+        "e2m1g16-se4m3-gs",
+        "u4g32-sf16-zi",
+        "u4g32-se4m3-zf",
+        "e4m3gc-sf16",
+    ):
         q = R.quantize_weight(torch.zeros(4, 64), fmt)
         assert bool((R.scale_value(q.scales, q.fmt) == 1).all()), fmt  # scale 1, never 0 or NaN
         assert torch.equal(R.dequantize_weight(q), torch.zeros(4, 64))
@@ -591,7 +648,7 @@ def test_all_zero_tiny_and_huge_weights():
     w = torch.full((2, 32), 1e-12)
     w[1] = 1e9
     q = R.quantize_weight(w, "i4g32-sf16")
-    assert q.scales[:, 0].float().tolist() == [2.0 ** -24, 65504.0]
+    assert q.scales[:, 0].float().tolist() == [2.0**-24, 65504.0]
     dq = R.dequantize_weight(q)
     assert bool(torch.isfinite(dq).all()) and float(dq[1, 0]) == 7 * 65504.0
     # e8m0: far below 2**-127 clamps to the smallest byte rather than wrapping
@@ -670,7 +727,7 @@ def test_activation_quantization(afmt):
     assert scales.dtype == torch.float32 and scales.shape == (M, ng)
     for m in range(M):
         for j in range(ng):
-            amax = float(x[m, j * g:(j + 1) * g].abs().max())
+            amax = float(x[m, j * g : (j + 1) * g].abs().max())
             want = 1.0 if amax == 0 else float(torch.tensor(amax, dtype=torch.float32) / tmax)
             assert float(scales[m, j]) == want, (m, j)
     s = scales[:, torch.arange(K) // g].double()
@@ -720,8 +777,9 @@ def _gemm_tolerance(a64, w64, K):
     return (K + 2) * U32 * (a64.abs() @ w64.abs().T)
 
 
-@pytest.mark.parametrize("fmt", ["u4g128-sbf16", "e2m1g32-se8m0", "u4g64-sf16-zi", "e2m1g16-se4m3-gs",
-                                 "e4m3g128n128-sf32"])
+@pytest.mark.parametrize(
+    "fmt", ["u4g128-sbf16", "e2m1g32-se8m0", "u4g64-sf16-zi", "e2m1g16-se4m3-gs", "e4m3g128n128-sf32"]
+)
 def test_gemm_matches_float64_matmul(fmt):
     M, N, K = 9, 48, 320
     w = torch.randn(N, K, generator=gen(31))
@@ -739,7 +797,7 @@ def test_gemm_matches_float64_matmul(fmt):
     outb = R.gemm(a, q, "bf16", out_dtype=torch.bfloat16, bias=bias)
     assert outb.dtype == torch.bfloat16
     refb = ref + bias.double()
-    tol = _gemm_tolerance(a64, w64, K) + refb.abs() * 2.0 ** -8
+    tol = _gemm_tolerance(a64, w64, K) + refb.abs() * 2.0**-8
     assert bool(((outb.double() - refb).abs() <= tol).all())
 
 

@@ -28,19 +28,46 @@ def clean_dispatch(monkeypatch):
     dispatch.reset()
 
 
-def inst(name, backend=None, *, act="bf16", code="u4", scale="bf16", zero="none", out="bf16", layout=1, group_k=-1,
-         group_n=-1):
+def inst(
+    name,
+    backend=None,
+    *,
+    act="bf16",
+    code="u4",
+    scale="bf16",
+    zero="none",
+    out="bf16",
+    layout=1,
+    group_k=-1,
+    group_n=-1,
+):
     """A registry.Instance built by hand; the backend defaults to the name's first word."""
     return registry.Instance(
-        name=name, backend=backend or name.split("_")[0], scheduler="dense", archs=("90a",), act_type=act,
-        code_type=code, scale_type=scale, zero=zero, out_type=out, layout=layout, group_k=group_k, group_n=group_n,
-        tile=(32, 64, 32), stages=1, threads=256, smem_bytes=0)
+        name=name,
+        backend=backend or name.split("_")[0],
+        scheduler="dense",
+        archs=("90a",),
+        act_type=act,
+        code_type=code,
+        scale_type=scale,
+        zero=zero,
+        out_type=out,
+        layout=layout,
+        group_k=group_k,
+        group_n=group_n,
+        tile=(32, 64, 32),
+        stages=1,
+        threads=256,
+        smem_bytes=0,
+    )
 
 
 GENERIC = inst("generic_dense_u4_zi", zero="int")
-FAST = [inst("sm90_u4g128", layout=3, group_k=128, group_n=1),
-        inst("sm80_u8gc", act="f16", code="u8", scale="f16", zero="int", out="f16", layout=2, group_k=0, group_n=1),
-        inst("sm89_fp8", act="e4m3", code="e4m3", scale="f32", layout=1, group_k=0, group_n=1)]
+FAST = [
+    inst("sm90_u4g128", layout=3, group_k=128, group_n=1),
+    inst("sm80_u8gc", act="f16", code="u8", scale="f16", zero="int", out="f16", layout=2, group_k=0, group_n=1),
+    inst("sm89_fp8", act="e4m3", code="e4m3", scale="f32", layout=1, group_k=0, group_n=1),
+]
 DEVICE_INSTANCES = [GENERIC, *FAST]
 ZI = "a-bf16_w-u4g64-sbf16-zi_c-bf16"
 
@@ -56,8 +83,10 @@ def test_generic_choice_names_format_device_and_fast_formats():
     note = dispatch.slow_path_note(ZI, GENERIC, H200, DEVICE_INSTANCES)
     assert note.startswith(f"{ZI} runs on the slow fallback (generic backend, generic_dense_u4_zi) on {H200}")
     assert "this build has no fast kernel for it on this device" in note
-    assert note.endswith("Formats with fast kernels on this device: a-bf16_w-u4g128-sbf16_c-bf16, "
-                         "a-e4m3-*_w-e4m3gc-sf32_c-bf16, a-f16_w-u8gc-sf16-zi_c-f16.")
+    assert note.endswith(
+        "Formats with fast kernels on this device: a-bf16_w-u4g128-sbf16_c-bf16, "
+        "a-e4m3-*_w-e4m3gc-sf32_c-bf16, a-f16_w-u8gc-sf16-zi_c-f16."
+    )
 
 
 def test_generic_choice_on_a_device_without_fast_kernels():
@@ -67,15 +96,22 @@ def test_generic_choice_on_a_device_without_fast_kernels():
 
 def test_fast_kernels_of_another_layout_are_named():
     """The format has fast kernels here, but the weight was packed in the generic layout."""
-    note = dispatch.slow_path_note("a-bf16_w-u4g128-sbf16_c-bf16", inst("generic_dense_u4"), H200, DEVICE_INSTANCES,
-                                   layout=1)
+    note = dispatch.slow_path_note(
+        "a-bf16_w-u4g128-sbf16_c-bf16", inst("generic_dense_u4"), H200, DEVICE_INSTANCES, layout=1
+    )
     assert "its fast kernels here read another weight layout: pack the weight with layout='sm90'" in note
 
 
 def test_fast_kernels_that_refused_the_problem_say_why():
     why = "the sm90 backend needs k to be a multiple of 8 (16-byte activation rows), got k=77"
-    note = dispatch.slow_path_note("a-bf16_w-u4g128-sbf16_c-bf16", inst("generic_dense_u4"), H200, DEVICE_INSTANCES,
-                                   layout=3, refused={"sm90_u4g128": why, "sm80_u8gc": "not this format"})
+    note = dispatch.slow_path_note(
+        "a-bf16_w-u4g128-sbf16_c-bf16",
+        inst("generic_dense_u4"),
+        H200,
+        DEVICE_INSTANCES,
+        layout=3,
+        refused={"sm90_u4g128": why, "sm80_u8gc": "not this format"},
+    )
     assert f"the fast kernels for this format here cannot run this problem: sm90_u4g128: {why}" in note
     assert "not this format" not in note  # reasons of instances for other formats are left out
 
@@ -98,9 +134,9 @@ def test_warning_once_per_format_and_device_class():
         warnings.simplefilter("always")
         for _ in range(3):
             dispatch.note_slow_path((ZI, 90), note)
-        dispatch.note_slow_path((ZI, 80), note)                   # another device class
+        dispatch.note_slow_path((ZI, 80), note)  # another device class
         dispatch.note_slow_path(("a-bf16_w-u4g32-sbf16-zi_c-bf16", 90), note)  # another format
-        dispatch.note_slow_path((ZI, 90), None)                   # a fast choice: nothing
+        dispatch.note_slow_path((ZI, 90), None)  # a fast choice: nothing
     assert [w.category for w in seen] == [dispatch.SlowPathWarning] * 3
     assert str(seen[0].message) == note + " Set HUMMING_STRICT=1 to make this an error."
     dispatch.reset()  # forgets which formats were warned about
@@ -148,16 +184,27 @@ def test_choose_warns_once_for_a_generic_only_format(h200):
     assert len(slow) == 1, [str(w.message) for w in seen]
     msg = str(slow[0].message)
     assert ZI in msg and "NVIDIA H200 (sm_90)" in msg and "slow fallback" in msg
-    fast = sorted({dispatch.instance_format(i) for i in registry.instances()
-                   if i.backend != "generic" and registry.runs_on(i.name, 90)[0]})
+    fast = sorted(
+        {
+            dispatch.instance_format(i)
+            for i in registry.instances()
+            if i.backend != "generic" and registry.runs_on(i.name, 90)[0]
+        }
+    )
     assert "Formats with fast kernels on this device: " + ", ".join(fast) in msg
 
 
 def test_fast_choice_does_not_warn(h200):
     # A fast instance of this build for the device, with a concrete format (fixed group size,
     # unquantized activations: instance_format then writes no wildcard).
-    fast = next(i for i in registry.instances() if i.backend != "generic" and registry.runs_on(i.name, 90)[0]
-                and i.group_k >= 0 and i.act_type in ("bf16", "f16"))
+    fast = next(
+        i
+        for i in registry.instances()
+        if i.backend != "generic"
+        and registry.runs_on(i.name, 90)[0]
+        and i.group_k >= 0
+        and i.act_type in ("bf16", "f16")
+    )
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         name = dispatch.choose(dispatch.instance_format(fast), 384 * 2, 1024, 64, device="cuda:0", layout=fast.layout)
@@ -197,5 +244,6 @@ def test_explain_says_the_same(h200, monkeypatch):
     assert f"slow path: {warned}" in text
     assert "warned once" in text
     monkeypatch.setenv("HUMMING_STRICT", "1")
-    assert "HUMMING_STRICT=1 is set: this call raises SlowPathError" in dispatch.explain(ZI, 384, 512, 5,
-                                                                                          device="cuda:0")
+    assert "HUMMING_STRICT=1 is set: this call raises SlowPathError" in dispatch.explain(
+        ZI, 384, 512, 5, device="cuda:0"
+    )

@@ -106,21 +106,56 @@ def _generic_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
             continue
         # Skip what the format rules reject (checked with a representative group size).
         try:
-            F.WeightFormat(F.dtype(code), 0 if scale == "none" else 128, 1, None if scale == "none" else F.dtype(scale),
-                           zero)
+            F.WeightFormat(
+                F.dtype(code), 0 if scale == "none" else 128, 1, None if scale == "none" else F.dtype(scale), zero
+            )
             F.ActivationFormat(F.dtype(act), "none" if act in ("bf16", "f16") else "token")
         except F.FormatError:
             continue
         weight = code + ("" if scale == "none" else f"-s{scale}") + ZERO_SUFFIX[zero]
         name = f"generic_{matrix['scheduler']}_a-{act}_w-{weight}_c-{o}"
-        targs = (f"{_dtype_id(act)}u", f"{_dtype_id(code)}u", f"{_dtype_id(scale)}u", str(ZERO_ENUM[zero]),
-                 f"{_dtype_id(o)}u")
-        key = dict(act_type=_dtype_id(act), act_granularity=-1, code_type=_dtype_id(code), group_k=-1,
-                   group_n=-1, scale_type=_dtype_id(scale), zero=ZERO_ENUM[zero], global_scale=-1,
-                   out_type=_dtype_id(o), layout=matrix["layout"], tile_m=32, tile_n=64, tile_k=32, stages=1,
-                   threads=256, smem_bytes=(32 * 33 + 32 * 65) * 4)
-        out.append(Instance(name, "generic", matrix["scheduler"], backend_archs, act, code, scale, zero, o,
-                            matrix["layout"], "humming/kernel/generic_dense.cuh", targs, key))
+        targs = (
+            f"{_dtype_id(act)}u",
+            f"{_dtype_id(code)}u",
+            f"{_dtype_id(scale)}u",
+            str(ZERO_ENUM[zero]),
+            f"{_dtype_id(o)}u",
+        )
+        key = dict(
+            act_type=_dtype_id(act),
+            act_granularity=-1,
+            code_type=_dtype_id(code),
+            group_k=-1,
+            group_n=-1,
+            scale_type=_dtype_id(scale),
+            zero=ZERO_ENUM[zero],
+            global_scale=-1,
+            out_type=_dtype_id(o),
+            layout=matrix["layout"],
+            tile_m=32,
+            tile_n=64,
+            tile_k=32,
+            stages=1,
+            threads=256,
+            smem_bytes=(32 * 33 + 32 * 65) * 4,
+        )
+        out.append(
+            Instance(
+                name,
+                "generic",
+                matrix["scheduler"],
+                backend_archs,
+                act,
+                code,
+                scale,
+                zero,
+                o,
+                matrix["layout"],
+                "humming/kernel/generic_dense.cuh",
+                targs,
+                key,
+            )
+        )
     return out
 
 
@@ -146,11 +181,24 @@ def _sm80_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
     for act, code, zero, group, t, weight in combos:
         wm, wn, wk = t["warps"]
         bn, bk = 64 * wn, t["warp_k"] * wk
-        name = (f"sm80_mma_{matrix['scheduler']}_a-{act}_w-{weight}_c-{act}"
-                f"_t{t['bm']}x{bn}x{bk}_w{wm}x{wn}x{wk}_s{t['stages']}")
-        targs = (f"{_dtype_id(act)}u", f"{_dtype_id(code)}u", f"{_dtype_id(act)}u", str(ZERO_ENUM[zero]),
-                 f"{_dtype_id(act)}u", str(group), str(t["bm"]), str(wm), str(wn), str(wk), str(t["warp_k"]),
-                 str(t["stages"]))
+        name = (
+            f"sm80_mma_{matrix['scheduler']}_a-{act}_w-{weight}_c-{act}"
+            f"_t{t['bm']}x{bn}x{bk}_w{wm}x{wn}x{wk}_s{t['stages']}"
+        )
+        targs = (
+            f"{_dtype_id(act)}u",
+            f"{_dtype_id(code)}u",
+            f"{_dtype_id(act)}u",
+            str(ZERO_ENUM[zero]),
+            f"{_dtype_id(act)}u",
+            str(group),
+            str(t["bm"]),
+            str(wm),
+            str(wn),
+            str(wk),
+            str(t["warp_k"]),
+            str(t["stages"]),
+        )
         bits = F.dtype(code).bits
         rows = 0 if group == 0 else (1 if group >= bk else bk // group)
         zero_bytes = {"none": 0, "int": 1, "float": 2}[zero]  # per zero point staged with the scales
@@ -159,12 +207,41 @@ def _sm80_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
         # asserts the two agree): the stages (the K-slice reduction reuses one), a 16-byte word area
         # and the block's segment list (scheduler/streamk.h: kMaxSegments records of 16 bytes).
         smem = stage * t["stages"] + 16 + 6 * 16
-        key = dict(act_type=_dtype_id(act), act_granularity=0, code_type=_dtype_id(code), group_k=group,
-                   group_n=1, scale_type=_dtype_id(act), zero=ZERO_ENUM[zero], global_scale=-1,
-                   out_type=_dtype_id(act), layout=matrix["layout"], tile_m=t["bm"], tile_n=bn, tile_k=bk,
-                   stages=t["stages"], threads=32 * wm * wn * wk, smem_bytes=smem)
-        out.append(Instance(name, "sm80", matrix["scheduler"], backend_archs, act, code, act, zero, act,
-                            matrix["layout"], "humming/kernel/sm80_dense.cuh", targs, key))
+        key = dict(
+            act_type=_dtype_id(act),
+            act_granularity=0,
+            code_type=_dtype_id(code),
+            group_k=group,
+            group_n=1,
+            scale_type=_dtype_id(act),
+            zero=ZERO_ENUM[zero],
+            global_scale=-1,
+            out_type=_dtype_id(act),
+            layout=matrix["layout"],
+            tile_m=t["bm"],
+            tile_n=bn,
+            tile_k=bk,
+            stages=t["stages"],
+            threads=32 * wm * wn * wk,
+            smem_bytes=smem,
+        )
+        out.append(
+            Instance(
+                name,
+                "sm80",
+                matrix["scheduler"],
+                backend_archs,
+                act,
+                code,
+                act,
+                zero,
+                act,
+                matrix["layout"],
+                "humming/kernel/sm80_dense.cuh",
+                targs,
+                key,
+            )
+        )
     return out
 
 
@@ -181,10 +258,17 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
         bn, bk = 64 * consumers, 64 * atoms
         if group and group < bk and bk % group:
             continue
-        name = (f"sm90_wgmma_{matrix['scheduler']}_a-{act}_w-{weight}_c-{act}"
-                f"_t{bm}x{bn}x{bk}_w1x{consumers}x1_s{stages}")
-        targs = (f"{_dtype_id(act)}u", f"{_dtype_id(code)}u", str(ZERO_ENUM[zero]), str(group), str(bm),
-                 str(consumers), str(atoms), str(stages))
+        name = f"sm90_wgmma_{matrix['scheduler']}_a-{act}_w-{weight}_c-{act}_t{bm}x{bn}x{bk}_w1x{consumers}x1_s{stages}"
+        targs = (
+            f"{_dtype_id(act)}u",
+            f"{_dtype_id(code)}u",
+            str(ZERO_ENUM[zero]),
+            str(group),
+            str(bm),
+            str(consumers),
+            str(atoms),
+            str(stages),
+        )
         bits = F.dtype(code).bits
         rows = 0 if group == 0 else (1 if group >= bk else bk // group)
         stage = bm * bk * 2 + bk * bn * bits // 8 + rows * bn * 2 + (rows * bn if zero == "int" else 0)
@@ -194,12 +278,41 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
         smem = 1024 + stage * stages + stages * 16 + 16
         if smem > SM90_MAX_SMEM:  # e.g. the 256-channel decode tiles with 8-bit codes
             continue
-        key = dict(act_type=_dtype_id(act), act_granularity=0, code_type=_dtype_id(code), group_k=group,
-                   group_n=1, scale_type=_dtype_id(act), zero=ZERO_ENUM[zero], global_scale=-1,
-                   out_type=_dtype_id(act), layout=matrix["layout"], tile_m=bm, tile_n=bn, tile_k=bk,
-                   stages=stages, threads=128 * (1 + consumers), smem_bytes=smem)
-        out.append(Instance(name, "sm90", matrix["scheduler"], backend_archs, act, code, act, zero, act,
-                            matrix["layout"], "humming/kernel/sm90_dense.cuh", targs, key))
+        key = dict(
+            act_type=_dtype_id(act),
+            act_granularity=0,
+            code_type=_dtype_id(code),
+            group_k=group,
+            group_n=1,
+            scale_type=_dtype_id(act),
+            zero=ZERO_ENUM[zero],
+            global_scale=-1,
+            out_type=_dtype_id(act),
+            layout=matrix["layout"],
+            tile_m=bm,
+            tile_n=bn,
+            tile_k=bk,
+            stages=stages,
+            threads=128 * (1 + consumers),
+            smem_bytes=smem,
+        )
+        out.append(
+            Instance(
+                name,
+                "sm90",
+                matrix["scheduler"],
+                backend_archs,
+                act,
+                code,
+                act,
+                zero,
+                act,
+                matrix["layout"],
+                "humming/kernel/sm90_dense.cuh",
+                targs,
+                key,
+            )
+        )
     return out
 
 
@@ -223,6 +336,7 @@ def enumerate_instances(archs: list[str], profile: str, name_filter: str | None 
 
 # ---- emitters ------------------------------------------------------------------------------------
 
+
 def _gencode(arch: str) -> str:
     return f"-gencode=arch=compute_{arch},code=sm_{arch}"
 
@@ -231,19 +345,25 @@ def instance_tu(inst: Instance) -> str:
     targs = ", ".join(inst.template_args)
     ns = inst.backend
     # The registry's shared-memory figure decides which devices can run the instance: keep it exact.
-    check = (f"static_assert({ns}::Dense<{targs}>::kSmemTotal == {inst.key['smem_bytes']},\n"
-             '              "gen_instances.py and the kernel disagree on shared memory");\n\n'
-             if inst.backend in ("sm80", "sm90") else "")
-    return (f"// Generated by tools/gen_instances.py; do not edit.\n// {inst.name}\n"
-            f'#include "{inst.header}"\n\n'
-            "namespace humming {\nnamespace instances {\n\n" + check +
-            f"Status {inst.ident}_can_implement(const GemmArgs &args) {{\n"
-            f"  return {ns}::can_implement<{targs}>(args);\n}}\n\n"
-            f"Status {inst.ident}_launch(const GemmArgs &args, void *stream) {{\n"
-            f"  return {ns}::launch<{targs}>(args, stream);\n}}\n\n"
-            f"size_t {inst.ident}_workspace(const GemmArgs &args) {{\n"
-            f"  return {ns}::workspace_bytes<{targs}>(args);\n}}\n\n"
-            "} // namespace instances\n} // namespace humming\n")
+    check = (
+        f"static_assert({ns}::Dense<{targs}>::kSmemTotal == {inst.key['smem_bytes']},\n"
+        '              "gen_instances.py and the kernel disagree on shared memory");\n\n'
+        if inst.backend in ("sm80", "sm90")
+        else ""
+    )
+    return (
+        f"// Generated by tools/gen_instances.py; do not edit.\n// {inst.name}\n"
+        f'#include "{inst.header}"\n\n'
+        "namespace humming {\nnamespace instances {\n\n"
+        + check
+        + f"Status {inst.ident}_can_implement(const GemmArgs &args) {{\n"
+        f"  return {ns}::can_implement<{targs}>(args);\n}}\n\n"
+        f"Status {inst.ident}_launch(const GemmArgs &args, void *stream) {{\n"
+        f"  return {ns}::launch<{targs}>(args, stream);\n}}\n\n"
+        f"size_t {inst.ident}_workspace(const GemmArgs &args) {{\n"
+        f"  return {ns}::workspace_bytes<{targs}>(args);\n}}\n\n"
+        "} // namespace instances\n} // namespace humming\n"
+    )
 
 
 def dispatch_tables() -> list[dict]:
@@ -270,8 +390,10 @@ def tables_code() -> list[str]:
         match = t.get("match", {})
         ccs = ";".join(str(c) for c in match.get("cc", []))
         sms = int(match.get("sms", -1))
-        entries.append(f"    {{{_c_string(t.get('name', ''))}, {_c_string(ccs)}, {sms}, "
-                       f"{_c_string(match.get('name_contains', ''))}, {first}, {len(t['ranges'])}}},")
+        entries.append(
+            f"    {{{_c_string(t.get('name', ''))}, {_c_string(ccs)}, {sms}, "
+            f"{_c_string(match.get('name_contains', ''))}, {first}, {len(t['ranges'])}}},"
+        )
     lines.append(f"extern const size_t kDispatchRangeCount = {len(ranges)};")
     lines.append("extern const DispatchRange kDispatchRanges[] = {")
     lines += ranges or ['    {-1, 0, ""},']
@@ -284,8 +406,13 @@ def tables_code() -> list[str]:
 
 
 def registry_tu(instances: list[Instance], archs: list[str], profile: str) -> str:
-    lines = ["// Generated by tools/gen_instances.py; do not edit.",
-             '#include "humming/humming.h"', "", "namespace humming {", "namespace instances {"]
+    lines = [
+        "// Generated by tools/gen_instances.py; do not edit.",
+        '#include "humming/humming.h"',
+        "",
+        "namespace humming {",
+        "namespace instances {",
+    ]
     for inst in instances:
         lines.append(f"Status {inst.ident}_can_implement(const GemmArgs &);")
         lines.append(f"Status {inst.ident}_launch(const GemmArgs &, void *);")
@@ -303,9 +430,12 @@ def registry_tu(instances: list[Instance], archs: list[str], profile: str) -> st
             f"{k['scale_type']}u, {k['zero']}, {k['global_scale']}, {k['out_type']}u, {k['layout']}, "
             f"{k['tile_m']}, {k['tile_n']}, {k['tile_k']}, {k['stages']}, {k['threads']}, {k['smem_bytes']}, "
             f"&instances::{inst.ident}_can_implement, &instances::{inst.ident}_launch, "
-            f"&instances::{inst.ident}_workspace}},")
+            f"&instances::{inst.ident}_workspace}},"
+        )
     if not instances:  # a zero-length array is not valid C++; the count stays 0
-        lines.append('    {"", "", "", "", 0u, 0, 0u, 0, 0, 0u, 0, 0, 0u, 0, 0, 0, 0, 0, 0, 0, nullptr, nullptr, nullptr},')
+        lines.append(
+            '    {"", "", "", "", 0u, 0, 0u, 0, 0, 0u, 0, 0, 0u, 0, 0, 0, 0, 0, 0, 0, nullptr, nullptr, nullptr},'
+        )
     lines += ["};", ""]
     lines += tables_code()
     lines += ["", "} // namespace generated", "} // namespace humming", ""]
@@ -318,8 +448,10 @@ def cmake_list(instances: list[Instance], out: Path) -> str:
     lines.append(")")
     for inst in instances:
         flags = ";".join(_gencode(a) for a in inst.archs)
-        lines.append(f'set_source_files_properties("{(out / "instances" / (inst.name + ".cu")).as_posix()}" '
-                     f'PROPERTIES COMPILE_OPTIONS "{flags}")')
+        lines.append(
+            f'set_source_files_properties("{(out / "instances" / (inst.name + ".cu")).as_posix()}" '
+            f'PROPERTIES COMPILE_OPTIONS "{flags}")'
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -377,8 +509,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(e))
     for arch in archs:
         if not any(arch in inst.archs for inst in enumerate_instances([arch], args.profile)):
-            print(f"gen_instances: warning: no matrix entry compiles for sm_{arch} in profile {args.profile}; "
-                  "kernels for it will be missing", file=sys.stderr)
+            print(
+                f"gen_instances: warning: no matrix entry compiles for sm_{arch} in profile {args.profile}; "
+                "kernels for it will be missing",
+                file=sys.stderr,
+            )
     if args.list:
         print("\n".join(i.name for i in instances))
         return 0
@@ -388,8 +523,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None:
         ap.error("give --out DIR to write, or --list / --count")
     changed = write_all(instances, archs, args.profile, args.out)
-    print(f"gen_instances: {len(instances)} instances for {';'.join(archs)} ({args.profile}), {changed} files written",
-          file=sys.stderr)
+    print(
+        f"gen_instances: {len(instances)} instances for {';'.join(archs)} ({args.profile}), {changed} files written",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -31,8 +31,8 @@ enum class ActScale : int { kNone = 0, kToken = 1, kGroup = 2 };
 
 struct WeightFormat {
   DType code = dtypes::e4m3;
-  int group_k = 0; // inputs per scale along K; 0 = one scale per output channel
-  int group_n = 1; // output channels per scale (block scales only)
+  int group_k = 0;            // inputs per scale along K; 0 = one scale per output channel
+  int group_n = 1;            // output channels per scale (block scales only)
   DType scale = dtypes::none; // id() == 0 when the codes are not scaled
   ZeroKind zero = ZeroKind::kNone;
   bool global_scale = false; // one more fp32 scale for the whole tensor
@@ -71,14 +71,14 @@ enum LayoutId : int {
 // Logical and padded extents of a weight packed for one layout. Scales and zero points are stored
 // [k_groups][n_groups] (K-group major) so that consecutive output channels are adjacent.
 struct PackedDims {
-  int64_t n = 0, k = 0;         // logical output channels and inputs
-  int64_t n_pad = 0, k_pad = 0; // padded to what the layout needs
-  int64_t group_k = 0;          // inputs per scale (k_pad when per channel)
-  int64_t group_n = 1;          // output channels per scale
-  int64_t k_groups = 0, n_groups = 0;          // padded scale grid
+  int64_t n = 0, k = 0;                               // logical output channels and inputs
+  int64_t n_pad = 0, k_pad = 0;                       // padded to what the layout needs
+  int64_t group_k = 0;                                // inputs per scale (k_pad when per channel)
+  int64_t group_n = 1;                                // output channels per scale
+  int64_t k_groups = 0, n_groups = 0;                 // padded scale grid
   int64_t k_groups_logical = 0, n_groups_logical = 0; // ceil(k / group_k), ceil(n / group_n)
-  int64_t code_words = 0;       // uint32 words of packed codes in all
-  int64_t words_per_row = 0;    // uint32 words of one output channel's codes
+  int64_t code_words = 0;                             // uint32 words of packed codes in all
+  int64_t words_per_row = 0;                          // uint32 words of one output channel's codes
 };
 
 const char *layout_name(int layout);
@@ -90,20 +90,18 @@ uint32_t packed_code(int layout, const PackedDims &d, int bits, const uint32_t *
 
 // CPU packing: codes are uint8 bit patterns [n][k]; scales/zeros are [n_groups_logical]
 // [k_groups_logical] elements of `elem_bytes` bytes (row-major, the logical orientation).
-Status pack_codes_cpu(int layout, const WeightFormat &fmt, const PackedDims &d, const uint8_t *codes,
-                      uint32_t *packed);
+Status pack_codes_cpu(int layout, const WeightFormat &fmt, const PackedDims &d, const uint8_t *codes, uint32_t *packed);
 Status unpack_codes_cpu(int layout, const WeightFormat &fmt, const PackedDims &d, const uint32_t *packed,
                         uint8_t *codes);
 Status pack_groups_cpu(const PackedDims &d, int elem_bytes, const void *logical, void *packed);
 Status unpack_groups_cpu(const PackedDims &d, int elem_bytes, const void *packed, void *logical);
 // The same on the GPU (device pointers, enqueued on `stream`, a cudaStream_t).
-Status pack_codes_cuda(int layout, const WeightFormat &fmt, const PackedDims &d, const uint8_t *codes,
-                       uint32_t *packed, void *stream);
+Status pack_codes_cuda(int layout, const WeightFormat &fmt, const PackedDims &d, const uint8_t *codes, uint32_t *packed,
+                       void *stream);
 Status unpack_codes_cuda(int layout, const WeightFormat &fmt, const PackedDims &d, const uint32_t *packed,
                          uint8_t *codes, void *stream);
 Status pack_groups_cuda(const PackedDims &d, int elem_bytes, const void *logical, void *packed, void *stream);
-Status unpack_groups_cuda(const PackedDims &d, int elem_bytes, const void *packed, void *logical,
-                          void *stream);
+Status unpack_groups_cuda(const PackedDims &d, int elem_bytes, const void *packed, void *logical, void *stream);
 
 // ---- GEMM problem ----------------------------------------------------------------------------
 
@@ -114,18 +112,18 @@ constexpr size_t kWorkspaceZeroBytes = 65536;
 struct GemmArgs {
   GemmFormat fmt;
   int layout = kLayoutGeneric;
-  PackedDims dims;       // from packed_dims(layout, fmt.weight, n, k)
-  int64_t m = 0;         // rows of a and out
-  const void *a = nullptr;        // [m][k], row stride lda elements, type fmt.act.type
+  PackedDims dims;         // from packed_dims(layout, fmt.weight, n, k)
+  int64_t m = 0;           // rows of a and out
+  const void *a = nullptr; // [m][k], row stride lda elements, type fmt.act.type
   int64_t lda = 0;
   const float *a_scales = nullptr; // [m][a_scale_cols] fp32 when the activation is quantized
   int64_t a_scale_cols = 0;
-  const uint32_t *codes = nullptr; // packed codes
-  const void *scales = nullptr;    // [k_groups][n_groups], type fmt.weight.scale
-  const void *zeros = nullptr;     // same grid; uint8 codes (int) or the scale type (float)
+  const uint32_t *codes = nullptr;     // packed codes
+  const void *scales = nullptr;        // [k_groups][n_groups], type fmt.weight.scale
+  const void *zeros = nullptr;         // same grid; uint8 codes (int) or the scale type (float)
   const float *global_scale = nullptr; // one fp32 value in device (or host, for the CPU) memory
-  const void *bias = nullptr;      // [n] of the output type, or null
-  void *out = nullptr;             // [m][n], row stride ldo elements, type fmt.out
+  const void *bias = nullptr;          // [n] of the output type, or null
+  void *out = nullptr;                 // [m][n], row stride ldo elements, type fmt.out
   int64_t ldo = 0;
   // Scratch for stream-K (InstanceInfo::workspace_bytes). Its first kWorkspaceZeroBytes bytes (or
   // all of it, if smaller) must be zero before its first use; launches leave them zero again (tile
@@ -133,7 +131,7 @@ struct GemmArgs {
   // no initialization. Launches on different streams that may overlap need buffers of their own.
   void *workspace = nullptr;
   size_t workspace_bytes = 0;
-  int num_sms = 0;                 // multiprocessors of the device (schedulers size grids by it)
+  int num_sms = 0; // multiprocessors of the device (schedulers size grids by it)
 };
 
 // Checks every field of `args` that does not depend on an instance (extents, strides, null
@@ -149,13 +147,13 @@ struct InstanceInfo {
   const char *scheduler; // "dense", ...
   const char *archs;     // the real architectures its machine code was built for, e.g. "80;90a"
   uint32_t act_type;
-  int act_granularity;   // ActScale value, or -1: any
+  int act_granularity; // ActScale value, or -1: any
   uint32_t code_type;
-  int group_k;           // -1: any
-  int group_n;           // -1: any
+  int group_k; // -1: any
+  int group_n; // -1: any
   uint32_t scale_type;
-  int zero;              // ZeroKind value
-  int global_scale;      // 0, 1, or -1: either
+  int zero;         // ZeroKind value
+  int global_scale; // 0, 1, or -1: either
   uint32_t out_type;
   int layout;
   int tile_m, tile_n, tile_k, stages, threads;
@@ -215,10 +213,10 @@ Status gemm_cpu(const GemmArgs &args);
 
 // codes[m][k] = encode(x / scale), scale = amax / max(type) per token or per K group (1 where
 // amax is 0); x is f32, f16 or bf16 with row stride ldx. scales is [m][ceil(k / group)] fp32.
-Status quantize_act_cpu(const ActFormat &fmt, DType x_type, const void *x, int64_t m, int64_t k,
-                        int64_t ldx, void *codes, float *scales);
-Status quantize_act_cuda(const ActFormat &fmt, DType x_type, const void *x, int64_t m, int64_t k,
-                         int64_t ldx, void *codes, float *scales, void *stream);
+Status quantize_act_cpu(const ActFormat &fmt, DType x_type, const void *x, int64_t m, int64_t k, int64_t ldx,
+                        void *codes, float *scales);
+Status quantize_act_cuda(const ActFormat &fmt, DType x_type, const void *x, int64_t m, int64_t k, int64_t ldx,
+                         void *codes, float *scales, void *stream);
 
 // ---- build facts -----------------------------------------------------------------------------
 

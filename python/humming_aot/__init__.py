@@ -8,8 +8,17 @@ from __future__ import annotations
 
 import importlib
 
-from .formats import (ActivationFormat, DType, FormatError, GemmFormat, WeightFormat, dtype,
-                      parse_activation_format, parse_gemm_format, parse_weight_format)
+from .formats import (
+    ActivationFormat,
+    DType,
+    FormatError,
+    GemmFormat,
+    WeightFormat,
+    dtype,
+    parse_activation_format,
+    parse_gemm_format,
+    parse_weight_format,
+)
 
 __version__ = "0.1.0"
 
@@ -29,8 +38,19 @@ _LAZY = {
 }
 _MODULES = ("reference", "pack", "ops", "dispatch", "registry", "layers", "cli", "convert", "loading")
 
-__all__ = ["ActivationFormat", "DType", "FormatError", "GemmFormat", "WeightFormat", "dtype",
-           "parse_activation_format", "parse_gemm_format", "parse_weight_format", *_LAZY, *_MODULES]
+__all__ = [
+    "ActivationFormat",
+    "DType",
+    "FormatError",
+    "GemmFormat",
+    "WeightFormat",
+    "dtype",
+    "parse_activation_format",
+    "parse_gemm_format",
+    "parse_weight_format",
+    *_LAZY,
+    *_MODULES,
+]
 
 
 def __getattr__(name: str):

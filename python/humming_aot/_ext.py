@@ -10,7 +10,8 @@ except ImportError as e:  # pragma: no cover - only on a broken install
     raise ImportError(
         "humming_aot._C, the compiled part of humming-aot, could not be loaded "
         f"({e}). Install the package with its extension: pip install --no-build-isolation . "
-        "(from a source checkout, with torch installed first), or a prebuilt wheel for your GPU.") from e
+        "(from a source checkout, with torch installed first), or a prebuilt wheel for your GPU."
+    ) from e
 
 C = _C
 

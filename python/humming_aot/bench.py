@@ -80,40 +80,40 @@ JIT_CONFIGS = {
 IMPLS = ("humming-aot", "cublas-bf16", "torch-int4", "cublaslt-fp8", "humming-jit")
 INT4_GROUP = 128
 INT4_INNER_K_TILES = 8  # what torchao uses; needs K % 128 == 0
-FP8_M_MULTIPLE = 16     # _scaled_mm wants every dimension a multiple of 16
+FP8_M_MULTIPLE = 16  # _scaled_mm wants every dimension a multiple of 16
 
 METHOD = {
     "l2_flush": "before every timed call a buffer of flush_mib MiB (larger than L2, at least 4x) passes through L2 "
-                "on the same stream, as settings.flush says: read (the default) reduces it into one element "
-                "(torch.amax), leaving L2 full of clean lines as in a forward pass, where L2 holds mostly the "
-                "previous layer's weights; write zeroes it, leaving dirty lines whose write-back to HBM competes "
-                "with the timed kernel's reads (H200: a streaming read of 117 MB took 38.1 us after a zeroing "
-                "flush, 29.8 us after a read flush)",
+    "on the same stream, as settings.flush says: read (the default) reduces it into one element "
+    "(torch.amax), leaving L2 full of clean lines as in a forward pass, where L2 holds mostly the "
+    "previous layer's weights; write zeroes it, leaving dirty lines whose write-back to HBM competes "
+    "with the timed kernel's reads (H200: a streaming read of 117 MB took 38.1 us after a zeroing "
+    "flush, 29.8 us after a read flush)",
     "eager": "us: flush, torch.cuda.synchronize(), CUDA events around one Python call; host cost is included "
-             "when the host is slower than the GPU work; median of up to `iters` calls, stopped early after "
-             "max_ms_per_point ms (at least 3 calls)",
+    "when the host is slower than the GPU work; median of up to `iters` calls, stopped early after "
+    "max_ms_per_point ms (at least 3 calls)",
     "graph": "us_graph (m <= graph_max_m): one call captured in a CUDA graph, replayed after a flush without a "
-             "synchronization in between, CUDA events around the replay only: GPU time; median",
+    "synchronization in between, CUDA events around the replay only: GPU time; median",
     "host_overhead": "host_overhead_us (m <= graph_max_m): CPU wall time (perf_counter) per call of issuing "
-                     "20 back-to-back eager calls without flush or synchronization, divided by 20; "
-                     "eager_minus_graph_us = us - us_graph is given too",
+    "20 back-to-back eager calls without flush or synchronization, divided by 20; "
+    "eager_minus_graph_us = us - us_graph is given too",
     "tflops": "2*m*n*k / min(us, us_graph), useful work only (FP8 rows pad m to a multiple of 16 but count m)",
     "gpu_state": "gpu_sm_mhz, gpu_mem_mhz, gpu_temp_c, gpu_power_w, gpu_clock_reasons: nvidia-smi read once "
-                 "right after each point's timings, so a point timed at a lowered SM clock (heat, power) shows; "
-                 "kernels bound by instruction issue rather than memory slow down with the SM clock",
+    "right after each point's timings, so a point timed at a lowered SM clock (heat, power) shows; "
+    "kernels bound by instruction issue rather than memory slow down with the SM clock",
     "weights": "one random bf16 weight per shape (randn), quantized by each implementation's own quantizer: "
-               "humming-aot by the reference rule (computed on the GPU, see bench.quantize_symmetric_uint), "
-               "torch-int4 uint4 g128 asymmetric (bf16 scale and zero), FP8 e4m3 with one fp32 scale per "
-               "output channel, humming-kernels by HummingLayer.load_from_unquantized",
+    "humming-aot by the reference rule (computed on the GPU, see bench.quantize_symmetric_uint), "
+    "torch-int4 uint4 g128 asymmetric (bf16 scale and zero), FP8 e4m3 with one fp32 scale per "
+    "output channel, humming-kernels by HummingLayer.load_from_unquantized",
     "activations": "randn bf16 [m, k]; FP8 rows quantize them per token (e4m3, fp32 scales) before timing, "
-                   "so only torch._scaled_mm is timed; humming-aot formats with quantized activations "
-                   "quantize inside the timed call (QuantLinear.forward)",
+    "so only torch._scaled_mm is timed; humming-aot formats with quantized activations "
+    "quantize inside the timed call (QuantLinear.forward)",
     "rel_err": "||y - x @ W.T|| / ||x @ W.T|| at m = check_m against the unquantized bf16 weight (float32 "
-               "reference): a sanity check that the weight reached the kernel, not an accuracy claim",
+    "reference): a sanity check that the weight reached the kernel, not an accuracy claim",
     "peers": "cublas-bf16: F.linear; torch-int4: torch._weight_int4pack_mm (group 128, innerKTiles 8); "
-             "cublaslt-fp8: torch._scaled_mm with row-wise scales, bf16 out (torch picks the backend); "
-             "humming-jit: humming-kernels HummingLayer, warmed up (its first call per layer compiles), "
-             "run in a child process because it registers the same torch.ops.humming namespace",
+    "cublaslt-fp8: torch._scaled_mm with row-wise scales, bf16 out (torch picks the backend); "
+    "humming-jit: humming-kernels HummingLayer, warmed up (its first call per layer compiles), "
+    "run in a child process because it registers the same torch.ops.humming namespace",
 }
 
 
@@ -151,11 +151,15 @@ def load_corpus(path: pathlib.Path | None = None) -> list[dict]:
     if not isinstance(entries, list) or not entries:
         raise ValueError(f"{path}: no 'shapes' list")
     for i, e in enumerate(entries):
-        ok = (isinstance(e, dict) and all(isinstance(e.get(key), str) and e[key] for key in ("model", "role"))
-              and all(type(e.get(key)) is int and e[key] > 0 for key in ("n", "k")))
+        ok = (
+            isinstance(e, dict)
+            and all(isinstance(e.get(key), str) and e[key] for key in ("model", "role"))
+            and all(type(e.get(key)) is int and e[key] > 0 for key in ("n", "k"))
+        )
         if not ok:
-            raise ValueError(f"{path}: shapes[{i}] = {e!r} needs model and role (names) and n and k "
-                             "(positive integers)")
+            raise ValueError(
+                f"{path}: shapes[{i}] = {e!r} needs model and role (names) and n and k (positive integers)"
+            )
     return entries
 
 
@@ -172,8 +176,10 @@ def shape_labels(entries: list[dict]) -> dict[tuple[int, int], str]:
         models = by_shape.setdefault((e["n"], e["k"]), {}).setdefault(e["role"], [])
         if e["model"] not in models:
             models.append(e["model"])
-    return {shape: "; ".join(f"{', '.join(models)} {role}" for role, models in roles.items())
-            for shape, roles in by_shape.items()}
+    return {
+        shape: "; ".join(f"{', '.join(models)} {role}" for role, models in roles.items())
+        for shape, roles in by_shape.items()
+    }
 
 
 def suite_shapes(name: str) -> list[tuple[int, int]]:
@@ -207,7 +213,7 @@ def parse_ms(text: str) -> list[int]:
 
 @dataclasses.dataclass(frozen=True)
 class FormatSpec:
-    label: str    # what rows and tables call it: an alias (w4a16) or WEIGHT:ACT
+    label: str  # what rows and tables call it: an alias (w4a16) or WEIGHT:ACT
     weight: str
     act: str
 
@@ -229,7 +235,8 @@ def parse_format(text: str) -> FormatSpec:
         spec.gemm  # noqa: B018  (validates the combination)
     except F.FormatError as e:
         raise argparse.ArgumentTypeError(
-            f"format {t!r}: {e}. Give an alias ({', '.join(FORMAT_ALIASES)}) or WEIGHT[:ACT]") from None
+            f"format {t!r}: {e}. Give an alias ({', '.join(FORMAT_ALIASES)}) or WEIGHT[:ACT]"
+        ) from None
     return dataclasses.replace(spec, label=f"{spec.weight}:{spec.act}")
 
 
@@ -239,6 +246,7 @@ def _csv(kind):
         if not items:
             raise argparse.ArgumentTypeError(f"no {kind} given")
         return items
+
     return parse
 
 
@@ -246,52 +254,98 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="humming-aot bench",
         description="Time humming-aot GEMMs against cuBLAS bf16, torch int4, FP8 _scaled_mm and humming-kernels "
-                    "in one run on one GPU; write JSON, a Markdown table and (with matplotlib) a plot.")
-    ap.add_argument("--shapes", type=parse_shapes, default=None,
-                    help="comma-separated NxK weight shapes (default: those of --suite)")
-    ap.add_argument("--suite", choices=SUITES, default=None,
-                    help=f"named shape list: headline ({DEFAULT_SHAPES}, the default), models (the dense layers "
-                         "of public models in bench_corpus.json: Llama 3 8B and 70B, Qwen2.5 7B, 14B and 72B, "
-                         "Mistral 7B, Mixtral 8x7B, DeepSeek-V3, gpt-oss-120b) or all (both, each shape once). "
-                         f"--shapes wins; --quick without --suite times {QUICK_SHAPES} only")
+        "in one run on one GPU; write JSON, a Markdown table and (with matplotlib) a plot.",
+    )
+    ap.add_argument(
+        "--shapes",
+        type=parse_shapes,
+        default=None,
+        help="comma-separated NxK weight shapes (default: those of --suite)",
+    )
+    ap.add_argument(
+        "--suite",
+        choices=SUITES,
+        default=None,
+        help=f"named shape list: headline ({DEFAULT_SHAPES}, the default), models (the dense layers "
+        "of public models in bench_corpus.json: Llama 3 8B and 70B, Qwen2.5 7B, 14B and 72B, "
+        "Mistral 7B, Mixtral 8x7B, DeepSeek-V3, gpt-oss-120b) or all (both, each shape once). "
+        f"--shapes wins; --quick without --suite times {QUICK_SHAPES} only",
+    )
     ap.add_argument("--ms", type=parse_ms, default=None, help=f"comma-separated M values (default {DEFAULT_MS})")
-    ap.add_argument("--formats", type=_csv("format"), default=["w4a16", "w8a16"],
-                    help="humming-aot formats: aliases " + ", ".join(f"{k} ({w}, {a} activations)"
-                                                                     for k, (w, a) in FORMAT_ALIASES.items())
-                         + " or WEIGHT[:ACT] (default w4a16,w8a16)")
-    ap.add_argument("--layout", default="auto",
-                    help="humming-aot weight layout: auto (that of a fast instance for the format on this GPU, "
-                         "else generic; as QuantLinear.from_linear), or a layout name such as generic")
-    ap.add_argument("--impls", type=_csv("implementation"), default=list(IMPLS),
-                    help=f"implementations to run (default all: {','.join(IMPLS)})")
-    ap.add_argument("--jit-formats", type=_csv("format"), default=["w4a16"],
-                    help=f"formats for humming-jit, from {', '.join(JIT_CONFIGS)} (default w4a16; each compiles "
-                         "for about 13 s per shape)")
+    ap.add_argument(
+        "--formats",
+        type=_csv("format"),
+        default=["w4a16", "w8a16"],
+        help="humming-aot formats: aliases "
+        + ", ".join(f"{k} ({w}, {a} activations)" for k, (w, a) in FORMAT_ALIASES.items())
+        + " or WEIGHT[:ACT] (default w4a16,w8a16)",
+    )
+    ap.add_argument(
+        "--layout",
+        default="auto",
+        help="humming-aot weight layout: auto (that of a fast instance for the format on this GPU, "
+        "else generic; as QuantLinear.from_linear), or a layout name such as generic",
+    )
+    ap.add_argument(
+        "--impls",
+        type=_csv("implementation"),
+        default=list(IMPLS),
+        help=f"implementations to run (default all: {','.join(IMPLS)})",
+    )
+    ap.add_argument(
+        "--jit-formats",
+        type=_csv("format"),
+        default=["w4a16"],
+        help=f"formats for humming-jit, from {', '.join(JIT_CONFIGS)} (default w4a16; each compiles "
+        "for about 13 s per shape)",
+    )
     ap.add_argument("--iters", type=int, default=None, help="timed calls per point (default 20; quick 5)")
     ap.add_argument("--warmup", type=int, default=None, help="untimed calls before timing (default 3; quick 2)")
-    ap.add_argument("--max-ms-per-point", type=float, default=None,
-                    help="stop a point's timed loop after this much wall time, keeping at least 3 calls "
-                         "(default 1000; quick 300)")
-    ap.add_argument("--graph-max-m", type=int, default=256,
-                    help="also time CUDA-graph replays and host overhead for M up to this (default 256)")
+    ap.add_argument(
+        "--max-ms-per-point",
+        type=float,
+        default=None,
+        help="stop a point's timed loop after this much wall time, keeping at least 3 calls (default 1000; quick 300)",
+    )
+    ap.add_argument(
+        "--graph-max-m",
+        type=int,
+        default=256,
+        help="also time CUDA-graph replays and host overhead for M up to this (default 256)",
+    )
     ap.add_argument("--flush-mib", type=int, default=256, help="L2 flush buffer in MiB (default 256)")
-    ap.add_argument("--flush", choices=FLUSH_METHODS, default="read",
-                    help="how the flush buffer passes through L2 before each timed call: read (default; leaves "
-                         "clean lines, as the previous layer's weights in a forward pass) or write (zeroes it; "
-                         "the dirty lines' write-back slows the timed kernel's reads)")
+    ap.add_argument(
+        "--flush",
+        choices=FLUSH_METHODS,
+        default="read",
+        help="how the flush buffer passes through L2 before each timed call: read (default; leaves "
+        "clean lines, as the previous layer's weights in a forward pass) or write (zeroes it; "
+        "the dirty lines' write-back slows the timed kernel's reads)",
+    )
     ap.add_argument("--check-m", type=int, default=16, help="M of the relative-error sanity check (default 16)")
-    ap.add_argument("--time-budget-s", type=float, default=480.0,
-                    help="stop starting new points after this many seconds and list the rest as skipped "
-                         "(default 480)")
-    ap.add_argument("--jit-timeout-s", type=float, default=None,
-                    help="wall-clock limit of the humming-jit child process (default: half the time budget)")
+    ap.add_argument(
+        "--time-budget-s",
+        type=float,
+        default=480.0,
+        help="stop starting new points after this many seconds and list the rest as skipped (default 480)",
+    )
+    ap.add_argument(
+        "--jit-timeout-s",
+        type=float,
+        default=None,
+        help="wall-clock limit of the humming-jit child process (default: half the time budget)",
+    )
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out-dir", type=pathlib.Path, default=None,
-                    help="output directory (default benchmarks/results/<device>)")
+    ap.add_argument(
+        "--out-dir", type=pathlib.Path, default=None, help="output directory (default benchmarks/results/<device>)"
+    )
     ap.add_argument("--name", default=None, help="base name of the output files (default gemm-<UTC date-time>)")
     ap.add_argument("--no-plot", action="store_true", help="skip the PNG")
-    ap.add_argument("--quick", action="store_true",
-                    help=f"smoke run: shapes {QUICK_SHAPES}, M {QUICK_MS}, fewer iterations (explicit options win)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"smoke run: shapes {QUICK_SHAPES}, M {QUICK_MS}, fewer iterations (explicit options win)",
+    )
     # Internal: the parent runs humming-jit in a child process with these.
     ap.add_argument("--worker", choices=["humming-jit"], default=None, help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", type=pathlib.Path, default=None, help=argparse.SUPPRESS)
@@ -349,12 +403,36 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def worker_argv(args: argparse.Namespace, out: pathlib.Path, budget_s: float) -> list[str]:
     """Arguments that make a child process measure humming-jit with the parent's settings."""
-    return ["--shapes", ",".join(f"{n}x{k}" for n, k in args.shapes), "--ms", ",".join(map(str, args.ms)),
-            "--jit-formats", ",".join(args.jit_formats), "--iters", str(args.iters), "--warmup", str(args.warmup),
-            "--max-ms-per-point", str(args.max_ms_per_point), "--graph-max-m", str(args.graph_max_m),
-            "--flush-mib", str(args.flush_mib), "--flush", args.flush, "--check-m", str(args.check_m),
-            "--seed", str(args.seed), "--time-budget-s", str(budget_s), "--worker", "humming-jit",
-            "--worker-out", str(out)]
+    return [
+        "--shapes",
+        ",".join(f"{n}x{k}" for n, k in args.shapes),
+        "--ms",
+        ",".join(map(str, args.ms)),
+        "--jit-formats",
+        ",".join(args.jit_formats),
+        "--iters",
+        str(args.iters),
+        "--warmup",
+        str(args.warmup),
+        "--max-ms-per-point",
+        str(args.max_ms_per_point),
+        "--graph-max-m",
+        str(args.graph_max_m),
+        "--flush-mib",
+        str(args.flush_mib),
+        "--flush",
+        args.flush,
+        "--check-m",
+        str(args.check_m),
+        "--seed",
+        str(args.seed),
+        "--time-budget-s",
+        str(budget_s),
+        "--worker",
+        "humming-jit",
+        "--worker-out",
+        str(out),
+    ]
 
 
 # ---- small pure helpers --------------------------------------------------------------------------
@@ -438,24 +516,37 @@ def markdown(result: dict) -> str:
     dev = result.get("device", {})
     bi = result.get("humming_aot", {}).get("build_info") or {}
     lines = [f"# GEMM benchmark on {dev.get('name', '?')}", ""]
-    lines.append(f"{result.get('date', '?')}; driver {dev.get('driver', '?')}, torch {result.get('torch', '?')} "
-                 f"(CUDA {result.get('cuda', '?')}); humming-aot {bi.get('version', '?')} (profile "
-                 f"{bi.get('profile', '?')}, archs {', '.join(bi.get('archs', [])) or '?'}); git "
-                 f"{result.get('git_sha') or '?'}" + (" (uncommitted changes)" if result.get("git_dirty") else "")
-                 + (f"; humming-kernels {result['peers']['humming-kernels']}"
-                    if result.get("peers", {}).get("humming-kernels") else ""))
+    lines.append(
+        f"{result.get('date', '?')}; driver {dev.get('driver', '?')}, torch {result.get('torch', '?')} "
+        f"(CUDA {result.get('cuda', '?')}); humming-aot {bi.get('version', '?')} (profile "
+        f"{bi.get('profile', '?')}, archs {', '.join(bi.get('archs', [])) or '?'}); git "
+        f"{result.get('git_sha') or '?'}"
+        + (" (uncommitted changes)" if result.get("git_dirty") else "")
+        + (
+            f"; humming-kernels {result['peers']['humming-kernels']}"
+            if result.get("peers", {}).get("humming-kernels")
+            else ""
+        )
+    )
     lines.append("")
     flush = result.get("settings", {}).get("flush")
-    lines.append(f"Microseconds per call, median, L2 flushed{f' ({flush})' if flush else ''} before each call. "
-                 "`g`: CUDA-graph replay (GPU time); "
-                 "`e`: eager call timed from an idle GPU (includes host cost when the host is slower). "
-                 "Method details are in the JSON `method` field.")
+    lines.append(
+        f"Microseconds per call, median, L2 flushed{f' ({flush})' if flush else ''} before each call. "
+        "`g`: CUDA-graph replay (GPU time); "
+        "`e`: eager call timed from an idle GPU (includes host cost when the host is slower). "
+        "Method details are in the JSON `method` field."
+    )
     # A layer column only when some shape is a known model layer (bench_corpus.json).
     labels = {(r["n"], r["k"]): r["label"] for r in rows if r.get("label")}
 
     def table(title, cell):
-        out = ["", f"## {title}", "", "| N x K | " + ("layer | " if labels else "") + "M | " + " | ".join(cols) + " |",
-               "|---|" + ("---|" if labels else "") + "---:|" + "---:|" * len(cols)]
+        out = [
+            "",
+            f"## {title}",
+            "",
+            "| N x K | " + ("layer | " if labels else "") + "M | " + " | ".join(cols) + " |",
+            "|---|" + ("---|" if labels else "") + "---:|" + "---:|" * len(cols),
+        ]
         for (n, k), by_m in grid.items():
             first = True
             for m in sorted(by_m):
@@ -488,41 +579,69 @@ def markdown(result: dict) -> str:
     lines += table("TFLOP/s (best of graph and eager)", tflops_cell)
     host_rows = [r for r in rows if r.get("host_overhead_us") is not None]
     if host_rows:
-        lines += table("Eager time / host cost of issuing one eager call (us), M <= "
-                       f"{result.get('settings', {}).get('graph_max_m', '?')}", eager_cell)
+        lines += table(
+            "Eager time / host cost of issuing one eager call (us), M <= "
+            f"{result.get('settings', {}).get('graph_max_m', '?')}",
+            eager_cell,
+        )
     summary = result.get("host_overhead", [])
     if summary:
-        lines += ["", "## Host overhead per eager call (median over the points above)", "",
-                  "| implementation | host issue time (us) | eager - graph (us) | points |", "|---|---:|---:|---:|"]
+        lines += [
+            "",
+            "## Host overhead per eager call (median over the points above)",
+            "",
+            "| implementation | host issue time (us) | eager - graph (us) | points |",
+            "|---|---:|---:|---:|",
+        ]
         for s in summary:
-            lines.append(f"| {impl_label(s['impl'], s['format'])} | {_fmt_num(s.get('host_overhead_us'))} | "
-                         f"{_fmt_num(s.get('eager_minus_graph_us'))} | {s.get('points', 0)} |")
+            lines.append(
+                f"| {impl_label(s['impl'], s['format'])} | {_fmt_num(s.get('host_overhead_us'))} | "
+                f"{_fmt_num(s.get('eager_minus_graph_us'))} | {s.get('points', 0)} |"
+            )
     lines += gpu_state_section(rows)
     inst = [r for r in rows if r.get("instance")]
     if inst:
-        lines += ["", "## humming-aot instances chosen by the dispatcher", "",
-                  "| N x K | M | format | layout | instance |", "|---|---:|---|---|---|"]
+        lines += [
+            "",
+            "## humming-aot instances chosen by the dispatcher",
+            "",
+            "| N x K | M | format | layout | instance |",
+            "|---|---:|---|---|---|",
+        ]
         for r in inst:
-            lines.append(f"| {r['n']} x {r['k']} | {r['m']} | {r['format']} | {r.get('layout', '')} | "
-                         f"`{r['instance']}` |")
-    errs = sorted({(impl_label(r["impl"], r["format"]), r["n"], r["k"], r.get("rel_err")) for r in rows},
-                  key=lambda t: (t[1], t[2], t[0]))
+            lines.append(
+                f"| {r['n']} x {r['k']} | {r['m']} | {r['format']} | {r.get('layout', '')} | `{r['instance']}` |"
+            )
+    errs = sorted(
+        {(impl_label(r["impl"], r["format"]), r["n"], r["k"], r.get("rel_err")) for r in rows},
+        key=lambda t: (t[1], t[2], t[0]),
+    )
     if errs:
-        lines += ["", f"## Sanity: relative error against the bf16 weight at M = "
-                      f"{result.get('settings', {}).get('check_m', '?')}", "",
-                  "| implementation | N x K | rel. error |", "|---|---|---:|"]
+        lines += [
+            "",
+            f"## Sanity: relative error against the bf16 weight at M = "
+            f"{result.get('settings', {}).get('check_m', '?')}",
+            "",
+            "| implementation | N x K | rel. error |",
+            "|---|---|---:|",
+        ]
         for label, n, k, e in errs:
             lines.append(f"| {label} | {n} x {k} | {'' if e is None else f'{e:.4f}'} |")
     skipped = result.get("skipped", [])
     if skipped:
         lines += ["", "## Skipped", ""]
         for s in skipped:
-            where = ", ".join([f"{key}={s[key]}" for key in ("n", "k", "m") if s.get(key) is not None]
-                              + ([s["label"]] if s.get("label") else []))
+            where = ", ".join(
+                [f"{key}={s[key]}" for key in ("n", "k", "m") if s.get(key) is not None]
+                + ([s["label"]] if s.get("label") else [])
+            )
             reason = s.get("reason", "")
             reason = reason if len(reason) <= 240 else reason[:240] + " ... (whole in the JSON)"
-            lines.append(f"- {impl_label(s.get('impl', '?'), s.get('format', '?'))}"
-                         + (f" ({where})" if where else "") + f": {reason}")
+            lines.append(
+                f"- {impl_label(s.get('impl', '?'), s.get('format', '?'))}"
+                + (f" ({where})" if where else "")
+                + f": {reason}"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -534,19 +653,27 @@ def gpu_state_section(rows: list[dict]) -> list[str]:
     if not clocked:
         return []
     top = max(r["gpu_sm_mhz"] for r in clocked)
-    out = ["", "## GPU state at each point (nvidia-smi after its timings)", "",
-           f"Highest SM clock seen in the run: {top:.0f} MHz.", "",
-           "| implementation | points | SM clock min / median / max (MHz) | below 90% of the highest | "
-           "temperature max (C) | power max (W) |", "|---|---:|---|---:|---:|---:|"]
+    out = [
+        "",
+        "## GPU state at each point (nvidia-smi after its timings)",
+        "",
+        f"Highest SM clock seen in the run: {top:.0f} MHz.",
+        "",
+        "| implementation | points | SM clock min / median / max (MHz) | below 90% of the highest | "
+        "temperature max (C) | power max (W) |",
+        "|---|---:|---|---:|---:|---:|",
+    ]
     for label in _columns(clocked):
         rs = [r for r in clocked if impl_label(r["impl"], r["format"]) == label]
         sm = [r["gpu_sm_mhz"] for r in rs]
         low = sum(1 for v in sm if v < 0.9 * top)
         temps = [r["gpu_temp_c"] for r in rs if r.get("gpu_temp_c") is not None]
         power = [r["gpu_power_w"] for r in rs if r.get("gpu_power_w") is not None]
-        out.append(f"| {label} | {len(rs)} | {min(sm):.0f} / {median(sm):.0f} / {max(sm):.0f} | "
-                   f"{low} | {_fmt_num(max(temps) if temps else None, 0)} | "
-                   f"{_fmt_num(max(power) if power else None, 0)} |")
+        out.append(
+            f"| {label} | {len(rs)} | {min(sm):.0f} / {median(sm):.0f} / {max(sm):.0f} | "
+            f"{low} | {_fmt_num(max(temps) if temps else None, 0)} | "
+            f"{_fmt_num(max(power) if power else None, 0)} |"
+        )
     return out
 
 
@@ -617,8 +744,15 @@ def summarize_host(rows: list[dict]) -> list[dict]:
         host = [r["host_overhead_us"] for r in rs if r.get("host_overhead_us") is not None]
         diff = [r["eager_minus_graph_us"] for r in rs if r.get("eager_minus_graph_us") is not None]
         if host or diff:
-            out.append({"impl": impl, "format": fmt, "host_overhead_us": median(host),
-                        "eager_minus_graph_us": median(diff), "points": max(len(host), len(diff))})
+            out.append(
+                {
+                    "impl": impl,
+                    "format": fmt,
+                    "host_overhead_us": median(host),
+                    "eager_minus_graph_us": median(diff),
+                    "points": max(len(host), len(diff)),
+                }
+            )
     return out
 
 
@@ -642,8 +776,15 @@ def quantize_symmetric_uint(w, fmt):
     fmt = F.parse_weight_format(fmt)
     N, K = w.shape
     gk = fmt.group_k or K
-    if (fmt.code.kind != F.KIND_UINT or fmt.zero != "none" or fmt.group_n != 1 or fmt.global_scale
-            or fmt.scale is None or fmt.scale.kind == F.KIND_E8M0 or K % gk):
+    if (
+        fmt.code.kind != F.KIND_UINT
+        or fmt.zero != "none"
+        or fmt.group_n != 1
+        or fmt.global_scale
+        or fmt.scale is None
+        or fmt.scale.kind == F.KIND_E8M0
+        or K % gk
+    ):
         return None
     wf = w.to(torch.float32).reshape(N, K // gk, gk)
     r = wf.abs().amax(dim=-1)  # exact in float32, as in the reference
@@ -751,8 +892,10 @@ class TorchInt4(Impl):
         k = w.shape[1]
         if k % INT4_GROUP or k % (INT4_INNER_K_TILES * 16):
             # Said here: otherwise the first complaint is a reshape error of the operand builder.
-            raise ValueError(f"torch-int4 needs K a multiple of {INT4_GROUP} (groups of {INT4_GROUP}, "
-                             f"innerKTiles {INT4_INNER_K_TILES} of 16); K = {k}")
+            raise ValueError(
+                f"torch-int4 needs K a multiple of {INT4_GROUP} (groups of {INT4_GROUP}, "
+                f"innerKTiles {INT4_INNER_K_TILES} of 16); K = {k}"
+            )
         q, self.sz = int4pack_operands(w)
         try:
             # torch >= 2.5 takes the codes two per byte ([N, K/2] uint8) ...
@@ -761,8 +904,10 @@ class TorchInt4(Impl):
             try:  # ... older torch one per int32 ([N, K])
                 self.wp = torch._convert_weight_to_int4pack(q, INT4_INNER_K_TILES)
             except (RuntimeError, TypeError) as second:
-                raise BenchError(f"torch._convert_weight_to_int4pack rejected uint8 [N, K/2] codes ({first}) "
-                                 f"and int32 [N, K] codes ({second})") from None
+                raise BenchError(
+                    f"torch._convert_weight_to_int4pack rejected uint8 [N, K/2] codes ({first}) "
+                    f"and int32 [N, K] codes ({second})"
+                ) from None
         self.weight_bytes = self.wp.numel() * self.wp.element_size() + self.sz.numel() * self.sz.element_size()
 
     def call(self, x):
@@ -780,7 +925,7 @@ class ScaledMmFp8(Impl):
 
     def setup(self, w):
         wq, ws = fp8_rowwise(w)
-        self.b = wq.t()               # [K, N] column-major, as _scaled_mm wants its second operand
+        self.b = wq.t()  # [K, N] column-major, as _scaled_mm wants its second operand
         self.scale_b = ws.reshape(1, -1).contiguous()  # [1, N]
         self.weight_bytes = wq.numel() + ws.numel() * 4
 
@@ -791,7 +936,7 @@ class ScaledMmFp8(Impl):
         m_pad = -(-m // FP8_M_MULTIPLE) * FP8_M_MULTIPLE
         if m_pad != m:
             x = torch.cat([x, x.new_zeros(m_pad - m, x.shape[1])])
-        a, scale_a = fp8_rowwise(x)   # per token, outside the timed call
+        a, scale_a = fp8_rowwise(x)  # per token, outside the timed call
         b, scale_b = self.b, self.scale_b
         return lambda: torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)
 
@@ -857,14 +1002,16 @@ class HummingJit(Impl):
         from humming.layer import HummingLayer
 
         n, k = w.shape
-        layer = HummingLayer(shape_n=n, shape_k=k, weight_config=dict(JIT_CONFIGS[self.format]),
-                             torch_dtype=torch.bfloat16)
+        layer = HummingLayer(
+            shape_n=n, shape_k=k, weight_config=dict(JIT_CONFIGS[self.format]), torch_dtype=torch.bfloat16
+        )
         layer = layer.to(w.device)
         layer.load_from_unquantized(w)
         layer.transform()
         self.layer = layer
-        self.weight_bytes = sum(t.numel() * t.element_size() for name, t in layer.state_dict().items()
-                                if name != "locks")
+        self.weight_bytes = sum(
+            t.numel() * t.element_size() for name, t in layer.state_dict().items() if name != "locks"
+        )
 
     def call(self, x):
         layer = self.layer
@@ -888,8 +1035,12 @@ def read_gpu_state(selector: str, run=subprocess.run) -> dict | None:
     for reasons in ("clocks_event_reasons.active", "clocks_throttle_reasons.active", None):
         fields = GPU_STATE_QUERY + ((reasons,) if reasons else ())
         try:
-            p = run(["nvidia-smi", "-i", selector, "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"],
-                    capture_output=True, text=True, timeout=10)
+            p = run(
+                ["nvidia-smi", "-i", selector, "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
         except (OSError, subprocess.SubprocessError):
             return None
         line = p.stdout.strip().splitlines()[0] if p.returncode == 0 and p.stdout.strip() else ""
@@ -1057,17 +1208,24 @@ def measure_impls(impls: list[Impl], args, timer: Timer, log: Log, deadline: flo
         gen = torch.Generator(device=dev).manual_seed(args.seed)
         w = torch.randn(n, k, generator=gen, device=dev, dtype=torch.bfloat16)
         x_all = torch.randn(max_m, k, generator=gen, device=dev, dtype=torch.bfloat16)
-        ref = x_all[:args.check_m].float() @ w.float().t()
+        ref = x_all[: args.check_m].float() @ w.float().t()
         for impl in impls:
             tag = f"{impl.name} {impl.format} {n}x{k}"
             if time.perf_counter() > deadline:
-                skipped.append({"impl": impl.name, "format": impl.format, "n": n, "k": k,
-                                "reason": "time budget (--time-budget-s) spent before this shape"})
+                skipped.append(
+                    {
+                        "impl": impl.name,
+                        "format": impl.format,
+                        "n": n,
+                        "k": k,
+                        "reason": "time budget (--time-budget-s) spent before this shape",
+                    }
+                )
                 continue
             t0 = time.perf_counter()
             try:
                 impl.setup(w)
-                rel = _rel_err(impl.call(x_all[:args.check_m])()[:args.check_m], ref)
+                rel = _rel_err(impl.call(x_all[: args.check_m])()[: args.check_m], ref)
                 timer.sync()
             except Exception as e:  # noqa: BLE001  (any failure of a peer is data, not a crash)
                 log(f"  {tag}: setup failed: {_short(e)}")
@@ -1080,25 +1238,36 @@ def measure_impls(impls: list[Impl], args, timer: Timer, log: Log, deadline: flo
             log(f"  {tag}: ready in {setup_s:.1f} s, rel. error {rel:.4f}")
             for m in args.ms:
                 if time.perf_counter() > deadline:
-                    skipped.append({"impl": impl.name, "format": impl.format, "n": n, "k": k, "m": m,
-                                    "reason": "time budget (--time-budget-s) spent"})
+                    skipped.append(
+                        {
+                            "impl": impl.name,
+                            "format": impl.format,
+                            "n": n,
+                            "k": k,
+                            "m": m,
+                            "reason": "time budget (--time-budget-s) spent",
+                        }
+                    )
                     continue
                 try:
                     row = measure_point(impl, x_all[:m], n, k, m, args, timer)
                 except Exception as e:  # noqa: BLE001
                     log(f"  {tag} m={m}: failed: {_short(e)}")
-                    skipped.append({"impl": impl.name, "format": impl.format, "n": n, "k": k, "m": m,
-                                    "reason": _short(e)})
+                    skipped.append(
+                        {"impl": impl.name, "format": impl.format, "n": n, "k": k, "m": m, "reason": _short(e)}
+                    )
                     _recover(timer)
                     continue
                 row["rel_err"] = rel
                 rows.append(row)
-                log(f"  {tag} m={m}: eager {row['us']:.1f} us"
+                log(
+                    f"  {tag} m={m}: eager {row['us']:.1f} us"
                     + (f", graph {row['us_graph']:.1f} us" if row["us_graph"] is not None else "")
                     + (f", host {row['host_overhead_us']:.1f} us" if row["host_overhead_us"] is not None else "")
                     + (f", {row['tflops']:.1f} TFLOP/s" if row["tflops"] is not None else "")
                     + (f", {row['instance']}" if row.get("instance") else "")
-                    + (f" [graph: {row['graph_error']}]" if row.get("graph_error") else ""))
+                    + (f" [graph: {row['graph_error']}]" if row.get("graph_error") else "")
+                )
             impl.teardown()
             torch.cuda.empty_cache()
         del w, x_all, ref
@@ -1148,12 +1317,26 @@ def measure_point(impl: Impl, x, n: int, k: int, m: int, args, timer: Timer) -> 
         host = timer.host(fn)
     state_of = getattr(timer, "gpu_state", None)
     state = state_of() if state_of is not None else None
-    row = {"impl": impl.name, "format": impl.format, "detail": impl.detail, "n": n, "k": k, "m": m,
-           "us": us, "us_graph": us_graph, "tflops": None, "instance": instance,
-           "host_overhead_us": host,
-           "eager_minus_graph_us": (us - us_graph) if us_graph is not None else None,
-           "us_min": min(eager), "iters": len(eager), "graph_iters": graph_iters,
-           "first_call_ms": first_ms, "weight_bytes": impl.weight_bytes, **impl.extra}
+    row = {
+        "impl": impl.name,
+        "format": impl.format,
+        "detail": impl.detail,
+        "n": n,
+        "k": k,
+        "m": m,
+        "us": us,
+        "us_graph": us_graph,
+        "tflops": None,
+        "instance": instance,
+        "host_overhead_us": host,
+        "eager_minus_graph_us": (us - us_graph) if us_graph is not None else None,
+        "us_min": min(eager),
+        "iters": len(eager),
+        "graph_iters": graph_iters,
+        "first_call_ms": first_ms,
+        "weight_bytes": impl.weight_bytes,
+        **impl.extra,
+    }
     if graph_error:
         row["graph_error"] = graph_error
     if state:
@@ -1172,8 +1355,13 @@ def _git(repo_root: pathlib.Path | None) -> tuple[str | None, bool | None]:
         p = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=cwd, timeout=10)
         sha = p.stdout.strip()
         if p.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}", sha):
-            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                                   text=True, cwd=cwd, timeout=10).stdout.strip()
+            dirty = subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                cwd=cwd,
+                timeout=10,
+            ).stdout.strip()
             return sha, bool(dirty)
     except (OSError, subprocess.SubprocessError):
         pass
@@ -1182,8 +1370,12 @@ def _git(repo_root: pathlib.Path | None) -> tuple[str | None, bool | None]:
 
 def _driver() -> str | None:
     try:
-        p = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                           capture_output=True, text=True, timeout=30)
+        p = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         return p.stdout.strip().splitlines()[0] if p.returncode == 0 and p.stdout.strip() else None
     except (OSError, subprocess.SubprocessError, IndexError):
         return None
@@ -1192,9 +1384,14 @@ def _driver() -> str | None:
 def _device_info(torch) -> dict:
     idx = torch.cuda.current_device()
     p = torch.cuda.get_device_properties(idx)
-    return {"name": p.name, "cc": f"{p.major}.{p.minor}", "sms": p.multi_processor_count,
-            "memory_gib": round(p.total_memory / 2**30, 1), "l2_mib": round(getattr(p, "L2_cache_size", 0) / 2**20, 1),
-            "driver": _driver()}
+    return {
+        "name": p.name,
+        "cc": f"{p.major}.{p.minor}",
+        "sms": p.multi_processor_count,
+        "memory_gib": round(p.total_memory / 2**30, 1),
+        "l2_mib": round(getattr(p, "L2_cache_size", 0) / 2**20, 1),
+        "driver": _driver(),
+    }
 
 
 def _humming_aot_info() -> dict:
@@ -1222,8 +1419,10 @@ def run_jit_worker(args, log: Log, budget_s: float) -> tuple[list, list]:
     its results after each shape, so a kill loses at most the shape in progress.
     """
     if importlib.util.find_spec("humming") is None:
-        reason = ("humming-kernels is not importable (pip install --no-deps humming-kernels==0.1.20, or the "
-                  "carried wheel: scripts/gpu_bench.sh installs .peer/*.whl)")
+        reason = (
+            "humming-kernels is not importable (pip install --no-deps humming-kernels==0.1.20, or the "
+            "carried wheel: scripts/gpu_bench.sh installs .peer/*.whl)"
+        )
         return [], [{"impl": "humming-jit", "format": f, "reason": reason} for f in args.jit_formats]
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / "jit.json"
@@ -1235,8 +1434,9 @@ def run_jit_worker(args, log: Log, budget_s: float) -> tuple[list, list]:
         log(f"humming-jit: child process, budget {budget_s:.0f} s")
         # A session of its own, so that a timeout also ends the compiler processes it may have started
         # (they would otherwise keep its output pipe open and communicate() would wait for them).
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+        )
         try:
             text, _ = proc.communicate(timeout=budget_s)
             rc = proc.returncode
@@ -1255,9 +1455,15 @@ def run_jit_worker(args, log: Log, budget_s: float) -> tuple[list, list]:
             rows, skipped = data.get("rows", []), data.get("skipped", [])
         if rc != 0:
             tail = " | ".join((text or "").strip().splitlines()[-3:])
-            skipped += [{"impl": "humming-jit", "format": f, "reason": f"child process ended ({rc}) before "
-                         f"finishing; rows measured before that are kept. Last output: {tail}"}
-                        for f in args.jit_formats]
+            skipped += [
+                {
+                    "impl": "humming-jit",
+                    "format": f,
+                    "reason": f"child process ended ({rc}) before "
+                    f"finishing; rows measured before that are kept. Last output: {tail}",
+                }
+                for f in args.jit_formats
+            ]
         return rows, skipped
 
 
@@ -1274,8 +1480,14 @@ def worker_main(args) -> int:
         def on_shape(r, s):
             _write_atomic(args.worker_out, {"rows": r, "skipped": s})
 
-        rows, skipped = measure_impls([HummingJit(f, "humming-kernels HummingLayer " + json.dumps(JIT_CONFIGS[f]))
-                                       for f in args.jit_formats], args, timer, log, deadline, on_shape)
+        rows, skipped = measure_impls(
+            [HummingJit(f, "humming-kernels HummingLayer " + json.dumps(JIT_CONFIGS[f])) for f in args.jit_formats],
+            args,
+            timer,
+            log,
+            deadline,
+            on_shape,
+        )
     except Exception as e:  # noqa: BLE001
         log(f"humming-jit unavailable: {_short(e)}")
         skipped = [{"impl": "humming-jit", "format": f, "reason": _short(e)} for f in args.jit_formats]
@@ -1300,8 +1512,15 @@ def _finish(result: dict, rows: list, skipped: list, shapes) -> dict:
     labels = shape_labels(load_corpus())
     rows, skipped = _labelled(rows, labels), _labelled(skipped, labels)
     order = {impl: i for i, impl in enumerate(IMPLS)}
-    rows = sorted(rows, key=lambda r: (shapes.index((r["n"], r["k"])) if (r["n"], r["k"]) in shapes else len(shapes),
-                                       r["m"], order.get(r["impl"], len(order)), r["format"]))
+    rows = sorted(
+        rows,
+        key=lambda r: (
+            shapes.index((r["n"], r["k"])) if (r["n"], r["k"]) in shapes else len(shapes),
+            r["m"],
+            order.get(r["impl"], len(order)),
+            r["format"],
+        ),
+    )
     return dict(result, rows=rows, skipped=list(skipped), host_overhead=summarize_host(rows))
 
 
@@ -1319,18 +1538,34 @@ def run(args, log: Log, repo_root: pathlib.Path | None = None, checkpoint=None) 
         "python": sys.version.split()[0],
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "method": dict(METHOD),
-        "settings": {"suite": args.suite, "shapes": [f"{n}x{k}" for n, k in args.shapes], "ms": args.ms,
-                     "formats": [dataclasses.asdict(f) for f in args.formats], "impls": args.impls,
-                     "layout": args.layout, "jit_formats": args.jit_formats, "iters": args.iters, "warmup": args.warmup,
-                     "max_ms_per_point": args.max_ms_per_point, "graph_max_m": args.graph_max_m,
-                     "flush": args.flush, "flush_mib": args.flush_mib, "check_m": args.check_m, "seed": args.seed,
-                     "time_budget_s": args.time_budget_s},
+        "settings": {
+            "suite": args.suite,
+            "shapes": [f"{n}x{k}" for n, k in args.shapes],
+            "ms": args.ms,
+            "formats": [dataclasses.asdict(f) for f in args.formats],
+            "impls": args.impls,
+            "layout": args.layout,
+            "jit_formats": args.jit_formats,
+            "iters": args.iters,
+            "warmup": args.warmup,
+            "max_ms_per_point": args.max_ms_per_point,
+            "graph_max_m": args.graph_max_m,
+            "flush": args.flush,
+            "flush_mib": args.flush_mib,
+            "check_m": args.check_m,
+            "seed": args.seed,
+            "time_budget_s": args.time_budget_s,
+        },
         "peers": {"humming-kernels": _jit_version()},
-        "rows": [], "skipped": [], "host_overhead": [],
+        "rows": [],
+        "skipped": [],
+        "host_overhead": [],
     }
     result["git_sha"], result["git_dirty"] = _git(repo_root)
-    log(f"device {result['device']['name']} (sm {result['device']['cc']}, driver {result['device']['driver']}), "
-        f"torch {result['torch']} CUDA {result['cuda']}")
+    log(
+        f"device {result['device']['name']} (sm {result['device']['cc']}, driver {result['device']['driver']}), "
+        f"torch {result['torch']} CUDA {result['cuda']}"
+    )
     rows, skipped = [], []
     if "humming-jit" in args.impls:
         # First, while this process holds little GPU memory; it gets at most half the budget. It must
@@ -1343,18 +1578,30 @@ def run(args, log: Log, repo_root: pathlib.Path | None = None, checkpoint=None) 
     impls: list[Impl] = []
     if "humming-aot" in args.impls:
         if result["humming_aot"].get("build_info") is None:
-            skipped += [{"impl": "humming-aot", "format": f.label, "reason": result["humming_aot"]["error"]}
-                        for f in args.formats]
+            skipped += [
+                {"impl": "humming-aot", "format": f.label, "reason": result["humming_aot"]["error"]}
+                for f in args.formats
+            ]
         else:
             impls += [HummingAot(f, args.layout) for f in args.formats]
     if "cublas-bf16" in args.impls:
         impls.append(CublasBf16("bf16", "torch.nn.functional.linear, bf16 weight"))
     if "torch-int4" in args.impls:
-        impls.append(TorchInt4("w4a16", f"torch._weight_int4pack_mm, uint4 g{INT4_GROUP} asymmetric, bf16 "
-                                        f"scale+zero, innerKTiles {INT4_INNER_K_TILES}"))
+        impls.append(
+            TorchInt4(
+                "w4a16",
+                f"torch._weight_int4pack_mm, uint4 g{INT4_GROUP} asymmetric, bf16 "
+                f"scale+zero, innerKTiles {INT4_INNER_K_TILES}",
+            )
+        )
     if "cublaslt-fp8" in args.impls:
-        impls.append(ScaledMmFp8("w8a8-fp8", "torch._scaled_mm, e4m3 weight per channel and activations per "
-                                             "token (fp32 scales), bf16 out, M padded to 16"))
+        impls.append(
+            ScaledMmFp8(
+                "w8a8-fp8",
+                "torch._scaled_mm, e4m3 weight per channel and activations per "
+                "token (fp32 scales), bf16 out, M padded to 16",
+            )
+        )
     if not impls:  # only humming-jit was asked for
         result = _finish(result, rows, skipped, args.shapes)
         result["wall_s"] = round(time.perf_counter() - t_start, 1)
@@ -1375,8 +1622,9 @@ def run(args, log: Log, repo_root: pathlib.Path | None = None, checkpoint=None) 
     return result
 
 
-def write_outputs(result: dict, out_dir: pathlib.Path, name: str, log: Log, plot: bool = True,
-                  extra_dir: pathlib.Path | None = None) -> list[pathlib.Path]:
+def write_outputs(
+    result: dict, out_dir: pathlib.Path, name: str, log: Log, plot: bool = True, extra_dir: pathlib.Path | None = None
+) -> list[pathlib.Path]:
     """<name>.json, .md, .png (with matplotlib and plot=True) and .log in out_dir, copied to extra_dir."""
     out_dir = pathlib.Path(out_dir)
     files = [write_json(result, out_dir / f"{name}.json"), write_markdown(result, out_dir / f"{name}.md")]
@@ -1399,8 +1647,9 @@ def default_name(now: datetime.datetime | None = None) -> str:
     return now.strftime("gemm-%Y%m%d-%H%M")
 
 
-def main(argv: list[str] | None = None, *, results_root: pathlib.Path | None = None,
-         repo_root: pathlib.Path | None = None) -> int:
+def main(
+    argv: list[str] | None = None, *, results_root: pathlib.Path | None = None, repo_root: pathlib.Path | None = None
+) -> int:
     """Entry point of ``humming-aot bench`` and benchmarks/bench_gemm.py; returns the exit status."""
     args = parse_args(argv)
     import torch
@@ -1408,9 +1657,12 @@ def main(argv: list[str] | None = None, *, results_root: pathlib.Path | None = N
     if args.worker:
         return worker_main(args)
     if not torch.cuda.is_available():
-        print("humming-aot bench: no CUDA GPU is visible (torch.cuda.is_available() is False; torch "
-              f"{torch.__version__}, CUDA {torch.version.cuda}). The benchmark times GPU kernels and has nothing "
-              "to measure on the CPU; run it on a machine with an NVIDIA GPU.", file=sys.stderr)
+        print(
+            "humming-aot bench: no CUDA GPU is visible (torch.cuda.is_available() is False; torch "
+            f"{torch.__version__}, CUDA {torch.version.cuda}). The benchmark times GPU kernels and has nothing "
+            "to measure on the CPU; run it on a machine with an NVIDIA GPU.",
+            file=sys.stderr,
+        )
         return 2
     root = pathlib.Path(results_root) if results_root else pathlib.Path.cwd() / "benchmarks" / "results"
     out_dir = args.out_dir or root / device_slug(torch.cuda.get_device_properties(torch.cuda.current_device()).name)

@@ -65,9 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="humming-aot", description="Quantized GEMM kernels, compiled ahead of time")
     sub = ap.add_subparsers(dest="cmd", required=True)
     # Listed here for --help only; main() hands `bench` and its arguments to humming_aot.bench above.
-    sub.add_parser("bench", add_help=False,
-                   help="time GEMMs against cuBLAS, torch int4, FP8 and humming-kernels on this GPU "
-                        "(humming-aot bench --help)")
+    sub.add_parser(
+        "bench",
+        add_help=False,
+        help="time GEMMs against cuBLAS, torch int4, FP8 and humming-kernels on this GPU (humming-aot bench --help)",
+    )
     sub.add_parser("info", help="architectures, instance count, versions, and whether this GPU is covered")
     d = sub.add_parser("demo", help="quantize a layer, run it, print the error against the float result")
     d.add_argument("--format", default="u4g128-sbf16", help="weight format (default u4g128-sbf16)")

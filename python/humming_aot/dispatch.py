@@ -45,7 +45,7 @@ _cache: dict = {}
 # Bumped whenever the tables or the forced instance change: layer plans compare it to know their
 # cached choices still hold (the number of loaded tables alone does not tell reset + load apart).
 _epoch = 0
-_plans: dict = {}    # (format text, n, k, layout) -> the LayerPlan shared by every user of that weight
+_plans: dict = {}  # (format text, n, k, layout) -> the LayerPlan shared by every user of that weight
 _warned: set = set()  # (format text, cc) that already had their slow-path warning
 
 
@@ -64,8 +64,10 @@ class SlowPathError(DispatchError):
 
 def _validate_table(t: dict, origin: str) -> dict:
     if not isinstance(t, dict) or not isinstance(t.get("ranges"), list) or not t["ranges"]:
-        raise ValueError(f"dispatch table {origin} needs a non-empty list 'ranges' of "
-                         "{{'m_max': int|null, 'n_min': int (optional), 'prefer': [patterns]}}")
+        raise ValueError(
+            f"dispatch table {origin} needs a non-empty list 'ranges' of "
+            "{{'m_max': int|null, 'n_min': int (optional), 'prefer': [patterns]}}"
+        )
     last = 0  # m_max of the last range without n_min
     ranges = t["ranges"]
     for i, r in enumerate(ranges):
@@ -75,34 +77,39 @@ def _validate_table(t: dict, origin: str) -> dict:
         for p in r["prefer"]:
             # The C++ dispatcher matches '*' and '?' only; keep both sides reading patterns alike.
             if any(c in p for c in "[]|"):
-                raise ValueError(f"dispatch table {origin}: pattern {p!r} in range {i} may use the wildcards '*' "
-                                 "and '?' only")
+                raise ValueError(
+                    f"dispatch table {origin}: pattern {p!r} in range {i} may use the wildcards '*' and '?' only"
+                )
         if "why" in r and (not isinstance(r["why"], str) or not r["why"].strip()):
             raise ValueError(f"dispatch table {origin}: 'why' of range {i} must be a non-empty sentence")
         n_min = r.get("n_min")
         if n_min is not None:
             if isinstance(n_min, bool) or not isinstance(n_min, int) or n_min < 1:
-                raise ValueError(f"dispatch table {origin}: n_min must be a positive integer (range {i} has "
-                                 f"{n_min!r})")
+                raise ValueError(f"dispatch table {origin}: n_min must be a positive integer (range {i} has {n_min!r})")
             # A range for wide layers only is followed by the one the other layers of its M range take.
             if i + 1 == len(ranges) or ranges[i + 1].get("m_max") != m_max:
-                raise ValueError(f"dispatch table {origin}: range {i} has n_min, so the next range must have the "
-                                 f"same m_max ({m_max!r}) for the narrower layers")
+                raise ValueError(
+                    f"dispatch table {origin}: range {i} has n_min, so the next range must have the "
+                    f"same m_max ({m_max!r}) for the narrower layers"
+                )
             continue
         if m_max is None:
             if i != len(ranges) - 1:
                 raise ValueError(f"dispatch table {origin}: only the last range may have m_max null")
         elif isinstance(m_max, bool) or not isinstance(m_max, int) or m_max <= last:  # JSON true is no bound
-            raise ValueError(f"dispatch table {origin}: m_max values must be increasing positive integers "
-                             f"(range {i} has {m_max!r})")
+            raise ValueError(
+                f"dispatch table {origin}: m_max values must be increasing positive integers (range {i} has {m_max!r})"
+            )
         else:
             last = m_max
     if ranges[-1].get("m_max") is not None:
         raise ValueError(f"dispatch table {origin}: the last range must have m_max null (covers every larger m)")
     layouts = t.get("layouts", [])
     if not isinstance(layouts, list) or any(x not in _LAYOUT_IDS or x == "generic" for x in layouts):
-        raise ValueError(f"dispatch table {origin}: 'layouts' lists fast layouts by name, in order of preference "
-                         f"({', '.join(n for n in _LAYOUT_IDS if n != 'generic')}); got {layouts!r}")
+        raise ValueError(
+            f"dispatch table {origin}: 'layouts' lists fast layouts by name, in order of preference "
+            f"({', '.join(n for n in _LAYOUT_IDS if n != 'generic')}); got {layouts!r}"
+        )
     t.setdefault("name", origin)
     t.setdefault("match", {})
     return t
@@ -199,7 +206,7 @@ def _bounds_for(table: dict, n: int) -> tuple[list, list]:
     indices in the table."""
     idx = [i for i, r in enumerate(table["ranges"]) if _applies(r, n)]
     ends = [j for j, i in enumerate(idx) if table["ranges"][i]["m_max"] is None]
-    idx = idx[:ends[0] + 1]  # the first that applies with m_max null covers every larger m
+    idx = idx[: ends[0] + 1]  # the first that applies with m_max null covers every larger m
     return [table["ranges"][i]["m_max"] for i in idx[:-1]], idx
 
 
@@ -264,9 +271,11 @@ def _no_candidate_message(g, n, k, m, cc, rows) -> str:
     archs = ", ".join(f"sm_{a}" for a in info["archs"])
     same_fmt = [(i, w) for i, ok, w in rows if "does not compute" not in w]
     detail = "; ".join(f"{i.name}: {w}" for i, w in same_fmt[:5])
-    return (f"no compiled instance runs {g} with n={n}, k={k}, m={m} on sm_{cc}. This build ({info['profile']} "
-            f"profile, {archs}) has {len(rows)} instances" + (f"; those for this format: {detail}" if detail else
-                                                              ", none for this format"))
+    return (
+        f"no compiled instance runs {g} with n={n}, k={k}, m={m} on sm_{cc}. This build ({info['profile']} "
+        f"profile, {archs}) has {len(rows)} instances"
+        + (f"; those for this format: {detail}" if detail else ", none for this format")
+    )
 
 
 # ---- no silent slow path -------------------------------------------------------------------------
@@ -288,7 +297,12 @@ def _computes(inst, g: F.GemmFormat) -> bool:
     extents) covers format ``g``."""
     scale = str(g.weight.scale) if g.weight.scale is not None else "none"
     if (inst.act_type, inst.code_type, inst.scale_type, inst.zero, inst.out_type) != (
-            str(g.act.type), str(g.weight.code), scale, g.weight.zero, str(g.out)):
+        str(g.act.type),
+        str(g.weight.code),
+        scale,
+        g.weight.zero,
+        str(g.out),
+    ):
         return False
     return inst.group_k in (-1, g.weight.group_k) and inst.group_n in (-1, g.weight.group_n)
 
@@ -325,17 +339,23 @@ def slow_path_note(fmt, chosen, device: str, instances, layout: int = 1, refused
     other_layout = sorted({i.layout for i in same if i.layout != layout})
     refused = {name: why for name, why in (refused or {}).items() if any(i.name == name for i in same)}
     if refused:
-        text += ("; the fast kernels for this format here cannot run this problem: "
-                 + "; ".join(f"{name}: {why}" for name, why in sorted(refused.items())))
+        text += "; the fast kernels for this format here cannot run this problem: " + "; ".join(
+            f"{name}: {why}" for name, why in sorted(refused.items())
+        )
     elif other_layout:
         names = " or ".join(repr(LAYOUT_NAMES.get(x, str(x))) for x in other_layout)
-        text += (f"; its fast kernels here read another weight layout: pack the weight with layout={names} "
-                 "(QuantLinear.from_linear(..., layout='auto') picks it)")
+        text += (
+            f"; its fast kernels here read another weight layout: pack the weight with layout={names} "
+            "(QuantLinear.from_linear(..., layout='auto') picks it)"
+        )
     else:
         text += "; this build has no fast kernel for it on this device"
     formats = sorted({instance_format(i) for i in fast})
-    text += (". Formats with fast kernels on this device: " + ", ".join(formats) if formats
-             else ". This build has no fast kernel for any format on this device")
+    text += (
+        ". Formats with fast kernels on this device: " + ", ".join(formats)
+        if formats
+        else ". This build has no fast kernel for any format on this device"
+    )
     return text + "."
 
 
@@ -363,9 +383,15 @@ def _slow_path_facts(g, n, k, m, cc, dev_name, layout, name):
     generic choice of a format, or under HUMMING_STRICT=1)."""
     rows = _evaluate(g, n, k, m, cc, layout)
     here = [i for i in registry.instances() if registry.runs_on(i.name, cc)[0]]
-    refused = {i.name: why for i, ok, why in rows
-               if not ok and i.backend != "generic" and "does not compute" not in why and i.layout == layout
-               and registry.runs_on(i.name, cc)[0]}
+    refused = {
+        i.name: why
+        for i, ok, why in rows
+        if not ok
+        and i.backend != "generic"
+        and "does not compute" not in why
+        and i.layout == layout
+        and registry.runs_on(i.name, cc)[0]
+    }
     device = f"{dev_name} (sm_{cc})" if dev_name else f"sm_{cc}"
     return registry.find(name), device, here, refused
 
@@ -390,9 +416,11 @@ def explain(fmt, n: int, k: int, m: int, *, device=None, layout: int = 1) -> str
     lo = bounds[pos - 1] + 1 if pos else 1
     hi = "inf" if r["m_max"] is None else r["m_max"]
     wide = f", n >= {r['n_min']}" if "n_min" in r else ""
-    lines = [f"format {g}, n={n}, k={k}, m={m}, layout {layout}",
-             f"device {dev_name} (sm_{cc}, {sms} SMs); table {table['name']!r}, range m in [{lo}, {hi}]{wide} "
-             f"prefers {r['prefer']}"]
+    lines = [
+        f"format {g}, n={n}, k={k}, m={m}, layout {layout}",
+        f"device {dev_name} (sm_{cc}, {sms} SMs); table {table['name']!r}, range m in [{lo}, {hi}]{wide} "
+        f"prefers {r['prefer']}",
+    ]
     if "why" in r:  # the measurement behind the range's order, as the table records it
         lines.append(f"why this order: {r['why']}")
     rows = _evaluate(g, n, k, m, cc, layout)
@@ -411,9 +439,12 @@ def explain(fmt, n: int, k: int, m: int, *, device=None, layout: int = 1) -> str
         if _forced is None and inst.backend == "generic":
             chosen, device_text, here, refused = _slow_path_facts(g, n, k, m, cc, dev_name, layout, inst.name)
             lines.append(f"slow path: {slow_path_note(g, chosen, device_text, here, layout, refused)}")
-            lines.append("HUMMING_STRICT=1 is set: this call raises SlowPathError" if strict() else
-                         "(warned once, on the first call of this format on this device class; HUMMING_STRICT=1 "
-                         "makes it an error)")
+            lines.append(
+                "HUMMING_STRICT=1 is set: this call raises SlowPathError"
+                if strict()
+                else "(warned once, on the first call of this format on this device class; HUMMING_STRICT=1 "
+                "makes it an error)"
+            )
     else:
         lines.append("choice: none; " + _no_candidate_message(g, n, k, m, cc, rows))
     return "\n".join(lines)

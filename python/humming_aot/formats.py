@@ -79,8 +79,7 @@ KIND_FLOAT = 2
 KIND_E8M0 = 3
 
 _DTYPE_HELP = (
-    "accepted data types: i1..i8, u1..u8, eXmY with 1+X+Y <= 8 and X >= 1 (e.g. e2m1, e4m3, e5m2), "
-    "e8m0, f16, bf16, f32"
+    "accepted data types: i1..i8, u1..u8, eXmY with 1+X+Y <= 8 and X >= 1 (e.g. e2m1, e4m3, e5m2), e8m0, f16, bf16, f32"
 )
 
 
@@ -216,8 +215,12 @@ def dtype(name: str | DType) -> DType:
     if not isinstance(name, str):
         raise FormatError(f"a data type is given by its name, got {type(name).__name__}; {_DTYPE_HELP}")
     s = name.strip().lower()
-    named = {"f16": DType(KIND_FLOAT, 16, 5, 10), "bf16": DType(KIND_FLOAT, 16, 8, 7),
-             "f32": DType(KIND_FLOAT, 32, 8, 23), "e8m0": DType(KIND_E8M0, 8, 8, 0)}
+    named = {
+        "f16": DType(KIND_FLOAT, 16, 5, 10),
+        "bf16": DType(KIND_FLOAT, 16, 8, 7),
+        "f32": DType(KIND_FLOAT, 32, 8, 23),
+        "e8m0": DType(KIND_E8M0, 8, 8, 0),
+    }
     if s in named:
         return named[s]
     m = re.fullmatch(r"([iu])(\d+)", s)
@@ -232,7 +235,8 @@ def dtype(name: str | DType) -> DType:
         if e < 1 or 1 + e + mm > 8:
             raise FormatError(
                 f"floating point type {name!r} needs 1 + {e} + {mm} bits; eXmY types have X >= 1 and "
-                "1 + X + Y <= 8 (plus e8m0, f16, bf16, f32)")
+                "1 + X + Y <= 8 (plus e8m0, f16, bf16, f32)"
+            )
         return DType(KIND_FLOAT, 1 + e + mm, e, mm)
     raise FormatError(f"unknown data type {name!r}; {_DTYPE_HELP}")
 
@@ -275,7 +279,8 @@ class WeightFormat:
         if c.bits > 8 or c.kind == KIND_E8M0:
             raise FormatError(
                 f"weight code type {c} is not a quantized code; weight codes are i1..i8, u1..u8 or "
-                "eXmY with at most 8 bits")
+                "eXmY with at most 8 bits"
+            )
         if self.zero not in ZERO_KINDS:
             raise FormatError(f"zero point kind {self.zero!r} is unknown; accepted: none, int, float")
         if self.scale is None:
@@ -297,7 +302,8 @@ class WeightFormat:
         if self.zero != "none" and c.kind != KIND_UINT:
             raise FormatError(
                 f"zero points are for unsigned integer codes; {c} is not one (use u{c.bits} with -zi/-zf, "
-                f"or {c} without a zero point)")
+                f"or {c} without a zero point)"
+            )
         if self.zero == "float" and self.scale.kind == KIND_E8M0:
             raise FormatError("float zero points are stored in the scale type, which cannot be e8m0")
 
@@ -330,11 +336,13 @@ class WeightFormat:
 
 _WF_RE = re.compile(
     r"(?P<code>[iu]\d+|e\d+m\d+)(?:(?P<gran>gc|g\d+(?:n\d+)?)-s(?P<scale>[a-z0-9]+))?"
-    r"(?:-z(?P<zero>[if]))?(?P<gs>-gs)?")
+    r"(?:-z(?P<zero>[if]))?(?P<gs>-gs)?"
+)
 
 _WF_HELP = (
     "weight formats look like {code}[{granularity}-s{scale}][-z{i|f}][-gs], e.g. u4g128-sbf16, "
-    "u4g128-sf16-zi, e2m1g32-se8m0, e2m1g16-se4m3-gs, e4m3g128n128-sf32, e4m3")
+    "u4g128-sf16-zi, e2m1g32-se8m0, e2m1g16-se4m3-gs, e4m3g128n128-sf32, e4m3"
+)
 
 
 def parse_weight_format(text: str | WeightFormat) -> WeightFormat:
@@ -381,11 +389,11 @@ class ActivationFormat:
             raise FormatError(f"activation type {t} is not accepted; activation types: {', '.join(ACT_TYPES)}")
         if self.granularity not in ("none", "token", "group"):
             raise FormatError(
-                f"activation scale granularity {self.granularity!r} is unknown; accepted: none, token, group")
+                f"activation scale granularity {self.granularity!r} is unknown; accepted: none, token, group"
+            )
         quantized = t in ("e4m3", "e5m2", "i8")
         if quantized and self.granularity == "none":
-            raise FormatError(
-                f"quantized activations ({t}) need scales: per token ({t}-pt) or per K group ({t}-g128)")
+            raise FormatError(f"quantized activations ({t}) need scales: per token ({t}-pt) or per K group ({t}-g128)")
         if not quantized and self.granularity != "none":
             raise FormatError(f"{t} activations are not quantized and take no scales; write {t}")
         if self.granularity == "group":
@@ -443,11 +451,15 @@ class GemmFormat:
         object.__setattr__(self, "out", dtype(self.out))
         if str(self.out) not in OUT_TYPES:
             raise FormatError(f"output type {self.out} is not accepted; output types: {', '.join(OUT_TYPES)}")
-        if self.act.granularity == "group" and self.weight.group_k not in (0,) and (
-                self.weight.group_k % self.act.group_k and self.act.group_k % self.weight.group_k):
+        if (
+            self.act.granularity == "group"
+            and self.weight.group_k not in (0,)
+            and (self.weight.group_k % self.act.group_k and self.act.group_k % self.weight.group_k)
+        ):
             raise FormatError(
                 f"activation group {self.act.group_k} and weight group {self.weight.group_k} do not nest; one "
-                "must divide the other")
+                "must divide the other"
+            )
 
     def __str__(self) -> str:
         return f"a-{self.act}_w-{self.weight}_c-{self.out}"
@@ -462,8 +474,7 @@ def parse_gemm_format(text: str | GemmFormat) -> GemmFormat:
         return text
     m = re.fullmatch(r"a-([^_]+)_w-([^_]+)_c-([^_]+)", str(text).strip().lower())
     if not m:
-        raise FormatError(
-            f"cannot parse GEMM format {text!r}; GEMM formats look like a-bf16_w-u4g128-sbf16_c-bf16")
+        raise FormatError(f"cannot parse GEMM format {text!r}; GEMM formats look like a-bf16_w-u4g128-sbf16_c-bf16")
     return GemmFormat(m.group(1), m.group(2), m.group(3))
 
 

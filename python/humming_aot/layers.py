@@ -25,9 +25,13 @@ def _direct_call_ok(x: torch.Tensor) -> bool:
     """Whether the dispatcher would do nothing for this call but run the kernel: a plain tensor
     that needs no autograd, outside torch.compile tracing and outside dispatch / function modes
     (fake tensors, flop counters and the like must see the op)."""
-    return (type(x) is torch.Tensor and not (x.requires_grad and torch.is_grad_enabled())
-            and not torch.compiler.is_compiling() and torch._C._len_torch_dispatch_stack() == 0
-            and not torch._C._is_torch_function_mode_enabled())
+    return (
+        type(x) is torch.Tensor
+        and not (x.requires_grad and torch.is_grad_enabled())
+        and not torch.compiler.is_compiling()
+        and torch._C._len_torch_dispatch_stack() == 0
+        and not torch._C._is_torch_function_mode_enabled()
+    )
 
 
 class QuantLinear(torch.nn.Module):
@@ -43,8 +47,15 @@ class QuantLinear(torch.nn.Module):
     so graphs have no break and serve every M.
     """
 
-    def __init__(self, packed: PackedWeight, act_format="bf16", out_dtype: str | None = None, bias=None,
-                 instance: str = "", in_perm: torch.Tensor | None = None):
+    def __init__(
+        self,
+        packed: PackedWeight,
+        act_format="bf16",
+        out_dtype: str | None = None,
+        bias=None,
+        instance: str = "",
+        in_perm: torch.Tensor | None = None,
+    ):
         super().__init__()
         act = F.parse_activation_format(act_format)
         out = out_dtype or ("bf16" if act.quantized else str(act.type))
@@ -78,8 +89,9 @@ class QuantLinear(torch.nn.Module):
         self._out_dtype = reference.torch_dtype(self.fmt.out)
 
     @classmethod
-    def from_linear(cls, linear: torch.nn.Linear, weight_format, act_format=None, out_dtype=None, *,
-                    layout="auto", device=None) -> "QuantLinear":
+    def from_linear(
+        cls, linear: torch.nn.Linear, weight_format, act_format=None, out_dtype=None, *, layout="auto", device=None
+    ) -> "QuantLinear":
         """Quantize ``linear.weight`` with the reference quantizer and pack it.
 
         ``layout="auto"`` packs for the fastest backend that computes the format on ``device``
@@ -107,16 +119,27 @@ class QuantLinear(torch.nn.Module):
         return cls(packed, act_format, out_dtype, bias)
 
     @classmethod
-    def from_packed(cls, packed: PackedWeight, act_format="bf16", out_dtype=None, bias=None, *,
-                    in_perm: torch.Tensor | None = None) -> "QuantLinear":
+    def from_packed(
+        cls, packed: PackedWeight, act_format="bf16", out_dtype=None, bias=None, *, in_perm: torch.Tensor | None = None
+    ) -> "QuantLinear":
         """Wrap an already packed weight; ``in_perm`` (int64 [in_features]) permutes the input's
         features before the GEMM, for act-order weights (see ``convert.ConvertedWeight.perm``)."""
         return cls(packed, act_format, out_dtype, bias, in_perm=in_perm)
 
     @property
     def packed(self) -> PackedWeight:
-        return PackedWeight(self.codes, self.scales, self.zeros, self.global_scale, self.fmt.weight,
-                            self.out_features, self.in_features, self.n_pad, self.k_pad, self.layout)
+        return PackedWeight(
+            self.codes,
+            self.scales,
+            self.zeros,
+            self.global_scale,
+            self.fmt.weight,
+            self.out_features,
+            self.in_features,
+            self.n_pad,
+            self.k_pad,
+            self.layout,
+        )
 
     def instance_for(self, m: int, device=None) -> str:
         """The compiled instance a call with ``m`` rows uses on ``device`` ("cpu-reference" on the CPU)."""
@@ -158,9 +181,20 @@ class QuantLinear(torch.nn.Module):
         if torch.compiler.is_compiling():
             # Traced (torch.compile, export): the instance choice depends on M and is host-side
             # Python, so auto_gemm makes it inside the op at run time, on every device alike.
-            out = torch.ops.humming.auto_gemm(a, b["codes"], b["scales"], b["zeros"], b["global_scale"], a_scales,
-                                              b["bias"], self._fmt_str, self.layout, self.out_features,
-                                              self.in_features, self.instance)
+            out = torch.ops.humming.auto_gemm(
+                a,
+                b["codes"],
+                b["scales"],
+                b["zeros"],
+                b["global_scale"],
+                a_scales,
+                b["bias"],
+                self._fmt_str,
+                self.layout,
+                self.out_features,
+                self.in_features,
+                self.instance,
+            )
         else:
             # Transposed / strided / unaligned activations are copied only where the kernel needs it
             # (the tests come first: the usual contiguous, aligned input pays two calls).
@@ -173,8 +207,20 @@ class QuantLinear(torch.nn.Module):
                 if not a.is_contiguous():
                     a = activation_operand(a, False)
             op = _DIRECT if _DIRECT is not None and _direct_call_ok(a) else torch.ops.humming.gemm
-            out = op(a, b["codes"], b["scales"], b["zeros"], b["global_scale"], a_scales, b["bias"], self._fmt_str,
-                     self.layout, self.out_features, self.in_features, instance)
+            out = op(
+                a,
+                b["codes"],
+                b["scales"],
+                b["zeros"],
+                b["global_scale"],
+                a_scales,
+                b["bias"],
+                self._fmt_str,
+                self.layout,
+                self.out_features,
+                self.in_features,
+                instance,
+            )
         return out if flat else out.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:

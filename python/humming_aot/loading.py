@@ -33,8 +33,17 @@ from typing import Any, Callable
 
 import torch
 
-from .convert import (ConversionError, ConvertedWeight, awq, bitnet, compressed_tensors, fp8_block, gpt_oss, gptq,
-                      modelopt)
+from .convert import (
+    ConversionError,
+    ConvertedWeight,
+    awq,
+    bitnet,
+    compressed_tensors,
+    fp8_block,
+    gpt_oss,
+    gptq,
+    modelopt,
+)
 
 __all__ = ["load_quantized", "iter_quantized", "replace_linears", "CheckpointError", "QUANT_METHODS"]
 
@@ -65,8 +74,10 @@ def _safe_open():
     try:
         from safetensors import safe_open
     except ImportError as e:
-        raise ImportError("humming_aot.load_quantized reads safetensors checkpoints with the `safetensors` "
-                          f"package, which is not installed: {_EXTRA} (or pip install safetensors)") from e
+        raise ImportError(
+            "humming_aot.load_quantized reads safetensors checkpoints with the `safetensors` "
+            f"package, which is not installed: {_EXTRA} (or pip install safetensors)"
+        ) from e
     return safe_open
 
 
@@ -93,8 +104,11 @@ class _Shards:
             self.where = dict(weight_map)
             return
         single = os.path.join(directory, "model.safetensors")
-        files = ["model.safetensors"] if os.path.exists(single) else \
-            sorted(f for f in os.listdir(directory) if f.endswith(".safetensors"))
+        files = (
+            ["model.safetensors"]
+            if os.path.exists(single)
+            else sorted(f for f in os.listdir(directory) if f.endswith(".safetensors"))
+        )
         if not files:
             raise FileNotFoundError(f"{directory}: no model.safetensors.index.json and no *.safetensors files")
         self.where = {}
@@ -178,8 +192,10 @@ def _read_config(directory: str) -> dict:
     if os.path.exists(path):
         with open(path) as f:
             return {"quant_method": "modelopt", **json.load(f)}
-    raise FileNotFoundError(f"{directory}: no quantization_config in config.json, and no quantize_config.json "
-                            "or hf_quant_config.json: this is not a quantized checkpoint this package knows")
+    raise FileNotFoundError(
+        f"{directory}: no quantization_config in config.json, and no quantize_config.json "
+        "or hf_quant_config.json: this is not a quantized checkpoint this package knows"
+    )
 
 
 def _quant_config(config: Any) -> dict:
@@ -221,8 +237,12 @@ def _gptq_settings(qcfg: Mapping, prefix: str) -> Mapping:
         sign, pat = (pattern[:2], pattern[2:]) if pattern[:2] in ("+:", "-:") else ("+:", pattern)
         if re.match(pat, prefix):
             if sign == "-:":
-                raise ConversionError(prefix, "dynamic", pattern,
-                                      "excludes this layer from quantization, yet the checkpoint has its qweight")
+                raise ConversionError(
+                    prefix,
+                    "dynamic",
+                    pattern,
+                    "excludes this layer from quantization, yet the checkpoint has its qweight",
+                )
             return {**qcfg, **(override or {})}
     return qcfg
 
@@ -236,13 +256,18 @@ def _ct_group(qcfg: Mapping, prefix: str) -> Mapping:
     for key, group in groups.items():
         for t in group.get("targets") or ():
             t = str(t)
-            rank = 0 if t == prefix else 1 if t.startswith("re:") and _matches(prefix, t) else \
-                2 if t == "Linear" else None
+            rank = (
+                0 if t == prefix else 1 if t.startswith("re:") and _matches(prefix, t) else 2 if t == "Linear" else None
+            )
             if rank is not None:
                 ranked.append((rank, key, group))
     if not ranked:
-        raise ConversionError(prefix, "config_groups", sorted(groups),
-                              "no config group targets this layer, though the checkpoint has quantized tensors for it")
+        raise ConversionError(
+            prefix,
+            "config_groups",
+            sorted(groups),
+            "no config group targets this layer, though the checkpoint has quantized tensors for it",
+        )
     return min(ranked, key=lambda r: r[0])[2]
 
 
@@ -252,11 +277,13 @@ def _importer(method: str, qcfg: Mapping) -> Callable[[Mapping, str], Any]:
     if method == "awq":
         return lambda t, p: awq.convert_layer(t, p, qcfg)
     if method == "compressed-tensors":
+
         def ct(t, p):
             group = _ct_group(qcfg, p)
             # a group's own format wins over the config's (mixed-precision checkpoints)
             fmt = group.get("format") or qcfg.get("format")
             return compressed_tensors.convert_layer(t, p, group, compression_format=fmt)
+
         return ct
     if method in ("modelopt", "modelopt_fp4"):
         return lambda t, p: modelopt.convert_layer(t, p, qcfg)
@@ -266,8 +293,9 @@ def _importer(method: str, qcfg: Mapping) -> Callable[[Mapping, str], Any]:
         return lambda t, p: gpt_oss.convert_layer(t, p, qcfg)
     if method == "bitnet":
         return lambda t, p: bitnet.convert_layer(t, p, qcfg)
-    raise ConversionError("", "quant_method", qcfg.get("quant_method"),
-                          f"load_quantized knows {', '.join(QUANT_METHODS)}")
+    raise ConversionError(
+        "", "quant_method", qcfg.get("quant_method"), f"load_quantized knows {', '.join(QUANT_METHODS)}"
+    )
 
 
 def _layers(names: Iterable[str], suffixes: tuple[str, ...]) -> dict[str, list[str]]:
@@ -279,12 +307,12 @@ def _layers(names: Iterable[str], suffixes: tuple[str, ...]) -> dict[str, list[s
             by_prefix.setdefault(name.rsplit(".", 1)[0], []).append(name)
         for s in ("_blocks", "_scales"):  # gpt-oss (Hugging Face): gate_up_proj_blocks, no dot
             if name.endswith(s):
-                by_prefix.setdefault(name[:-len(s)], []).append(name)
+                by_prefix.setdefault(name[: -len(s)], []).append(name)
     marked = {}  # a dict: ordered and deduplicated (a layer may have several marking tensors)
     for name in names:
         for s in suffixes:
             if name.endswith(s):
-                marked.setdefault(name[:-len(s)], None)
+                marked.setdefault(name[: -len(s)], None)
     return {p: by_prefix.get(p, []) for p in marked}
 
 
@@ -301,8 +329,9 @@ def _progress(items, total: int | None, desc: str, enabled: bool):
 # ---- the public API -----------------------------------------------------------------------------------
 
 
-def iter_quantized(source: str | os.PathLike | Mapping[str, torch.Tensor], config: Any = None, *,
-                   progress: bool = True) -> Iterator[tuple[str, ConvertedWeight | list[ConvertedWeight]]]:
+def iter_quantized(
+    source: str | os.PathLike | Mapping[str, torch.Tensor], config: Any = None, *, progress: bool = True
+) -> Iterator[tuple[str, ConvertedWeight | list[ConvertedWeight]]]:
     """:func:`load_quantized` one layer at a time: yields ``(layer_prefix, converted)`` and keeps
     only the current layer's checkpoint tensors, so ``replace_linears(model, iter_quantized(d))``
     holds at most one unpacked layer besides the packed model."""
@@ -312,8 +341,9 @@ def iter_quantized(source: str | os.PathLike | Mapping[str, torch.Tensor], confi
         tensors = _Shards(directory)
     elif isinstance(source, Mapping):
         if config is None:
-            raise ValueError("load_quantized of a state dict needs config= (the model config or its "
-                             "quantization_config)")
+            raise ValueError(
+                "load_quantized of a state dict needs config= (the model config or its quantization_config)"
+            )
         qcfg, tensors = _quant_config(config), source
     else:
         raise TypeError(f"load_quantized takes a checkpoint directory or a state dict, got {type(source).__name__}")
@@ -321,8 +351,11 @@ def iter_quantized(source: str | os.PathLike | Mapping[str, torch.Tensor], confi
         method = str(qcfg.get("quant_method") or qcfg.get("method") or "").lower()
         convert = _importer(method, qcfg)  # first: it refuses a method that QUANT_METHODS lacks
         ignore = _ignore_list(qcfg)
-        layers = {p: names for p, names in _layers(list(tensors.keys()), QUANT_METHODS[method]).items()
-                  if not any(_matches(p, pat) for pat in ignore)}
+        layers = {
+            p: names
+            for p, names in _layers(list(tensors.keys()), QUANT_METHODS[method]).items()
+            if not any(_matches(p, pat) for pat in ignore)
+        }
         for prefix in _progress(layers, len(layers), "importing", progress):
             yield prefix, convert(_LayerTensors(tensors, layers[prefix]), prefix)
     finally:
@@ -330,8 +363,9 @@ def iter_quantized(source: str | os.PathLike | Mapping[str, torch.Tensor], confi
             tensors.close()
 
 
-def load_quantized(source: str | os.PathLike | Mapping[str, torch.Tensor], config: Any = None, *,
-                   progress: bool = True) -> dict[str, ConvertedWeight | list[ConvertedWeight]]:
+def load_quantized(
+    source: str | os.PathLike | Mapping[str, torch.Tensor], config: Any = None, *, progress: bool = True
+) -> dict[str, ConvertedWeight | list[ConvertedWeight]]:
     """Import every quantized linear layer of a checkpoint into the unified format.
 
     ``source``: a checkpoint directory (``config.json`` + ``model.safetensors`` or shards with
@@ -352,9 +386,17 @@ def load_quantized(source: str | os.PathLike | Mapping[str, torch.Tensor], confi
     return dict(iter_quantized(source, config, progress=progress))
 
 
-def replace_linears(model: torch.nn.Module, converted: Mapping[str, ConvertedWeight] | Iterable, *,
-                    act_format=None, out_dtype=None, layout="auto", device=None, strict: bool = True,
-                    progress: bool = True) -> dict[str, torch.nn.Module]:
+def replace_linears(
+    model: torch.nn.Module,
+    converted: Mapping[str, ConvertedWeight] | Iterable,
+    *,
+    act_format=None,
+    out_dtype=None,
+    layout="auto",
+    device=None,
+    strict: bool = True,
+    progress: bool = True,
+) -> dict[str, torch.nn.Module]:
     """Swap ``model``'s ``nn.Linear`` modules named by ``converted`` (:func:`load_quantized`'s
     result, or :func:`iter_quantized`) for ``QuantLinear`` modules holding those weights.
 
@@ -387,8 +429,10 @@ def replace_linears(model: torch.nn.Module, converted: Mapping[str, ConvertedWei
             continue
         q = cw.weight
         if tuple(q.codes.shape) != (linear.out_features, linear.in_features):
-            problems.append(f"{name} (nn.Linear({linear.in_features}, {linear.out_features}); the checkpoint's "
-                            f"weight is [{q.codes.shape[0]}, {q.codes.shape[1]}] = [out, in])")
+            problems.append(
+                f"{name} (nn.Linear({linear.in_features}, {linear.out_features}); the checkpoint's "
+                f"weight is [{q.codes.shape[0]}, {q.codes.shape[1]}] = [out, in])"
+            )
             continue
         dev = torch.device(device) if device is not None else linear.weight.device
         if dev.type == "meta":
@@ -401,19 +445,25 @@ def replace_linears(model: torch.nn.Module, converted: Mapping[str, ConvertedWei
             lid = preferred_layout(F.GemmFormat(a, q.fmt, out), dev)
         # pack where the layer will run: packing runs on the tensors' device
         mv = lambda t: None if t is None else t.to(dev)  # noqa: E731
-        q = dataclasses.replace(q, codes=q.codes.to(dev), scales=mv(q.scales), zeros=mv(q.zeros),
-                                global_scale=mv(q.global_scale))
+        q = dataclasses.replace(
+            q, codes=q.codes.to(dev), scales=mv(q.scales), zeros=mv(q.zeros), global_scale=mv(q.global_scale)
+        )
         bias = linear.bias
         if bias is not None:
             if bias.device.type == "meta":
-                raise ValueError(f"{name}: the bias is on the meta device; load the model's float tensors "
-                                 "(biases included) before replace_linears")
+                raise ValueError(
+                    f"{name}: the bias is on the meta device; load the model's float tensors "
+                    "(biases included) before replace_linears"
+                )
             bias = bias.detach().to(dev)
-        built[name] = QuantLinear.from_packed(pack_weight(q, layout=layout_id(lid)), act, out_dtype, bias,
-                                              in_perm=cw.perm)
+        built[name] = QuantLinear.from_packed(
+            pack_weight(q, layout=layout_id(lid)), act, out_dtype, bias, in_perm=cw.perm
+        )
     if problems and strict:
-        raise ValueError("replace_linears: these converted layers are not nn.Linear modules of the model of "
-                         "the same shape: " + "; ".join(problems) + " (strict=False leaves them out)")
+        raise ValueError(
+            "replace_linears: these converted layers are not nn.Linear modules of the model of "
+            "the same shape: " + "; ".join(problems) + " (strict=False leaves them out)"
+        )
     for name, module in built.items():
         parent, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, child, module)

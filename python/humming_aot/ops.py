@@ -64,18 +64,25 @@ def activation_operand(a: torch.Tensor, fast: bool) -> torch.Tensor:
 # What auto_gemm runs once it has an instance: the implementation behind torch.ops.humming.gemm,
 # called without boxing the arguments a second time (the dispatcher already ran for auto_gemm);
 # HUMMING_EAGER_OPS=1 goes through torch.ops here too, so that torch.profiler lists humming::gemm.
-_GEMM = (torch.ops.humming.gemm if os.environ.get("HUMMING_EAGER_OPS", "0") not in ("", "0")
-         else getattr(C, "gemm_eager", None) or torch.ops.humming.gemm)
+_GEMM = (
+    torch.ops.humming.gemm
+    if os.environ.get("HUMMING_EAGER_OPS", "0") not in ("", "0")
+    else getattr(C, "gemm_eager", None) or torch.ops.humming.gemm
+)
+
 
 # The instance choice is host-side Python that depends on M (a bisect over the table's bounds and
 # dictionary caches): Dynamo cannot trace it, and a traced choice would have to guard on M's range
 # or fix one instance for every M. Made inside an op, it is opaque to the tracer and happens per call
 # with the call's real M, as in eager mode. The choice is the one eager QuantLinear makes: both read
 # the layer plan dispatch.layer_plan keeps for the weight.
-@torch.library.custom_op("humming::auto_gemm", mutates_args=(),
-                         schema="(Tensor a, Tensor codes, Tensor? scales, Tensor? zeros, Tensor? global_scale, "
-                                "Tensor? a_scales, Tensor? bias, str fmt, int layout, int n, int k, "
-                                "str instance='') -> Tensor")
+@torch.library.custom_op(
+    "humming::auto_gemm",
+    mutates_args=(),
+    schema="(Tensor a, Tensor codes, Tensor? scales, Tensor? zeros, Tensor? global_scale, "
+    "Tensor? a_scales, Tensor? bias, str fmt, int layout, int n, int k, "
+    "str instance='') -> Tensor",
+)
 def _auto_gemm(a, codes, scales, zeros, global_scale, a_scales, bias, fmt, layout, n, k, instance=""):
     fast = False
     if a.is_cuda:
@@ -123,8 +130,10 @@ def _unpack_fake(codes, scales, zeros, weight_format, layout, n, k):
 def _quantize_act_fake(x, act_format):
     f = F.parse_activation_format(act_format)
     m, k = x.shape
-    return (x.new_empty((m, k), dtype=torch_dtype(f.type)),
-            x.new_empty((m, _act_scale_cols(f, k)), dtype=torch.float32))
+    return (
+        x.new_empty((m, k), dtype=torch_dtype(f.type)),
+        x.new_empty((m, _act_scale_cols(f, k)), dtype=torch.float32),
+    )
 
 
 def quantize_act(x: torch.Tensor, act_format: str | F.ActivationFormat):
@@ -147,12 +156,25 @@ def gemm(a: torch.Tensor, packed, fmt: str | F.GemmFormat, *, a_scales=None, bia
     # dynamic shapes the packed weight's integers (group sizes among them) may be symbolic, and
     # Dynamo cannot compare dataclasses holding them, while it formats them with a guard.
     if str(g.weight) != str(packed.fmt):
-        raise F.FormatError(f"the GEMM format's weight part {g.weight} differs from the packed weight's format "
-                            f"{packed.fmt}")
+        raise F.FormatError(
+            f"the GEMM format's weight part {g.weight} differs from the packed weight's format {packed.fmt}"
+        )
     if torch.compiler.is_compiling():
         # Traced: the choice is made inside the op at run time (see auto_gemm above).
-        return torch.ops.humming.auto_gemm(a, packed.codes, packed.scales, packed.zeros, packed.global_scale, a_scales,
-                                           bias, str(g), packed.layout, packed.n, packed.k, instance)
+        return torch.ops.humming.auto_gemm(
+            a,
+            packed.codes,
+            packed.scales,
+            packed.zeros,
+            packed.global_scale,
+            a_scales,
+            bias,
+            str(g),
+            packed.layout,
+            packed.n,
+            packed.k,
+            instance,
+        )
     fast = False
     if a.is_cuda:
         from . import dispatch
@@ -164,5 +186,17 @@ def gemm(a: torch.Tensor, packed, fmt: str | F.GemmFormat, *, a_scales=None, bia
         fast = not dispatch.is_generic(instance)
     if a.dim() == 2:  # other shapes: the op's own error message
         a = activation_operand(a, fast)
-    return torch.ops.humming.gemm(a, packed.codes, packed.scales, packed.zeros, packed.global_scale, a_scales, bias,
-                                  str(g), packed.layout, packed.n, packed.k, instance)
+    return torch.ops.humming.gemm(
+        a,
+        packed.codes,
+        packed.scales,
+        packed.zeros,
+        packed.global_scale,
+        a_scales,
+        bias,
+        str(g),
+        packed.layout,
+        packed.n,
+        packed.k,
+        instance,
+    )

@@ -25,16 +25,17 @@ def layout_id(layout: str | int) -> int:
             raise ValueError(f"unknown weight layout {layout!r}; layouts: {', '.join(LAYOUTS)}")
         return LAYOUTS[layout]
     if int(layout) not in LAYOUT_NAMES:
-        raise ValueError(f"unknown weight layout id {layout}; layout ids: "
-                         + ", ".join(f"{v} ({k})" for k, v in LAYOUTS.items()))
+        raise ValueError(
+            f"unknown weight layout id {layout}; layout ids: " + ", ".join(f"{v} ({k})" for k, v in LAYOUTS.items())
+        )
     return int(layout)
 
 
 @dataclasses.dataclass
 class PackedWeight:
-    codes: torch.Tensor                # int32 [n_pad, words_per_row]
-    scales: torch.Tensor | None        # [k_groups, n_groups] in the scale's storage dtype
-    zeros: torch.Tensor | None         # same grid; uint8 (int zero points) or the scale dtype
+    codes: torch.Tensor  # int32 [n_pad, words_per_row]
+    scales: torch.Tensor | None  # [k_groups, n_groups] in the scale's storage dtype
+    zeros: torch.Tensor | None  # same grid; uint8 (int zero points) or the scale dtype
     global_scale: torch.Tensor | None  # fp32 [1]
     fmt: F.WeightFormat
     n: int
@@ -53,13 +54,17 @@ class PackedWeight:
 
     def to(self, device) -> "PackedWeight":
         mv = lambda t: None if t is None else t.to(device)  # noqa: E731
-        return dataclasses.replace(self, codes=mv(self.codes), scales=mv(self.scales), zeros=mv(self.zeros),
-                                   global_scale=mv(self.global_scale))
+        return dataclasses.replace(
+            self, codes=mv(self.codes), scales=mv(self.scales), zeros=mv(self.zeros), global_scale=mv(self.global_scale)
+        )
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.codes, self.scales, self.zeros, self.global_scale)
-                   if t is not None)
+        return sum(
+            t.numel() * t.element_size()
+            for t in (self.codes, self.scales, self.zeros, self.global_scale)
+            if t is not None
+        )
 
 
 def pack_weight(codes, scales=None, zeros=None, global_scale=None, fmt=None, *, layout: str | int = "generic"):
@@ -89,16 +94,33 @@ def pack_weight(codes, scales=None, zeros=None, global_scale=None, fmt=None, *, 
         raise ValueError(f"weight format {w} needs a global scale")
     pc, ps, pz = torch.ops.humming.pack_weight(codes, scales, zeros, str(w), lid)
     d = C.packed_dims(str(w), lid, int(codes.shape[0]), int(codes.shape[1]))
-    return PackedWeight(pc, ps if w.scale is not None else None, pz if w.zero != "none" else None, global_scale, w,
-                        int(codes.shape[0]), int(codes.shape[1]), d["n_pad"], d["k_pad"], lid)
+    return PackedWeight(
+        pc,
+        ps if w.scale is not None else None,
+        pz if w.zero != "none" else None,
+        global_scale,
+        w,
+        int(codes.shape[0]),
+        int(codes.shape[1]),
+        d["n_pad"],
+        d["k_pad"],
+        lid,
+    )
 
 
 def unpack_weight(p: PackedWeight) -> QuantizedWeight:
     """The exact inverse of :func:`pack_weight`: the logical codes, scales and zero points."""
     empty = torch.empty(0, dtype=torch.uint8, device=p.codes.device)
     codes, scales, zeros = torch.ops.humming.unpack_weight(
-        p.codes, p.scales if p.scales is not None else empty, p.zeros if p.zeros is not None else empty, str(p.fmt),
-        p.layout, p.n, p.k)
+        p.codes,
+        p.scales if p.scales is not None else empty,
+        p.zeros if p.zeros is not None else empty,
+        str(p.fmt),
+        p.layout,
+        p.n,
+        p.k,
+    )
     gs = None if p.global_scale is None else p.global_scale.reshape(())
-    return QuantizedWeight(p.fmt, codes, scales if p.fmt.scale is not None else None,
-                           zeros if p.fmt.zero != "none" else None, gs)
+    return QuantizedWeight(
+        p.fmt, codes, scales if p.fmt.scale is not None else None, zeros if p.fmt.zero != "none" else None, gs
+    )

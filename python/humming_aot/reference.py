@@ -70,7 +70,8 @@ def torch_dtype(dt: F.DType | str) -> torch.dtype:
     except KeyError:
         raise F.FormatError(
             f"{dt} has no torch storage dtype of its own; accepted: {', '.join(_TORCH_DTYPES)} "
-            "(weight codes are stored as uint8 bit patterns)") from None
+            "(weight codes are stored as uint8 bit patterns)"
+        ) from None
 
 
 def _code_type(dt: F.DType | str) -> F.DType:
@@ -78,7 +79,8 @@ def _code_type(dt: F.DType | str) -> F.DType:
     dt = F.dtype(dt)
     if dt.bits > 8:
         raise F.FormatError(
-            f"{dt} is not a code type; decode/encode take types of at most 8 bits (i1..i8, u1..u8, eXmY, e8m0)")
+            f"{dt} is not a code type; decode/encode take types of at most 8 bits (i1..i8, u1..u8, eXmY, e8m0)"
+        )
     return dt
 
 
@@ -89,7 +91,8 @@ def _check_codes(codes: torch.Tensor, dt: F.DType) -> None:
         raise TypeError(f"codes must have dtype torch.uint8 (raw bit patterns), got {codes.dtype}")
     if codes.numel() and int(codes.max()) >= (1 << dt.bits):
         raise ValueError(
-            f"code {int(codes.max())} does not fit in the {dt.bits} bits of {dt}; codes are 0..{(1 << dt.bits) - 1}")
+            f"code {int(codes.max())} does not fit in the {dt.bits} bits of {dt}; codes are 0..{(1 << dt.bits) - 1}"
+        )
 
 
 def decode(codes: torch.Tensor, dt: F.DType | str) -> torch.Tensor:
@@ -129,8 +132,7 @@ def encode(x: torch.Tensor, dt: F.DType | str) -> torch.Tensor:
     else:
         # Sign-magnitude: round |x| over the non-negative half, whose values increase with the code.
         half = 1 << (dt.bits - 1)
-        mag_codes = torch.tensor(
-            [c for c in range(half) if math.isfinite(dt.decode(c))], dtype=torch.long)
+        mag_codes = torch.tensor([c for c in range(half) if math.isfinite(dt.decode(c))], dtype=torch.long)
         a, sign = x.abs(), torch.signbit(x)
     vals = torch.tensor([dt.decode(int(c)) for c in mag_codes], dtype=torch.float64)
     # The finite non-negative codes are contiguous from 0 (only the top patterns are inf/NaN), so
@@ -188,7 +190,8 @@ class QuantizedWeight:
         fmt = self.fmt
         if not isinstance(self.codes, torch.Tensor) or self.codes.dim() != 2:
             raise ValueError(
-                f"codes must be a 2-D [N, K] uint8 tensor, got {getattr(self.codes, 'shape', type(self.codes).__name__)}")
+                f"codes must be a 2-D [N, K] uint8 tensor, got {getattr(self.codes, 'shape', type(self.codes).__name__)}"
+            )
         _check_codes(self.codes, fmt.code)
         N, K = self.codes.shape
         if N == 0 or K == 0:
@@ -205,7 +208,8 @@ class QuantizedWeight:
         if tuple(self.scales.shape) != want or self.scales.dtype != sdt:
             raise ValueError(
                 f"scales of format {fmt} for codes {N}x{K} must have shape {list(want)} and dtype {sdt}, "
-                f"got shape {list(self.scales.shape)} and dtype {self.scales.dtype}")
+                f"got shape {list(self.scales.shape)} and dtype {self.scales.dtype}"
+            )
         if fmt.zero == "none":
             if self.zeros is not None:
                 raise ValueError(f"format {fmt} has no zero point, but zeros were given; pass None")
@@ -216,16 +220,19 @@ class QuantizedWeight:
             if tuple(self.zeros.shape) != want or self.zeros.dtype != zdt:
                 raise ValueError(
                     f"zeros of format {fmt} must have shape {list(want)} and dtype {zdt}, got shape "
-                    f"{list(self.zeros.shape)} and dtype {self.zeros.dtype}")
+                    f"{list(self.zeros.shape)} and dtype {self.zeros.dtype}"
+                )
             if fmt.zero == "int" and self.zeros.numel() and int(self.zeros.max()) > fmt.code.max_int:
                 raise ValueError(
-                    f"integer zero point {int(self.zeros.max())} is outside the code range 0..{fmt.code.max_int}")
+                    f"integer zero point {int(self.zeros.max())} is outside the code range 0..{fmt.code.max_int}"
+                )
         if fmt.global_scale:
             g = self.global_scale
             if not isinstance(g, torch.Tensor) or g.dtype != torch.float32 or g.dim() != 0:
                 raise ValueError(
                     f"format {fmt} needs global_scale as a float32 scalar tensor (shape []), got "
-                    f"{getattr(g, 'dtype', None)} {list(getattr(g, 'shape', [])) if g is not None else None}")
+                    f"{getattr(g, 'dtype', None)} {list(getattr(g, 'shape', [])) if g is not None else None}"
+                )
         elif self.global_scale is not None:
             raise ValueError(f"format {fmt} has no global scale (-gs), but global_scale was given; pass None")
 
@@ -528,7 +535,9 @@ def dequantize_activation(codes: torch.Tensor, scales: torch.Tensor | None, afmt
     afmt = F.parse_activation_format(afmt)
     want = torch_dtype(afmt.type)
     if not isinstance(codes, torch.Tensor) or codes.dim() != 2:
-        raise ValueError(f"activations must be a 2-D [M, K] tensor, got {getattr(codes, 'shape', type(codes).__name__)}")
+        raise ValueError(
+            f"activations must be a 2-D [M, K] tensor, got {getattr(codes, 'shape', type(codes).__name__)}"
+        )
     if codes.dtype != want:
         raise TypeError(f"activations of format {afmt} must be stored as {want}, got {codes.dtype}")
     if not afmt.quantized:
@@ -543,7 +552,8 @@ def dequantize_activation(codes: torch.Tensor, scales: torch.Tensor | None, afmt
     if list(scales.shape) != shape or scales.dtype != torch.float32:
         raise ValueError(
             f"activation scales of format {afmt} for [{M}, {K}] must be float32 of shape {shape}, got "
-            f"{scales.dtype} of shape {list(scales.shape)}")
+            f"{scales.dtype} of shape {list(scales.shape)}"
+        )
     return codes.float() * _expand(scales, 1, g, M, K)
 
 
@@ -552,8 +562,9 @@ def dequantize_activation(codes: torch.Tensor, scales: torch.Tensor | None, afmt
 _OUT_TORCH = {torch.float16, torch.bfloat16, torch.float32}
 
 
-def gemm(a: torch.Tensor, q: QuantizedWeight, act_fmt="bf16", a_scales=None,
-         out_dtype=torch.bfloat16, bias=None) -> torch.Tensor:
+def gemm(
+    a: torch.Tensor, q: QuantizedWeight, act_fmt="bf16", a_scales=None, out_dtype=torch.bfloat16, bias=None
+) -> torch.Tensor:
     """out[M, N] = dequantize_activation(a) @ dequantize_weight(q).T (+ bias), in float32, then cast.
 
     ``a`` is already in the activation format's storage dtype (use ``quantize_activation`` first for
@@ -578,6 +589,7 @@ def gemm(a: torch.Tensor, q: QuantizedWeight, act_fmt="bf16", a_scales=None,
         if not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (W.shape[0],) or not bias.is_floating_point():
             raise ValueError(
                 f"bias must be a floating point tensor of shape [{W.shape[0]}] (N), got "
-                f"{getattr(bias, 'dtype', type(bias).__name__)} {list(getattr(bias, 'shape', []))}")
+                f"{getattr(bias, 'dtype', type(bias).__name__)} {list(getattr(bias, 'shape', []))}"
+            )
         out = out + bias.float()
     return out.to(out_dtype)

@@ -34,12 +34,26 @@ class Instance:
 def instances() -> tuple[Instance, ...]:
     out = []
     for d in C.instances():
-        out.append(Instance(
-            name=d["name"], backend=d["backend"], scheduler=d["scheduler"],
-            archs=tuple(a for a in d["archs"].split(";") if a), act_type=d["act_type"],
-            code_type=d["code_type"], scale_type=d["scale_type"], zero=d["zero"], out_type=d["out_type"],
-            layout=d["layout"], group_k=d["group_k"], group_n=d["group_n"], tile=tuple(d["tile"]),
-            stages=d["stages"], threads=d["threads"], smem_bytes=d["smem_bytes"]))
+        out.append(
+            Instance(
+                name=d["name"],
+                backend=d["backend"],
+                scheduler=d["scheduler"],
+                archs=tuple(a for a in d["archs"].split(";") if a),
+                act_type=d["act_type"],
+                code_type=d["code_type"],
+                scale_type=d["scale_type"],
+                zero=d["zero"],
+                out_type=d["out_type"],
+                layout=d["layout"],
+                group_k=d["group_k"],
+                group_n=d["group_n"],
+                tile=tuple(d["tile"]),
+                stages=d["stages"],
+                threads=d["threads"],
+                smem_bytes=d["smem_bytes"],
+            )
+        )
     return tuple(out)
 
 
@@ -47,8 +61,10 @@ def find(name: str) -> Instance:
     for inst in instances():
         if inst.name == name:
             return inst
-    raise KeyError(f"no compiled instance is named {name!r}; this build has {len(instances())} "
-                   "(humming_aot.registry.instances() lists them)")
+    raise KeyError(
+        f"no compiled instance is named {name!r}; this build has {len(instances())} "
+        "(humming_aot.registry.instances() lists them)"
+    )
 
 
 def build_info() -> dict:

@@ -8,8 +8,14 @@ import torch
 _UNIT_ROUNDOFF = {torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
 
 
-def gemm_tolerance(a_abs: torch.Tensor, w_abs: torch.Tensor, ref: torch.Tensor, out_dtype: torch.dtype,
-                   operand_dtype: torch.dtype | None = None, operand_roundings: int = 1) -> torch.Tensor:
+def gemm_tolerance(
+    a_abs: torch.Tensor,
+    w_abs: torch.Tensor,
+    ref: torch.Tensor,
+    out_dtype: torch.dtype,
+    operand_dtype: torch.dtype | None = None,
+    operand_roundings: int = 1,
+) -> torch.Tensor:
     """Per-element bound on |out - ref| for two fp32-accumulated GEMMs of the same operands.
 
     Two fp32 sums of k products in different orders differ by at most about 2 * k * u32 * sum|a||w|
@@ -28,8 +34,15 @@ def gemm_tolerance(a_abs: torch.Tensor, w_abs: torch.Tensor, ref: torch.Tensor, 
     return ((2 * k * 2.0**-24 + u_op) * mag + 2 * u_out * ref.double().abs() + 1e-30).float()
 
 
-def assert_gemm_close(out: torch.Tensor, ref: torch.Tensor, a_deq: torch.Tensor, w_deq: torch.Tensor, what: str = "",
-                      operand_dtype: torch.dtype | None = None, operand_roundings: int = 1):
+def assert_gemm_close(
+    out: torch.Tensor,
+    ref: torch.Tensor,
+    a_deq: torch.Tensor,
+    w_deq: torch.Tensor,
+    what: str = "",
+    operand_dtype: torch.dtype | None = None,
+    operand_roundings: int = 1,
+):
     """Assert |out - ref| <= gemm_tolerance elementwise, with a message naming the worst element."""
     out_f = out.float().cpu()
     ref_f = ref.float().cpu()
@@ -40,4 +53,5 @@ def assert_gemm_close(out: torch.Tensor, ref: torch.Tensor, a_deq: torch.Tensor,
         idx = torch.nonzero(bad)[0].tolist()
         raise AssertionError(
             f"{what}: {int(bad.sum())} of {bad.numel()} elements exceed the tolerance; first at {idx}: "
-            f"got {out_f[tuple(idx)].item()}, reference {ref_f[tuple(idx)].item()}, tolerance {tol[tuple(idx)].item()}")
+            f"got {out_f[tuple(idx)].item()}, reference {ref_f[tuple(idx)].item()}, tolerance {tol[tuple(idx)].item()}"
+        )

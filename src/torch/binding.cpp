@@ -99,7 +99,7 @@ ActFormat parse_act(const std::string &s) {
 void check_tensor(const at::Tensor &t, const char *what, at::ScalarType dtype, const at::Device &device) {
   HUMMING_CHECK_TYPE(t.scalar_type() == dtype, what, " must have dtype ", dtype, ", got ", t.scalar_type());
   HUMMING_CHECK_VALUE(t.device() == device, what, " is on ", t.device(), " but the activations are on ", device,
-                    "; every tensor of one call must be on the same device");
+                      "; every tensor of one call must be on the same device");
 }
 
 void check_shape(const at::Tensor &t, const char *what, std::initializer_list<int64_t> shape) {
@@ -208,11 +208,11 @@ at::Tensor gemm_impl(const at::Tensor &a, const at::Tensor &codes, const c10::op
   const WeightFormat &w = args.fmt.weight;
 
   HUMMING_CHECK_VALUE(a.dim() == 2, "activations must be 2-D [m, k], got ", a.dim(), "-D shape ", a.sizes(),
-                    " (flatten leading dimensions first)");
+                      " (flatten leading dimensions first)");
   HUMMING_CHECK_VALUE(a.size(1) == k, "activations have ", a.size(1), " columns but the weight has k=", k);
   check_tensor(a, "activations", storage_type(args.fmt.act.type), dev);
   HUMMING_CHECK_VALUE(a.stride(1) == 1 || a.size(1) == 1, "activations must have unit stride along k, got strides ",
-                    a.strides());
+                      a.strides());
   HUMMING_CHECK_VALUE(a.size(0) <= 1 || a.stride(0) >= k, "activation row stride ", a.stride(0), " is below k=", k);
   args.m = a.size(0);
   args.a = a.data_ptr();
@@ -247,7 +247,7 @@ at::Tensor gemm_impl(const at::Tensor &a, const at::Tensor &codes, const c10::op
   }
   if (args.fmt.act.granularity != ActScale::kNone) {
     HUMMING_CHECK_VALUE(a_scales.has_value(), "activation format ", to_string(args.fmt.act),
-                      " needs activation scales (quantize with torch.ops.humming.quantize_act)");
+                        " needs activation scales (quantize with torch.ops.humming.quantize_act)");
     check_tensor(*a_scales, "activation scales", at::kFloat, dev);
     const int64_t group = args.fmt.act.granularity == ActScale::kGroup ? args.fmt.act.group_k : k;
     check_shape(*a_scales, "activation scales", {args.m, (k + group - 1) / group});
@@ -311,7 +311,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> pack_weight_impl(const at::Tensor
   const WeightFormat w = parse_weight(wfmt);
   HUMMING_CHECK_VALUE(codes_in.dim() == 2, "codes must be 2-D [n, k], got shape ", codes_in.sizes());
   HUMMING_CHECK_TYPE(codes_in.scalar_type() == at::kByte, "codes must be uint8 bit patterns, got ",
-                   codes_in.scalar_type());
+                     codes_in.scalar_type());
   PackedDims d;
   check(packed_dims(static_cast<int>(layout), w, codes_in.size(0), codes_in.size(1), &d));
   const at::Device dev = codes_in.device();
@@ -333,8 +333,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> pack_weight_impl(const at::Tensor
     check_tensor(t_in, what, dtype, dev);
     const at::Tensor t = t_in.contiguous();
     HUMMING_CHECK_VALUE(t.dim() == 2 && t.size(0) == d.n_groups_logical && t.size(1) == d.k_groups_logical, what,
-                      " have shape ", t.sizes(), "; weight format ", to_string(w), " with n=", d.n, ", k=", d.k,
-                      " needs [", d.n_groups_logical, ", ", d.k_groups_logical, "]");
+                        " have shape ", t.sizes(), "; weight format ", to_string(w), " with n=", d.n, ", k=", d.k,
+                        " needs [", d.n_groups_logical, ", ", d.k_groups_logical, "]");
     at::Tensor out = at::empty({d.k_groups, d.n_groups}, t.options());
     const int bytes = static_cast<int>(t.element_size());
     check(dev.is_cpu() ? pack_groups_cpu(d, bytes, t.data_ptr(), out.data_ptr())
@@ -356,8 +356,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> pack_weight_impl(const at::Tensor
   return {packed, out_scales, out_zeros};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> unpack_weight_impl(const at::Tensor &packed_in,
-                                                                  const at::Tensor &scales,
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unpack_weight_impl(const at::Tensor &packed_in, const at::Tensor &scales,
                                                                   const at::Tensor &zeros, const std::string &wfmt,
                                                                   int64_t layout, int64_t n, int64_t k) {
   const WeightFormat w = parse_weight(wfmt);
@@ -374,9 +373,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> unpack_weight_impl(const at::Tens
     stream = c10::cuda::getCurrentCUDAStream(dev.index()).stream();
   }
   const auto *packed_ptr = reinterpret_cast<const uint32_t *>(packed_in.data_ptr());
-  check(dev.is_cpu() ? unpack_codes_cpu(static_cast<int>(layout), w, d, packed_ptr, codes.data_ptr<uint8_t>())
-                     : unpack_codes_cuda(static_cast<int>(layout), w, d, packed_ptr, codes.data_ptr<uint8_t>(),
-                                         stream));
+  check(dev.is_cpu()
+            ? unpack_codes_cpu(static_cast<int>(layout), w, d, packed_ptr, codes.data_ptr<uint8_t>())
+            : unpack_codes_cuda(static_cast<int>(layout), w, d, packed_ptr, codes.data_ptr<uint8_t>(), stream));
   auto unpack_grid = [&](const at::Tensor &t, const char *what, at::ScalarType dtype) {
     check_tensor(t, what, dtype, dev);
     check_shape(t, what, {d.k_groups, d.n_groups});
@@ -399,11 +398,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> unpack_weight_impl(const at::Tens
 std::tuple<at::Tensor, at::Tensor> quantize_act_impl(const at::Tensor &x, const std::string &afmt) {
   const ActFormat f = parse_act(afmt);
   HUMMING_CHECK_VALUE(f.granularity != ActScale::kNone, "activation format ", afmt,
-                    " is not quantized; quantize_act takes e4m3, e5m2 or i8 with -pt or -g{K}");
+                      " is not quantized; quantize_act takes e4m3, e5m2 or i8 with -pt or -g{K}");
   HUMMING_CHECK_VALUE(x.dim() == 2, "activations must be 2-D [m, k], got shape ", x.sizes());
   const DType xt = dtype_of(x.scalar_type());
   HUMMING_CHECK_TYPE(xt.id() != 0, "activations to quantize must be float32, float16 or bfloat16, got ",
-                   x.scalar_type());
+                     x.scalar_type());
   HUMMING_CHECK_VALUE(x.size(1) > 0, "activations must have k > 0 columns");
   HUMMING_CHECK_VALUE(x.stride(1) == 1 || x.size(1) == 1, "activations must have unit stride along k");
   const int64_t m = x.size(0), k = x.size(1);
@@ -557,25 +556,25 @@ PYBIND11_MODULE(_C, m) {
   });
   // Whether instance `name` computes `fmt` for this problem (key fields and its can_implement
   // rules, no pointers involved): what the Python dispatcher offers and explain() reports.
-  m.def("check_instance", [](const std::string &name, const std::string &fmt, int layout, int64_t n, int64_t k,
-                             int64_t m) {
-    const InstanceInfo &i = named_instance(name);
-    const GemmArgs args = described_problem(fmt, layout, n, k, m);
-    Status st = instance_matches(i, args);
-    if (st) st = i.can_implement(args);
-    return py::make_tuple(st.ok, st.message);
-  });
+  m.def("check_instance",
+        [](const std::string &name, const std::string &fmt, int layout, int64_t n, int64_t k, int64_t m) {
+          const InstanceInfo &i = named_instance(name);
+          const GemmArgs args = described_problem(fmt, layout, n, k, m);
+          Status st = instance_matches(i, args);
+          if (st) st = i.can_implement(args);
+          return py::make_tuple(st.ok, st.message);
+        });
   // Stream-K scratch instance `name` needs for this problem on the current CUDA device (0: no
   // tile is assembled from partials), as the binding computes it before a launch. Tests use it to
   // know a case exercises the fix-up.
-  m.def("workspace_bytes", [](const std::string &name, const std::string &fmt, int layout, int64_t n, int64_t k,
-                              int64_t m) {
-    const InstanceInfo &i = named_instance(name);
-    GemmArgs args = described_problem(fmt, layout, n, k, m);
-    check(instance_matches(i, args));
-    args.num_sms = device_sms(-1);
-    return i.workspace_bytes != nullptr ? i.workspace_bytes(args) : size_t(0);
-  });
+  m.def("workspace_bytes",
+        [](const std::string &name, const std::string &fmt, int layout, int64_t n, int64_t k, int64_t m) {
+          const InstanceInfo &i = named_instance(name);
+          GemmArgs args = described_problem(fmt, layout, n, k, m);
+          check(instance_matches(i, args));
+          args.num_sms = device_sms(-1);
+          return i.workspace_bytes != nullptr ? i.workspace_bytes(args) : size_t(0);
+        });
   // The C++ default choice (humming::select_instance) for a described device: kept equal to
   // humming_aot.dispatch.choose_for by a test.
   m.def("select_instance", [](const std::string &fmt, int layout, int64_t n, int64_t k, int64_t m, int cc, int sms) {

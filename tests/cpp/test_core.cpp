@@ -15,27 +15,28 @@ using namespace humming;
 
 namespace {
 int failures = 0;
-#define EXPECT(cond, ...)                                                                                             \
-  do {                                                                                                                \
-    if (!(cond)) {                                                                                                    \
-      ++failures;                                                                                                     \
-      std::printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                                     \
-      std::printf(__VA_ARGS__);                                                                                       \
-      std::printf("\n");                                                                                              \
-    }                                                                                                                 \
+#define EXPECT(cond, ...)                                                                                              \
+  do {                                                                                                                 \
+    if (!(cond)) {                                                                                                     \
+      ++failures;                                                                                                      \
+      std::printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                                      \
+      std::printf(__VA_ARGS__);                                                                                        \
+      std::printf("\n");                                                                                               \
+    }                                                                                                                  \
   } while (0)
 
 void test_format_round_trip() {
-  const char *weights[] = {"u4g128-sbf16", "u4g128-sf16-zi", "u3g64-sbf16-zf", "i4gc-sbf16", "e2m1g32-se8m0",
-                           "e2m1g16-se4m3-gs", "e4m3g128n128-sf32", "e4m3", "e5m2", "u8g32-sf32-zi", "i1g128-sf16"};
+  const char *weights[] = {"u4g128-sbf16",  "u4g128-sf16-zi",   "u3g64-sbf16-zf",    "i4gc-sbf16",
+                           "e2m1g32-se8m0", "e2m1g16-se4m3-gs", "e4m3g128n128-sf32", "e4m3",
+                           "e5m2",          "u8g32-sf32-zi",    "i1g128-sf16"};
   for (const char *s : weights) {
     WeightFormat f;
     Status st = parse_weight_format(s, &f);
     EXPECT(st.ok, "%s: %s", s, st.message.c_str());
     EXPECT(to_string(f) == s, "%s printed as %s", s, to_string(f).c_str());
   }
-  const char *bad[] = {"u4", "u9g128-sbf16", "u4g100-sbf16", "i4g128-sbf16-zi", "u4g128-su4", "x4", "e4m3-gs",
-                       "e5m3g32-sbf16", "u4g128-sbf16-zq", "e2m1g32-se8m0-zf"};
+  const char *bad[] = {"u4", "u9g128-sbf16", "u4g100-sbf16",  "i4g128-sbf16-zi", "u4g128-su4",
+                       "x4", "e4m3-gs",      "e5m3g32-sbf16", "u4g128-sbf16-zq", "e2m1g32-se8m0-zf"};
   for (const char *s : bad) {
     WeightFormat f;
     Status st = parse_weight_format(s, &f);
@@ -71,7 +72,8 @@ void test_pack_round_trip() {
     const int64_t r = 5, kk = 37;
     const int64_t bit = kk * bits;
     uint64_t window = packed[r * d.words_per_row + bit / 32];
-    if (bit / 32 + 1 < d.words_per_row) window |= static_cast<uint64_t>(packed[r * d.words_per_row + bit / 32 + 1]) << 32;
+    if (bit / 32 + 1 < d.words_per_row)
+      window |= static_cast<uint64_t>(packed[r * d.words_per_row + bit / 32 + 1]) << 32;
     EXPECT(((window >> (bit % 32)) & ((1u << bits) - 1u)) == codes[r * k + kk], "bits=%d bit position", bits);
   }
 }
@@ -163,8 +165,7 @@ void test_registry() {
   synthetic.archs = "80;86;90a";
   synthetic.smem_bytes = 120000;
   EXPECT(instance_runs_on(synthetic, 80) && instance_runs_on(synthetic, 90), "fits sm_80 and sm_90");
-  EXPECT(!instance_runs_on(synthetic, 86, &why) && why.find("shared memory") != std::string::npos, "%s",
-         why.c_str());
+  EXPECT(!instance_runs_on(synthetic, 86, &why) && why.find("shared memory") != std::string::npos, "%s", why.c_str());
   synthetic.smem_bytes = 0;
   synthetic.archs = "";
   EXPECT(!instance_runs_on(synthetic, 90, &why) && why.find("no architectures") != std::string::npos, "%s",
@@ -188,7 +189,8 @@ void test_stream_k_plans() {
             // Decode tiles split every tile into the same number (at least 2) of blocks.
             const int64_t unit_k = (group_tiles > 1 ? group_tiles : 1) * tile_k;
             const int64_t min_units = (min_slice_k() + unit_k - 1) / unit_k;
-            const int64_t splits = std::min<int64_t>(264 / tiles, tiles * units / std::max<int64_t>(min_units, 1) / tiles);
+            const int64_t splits =
+                std::min<int64_t>(264 / tiles, tiles * units / std::max<int64_t>(min_units, 1) / tiles);
             const bool spread = tiles * (decode ? kStreamKSlotsPerDecodeTile : kStreamKSlotsPerTile) <= 264 &&
                                 units > 1 && k_tiles * tile_k >= 2 * min_slice_k() && (!decode || splits >= 2);
             if (spread && decode)

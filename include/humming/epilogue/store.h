@@ -17,8 +17,10 @@ namespace epilogue {
 // that general path per element made the epilogue thousands of instructions of cold code.
 // OutId: DType id of the output (f16, bf16 or f32).
 template <uint32_t OutId> __device__ __forceinline__ float load_out(const void *base, int64_t i) {
-  if constexpr (DType::from_id(OutId).bits == 32) return static_cast<const float *>(base)[i];
-  else return numeric::Operand<OutId == dtypes::bf16.id()>::to_float(static_cast<const uint16_t *>(base)[i]);
+  if constexpr (DType::from_id(OutId).bits == 32)
+    return static_cast<const float *>(base)[i];
+  else
+    return numeric::Operand<OutId == dtypes::bf16.id()>::to_float(static_cast<const uint16_t *>(base)[i]);
 }
 
 template <uint32_t OutId> __device__ __forceinline__ void store_out_pair(void *base, int64_t i, float2 v, bool both) {
@@ -44,7 +46,8 @@ template <uint32_t OutId> __device__ __forceinline__ void store_out_pair(void *b
 
 // Output channels n and n + 1 of row m (n < the problem's n): bias added, rounded to the output
 // type, one store where the address allows it (the usual case: even ldo, aligned output).
-template <uint32_t OutId> __device__ __forceinline__ void write_pair(const GemmArgs &a, int64_t m, int64_t n, float2 v) {
+template <uint32_t OutId>
+__device__ __forceinline__ void write_pair(const GemmArgs &a, int64_t m, int64_t n, float2 v) {
   const bool both = n + 1 < a.dims.n;
   if (a.bias != nullptr) {
     v.x += load_out<OutId>(a.bias, n);

@@ -43,9 +43,7 @@ struct DType {
   }
   // Only S.1111.111 is NaN, no infinity (e4m3 as torch.float8_e4m3fn).
   HUMMING_HD constexpr bool fn() const { return kind == kFloat && exp == 4 && man == 3; }
-  HUMMING_HD constexpr int bias() const {
-    return kind == kE8M0 ? 127 : (kind == kFloat ? (1 << (exp - 1)) - 1 : 0);
-  }
+  HUMMING_HD constexpr int bias() const { return kind == kE8M0 ? 127 : (kind == kFloat ? (1 << (exp - 1)) - 1 : 0); }
   // Bytes of one element as stored in a tensor (codes of fewer than 8 bits are packed elsewhere).
   HUMMING_HD constexpr int storage_bytes() const { return bits <= 8 ? 1 : bits / 8; }
 };

@@ -17,9 +17,9 @@
 namespace humming {
 namespace generic {
 
-constexpr int kBlockM = 32;  // output rows per block
-constexpr int kBlockN = 64;  // output channels per block
-constexpr int kBlockK = 32;  // inputs staged per step
+constexpr int kBlockM = 32;   // output rows per block
+constexpr int kBlockN = 64;   // output channels per block
+constexpr int kBlockK = 32;   // inputs staged per step
 constexpr int kThreads = 256; // 16 x 16 threads, each 2 rows x 4 channels
 constexpr int kThreadRows = 2;
 constexpr int kThreadCols = 4;
@@ -112,8 +112,7 @@ Status launch(const GemmArgs &args, void *stream) {
   if (args.m == 0) return Status::Ok();
   const dim3 grid(static_cast<unsigned>(dense_grid_cols(args.dims.n, kBlockN)),
                   static_cast<unsigned>(dense_grid_rows(args.m, kBlockM)));
-  dense_kernel<ActId, CodeId, ScaleId, Zero, OutId>
-      <<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args);
+  dense_kernel<ActId, CodeId, ScaleId, Zero, OutId><<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return Status::Error(std::string("generic kernel failed to launch: ") + cudaGetErrorString(e));
   return Status::Ok();

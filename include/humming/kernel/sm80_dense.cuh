@@ -80,7 +80,7 @@ struct Dense {
   static constexpr int kSBytes = kScaleRows * BN * 2;
   static constexpr int kZBytes = kIntZero || kFloatZero ? ((kScaleRows * BN * kZeroBytes + 15) / 16) * 16 : 0;
   static constexpr int kStageBytes = kABytes + kBBytes + kSBytes + kZBytes;
-  static constexpr int kAcc = MT * 8 * 4; // fp32 accumulators per lane
+  static constexpr int kAcc = MT * 8 * 4;   // fp32 accumulators per lane
   static constexpr int kSteps = WarpK / 16; // mma K steps per warp per stage
   // Scale on the fp32 sums (see the top of the file) for warps of one mma tile.
   static constexpr bool kAccScale = MT == 1;
@@ -157,23 +157,23 @@ struct Dense {
   // This thread's copies of every stage of one tile, worked out once per tile (a stage then adds
   // a uniform K offset and issues its copies): under the decode tiles' register budget the
   // compiler would otherwise rebuild these addresses for every stage.
-  static constexpr int kRowChunks = BK / 8;                                // 16-byte chunks per activation row
-  static constexpr int kRowsPerPass = kThreads / kRowChunks;               // activation rows per round of copies
-  static constexpr int kColChunks = (BK / 16) * kWordsPerBlock / 4;        // per 64-channel weight column
-  static constexpr int kBChunks = WarpsN * kColChunks;                     // weight chunks per stage
+  static constexpr int kRowChunks = BK / 8;                         // 16-byte chunks per activation row
+  static constexpr int kRowsPerPass = kThreads / kRowChunks;        // activation rows per round of copies
+  static constexpr int kColChunks = (BK / 16) * kWordsPerBlock / 4; // per 64-channel weight column
+  static constexpr int kBChunks = WarpsN * kColChunks;              // weight chunks per stage
   static constexpr bool kFixedCopies = kColChunks % kThreads == 0;
-  static constexpr int kScaleChunks = BN * 2 / 16;                         // per scale row
-  static constexpr int kZeroChunks = BN * kZeroBytes / 16;                 // per zero-point row
+  static constexpr int kScaleChunks = BN * 2 / 16;         // per scale row
+  static constexpr int kZeroChunks = BN * kZeroBytes / 16; // per zero-point row
   static_assert(kThreads % kRowChunks == 0, "a thread copies the same chunk of several activation rows");
   static_assert(kColChunks % kThreads == 0 || kThreads % kColChunks == 0, "weight chunks split evenly");
   static_assert(kScaleRows * kScaleChunks <= kThreads, "one scale chunk per thread and stage at most");
   static_assert(kScaleRows * kZeroChunks <= kThreads, "one zero-point chunk per thread and stage at most");
   struct TileCopies {
-    const char *a;  // this thread's first activation chunk at K = 0
-    const char *b;  // this thread's first weight chunk at K = 0
-    int a_rows;     // activation rows of this thread's column that lie below m
-    int a_col;      // first input of this thread's activation chunks
-    int b_cols;     // weight columns of the tile that lie inside n_pad
+    const char *a; // this thread's first activation chunk at K = 0
+    const char *b; // this thread's first weight chunk at K = 0
+    int a_rows;    // activation rows of this thread's column that lie below m
+    int a_col;     // first input of this thread's activation chunks
+    int b_cols;    // weight columns of the tile that lie inside n_pad
   };
   static __device__ __forceinline__ TileCopies tile_copies(const Params &p, int64_t m0, int64_t n0) {
     const GemmArgs &a = p.args;
@@ -187,8 +187,7 @@ struct Dense {
     // Fixed copies: chunk t of column 0; otherwise chunk t % kColChunks of column t / kColChunks.
     const int b_col = kFixedCopies ? 0 : t / kColChunks;
     const int b_chunk = kFixedCopies ? t : t % kColChunks;
-    tc.b = reinterpret_cast<const char *>(a.codes) + (n0 / 64 + b_col) * p.k_blocks * kWordsPerBlock * 4 +
-           b_chunk * 16;
+    tc.b = reinterpret_cast<const char *>(a.codes) + (n0 / 64 + b_col) * p.k_blocks * kWordsPerBlock * 4 + b_chunk * 16;
     tc.b_cols = static_cast<int>((a.dims.n_pad - n0) / 64);
     return tc;
   }
@@ -199,8 +198,8 @@ struct Dense {
   // all exist. Only the two pointers of TileCopies stay live across stages: whatever else a
   // thread needs is a few integer operations on its index, cheaper than registers under the
   // decode tiles' budget of 128.
-  static __device__ __forceinline__ void load_stage_inner(const Params &p, const TileCopies &tc, uint32_t stage,
-                                                          int kt, int64_t n0) {
+  static __device__ __forceinline__ void load_stage_inner(const Params &p, const TileCopies &tc, uint32_t stage, int kt,
+                                                          int64_t n0) {
     const int t = static_cast<int>(threadIdx.x);
     const int r0 = t / kRowChunks, c = t % kRowChunks;
     // r0 < kRowsPerPass, so row r0 + j * kRowsPerPass swizzles with (r0 & 7) ^ ((j * kRowsPerPass) & 7).
@@ -221,7 +220,8 @@ struct Dense {
       for (int j = 0; j < WarpsN * kPasses; ++j) {
         const int nb = j / kPasses, c_off = (j % kPasses) * kThreads;
         if (nb == 0 || nb < tc.b_cols)
-          cp_async16_full<256>(stage + kABytes + (nb * kColChunks + c_off + t) * 16, bsrc + nb * col_bytes + c_off * 16);
+          cp_async16_full<256>(stage + kABytes + (nb * kColChunks + c_off + t) * 16,
+                               bsrc + nb * col_bytes + c_off * 16);
       }
     } else {
       // Chunk t % kColChunks of columns t / kColChunks + j * (kThreads / kColChunks).
@@ -317,8 +317,8 @@ struct Dense {
       // Scale rows (and zero-point rows) of the groups this stage touches; rows past the last
       // group read as zeros, never as stale values that could be NaN.
       const int g0 = k0 / GroupK;
-      const int g_left = static_cast<int>(a.dims.k_groups) - g0 < kScaleRows ? static_cast<int>(a.dims.k_groups) - g0
-                                                                               : kScaleRows;
+      const int g_left =
+          static_cast<int>(a.dims.k_groups) - g0 < kScaleRows ? static_cast<int>(a.dims.k_groups) - g0 : kScaleRows;
       const int n_left = static_cast<int>(a.dims.n_pad - n0);
       const int row_elems = static_cast<int>(a.dims.n_groups);
       const int64_t first = g0 * a.dims.n_groups + n0;
@@ -367,10 +367,14 @@ struct Dense {
       if constexpr (kBits == 4) {
         const int q = pr % kP;
         uint32_t b;
-        if (q == 0) b = numeric::u4_pair_biased<kBf16, 0>(w);
-        else if (q == 1) b = numeric::u4_pair_biased<kBf16, 1>(w);
-        else if (q == 2) b = numeric::u4_pair_biased<kBf16, 2>(w);
-        else b = numeric::u4_pair_biased<kBf16, 3>(w);
+        if (q == 0)
+          b = numeric::u4_pair_biased<kBf16, 0>(w);
+        else if (q == 1)
+          b = numeric::u4_pair_biased<kBf16, 1>(w);
+        else if (q == 2)
+          b = numeric::u4_pair_biased<kBf16, 2>(w);
+        else
+          b = numeric::u4_pair_biased<kBf16, 3>(w);
         v = kFold ? b : numeric::Operand<kBf16>::sub(b, kFloatZero ? numeric::Operand<kBf16>::kMagic : bias[j]);
       } else if constexpr (kFloatCode) {
         v = pr % kP == 0 ? numeric::e4m3_pair<kBf16, 0>(w) : numeric::e4m3_pair<kBf16, 1>(w);
@@ -470,7 +474,7 @@ struct Dense {
         if constexpr (kRowSums)
 #pragma unroll
           for (int s = 0; s < kSegSteps; ++s) mma_16816<kBf16>(start, af[s], neg_offset, neg_offset);
-        const float(&init)[4] = kFold ? start : none;
+        const float (&init)[4] = kFold ? start : none;
         float seg[8][4];
 #pragma unroll
         for (int s = 0; s < kSegSteps; ++s) {
@@ -479,8 +483,10 @@ struct Dense {
           dequant(words, bias, zero, bf);
 #pragma unroll
           for (int j = 0; j < 8; ++j) {
-            if (s == 0) mma_16816<kBf16>(seg[j], af[s], bf[j][0], bf[j][1], init);
-            else mma_16816<kBf16>(seg[j], af[s], bf[j][0], bf[j][1]);
+            if (s == 0)
+              mma_16816<kBf16>(seg[j], af[s], bf[j][0], bf[j][1], init);
+            else
+              mma_16816<kBf16>(seg[j], af[s], bf[j][0], bf[j][1]);
           }
         }
         // Scales (and float zero points) of this lane's accumulator columns j * 8 + (lane % 4) * 2 + {0, 1}.
@@ -565,7 +571,7 @@ struct Dense {
 #pragma unroll
           for (int s = 0; s < kSegSteps; ++s)
             mma_16816<kBf16>(start, neg, act[s / 2][2 * (s % 2)], act[s / 2][2 * (s % 2) + 1]);
-        const float(&init)[4] = kFold ? start : none;
+        const float (&init)[4] = kFold ? start : none;
         float seg[4][4];
 #pragma unroll
         for (int s = 0; s < kSegSteps; ++s) {
@@ -576,12 +582,15 @@ struct Dense {
 #pragma unroll
           for (int J = 0; J < 4; ++J) {
             const uint32_t a[4] = {bf[2 * J][0], bf[2 * J + 1][0], bf[2 * J][1], bf[2 * J + 1][1]};
-            if (s == 0) mma_16816<kBf16>(seg[J], a, b0, b1, init);
-            else mma_16816<kBf16>(seg[J], a, b0, b1);
+            if (s == 0)
+              mma_16816<kBf16>(seg[J], a, b0, b1, init);
+            else
+              mma_16816<kBf16>(seg[J], a, b0, b1);
           }
         }
         // Scales (and float zero points) of this lane's channels J * 16 + h * 8 + lane / 4.
-        const auto *srow = reinterpret_cast<const uint16_t *>(stage + kABytes + kBBytes) + row * BN + wn * 64 + lane / 4;
+        const auto *srow =
+            reinterpret_cast<const uint16_t *>(stage + kABytes + kBBytes) + row * BN + wn * 64 + lane / 4;
 #pragma unroll
         for (int J = 0; J < 4; ++J)
 #pragma unroll
@@ -656,8 +665,10 @@ struct Dense {
       dequant(words, bias, zero, bf);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        if constexpr (kFloatZero) bf[j][0] = Op::sub(bf[j][0], zero_pair[j]), bf[j][1] = Op::sub(bf[j][1], zero_pair[j]);
-        if constexpr (GroupK != 0) bf[j][0] = Op::mul(bf[j][0], scale_pair[j]), bf[j][1] = Op::mul(bf[j][1], scale_pair[j]);
+        if constexpr (kFloatZero)
+          bf[j][0] = Op::sub(bf[j][0], zero_pair[j]), bf[j][1] = Op::sub(bf[j][1], zero_pair[j]);
+        if constexpr (GroupK != 0)
+          bf[j][0] = Op::mul(bf[j][0], scale_pair[j]), bf[j][1] = Op::mul(bf[j][1], scale_pair[j]);
 #pragma unroll
         for (int i = 0; i < MT; ++i) mma_16816<kBf16>(acc[i][j], af[i], bf[j][0], bf[j][1]);
       }
@@ -707,7 +718,8 @@ struct Dense {
         fixed_zero[j] = z;
         fixed_bias[j] = bias_for(z);
         if constexpr (kFloatZero && GroupK == 0 && !kAccScale) {
-          const uint16_t zc = lane_n + j * 8 < a.dims.n_pad ? static_cast<const uint16_t *>(a.zeros)[lane_n + j * 8] : 0;
+          const uint16_t zc =
+              lane_n + j * 8 < a.dims.n_pad ? static_cast<const uint16_t *>(a.zeros)[lane_n + j * 8] : 0;
           fixed_bias[j] = static_cast<uint32_t>(zc) | (static_cast<uint32_t>(zc) << 16);
         }
       }
@@ -723,8 +735,10 @@ struct Dense {
 
       // K tile kt into the stage buffer at `dst`: the short path inside K, the tested one at its end.
       const auto load = [&](uint32_t dst, int kt) {
-        if (kt < p.inner_k_tiles) load_stage_inner(p, copies, dst, kt, n0);
-        else load_stage(p, copies, dst, kt, m0, n0);
+        if (kt < p.inner_k_tiles)
+          load_stage_inner(p, copies, dst, kt, n0);
+        else
+          load_stage(p, copies, dst, kt, m0, n0);
       };
       // Prologue: fill Stages - 1 stages (rolled: both copy paths would be inlined per stage).
 #pragma unroll 1
@@ -935,9 +949,9 @@ struct Dense {
   // n_pad), for the row-sum term at the end of a segment.
   static __device__ __forceinline__ float channel_zero(const GemmArgs &a, int64_t n) {
     if constexpr (kFloatZero)
-      return n < a.dims.n_pad ? numeric::Operand<kBf16>::to_float(static_cast<const uint16_t *>(a.zeros)[n]) *
-                                    (1.0f / kRowUnit)
-                              : 0.0f;
+      return n < a.dims.n_pad
+                 ? numeric::Operand<kBf16>::to_float(static_cast<const uint16_t *>(a.zeros)[n]) * (1.0f / kRowUnit)
+                 : 0.0f;
     return 0.0f;
   }
 
@@ -983,7 +997,8 @@ struct Dense {
 
 // Narrow: the kernel for m <= 8 (Dense::stage_narrow), for instances whose warps hold one mma tile.
 template <class K, bool Narrow>
-__global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) dense_kernel(const __grid_constant__ typename K::Params p) {
+__global__ void __launch_bounds__(K::kThreads, K::kMinBlocks)
+    dense_kernel(const __grid_constant__ typename K::Params p) {
   extern __shared__ __align__(16) char smem[];
   K::template run<Narrow>(p, smem);
 }
@@ -992,8 +1007,8 @@ template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int Zero, uint32_t 
           int WarpsN, int WarpsK, int WarpK, int Stages>
 int Dense<ActId, CodeId, ScaleId, Zero, OutId, GroupK, BM, WarpsM, WarpsN, WarpsK, WarpK, Stages>::resident_blocks() {
   static const int blocks = [] {
-    cudaError_t e = cudaFuncSetAttribute(dense_kernel<Dense, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         kSmemTotal);
+    cudaError_t e =
+        cudaFuncSetAttribute(dense_kernel<Dense, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemTotal);
     if constexpr (kHasNarrow)
       if (e == cudaSuccess)
         e = cudaFuncSetAttribute(dense_kernel<Dense, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemTotal);
@@ -1023,8 +1038,9 @@ inline bool narrow_enabled() {
   return value;
 }
 
-#define HUMMING_SM80_TARGS uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int Zero, uint32_t OutId, int GroupK, \
-                           int BM, int WarpsM, int WarpsN, int WarpsK, int WarpK, int Stages
+#define HUMMING_SM80_TARGS                                                                                             \
+  uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int Zero, uint32_t OutId, int GroupK, int BM, int WarpsM,         \
+      int WarpsN, int WarpsK, int WarpK, int Stages
 #define HUMMING_SM80_ARGS ActId, CodeId, ScaleId, Zero, OutId, GroupK, BM, WarpsM, WarpsN, WarpsK, WarpK, Stages
 
 template <HUMMING_SM80_TARGS> Status can_implement(const GemmArgs &args) {
@@ -1067,8 +1083,8 @@ template <HUMMING_SM80_TARGS> Status launch(const GemmArgs &args, void *stream) 
   const auto p = K::make_params(args);
   const size_t need = streamk_workspace_bytes(p.plan, args.m < BM ? args.m : BM, K::BN);
   if (need > args.workspace_bytes || (need > 0 && args.workspace == nullptr))
-    return Status::Error("the sm80 backend needs " + std::to_string(need) + " bytes of workspace (its first 64 KiB zeroed), got " +
-                         std::to_string(args.workspace_bytes));
+    return Status::Error("the sm80 backend needs " + std::to_string(need) +
+                         " bytes of workspace (its first 64 KiB zeroed), got " + std::to_string(args.workspace_bytes));
   if (K::resident_blocks() < 0)
     return Status::Error(std::string("this sm80 instance needs ") + std::to_string(K::kSmemTotal) +
                          " bytes of shared memory per block, more than this GPU allows; use a smaller tile");

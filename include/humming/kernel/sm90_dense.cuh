@@ -143,7 +143,8 @@ struct Dense {
         mbar_arrive_expect_tx(full, bytes);
 #pragma unroll
         for (int at = 0; at < KAtoms; ++at)
-          tensor_copy_2d(stage + at * kAtomBytes, &p.act, static_cast<int>(kt * BK + at * 64), static_cast<int>(m0), full);
+          tensor_copy_2d(stage + at * kAtomBytes, &p.act, static_cast<int>(kt * BK + at * 64), static_cast<int>(m0),
+                         full);
 #pragma unroll
         for (int at = 0; at < KAtoms; ++at) {
           const int64_t kb = kt * KAtoms + at;
@@ -168,7 +169,9 @@ struct Dense {
   // ---- consumers -----------------------------------------------------------------------------
 
   // Scale row of the stage that holds K step `step` (0 when one group spans the stage).
-  static constexpr int scale_row(int step) { return GroupK == 0 || GroupK >= BK ? 0 : step * 16 / (GroupK == 0 ? 1 : GroupK); }
+  static constexpr int scale_row(int step) {
+    return GroupK == 0 || GroupK >= BK ? 0 : step * 16 / (GroupK == 0 ? 1 : GroupK);
+  }
 
   // This thread's A fragments of one stage: af[step][r] is register r of K step `step`, channels
   // c0 (r even) and c0 + 8 (r odd) of the warpgroup's 64 (see layout/sm90.h). `col` is the
@@ -222,10 +225,14 @@ struct Dense {
           const int pair = sa * 4 + r; // pair index inside the 64-input block
           const uint32_t w = words[pair / kPpw];
           uint32_t v;
-          if (pair % kPpw == 0) v = numeric::exact_pair<kBf16, CodeId, 0>(w, b[r % 2], z[r % 2]);
-          else if (pair % kPpw == 1) v = numeric::exact_pair<kBf16, CodeId, 1>(w, b[r % 2], z[r % 2]);
-          else if (pair % kPpw == 2) v = numeric::exact_pair<kBf16, CodeId, (kPpw > 2 ? 2 : 0)>(w, b[r % 2], z[r % 2]);
-          else v = numeric::exact_pair<kBf16, CodeId, (kPpw > 3 ? 3 : 0)>(w, b[r % 2], z[r % 2]);
+          if (pair % kPpw == 0)
+            v = numeric::exact_pair<kBf16, CodeId, 0>(w, b[r % 2], z[r % 2]);
+          else if (pair % kPpw == 1)
+            v = numeric::exact_pair<kBf16, CodeId, 1>(w, b[r % 2], z[r % 2]);
+          else if (pair % kPpw == 2)
+            v = numeric::exact_pair<kBf16, CodeId, (kPpw > 2 ? 2 : 0)>(w, b[r % 2], z[r % 2]);
+          else
+            v = numeric::exact_pair<kBf16, CodeId, (kPpw > 3 ? 3 : 0)>(w, b[r % 2], z[r % 2]);
           if constexpr (GroupK != 0 && !kSumScales) v = Op::mul(v, sc2[r % 2]);
           af[step][r] = v;
         }
@@ -245,8 +252,8 @@ struct Dense {
 
   // Waits for stage `pos` and builds its fragments into set `B`.
   template <int B>
-  static __device__ __forceinline__ void fetch(const char *ring_ptr, uint32_t bars, RingPos pos, int cw, int t,
-                                               int col, const uint32_t (&bias)[2], const float (&zero)[2], Regs &r) {
+  static __device__ __forceinline__ void fetch(const char *ring_ptr, uint32_t bars, RingPos pos, int cw, int t, int col,
+                                               const uint32_t (&bias)[2], const float (&zero)[2], Regs &r) {
     mbar_wait(bars + 8 * pos.stage, pos.phase);
     load_fragments(ring_ptr + pos.stage * kStageBytes, cw, t, col, bias, zero, r.af[B], r.sc[B]);
   }
@@ -260,7 +267,8 @@ struct Dense {
     if constexpr (kSumScales)
 #pragma unroll
       for (int g = 0; g < kSets; ++g) fence_regs(r.part[g]);
-    else fence_regs(r.acc);
+    else
+      fence_regs(r.acc);
     wgmma_fence();
     const uint64_t desc = desc_sw128(ring + pos.stage * kStageBytes);
 #pragma unroll
@@ -356,9 +364,8 @@ struct Dense {
 
       const StreamKPlan &plan = p.plan;
       if (!(kt0 == 0 && kt1 == plan.k_tiles)) {
-        const bool last = epilogue::streamk_fixup<kAcc, kConsumerThreads>(plan, a.workspace, blockIdx.x,
-                                                                           tile - plan.dp_tiles(), ct, r.acc, flag,
-                                                                           [] { consumer_sync(); });
+        const bool last = epilogue::streamk_fixup<kAcc, kConsumerThreads>(
+            plan, a.workspace, blockIdx.x, tile - plan.dp_tiles(), ct, r.acc, flag, [] { consumer_sync(); });
         if (!last) return;
       }
       store(a, m0, n0 + col, lane, r.acc);
@@ -368,8 +375,7 @@ struct Dense {
   // Sums acc[4j + e] are channel c = n (e < 2) or n + 8, token m0 + 8j + 2(lane % 4) + e % 2.
   // Per-channel and global scales on the fp32 sums, then lanes 4 apart (channels c and c + 1)
   // swap halves so that each stores two adjacent channels of one token at once.
-  static __device__ __forceinline__ void store(const GemmArgs &a, int64_t m0, int64_t n, int lane,
-                                               float (&acc)[kAcc]) {
+  static __device__ __forceinline__ void store(const GemmArgs &a, int64_t m0, int64_t n, int lane, float (&acc)[kAcc]) {
     using Op = numeric::Operand<kBf16>;
     const float global = a.global_scale != nullptr ? *a.global_scale : 1.0f;
     float f[2] = {global, global};
@@ -401,8 +407,8 @@ struct Dense {
     volatile int *flag = reinterpret_cast<volatile int *>(ring_ptr + kRingBytes + Stages * 16);
     if (threadIdx.x == 0) {
       for (int s = 0; s < Stages; ++s) {
-        mbar_init(bars + 8 * s, 1);                          // full: the producer's arrival + bytes
-        mbar_init(bars + 8 * (Stages + s), 4 * Consumers);  // empty: one arrival per consumer warp
+        mbar_init(bars + 8 * s, 1);                        // full: the producer's arrival + bytes
+        mbar_init(bars + 8 * (Stages + s), 4 * Consumers); // empty: one arrival per consumer warp
       }
       mbar_init_fence();
       prefetch_tensor_map(&p.act);
@@ -429,7 +435,8 @@ struct Dense {
   static bool configure();
 };
 
-template <class K> __global__ void __launch_bounds__(K::kThreads, 1) dense_kernel(const __grid_constant__ typename K::Params p) {
+template <class K>
+__global__ void __launch_bounds__(K::kThreads, 1) dense_kernel(const __grid_constant__ typename K::Params p) {
   extern __shared__ __align__(1024) char smem[];
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   K::run(p, smem);
@@ -439,14 +446,16 @@ template <class K> __global__ void __launch_bounds__(K::kThreads, 1) dense_kerne
 template <uint32_t ActId, uint32_t CodeId, int Zero, int GroupK, int BM, int Consumers, int KAtoms, int Stages>
 bool Dense<ActId, CodeId, Zero, GroupK, BM, Consumers, KAtoms, Stages>::configure() {
   static const bool ok = [] {
-    const cudaError_t e = cudaFuncSetAttribute(dense_kernel<Dense>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemTotal);
+    const cudaError_t e =
+        cudaFuncSetAttribute(dense_kernel<Dense>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemTotal);
     if (e != cudaSuccess) cudaGetLastError();
     return e == cudaSuccess;
   }();
   return ok;
 }
 
-#define HUMMING_SM90_TARGS uint32_t ActId, uint32_t CodeId, int Zero, int GroupK, int BM, int Consumers, int KAtoms, int Stages
+#define HUMMING_SM90_TARGS                                                                                             \
+  uint32_t ActId, uint32_t CodeId, int Zero, int GroupK, int BM, int Consumers, int KAtoms, int Stages
 #define HUMMING_SM90_ARGS ActId, CodeId, Zero, GroupK, BM, Consumers, KAtoms, Stages
 
 template <HUMMING_SM90_TARGS> Status can_implement(const GemmArgs &args) {
@@ -487,14 +496,15 @@ template <HUMMING_SM90_TARGS> Status launch(const GemmArgs &args, void *stream) 
   p.n_blocks = args.dims.n_pad / layout_sm90::kBlockN;
   const size_t need = streamk_workspace_bytes(p.plan, BM, K::BN);
   if (need > args.workspace_bytes || (need > 0 && args.workspace == nullptr))
-    return Status::Error("the sm90 backend needs " + std::to_string(need) + " bytes of workspace (its first 64 KiB zeroed), got " +
-                         std::to_string(args.workspace_bytes));
+    return Status::Error("the sm90 backend needs " + std::to_string(need) +
+                         " bytes of workspace (its first 64 KiB zeroed), got " + std::to_string(args.workspace_bytes));
   if (!K::configure())
     return Status::Error(std::string("this sm90 instance needs ") + std::to_string(K::kSmemTotal) +
                          " bytes of shared memory per block, more than this GPU allows");
   Status st = cached_rows_map(&p.act, args.a, K::kBf16, args.m, args.dims.k, args.lda, BM);
   if (!st) return st;
-  dense_kernel<K><<<static_cast<unsigned>(p.plan.blocks), K::kThreads, K::kSmemTotal, static_cast<cudaStream_t>(stream)>>>(p);
+  dense_kernel<K>
+      <<<static_cast<unsigned>(p.plan.blocks), K::kThreads, K::kSmemTotal, static_cast<cudaStream_t>(stream)>>>(p);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return Status::Error(std::string("sm90 kernel failed to launch: ") + cudaGetErrorString(e));
   return Status::Ok();

@@ -56,8 +56,7 @@ HUMMING_HD uint32_t pack_word(const uint8_t *codes_row, int64_t k, int bits, int
 // Scales and zero points of every layout: element (kg, ng) of the packed [k_groups][n_groups]
 // grid, taken from the logical [n_groups_logical][k_groups_logical] grid (0 outside it).
 // Returns the index into the logical grid, or -1 for padding.
-HUMMING_HD int64_t group_source_index(int64_t kg, int64_t ng, int64_t k_groups_logical,
-                                      int64_t n_groups_logical) {
+HUMMING_HD int64_t group_source_index(int64_t kg, int64_t ng, int64_t k_groups_logical, int64_t n_groups_logical) {
   if (kg >= k_groups_logical || ng >= n_groups_logical) return -1;
   return ng * k_groups_logical + kg;
 }

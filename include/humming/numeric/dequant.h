@@ -1,8 +1,9 @@
 // Element-wise dequantization shared by the CPU reference and the generic backend.
 //
 // w[n][k] = (decode(code) - zero) * scale * global_scale, with the scale and zero point of the
-// group that holds (n, k) (unsigned codes without zero points: zero = 2^(bits-1)); a[m][k] = decode(a) * a_scale of the token or K group. The fast backends
-// do the same arithmetic with bit tricks on whole registers; these are the readable definitions.
+// group that holds (n, k) (unsigned codes without zero points: zero = 2^(bits-1)); a[m][k] = decode(a) * a_scale of the
+// token or K group. The fast backends do the same arithmetic with bit tricks on whole registers; these are the readable
+// definitions.
 #pragma once
 
 #include <cstdint>
@@ -21,15 +22,15 @@ HUMMING_HD float weight_value_generic(const GemmArgs &args, DType code_t, DType 
                                       int64_t n, int64_t k) {
   const PackedDims &d = args.dims;
   const int bits = static_cast<int>(code_t.bits);
-  const uint32_t code = args.layout == kLayoutSm80
-                            ? layout_sm80::code_at(args.codes, n, k, bits, d.k_pad / layout_sm80::kBlockK)
-                        : args.layout == kLayoutSm90
-                            ? layout_sm90::code_at(args.codes, n, k, bits, d.n_pad / layout_sm90::kBlockN)
-                            : layout_generic::code_at(args.codes + n * d.words_per_row, k, bits);
+  const uint32_t code =
+      args.layout == kLayoutSm80   ? layout_sm80::code_at(args.codes, n, k, bits, d.k_pad / layout_sm80::kBlockK)
+      : args.layout == kLayoutSm90 ? layout_sm90::code_at(args.codes, n, k, bits, d.n_pad / layout_sm90::kBlockN)
+                                   : layout_generic::code_at(args.codes + n * d.words_per_row, k, bits);
   float v = decode(code_t, code);
   // Unsigned codes without zero points are symmetric around the middle of their range (GPTQ
   // symmetric "uint4b8"): the zero point is implied, 2^(bits-1).
-  if (code_t.kind == kUInt && zero == static_cast<int>(ZeroKind::kNone)) v -= static_cast<float>(1u << (code_t.bits - 1));
+  if (code_t.kind == kUInt && zero == static_cast<int>(ZeroKind::kNone))
+    v -= static_cast<float>(1u << (code_t.bits - 1));
   if (scale_t.id() != 0) {
     const int64_t g = (k / d.group_k) * d.n_groups + n / d.group_n;
     if (zero == static_cast<int>(ZeroKind::kInt))

@@ -135,7 +135,6 @@ template <bool IsBf16, int P> __device__ __forceinline__ uint32_t e4m3_pair(uint
   }
 }
 
-
 // Register pair `P` of a word of codes of type CodeId (u4, i4, u8, i8 or e4m3) as the exact operand
 // pair (code[P] - zero, code[P + pairs per word] - zero): signed integers read as offset binary
 // (flipping the sign bit adds 2^(bits-1), which the zero then includes); `bias` is
@@ -148,8 +147,10 @@ __device__ __forceinline__ uint32_t exact_pair(uint32_t word, uint32_t bias, flo
     return e4m3_pair<IsBf16, P>(word);
   } else {
     if constexpr (kCode.kind == kInt) word ^= kCode.bits == 4 ? 0x88888888u : 0x80808080u;
-    if constexpr (kCode.bits == 4) return u4_pair<IsBf16, P>(word, bias);
-    else return u8_pair<IsBf16, P>(word, bias, zero);
+    if constexpr (kCode.bits == 4)
+      return u4_pair<IsBf16, P>(word, bias);
+    else
+      return u8_pair<IsBf16, P>(word, bias, zero);
   }
 }
 

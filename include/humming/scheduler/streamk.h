@@ -229,7 +229,8 @@ template <class F> HUMMING_HD void for_each_segment(const StreamKPlan &p, int64_
   while (x < x_end) {
     const int64_t t = x / p.units, first = t * p.units;
     const int64_t u_end = (x_end < first + p.units ? x_end : first + p.units) - first;
-    f(p.dp_tiles() + t, (x - first) * p.unit_tiles, u_end * p.unit_tiles < p.k_tiles ? u_end * p.unit_tiles : p.k_tiles);
+    f(p.dp_tiles() + t, (x - first) * p.unit_tiles,
+      u_end * p.unit_tiles < p.k_tiles ? u_end * p.unit_tiles : p.k_tiles);
     x = first + u_end;
   }
 }

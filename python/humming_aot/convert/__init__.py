@@ -26,5 +26,15 @@ the field and the value.
 from ._common import ConversionError, ConvertedWeight
 from . import awq, bitnet, compressed_tensors, compressed_tensors_fp, fp8_block, gpt_oss, gptq, modelopt
 
-__all__ = ["ConversionError", "ConvertedWeight", "gptq", "awq", "compressed_tensors", "compressed_tensors_fp",
-           "fp8_block", "modelopt", "gpt_oss", "bitnet"]
+__all__ = [
+    "ConversionError",
+    "ConvertedWeight",
+    "gptq",
+    "awq",
+    "compressed_tensors",
+    "compressed_tensors_fp",
+    "fp8_block",
+    "modelopt",
+    "gpt_oss",
+    "bitnet",
+]

@@ -77,9 +77,13 @@ def scale_type_name(scales: torch.Tensor, layer: str, field: str) -> str:
     try:
         return _SCALE_NAMES[scales.dtype]
     except KeyError:
-        raise ConversionError(layer, f"{field}.dtype", scales.dtype,
-                              "scales must be float16, bfloat16 or float32 to be kept exactly "
-                              "(the unified format has scale types f16, bf16, f32)") from None
+        raise ConversionError(
+            layer,
+            f"{field}.dtype",
+            scales.dtype,
+            "scales must be float16, bfloat16 or float32 to be kept exactly "
+            "(the unified format has scale types f16, bf16, f32)",
+        ) from None
 
 
 def need_tensor(t: Any, layer: str, field: str, *, dtypes=None, ndim=None) -> torch.Tensor:
@@ -98,8 +102,7 @@ def need_shape(t: torch.Tensor, shape, layer: str, field: str, why: str) -> None
         raise ConversionError(layer, f"{field}.shape", list(t.shape), f"expected {list(shape)} ({why})")
 
 
-def get_tensor(tensors: Mapping[str, torch.Tensor], prefix: str, name: str, layer: str,
-               required: bool = True):
+def get_tensor(tensors: Mapping[str, torch.Tensor], prefix: str, name: str, layer: str, required: bool = True):
     key = f"{prefix}.{name}" if prefix else name
     if key in tensors:
         return tensors[key]
@@ -140,9 +143,12 @@ def granularity(group_size: int | None, K: int, num_groups: int, layer: str, fie
     except F.FormatError as e:
         if num_groups == 1 and group_size >= K:
             return "gc"
-        raise ConversionError(layer, field, group_size,
-                              f"the unified format cannot represent it: {e} (or one group covering "
-                              f"all K = {K} inputs)") from None
+        raise ConversionError(
+            layer,
+            field,
+            group_size,
+            f"the unified format cannot represent it: {e} (or one group covering all K = {K} inputs)",
+        ) from None
     return f"g{group_size}"
 
 
@@ -217,8 +223,9 @@ def _gcd(a: int, b: int) -> int:
 # ---- act-order ------------------------------------------------------------------------------------
 
 
-def sort_groups(g_idx: torch.Tensor, K: int, group_size: int | None, num_groups: int, layer: str,
-                field: str) -> torch.Tensor | None:
+def sort_groups(
+    g_idx: torch.Tensor, K: int, group_size: int | None, num_groups: int, layer: str, field: str
+) -> torch.Tensor | None:
     """The input permutation that makes the groups of ``g_idx`` K-contiguous, or None if they are.
 
     ``g_idx[k]`` is the group (row of the scales) of input ``k``. The unified format needs group
@@ -235,9 +242,9 @@ def sort_groups(g_idx: torch.Tensor, K: int, group_size: int | None, num_groups:
     lo, hi = int(g.min()), int(g.max())
     if lo < 0 or hi >= num_groups:
         bad = lo if lo < 0 else hi
-        raise ConversionError(layer, field, g_idx,
-                              f"holds group {bad}, outside 0..{num_groups - 1} (the scales have "
-                              f"{num_groups} groups)")
+        raise ConversionError(
+            layer, field, g_idx, f"holds group {bad}, outside 0..{num_groups - 1} (the scales have {num_groups} groups)"
+        )
     gs = K if group_size is None or group_size <= 0 else group_size
     want = torch.arange(K, device=g.device) // gs
     if bool(torch.equal(g, want)):
@@ -248,10 +255,13 @@ def sort_groups(g_idx: torch.Tensor, K: int, group_size: int | None, num_groups:
         expect = [min(gs, K - i * gs) for i in range(num_groups)]
         first = next(i for i, (c, e) in enumerate(zip(counts, expect)) if c != e)
         raise ConversionError(
-            layer, field, g_idx,
+            layer,
+            field,
+            g_idx,
             f"group {first} has {counts[first]} inputs where {expect[first]} are needed; the "
             f"groups cannot be made K-contiguous groups of {gs} by permuting the inputs, so the "
-            "unified format cannot hold this weight exactly")
+            "unified format cannot hold this weight exactly",
+        )
     return perm
 
 
@@ -267,8 +277,9 @@ def fp8_codes(weight: Any, layer: str, field: str) -> tuple[torch.Tensor, str]:
     need_tensor(weight, layer, field, ndim=2)
     name = FP8_CODE_NAMES.get(weight.dtype)
     if name is None:
-        raise ConversionError(layer, f"{field}.dtype", weight.dtype,
-                              "expected float8_e4m3fn or float8_e5m2 (FP8 weights)")
+        raise ConversionError(
+            layer, f"{field}.dtype", weight.dtype, "expected float8_e4m3fn or float8_e5m2 (FP8 weights)"
+        )
     return weight.contiguous().view(torch.uint8), name
 
 
@@ -341,6 +352,7 @@ def block_structure(args: Any, layer: str) -> tuple[int, int]:
         try:
             F._check_pow2_group(v, f"the block {what}")
         except F.FormatError as e:
-            raise ConversionError(layer, "weights.block_structure", list(block),
-                                  f"the unified format cannot represent it: {e}") from None
+            raise ConversionError(
+                layer, "weights.block_structure", list(block), f"the unified format cannot represent it: {e}"
+            ) from None
     return bn, bk

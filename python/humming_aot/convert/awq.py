@@ -26,8 +26,18 @@ from typing import Any
 import torch
 
 from ..reference import QuantizedWeight
-from ._common import (ConversionError, ConvertedWeight, config_value, get_tensor, granularity, n_groups,
-                      need_shape, need_tensor, scale_type_name, unpack_words)
+from ._common import (
+    ConversionError,
+    ConvertedWeight,
+    config_value,
+    get_tensor,
+    granularity,
+    n_groups,
+    need_shape,
+    need_tensor,
+    scale_type_name,
+    unpack_words,
+)
 
 __all__ = ["convert", "convert_layer", "ORDER"]
 
@@ -46,14 +56,23 @@ def _deinterleave(words: torch.Tensor, count: int) -> torch.Tensor:
     return seq.index_select(1, src)[:, :count]
 
 
-def convert(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, *, group_size: int,
-            bits: int = 4, version: str = "gemm", layer: str = "") -> ConvertedWeight:
+def convert(
+    qweight: torch.Tensor,
+    qzeros: torch.Tensor,
+    scales: torch.Tensor,
+    *,
+    group_size: int,
+    bits: int = 4,
+    version: str = "gemm",
+    layer: str = "",
+) -> ConvertedWeight:
     """Convert one AWQ GEMM layer (see the module doc) to a ``ConvertedWeight``."""
     if bits != 4:
         raise ConversionError(layer, "bits", bits, "AWQ GEMM checkpoints are 4-bit (8 codes per int32)")
     if str(version).strip().lower() != "gemm":
-        raise ConversionError(layer, "version", version,
-                              "only the AWQ GEMM packing ([K, N/8] interleaved) is supported")
+        raise ConversionError(
+            layer, "version", version, "only the AWQ GEMM packing ([K, N/8] interleaved) is supported"
+        )
     need_tensor(qweight, layer, "qweight", dtypes=(torch.int32,), ndim=2)
     need_tensor(qzeros, layer, "qzeros", dtypes=(torch.int32,), ndim=2)
     need_tensor(scales, layer, "scales", dtypes=_FLOATS, ndim=2)
@@ -63,8 +82,12 @@ def convert(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, *
     if K < 1 or N < 1:
         raise ConversionError(layer, "qweight.shape", list(qweight.shape), "empty layer")
     if N % 8:
-        raise ConversionError(layer, "scales.shape", list(scales.shape),
-                              f"N = {N} outputs is not a multiple of 8, which AWQ GEMM packing needs")
+        raise ConversionError(
+            layer,
+            "scales.shape",
+            list(scales.shape),
+            f"N = {N} outputs is not a multiple of 8, which AWQ GEMM packing needs",
+        )
     need_shape(qweight, [K, N // 8], layer, "qweight", f"K = {K} rows of N/8 words for N = {N} from scales")
     if group_size is None:
         raise ConversionError(layer, "group_size", None, "AWQ needs group_size (-1 for per channel)")
@@ -79,8 +102,9 @@ def convert(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, *
     return ConvertedWeight(q, None, "awq_gemm")
 
 
-def convert_layer(tensors: Mapping[str, torch.Tensor], prefix: str, config: Mapping[str, Any] | Any,
-                  *, layer: str | None = None) -> ConvertedWeight:
+def convert_layer(
+    tensors: Mapping[str, torch.Tensor], prefix: str, config: Mapping[str, Any] | Any, *, layer: str | None = None
+) -> ConvertedWeight:
     """Convert the layer ``prefix`` of an AWQ state dict (``{prefix}.qweight``, ``.qzeros``,
     ``.scales``) with its quantization config: transformers' keys ``bits``, ``group_size``,
     ``zero_point``, ``version`` or AutoAWQ's ``w_bit``, ``q_group_size``."""
@@ -94,9 +118,18 @@ def convert_layer(tensors: Mapping[str, torch.Tensor], prefix: str, config: Mapp
         raise ConversionError(layer, "group_size", None, "the quantization config has no group_size")
     version = config_value(config, ("version", "format"), "gemm")
     if config_value(config, "zero_point", True) is False:
-        raise ConversionError(layer, "zero_point", False,
-                              "AWQ GEMM layers always carry zero points; a checkpoint without them is "
-                              "not one this importer knows")
-    return convert(get_tensor(tensors, prefix, "qweight", layer), get_tensor(tensors, prefix, "qzeros", layer),
-                   get_tensor(tensors, prefix, "scales", layer), group_size=int(group_size), bits=int(bits),
-                   version=version, layer=layer)
+        raise ConversionError(
+            layer,
+            "zero_point",
+            False,
+            "AWQ GEMM layers always carry zero points; a checkpoint without them is not one this importer knows",
+        )
+    return convert(
+        get_tensor(tensors, prefix, "qweight", layer),
+        get_tensor(tensors, prefix, "qzeros", layer),
+        get_tensor(tensors, prefix, "scales", layer),
+        group_size=int(group_size),
+        bits=int(bits),
+        version=version,
+        layer=layer,
+    )

@@ -30,8 +30,16 @@ from typing import Any
 import torch
 
 from ..reference import QuantizedWeight
-from ._common import (ConversionError, ConvertedWeight, config_value, get_tensor, need_tensor, reciprocal_f32,
-                      scalar_f32, scale_type_name)
+from ._common import (
+    ConversionError,
+    ConvertedWeight,
+    config_value,
+    get_tensor,
+    need_tensor,
+    reciprocal_f32,
+    scalar_f32,
+    scale_type_name,
+)
 
 __all__ = ["convert", "convert_layer", "VALUES_PER_BYTE"]
 
@@ -44,8 +52,14 @@ def _unpack_planes(packed: torch.Tensor) -> torch.Tensor:
     return torch.cat([(packed >> (2 * i)) & 3 for i in range(VALUES_PER_BYTE)], dim=0)
 
 
-def convert(weight: torch.Tensor, weight_scale: torch.Tensor, *, out_features: int | None = None,
-            linear_class: str = "bitlinear", layer: str = "") -> ConvertedWeight:
+def convert(
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    *,
+    out_features: int | None = None,
+    linear_class: str = "bitlinear",
+    layer: str = "",
+) -> ConvertedWeight:
     """Convert one BitNet layer (see the module doc). ``out_features``: N (default ``4 * R`` for a
     packed weight, whose last rows are padding when N is not a multiple of 4)."""
     cls = str(linear_class).strip().lower()
@@ -58,18 +72,27 @@ def convert(weight: torch.Tensor, weight_scale: torch.Tensor, *, out_features: i
             N = int(out_features)
             R = weight.shape[0]
             if not 4 * (R - 1) < N <= 4 * R:
-                raise ConversionError(layer, "weight.shape", list(weight.shape),
-                                      f"expected [ceil({N} / 4) = {-(-N // 4)}, K] for out_features = {N}")
+                raise ConversionError(
+                    layer,
+                    "weight.shape",
+                    list(weight.shape),
+                    f"expected [ceil({N} / 4) = {-(-N // 4)}, K] for out_features = {N}",
+                )
             fields = fields[:N]
         if int(fields.max()) > 2:
-            raise ConversionError(layer, "weight", weight,
-                                  "holds the 2-bit value 3 (ternary 2); BitNet fields are 0, 1, 2 (ternary + 1)")
+            raise ConversionError(
+                layer, "weight", weight, "holds the 2-bit value 3 (ternary 2); BitNet fields are 0, 1, 2 (ternary + 1)"
+            )
         codes = fields + 1  # ternary t = field - 1; the u2 code with implied zero 2 is t + 2
     elif weight.dtype.is_floating_point:
         if cls != "autobitlinear":
-            raise ConversionError(layer, "weight.dtype", weight.dtype,
-                                  "BitLinear checkpoints store packed uint8 weights; unpacked float ternary "
-                                  "weights come with linear_class = 'autobitlinear'")
+            raise ConversionError(
+                layer,
+                "weight.dtype",
+                weight.dtype,
+                "BitLinear checkpoints store packed uint8 weights; unpacked float ternary "
+                "weights come with linear_class = 'autobitlinear'",
+            )
         if not bool(((weight == -1) | (weight == 0) | (weight == 1)).all()):
             raise ConversionError(layer, "weight", weight, "unpacked BitNet weights must be -1, 0 or 1 (ternary)")
         if out_features is not None and int(out_features) != weight.shape[0]:
@@ -89,8 +112,14 @@ def convert(weight: torch.Tensor, weight_scale: torch.Tensor, *, out_features: i
     return ConvertedWeight(QuantizedWeight(f"u2gc-s{st}", codes.contiguous(), scales), None, f"bitnet_{cls}")
 
 
-def convert_layer(tensors: Mapping[str, torch.Tensor], prefix: str, config: Mapping[str, Any] | Any = None,
-                  *, out_features: int | None = None, layer: str | None = None) -> ConvertedWeight:
+def convert_layer(
+    tensors: Mapping[str, torch.Tensor],
+    prefix: str,
+    config: Mapping[str, Any] | Any = None,
+    *,
+    out_features: int | None = None,
+    layer: str | None = None,
+) -> ConvertedWeight:
     """Convert ``{prefix}.weight`` + ``{prefix}.weight_scale`` with the BitNet quantization config
     (``linear_class``, ``quantization_mode``)."""
     layer = prefix if layer is None else layer
@@ -99,9 +128,17 @@ def convert_layer(tensors: Mapping[str, torch.Tensor], prefix: str, config: Mapp
         raise ConversionError(layer, "quant_method", method, "this is the BitNet importer")
     mode = config_value(config, "quantization_mode", "offline")
     if str(mode).lower() != "offline":
-        raise ConversionError(layer, "quantization_mode", mode,
-                              "online quantization keeps float weights and quantizes them at run time; "
-                              "there are no ternary codes to import")
-    return convert(get_tensor(tensors, prefix, "weight", layer), get_tensor(tensors, prefix, "weight_scale", layer),
-                   out_features=out_features, linear_class=config_value(config, "linear_class", "bitlinear"),
-                   layer=layer)
+        raise ConversionError(
+            layer,
+            "quantization_mode",
+            mode,
+            "online quantization keeps float weights and quantizes them at run time; "
+            "there are no ternary codes to import",
+        )
+    return convert(
+        get_tensor(tensors, prefix, "weight", layer),
+        get_tensor(tensors, prefix, "weight_scale", layer),
+        out_features=out_features,
+        linear_class=config_value(config, "linear_class", "bitlinear"),
+        layer=layer,
+    )

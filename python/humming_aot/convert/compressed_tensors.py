@@ -44,8 +44,20 @@ import torch
 from .. import formats as F
 from ..reference import QuantizedWeight
 from . import compressed_tensors_fp
-from ._common import (ConversionError, ConvertedWeight, block_structure, config_value, get_tensor, granularity, n_groups,
-                      need_shape, need_tensor, scale_type_name, sort_groups, unpack_words)
+from ._common import (
+    ConversionError,
+    ConvertedWeight,
+    block_structure,
+    config_value,
+    get_tensor,
+    granularity,
+    n_groups,
+    need_shape,
+    need_tensor,
+    scale_type_name,
+    sort_groups,
+    unpack_words,
+)
 
 __all__ = ["convert", "convert_layer", "SUPPORTED_FORMATS"]
 
@@ -70,8 +82,9 @@ def _strategy(args, layer: str) -> str:
 
 def _shape(weight_shape, layer: str) -> tuple[int, int]:
     if weight_shape is None:
-        raise ConversionError(layer, "weight_shape", None,
-                              "the logical (N, K) shape is needed to cut the packing padding")
+        raise ConversionError(
+            layer, "weight_shape", None, "the logical (N, K) shape is needed to cut the packing padding"
+        )
     if isinstance(weight_shape, torch.Tensor):
         vals = weight_shape.flatten().tolist()
     elif isinstance(weight_shape, Sequence):
@@ -92,10 +105,17 @@ def _int_values(t: torch.Tensor, layer: str, field: str) -> torch.Tensor:
     raise ConversionError(layer, f"{field}.dtype", t.dtype, "zero points must be integers")
 
 
-def convert(weight_packed: torch.Tensor, weight_scale: torch.Tensor, *, args: Mapping[str, Any] | Any,
-            weight_shape=None, weight_zero_point: torch.Tensor | None = None,
-            weight_g_idx: torch.Tensor | None = None, compression_format: str = "pack-quantized",
-            layer: str = "") -> ConvertedWeight:
+def convert(
+    weight_packed: torch.Tensor,
+    weight_scale: torch.Tensor,
+    *,
+    args: Mapping[str, Any] | Any,
+    weight_shape=None,
+    weight_zero_point: torch.Tensor | None = None,
+    weight_g_idx: torch.Tensor | None = None,
+    compression_format: str = "pack-quantized",
+    layer: str = "",
+) -> ConvertedWeight:
     """Convert one pack-quantized layer (see the module doc) to a ``ConvertedWeight``.
 
     ``args``: the scheme's weight ``QuantizationArgs`` (a dict as in ``config.json``, or the object):
@@ -104,8 +124,12 @@ def convert(weight_packed: torch.Tensor, weight_scale: torch.Tensor, *, args: Ma
     """
     cfmt = str(compression_format).strip().lower()
     if cfmt not in SUPPORTED_FORMATS:
-        raise ConversionError(layer, "format", compression_format,
-                              f"this importer handles the compressed-tensors formats {', '.join(SUPPORTED_FORMATS)}")
+        raise ConversionError(
+            layer,
+            "format",
+            compression_format,
+            f"this importer handles the compressed-tensors formats {', '.join(SUPPORTED_FORMATS)}",
+        )
     qtype = str(config_value(args, "type", "int")).lower()
     if qtype != "int":
         raise ConversionError(layer, "weights.type", qtype, "pack-quantized weights are integers (type int)")
@@ -121,8 +145,7 @@ def convert(weight_packed: torch.Tensor, weight_scale: torch.Tensor, *, args: Ma
     N, K = _shape(weight_shape, layer)
     p = 32 // bits
     need_tensor(weight_packed, layer, "weight_packed", dtypes=(torch.int32,), ndim=2)
-    need_shape(weight_packed, [N, -(-K // p)], layer, "weight_packed",
-               f"N = {N} rows of K = {K} codes, {p} per int32")
+    need_shape(weight_packed, [N, -(-K // p)], layer, "weight_packed", f"N = {N} rows of K = {K} codes, {p} per int32")
     need_tensor(weight_scale, layer, "weight_scale", dtypes=_FLOATS)
     st = scale_type_name(weight_scale, layer, "weight_scale")
 
@@ -130,8 +153,9 @@ def convert(weight_packed: torch.Tensor, weight_scale: torch.Tensor, *, args: Ma
     if strategy == "group":
         group_size = config_value(args, "group_size")
         if group_size is None or int(group_size) <= 0:
-            raise ConversionError(layer, "weights.group_size", group_size,
-                                  "the group strategy needs a positive group size")
+            raise ConversionError(
+                layer, "weights.group_size", group_size, "the group strategy needs a positive group size"
+            )
         group_size = int(group_size)
         G = n_groups(K, group_size)
         need_shape(weight_scale, [N, G], layer, "weight_scale", f"N = {N} rows of ceil(K / group_size) = {G} groups")
@@ -142,18 +166,27 @@ def convert(weight_packed: torch.Tensor, weight_scale: torch.Tensor, *, args: Ma
         gran, scales = "gc", weight_scale
     elif strategy == "tensor":
         if weight_scale.numel() != 1:
-            raise ConversionError(layer, "weight_scale.shape", list(weight_scale.shape),
-                                  "the tensor strategy has one scale")
+            raise ConversionError(
+                layer, "weight_scale.shape", list(weight_scale.shape), "the tensor strategy has one scale"
+            )
         gran, scales = "gc", weight_scale.reshape(1, 1).expand(N, 1)
     elif strategy == "block":
         bn, bk = block_structure(args, layer)
-        need_shape(weight_scale, [-(-N // bn), -(-K // bk)], layer, "weight_scale",
-                   f"one scale per {bn} x {bk} block of [{N}, {K}]")
+        need_shape(
+            weight_scale,
+            [-(-N // bn), -(-K // bk)],
+            layer,
+            "weight_scale",
+            f"one scale per {bn} x {bk} block of [{N}, {K}]",
+        )
         gran, scales = f"g{bk}n{bn}", weight_scale
     else:
-        raise ConversionError(layer, "weights.strategy", strategy,
-                              "pack-quantized integer weights with strategy group, channel, tensor or "
-                              "block are supported")
+        raise ConversionError(
+            layer,
+            "weights.strategy",
+            strategy,
+            "pack-quantized integer weights with strategy group, channel, tensor or block are supported",
+        )
 
     codes = unpack_words(weight_packed, bits, K, dim=1)  # [N, K], unsigned (value + 2**(b-1))
     mid = 1 << (bits - 1)
@@ -166,8 +199,13 @@ def convert(weight_packed: torch.Tensor, weight_scale: torch.Tensor, *, args: Ma
         need_tensor(zp, layer, "weight_zero_point")
         if packed_zp:
             need_tensor(zp, layer, "weight_zero_point", dtypes=(torch.int32,), ndim=2)
-            need_shape(zp, [-(-N // p), cols], layer, "weight_zero_point",
-                       f"N = {N} zero points of {bits} bits packed along N, {p} per int32, for {cols} groups")
+            need_shape(
+                zp,
+                [-(-N // p), cols],
+                layer,
+                "weight_zero_point",
+                f"N = {N} zero points of {bits} bits packed along N, {p} per int32, for {cols} groups",
+            )
             unsigned = unpack_words(zp, bits, N, dim=0)  # [N, cols]
         else:
             v = _int_values(zp, layer, "weight_zero_point")
@@ -179,32 +217,46 @@ def convert(weight_packed: torch.Tensor, weight_scale: torch.Tensor, *, args: Ma
                 need_shape(zp, [rows, cols], layer, "weight_zero_point", "one zero point per scale")
             if int(v.min()) < -mid or int(v.max()) > mid - 1:
                 bad = int(v.min()) if int(v.min()) < -mid else int(v.max())
-                raise ConversionError(layer, "weight_zero_point", zp,
-                                      f"holds {bad}, outside the signed {bits}-bit range {-mid}..{mid - 1}")
+                raise ConversionError(
+                    layer,
+                    "weight_zero_point",
+                    zp,
+                    f"holds {bad}, outside the signed {bits}-bit range {-mid}..{mid - 1}",
+                )
             unsigned = (v + mid).to(torch.uint8)
         if symmetric:
             if not bool((unsigned == mid).all()):
-                raise ConversionError(layer, "weight_zero_point", zp,
-                                      "the scheme is symmetric but the stored zero points are not all 0")
+                raise ConversionError(
+                    layer, "weight_zero_point", zp, "the scheme is symmetric but the stored zero points are not all 0"
+                )
         else:
             zeros = unsigned.contiguous()
     elif not symmetric:
-        raise ConversionError(layer, "weight_zero_point", None,
-                              "the scheme is asymmetric (symmetric = false) and needs zero points; missing")
+        raise ConversionError(
+            layer,
+            "weight_zero_point",
+            None,
+            "the scheme is asymmetric (symmetric = false) and needs zero points; missing",
+        )
     assert zeros is None or int(zeros.max()) <= top
 
     perm = None
     actorder = config_value(args, "actorder")
     if weight_g_idx is None and str(actorder).lower() in ("group", "dynamic", "true"):
-        raise ConversionError(layer, "weight_g_idx", None,
-                              f"actorder = {actorder!r} reorders the groups, so the input-to-group map "
-                              "weight_g_idx is needed, and it is missing")
+        raise ConversionError(
+            layer,
+            "weight_g_idx",
+            None,
+            f"actorder = {actorder!r} reorders the groups, so the input-to-group map "
+            "weight_g_idx is needed, and it is missing",
+        )
     if weight_g_idx is not None:
         g = need_tensor(weight_g_idx, layer, "weight_g_idx", ndim=1)
         if strategy != "group":
             if not bool((g == -1).all()):
-                raise ConversionError(layer, "weight_g_idx", g,
-                                      f"activation ordering needs the group strategy, not {strategy}")
+                raise ConversionError(
+                    layer, "weight_g_idx", g, f"activation ordering needs the group strategy, not {strategy}"
+                )
         elif not bool((g == -1).any()):  # compressed-tensors: any -1 means column order
             perm = sort_groups(g, K, group_size, cols, layer, "weight_g_idx")
             if perm is not None:
@@ -215,8 +267,14 @@ def convert(weight_packed: torch.Tensor, weight_scale: torch.Tensor, *, args: Ma
     return ConvertedWeight(q, perm, f"compressed_tensors_{cfmt}")
 
 
-def convert_layer(tensors: Mapping[str, torch.Tensor], prefix: str, scheme: Mapping[str, Any] | Any,
-                  *, compression_format: str | None = None, layer: str | None = None) -> ConvertedWeight:
+def convert_layer(
+    tensors: Mapping[str, torch.Tensor],
+    prefix: str,
+    scheme: Mapping[str, Any] | Any,
+    *,
+    compression_format: str | None = None,
+    layer: str | None = None,
+) -> ConvertedWeight:
     """Convert the layer ``prefix`` of a compressed-tensors state dict.
 
     ``scheme``: the config group of the layer (a dict with ``weights`` and maybe ``format``, from
@@ -229,9 +287,17 @@ def convert_layer(tensors: Mapping[str, torch.Tensor], prefix: str, scheme: Mapp
     if compression_format is None:
         compression_format = config_value(scheme, "format", "pack-quantized")
     if str(compression_format).strip().lower() in compressed_tensors_fp.SUPPORTED_FORMATS:
-        return compressed_tensors_fp.convert_layer(tensors, prefix, scheme,
-                                                   compression_format=compression_format, layer=layer)
+        return compressed_tensors_fp.convert_layer(
+            tensors, prefix, scheme, compression_format=compression_format, layer=layer
+        )
     get = lambda name, required=False: get_tensor(tensors, prefix, name, layer, required)  # noqa: E731
-    return convert(get("weight_packed", True), get("weight_scale", True), args=args,
-                   weight_shape=get("weight_shape", True), weight_zero_point=get("weight_zero_point"),
-                   weight_g_idx=get("weight_g_idx"), compression_format=compression_format, layer=layer)
+    return convert(
+        get("weight_packed", True),
+        get("weight_scale", True),
+        args=args,
+        weight_shape=get("weight_shape", True),
+        weight_zero_point=get("weight_zero_point"),
+        weight_g_idx=get("weight_g_idx"),
+        compression_format=compression_format,
+        layer=layer,
+    )

@@ -43,9 +43,23 @@ import torch
 
 from .. import formats as F
 from ..reference import QuantizedWeight
-from ._common import (ConversionError, ConvertedWeight, block_structure, config_value, e4m3_scales, e8m0_scales, fp8_codes,
-                      get_tensor, granularity, n_groups, need_shape, need_tensor, reciprocal_f32,
-                      scale_type_name, unpack_fp4)
+from ._common import (
+    ConversionError,
+    ConvertedWeight,
+    block_structure,
+    config_value,
+    e4m3_scales,
+    e8m0_scales,
+    fp8_codes,
+    get_tensor,
+    granularity,
+    n_groups,
+    need_shape,
+    need_tensor,
+    reciprocal_f32,
+    scale_type_name,
+    unpack_fp4,
+)
 
 __all__ = ["convert_unpacked", "convert_fp4", "convert_layer", "SUPPORTED_FORMATS"]
 
@@ -89,22 +103,35 @@ def _scales_for(strategy: str, args, scale: torch.Tensor, N: int, K: int, layer:
         return granularity(int(gs), K, G, layer, "weights.group_size"), scale
     if strategy == "block":
         bn, bk = block_structure(args, layer)
-        need_shape(scale, [-(-N // bn), -(-K // bk)], layer, "weight_scale",
-                   f"one scale per {bn} x {bk} block of [{N}, {K}]")
+        need_shape(
+            scale, [-(-N // bn), -(-K // bk)], layer, "weight_scale", f"one scale per {bn} x {bk} block of [{N}, {K}]"
+        )
         return f"g{bk}n{bn}", scale
-    raise ConversionError(layer, "weights.strategy", strategy,
-                          "unpacked weights with strategy channel, tensor, group or block are supported")
+    raise ConversionError(
+        layer,
+        "weights.strategy",
+        strategy,
+        "unpacked weights with strategy channel, tensor, group or block are supported",
+    )
 
 
-def convert_unpacked(weight: torch.Tensor, weight_scale: torch.Tensor, *, args: Mapping[str, Any] | Any,
-                     weight_zero_point: torch.Tensor | None = None, weight_shape_original=None,
-                     weight_g_idx: torch.Tensor | None = None, compression_format: str = "float-quantized",
-                     layer: str = "") -> ConvertedWeight:
+def convert_unpacked(
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    *,
+    args: Mapping[str, Any] | Any,
+    weight_zero_point: torch.Tensor | None = None,
+    weight_shape_original=None,
+    weight_g_idx: torch.Tensor | None = None,
+    compression_format: str = "float-quantized",
+    layer: str = "",
+) -> ConvertedWeight:
     """Convert one float-quantized (FP8) or int-quantized (int8) layer (see the module doc)."""
     cfmt = str(compression_format).strip().lower()
     if cfmt not in UNPACKED_FORMATS:
-        raise ConversionError(layer, "format", compression_format,
-                              f"convert_unpacked handles {', '.join(UNPACKED_FORMATS)}")
+        raise ConversionError(
+            layer, "format", compression_format, f"convert_unpacked handles {', '.join(UNPACKED_FORMATS)}"
+        )
     _check_static(args, layer)
     qtype = str(config_value(args, "type", "int")).lower()
     bits = int(config_value(args, "num_bits", 8))
@@ -122,8 +149,12 @@ def convert_unpacked(weight: torch.Tensor, weight_scale: torch.Tensor, *, args: 
         shp = weight_shape_original
         vals = shp.flatten().tolist() if isinstance(shp, torch.Tensor) else list(shp)
         if len(vals) != 2 or not (1 <= vals[0] <= codes.shape[0] and 1 <= vals[1] <= codes.shape[1]):
-            raise ConversionError(layer, "weight_shape_original", shp,
-                                  f"expected (N, K) within the stored [{codes.shape[0]}, {codes.shape[1]}]")
+            raise ConversionError(
+                layer,
+                "weight_shape_original",
+                shp,
+                f"expected (N, K) within the stored [{codes.shape[0]}, {codes.shape[1]}]",
+            )
         codes = codes[: int(vals[0]), : int(vals[1])]
     N, K = codes.shape
     need_tensor(weight_scale, layer, "weight_scale", dtypes=_FLOATS)
@@ -131,8 +162,9 @@ def convert_unpacked(weight: torch.Tensor, weight_scale: torch.Tensor, *, args: 
     strategy = _strategy(args, layer)
     gran, scales = _scales_for(strategy, args, weight_scale, N, K, layer)
     if weight_g_idx is not None and not bool((weight_g_idx == -1).all()):
-        raise ConversionError(layer, "weight_g_idx", weight_g_idx,
-                              "activation ordering is not imported for unpacked weights")
+        raise ConversionError(
+            layer, "weight_g_idx", weight_g_idx, "activation ordering is not imported for unpacked weights"
+        )
     symmetric = bool(config_value(args, "symmetric", True))
     zeros = None
     if weight_zero_point is not None:
@@ -149,17 +181,26 @@ def convert_unpacked(weight: torch.Tensor, weight_scale: torch.Tensor, *, args: 
         if bool((zv == 0).all()):
             pass  # a symmetric layer that stored its zeros
         elif code != "i8":
-            raise ConversionError(layer, "weight_zero_point", weight_zero_point,
-                                  "FP8 weights are symmetric; nonzero zero points cannot be represented")
+            raise ConversionError(
+                layer,
+                "weight_zero_point",
+                weight_zero_point,
+                "FP8 weights are symmetric; nonzero zero points cannot be represented",
+            )
         elif int(zv.min()) < -128 or int(zv.max()) > 127:
             bad = int(zv.min()) if int(zv.min()) < -128 else int(zv.max())
-            raise ConversionError(layer, "weight_zero_point", weight_zero_point,
-                                  f"holds {bad}, outside the int8 range -128..127")
+            raise ConversionError(
+                layer, "weight_zero_point", weight_zero_point, f"holds {bad}, outside the int8 range -128..127"
+            )
         else:
             zeros = (zv + 128).to(torch.uint8).contiguous()
     elif not symmetric and code == "i8":
-        raise ConversionError(layer, "weight_zero_point", None,
-                              "the scheme is asymmetric (symmetric = false) and needs zero points; missing")
+        raise ConversionError(
+            layer,
+            "weight_zero_point",
+            None,
+            "the scheme is asymmetric (symmetric = false) and needs zero points; missing",
+        )
     if zeros is not None:
         # (q - zp) with signed q, zp equals (u - uz) with u = q + 128, uz = zp + 128: flipping the top
         # bit of the two's complement byte adds 128.
@@ -171,9 +212,15 @@ def convert_unpacked(weight: torch.Tensor, weight_scale: torch.Tensor, *, args: 
     return ConvertedWeight(q, None, f"compressed_tensors_{cfmt}")
 
 
-def convert_fp4(weight_packed: torch.Tensor, weight_scale: torch.Tensor,
-                weight_global_scale: torch.Tensor | None = None, *, args: Mapping[str, Any] | Any = None,
-                compression_format: str = "nvfp4-pack-quantized", layer: str = "") -> ConvertedWeight:
+def convert_fp4(
+    weight_packed: torch.Tensor,
+    weight_scale: torch.Tensor,
+    weight_global_scale: torch.Tensor | None = None,
+    *,
+    args: Mapping[str, Any] | Any = None,
+    compression_format: str = "nvfp4-pack-quantized",
+    layer: str = "",
+) -> ConvertedWeight:
     """Convert one nvfp4-pack-quantized or mxfp4-pack-quantized layer (see the module doc)."""
     cfmt = str(compression_format).strip().lower()
     if cfmt not in FP4_FORMATS:
@@ -191,8 +238,12 @@ def convert_fp4(weight_packed: torch.Tensor, weight_scale: torch.Tensor,
     if args is not None:
         want = config_value(args, "group_size", gs)
         if int(want) != gs:
-            raise ConversionError(layer, "weights.group_size", want,
-                                  f"{cfmt} has groups of {gs} (the unified {'NVFP4' if nv else 'MXFP4'} format)")
+            raise ConversionError(
+                layer,
+                "weights.group_size",
+                want,
+                f"{cfmt} has groups of {gs} (the unified {'NVFP4' if nv else 'MXFP4'} format)",
+            )
     need_tensor(weight_packed, layer, "weight_packed", dtypes=(torch.uint8,), ndim=2)
     N = weight_packed.shape[0]
     codes = unpack_fp4(weight_packed, layer, "weight_packed")
@@ -205,8 +256,12 @@ def convert_fp4(weight_packed: torch.Tensor, weight_scale: torch.Tensor,
     need_shape(scales, [N, -(-K // gs)], layer, "weight_scale", f"one scale per {gs} inputs of the [{N}, {K}] weight")
     if not nv:
         if weight_global_scale is not None:
-            raise ConversionError(layer, "weight_global_scale", weight_global_scale,
-                                  "MXFP4 has no global scale; a checkpoint with one is not mxfp4-pack-quantized")
+            raise ConversionError(
+                layer,
+                "weight_global_scale",
+                weight_global_scale,
+                "MXFP4 has no global scale; a checkpoint with one is not mxfp4-pack-quantized",
+            )
         return ConvertedWeight(QuantizedWeight("e2m1g32-se8m0", codes, scales), None, f"compressed_tensors_{cfmt}")
     if weight_global_scale is None:
         raise ConversionError(layer, "weight_global_scale", None, "NVFP4 needs its global scale; missing")
@@ -215,8 +270,14 @@ def convert_fp4(weight_packed: torch.Tensor, weight_scale: torch.Tensor,
     return ConvertedWeight(q, None, f"compressed_tensors_{cfmt}")
 
 
-def convert_layer(tensors: Mapping[str, torch.Tensor], prefix: str, scheme: Mapping[str, Any] | Any,
-                  *, compression_format: str | None = None, layer: str | None = None) -> ConvertedWeight:
+def convert_layer(
+    tensors: Mapping[str, torch.Tensor],
+    prefix: str,
+    scheme: Mapping[str, Any] | Any,
+    *,
+    compression_format: str | None = None,
+    layer: str | None = None,
+) -> ConvertedWeight:
     """Convert the layer ``prefix`` of a compressed-tensors state dict stored by one of this module's
     compressors. ``scheme``: the config group (with ``weights`` and maybe ``format``) or its weight
     arguments; ``compression_format`` overrides the group's ``format``."""
@@ -229,12 +290,28 @@ def convert_layer(tensors: Mapping[str, torch.Tensor], prefix: str, scheme: Mapp
     cfmt = str(compression_format).strip().lower()
     get = lambda name, required=False: get_tensor(tensors, prefix, name, layer, required)  # noqa: E731
     if cfmt in FP4_FORMATS:
-        return convert_fp4(get("weight_packed", True), get("weight_scale", True), get("weight_global_scale"),
-                           args=args, compression_format=cfmt, layer=layer)
+        return convert_fp4(
+            get("weight_packed", True),
+            get("weight_scale", True),
+            get("weight_global_scale"),
+            args=args,
+            compression_format=cfmt,
+            layer=layer,
+        )
     if cfmt in UNPACKED_FORMATS:
-        return convert_unpacked(get("weight", True), get("weight_scale", True), args=args,
-                                weight_zero_point=get("weight_zero_point"),
-                                weight_shape_original=get("weight_shape_original"),
-                                weight_g_idx=get("weight_g_idx"), compression_format=cfmt, layer=layer)
-    raise ConversionError(layer, "format", compression_format,
-                          f"this importer handles the compressed-tensors formats {', '.join(SUPPORTED_FORMATS)}")
+        return convert_unpacked(
+            get("weight", True),
+            get("weight_scale", True),
+            args=args,
+            weight_zero_point=get("weight_zero_point"),
+            weight_shape_original=get("weight_shape_original"),
+            weight_g_idx=get("weight_g_idx"),
+            compression_format=cfmt,
+            layer=layer,
+        )
+    raise ConversionError(
+        layer,
+        "format",
+        compression_format,
+        f"this importer handles the compressed-tensors formats {', '.join(SUPPORTED_FORMATS)}",
+    )

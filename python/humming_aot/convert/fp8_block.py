@@ -28,8 +28,16 @@ import torch
 
 from .. import formats as F
 from ..reference import QuantizedWeight
-from ._common import (ConversionError, ConvertedWeight, config_value, fp8_codes, get_tensor, need_shape,
-                      need_tensor, scale_type_name)
+from ._common import (
+    ConversionError,
+    ConvertedWeight,
+    config_value,
+    fp8_codes,
+    get_tensor,
+    need_shape,
+    need_tensor,
+    scale_type_name,
+)
 
 __all__ = ["convert", "convert_layer"]
 
@@ -42,13 +50,15 @@ def _block(block_size, layer: str) -> tuple[int, int]:
         try:
             F._check_pow2_group(v, f"the block size along {what}")
         except F.FormatError as e:
-            raise ConversionError(layer, "weight_block_size", list(block_size),
-                                  f"the unified format cannot represent it: {e}") from None
+            raise ConversionError(
+                layer, "weight_block_size", list(block_size), f"the unified format cannot represent it: {e}"
+            ) from None
     return bn, bk
 
 
-def convert(weight: torch.Tensor, weight_scale_inv: torch.Tensor, *, block_size=(128, 128),
-            layer: str = "") -> ConvertedWeight:
+def convert(
+    weight: torch.Tensor, weight_scale_inv: torch.Tensor, *, block_size=(128, 128), layer: str = ""
+) -> ConvertedWeight:
     """Convert one FP8 layer (see the module doc). ``block_size``: ``[bn, bk]`` or None for a
     per-tensor scale."""
     codes, code = fp8_codes(weight, layer, "weight")
@@ -57,20 +67,30 @@ def convert(weight: torch.Tensor, weight_scale_inv: torch.Tensor, *, block_size=
     st = scale_type_name(weight_scale_inv, layer, "weight_scale_inv")
     if block_size is None:
         if weight_scale_inv.numel() != 1:
-            raise ConversionError(layer, "weight_scale_inv.shape", list(weight_scale_inv.shape),
-                                  "without weight_block_size the scale is one value per tensor")
+            raise ConversionError(
+                layer,
+                "weight_scale_inv.shape",
+                list(weight_scale_inv.shape),
+                "without weight_block_size the scale is one value per tensor",
+            )
         scales = weight_scale_inv.reshape(1, 1).expand(N, 1).contiguous()
         return ConvertedWeight(QuantizedWeight(f"{code}gc-s{st}", codes, scales), None, "fp8_tensor")
     bn, bk = _block(block_size, layer)
     need_tensor(weight_scale_inv, layer, "weight_scale_inv", ndim=2)
-    need_shape(weight_scale_inv, [-(-N // bn), -(-K // bk)], layer, "weight_scale_inv",
-               f"one scale per {bn} x {bk} block of the [{N}, {K}] weight")
+    need_shape(
+        weight_scale_inv,
+        [-(-N // bn), -(-K // bk)],
+        layer,
+        "weight_scale_inv",
+        f"one scale per {bn} x {bk} block of the [{N}, {K}] weight",
+    )
     q = QuantizedWeight(f"{code}g{bk}n{bn}-s{st}", codes, weight_scale_inv.contiguous())
     return ConvertedWeight(q, None, "fp8_block")
 
 
-def convert_layer(tensors: Mapping[str, torch.Tensor], prefix: str, config: Mapping[str, Any] | Any,
-                  *, layer: str | None = None) -> ConvertedWeight:
+def convert_layer(
+    tensors: Mapping[str, torch.Tensor], prefix: str, config: Mapping[str, Any] | Any, *, layer: str | None = None
+) -> ConvertedWeight:
     """Convert the layer ``prefix`` (``{prefix}.weight``, ``{prefix}.weight_scale_inv``) with the
     checkpoint's ``quantization_config`` (``quant_method = "fp8"``, ``fmt = "e4m3"``,
     ``weight_block_size``)."""

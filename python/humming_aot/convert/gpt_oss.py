@@ -47,11 +47,19 @@ def convert(blocks: torch.Tensor, scales: torch.Tensor, *, layer: str = ""):
     need_tensor(blocks, layer, "blocks", dtypes=(torch.uint8,))
     e8m0_scales(scales, layer, "scales")
     if blocks.dim() not in (3, 4) or blocks.shape[-1] != 16:
-        raise ConversionError(layer, "blocks.shape", list(blocks.shape),
-                              "expected [N, K / 32, 16] or [experts, N, K / 32, 16] (16 bytes per 32 inputs)")
+        raise ConversionError(
+            layer,
+            "blocks.shape",
+            list(blocks.shape),
+            "expected [N, K / 32, 16] or [experts, N, K / 32, 16] (16 bytes per 32 inputs)",
+        )
     if list(scales.shape) != list(blocks.shape[:-1]):
-        raise ConversionError(layer, "scales.shape", list(scales.shape),
-                              f"expected {list(blocks.shape[:-1])} (one exponent per block of 32 inputs)")
+        raise ConversionError(
+            layer,
+            "scales.shape",
+            list(scales.shape),
+            f"expected {list(blocks.shape[:-1])} (one exponent per block of 32 inputs)",
+        )
     if blocks.dim() == 3:
         return ConvertedWeight(_one(blocks, scales), None, "gpt_oss_mxfp4")
     return [ConvertedWeight(_one(blocks[e], scales[e]), None, "gpt_oss_mxfp4") for e in range(blocks.shape[0])]
@@ -73,5 +81,6 @@ def convert_layer(tensors: Mapping[str, torch.Tensor], prefix: str, config=None,
             if s not in tensors:
                 raise ConversionError(layer, s, None, "the tensor is missing from the checkpoint")
             return convert(tensors[b], tensors[s], layer=layer)
-    raise ConversionError(layer, f"{prefix}.blocks", None,
-                          f"the tensor is missing from the checkpoint (also looked for {prefix}_blocks)")
+    raise ConversionError(
+        layer, f"{prefix}.blocks", None, f"the tensor is missing from the checkpoint (also looked for {prefix}_blocks)"
+    )

@@ -43,8 +43,19 @@ from typing import Any
 import torch
 
 from ..reference import QuantizedWeight
-from ._common import (ConversionError, ConvertedWeight, config_value, get_tensor, granularity, n_groups,
-                      need_shape, need_tensor, scale_type_name, sort_groups, unpack_stream)
+from ._common import (
+    ConversionError,
+    ConvertedWeight,
+    config_value,
+    get_tensor,
+    granularity,
+    n_groups,
+    need_shape,
+    need_tensor,
+    scale_type_name,
+    sort_groups,
+    unpack_stream,
+)
 
 __all__ = ["convert", "convert_layer", "BITS", "CHECKPOINT_FORMATS"]
 
@@ -53,10 +64,19 @@ CHECKPOINT_FORMATS = {"gptq": 1, "gptq_v1": 1, "gptq_v2": 2}
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def convert(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
-            g_idx: torch.Tensor | None = None, *, bits: int, group_size: int,
-            sym: bool | None = None, checkpoint_format: str = "gptq",
-            in_features: int | None = None, layer: str = "") -> ConvertedWeight:
+def convert(
+    qweight: torch.Tensor,
+    qzeros: torch.Tensor,
+    scales: torch.Tensor,
+    g_idx: torch.Tensor | None = None,
+    *,
+    bits: int,
+    group_size: int,
+    sym: bool | None = None,
+    checkpoint_format: str = "gptq",
+    in_features: int | None = None,
+    layer: str = "",
+) -> ConvertedWeight:
     """Convert one GPTQ layer (see the module doc) to a ``ConvertedWeight``.
 
     ``sym``: True checks that every zero point is ``2**(bits-1)`` and gives the implied-zero format;
@@ -68,9 +88,13 @@ def convert(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
         raise ConversionError(layer, "bits", bits, f"GPTQ layers of {', '.join(map(str, BITS))} bits are supported")
     fmt_key = str(checkpoint_format).strip().lower()
     if fmt_key not in CHECKPOINT_FORMATS:
-        raise ConversionError(layer, "checkpoint_format", checkpoint_format,
-                              "supported GPTQ checkpoint formats: gptq (v1, zero points stored minus "
-                              "one) and gptq_v2 (zero points as they are)")
+        raise ConversionError(
+            layer,
+            "checkpoint_format",
+            checkpoint_format,
+            "supported GPTQ checkpoint formats: gptq (v1, zero points stored minus "
+            "one) and gptq_v2 (zero points as they are)",
+        )
     version = CHECKPOINT_FORMATS[fmt_key]
     need_tensor(qweight, layer, "qweight", dtypes=(torch.int32,), ndim=2)
     need_tensor(qzeros, layer, "qzeros", dtypes=(torch.int32,), ndim=2)
@@ -86,21 +110,34 @@ def convert(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
         K = int(in_features)
     else:
         if rows * 32 % bits:
-            raise ConversionError(layer, "qweight.shape", list(qweight.shape),
-                                  f"{rows} rows of int32 do not hold a whole number of {bits}-bit codes; "
-                                  "pass in_features")
+            raise ConversionError(
+                layer,
+                "qweight.shape",
+                list(qweight.shape),
+                f"{rows} rows of int32 do not hold a whole number of {bits}-bit codes; pass in_features",
+            )
         K = rows * 32 // bits
     if K < 1 or N < 1:
         raise ConversionError(layer, "scales.shape", list(scales.shape), f"empty layer (K = {K}, N = {N})")
-    need_shape(qweight, [-(-K * bits // 32), N], layer, "qweight",
-               f"K = {K} inputs of {bits} bits packed along K, N = {N} outputs from scales")
+    need_shape(
+        qweight,
+        [-(-K * bits // 32), N],
+        layer,
+        "qweight",
+        f"K = {K} inputs of {bits} bits packed along K, N = {N} outputs from scales",
+    )
     if group_size is None:
         raise ConversionError(layer, "group_size", None, "GPTQ needs group_size (-1 for per channel)")
     group_size = int(group_size)
     want_g = n_groups(K, group_size)
     need_shape(scales, [want_g, N], layer, "scales", f"ceil(K / group_size) = {want_g} groups of N = {N}")
-    need_shape(qzeros, [want_g, -(-N * bits // 32)], layer, "qzeros",
-               f"{want_g} groups, N = {N} zero points of {bits} bits packed along N")
+    need_shape(
+        qzeros,
+        [want_g, -(-N * bits // 32)],
+        layer,
+        "qzeros",
+        f"{want_g} groups, N = {N} zero points of {bits} bits packed along N",
+    )
     gran = granularity(group_size, K, want_g, layer, "group_size")
 
     codes = unpack_stream(qweight, bits, K, dim=0).t()  # [N, K]
@@ -110,11 +147,14 @@ def convert(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
         if bool((stored == top).any()):
             g, n = (int(i) for i in (stored == top).nonzero()[0])
             raise ConversionError(
-                layer, "qzeros", qzeros,
+                layer,
+                "qzeros",
+                qzeros,
                 f"group {g}, output {n} stores {top}, i.e. a zero point of {top + 1} in the v1 "
                 f"layout (stored + 1), outside the {bits}-bit code range 0..{top}; v1 checkpoints "
                 "cannot hold a zero point of 0 (if this checkpoint stores zero points as they are, "
-                "its checkpoint_format is gptq_v2)")
+                "its checkpoint_format is gptq_v2)",
+            )
         zeros = stored + 1
     else:
         zeros = stored
@@ -124,9 +164,12 @@ def convert(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
         g, n = (int(i) for i in (zeros != mid).nonzero()[0])
         hint = " (a v2 checkpoint read as v1?)" if version == 1 and bool((zeros == mid + 1).all()) else ""
         raise ConversionError(
-            layer, "qzeros", qzeros,
+            layer,
+            "qzeros",
+            qzeros,
             f"sym is set but group {g}, output {n} has zero point {int(zeros[g, n])} (stored "
-            f"{int(stored[g, n])}, checkpoint format {fmt_key}); symmetric GPTQ has {mid}{hint}")
+            f"{int(stored[g, n])}, checkpoint format {fmt_key}); symmetric GPTQ has {mid}{hint}",
+        )
     implied = all_mid if sym is None else bool(sym)
 
     perm = None
@@ -136,13 +179,13 @@ def convert(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
             perm = perm.to(torch.int64)
             codes = codes.index_select(1, perm.to(codes.device))
     fmt = f"u{bits}{gran}-s{st}" + ("" if implied else "-zi")
-    q = QuantizedWeight(fmt, codes.contiguous(), scales.t().contiguous(),
-                        None if implied else zeros.t().contiguous())
+    q = QuantizedWeight(fmt, codes.contiguous(), scales.t().contiguous(), None if implied else zeros.t().contiguous())
     return ConvertedWeight(q, perm, f"gptq_v{version}")
 
 
-def convert_layer(tensors: Mapping[str, torch.Tensor], prefix: str, config: Mapping[str, Any] | Any,
-                  *, layer: str | None = None) -> ConvertedWeight:
+def convert_layer(
+    tensors: Mapping[str, torch.Tensor], prefix: str, config: Mapping[str, Any] | Any, *, layer: str | None = None
+) -> ConvertedWeight:
     """Convert the layer ``prefix`` (e.g. ``model.layers.0.self_attn.q_proj``) of a GPTQ state dict.
 
     ``tensors`` maps names to tensors (``{prefix}.qweight``, ``.qzeros``, ``.scales``, optional
@@ -169,12 +212,24 @@ def convert_layer(tensors: Mapping[str, torch.Tensor], prefix: str, config: Mapp
     ckpt = f1 if f1 is not None else (f2 if f2 is not None else "gptq")
     g_idx = get_tensor(tensors, prefix, "g_idx", layer, required=False)
     if g_idx is None and config_value(config, "desc_act", False):
-        static = config_value(config_value(config, "meta", {}), "static_groups", False) or \
-            config_value(config, "static_groups", False)
+        static = config_value(config_value(config, "meta", {}), "static_groups", False) or config_value(
+            config, "static_groups", False
+        )
         if not static:
-            raise ConversionError(layer, f"{prefix}.g_idx", None,
-                                  "desc_act is set, so the input-to-group map g_idx is needed, and it is missing")
-    return convert(get_tensor(tensors, prefix, "qweight", layer), get_tensor(tensors, prefix, "qzeros", layer),
-                   get_tensor(tensors, prefix, "scales", layer), g_idx, bits=int(bits),
-                   group_size=int(group_size), sym=None if sym is None else bool(sym),
-                   checkpoint_format=ckpt, layer=layer)
+            raise ConversionError(
+                layer,
+                f"{prefix}.g_idx",
+                None,
+                "desc_act is set, so the input-to-group map g_idx is needed, and it is missing",
+            )
+    return convert(
+        get_tensor(tensors, prefix, "qweight", layer),
+        get_tensor(tensors, prefix, "qzeros", layer),
+        get_tensor(tensors, prefix, "scales", layer),
+        g_idx,
+        bits=int(bits),
+        group_size=int(group_size),
+        sym=None if sym is None else bool(sym),
+        checkpoint_format=ckpt,
+        layer=layer,
+    )

@@ -34,16 +34,33 @@ import torch
 
 from ..reference import QuantizedWeight
 from . import fp8_block
-from ._common import (ConversionError, ConvertedWeight, config_value, e4m3_scales, fp8_codes, get_tensor,
-                      need_shape, need_tensor, scalar_f32, scale_type_name, unpack_fp4)
+from ._common import (
+    ConversionError,
+    ConvertedWeight,
+    config_value,
+    e4m3_scales,
+    fp8_codes,
+    get_tensor,
+    need_shape,
+    need_tensor,
+    scalar_f32,
+    scale_type_name,
+    unpack_fp4,
+)
 
 __all__ = ["convert_nvfp4", "convert_fp8", "convert_layer", "activation_scale"]
 
 SUPPORTED_ALGOS = ("NVFP4", "FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO")
 
 
-def convert_nvfp4(weight: torch.Tensor, weight_scale: torch.Tensor, weight_scale_2: torch.Tensor, *,
-                  group_size: int = 16, layer: str = "") -> ConvertedWeight:
+def convert_nvfp4(
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    weight_scale_2: torch.Tensor,
+    *,
+    group_size: int = 16,
+    layer: str = "",
+) -> ConvertedWeight:
     """Convert one ModelOpt NVFP4 layer (see the module doc)."""
     if int(group_size) != 16:
         raise ConversionError(layer, "group_size", group_size, "NVFP4 has groups of 16 inputs")
@@ -56,8 +73,9 @@ def convert_nvfp4(weight: torch.Tensor, weight_scale: torch.Tensor, weight_scale
     return ConvertedWeight(QuantizedWeight("e2m1g16-se4m3-gs", codes, scales, None, g), None, "modelopt_nvfp4")
 
 
-def convert_fp8(weight: torch.Tensor, weight_scale: torch.Tensor, *, block_size=None,
-                layer: str = "") -> ConvertedWeight:
+def convert_fp8(
+    weight: torch.Tensor, weight_scale: torch.Tensor, *, block_size=None, layer: str = ""
+) -> ConvertedWeight:
     """Convert one ModelOpt FP8 layer: per-tensor or per-channel ``weight_scale``, or blocks when
     ``block_size = [bn, bk]``."""
     if block_size is not None:
@@ -72,8 +90,12 @@ def convert_fp8(weight: torch.Tensor, weight_scale: torch.Tensor, *, block_size=
     elif weight_scale.numel() == N and weight_scale.dim() in (1, 2) and weight_scale.shape[0] == N:
         scales = weight_scale.reshape(N, 1)
     else:
-        raise ConversionError(layer, "weight_scale.shape", list(weight_scale.shape),
-                              f"expected one value (per tensor) or [{N}] / [{N}, 1] (per channel)")
+        raise ConversionError(
+            layer,
+            "weight_scale.shape",
+            list(weight_scale.shape),
+            f"expected one value (per tensor) or [{N}] / [{N}, 1] (per channel)",
+        )
     return ConvertedWeight(QuantizedWeight(f"{code}gc-s{st}", codes, scales.contiguous()), None, "modelopt_fp8")
 
 
@@ -86,17 +108,20 @@ def _algo(config, layer: str) -> str:
         raise ConversionError(layer, "quant_method", method, "this is the ModelOpt importer")
     algo = config_value(inner, "quant_algo")
     if algo is None:
-        raise ConversionError(layer, "quant_algo", None,
-                              f"the quantization algorithm is needed: {', '.join(SUPPORTED_ALGOS)}")
+        raise ConversionError(
+            layer, "quant_algo", None, f"the quantization algorithm is needed: {', '.join(SUPPORTED_ALGOS)}"
+        )
     algo = str(algo).upper()
     if algo not in SUPPORTED_ALGOS:
-        raise ConversionError(layer, "quant_algo", algo,
-                              f"this importer handles the ModelOpt algorithms {', '.join(SUPPORTED_ALGOS)}")
+        raise ConversionError(
+            layer, "quant_algo", algo, f"this importer handles the ModelOpt algorithms {', '.join(SUPPORTED_ALGOS)}"
+        )
     return algo
 
 
-def convert_layer(tensors: Mapping[str, torch.Tensor], prefix: str, config: Mapping[str, Any] | Any,
-                  *, layer: str | None = None) -> ConvertedWeight:
+def convert_layer(
+    tensors: Mapping[str, torch.Tensor], prefix: str, config: Mapping[str, Any] | Any, *, layer: str | None = None
+) -> ConvertedWeight:
     """Convert the layer ``prefix`` (``.weight``, ``.weight_scale``, ``.weight_scale_2``) with the
     ModelOpt config (``hf_quant_config.json`` or ``config.json``'s ``quantization_config``)."""
     layer = prefix if layer is None else layer
@@ -104,12 +129,21 @@ def convert_layer(tensors: Mapping[str, torch.Tensor], prefix: str, config: Mapp
     inner = config_value(config, "quantization", config)
     get = lambda name, required=True: get_tensor(tensors, prefix, name, layer, required)  # noqa: E731
     if get("pre_quant_scale", False) is not None:
-        raise ConversionError(layer, f"{prefix}.pre_quant_scale", get("pre_quant_scale"),
-                              "an AWQ pre-quantization scale multiplies the activations; fold it into the "
-                              "previous layer first (not done by this importer)")
+        raise ConversionError(
+            layer,
+            f"{prefix}.pre_quant_scale",
+            get("pre_quant_scale"),
+            "an AWQ pre-quantization scale multiplies the activations; fold it into the "
+            "previous layer first (not done by this importer)",
+        )
     if algo == "NVFP4":
-        return convert_nvfp4(get("weight"), get("weight_scale"), get("weight_scale_2"),
-                             group_size=config_value(inner, "group_size", 16), layer=layer)
+        return convert_nvfp4(
+            get("weight"),
+            get("weight_scale"),
+            get("weight_scale_2"),
+            group_size=config_value(inner, "group_size", 16),
+            layer=layer,
+        )
     block = None
     if algo == "FP8_PB_WO":
         block = config_value(inner, ("block_size", "weight_block_size"), [128, 128])

@@ -45,19 +45,20 @@ inline Status encode_rows_map(CUtensorMap *map, const void *base, bool bf16, int
   std::string why;
   const auto encode = tensor_map_encoder(&why);
   if (encode == nullptr) return Status::Error(why);
-  const cuuint64_t stride = rows == 1 ? static_cast<cuuint64_t>((cols * 2 + 15) / 16 * 16) : static_cast<cuuint64_t>(ld * 2);
+  const cuuint64_t stride =
+      rows == 1 ? static_cast<cuuint64_t>((cols * 2 + 15) / 16 * 16) : static_cast<cuuint64_t>(ld * 2);
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {stride};
   const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
-                            const_cast<void *>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
+             const_cast<void *>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
-    return Status::Error("encoding the activations' tensor map failed (CUresult " + std::to_string(static_cast<int>(r)) +
-                         ") for " + std::to_string(rows) + " x " + std::to_string(cols) + " elements, row stride " +
-                         std::to_string(ld));
+    return Status::Error("encoding the activations' tensor map failed (CUresult " +
+                         std::to_string(static_cast<int>(r)) + ") for " + std::to_string(rows) + " x " +
+                         std::to_string(cols) + " elements, row stride " + std::to_string(ld));
   return Status::Ok();
 }
 
