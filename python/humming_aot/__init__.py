@@ -35,8 +35,22 @@ _LAZY = {
     "load_quantized": ("loading", "load_quantized"),
     "iter_quantized": ("loading", "iter_quantized"),
     "replace_linears": ("loading", "replace_linears"),
+    "load_packed": ("packed_checkpoint", "load_packed"),
+    "save_packed": ("packed_checkpoint", "save_packed"),
+    "PackedLayer": ("packed_checkpoint", "PackedLayer"),
 }
-_MODULES = ("reference", "pack", "ops", "dispatch", "registry", "layers", "cli", "convert", "loading")
+_MODULES = (
+    "reference",
+    "pack",
+    "ops",
+    "dispatch",
+    "registry",
+    "layers",
+    "cli",
+    "convert",
+    "loading",
+    "packed_checkpoint",
+)
 
 __all__ = [
     "ActivationFormat",

@@ -1,4 +1,4 @@
-"""The ``humming-aot`` command: ``info``, ``demo`` and ``bench``."""
+"""The ``humming-aot`` command: ``info``, ``demo``, ``bench`` and ``convert``."""
 
 from __future__ import annotations
 
@@ -55,6 +55,32 @@ def _demo(args) -> int:
     return 0
 
 
+# --arch names the GPU generation; each maps to the weight layout its kernels read (pack.LAYOUTS).
+_ARCH_LAYOUTS = {"sm90": "sm90", "sm80": "sm80", "generic": "generic"}
+
+
+def _convert(args) -> int:
+    from .loading import iter_quantized
+    from .packed_checkpoint import is_packed_checkpoint, save_packed
+
+    layout = _ARCH_LAYOUTS[args.arch]
+    if is_packed_checkpoint(args.model_dir):
+        raise ValueError(f"{args.model_dir} is already a packed checkpoint; convert its source checkpoint")
+    # iter_quantized: one unpacked layer in memory at a time; packing runs on the CPU
+    manifest = save_packed(
+        iter_quantized(args.model_dir, progress=not args.quiet),
+        args.out_dir,
+        layout=layout,
+        max_shard_bytes=int(args.max_shard_gb * (1 << 30)),
+        progress=False,
+    )
+    print(
+        f"packed {len(manifest['layers'])} layers for layout {manifest['layout_name']} "
+        f"(id {manifest['layout']}) into {args.out_dir} ({len(manifest['files'])} file(s))"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "bench":
@@ -78,12 +104,21 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--n", type=int, default=512)
     d.add_argument("--k", type=int, default=1024)
     d.add_argument("--cpu", action="store_true", help="use the CPU reference path even with a GPU")
+    c = sub.add_parser(
+        "convert",
+        help="import a quantized checkpoint (GPTQ, AWQ, compressed-tensors, ...) and write it packed for one target",
+    )
+    c.add_argument("model_dir", help="checkpoint directory (config.json with quantization_config, safetensors)")
+    c.add_argument("out_dir", help="where the packed checkpoint goes (created)")
+    c.add_argument("--arch", required=True, choices=sorted(_ARCH_LAYOUTS), help="target GPU generation (its layout)")
+    c.add_argument("--max-shard-gb", type=float, default=4.0, help="largest output file, in GiB (default 4)")
+    c.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
     from .formats import FormatError
 
     try:
-        return {"info": _info, "demo": _demo}[args.cmd](args)
-    except (FormatError, ValueError, TypeError) as e:
+        return {"info": _info, "demo": _demo, "convert": _convert}[args.cmd](args)
+    except (FormatError, ValueError, TypeError, FileNotFoundError) as e:
         print(f"humming-aot {args.cmd}: {e}", file=sys.stderr)
         return 2
 

@@ -7,6 +7,9 @@
   packing depends on the target (layout, device, activation format), which is the model's business.
 * :func:`replace_linears` packs those weights for a target and swaps the model's ``nn.Linear``
   modules of the same names for ``QuantLinear``, keeping their biases.
+* A directory written by ``humming-aot convert`` (``packed_checkpoint``: weights already packed for
+  one layout, marked by its manifest) loads through :func:`load_quantized` as
+  ``{layer_prefix: PackedLayer}``, which :func:`replace_linears` wraps without repacking.
 
 Shards are read with ``safetensors.safe_open``, one tensor at a time, and only the tensors of the
 layer being converted are held, so a shard is never all in memory. Only quantized layers are
@@ -44,6 +47,7 @@ from .convert import (
     gptq,
     modelopt,
 )
+from .packed_checkpoint import PackedCheckpointError, PackedLayer, is_packed_checkpoint, load_packed
 
 __all__ = ["load_quantized", "iter_quantized", "replace_linears", "CheckpointError", "QUANT_METHODS"]
 
@@ -330,11 +334,26 @@ def _progress(items, total: int | None, desc: str, enabled: bool):
 
 
 def iter_quantized(
-    source: str | os.PathLike | Mapping[str, torch.Tensor], config: Any = None, *, progress: bool = True
-) -> Iterator[tuple[str, ConvertedWeight | list[ConvertedWeight]]]:
+    source: str | os.PathLike | Mapping[str, torch.Tensor],
+    config: Any = None,
+    *,
+    progress: bool = True,
+    layout: str | int | None = None,
+    device=None,
+) -> Iterator[tuple[str, ConvertedWeight | PackedLayer | list]]:
     """:func:`load_quantized` one layer at a time: yields ``(layer_prefix, converted)`` and keeps
     only the current layer's checkpoint tensors, so ``replace_linears(model, iter_quantized(d))``
     holds at most one unpacked layer besides the packed model."""
+    if isinstance(source, (str, os.PathLike)) and is_packed_checkpoint(source):
+        # already packed (humming-aot convert): nothing to import; load_packed checks it
+        yield from load_packed(source, layout=layout, device=device, progress=progress).items()
+        return
+    if layout is not None or device is not None:
+        raise ValueError(
+            "load_quantized: layout= and device= are for packed checkpoints (humming-aot convert); "
+            f"{source if isinstance(source, (str, os.PathLike)) else 'a state dict'} is not one "
+            "(replace_linears packs for the layout and device)"
+        )
     if isinstance(source, (str, os.PathLike)):
         directory = os.fspath(source)
         qcfg = _quant_config(config) if config is not None else _read_config(directory)
@@ -364,8 +383,13 @@ def iter_quantized(
 
 
 def load_quantized(
-    source: str | os.PathLike | Mapping[str, torch.Tensor], config: Any = None, *, progress: bool = True
-) -> dict[str, ConvertedWeight | list[ConvertedWeight]]:
+    source: str | os.PathLike | Mapping[str, torch.Tensor],
+    config: Any = None,
+    *,
+    progress: bool = True,
+    layout: str | int | None = None,
+    device=None,
+) -> dict[str, ConvertedWeight | PackedLayer | list]:
     """Import every quantized linear layer of a checkpoint into the unified format.
 
     ``source``: a checkpoint directory (``config.json`` + ``model.safetensors`` or shards with
@@ -382,8 +406,15 @@ def load_quantized(
     ``.weight``, and ``.perm`` for act-order layers); gpt-oss expert tensors give a list, one per
     expert. Raises ``convert.ConversionError`` or :class:`CheckpointError` naming the layer or the
     file and tensor; nothing is returned half-way.
+
+    A packed checkpoint directory (``humming-aot convert``, found by its manifest
+    ``humming_aot_packed.json``) gives ``{layer_prefix: packed_checkpoint.PackedLayer}`` instead
+    (``.packed``: the ``PackedWeight``, ``.perm``), read with no repacking onto ``device`` (default
+    the CPU). ``layout`` (name or id, default: the stored one) is the layout the caller will run;
+    a checkpoint packed for another layout or with another schema version raises
+    ``packed_checkpoint.PackedCheckpointError``. Both keywords are for packed checkpoints only.
     """
-    return dict(iter_quantized(source, config, progress=progress))
+    return dict(iter_quantized(source, config, progress=progress, layout=layout, device=device))
 
 
 def replace_linears(
@@ -405,6 +436,10 @@ def replace_linears(
     model packs on the CPU). ``act_format`` defaults to the linear's weight dtype (bf16 / f16; bf16
     otherwise). The linear's bias is kept; act-order weights get ``QuantLinear.in_perm``.
 
+    ``PackedLayer`` values (a packed checkpoint through :func:`load_quantized`) are used as they
+    are, moved to ``device`` if given, never repacked; ``layout`` must then be "auto" or their
+    layout (else ``PackedCheckpointError``), ``act_format`` / ``out_dtype`` apply as above.
+
     ``strict``: every converted layer must name an ``nn.Linear`` of the model with the same shape
     (else ``ValueError`` listing them all); with ``strict=False`` the others are left out (e.g.
     gpt-oss experts, which are not ``nn.Linear``). Every module is built before any is swapped, so
@@ -423,21 +458,41 @@ def replace_linears(
             linear = model.get_submodule(name)
         except AttributeError:
             linear = None
-        if not isinstance(linear, torch.nn.Linear) or not isinstance(cw, ConvertedWeight):
+        if not isinstance(linear, torch.nn.Linear) or not isinstance(cw, (ConvertedWeight, PackedLayer)):
             what = "no module" if linear is None else type(linear).__name__
             problems.append(f"{name} ({what}; converted: {type(cw).__name__})")
             continue
-        q = cw.weight
-        if tuple(q.codes.shape) != (linear.out_features, linear.in_features):
+        nk = (cw.packed.n, cw.packed.k) if isinstance(cw, PackedLayer) else tuple(cw.weight.codes.shape)
+        if nk != (linear.out_features, linear.in_features):
             problems.append(
                 f"{name} (nn.Linear({linear.in_features}, {linear.out_features}); the checkpoint's "
-                f"weight is [{q.codes.shape[0]}, {q.codes.shape[1]}] = [out, in])"
+                f"weight is [{nk[0]}, {nk[1]}] = [out, in])"
             )
             continue
         dev = torch.device(device) if device is not None else linear.weight.device
         if dev.type == "meta":
             dev = torch.device("cpu")
         act = act_format if act_format is not None else _FLOAT_ACT.get(linear.weight.dtype, "bf16")
+        bias = linear.bias
+        if bias is not None:
+            if bias.device.type == "meta":
+                raise ValueError(
+                    f"{name}: the bias is on the meta device; load the model's float tensors "
+                    "(biases included) before replace_linears"
+                )
+            bias = bias.detach().to(dev)
+        if isinstance(cw, PackedLayer):
+            # packed once by humming-aot convert: use as stored; a layout mismatch is an error,
+            # since converting between layouts would mean unpacking and repacking
+            if layout != "auto" and layout_id(layout) != cw.packed.layout:
+                raise PackedCheckpointError(
+                    f"{name}: packed for layout {cw.packed.layout} ({cw.packed.layout_name}), "
+                    f"but replace_linears was asked for layout {layout!r}"
+                )
+            perm = None if cw.perm is None else cw.perm.to(dev)
+            built[name] = QuantLinear.from_packed(cw.packed.to(dev), act, out_dtype, bias, in_perm=perm)
+            continue
+        q = cw.weight
         lid = layout
         if layout == "auto":
             a = F.parse_activation_format(act)
@@ -448,14 +503,6 @@ def replace_linears(
         q = dataclasses.replace(
             q, codes=q.codes.to(dev), scales=mv(q.scales), zeros=mv(q.zeros), global_scale=mv(q.global_scale)
         )
-        bias = linear.bias
-        if bias is not None:
-            if bias.device.type == "meta":
-                raise ValueError(
-                    f"{name}: the bias is on the meta device; load the model's float tensors "
-                    "(biases included) before replace_linears"
-                )
-            bias = bias.detach().to(dev)
         built[name] = QuantLinear.from_packed(
             pack_weight(q, layout=layout_id(lid)), act, out_dtype, bias, in_perm=cw.perm
         )
