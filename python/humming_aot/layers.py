@@ -58,7 +58,8 @@ class QuantLinear(torch.nn.Module):
     ):
         super().__init__()
         act = F.parse_activation_format(act_format)
-        out = out_dtype or ("bf16" if act.quantized else str(act.type))
+        # "is None", not "or": an empty string is a bad output type, not the default one.
+        out = out_dtype if out_dtype is not None else ("bf16" if act.quantized else str(act.type))
         self.fmt = F.GemmFormat(act, packed.fmt, F.dtype(out))
         self.in_features, self.out_features = packed.k, packed.n
         self.n_pad, self.k_pad, self.layout = packed.n_pad, packed.k_pad, packed.layout
@@ -79,6 +80,12 @@ class QuantLinear(torch.nn.Module):
             in_perm = torch.as_tensor(in_perm).detach().to(device=packed.codes.device, dtype=torch.int64)
             if in_perm.shape != (packed.k,):
                 raise ValueError(f"in_perm has shape {tuple(in_perm.shape)}; expected ({packed.k},)")
+            # Checked once here: index_select would only say "INDICES element is out of DATA bounds"
+            # per call, and a repeated index would silently drop an input feature.
+            if in_perm.device.type != "meta" and not torch.equal(
+                in_perm.sort().values, torch.arange(packed.k, device=in_perm.device)
+            ):
+                raise ValueError(f"in_perm must be a permutation of 0..{packed.k - 1} (each input feature once)")
         self.register_buffer("in_perm", in_perm)
         self._plan = layer_plan(self.fmt, packed.n, packed.k, packed.layout)  # shared with auto_gemm
         # Strings and dtypes the op takes, computed once: formatting them costs microseconds per call.
@@ -105,7 +112,7 @@ class QuantLinear(torch.nn.Module):
         q = reference.quantize_weight(w.float(), weight_format)
         if layout == "auto":
             act = F.parse_activation_format(act_format)
-            out = out_dtype or ("bf16" if act.quantized else str(act.type))
+            out = out_dtype if out_dtype is not None else ("bf16" if act.quantized else str(act.type))
             from .dispatch import preferred_layout
 
             target = device if device is not None else w.device
@@ -153,8 +160,9 @@ class QuantLinear(torch.nn.Module):
         return self._plan.instance(m, device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[-1] != self.in_features:
-            raise ValueError(f"input has {x.shape[-1]} features; this layer takes {self.in_features}")
+        if x.dim() == 0 or x.shape[-1] != self.in_features:  # (0-D: no features at all, not an IndexError)
+            got = f"{x.shape[-1]} features" if x.dim() else "0 dimensions (a scalar)"
+            raise ValueError(f"input has {got}; this layer takes {self.in_features} features [..., {self.in_features}]")
         # 2-D inputs (what a serving loop passes) skip the two reshapes: each is a torch call.
         flat = x.dim() == 2
         a = x if flat else x.reshape(-1, self.in_features)

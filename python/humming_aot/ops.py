@@ -34,9 +34,30 @@ def _act_scale_cols(afmt: F.ActivationFormat, k: int) -> int:
     return -(-k // group)
 
 
+def _check_same_device(first: torch.Tensor, first_what: str, **others) -> None:
+    """The fake kernels run for meta tensors too, so a meta tensor mixed with CPU ones reaches them
+    instead of the real kernel's device check: check here, with the real kernel's message."""
+    for what, t in others.items():
+        if t is not None and t.device != first.device:
+            raise ValueError(
+                f"{what.replace('_', ' ')} is on {t.device} but the {first_what} are on {first.device}; "
+                "every tensor of one call must be on the same device"
+            )
+
+
 @torch.library.register_fake("humming::gemm")
 def _gemm_fake(a, codes, scales, zeros, global_scale, a_scales, bias, fmt, layout, n, k, instance=""):
     g = F.parse_gemm_format(fmt)
+    _check_same_device(
+        a,
+        "activations",
+        packed_codes=codes,
+        scales=scales,
+        zero_points=zeros,
+        global_scale=global_scale,
+        activation_scales=a_scales,
+        bias=bias,
+    )
     torch._check(a.dim() == 2, lambda: f"activations must be 2-D [m, k], got {a.dim()}-D")
     torch._check(a.shape[1] == k, lambda: f"activations have {a.shape[1]} columns but the weight has k={k}")
     return a.new_empty((a.shape[0], n), dtype=torch_dtype(g.out))
@@ -106,6 +127,7 @@ _auto_gemm.register_fake(_gemm_fake)
 @torch.library.register_fake("humming::pack_weight")
 def _pack_fake(codes, scales, zeros, weight_format, layout):
     w = F.parse_weight_format(weight_format)
+    _check_same_device(codes, "codes", scales=scales, zero_points=zeros)
     d = C.packed_dims(str(w), int(layout), int(codes.shape[0]), int(codes.shape[1]))
     packed = codes.new_empty((d["n_pad"], d["words_per_row"]), dtype=torch.int32)
     grid = (d["k_groups"], d["n_groups"])
@@ -117,6 +139,7 @@ def _pack_fake(codes, scales, zeros, weight_format, layout):
 @torch.library.register_fake("humming::unpack_weight")
 def _unpack_fake(codes, scales, zeros, weight_format, layout, n, k):
     w = F.parse_weight_format(weight_format)
+    _check_same_device(codes, "packed codes", packed_scales=scales, packed_zero_points=zeros)
     d = C.packed_dims(str(w), int(layout), int(n), int(k))
     out_codes = codes.new_empty((n, k), dtype=torch.uint8)
     n_groups = -(-n // d["group_n"])
@@ -151,6 +174,16 @@ def gemm(a: torch.Tensor, packed, fmt: str | F.GemmFormat, *, a_scales=None, bia
     pass the scales as ``a_scales``). ``instance`` forces a compiled instance; by default the
     dispatcher chooses (see :func:`humming_aot.dispatch.choose`).
     """
+    # Checked first: otherwise a wrong argument surfaces as an AttributeError on one of its fields.
+    if not isinstance(a, torch.Tensor):
+        raise TypeError(f"activations must be a torch.Tensor [m, k], got {type(a).__name__}")
+    # (By its fields: pack imports this module through _ext, so PackedWeight is not importable here.)
+    if not isinstance(getattr(packed, "codes", None), torch.Tensor) or not all(
+        hasattr(packed, f) for f in ("fmt", "layout", "n", "k")
+    ):
+        raise TypeError(
+            f"the weight must be a PackedWeight (from humming_aot.pack_weight), got {type(packed).__name__}"
+        )
     g = F.parse_gemm_format(fmt)
     # Compared as text (a format and its string determine each other): under torch.compile with
     # dynamic shapes the packed weight's integers (group sizes among them) may be symbolic, and

@@ -8,6 +8,7 @@ Padding of N and K to what the layout needs happens here; outputs keep the logic
 from __future__ import annotations
 
 import dataclasses
+import operator
 
 import torch
 
@@ -24,11 +25,17 @@ def layout_id(layout: str | int) -> int:
         if layout not in LAYOUTS:
             raise ValueError(f"unknown weight layout {layout!r}; layouts: {', '.join(LAYOUTS)}")
         return LAYOUTS[layout]
-    if int(layout) not in LAYOUT_NAMES:
-        raise ValueError(
-            f"unknown weight layout id {layout}; layout ids: " + ", ".join(f"{v} ({k})" for k, v in LAYOUTS.items())
-        )
-    return int(layout)
+    ids = ", ".join(f"{v} ({k})" for k, v in LAYOUTS.items())
+    # operator.index, not int(): int() would take 2.5 as layout 2 and fail on None without naming it.
+    try:
+        lid = operator.index(layout)
+    except TypeError:
+        raise TypeError(
+            f"the weight layout must be a name ({', '.join(LAYOUTS)}) or an id ({ids}), got {layout!r}"
+        ) from None
+    if isinstance(layout, bool) or lid not in LAYOUT_NAMES:
+        raise ValueError(f"unknown weight layout id {layout!r}; layout ids: {ids}")
+    return lid
 
 
 @dataclasses.dataclass
@@ -86,10 +93,26 @@ def pack_weight(codes, scales=None, zeros=None, global_scale=None, fmt=None, *, 
         raise TypeError(f"codes must be a torch.Tensor, got {type(codes).__name__}")
     if codes.dim() != 2:
         raise ValueError(f"codes must be 2-D [n, k], got shape {tuple(codes.shape)}")
+    # The packers keep only the format's low bits of each code, so a wider code would be changed
+    # without a word: refuse it, as reference.QuantizedWeight does. (One reduction; packing is not
+    # on the hot path.)
+    if codes.dtype == torch.uint8 and codes.numel() and codes.device.type != "meta":
+        top = int(codes.max())
+        if top >= 1 << w.code.bits:
+            raise ValueError(
+                f"code {top} does not fit in the {w.code.bits} bits of weight format {w}; "
+                f"codes are 0..{(1 << w.code.bits) - 1}"
+            )
     if global_scale is not None:
         if not w.global_scale:
             raise ValueError(f"weight format {w} takes no global scale")
-        global_scale = torch.as_tensor(global_scale, dtype=torch.float32, device=codes.device).reshape(1)
+        try:  # a number or a one-element tensor; anything else is named here, not by reshape
+            gs = torch.as_tensor(global_scale, dtype=torch.float32, device=codes.device)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise TypeError(f"the global scale must be a number or a one-element tensor, got {global_scale!r}") from e
+        if gs.numel() != 1:
+            raise ValueError(f"the global scale holds one value, got {gs.numel()} (shape {tuple(gs.shape)})")
+        global_scale = gs.reshape(1)
     elif w.global_scale:
         raise ValueError(f"weight format {w} needs a global scale")
     pc, ps, pz = torch.ops.humming.pack_weight(codes, scales, zeros, str(w), lid)
