@@ -175,6 +175,29 @@ def _weight_only_combos(matrix: dict, profile: str, archs: list[str]):
     return backend_archs, out
 
 
+def _weight_only_key(act, code, zero, group, layout, tile, stages, threads, smem) -> dict:
+    """Registry key of a weight-only instance of the sm80 / sm90 backends: activations, scales and
+    output of one type, one scale per `group` inputs (0: per channel) and output channel."""
+    return dict(
+        act_type=_dtype_id(act),
+        act_granularity=0,
+        code_type=_dtype_id(code),
+        group_k=group,
+        group_n=1,
+        scale_type=_dtype_id(act),
+        zero=ZERO_ENUM[zero],
+        global_scale=-1,
+        out_type=_dtype_id(act),
+        layout=layout,
+        tile_m=tile[0],
+        tile_n=tile[1],
+        tile_k=tile[2],
+        stages=stages,
+        threads=threads,
+        smem_bytes=smem,
+    )
+
+
 def _sm80_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instance]:
     backend_archs, combos = _weight_only_combos(matrix, profile, archs)
     out = []
@@ -207,23 +230,8 @@ def _sm80_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
         # asserts the two agree): the stages (the K-slice reduction reuses one), a 16-byte word area
         # and the block's segment list (scheduler/streamk.h: kMaxSegments records of 16 bytes).
         smem = stage * t["stages"] + 16 + 6 * 16
-        key = dict(
-            act_type=_dtype_id(act),
-            act_granularity=0,
-            code_type=_dtype_id(code),
-            group_k=group,
-            group_n=1,
-            scale_type=_dtype_id(act),
-            zero=ZERO_ENUM[zero],
-            global_scale=-1,
-            out_type=_dtype_id(act),
-            layout=matrix["layout"],
-            tile_m=t["bm"],
-            tile_n=bn,
-            tile_k=bk,
-            stages=t["stages"],
-            threads=32 * wm * wn * wk,
-            smem_bytes=smem,
+        key = _weight_only_key(
+            act, code, zero, group, matrix["layout"], (t["bm"], bn, bk), t["stages"], 32 * wm * wn * wk, smem
         )
         out.append(
             Instance(
@@ -278,23 +286,8 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
         smem = 1024 + stage * stages + stages * 16 + 16
         if smem > SM90_MAX_SMEM:  # e.g. the 256-channel decode tiles with 8-bit codes
             continue
-        key = dict(
-            act_type=_dtype_id(act),
-            act_granularity=0,
-            code_type=_dtype_id(code),
-            group_k=group,
-            group_n=1,
-            scale_type=_dtype_id(act),
-            zero=ZERO_ENUM[zero],
-            global_scale=-1,
-            out_type=_dtype_id(act),
-            layout=matrix["layout"],
-            tile_m=bm,
-            tile_n=bn,
-            tile_k=bk,
-            stages=stages,
-            threads=128 * (1 + consumers),
-            smem_bytes=smem,
+        key = _weight_only_key(
+            act, code, zero, group, matrix["layout"], (bm, bn, bk), stages, 128 * (1 + consumers), smem
         )
         out.append(
             Instance(

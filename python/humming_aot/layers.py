@@ -186,28 +186,16 @@ class QuantLinear(torch.nn.Module):
         # Buffers straight from the dict: nn.Module's attribute fallback costs about a microsecond
         # per buffer per call (7 us for these five on the CI machine).
         b = self._buffers
+        instance = self.instance
         if torch.compiler.is_compiling():
             # Traced (torch.compile, export): the instance choice depends on M and is host-side
             # Python, so auto_gemm makes it inside the op at run time, on every device alike.
-            out = torch.ops.humming.auto_gemm(
-                a,
-                b["codes"],
-                b["scales"],
-                b["zeros"],
-                b["global_scale"],
-                a_scales,
-                b["bias"],
-                self._fmt_str,
-                self.layout,
-                self.out_features,
-                self.in_features,
-                self.instance,
-            )
+            op = torch.ops.humming.auto_gemm
         else:
             # Transposed / strided / unaligned activations are copied only where the kernel needs it
             # (the tests come first: the usual contiguous, aligned input pays two calls).
             if a.is_cuda:
-                instance = self.instance or self._plan.instance_at(a.shape[0], a.get_device())
+                instance = instance or self._plan.instance_at(a.shape[0], a.get_device())
                 if not a.is_contiguous() or a.data_ptr() % 16:
                     a = activation_operand(a, not is_generic(instance))
             else:
@@ -215,20 +203,20 @@ class QuantLinear(torch.nn.Module):
                 if not a.is_contiguous():
                     a = activation_operand(a, False)
             op = _DIRECT if _DIRECT is not None and _direct_call_ok(a) else torch.ops.humming.gemm
-            out = op(
-                a,
-                b["codes"],
-                b["scales"],
-                b["zeros"],
-                b["global_scale"],
-                a_scales,
-                b["bias"],
-                self._fmt_str,
-                self.layout,
-                self.out_features,
-                self.in_features,
-                instance,
-            )
+        out = op(
+            a,
+            b["codes"],
+            b["scales"],
+            b["zeros"],
+            b["global_scale"],
+            a_scales,
+            b["bias"],
+            self._fmt_str,
+            self.layout,
+            self.out_features,
+            self.in_features,
+            instance,
+        )
         return out if flat else out.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:

@@ -194,32 +194,21 @@ def gemm(a: torch.Tensor, packed, fmt: str | F.GemmFormat, *, a_scales=None, bia
         )
     if torch.compiler.is_compiling():
         # Traced: the choice is made inside the op at run time (see auto_gemm above).
-        return torch.ops.humming.auto_gemm(
-            a,
-            packed.codes,
-            packed.scales,
-            packed.zeros,
-            packed.global_scale,
-            a_scales,
-            bias,
-            str(g),
-            packed.layout,
-            packed.n,
-            packed.k,
-            instance,
-        )
-    fast = False
-    if a.is_cuda:
-        from . import dispatch
+        op = torch.ops.humming.auto_gemm
+    else:
+        op = torch.ops.humming.gemm
+        fast = False
+        if a.is_cuda:
+            from . import dispatch
 
-        if a.dim() == 2 and a.shape[0] == 0:  # no rows: nothing to choose or launch
-            return a.new_empty((0, packed.n), dtype=torch_dtype(g.out))
-        if not instance:
-            instance = dispatch.choose(g, packed.n, packed.k, a.shape[0], device=a.device, layout=packed.layout)
-        fast = not dispatch.is_generic(instance)
-    if a.dim() == 2:  # other shapes: the op's own error message
-        a = activation_operand(a, fast)
-    return torch.ops.humming.gemm(
+            if a.dim() == 2 and a.shape[0] == 0:  # no rows: nothing to choose or launch
+                return a.new_empty((0, packed.n), dtype=torch_dtype(g.out))
+            if not instance:
+                instance = dispatch.choose(g, packed.n, packed.k, a.shape[0], device=a.device, layout=packed.layout)
+            fast = not dispatch.is_generic(instance)
+        if a.dim() == 2:  # other shapes: the op's own error message
+            a = activation_operand(a, fast)
+    return op(
         a,
         packed.codes,
         packed.scales,
