@@ -164,7 +164,24 @@ def quantize_act(x: torch.Tensor, act_format: str | F.ActivationFormat):
 
     Returns (codes, scales): codes in the format's storage dtype, fp32 scales [m, ceil(k / group)].
     """
+    if torch.compiler.is_compiling() and isinstance(act_format, str):
+        return torch.ops.humming.quantize_act(x, _act_text(act_format))
     return torch.ops.humming.quantize_act(x, str(F.parse_activation_format(act_format)))
+
+
+# Under torch.compile a format given as text is parsed and printed once, at trace time, by these
+# two (their result is a constant of the graph): some torch versions (2.11) cannot trace the
+# f-strings of the formats' __str__ over their dataclass fields, and a format is constant anyway.
+@torch.compiler.assume_constant_result
+def _act_text(text: str) -> str:
+    return str(F.parse_activation_format(text))
+
+
+@torch.compiler.assume_constant_result
+def _gemm_texts(text: str) -> str:
+    """The GEMM format's text and its weight part's, joined by a space (one constant result)."""
+    g = F.parse_gemm_format(text)
+    return f"{g} {g.weight}"
 
 
 def gemm(a: torch.Tensor, packed, fmt: str | F.GemmFormat, *, a_scales=None, bias=None, instance: str = ""):
@@ -184,15 +201,23 @@ def gemm(a: torch.Tensor, packed, fmt: str | F.GemmFormat, *, a_scales=None, bia
         raise TypeError(
             f"the weight must be a PackedWeight (from humming_aot.pack_weight), got {type(packed).__name__}"
         )
-    g = F.parse_gemm_format(fmt)
+    compiling = torch.compiler.is_compiling()
+    if compiling and isinstance(fmt, str):
+        g_text, w_text = _gemm_texts(fmt).split(" ")
+    else:
+        g = F.parse_gemm_format(fmt)
+        g_text, w_text = str(g), str(g.weight)
     # Compared as text (a format and its string determine each other): under torch.compile with
     # dynamic shapes the packed weight's integers (group sizes among them) may be symbolic, and
-    # Dynamo cannot compare dataclasses holding them, while it formats them with a guard.
-    if str(g.weight) != str(packed.fmt):
+    # Dynamo cannot compare dataclasses holding them; the packed weight's text is made once.
+    fmt_text = getattr(packed, "fmt_text", None)
+    if not isinstance(fmt_text, str):
+        fmt_text = str(packed.fmt)
+    if w_text != fmt_text:
         raise F.FormatError(
-            f"the GEMM format's weight part {g.weight} differs from the packed weight's format {packed.fmt}"
+            f"the GEMM format's weight part {w_text} differs from the packed weight's format {fmt_text}"
         )
-    if torch.compiler.is_compiling():
+    if compiling:
         # Traced: the choice is made inside the op at run time (see auto_gemm above).
         op = torch.ops.humming.auto_gemm
     else:
@@ -216,7 +241,7 @@ def gemm(a: torch.Tensor, packed, fmt: str | F.GemmFormat, *, a_scales=None, bia
         packed.global_scale,
         a_scales,
         bias,
-        str(g),
+        g_text,
         packed.layout,
         packed.n,
         packed.k,

@@ -50,6 +50,12 @@ class PackedWeight:
     n_pad: int
     k_pad: int
     layout: int
+    # The format as text, fixed when the weight is made: under torch.compile the format's integers
+    # may be traced as symbols, and some torch versions cannot format those into a string.
+    fmt_text: str = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        self.fmt_text = str(self.fmt)
 
     @property
     def layout_name(self) -> str:
