@@ -237,6 +237,48 @@ void test_stream_k_plans() {
     }
   }
 }
+// Persistent plans (the sm90 backend): every K tile of every output tile is computed exactly once,
+// never more blocks than multiprocessors, and a launch that is only a spread part gives every tile
+// the same number of blocks, each owning one segment of one tile, whenever each tile gets two.
+void test_persistent_plans() {
+  const int sms = 132;
+  for (int64_t k_tiles : {1, 2, 7, 22, 56, 64, 224}) {
+    for (int64_t tile_k : {64, 128}) {
+      for (int64_t tiles : {1, 5, 12, 32, 100, 131, 132, 160, 264, 300, 1500}) {
+        const StreamKPlan p = plan_persistent(tiles, k_tiles, tile_k, sms);
+        EXPECT(p.blocks >= 1 && p.blocks <= sms, "tiles %lld k_tiles %lld: %lld blocks", static_cast<long long>(tiles),
+               static_cast<long long>(k_tiles), static_cast<long long>(p.blocks));
+        std::vector<int> seen(static_cast<size_t>(tiles * k_tiles), 0);
+        for (int64_t b = 0; b < p.blocks; ++b) {
+          int sk_segments = 0;
+          for_each_segment(p, b, [&](int64_t t, int64_t kb, int64_t ke) {
+            if (t >= p.dp_tiles()) ++sk_segments;
+            EXPECT(t >= 0 && t < tiles && kb < ke && ke <= k_tiles, "segment of block %lld", static_cast<long long>(b));
+            for (int64_t kt = kb; kt < ke; ++kt) ++seen[static_cast<size_t>(t * k_tiles + kt)];
+          });
+          const int64_t min_units = (persistent_min_slice_k() + tile_k - 1) / tile_k;
+          const int64_t splits = std::min<int64_t>(sms / tiles, k_tiles / std::max<int64_t>(min_units, 1));
+          if (p.dp_waves == 0 && p.sk_tiles == tiles && splits >= 2)
+            EXPECT(p.blocks == tiles * splits && sk_segments == 1,
+                   "tiles %lld k_tiles %lld: %lld blocks (want %lld x %lld), block %lld has %d segments",
+                   static_cast<long long>(tiles), static_cast<long long>(k_tiles), static_cast<long long>(p.blocks),
+                   static_cast<long long>(tiles), static_cast<long long>(splits), static_cast<long long>(b),
+                   sk_segments);
+        }
+        for (size_t i = 0; i < seen.size(); ++i)
+          EXPECT(seen[i] == 1, "tiles %lld k_tiles %lld: K tile %zu computed %d times", static_cast<long long>(tiles),
+                 static_cast<long long>(k_tiles), i, seen[i]);
+      }
+    }
+  }
+  // Measured cases (scheduler/streamk.h): 5 tiles of 576 x 7168 (56 K tiles of 128) spread over
+  // many blocks; a whole wave of 132 tiles stays one wave.
+  const StreamKPlan small = plan_persistent(5, 56, 128, sms);
+  EXPECT(small.sk_tiles == 5 && small.blocks > 5 && small.blocks % 5 == 0, "576 x 7168: %lld blocks",
+         static_cast<long long>(small.blocks));
+  const StreamKPlan wave = plan_persistent(132, 64, 128, sms);
+  EXPECT(wave.sk_tiles == 0 && wave.blocks == 132 && wave.dp_waves == 1, "a whole wave stays plain");
+}
 // The policy on the launches it was measured on (scheduler/streamk.h).
 void test_stream_k_policy() {
   // 16 x 64 decode tiles, two blocks per SM: 1024 x 8192 spreads, 8192 x 8192 does not.
@@ -257,6 +299,7 @@ void test_stream_k_policy() {
 
 int main() {
   test_stream_k_policy();
+  test_persistent_plans();
   test_stream_k_plans();
   test_format_round_trip();
   test_pack_round_trip();
