@@ -276,6 +276,10 @@ void test_persistent_plans() {
   const StreamKPlan small = plan_persistent(5, 56, 128, sms);
   EXPECT(small.sk_tiles == 5 && small.blocks > 5 && small.blocks % 5 == 0, "576 x 7168: %lld blocks",
          static_cast<long long>(small.blocks));
+  // A tail of 12 tiles after a whole wave (36864 x 7168, t8x256) stays apart from the wave.
+  const StreamKPlan tail = plan_persistent(144, 56, 128, sms);
+  EXPECT(tail.dp_waves == 1 && tail.sk_tiles == 12 && tail.blocks == sms, "36864 x 7168: %lld waves, %lld spread",
+         static_cast<long long>(tail.dp_waves), static_cast<long long>(tail.sk_tiles));
   const StreamKPlan wave = plan_persistent(132, 64, 128, sms);
   EXPECT(wave.sk_tiles == 0 && wave.blocks == 132 && wave.dp_waves == 1, "a whole wave stays plain");
 }

@@ -99,13 +99,29 @@ inline int64_t min_slice_k() {
   return v > 0 ? v : int64_t(2048);
 }
 
-// The same for persistent launches (plan_persistent): a block there keeps loading from one segment
-// into the next, so a short share costs only its fix-up, not a pipeline refill, and small layers
-// gain from more blocks streaming their weight (see plan_persistent for the measurements).
+// The same for persistent launches (plan_persistent), where a block keeps loading from one segment
+// into the next, so a short share costs its fix-up but no pipeline refill. Two minimums, measured
+// over the 25 layer shapes of bench_corpus.json at m = 1, 16, 64, 256 (H200, graph time, read
+// flush, HUMMING_MIN_SLICE_K = 2048 / 1024 / 512 / 256):
+// * kPersistentMinSliceK: the fewest inputs per block of a launch that is only a spread part
+//   (fewer tiles than multiprocessors). 512 gave a geometric mean of 0.948 of the 2048 time
+//   (1024: 0.956, 256: 0.950): 3584 x 3584 at m = 1, 16.5 us at 2048, 12.7 at 1024, 12.0 at 512;
+//   576 x 7168, 15.6 / 12.8 / 13.5 / 15.3 (too many partials at 256).
+// * kPersistentMinTailK: the fewest inputs per block of the stream-K tail after whole waves, below
+//   which the tail is merged with the last whole wave. Merging spreads every tile of that wave and
+//   pays their partials: 36864 x 7168 at m = 1 (144 tiles of t8x256, 12 in the tail) took 64.5 us
+//   merged and 47.9 kept apart; 37888 x 3584 (16 tail tiles of 28 K tiles), 35.1 and 30.5;
+//   10240 x 8192 at m = 256 (t128, 28 tail tiles), 94.9 and 76.5.
+// HUMMING_MIN_SLICE_K overrides both.
 constexpr int64_t kPersistentMinSliceK = 512;
+constexpr int64_t kPersistentMinTailK = 256;
 inline int64_t persistent_min_slice_k() {
   const int64_t v = min_slice_k_override();
   return v > 0 ? v : kPersistentMinSliceK;
+}
+inline int64_t persistent_min_tail_k() {
+  const int64_t v = min_slice_k_override();
+  return v > 0 ? v : kPersistentMinTailK;
 }
 
 // Stream-K mode from HUMMING_STREAM_K in the environment: 0 off (every block computes one whole
@@ -187,8 +203,8 @@ inline StreamKPlan plan_stream_k(int64_t tiles, int64_t k_tiles, int64_t tile_k,
 // producer keeps loading across the block's segments, so a block that ends one tile and starts
 // the next pays no pipeline refill). Whole waves of tiles go to every block in turn; when the
 // last wave would leave slots idle, its tiles are spread evenly over all blocks by K (stream-K),
-// with the same deterministic fix-up as above. Below two K slices per block the tail wave is
-// merged with the last whole one; launches of more than kPersistentMaxWaves waves keep the idle
+// with the same deterministic fix-up as above. Below persistent_min_tail_k() inputs per block the
+// tail wave is merged with the last whole one; launches of more than kPersistentMaxWaves waves keep the idle
 // tail (at most a few per cent), which costs less than the partials of large tiles.
 constexpr int64_t kPersistentMaxWaves = 8;
 
@@ -200,6 +216,7 @@ inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_
   p.units = k_tiles;
   const int64_t slots = sms > 0 ? sms : 1;
   const int64_t min_units = (persistent_min_slice_k() + tile_k - 1) / tile_k;
+  const int64_t min_tail_units = (persistent_min_tail_k() + tile_k - 1) / tile_k;
   const int64_t full = tiles / slots, rem = tiles % slots;
   const bool spread = stream_k_mode() != 0 && rem != 0 && full < kPersistentMaxWaves && k_tiles >= 2;
   if (!spread) {
@@ -209,7 +226,7 @@ inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_
   }
   p.dp_waves = full;
   p.sk_tiles = rem;
-  if (full > 0 && rem * p.units < slots * min_units) { // too little K per block: one more wave spread
+  if (full > 0 && rem * p.units < slots * min_tail_units) { // too little K per block: one more wave spread
     p.dp_waves = full - 1;
     p.sk_tiles = rem + slots;
   }
