@@ -37,6 +37,7 @@
 #include "humming/backend/sm90/tensor_map.h"
 #include "humming/epilogue/store.h"
 #include "humming/epilogue/streamk_fixup.h"
+#include "humming/epilogue/wgmma_store.h"
 #include "humming/humming.h"
 #include "humming/layout/sm90.h"
 #include "humming/numeric/fast_dequant.h"
@@ -372,9 +373,7 @@ struct Dense {
     });
   }
 
-  // Sums acc[4j + e] are channel c = n (e < 2) or n + 8, token m0 + 8j + 2(lane % 4) + e % 2.
-  // Per-channel and global scales on the fp32 sums, then lanes 4 apart (channels c and c + 1)
-  // swap halves so that each stores two adjacent channels of one token at once.
+  // Per-channel and global scales on the fp32 sums, then the stores (epilogue/wgmma_store.h).
   static __device__ __forceinline__ void store(const GemmArgs &a, int64_t m0, int64_t n, int lane, float (&acc)[kAcc]) {
     using Op = numeric::Operand<kBf16>;
     const float global = a.global_scale != nullptr ? *a.global_scale : 1.0f;
@@ -383,20 +382,7 @@ struct Dense {
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         f[h] *= n + 8 * h < a.dims.n_pad ? Op::to_float(static_cast<const uint16_t *>(a.scales)[n + 8 * h]) : 0.0f;
-    const bool odd = (lane / 4) % 2 != 0;
-#pragma unroll
-    for (int j = 0; j < kAcc / 4; ++j) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float own0 = acc[4 * j + 2 * h] * f[h], own1 = acc[4 * j + 2 * h + 1] * f[h];
-        // Even lanes keep token 2q and take their partner's; odd lanes keep token 2q + 1.
-        const float other = __shfl_xor_sync(0xFFFFFFFFu, odd ? own0 : own1, 4);
-        const int64_t m = m0 + 8 * j + 2 * (lane % 4) + (odd ? 1 : 0);
-        const int64_t c = n + 8 * h - (odd ? 1 : 0);
-        const float2 v = odd ? make_float2(other, own1) : make_float2(own0, other);
-        if (m < a.m && c < a.dims.n) epilogue::write_pair<ActId>(a, m, c, v);
-      }
-    }
+    epilogue::store_wgmma_sums<ActId, kAcc, false>(a, m0, n, lane, acc, f);
   }
 
   static __device__ __forceinline__ void run(const Params &p, char *smem) {
@@ -501,7 +487,8 @@ template <HUMMING_SM90_TARGS> Status launch(const GemmArgs &args, void *stream) 
   if (!K::configure())
     return Status::Error(std::string("this sm90 instance needs ") + std::to_string(K::kSmemTotal) +
                          " bytes of shared memory per block, more than this GPU allows");
-  Status st = cached_rows_map(&p.act, args.a, K::kBf16, args.m, args.dims.k, args.lda, BM);
+  Status st =
+      cached_rows_map(&p.act, args.a, K::kBf16 ? MapElem::kBf16 : MapElem::kF16, args.m, args.dims.k, args.lda, BM);
   if (!st) return st;
   dense_kernel<K>
       <<<static_cast<unsigned>(p.plan.blocks), K::kThreads, K::kSmemTotal, static_cast<cudaStream_t>(stream)>>>(p);

@@ -1,5 +1,5 @@
 // Host side of the sm90 backend's tensor copies: encoding a tensor map (the descriptor a TMA
-// copy reads) for a row-major matrix of 16-bit elements. The driver's encoder is looked up
+// copy reads) for a row-major matrix of 16-bit or 8-bit elements. The driver's encoder is looked up
 // through the runtime (cudaGetDriverEntryPointByVersion), so libhumming never links libcuda: the
 // build machines have no driver, and a wheel must load where only the driver's own copy exists.
 #pragma once
@@ -36,58 +36,96 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(std::string *why) {
   return fn;
 }
 
-// A map of `rows` x `cols` 16-bit elements (row stride `ld` elements) read in boxes of
-// `box_rows` x 64 elements (128 bytes, the row of the 128-byte swizzle the WGMMA descriptors
-// read). Elements past the matrix read as zeros. The row stride must be a multiple of 16 bytes
-// unless there is one row (then it is not used, and any valid value is passed).
-inline Status encode_rows_map(CUtensorMap *map, const void *base, bool bf16, int64_t rows, int64_t cols, int64_t ld,
+// Element types of the maps: the 16-bit activations of the weight-only kernels, and bytes (8-bit
+// activations and the row-major 8-bit weights of the FP8 kernels).
+enum class MapElem : int { kF16 = 0, kBf16 = 1, kByte = 2 };
+
+constexpr int map_elem_bytes(MapElem e) { return e == MapElem::kByte ? 1 : 2; }
+
+// A map of `rows` x `cols` elements (row stride `ld` elements) read in boxes of `box_rows` rows x
+// 128 bytes (the row of the 128-byte swizzle the WGMMA descriptors read). Elements past the matrix
+// read as zeros. The row stride must be a multiple of 16 bytes unless there is one row (then it is
+// not used, and any valid value is passed).
+inline Status encode_rows_map(CUtensorMap *map, const void *base, MapElem elem, int64_t rows, int64_t cols, int64_t ld,
                               int box_rows) {
   std::string why;
   const auto encode = tensor_map_encoder(&why);
   if (encode == nullptr) return Status::Error(why);
+  const int64_t bytes = map_elem_bytes(elem);
   const cuuint64_t stride =
-      rows == 1 ? static_cast<cuuint64_t>((cols * 2 + 15) / 16 * 16) : static_cast<cuuint64_t>(ld * 2);
+      rows == 1 ? static_cast<cuuint64_t>((cols * bytes + 15) / 16 * 16) : static_cast<cuuint64_t>(ld * bytes);
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {stride};
-  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(128 / bytes), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
+  const CUtensorMapDataType type = elem == MapElem::kByte   ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                   : elem == MapElem::kBf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                            : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   const CUresult r =
-      encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
-             const_cast<void *>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      encode(map, type, 2, const_cast<void *>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
-    return Status::Error("encoding the activations' tensor map failed (CUresult " +
-                         std::to_string(static_cast<int>(r)) + ") for " + std::to_string(rows) + " x " +
-                         std::to_string(cols) + " elements, row stride " + std::to_string(ld));
+    return Status::Error("encoding a tensor map failed (CUresult " + std::to_string(static_cast<int>(r)) + ") for " +
+                         std::to_string(rows) + " x " + std::to_string(cols) + " elements, row stride " +
+                         std::to_string(ld));
   return Status::Ok();
 }
 
-// encode_rows_map through a small per-thread cache of the last maps it encoded. A map holds only
-// the address, the shape, the stride, the element type and the box, so a call with the same five
-// values gets a map identical to a fresh one (even if the memory was freed and handed out again
-// in between); eager decode calls, which reuse their activation buffers, skip the driver call.
-inline Status cached_rows_map(CUtensorMap *map, const void *base, bool bf16, int64_t rows, int64_t cols, int64_t ld,
+// What a map holds besides the driver's bytes: a map encoded from the same six values is
+// identical to a fresh one (even if the memory was freed and handed out again in between).
+struct MapKey {
+  const void *base = nullptr;
+  int64_t rows = -1, cols = -1, ld = -1;
+  int box_rows = -1;
+  MapElem elem = MapElem::kF16;
+  bool operator==(const MapKey &o) const {
+    return base == o.base && rows == o.rows && cols == o.cols && ld == o.ld && box_rows == o.box_rows && elem == o.elem;
+  }
+};
+struct MapEntry {
+  CUtensorMap map;
+  MapKey key;
+};
+
+// encode_rows_map through a small per-thread cache of the last maps it encoded (activations:
+// eager decode calls, which reuse their activation buffers, skip the driver call).
+inline Status cached_rows_map(CUtensorMap *map, const void *base, MapElem elem, int64_t rows, int64_t cols, int64_t ld,
                               int box_rows) {
-  struct Entry {
-    CUtensorMap map;
-    const void *base = nullptr;
-    int64_t rows = -1, cols = -1, ld = -1;
-    int box_rows = -1;
-    bool bf16 = false;
-  };
   constexpr int kEntries = 8;
-  thread_local Entry cache[kEntries];
+  thread_local MapEntry cache[kEntries];
   thread_local int next = 0;
-  for (const Entry &e : cache)
-    if (e.base == base && e.rows == rows && e.cols == cols && e.ld == ld && e.box_rows == box_rows && e.bf16 == bf16) {
+  const MapKey key{base, rows, cols, ld, box_rows, elem};
+  for (const MapEntry &e : cache)
+    if (e.key == key) {
       *map = e.map;
       return Status::Ok();
     }
-  Status st = encode_rows_map(map, base, bf16, rows, cols, ld, box_rows);
+  Status st = encode_rows_map(map, base, elem, rows, cols, ld, box_rows);
   if (!st) return st;
-  Entry &e = cache[next];
+  MapEntry &e = cache[next];
   next = (next + 1) % kEntries;
-  e.map = *map, e.base = base, e.rows = rows, e.cols = cols, e.ld = ld, e.box_rows = box_rows, e.bf16 = bf16;
+  e.map = *map, e.key = key;
+  return Status::Ok();
+}
+
+// The same for weights, whose maps are encoded once per packed weight and box: a per-thread
+// direct-mapped cache of 512 maps indexed by the weight's address, so a model's layers (each with
+// its own weight) find theirs with one comparison instead of a scan or a driver call per launch.
+inline Status cached_weight_map(CUtensorMap *map, const void *base, MapElem elem, int64_t rows, int64_t cols,
+                                int64_t ld, int box_rows) {
+  constexpr int kEntries = 512;
+  thread_local MapEntry cache[kEntries];
+  const MapKey key{base, rows, cols, ld, box_rows, elem};
+  // Allocations are at least 256-byte aligned: drop those bits, then mix in the box.
+  const uintptr_t h = (reinterpret_cast<uintptr_t>(base) >> 8) * 0x9E3779B1u + static_cast<uintptr_t>(box_rows);
+  MapEntry &e = cache[(h >> 4) % kEntries];
+  if (e.key == key) {
+    *map = e.map;
+    return Status::Ok();
+  }
+  Status st = encode_rows_map(map, base, elem, rows, cols, ld, box_rows);
+  if (!st) return st;
+  e.map = *map, e.key = key;
   return Status::Ok();
 }
 
