@@ -472,3 +472,60 @@ def test_arch_without_matrix_entries_is_warned_about(gen):
     assert int(p.stdout) == 0
     assert "no matrix entry compiles for sm_100" in p.stderr
     assert "warning" not in gen("--arch", "90a", "--profile", "ci", "--count").stderr
+
+
+# ---- experimental entries (kernels not yet checked on a GPU) ------------------------------------
+
+FP8_RE = re.compile(
+    r"sm90_wgmma_dense_a-(?P<act>e4m3|e5m2)-pt_w-(?P<code>e4m3)gc-s(?P<scale>f32|bf16|f16)_c-(?P<out>[^_]+)"
+    r"_t(?P<bm>\d+)x(?P<bn>\d+)x128_w1x(?P<wg>\d)x1_s(?P<stages>\d+)$"
+)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_experimental_entries_only_with_the_suffix(gen, all_names, profile):
+    """A plain profile compiles no experimental entry; the same profile with +experimental compiles
+    everything it does plus the experimental entries (today the sm90 FP8 kernels, all of them)."""
+    plain = set(all_names[profile])
+    with_exp = gen("--arch", "90a", "--profile", profile + "+experimental", "--list").stdout.splitlines()
+    extra = set(with_exp) - plain
+    assert plain < set(with_exp) and extra
+    assert all(FP8_RE.match(n) for n in extra), sorted(n for n in extra if not FP8_RE.match(n))
+    assert not any(FP8_RE.match(n) for n in plain)
+    # Nothing of an 8.x-only build: the FP8 kernels are sm_90a code.
+    assert not any(
+        FP8_RE.match(n)
+        for n in gen("--arch", "80;86;89", "--profile", profile + "+experimental", "--list").stdout.splitlines()
+    )
+
+
+def test_profile_suffix_other_than_experimental_is_refused(gen):
+    p = gen("--arch", "90a", "--profile", "dev+fast", "--list", check=False)
+    assert p.returncode != 0
+    assert "unknown profile 'dev+fast'" in p.stderr and "+experimental" in p.stderr
+
+
+def test_fp8_instances_keys_and_entry_points(gen, tmp_path):
+    """The sm90 FP8 instances take per-token activation scales and per-channel weight scales on
+    the generic layout, with the shared memory of their ring, and their translation units call the
+    FP8 kernel's entry points."""
+    gen_mod = _load_generator()
+    insts = [i for i in gen_mod.enumerate_instances(["90a"], "full+experimental") if FP8_RE.match(i.name)]
+    assert insts
+    for i in insts:
+        m = FP8_RE.match(i.name)
+        bm, bn, stages = int(m["bm"]), int(m["bn"]), int(m["stages"])
+        k = i.key
+        assert (k["act_granularity"], k["group_k"], k["group_n"], k["zero"], k["layout"]) == (1, 0, 1, 0, 1)
+        assert (k["tile_m"], k["tile_n"], k["tile_k"], k["stages"]) == (bm, bn, 128, stages)
+        assert k["threads"] == 128 * (1 + int(m["wg"])) and bn == 64 * int(m["wg"])
+        assert k["smem_bytes"] == 1024 + (bm + bn) * 128 * stages + 16 * stages + 16 <= 227 * 1024
+        assert i.archs == ("90a",) and i.scale == m["scale"] and i.out == m["out"]
+    out = tmp_path / "gen"
+    gen("--arch", "90a", "--profile", "ci+experimental", "--out", str(out))
+    tus = [p for p in (out / "instances").glob("*.cu") if FP8_RE.match(p.stem)]
+    assert tus
+    for p in tus:
+        text = p.read_text()
+        assert "sm90::DenseFp8<" in text and "sm90::can_implement_fp8<" in text and "sm90::launch_fp8<" in text
+        assert "sm90::workspace_bytes_fp8<" in text

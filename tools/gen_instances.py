@@ -31,6 +31,20 @@ ROOT = Path(__file__).resolve().parent.parent
 MATRIX_DIR = ROOT / "tools" / "matrix"
 TABLE_DIR = ROOT / "python" / "humming_aot" / "tables"
 PROFILES = ("ci", "dev", "full")  # each includes the ones before it
+# A profile may end in "+experimental" (e.g. "dev+experimental"): matrix entries marked
+# "experimental" are compiled only then. They hold kernels not yet checked on a GPU, kept out of
+# every default build (and so out of every dispatch) until a GPU run has passed them.
+EXPERIMENTAL = "+experimental"
+
+
+def split_profile(profile: str) -> tuple[str, bool]:
+    """(base profile, whether experimental entries are included); ValueError for an unknown one."""
+    base = profile.removesuffix(EXPERIMENTAL)
+    if base not in PROFILES:
+        raise ValueError(
+            f"unknown profile {profile!r}; profiles: {', '.join(PROFILES)}, each optionally with {EXPERIMENTAL}"
+        )
+    return base, base != profile
 
 
 def _load_formats():
@@ -62,6 +76,10 @@ class Instance:
     header: str
     template_args: tuple[str, ...]
     key: dict = field(default_factory=dict, compare=False, hash=False)
+    # The kernel template of the backend's namespace and the suffix of its entry points
+    # (can_implement<...>, launch<...>, workspace_bytes<...>), for backends with several kernels.
+    kernel: str = "Dense"
+    entry_suffix: str = ""
 
     @property
     def ident(self) -> str:
@@ -82,14 +100,15 @@ def _arch_list(text: str) -> list[str]:
 def _entries(matrix: dict, profile: str, archs: list[str], axes: tuple[str, ...]):
     """(archs this backend compiles for, iterator over (entry, combination)) for the entries of
     ``profile`` and the profiles it includes; each combination is one value per axis."""
-    wanted = PROFILES[: PROFILES.index(profile) + 1]
+    base, experimental = split_profile(profile)
+    wanted = PROFILES[: PROFILES.index(base) + 1]
     backend_archs = tuple(a for a in archs if a in matrix["archs"])
 
     def combos():
         if not backend_archs:
             return
         for entry in matrix["entries"]:
-            if entry["profile"] in wanted:
+            if entry["profile"] in wanted and (experimental or not entry.get("experimental", False)):
                 for combo in itertools.product(*(entry[a] for a in axes)):
                     yield entry, combo
 
@@ -175,19 +194,19 @@ def _weight_only_combos(matrix: dict, profile: str, archs: list[str]):
     return backend_archs, out
 
 
-def _weight_only_key(act, code, zero, group, layout, tile, stages, threads, smem) -> dict:
-    """Registry key of a weight-only instance of the sm80 / sm90 backends: activations, scales and
-    output of one type, one scale per `group` inputs (0: per channel) and output channel."""
+def _tensor_core_key(act, act_granularity, code, group, scale, zero, out, layout, tile, stages, threads, smem) -> dict:
+    """Registry key of an instance of a tensor-core backend: one scale per `group` inputs (0: per
+    channel) and output channel, any global scale, the tile (m, n, k) and its resources."""
     return dict(
         act_type=_dtype_id(act),
-        act_granularity=0,
+        act_granularity=act_granularity,
         code_type=_dtype_id(code),
         group_k=group,
         group_n=1,
-        scale_type=_dtype_id(act),
+        scale_type=_dtype_id(scale),
         zero=ZERO_ENUM[zero],
         global_scale=-1,
-        out_type=_dtype_id(act),
+        out_type=_dtype_id(out),
         layout=layout,
         tile_m=tile[0],
         tile_n=tile[1],
@@ -196,6 +215,19 @@ def _weight_only_key(act, code, zero, group, layout, tile, stages, threads, smem
         threads=threads,
         smem_bytes=smem,
     )
+
+
+def _weight_only_key(act, code, zero, group, layout, tile, stages, threads, smem) -> dict:
+    """Registry key of a weight-only instance of the sm80 / sm90 backends: activations, scales and
+    output of one type."""
+    return _tensor_core_key(act, 0, code, group, act, zero, act, layout, tile, stages, threads, smem)
+
+
+def _sm90_smem(stage_bytes: int, stages: int) -> int:
+    """Dynamic shared memory of an sm90 kernel (its kSmemTotal; each instance's translation unit
+    asserts the two agree): alignment slack, the ring, a full and an empty mbarrier per stage, the
+    stream-K fix-up flag."""
+    return 1024 + stage_bytes * stages + stages * 16 + 16
 
 
 def _sm80_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instance]:
@@ -281,9 +313,7 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
         rows = 0 if group == 0 else (1 if group >= bk else bk // group)
         stage = bm * bk * 2 + bk * bn * bits // 8 + rows * bn * 2 + (rows * bn if zero == "int" else 0)
         stage = (stage + 1023) // 1024 * 1024
-        # sm90::Dense::kSmemTotal (the instance's translation unit asserts the two agree): alignment
-        # slack, the ring, a full and an empty mbarrier per stage, the fix-up flag.
-        smem = 1024 + stage * stages + stages * 16 + 16
+        smem = _sm90_smem(stage, stages)
         if smem > SM90_MAX_SMEM:  # e.g. the 256-channel decode tiles with 8-bit codes
             continue
         key = _weight_only_key(
@@ -309,19 +339,67 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
     return out
 
 
-BACKENDS = {"generic": _generic_instances, "sm80": _sm80_instances, "sm90": _sm90_instances}
+def _sm90_fp8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instance]:
+    """FP8 GEMM on the sm90 backend (kernel/sm90_fp8_dense.cuh): 8-bit float activations with
+    per-token scales x e4m3 weights with per-channel scales, weights in the generic layout."""
+    backend_archs, combos = _entries(matrix, profile, archs, ("act", "code", "scale", "out", "tile"))
+    out = []
+    for _, (act, code, scale, o, tile_name) in combos:
+        t = matrix["tiles"][tile_name]
+        bm, consumers, stages = t["bm"], t["consumers"], t["stages"]
+        bn, bk = 64 * consumers, 128
+        weight = f"{code}gc-s{scale}"
+        name = (
+            f"sm90_wgmma_{matrix['scheduler']}_a-{act}-pt_w-{weight}_c-{o}_t{bm}x{bn}x{bk}_w1x{consumers}x1_s{stages}"
+        )
+        targs = tuple(f"{_dtype_id(v)}u" for v in (act, code, scale, o)) + (str(bm), str(consumers), str(stages))
+        smem = _sm90_smem((bn + bm) * bk, stages)  # a box of weights and one of activations per stage
+        if smem > SM90_MAX_SMEM:
+            continue
+        # act_granularity 1: ActScale::kToken
+        key = _tensor_core_key(
+            act, 1, code, 0, scale, "none", o, matrix["layout"], (bm, bn, bk), stages, 128 * (1 + consumers), smem
+        )
+        out.append(
+            Instance(
+                name,
+                "sm90",
+                matrix["scheduler"],
+                backend_archs,
+                act,
+                code,
+                scale,
+                "none",
+                o,
+                matrix["layout"],
+                "humming/kernel/sm90_fp8_dense.cuh",
+                targs,
+                key,
+                kernel="DenseFp8",
+                entry_suffix="_fp8",
+            )
+        )
+    return out
+
+
+# Emitters by the matrix's "emitter" (default: its "backend").
+BACKENDS = {
+    "generic": _generic_instances,
+    "sm80": _sm80_instances,
+    "sm90": _sm90_instances,
+    "sm90_fp8": _sm90_fp8_instances,
+}
 
 
 def enumerate_instances(archs: list[str], profile: str, name_filter: str | None = None) -> list[Instance]:
-    if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r}; profiles: {', '.join(PROFILES)}")
+    split_profile(profile)  # ValueError naming the accepted profiles
     found: dict[str, Instance] = {}
     for path in sorted(MATRIX_DIR.glob("*.json")):
         matrix = json.loads(path.read_text())
-        backend = matrix["backend"]
-        if backend not in BACKENDS:
-            raise SystemExit(f"{path.name}: backend {backend!r} has no emitter in gen_instances.py")
-        for inst in BACKENDS[backend](matrix, profile, archs):
+        emitter = matrix.get("emitter", matrix["backend"])
+        if emitter not in BACKENDS:
+            raise SystemExit(f"{path.name}: backend {emitter!r} has no emitter in gen_instances.py")
+        for inst in BACKENDS[emitter](matrix, profile, archs):
             found.setdefault(inst.name, inst)
     pattern = re.compile(name_filter) if name_filter else None
     return [found[n] for n in sorted(found) if pattern is None or pattern.search(n)]
@@ -338,8 +416,9 @@ def instance_tu(inst: Instance) -> str:
     targs = ", ".join(inst.template_args)
     ns = inst.backend
     # The registry's shared-memory figure decides which devices can run the instance: keep it exact.
+    sfx = inst.entry_suffix
     check = (
-        f"static_assert({ns}::Dense<{targs}>::kSmemTotal == {inst.key['smem_bytes']},\n"
+        f"static_assert({ns}::{inst.kernel}<{targs}>::kSmemTotal == {inst.key['smem_bytes']},\n"
         '              "gen_instances.py and the kernel disagree on shared memory");\n\n'
         if inst.backend in ("sm80", "sm90")
         else ""
@@ -350,11 +429,11 @@ def instance_tu(inst: Instance) -> str:
         "namespace humming {\nnamespace instances {\n\n"
         + check
         + f"Status {inst.ident}_can_implement(const GemmArgs &args) {{\n"
-        f"  return {ns}::can_implement<{targs}>(args);\n}}\n\n"
+        f"  return {ns}::can_implement{sfx}<{targs}>(args);\n}}\n\n"
         f"Status {inst.ident}_launch(const GemmArgs &args, void *stream) {{\n"
-        f"  return {ns}::launch<{targs}>(args, stream);\n}}\n\n"
+        f"  return {ns}::launch{sfx}<{targs}>(args, stream);\n}}\n\n"
         f"size_t {inst.ident}_workspace(const GemmArgs &args) {{\n"
-        f"  return {ns}::workspace_bytes<{targs}>(args);\n}}\n\n"
+        f"  return {ns}::workspace_bytes{sfx}<{targs}>(args);\n}}\n\n"
         "} // namespace instances\n} // namespace humming\n"
     )
 
@@ -480,7 +559,7 @@ def write_all(instances: list[Instance], archs: list[str], profile: str, out: Pa
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", required=True, help="target architectures, e.g. '90a' or '80;86;89;90a'")
-    ap.add_argument("--profile", default="dev", help="ci | dev | full")
+    ap.add_argument("--profile", default="dev", help="ci | dev | full, optionally with +experimental")
     ap.add_argument("--filter", default="", help="regular expression; keep instances whose name matches")
     ap.add_argument("--list", action="store_true", help="print instance names, write nothing")
     ap.add_argument("--count", action="store_true", help="print the number of instances, write nothing")

@@ -68,7 +68,8 @@ def activation_operand(a: torch.Tensor, fast: bool) -> torch.Tensor:
     (so strided, transposed and unaligned activations work, copied only when needed). Every kernel
     reads rows of unit stride along k that do not overlap (row stride >= k); the fast backends
     (``fast``: an sm80 / sm90 instance) also need a 16-byte aligned start and a row stride of a
-    multiple of 8 elements, which the generic backend and the CPU reference do not."""
+    multiple of 16 bytes (8 elements of 16 bits, 16 of 8 bits), which the generic backend and the
+    CPU reference do not."""
     if a.is_contiguous():  # the usual case: one call, and a data pointer only for a fast kernel
         if not fast or a.data_ptr() % 16 == 0:
             return a
@@ -76,7 +77,7 @@ def activation_operand(a: torch.Tensor, fast: bool) -> torch.Tensor:
         m, k = a.shape
         s0, s1 = a.stride()
         ok = (s1 == 1 or k == 1) and (m <= 1 or s0 >= k)
-        if ok and (not fast or (a.data_ptr() % 16 == 0 and (m <= 1 or s0 % 8 == 0))):
+        if ok and (not fast or (a.data_ptr() % 16 == 0 and (m <= 1 or s0 * a.element_size() % 16 == 0))):
             return a
     # clone, not contiguous(): a contiguous tensor at an unaligned address needs a fresh buffer too
     return a.clone(memory_format=torch.contiguous_format)

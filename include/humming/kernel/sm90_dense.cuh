@@ -33,6 +33,7 @@
 
 #include <string>
 
+#include "humming/backend/sm90/pipeline.h"
 #include "humming/backend/sm90/ptx.h"
 #include "humming/backend/sm90/tensor_map.h"
 #include "humming/epilogue/store.h"
@@ -61,6 +62,7 @@ struct Dense {
   static constexpr int kBits = static_cast<int>(kCode.bits);
   static constexpr bool kFloatCode = kCode.kind == kFloat;
   static constexpr bool kIntZero = Zero == static_cast<int>(ZeroKind::kInt);
+  static constexpr int kTileM = BM;
   static constexpr int BN = 64 * Consumers;
   static constexpr int BK = 64 * KAtoms;
   static constexpr int kConsumerThreads = 128 * Consumers;
@@ -82,20 +84,13 @@ struct Dense {
   static constexpr int kRingBytes = Stages * kStageBytes;
   // Alignment slack, the ring, a full and an empty barrier per stage, the fix-up flag.
   static constexpr int kSmemTotal = 1024 + kRingBytes + Stages * 16 + 16;
-  // Registers per thread after the producer gives most of its own back (a multiple of 8). A
-  // block starts with the cap __launch_bounds__ gives every thread (65536 / threads, in steps of
-  // 8), and setmaxnreg.inc waits until the block's own pool has the registers, so the consumers may
-  // take only what the producer returns: asking for more hangs the block (seen with four
-  // consumers at 112 against a start of 96).
-  static constexpr int kProducerRegs = 40;
-  static constexpr int kStartRegs = 65536 / kThreads / 8 * 8;
-  static constexpr int kConsumerRegsFit = (kStartRegs * kThreads - kProducerRegs * 128) / kConsumerThreads / 8 * 8;
-  static constexpr int kConsumerRegs = kConsumerRegsFit < 240 ? kConsumerRegsFit : 240;
+  // Registers per thread of the producer and the consumers (backend/sm90/pipeline.h).
+  using Split = RegSplit<Consumers>;
+  static constexpr int kConsumerRegs = Split::kConsumer;
   // Group sums in fp32 where the registers allow them: kSets x kAcc more sums per thread (besides
   // two fragment sets of 4 x kSteps registers), so four-consumer tiles (96 registers) keep at most
   // 4 (8 spilled with 64-input groups), two-consumer tiles 16.
   static constexpr bool kSumScales = GroupK != 0 && kSets * kAcc <= (kConsumerRegs >= 160 ? 16 : 4);
-  static_assert(kConsumerRegs >= kStartRegs, "the consumers never give registers back");
 
   static_assert(ActId == dtypes::f16.id() || ActId == dtypes::bf16.id(), "activations are f16 or bf16");
   static_assert(kBits == 4 || kBits == 8, "4- or 8-bit codes");
@@ -116,13 +111,7 @@ struct Dense {
     int64_t n_blocks; // 64-channel blocks along the padded N (layout stride)
   };
 
-  // A stage of the ring and the parity of its current fill (flips each time the ring wraps).
-  struct RingPos {
-    uint32_t stage = 0, phase = 0;
-    __device__ __forceinline__ void advance() {
-      if (++stage == Stages) stage = 0, phase ^= 1u;
-    }
-  };
+  using RingPos = sm90::RingPos<Stages>;
 
   // ---- producer ------------------------------------------------------------------------------
 
@@ -138,8 +127,8 @@ struct Dense {
       const int cols = static_cast<int>(left < Consumers ? left : Consumers);
       const uint32_t bytes = kABytes + KAtoms * cols * kBlockBytes + kScaleRows * cols * 64 * (2 + (kIntZero ? 1 : 0));
       for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
-        const uint32_t stage = ring + pos.stage * kStageBytes, full = bars + 8 * pos.stage,
-                       empty = bars + 8 * (Stages + pos.stage);
+        const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
+                       empty = ring_bar<Stages>(bars, 1, pos.stage);
         mbar_wait(empty, pos.phase ^ 1u);
         mbar_arrive_expect_tx(full, bytes);
 #pragma unroll
@@ -255,7 +244,7 @@ struct Dense {
   template <int B>
   static __device__ __forceinline__ void fetch(const char *ring_ptr, uint32_t bars, RingPos pos, int cw, int t, int col,
                                                const uint32_t (&bias)[2], const float (&zero)[2], Regs &r) {
-    mbar_wait(bars + 8 * pos.stage, pos.phase);
+    mbar_wait(ring_bar<Stages>(bars, 0, pos.stage), pos.phase);
     load_fragments(ring_ptr + pos.stage * kStageBytes, cw, t, col, bias, zero, r.af[B], r.sc[B]);
   }
 
@@ -306,7 +295,7 @@ struct Dense {
     } else {
       fence_regs(r.acc);
     }
-    release(bars, cur.stage, t);
+    release_stage<Stages>(bars, cur.stage, t);
     cur = next;
     if (more) issue<1 - B>(ring, cur, r);
     return !more;
@@ -325,17 +314,6 @@ struct Dense {
       if (advance<0>(ring, ring_ptr, bars, pos, j < n, cw, t, col, bias, zero, r)) break;
       if (advance<1>(ring, ring_ptr, bars, pos, j + 1 < n, cw, t, col, bias, zero, r)) break;
     }
-  }
-
-  // The consumer warps' arrivals on the empty barrier of `stage` (one per warp, after the warp's
-  // own shared loads and WGMMA reads of it are done).
-  static __device__ __forceinline__ void release(uint32_t bars, uint32_t stage, int t) {
-    __syncwarp();
-    if (t % 32 == 0) mbar_arrive(bars + 8 * (Stages + stage));
-  }
-
-  static __device__ __forceinline__ void consumer_sync() {
-    asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory");
   }
 
   static __device__ __forceinline__ void consume(const Params &p, uint32_t ring, const char *ring_ptr, uint32_t bars,
@@ -365,8 +343,9 @@ struct Dense {
 
       const StreamKPlan &plan = p.plan;
       if (!(kt0 == 0 && kt1 == plan.k_tiles)) {
-        const bool last = epilogue::streamk_fixup<kAcc, kConsumerThreads>(
-            plan, a.workspace, blockIdx.x, tile - plan.dp_tiles(), ct, r.acc, flag, [] { consumer_sync(); });
+        const bool last =
+            epilogue::streamk_fixup<kAcc, kConsumerThreads>(plan, a.workspace, blockIdx.x, tile - plan.dp_tiles(), ct,
+                                                            r.acc, flag, [] { consumer_sync<kConsumerThreads>(); });
         if (!last) return;
       }
       store(a, m0, n0 + col, lane, r.acc);
@@ -386,27 +365,11 @@ struct Dense {
   }
 
   static __device__ __forceinline__ void run(const Params &p, char *smem) {
-    const uint32_t raw = smem_addr(smem);
-    const uint32_t ring = (raw + 1023u) & ~1023u;
-    char *ring_ptr = smem + (ring - raw);
-    const uint32_t bars = ring + kRingBytes;
-    volatile int *flag = reinterpret_cast<volatile int *>(ring_ptr + kRingBytes + Stages * 16);
-    if (threadIdx.x == 0) {
-      for (int s = 0; s < Stages; ++s) {
-        mbar_init(bars + 8 * s, 1);                        // full: the producer's arrival + bytes
-        mbar_init(bars + 8 * (Stages + s), 4 * Consumers); // empty: one arrival per consumer warp
-      }
-      mbar_init_fence();
-      prefetch_tensor_map(&p.act);
-    }
-    __syncthreads();
-    if (threadIdx.x < 128) {
-      regs_dealloc<kProducerRegs>();
-      if (threadIdx.x == 0) produce(p, ring, bars);
-    } else {
-      regs_alloc<kConsumerRegs>();
-      consume(p, ring, ring_ptr, bars, flag);
-    }
+    run_block<Stages, Consumers, kRingBytes>(
+        smem, [&] { prefetch_tensor_map(&p.act); }, [&](uint32_t ring, uint32_t bars) { produce(p, ring, bars); },
+        [&](uint32_t ring, char *ring_ptr, uint32_t bars, volatile int *flag) {
+          consume(p, ring, ring_ptr, bars, flag);
+        });
   }
 
   static int64_t n_tiles(const GemmArgs &args) { return (args.dims.n_pad + BN - 1) / BN; }
@@ -415,30 +378,7 @@ struct Dense {
     const int64_t tiles = (args.m + BM - 1) / BM * n_tiles(args);
     return plan_persistent(tiles, args.dims.k_pad / BK, BK, args.num_sms);
   }
-
-  // Raises the kernel's shared-memory limit once per process; false where the device cannot give
-  // a block this much.
-  static bool configure();
 };
-
-template <class K>
-__global__ void __launch_bounds__(K::kThreads, 1) dense_kernel(const __grid_constant__ typename K::Params p) {
-  extern __shared__ __align__(1024) char smem[];
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  K::run(p, smem);
-#endif
-}
-
-template <uint32_t ActId, uint32_t CodeId, int Zero, int GroupK, int BM, int Consumers, int KAtoms, int Stages>
-bool Dense<ActId, CodeId, Zero, GroupK, BM, Consumers, KAtoms, Stages>::configure() {
-  static const bool ok = [] {
-    const cudaError_t e =
-        cudaFuncSetAttribute(dense_kernel<Dense>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemTotal);
-    if (e != cudaSuccess) cudaGetLastError();
-    return e == cudaSuccess;
-  }();
-  return ok;
-}
 
 #define HUMMING_SM90_TARGS                                                                                             \
   uint32_t ActId, uint32_t CodeId, int Zero, int GroupK, int BM, int Consumers, int KAtoms, int Stages
@@ -480,21 +420,10 @@ template <HUMMING_SM90_TARGS> Status launch(const GemmArgs &args, void *stream) 
   p.plan = K::plan(args);
   p.n_tiles = K::n_tiles(args);
   p.n_blocks = args.dims.n_pad / layout_sm90::kBlockN;
-  const size_t need = streamk_workspace_bytes(p.plan, BM, K::BN);
-  if (need > args.workspace_bytes || (need > 0 && args.workspace == nullptr))
-    return Status::Error("the sm90 backend needs " + std::to_string(need) +
-                         " bytes of workspace (its first 64 KiB zeroed), got " + std::to_string(args.workspace_bytes));
-  if (!K::configure())
-    return Status::Error(std::string("this sm90 instance needs ") + std::to_string(K::kSmemTotal) +
-                         " bytes of shared memory per block, more than this GPU allows");
   Status st =
       cached_rows_map(&p.act, args.a, K::kBf16 ? MapElem::kBf16 : MapElem::kF16, args.m, args.dims.k, args.lda, BM);
   if (!st) return st;
-  dense_kernel<K>
-      <<<static_cast<unsigned>(p.plan.blocks), K::kThreads, K::kSmemTotal, static_cast<cudaStream_t>(stream)>>>(p);
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return Status::Error(std::string("sm90 kernel failed to launch: ") + cudaGetErrorString(e));
-  return Status::Ok();
+  return launch_blocks<K>(p, args, stream, "the sm90 weight-only kernels");
 }
 
 #undef HUMMING_SM90_TARGS

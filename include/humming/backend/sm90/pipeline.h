@@ -1,0 +1,134 @@
+// The warp-specialized block structure both sm90 kernels share: a ring of `Stages` shared-memory
+// stages with a "full" and an "empty" mbarrier each, one producer warpgroup that gives most of its
+// registers to the consumer warpgroups, and the consumers' own named barrier.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "humming/backend/sm90/ptx.h"
+#include "humming/humming.h"
+#include "humming/scheduler/streamk.h"
+
+namespace humming {
+namespace sm90 {
+
+// A stage of the ring and the parity of its current fill (flips each time the ring wraps).
+// Stages: depth of the ring.
+template <int Stages> struct RingPos {
+  uint32_t stage = 0, phase = 0;
+  __device__ __forceinline__ void advance() {
+    if (++stage == Stages) stage = 0, phase ^= 1u;
+  }
+};
+
+// Registers per thread after the producer gives most of its own back (multiples of 8). A block
+// starts with the cap __launch_bounds__ gives every thread (65536 / threads, in steps of 8), and
+// setmaxnreg.inc waits until the block's own pool has the registers, so the consumers may take only
+// what the producer returns: asking for more hangs the block (seen with four consumers at 112
+// against a start of 96).
+// Consumers: consumer warpgroups of the block (one producer warpgroup besides).
+template <int Consumers> struct RegSplit {
+  static constexpr int kThreads = 128 * (1 + Consumers);
+  static constexpr int kProducer = 40;
+  static constexpr int kStart = 65536 / kThreads / 8 * 8;
+  static constexpr int kFit = (kStart * kThreads - kProducer * 128) / (128 * Consumers) / 8 * 8;
+  static constexpr int kConsumer = kFit < 240 ? kFit : 240;
+  static_assert(kConsumer >= kStart, "the consumers never give registers back");
+};
+
+// Barrier `stage` of the ring's "full" (i = 0) or "empty" (i = 1) set, from the first barrier.
+template <int Stages> __device__ __forceinline__ uint32_t ring_bar(uint32_t bars, int i, uint32_t stage) {
+  return bars + 8 * (i * Stages + stage);
+}
+
+// One thread: every stage's "full" barrier waits for the producer's arrival (and its bytes), every
+// "empty" one for one arrival per consumer warp.
+template <int Stages, int Consumers> __device__ __forceinline__ void init_ring(uint32_t bars) {
+  for (int s = 0; s < Stages; ++s) {
+    mbar_init(ring_bar<Stages>(bars, 0, s), 1);
+    mbar_init(ring_bar<Stages>(bars, 1, s), 4 * Consumers);
+  }
+  mbar_init_fence();
+}
+
+// The consumer warps' arrivals on the empty barrier of `stage` (one per warp, after the warp's
+// own shared loads and WGMMA reads of it are done); `t` is the thread within its warpgroup.
+template <int Stages> __device__ __forceinline__ void release_stage(uint32_t bars, uint32_t stage, int t) {
+  __syncwarp();
+  if (t % 32 == 0) mbar_arrive(ring_bar<Stages>(bars, 1, stage));
+}
+
+// A barrier of the consumer threads only (named barrier 1; the producer never joins it).
+template <int ConsumerThreads> __device__ __forceinline__ void consumer_sync() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(ConsumerThreads) : "memory");
+}
+
+// Raises a kernel's dynamic shared-memory limit; false where the device cannot give a block this
+// much (the error is cleared).
+inline bool allow_smem(const void *kernel, int bytes) {
+  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e != cudaSuccess) cudaGetLastError();
+  return e == cudaSuccess;
+}
+
+// A block's dynamic shared memory: the ring (1024-byte aligned, where the 128-byte swizzle
+// repeats), then the full and empty barriers, then the stream-K fix-up flag. The caller runs
+// `prefetch` on thread 0 while it sets up the barriers, then the producer warpgroup gives registers
+// back and its first thread runs produce(ring, bars); the consumers take them and run
+// consume(ring, ring_ptr, bars, flag).
+// Stages: ring depth; Consumers: consumer warpgroups; RingBytes: bytes of the ring.
+template <int Stages, int Consumers, int RingBytes, class Prefetch, class Produce, class Consume>
+__device__ __forceinline__ void run_block(char *smem, Prefetch prefetch, Produce produce, Consume consume) {
+  const uint32_t raw = smem_addr(smem);
+  const uint32_t ring = (raw + 1023u) & ~1023u;
+  char *ring_ptr = smem + (ring - raw);
+  const uint32_t bars = ring + RingBytes;
+  volatile int *flag = reinterpret_cast<volatile int *>(ring_ptr + RingBytes + Stages * 16);
+  if (threadIdx.x == 0) {
+    init_ring<Stages, Consumers>(bars);
+    prefetch();
+  }
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    regs_dealloc<RegSplit<Consumers>::kProducer>();
+    if (threadIdx.x == 0) produce(ring, bars);
+  } else {
+    regs_alloc<RegSplit<Consumers>::kConsumer>();
+    consume(ring, ring_ptr, bars, flag);
+  }
+}
+
+// The kernel of every sm90 kernel template K (K::run on sm_90a; other targets compile it empty).
+template <class K>
+__global__ void __launch_bounds__(K::kThreads, 1) dense_kernel(const __grid_constant__ typename K::Params p) {
+  extern __shared__ __align__(1024) char smem[];
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  K::run(p, smem);
+#endif
+}
+
+// Host side of a launch of K with parameters `p` (p.plan made): the workspace its plan needs, the
+// shared-memory limit raised once per process, p.plan.blocks blocks on `stream`. `what` names the
+// kernels in messages.
+template <class K>
+Status launch_blocks(const typename K::Params &p, const GemmArgs &args, void *stream, const char *what) {
+  const size_t need = streamk_workspace_bytes(p.plan, K::kTileM, K::BN);
+  if (need > args.workspace_bytes || (need > 0 && args.workspace == nullptr))
+    return Status::Error(std::string(what) + " need " + std::to_string(need) +
+                         " bytes of workspace (its first 64 KiB zeroed), got " + std::to_string(args.workspace_bytes));
+  static const bool ok = allow_smem(reinterpret_cast<const void *>(&dense_kernel<K>), K::kSmemTotal);
+  if (!ok)
+    return Status::Error(std::string("this instance of ") + what + " needs " + std::to_string(K::kSmemTotal) +
+                         " bytes of shared memory per block, more than this GPU allows");
+  dense_kernel<K>
+      <<<static_cast<unsigned>(p.plan.blocks), K::kThreads, K::kSmemTotal, static_cast<cudaStream_t>(stream)>>>(p);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return Status::Error(std::string(what) + " failed to launch: " + cudaGetErrorString(e));
+  return Status::Ok();
+}
+
+} // namespace sm90
+} // namespace humming

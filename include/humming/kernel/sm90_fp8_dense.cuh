@@ -1,0 +1,233 @@
+// The sm90 backend's FP8 GEMM (W8A8): e4m3 weights x e4m3 or e5m2 activations with per-token
+// scales, on FP8 WGMMA (m64nNk32, fp32 sums), sm_90a, with the persistent dense scheduler
+// (scheduler/streamk.h, plan_persistent).
+//
+// Nothing is converted, so both operands come from shared memory: the weights stay in the generic
+// layout (layout 1), whose 8-bit codes are the row-major bytes of the weight (rows k_pad bytes
+// long), and go by TMA like the activations. Each stage of the ring holds one box of BN weight rows
+// and one of BM activation rows, 128 inputs (bytes) wide, in the 128-byte swizzle the descriptors
+// read. The roles are those of the weight-only kernel (sm90_dense.cuh): the weights are the
+// instruction's M (64 channels per consumer warpgroup) and the tokens its N (BM, 8 to 256), so a
+// decode launch of one token runs m64n8 and wastes nothing on rows that do not exist.
+//
+// One producer thread fills the ring as in sm90_dense.cuh. A consumer warpgroup only issues
+// WGMMAs: the four k32 steps of a stage as one group, one group kept in flight behind the next (a
+// stage goes back to the producer once the group after it is issued and its own has retired).
+//
+// Scales: the weight's per-channel scale, its global scale and each token's activation scale
+// multiply the fp32 sums in the epilogue (after the stream-K fix-up, which adds raw sums).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "humming/backend/sm90/pipeline.h"
+#include "humming/backend/sm90/ptx.h"
+#include "humming/backend/sm90/tensor_map.h"
+#include "humming/epilogue/store.h"
+#include "humming/epilogue/streamk_fixup.h"
+#include "humming/epilogue/wgmma_store.h"
+#include "humming/humming.h"
+#include "humming/scheduler/streamk.h"
+
+namespace humming {
+namespace sm90 {
+
+// ActId:     DType id of the activations: e4m3 or e5m2, with one fp32 scale per token.
+// CodeId:    DType id of the weight codes: e4m3.
+// ScaleId:   DType id of the weight's per-channel scales: f32, bf16 or f16.
+// OutId:     DType id of the output: bf16, f16 or f32.
+// BM:        tokens per tile: the WGMMA's N (8, 16, 32, 64, 128 or 256).
+// Consumers: consumer warpgroups, 64 channels each (BN = 64 x Consumers).
+// Stages:    depth of the shared-memory ring (128 inputs per stage).
+template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, uint32_t OutId, int BM, int Consumers, int Stages>
+struct DenseFp8 {
+  static constexpr bool kE5m2 = ActId == dtypes::e5m2.id();
+  static constexpr int kTileM = BM;
+  static constexpr int BN = 64 * Consumers;
+  static constexpr int BK = 128; // one row of the 128-byte swizzle
+  static constexpr int kSteps = BK / 32;
+  static constexpr int kConsumerThreads = 128 * Consumers;
+  static constexpr int kThreads = 128 + kConsumerThreads;
+  static constexpr int kAcc = BM / 2; // fp32 sums per consumer thread (its warpgroup's 64 x BM)
+  // A stage: the weights' box (64 rows of 128 bytes per consumer, 8192 bytes apart), then the
+  // activations' box. Both sizes are multiples of 1024 (BM and BN are multiples of 8), so every box
+  // starts where the 128-byte swizzle repeats.
+  static constexpr int kWBytes = BN * BK;
+  static constexpr int kABytes = BM * BK;
+  static constexpr int kStageBytes = kWBytes + kABytes;
+  static constexpr int kRingBytes = Stages * kStageBytes;
+  // Alignment slack, the ring, a full and an empty barrier per stage, the fix-up flag.
+  static constexpr int kSmemTotal = 1024 + kRingBytes + Stages * 16 + 16;
+
+  static_assert(ActId == dtypes::e4m3.id() || ActId == dtypes::e5m2.id(), "activations are e4m3 or e5m2");
+  static_assert(CodeId == dtypes::e4m3.id(), "weights are e4m3");
+  static_assert(ScaleId == dtypes::f32.id() || ScaleId == dtypes::bf16.id() || ScaleId == dtypes::f16.id(),
+                "per-channel scales are f32, bf16 or f16");
+  static_assert(OutId == dtypes::bf16.id() || OutId == dtypes::f16.id() || OutId == dtypes::f32.id(),
+                "the output is bf16, f16 or f32");
+  static_assert(BM == 8 || BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 256, "a WGMMA N of this backend");
+  static_assert(Consumers >= 1 && Consumers <= 4, "one to four consumer warpgroups (a box has at most 256 rows)");
+  static_assert(kSmemTotal <= 227 * 1024, "the ring fits a block's shared memory");
+
+  struct Params {
+    CUtensorMap act;    // activations [m][k] bytes, boxes of BM rows x 128
+    CUtensorMap weight; // codes [n_pad][k_pad] bytes, boxes of BN rows x 128
+    GemmArgs args;
+    StreamKPlan plan;
+    int64_t n_tiles;
+  };
+
+  using RingPos = sm90::RingPos<Stages>;
+
+  // One thread: every stage of every segment of this block, in order. Boxes past the matrices land
+  // as zeros and still count their full size on the barrier.
+  static __device__ __forceinline__ void produce(const Params &p, uint32_t ring, uint32_t bars) {
+    RingPos pos;
+    for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
+      const int m0 = static_cast<int>(tile / p.n_tiles * BM), n0 = static_cast<int>(tile % p.n_tiles * BN);
+      for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
+        const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
+                       empty = ring_bar<Stages>(bars, 1, pos.stage);
+        mbar_wait(empty, pos.phase ^ 1u);
+        mbar_arrive_expect_tx(full, kStageBytes);
+        tensor_copy_2d(stage, &p.weight, static_cast<int>(kt * BK), n0, full);
+        tensor_copy_2d(stage + kWBytes, &p.act, static_cast<int>(kt * BK), m0, full);
+      }
+    });
+  }
+
+  // The `n` stages of one segment from ring position `pos` (left one past the last) into acc.
+  static __device__ __forceinline__ void mainloop(uint32_t ring, uint32_t bars, RingPos &pos, int64_t n, int cw, int t,
+                                                  float (&acc)[kAcc]) {
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+    RingPos prev = pos;
+    for (int64_t j = 0; j < n; ++j) {
+      mbar_wait(ring_bar<Stages>(bars, 0, pos.stage), pos.phase);
+      const uint32_t stage = ring + pos.stage * kStageBytes;
+      const uint64_t da = desc_sw128(stage + cw * 64 * BK), db = desc_sw128(stage + kWBytes);
+      fence_regs(acc);
+      wgmma_fence();
+#pragma unroll
+      for (int step = 0; step < kSteps; ++step) WgmmaFp8<BM, kE5m2>::run(acc, da + 2 * step, db + 2 * step, 1);
+      wgmma_commit();
+      if (j > 0) {
+        // The group of the stage before has retired: its shared memory goes back.
+        wgmma_wait<1>();
+        release_stage<Stages>(bars, prev.stage, t);
+      }
+      prev = pos;
+      pos.advance();
+    }
+    wgmma_wait<0>();
+    fence_regs(acc);
+    if (n > 0) release_stage<Stages>(bars, prev.stage, t);
+  }
+
+  static __device__ __forceinline__ void consume(const Params &p, uint32_t ring, uint32_t bars, volatile int *flag) {
+    const GemmArgs &a = p.args;
+    const int ct = static_cast<int>(threadIdx.x) - 128; // thread among the consumers
+    const int cw = ct / 128, t = ct % 128, warp = t / 32, lane = t % 32;
+    const int col = cw * 64 + warp * 16 + lane / 4; // first channel of this thread inside the tile
+    RingPos pos;
+    float acc[kAcc];
+    for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
+      const int64_t m0 = tile / p.n_tiles * BM, n0 = tile % p.n_tiles * BN;
+      mainloop(ring, bars, pos, kt1 - kt0, cw, t, acc);
+      const StreamKPlan &plan = p.plan;
+      if (!(kt0 == 0 && kt1 == plan.k_tiles)) {
+        const bool last =
+            epilogue::streamk_fixup<kAcc, kConsumerThreads>(plan, a.workspace, blockIdx.x, tile - plan.dp_tiles(), ct,
+                                                            acc, flag, [] { consumer_sync<kConsumerThreads>(); });
+        if (!last) return;
+      }
+      store(a, m0, n0 + col, lane, acc);
+    });
+  }
+
+  // The weight's per-channel and global scales, then the stores with each token's scale.
+  static __device__ __forceinline__ void store(const GemmArgs &a, int64_t m0, int64_t n, int lane, float (&acc)[kAcc]) {
+    const float global = a.global_scale != nullptr ? *a.global_scale : 1.0f;
+    float f[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      f[h] = n + 8 * h < a.dims.n_pad ? global * epilogue::load_out<ScaleId>(a.scales, n + 8 * h) : 0.0f;
+    epilogue::store_wgmma_sums<OutId, kAcc, true>(a, m0, n, lane, acc, f);
+  }
+
+  static __device__ __forceinline__ void run(const Params &p, char *smem) {
+    run_block<Stages, Consumers, kRingBytes>(
+        smem,
+        [&] {
+          prefetch_tensor_map(&p.act);
+          prefetch_tensor_map(&p.weight);
+        },
+        [&](uint32_t ring, uint32_t bars) { produce(p, ring, bars); },
+        [&](uint32_t ring, char *ring_ptr, uint32_t bars, volatile int *flag) { consume(p, ring, bars, flag); });
+  }
+
+  static int64_t n_tiles(const GemmArgs &args) { return (args.dims.n_pad + BN - 1) / BN; }
+
+  static StreamKPlan plan(const GemmArgs &args) {
+    const int64_t tiles = (args.m + BM - 1) / BM * n_tiles(args);
+    return plan_persistent(tiles, (args.dims.k_pad + BK - 1) / BK, BK, args.num_sms);
+  }
+};
+
+#define HUMMING_SM90_FP8_TARGS                                                                                         \
+  uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, uint32_t OutId, int BM, int Consumers, int Stages
+#define HUMMING_SM90_FP8_ARGS ActId, CodeId, ScaleId, OutId, BM, Consumers, Stages
+
+template <HUMMING_SM90_FP8_TARGS> Status can_implement_fp8(const GemmArgs &args) {
+  const GemmFormat &f = args.fmt;
+  if (args.layout != kLayoutGeneric)
+    return Status::Error(std::string("the sm90 FP8 kernels read weights packed for layout 1 (generic), not layout ") +
+                         std::to_string(args.layout) + " (" + layout_name(args.layout) + ")");
+  if (f.act.granularity != ActScale::kToken)
+    return Status::Error("the sm90 FP8 kernels take one activation scale per token (-pt)");
+  if (f.weight.group_k != 0 || f.weight.group_n != 1)
+    return Status::Error("the sm90 FP8 kernels take one weight scale per output channel (gc)");
+  if (args.dims.k % 16 != 0)
+    return Status::Error("the sm90 FP8 kernels need k to be a multiple of 16 (16-byte activation rows), got k=" +
+                         std::to_string(args.dims.k));
+  if (args.m > 1 && args.lda % 16 != 0)
+    return Status::Error("the sm90 FP8 kernels need the activation row stride to be a multiple of 16 elements, got " +
+                         std::to_string(args.lda));
+  if (reinterpret_cast<uintptr_t>(args.a) % 16 != 0 || reinterpret_cast<uintptr_t>(args.codes) % 16 != 0)
+    return Status::Error("the sm90 FP8 kernels need 16-byte aligned activations and codes");
+  if (args.dims.words_per_row * 4 != args.dims.k_pad || args.dims.k_pad % 16 != 0)
+    return Status::Error("the sm90 FP8 kernels need the codes as rows of k_pad bytes (the generic layout of 8-bit "
+                         "codes)");
+  if (args.m > 0x7FFFFFFF - 256 || args.dims.k_pad > 0x7FFFFFFF - 128 || args.dims.n_pad > 0x7FFFFFFF - 256)
+    return Status::Error("the sm90 FP8 kernels take at most 2^31 - 257 rows, inputs and channels");
+  return Status::Ok();
+}
+
+template <HUMMING_SM90_FP8_TARGS> size_t workspace_bytes_fp8(const GemmArgs &args) {
+  using K = DenseFp8<HUMMING_SM90_FP8_ARGS>;
+  return streamk_workspace_bytes(K::plan(args), BM, K::BN);
+}
+
+template <HUMMING_SM90_FP8_TARGS> Status launch_fp8(const GemmArgs &args, void *stream) {
+  using K = DenseFp8<HUMMING_SM90_FP8_ARGS>;
+  if (args.m == 0) return Status::Ok();
+  typename K::Params p;
+  p.args = args;
+  p.plan = K::plan(args);
+  p.n_tiles = K::n_tiles(args);
+  Status st = cached_rows_map(&p.act, args.a, MapElem::kByte, args.m, args.dims.k, args.lda, BM);
+  if (!st) return st;
+  st = cached_weight_map(&p.weight, args.codes, MapElem::kByte, args.dims.n_pad, args.dims.k_pad, args.dims.k_pad,
+                         K::BN);
+  if (!st) return st;
+  return launch_blocks<K>(p, args, stream, "the sm90 FP8 kernels");
+}
+
+#undef HUMMING_SM90_FP8_TARGS
+#undef HUMMING_SM90_FP8_ARGS
+
+} // namespace sm90
+} // namespace humming
