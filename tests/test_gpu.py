@@ -269,6 +269,49 @@ def test_dispatch_crosses_ranges_with_fast_instances():
         assert_gemm_close(y, ref, x.cpu().float(), w, f"{name} m={m}", torch.bfloat16)
 
 
+FP8_INSTANCES = [i for i in FAST if i.act_type in ("e4m3", "e5m2")]
+
+
+def test_w8a8_layer_runs_on_the_fp8_kernels():
+    """A W8A8 FP8 layer (e4m3 per-token activations, e4m3 weights with per-channel scales) packs for
+    the generic layout, which the sm90 FP8 kernels read as it is; on the H200 every M range picks
+    one of them (not the generic backend), including in a CUDA graph, and matches the reference
+    across the tile heights."""
+    if not FP8_INSTANCES:
+        pytest.skip("this build has no FP8 tensor-core instances (they need a profile with +experimental)")
+    fmt = "a-e4m3-pt_w-e4m3gc-sf32_c-bf16"
+    if not any(i.name.startswith("sm90_") and "_a-e4m3-pt_w-e4m3gc-sf32_c-bf16_" in i.name for i in FP8_INSTANCES):
+        pytest.skip(f"this build has no FP8 instance for {fmt}")
+    lin = torch.nn.Linear(3072, 520, bias=True)  # 520: a partial last tile of every width
+    layer = ha.QuantLinear.from_linear(lin, "e4m3gc-sf32", "e4m3-pt", device="cuda")
+    assert layer.layout == 1
+    q = R.quantize_weight(lin.weight.detach(), "e4m3gc-sf32")
+    w = R.dequantize_weight(q)
+    bias = lin.bias.detach().to(torch.bfloat16).double()
+    for m in M_VALUES + (300,):
+        x = torch.randn(m, 3072, generator=torch.Generator().manual_seed(m)).to("cuda", torch.bfloat16)
+        name = layer.instance_for(m, "cuda")
+        assert name.startswith("sm90_wgmma_dense_a-e4m3-pt_"), name
+        a, s = ha.quantize_act(x, "e4m3-pt")
+        a_deq = R.dequantize_activation(a, s, F.parse_activation_format("e4m3-pt")).cpu()
+        y = layer(x)
+        ref = a_deq.double() @ w.double().T + bias
+        assert_gemm_close(y, ref, a_deq, w, f"{name} m={m}")
+    x = torch.randn(16, 3072, device="cuda", dtype=torch.bfloat16)
+    eager = layer(x)
+    g = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        layer(x)
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(g):
+        out = layer(x)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+
+
 @pytest.mark.parametrize("fmt", ["u4g128-sbf16-zi", "u3g32-sbf16", "e2m1g16-se4m3-gs", "i8gc-sf32", "u7g64-sf16-zf"])
 def test_gpu_pack_equals_cpu_pack(fmt):
     q = R.quantize_weight(torch.randn(100, 300) * 0.1, fmt)
