@@ -457,3 +457,39 @@ def test_h200_ranges_say_why_and_explain_repeats_it(monkeypatch):
     bad = {"ranges": [{"m_max": None, "prefer": ["*"], "why": ""}]}
     with pytest.raises(ValueError, match="why"):
         dispatch.load_table(bad)
+
+
+# ---- the layout a layer packs for -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("wfmt", ["u4g128-sbf16", "u8gc-sf16-zi"])
+def test_preferred_layout_needs_an_instance_for_the_shape(wfmt):
+    """On an H200 (described, no GPU needed) a layer packs for the first layout of the table's
+    order that a fast instance of this build reads, computes the format with and can run the
+    layer's shape with; a shape no fast instance takes (77 inputs) gets the generic layout."""
+    act = "f16" if "-sf16" in wfmt else "bf16"
+    g = F.parse_gemm_format(f"a-{act}_w-{wfmt}_c-{act}")
+    table = dispatch._table_for(90, 132, "NVIDIA H200")
+    ids = {"sm80": 2, "sm90": 3}
+
+    def fast_layouts(n, k):
+        return {
+            i.layout
+            for i in registry.instances()
+            if i.backend != "generic"
+            and dispatch._computes(i, g)
+            and registry.runs_on(i.name, 90)[0]
+            and dispatch.C.check_instance(i.name, str(g), i.layout, n, k, 1)[0]
+        }
+
+    for n, k, expect_fast in ((4096, 4096, True), (40, 77, False)):
+        have = fast_layouts(n, k)
+        want = next((ids[lay] for lay in table.get("layouts", []) if ids[lay] in have), min(have, default=1))
+        got = dispatch._preferred_layout_for(g, 90, 132, "NVIDIA H200", n, k)
+        assert got == want, (n, k, have)
+        if not expect_fast:
+            assert got == 1 and not have
+    # Without a shape, the choice is the format's alone (as before: any fast layout counts).
+    assert dispatch._preferred_layout_for(g, 90, 132, "NVIDIA H200", None, None) == dispatch._preferred_layout_for(
+        g, 90, 132, "NVIDIA H200", 4096, 4096
+    )

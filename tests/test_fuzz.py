@@ -507,6 +507,19 @@ def p_codes_out_of_range(b, rng):
     )
 
 
+def p_raw_codes_out_of_range(b, rng):
+    # The same through the raw op (torch.ops.humming.pack_weight), which C++ callers of the
+    # binding and traced graphs reach without the Python wrapper's check.
+    bits = b.spec.w.code.bits
+    if bits == 8:
+        return p_codes_dtype(b, rng)
+    args = _pack_args(b)
+    codes = b.q.codes.clone()
+    codes[rng.randrange(codes.shape[0]), rng.randrange(codes.shape[1])] = rng.randint(1 << bits, 255)
+    args["codes"] = codes
+    return Call(_op("pack_weight", args), ("code",))
+
+
 def p_codes_views(b, rng):
     # Strided and misaligned codes: packed as their values say.
     args = _pack_args(b)
@@ -594,7 +607,10 @@ def u_tampered(b, rng):
     elif choice == "layout":
         args["layout"] = rng.choice([0, 5, -1])
     elif choice in ("n", "k"):
-        args[choice] = rng.choice([-1, 0, 2**40, args[choice] * 4 + 64])
+        # (Past the padded extent: a value inside the padding, such as 128 for a 16-channel weight
+        # padded to 128, describes the same packed tensor and is not tampering.)
+        padded = p.n_pad if choice == "n" else p.k_pad
+        args[choice] = rng.choice([-1, 0, 2**40, padded * 2 + 64])
     else:
         args["weight_format"] = "u4g128-sbf16-zz"
 
@@ -650,6 +666,7 @@ OP_MUTATIONS = {
         p_codes_dtype,
         p_codes_shape,
         p_codes_out_of_range,
+        p_raw_codes_out_of_range,
         p_codes_views,
         p_scales,
         p_zeros,

@@ -118,3 +118,31 @@ def test_zero_rows_on_gpu():
     assert layer(torch.empty(2, 0, K, device="cuda", dtype=torch.bfloat16)).shape == (2, 0, N)
     out = ha.gemm(torch.empty(0, K, device="cuda", dtype=torch.bfloat16), layer.packed, layer.fmt)
     assert out.shape == (0, N) and out.is_cuda
+
+
+# ---- any shape runs -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("wfmt", ["u4gc-sbf16", "u8gc-sbf16"])
+@pytest.mark.parametrize("n,k", [(40, 77), (37, 1000), (300, 100)])
+def test_any_shape_runs(wfmt, n, k):
+    """A layer whose shape no fast kernel takes (77 inputs: rows of 154 bytes; 37 channels) packs
+    for a layout some instance runs (the generic one where the fast kernels refuse the shape) and
+    matches the reference; no DispatchError for a shape the generic backend computes."""
+    from humming_aot import reference as R
+    from humming_aot.testing import assert_gemm_close
+
+    torch.manual_seed(n + k)
+    lin = torch.nn.Linear(k, n)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dispatch.SlowPathWarning)
+        layer = ha.QuantLinear.from_linear(lin, wfmt, device="cuda")
+        q = R.quantize_weight(lin.weight.detach(), wfmt)
+        w = R.dequantize_weight(q)
+        for m in (1, 33):
+            x = _x(m, m, k=k)
+            y = layer(x)
+            ref = x.cpu().double() @ w.double().T + lin.bias.detach().to(torch.bfloat16).double()
+            assert_gemm_close(y, ref, x.cpu().float(), w, f"{wfmt} {n}x{k} m={m} ({layer.instance_for(m)})")
+    if k % 8:
+        assert layer.layout == 1, "no fast kernel takes rows of an odd number of 16-bit inputs"

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import humming_aot as ha
+from humming_aot import formats as F
 from humming_aot.convert import ConversionError
 from humming_aot.layers import QuantLinear
 from humming_aot.loading import CheckpointError
@@ -448,3 +449,79 @@ def test_other_methods_dispatch():
 
     with pytest.raises(ConversionError, match="quant_method.*'hqq'"):
         ha.load_quantized({}, {"quant_method": "hqq"}, progress=False)
+
+
+# ---- quantize_model: float models through the reference quantizer --------------------------------
+
+
+class _Block(torch.nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.qkv = torch.nn.Linear(d, 3 * d, bias=False)  # a fused projection: one weight
+        self.up = torch.nn.Linear(d, h)
+        self.down = torch.nn.Linear(h, d)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x))) + self.qkv(x)[..., : x.shape[-1]]
+
+
+class _Model(torch.nn.Module):
+    def __init__(self, d=128, h=256, vocab=96):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([_Block(d, h) for _ in range(2)])
+        self.lm_head = torch.nn.Linear(d, vocab, bias=False)
+
+    def forward(self, x):
+        for b in self.layers:
+            x = b(x)
+        return self.lm_head(x)
+
+
+def _model():
+    torch.manual_seed(0)
+    return _Model().to(torch.bfloat16)
+
+
+def test_quantize_model_swaps_every_linear_but_the_head():
+    model, ref = _model(), _model()
+    x = torch.randn(3, 128).to(torch.bfloat16)
+    got = ha.quantize_model(model, "u4g128-sbf16", progress=False)
+    expected = {f"layers.{i}.{p}" for i in range(2) for p in ("qkv", "up", "down")}
+    assert set(got) == expected
+    assert isinstance(model.lm_head, torch.nn.Linear) and type(model.lm_head) is torch.nn.Linear
+    for name in expected:
+        q = model.get_submodule(name)
+        assert isinstance(q, ha.QuantLinear) and q is got[name]
+        # The same layer as from_linear on the original linear makes: same codes, same output.
+        want = ha.QuantLinear.from_linear(ref.get_submodule(name), "u4g128-sbf16")
+        assert torch.equal(q.packed.codes, want.packed.codes)
+        xi = torch.randn(2, q.in_features).to(torch.bfloat16)
+        assert torch.equal(q(xi), want(xi))
+    out = model(x).float()
+    full = ref(x).float()
+    assert (out - full).norm() / full.norm() < 0.2  # u4 g128 quantization error, not a wrong wiring
+
+
+def test_quantize_model_skip_patterns():
+    model = _model()
+    got = ha.quantize_model(model, "u8gc-sbf16", skip=("lm_head", "re:.*\\.down$", "layers.1.q*"), progress=False)
+    assert set(got) == {"layers.0.qkv", "layers.0.up", "layers.1.up"}
+    assert type(model.layers[0].down) is torch.nn.Linear and type(model.layers[1].qkv) is torch.nn.Linear
+    everything = ha.quantize_model(_model(), "u8gc-sbf16", skip=(), progress=False)
+    assert "lm_head" in everything and len(everything) == 7
+
+
+def test_quantize_model_errors_leave_the_model_untouched():
+    model = _model()
+    with pytest.raises(F.FormatError):
+        ha.quantize_model(model, "u4g100-sbf16", progress=False)
+    assert all(type(m) is not ha.QuantLinear for m in model.modules())
+    with torch.device("meta"):
+        model.layers[1].up = torch.nn.Linear(128, 256)
+    with pytest.raises(ValueError, match=r"layers\.1\.up .*meta device"):
+        ha.quantize_model(model, "u4g128-sbf16", progress=False)
+    assert all(type(m) is not ha.QuantLinear for m in model.modules())
+    got = ha.quantize_model(model, "u4g128-sbf16", strict=False, progress=False)
+    assert "layers.1.up" not in got and len(got) == 5
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        ha.quantize_model("not a model", "u4g128-sbf16")

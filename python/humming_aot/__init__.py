@@ -35,6 +35,7 @@ _LAZY = {
     "load_quantized": ("loading", "load_quantized"),
     "iter_quantized": ("loading", "iter_quantized"),
     "replace_linears": ("loading", "replace_linears"),
+    "quantize_model": ("loading", "quantize_model"),
     "load_packed": ("packed_checkpoint", "load_packed"),
     "save_packed": ("packed_checkpoint", "save_packed"),
     "PackedLayer": ("packed_checkpoint", "PackedLayer"),

@@ -499,11 +499,13 @@ def layer_plan(fmt, n: int, k: int, layout: int = 1) -> LayerPlan:
     return plan
 
 
-def preferred_layout(fmt, device=None) -> int:
+def preferred_layout(fmt, device=None, n: int | None = None, k: int | None = None) -> int:
     """The layout to pack a weight in for ``fmt`` on ``device``: the first layout of the device's
     table (its optional ``layouts`` list, by name, in order of preference; without one, the order
     of the registry) that a fast instance computing the format there reads, else the generic
-    layout (1). CPU devices get the generic one."""
+    layout (1). CPU devices get the generic one. Given the layer's ``n`` and ``k``, a layout counts
+    only where such an instance can run that shape (a layer of 77 inputs, say, gets the generic
+    layout, which the generic backend runs for any shape, instead of one no kernel can run)."""
     import torch
 
     g = F.parse_gemm_format(fmt)
@@ -511,14 +513,22 @@ def preferred_layout(fmt, device=None) -> int:
     if dev is None or dev.type != "cuda":
         return 1
     cc, sms, name = _device_facts(dev)
+    return _preferred_layout_for(g, cc, sms, name, n, k)
+
+
+def _preferred_layout_for(g: F.GemmFormat, cc: int, sms: int, name: str, n: int | None, k: int | None) -> int:
+    """preferred_layout for a device described by its facts (needs no GPU)."""
     found = []
+    text = str(g)
     for inst in registry.instances():
         if inst.layout == 1 or inst.layout in found or not _computes(inst, g):
             continue
         if g.act.quantized or not registry.runs_on(inst.name, cc)[0]:
             continue
+        if n is not None and k is not None and not C.check_instance(inst.name, text, inst.layout, n, k, 1)[0]:
+            continue
         found.append(inst.layout)
-    order = [_LAYOUT_IDS[n] for n in _table_for(cc, sms, name).get("layouts", [])]
+    order = [_LAYOUT_IDS[lay] for lay in _table_for(cc, sms, name).get("layouts", [])]
     for lid in order + found:
         if lid in found:
             return lid

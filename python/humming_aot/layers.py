@@ -101,8 +101,8 @@ class QuantLinear(torch.nn.Module):
     ) -> "QuantLinear":
         """Quantize ``linear.weight`` with the reference quantizer and pack it.
 
-        ``layout="auto"`` packs for the fastest backend that computes the format on ``device``
-        (the sm80 layout where an sm80 instance exists, otherwise the generic one).
+        ``layout="auto"`` packs for the fastest backend that computes the format on ``device`` and
+        can run this layer's shape (the device table's layout order; otherwise the generic one).
         """
         if not isinstance(linear, torch.nn.Linear):
             raise TypeError(f"from_linear takes a torch.nn.Linear, got {type(linear).__name__}")
@@ -116,7 +116,7 @@ class QuantLinear(torch.nn.Module):
             from .dispatch import preferred_layout
 
             target = device if device is not None else w.device
-            layout = preferred_layout(F.GemmFormat(act, q.fmt, out), target)
+            layout = preferred_layout(F.GemmFormat(act, q.fmt, out), target, n=w.shape[0], k=w.shape[1])
         packed = pack_weight(q, layout=layout_id(layout))
         if device is not None:
             packed = packed.to(device)

@@ -497,7 +497,7 @@ def replace_linears(
         if layout == "auto":
             a = F.parse_activation_format(act)
             out = out_dtype or ("bf16" if a.quantized else str(a.type))
-            lid = preferred_layout(F.GemmFormat(a, q.fmt, out), dev)
+            lid = preferred_layout(F.GemmFormat(a, q.fmt, out), dev, n=q.codes.shape[0], k=q.codes.shape[1])
         # pack where the layer will run: packing runs on the tensors' device
         mv = lambda t: None if t is None else t.to(dev)  # noqa: E731
         q = dataclasses.replace(
@@ -510,6 +510,76 @@ def replace_linears(
         raise ValueError(
             "replace_linears: these converted layers are not nn.Linear modules of the model of "
             "the same shape: " + "; ".join(problems) + " (strict=False leaves them out)"
+        )
+    for name, module in built.items():
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, child, module)
+    return built
+
+
+def quantize_model(
+    model: torch.nn.Module,
+    weight_format,
+    act_format=None,
+    *,
+    out_dtype=None,
+    layout="auto",
+    device=None,
+    skip: Iterable[str] = ("lm_head",),
+    strict: bool = True,
+    progress: bool = True,
+) -> dict[str, torch.nn.Module]:
+    """Quantize every ``nn.Linear`` of a float ``model`` with the reference quantizer (as
+    :meth:`QuantLinear.from_linear`) and swap it for the ``QuantLinear``: for models that arrive
+    unquantized; checkpoints made by a quantization tool go through :func:`load_quantized` and
+    :func:`replace_linears` instead, which never re-quantize.
+
+    ``skip``: module names or patterns left in float (a name matches itself and its submodules;
+    ``*`` / ``?`` globs; ``re:`` a regular expression); by default the output head, whose
+    quantization costs the most accuracy. ``act_format`` defaults to each linear's weight dtype
+    (bf16 / f16; bf16 otherwise); ``layout`` and ``device`` as in :func:`replace_linears` (default
+    device: where each linear's weight is). Fused projections (a single qkv or gate-up linear) are
+    one weight, quantized as such.
+
+    ``strict``: a linear the format cannot take (e.g. its inputs do not fill the format's
+    128-input groups: any FormatError or ValueError of ``from_linear``) is an error naming every
+    such module, raised before anything is swapped; with ``strict=False`` those stay in float.
+    Returns ``{name: QuantLinear}`` of the swapped modules.
+    """
+    from .layers import _FLOAT_ACT, QuantLinear
+
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"quantize_model takes a torch.nn.Module, got {type(model).__name__}")
+    from . import formats as F
+
+    F.parse_weight_format(weight_format)  # a bad format is one error, before any layer
+    if act_format is not None:
+        F.parse_activation_format(act_format)
+    if isinstance(skip, str):
+        skip = (skip,)
+    skip = tuple(skip)
+    names = [
+        name
+        for name, mod in model.named_modules()
+        if type(mod) is torch.nn.Linear and name and not any(_matches(name, p) for p in skip)
+    ]
+    built, problems = {}, []
+    for name in _progress(names, len(names), "quantizing", progress):
+        linear = model.get_submodule(name)
+        if linear.weight.device.type == "meta":
+            problems.append(f"{name} (its weight is on the meta device: load the model's weights first)")
+            continue
+        dev = torch.device(device) if device is not None else linear.weight.device
+        act = act_format if act_format is not None else _FLOAT_ACT.get(linear.weight.dtype, "bf16")
+        try:
+            built[name] = QuantLinear.from_linear(linear, weight_format, act, out_dtype, layout=layout, device=dev)
+        except (ValueError, TypeError) as e:  # FormatError is a ValueError
+            problems.append(f"{name} (nn.Linear({linear.in_features}, {linear.out_features}): {e})")
+    if problems and strict:
+        raise ValueError(
+            f"quantize_model: these linears cannot be quantized to {weight_format}: "
+            + "; ".join(problems)
+            + " (strict=False leaves them in float; skip=... names modules to leave out)"
         )
     for name, module in built.items():
         parent, _, child = name.rpartition(".")

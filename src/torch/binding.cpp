@@ -317,6 +317,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> pack_weight_impl(const at::Tensor
   const at::Device dev = codes_in.device();
   HUMMING_CHECK_VALUE(dev.is_cpu() || dev.is_cuda(), "pack_weight runs on CPU or CUDA tensors, got ", dev);
   const at::Tensor codes = codes_in.contiguous();
+  // The packers keep each code's low bits only: a wider code would change silently. (One
+  // reduction, and on a GPU one synchronization, per packed weight.)
+  const int bits = static_cast<int>(w.code.bits);
+  if (bits < 8 && codes.numel() > 0) {
+    const int64_t widest = codes.max().item<int64_t>();
+    HUMMING_CHECK_VALUE(widest < (int64_t(1) << bits), "codes of ", wfmt, " are ", bits, "-bit (0 to ", (1 << bits) - 1,
+                        "), got a code of ", widest);
+  }
   at::Tensor packed = at::empty({d.n_pad, d.words_per_row}, codes.options().dtype(at::kInt));
   at::Tensor out_scales = at::empty({0}, codes.options());
   at::Tensor out_zeros = at::empty({0}, codes.options());
