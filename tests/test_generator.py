@@ -477,8 +477,8 @@ def test_arch_without_matrix_entries_is_warned_about(gen):
 # ---- experimental entries (kernels not yet checked on a GPU) ------------------------------------
 
 FP8_RE = re.compile(
-    r"sm90_wgmma_dense_a-(?P<act>e4m3|e5m2)-pt_w-(?P<code>e4m3)gc-s(?P<scale>f32|bf16|f16)_c-(?P<out>[^_]+)"
-    r"_t(?P<bm>\d+)x(?P<bn>\d+)x128_w1x(?P<wg>\d)x1_s(?P<stages>\d+)$"
+    r"sm90_wgmma_dense_a-(?P<act>e4m3|e5m2)-(?P<agran>pt|g128)_w-(?P<code>e4m3)(?P<wgran>gc|g128n128)"
+    r"-s(?P<scale>f32|bf16|f16)_c-(?P<out>[^_]+)_t(?P<bm>\d+)x(?P<bn>\d+)x128_w1x(?P<wg>\d)x1_s(?P<stages>\d+)$"
 )
 
 
@@ -506,20 +506,27 @@ def test_profile_suffix_other_than_experimental_is_refused(gen):
 
 
 def test_fp8_instances_keys_and_entry_points(gen, tmp_path):
-    """The sm90 FP8 instances take per-token activation scales and per-channel weight scales on
-    the generic layout, with the shared memory of their ring, and their translation units call the
-    FP8 kernel's entry points."""
+    """The sm90 FP8 instances take per-token activation scales and per-channel weight scales, or
+    activation scales per token and 128 inputs and 128 x 128 weight blocks (fp32, tiles of at most
+    128 tokens), on the generic layout, with the shared memory of their ring; their translation
+    units call the FP8 kernel's entry points."""
     gen_mod = _load_generator()
     insts = [i for i in gen_mod.enumerate_instances(["90a"], "full+experimental") if FP8_RE.match(i.name)]
-    assert insts
+    assert insts and any("-g128_" in i.name for i in insts) and any("-pt_" in i.name for i in insts)
     for i in insts:
         m = FP8_RE.match(i.name)
         bm, bn, stages = int(m["bm"]), int(m["bn"]), int(m["stages"])
         k = i.key
-        assert (k["act_granularity"], k["group_k"], k["group_n"], k["zero"], k["layout"]) == (1, 0, 1, 0, 1)
+        blocks = m["agran"] == "g128"
+        assert (m["wgran"] == "g128n128") == blocks, i.name
+        want = (2, 128, 128) if blocks else (1, 0, 1)
+        assert (k["act_granularity"], k["group_k"], k["group_n"], k["zero"], k["layout"]) == (*want, 0, 1)
         assert (k["tile_m"], k["tile_n"], k["tile_k"], k["stages"]) == (bm, bn, 128, stages)
         assert k["threads"] == 128 * (1 + int(m["wg"])) and bn == 64 * int(m["wg"])
-        assert k["smem_bytes"] == 1024 + (bm + bn) * 128 * stages + 16 * stages + 16 <= 227 * 1024
+        stage = (bm + bn) * 128 + ((bm + (bn + 127) // 128) * 4 if blocks else 0)
+        assert k["smem_bytes"] == 1024 + -(-stage // 1024) * 1024 * stages + 16 * stages + 16 <= 227 * 1024
+        if blocks:
+            assert m["scale"] == "f32" and bm <= 128
         assert i.archs == ("90a",) and i.scale == m["scale"] and i.out == m["out"]
     out = tmp_path / "gen"
     gen("--arch", "90a", "--profile", "ci+experimental", "--out", str(out))

@@ -38,8 +38,11 @@ def _format_for(inst) -> F.GemmFormat:
         gs = inst.scale_type == "e4m3" and code.is_float  # NVFP4-style two-level scales
         if inst.scale_type == "e4m3" and code.is_float:
             gk = 16
-        w = F.WeightFormat(code, gk, 1, scale, inst.zero, gs)
+        gn = inst.group_n if inst.group_n > 0 else 1  # block scales (g128n128) name their N group
+        w = F.WeightFormat(code, gk, gn, scale, inst.zero, gs)
     act = inst.act_type if inst.act_type in ("bf16", "f16") else f"{inst.act_type}-pt"
+    if inst.act_granularity == 2:  # activation scales per token and K group: the weight's group
+        act = f"{inst.act_type}-g{inst.group_k}"
     return F.GemmFormat(act, w, inst.out_type)
 
 
@@ -166,7 +169,9 @@ def test_global_scale(inst):
     """The instance's format with an fp32 global scale (-gs): the group scales shrink to at most 1
     and the global scale carries the magnitude; narrow, wide and multi-tile row counts."""
     fmt = _format_for(inst)
-    w_fmt = F.WeightFormat(fmt.weight.code, fmt.weight.group_k, 1, fmt.weight.scale, fmt.weight.zero, True)
+    w_fmt = F.WeightFormat(
+        fmt.weight.code, fmt.weight.group_k, fmt.weight.group_n, fmt.weight.scale, fmt.weight.zero, True
+    )
     fmt = F.GemmFormat(fmt.act, w_fmt, fmt.out)
     n, k = 136, 1024 + 64
     q = R.quantize_weight(torch.randn(n, k, generator=torch.Generator().manual_seed(31)) * 3.0, w_fmt)
@@ -272,32 +277,35 @@ def test_dispatch_crosses_ranges_with_fast_instances():
 FP8_INSTANCES = [i for i in FAST if i.act_type in ("e4m3", "e5m2")]
 
 
-def test_w8a8_layer_runs_on_the_fp8_kernels():
-    """A W8A8 FP8 layer (e4m3 per-token activations, e4m3 weights with per-channel scales) packs for
-    the generic layout, which the sm90 FP8 kernels read as it is; on the H200 every M range picks
-    one of them (not the generic backend), including in a CUDA graph, and matches the reference
-    across the tile heights."""
+@pytest.mark.parametrize(
+    "wfmt,act", [("e4m3gc-sf32", "e4m3-pt"), ("e4m3g128n128-sf32", "e4m3-g128")], ids=["per-channel", "blocks"]
+)
+def test_w8a8_layer_runs_on_the_fp8_kernels(wfmt, act):
+    """A W8A8 FP8 layer (e4m3 activations per token, or per token and 128 inputs; e4m3 weights with
+    per-channel scales, or DeepSeek's 128 x 128 blocks) packs for the generic layout, which the sm90
+    FP8 kernels read as it is; on the H200 every M range picks one of them (not the generic
+    backend), including in a CUDA graph, and matches the reference across the tile heights."""
     if not FP8_INSTANCES:
         pytest.skip("this build has no FP8 tensor-core instances (they need a profile with +experimental)")
-    fmt = "a-e4m3-pt_w-e4m3gc-sf32_c-bf16"
-    if not any(i.name.startswith("sm90_") and "_a-e4m3-pt_w-e4m3gc-sf32_c-bf16_" in i.name for i in FP8_INSTANCES):
+    fmt = f"a-{act}_w-{wfmt}_c-bf16"
+    if not any(i.name.startswith("sm90_") and f"_{fmt}_" in i.name for i in FP8_INSTANCES):
         pytest.skip(f"this build has no FP8 instance for {fmt}")
-    lin = torch.nn.Linear(3072, 520, bias=True)  # 520: a partial last tile of every width
-    layer = ha.QuantLinear.from_linear(lin, "e4m3gc-sf32", "e4m3-pt", device="cuda")
+    lin = torch.nn.Linear(3072 + 64, 520, bias=True)  # 520: a partial last tile; K: a partial last group
+    layer = ha.QuantLinear.from_linear(lin, wfmt, act, device="cuda")
     assert layer.layout == 1
-    q = R.quantize_weight(lin.weight.detach(), "e4m3gc-sf32")
+    q = R.quantize_weight(lin.weight.detach(), wfmt)
     w = R.dequantize_weight(q)
     bias = lin.bias.detach().to(torch.bfloat16).double()
     for m in M_VALUES + (300,):
-        x = torch.randn(m, 3072, generator=torch.Generator().manual_seed(m)).to("cuda", torch.bfloat16)
+        x = torch.randn(m, lin.in_features, generator=torch.Generator().manual_seed(m)).to("cuda", torch.bfloat16)
         name = layer.instance_for(m, "cuda")
-        assert name.startswith("sm90_wgmma_dense_a-e4m3-pt_"), name
-        a, s = ha.quantize_act(x, "e4m3-pt")
-        a_deq = R.dequantize_activation(a, s, F.parse_activation_format("e4m3-pt")).cpu()
+        assert name.startswith(f"sm90_wgmma_dense_a-{act}_"), name
+        a, s = ha.quantize_act(x, act)
+        a_deq = R.dequantize_activation(a, s, F.parse_activation_format(act)).cpu()
         y = layer(x)
         ref = a_deq.double() @ w.double().T + bias
         assert_gemm_close(y, ref, a_deq, w, f"{name} m={m}")
-    x = torch.randn(16, 3072, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(16, lin.in_features, device="cuda", dtype=torch.bfloat16)
     eager = layer(x)
     g = torch.cuda.CUDAGraph()
     side = torch.cuda.Stream()

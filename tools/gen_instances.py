@@ -194,15 +194,17 @@ def _weight_only_combos(matrix: dict, profile: str, archs: list[str]):
     return backend_archs, out
 
 
-def _tensor_core_key(act, act_granularity, code, group, scale, zero, out, layout, tile, stages, threads, smem) -> dict:
+def _tensor_core_key(
+    act, act_granularity, code, group, scale, zero, out, layout, tile, stages, threads, smem, group_n=1
+) -> dict:
     """Registry key of an instance of a tensor-core backend: one scale per `group` inputs (0: per
-    channel) and output channel, any global scale, the tile (m, n, k) and its resources."""
+    channel) and `group_n` output channels, any global scale, the tile (m, n, k) and its resources."""
     return dict(
         act_type=_dtype_id(act),
         act_granularity=act_granularity,
         code_type=_dtype_id(code),
         group_k=group,
-        group_n=1,
+        group_n=group_n,
         scale_type=_dtype_id(scale),
         zero=ZERO_ENUM[zero],
         global_scale=-1,
@@ -340,26 +342,35 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
 
 
 def _sm90_fp8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instance]:
-    """FP8 GEMM on the sm90 backend (kernel/sm90_fp8_dense.cuh): 8-bit float activations with
-    per-token scales x e4m3 weights with per-channel scales, weights in the generic layout."""
-    backend_archs, combos = _entries(matrix, profile, archs, ("act", "code", "scale", "out", "tile"))
+    """FP8 GEMM on the sm90 backend (kernel/sm90_fp8_dense.cuh): 8-bit float activations x e4m3
+    weights in the generic layout, with per-token x per-channel scales (group 0) or DeepSeek-style
+    1 x 128 activation groups x 128 x 128 weight blocks (group 128)."""
+    backend_archs, combos = _entries(matrix, profile, archs, ("act", "code", "scale", "group", "out", "tile"))
     out = []
-    for _, (act, code, scale, o, tile_name) in combos:
+    for _, (act, code, scale, group, o, tile_name) in combos:
         t = matrix["tiles"][tile_name]
         bm, consumers, stages = t["bm"], t["consumers"], t["stages"]
         bn, bk = 64 * consumers, 128
-        weight = f"{code}gc-s{scale}"
+        if group and (scale != "f32" or bm > 128):  # what the kernel's block path takes
+            continue
+        weight = f"{code}gc-s{scale}" if group == 0 else f"{code}g{group}n{group}-s{scale}"
+        act_name = f"{act}-pt" if group == 0 else f"{act}-g{group}"
         name = (
-            f"sm90_wgmma_{matrix['scheduler']}_a-{act}-pt_w-{weight}_c-{o}_t{bm}x{bn}x{bk}_w1x{consumers}x1_s{stages}"
+            f"sm90_wgmma_{matrix['scheduler']}_a-{act_name}_w-{weight}_c-{o}_t{bm}x{bn}x{bk}_w1x{consumers}x1_s{stages}"
         )
-        targs = tuple(f"{_dtype_id(v)}u" for v in (act, code, scale, o)) + (str(bm), str(consumers), str(stages))
-        smem = _sm90_smem((bn + bm) * bk, stages)  # a box of weights and one of activations per stage
+        targs = tuple(f"{_dtype_id(v)}u" for v in (act, code, scale)) + (str(group), f"{_dtype_id(o)}u")
+        targs += (str(bm), str(consumers), str(stages))
+        # A box of weights and one of activations per stage (with blocks, then their fp32 scales).
+        stage = (bn + bm) * bk + ((bm + (bn + 127) // 128) * 4 if group else 0)
+        smem = _sm90_smem((stage + 1023) // 1024 * 1024, stages)
         if smem > SM90_MAX_SMEM:
             continue
-        # act_granularity 1: ActScale::kToken
+        # act_granularity 1: ActScale::kToken; 2: ActScale::kGroup
+        tile = (bm, bn, bk)
         key = _tensor_core_key(
-            act, 1, code, 0, scale, "none", o, matrix["layout"], (bm, bn, bk), stages, 128 * (1 + consumers), smem
-        )
+            act, 2 if group else 1, code, group, scale, "none", o, matrix["layout"], tile, stages,
+            128 * (1 + consumers), smem, group_n=group or 1,
+        )  # fmt: skip
         out.append(
             Instance(
                 name,

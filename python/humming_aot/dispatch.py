@@ -304,7 +304,12 @@ def _computes(inst, g: F.GemmFormat) -> bool:
         str(g.out),
     ):
         return False
-    return inst.group_k in (-1, g.weight.group_k) and inst.group_n in (-1, g.weight.group_n)
+    gran = {"none": 0, "token": 1, "group": 2}[g.act.granularity]
+    return (
+        inst.group_k in (-1, g.weight.group_k)
+        and inst.group_n in (-1, g.weight.group_n)
+        and getattr(inst, "act_granularity", -1) in (-1, gran)
+    )
 
 
 def instance_format(inst) -> str:

@@ -28,6 +28,7 @@ class Instance:
     stages: int
     threads: int
     smem_bytes: int
+    act_granularity: int = -1  # activation scales: 0 none, 1 per token, 2 per token and K group; -1 any
 
 
 @functools.lru_cache(maxsize=1)
@@ -52,6 +53,7 @@ def instances() -> tuple[Instance, ...]:
                 stages=d["stages"],
                 threads=d["threads"],
                 smem_bytes=d["smem_bytes"],
+                act_granularity=d["act_granularity"],
             )
         )
     return tuple(out)

@@ -365,8 +365,11 @@ struct Dense {
   }
 
   static __device__ __forceinline__ void run(const Params &p, char *smem) {
-    run_block<Stages, Consumers, kRingBytes>(
-        smem, [&] { prefetch_tensor_map(&p.act); }, [&](uint32_t ring, uint32_t bars) { produce(p, ring, bars); },
+    run_block<Stages, Consumers, kRingBytes, 1, Split::kProducer>(
+        smem, [&] { prefetch_tensor_map(&p.act); },
+        [&](int t, uint32_t ring, char *, uint32_t bars) {
+          if (t == 0) produce(p, ring, bars);
+        },
         [&](uint32_t ring, char *ring_ptr, uint32_t bars, volatile int *flag) {
           consume(p, ring, ring_ptr, bars, flag);
         });

@@ -14,8 +14,18 @@
 // WGMMAs: the four k32 steps of a stage as one group, one group kept in flight behind the next (a
 // stage goes back to the producer once the group after it is issued and its own has retired).
 //
-// Scales: the weight's per-channel scale, its global scale and each token's activation scale
-// multiply the fp32 sums in the epilogue (after the stream-K fix-up, which adds raw sums).
+// Scales, two kinds (GroupK):
+// * per channel x per token (GroupK 0): the weight's per-channel scale, its global scale and each
+//   token's activation scale multiply the fp32 sums in the epilogue (after the stream-K fix-up,
+//   which adds raw sums);
+// * DeepSeek-style blocks (GroupK 128): a weight scale per 128 x 128 block and an activation scale
+//   per token and 128 inputs. A stage is exactly one K group, so its WGMMAs sum into fresh
+//   registers and, once they retire, those sums are added into the tile's with the product of
+//   the two scales (two-level accumulation: the tensor cores never see a scale). A second
+//   producer warp copies each stage's scales (BM activation scales of its K group, the weight
+//   scales of its channel blocks) into the stage and arrives on the stage's full barrier too.
+//   This waits for each stage's group before the next is issued; the other consumer warpgroup
+//   keeps the tensor cores busy meanwhile.
 #pragma once
 
 #include <cuda.h>
@@ -35,16 +45,23 @@
 namespace humming {
 namespace sm90 {
 
-// ActId:     DType id of the activations: e4m3 or e5m2, with one fp32 scale per token.
+// ActId:     DType id of the activations: e4m3 or e5m2, with fp32 scales (per token, or per token
+//            and K group).
 // CodeId:    DType id of the weight codes: e4m3.
-// ScaleId:   DType id of the weight's per-channel scales: f32, bf16 or f16.
+// ScaleId:   DType id of the weight's scales: f32, bf16 or f16 per channel; f32 per block.
+// GroupK:    0: per-channel weight scales and per-token activation scales; 128: 128 x 128 weight
+//            blocks and 1 x 128 activation groups.
 // OutId:     DType id of the output: bf16, f16 or f32.
 // BM:        tokens per tile: the WGMMA's N (8, 16, 32, 64, 128 or 256).
 // Consumers: consumer warpgroups, 64 channels each (BN = 64 x Consumers).
 // Stages:    depth of the shared-memory ring (128 inputs per stage).
-template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, uint32_t OutId, int BM, int Consumers, int Stages>
+template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, uint32_t OutId, int BM, int Consumers,
+          int Stages>
 struct DenseFp8 {
   static constexpr bool kE5m2 = ActId == dtypes::e5m2.id();
+  static constexpr bool kBlocks = GroupK != 0;
+  // Registers of a producer thread: the scale warp of the block path computes addresses per stage.
+  static constexpr int kProducerRegs = kBlocks ? 56 : 40;
   static constexpr int kTileM = BM;
   static constexpr int BN = 64 * Consumers;
   static constexpr int BK = 128; // one row of the 128-byte swizzle
@@ -57,7 +74,11 @@ struct DenseFp8 {
   // starts where the 128-byte swizzle repeats.
   static constexpr int kWBytes = BN * BK;
   static constexpr int kABytes = BM * BK;
-  static constexpr int kStageBytes = kWBytes + kABytes;
+  // With blocks, the stage's scales after the boxes: BM activation scales, then those of the
+  // tile's 128-channel weight blocks (one or two), in fp32.
+  static constexpr int kWeightBlocks = (BN + 127) / 128;
+  static constexpr int kSBytes = kBlocks ? (BM + kWeightBlocks) * 4 : 0;
+  static constexpr int kStageBytes = (kWBytes + kABytes + kSBytes + 1023) / 1024 * 1024;
   static constexpr int kRingBytes = Stages * kStageBytes;
   // Alignment slack, the ring, a full and an empty barrier per stage, the fix-up flag.
   static constexpr int kSmemTotal = 1024 + kRingBytes + Stages * 16 + 16;
@@ -71,6 +92,9 @@ struct DenseFp8 {
   static_assert(BM == 8 || BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 256, "a WGMMA N of this backend");
   static_assert(Consumers >= 1 && Consumers <= 4, "one to four consumer warpgroups (a box has at most 256 rows)");
   static_assert(kSmemTotal <= 227 * 1024, "the ring fits a block's shared memory");
+  static_assert(GroupK == 0 || (GroupK == 128 && ScaleId == dtypes::f32.id() && BM <= 128),
+                "blocks are 128 x 128 with fp32 scales, in tiles of at most 128 tokens (the group sums "
+                "take as many registers as the tile's)");
 
   struct Params {
     CUtensorMap act;    // activations [m][k] bytes, boxes of BM rows x 128
@@ -82,6 +106,29 @@ struct DenseFp8 {
 
   using RingPos = sm90::RingPos<Stages>;
 
+  // Warp 1 of the producer warpgroup, with blocks: the scales of every stage of every segment of
+  // this block (zeros past the matrices), then one arrival on the stage's full barrier, whose
+  // release makes the stores visible to the consumers that wait on it.
+  static __device__ __forceinline__ void produce_scales(const Params &p, char *ring_ptr, uint32_t bars, int lane) {
+    const GemmArgs &a = p.args;
+    const auto *ws = static_cast<const float *>(a.scales);
+    RingPos pos;
+    for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
+      const int64_t m0 = tile / p.n_tiles * BM, nb0 = tile % p.n_tiles * BN / 128;
+      for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
+        mbar_wait(ring_bar<Stages>(bars, 1, pos.stage), pos.phase ^ 1u);
+        float *dst = reinterpret_cast<float *>(ring_ptr + pos.stage * kStageBytes + kWBytes + kABytes);
+        for (int i = lane; i < BM; i += 32)
+          dst[i] = m0 + i < a.m && kt < a.a_scale_cols ? a.a_scales[(m0 + i) * a.a_scale_cols + kt] : 0.0f;
+        if (lane < kWeightBlocks)
+          dst[BM + lane] =
+              nb0 + lane < a.dims.n_groups && kt < a.dims.k_groups ? ws[kt * a.dims.n_groups + nb0 + lane] : 0.0f;
+        __syncwarp();
+        if (lane == 0) mbar_arrive(ring_bar<Stages>(bars, 0, pos.stage));
+      }
+    });
+  }
+
   // One thread: every stage of every segment of this block, in order. Boxes past the matrices land
   // as zeros and still count their full size on the barrier.
   static __device__ __forceinline__ void produce(const Params &p, uint32_t ring, uint32_t bars) {
@@ -92,11 +139,44 @@ struct DenseFp8 {
         const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
                        empty = ring_bar<Stages>(bars, 1, pos.stage);
         mbar_wait(empty, pos.phase ^ 1u);
-        mbar_arrive_expect_tx(full, kStageBytes);
+        mbar_arrive_expect_tx(full, kWBytes + kABytes);
         tensor_copy_2d(stage, &p.weight, static_cast<int>(kt * BK), n0, full);
         tensor_copy_2d(stage + kWBytes, &p.act, static_cast<int>(kt * BK), m0, full);
       }
     });
+  }
+
+  // With blocks: the `n` stages of one segment into acc, each stage's sums (part) added with the
+  // product of its weight block's scale and each token's activation scale.
+  static __device__ __forceinline__ void mainloop_blocks(uint32_t ring, const char *ring_ptr, uint32_t bars,
+                                                         RingPos &pos, int64_t n, int cw, int t, float (&acc)[kAcc]) {
+    const int lane = t % 32;
+    float part[kAcc];
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[i] = part[i] = 0.0f;
+    for (int64_t j = 0; j < n; ++j, pos.advance()) {
+      mbar_wait(ring_bar<Stages>(bars, 0, pos.stage), pos.phase);
+      const uint32_t stage = ring + pos.stage * kStageBytes;
+      const uint64_t da = desc_sw128(stage + cw * 64 * BK), db = desc_sw128(stage + kWBytes);
+      fence_regs(part);
+      wgmma_fence();
+#pragma unroll
+      for (int step = 0; step < kSteps; ++step)
+        WgmmaFp8<BM, kE5m2>::run(part, da + 2 * step, db + 2 * step, step == 0 ? 0 : 1);
+      wgmma_commit();
+      const float *sc = reinterpret_cast<const float *>(ring_ptr + pos.stage * kStageBytes + kWBytes + kABytes);
+      const float w = sc[BM + cw * 64 / 128];
+      wgmma_wait<0>();
+      fence_regs(part);
+#pragma unroll
+      for (int jj = 0; jj < kAcc / 4; ++jj) {
+        // acc[4jj + e] is token 8jj + 2 (lane % 4) + e % 2 of the tile (epilogue/wgmma_store.h).
+        const float s0 = w * sc[8 * jj + 2 * (lane % 4)], s1 = w * sc[8 * jj + 2 * (lane % 4) + 1];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[4 * jj + e] = fmaf(part[4 * jj + e], e % 2 ? s1 : s0, acc[4 * jj + e]);
+      }
+      release_stage<Stages>(bars, pos.stage, t);
+    }
   }
 
   // The `n` stages of one segment from ring position `pos` (left one past the last) into acc.
@@ -127,7 +207,8 @@ struct DenseFp8 {
     if (n > 0) release_stage<Stages>(bars, prev.stage, t);
   }
 
-  static __device__ __forceinline__ void consume(const Params &p, uint32_t ring, uint32_t bars, volatile int *flag) {
+  static __device__ __forceinline__ void consume(const Params &p, uint32_t ring, const char *ring_ptr, uint32_t bars,
+                                                 volatile int *flag) {
     const GemmArgs &a = p.args;
     const int ct = static_cast<int>(threadIdx.x) - 128; // thread among the consumers
     const int cw = ct / 128, t = ct % 128, warp = t / 32, lane = t % 32;
@@ -136,7 +217,10 @@ struct DenseFp8 {
     float acc[kAcc];
     for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
       const int64_t m0 = tile / p.n_tiles * BM, n0 = tile % p.n_tiles * BN;
-      mainloop(ring, bars, pos, kt1 - kt0, cw, t, acc);
+      if constexpr (kBlocks)
+        mainloop_blocks(ring, ring_ptr, bars, pos, kt1 - kt0, cw, t, acc);
+      else
+        mainloop(ring, bars, pos, kt1 - kt0, cw, t, acc);
       const StreamKPlan &plan = p.plan;
       if (!(kt0 == 0 && kt1 == plan.k_tiles)) {
         const bool last =
@@ -148,25 +232,32 @@ struct DenseFp8 {
     });
   }
 
-  // The weight's per-channel and global scales, then the stores with each token's scale.
+  // The weight's per-channel and global scales, then the stores with each token's scale (with
+  // blocks, the sums carry their scales already: the global scale only).
   static __device__ __forceinline__ void store(const GemmArgs &a, int64_t m0, int64_t n, int lane, float (&acc)[kAcc]) {
     const float global = a.global_scale != nullptr ? *a.global_scale : 1.0f;
-    float f[2];
+    float f[2] = {global, global};
+    if constexpr (!kBlocks)
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-      f[h] = n + 8 * h < a.dims.n_pad ? global * epilogue::load_out<ScaleId>(a.scales, n + 8 * h) : 0.0f;
-    epilogue::store_wgmma_sums<OutId, kAcc, true>(a, m0, n, lane, acc, f);
+      for (int h = 0; h < 2; ++h)
+        f[h] = n + 8 * h < a.dims.n_pad ? global * epilogue::load_out<ScaleId>(a.scales, n + 8 * h) : 0.0f;
+    epilogue::store_wgmma_sums<OutId, kAcc, !kBlocks>(a, m0, n, lane, acc, f);
   }
 
   static __device__ __forceinline__ void run(const Params &p, char *smem) {
-    run_block<Stages, Consumers, kRingBytes>(
+    run_block<Stages, Consumers, kRingBytes, kBlocks ? 2 : 1, kProducerRegs>(
         smem,
         [&] {
           prefetch_tensor_map(&p.act);
           prefetch_tensor_map(&p.weight);
         },
-        [&](uint32_t ring, uint32_t bars) { produce(p, ring, bars); },
-        [&](uint32_t ring, char *ring_ptr, uint32_t bars, volatile int *flag) { consume(p, ring, bars, flag); });
+        [&](int t, uint32_t ring, char *ring_ptr, uint32_t bars) {
+          if (t == 0) produce(p, ring, bars);
+          if (kBlocks && t / 32 == 1) produce_scales(p, ring_ptr, bars, t % 32);
+        },
+        [&](uint32_t ring, char *ring_ptr, uint32_t bars, volatile int *flag) {
+          consume(p, ring, ring_ptr, bars, flag);
+        });
   }
 
   static int64_t n_tiles(const GemmArgs &args) { return (args.dims.n_pad + BN - 1) / BN; }
@@ -178,18 +269,28 @@ struct DenseFp8 {
 };
 
 #define HUMMING_SM90_FP8_TARGS                                                                                         \
-  uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, uint32_t OutId, int BM, int Consumers, int Stages
-#define HUMMING_SM90_FP8_ARGS ActId, CodeId, ScaleId, OutId, BM, Consumers, Stages
+  uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, uint32_t OutId, int BM, int Consumers, int Stages
+#define HUMMING_SM90_FP8_ARGS ActId, CodeId, ScaleId, GroupK, OutId, BM, Consumers, Stages
 
 template <HUMMING_SM90_FP8_TARGS> Status can_implement_fp8(const GemmArgs &args) {
   const GemmFormat &f = args.fmt;
   if (args.layout != kLayoutGeneric)
     return Status::Error(std::string("the sm90 FP8 kernels read weights packed for layout 1 (generic), not layout ") +
                          std::to_string(args.layout) + " (" + layout_name(args.layout) + ")");
-  if (f.act.granularity != ActScale::kToken)
-    return Status::Error("the sm90 FP8 kernels take one activation scale per token (-pt)");
-  if (f.weight.group_k != 0 || f.weight.group_n != 1)
-    return Status::Error("the sm90 FP8 kernels take one weight scale per output channel (gc)");
+  if (GroupK == 0) {
+    if (f.act.granularity != ActScale::kToken)
+      return Status::Error("this sm90 FP8 instance takes one activation scale per token (-pt)");
+    if (f.weight.group_k != 0 || f.weight.group_n != 1)
+      return Status::Error("this sm90 FP8 instance takes one weight scale per output channel (gc)");
+  } else {
+    if (f.act.granularity != ActScale::kGroup || f.act.group_k != GroupK)
+      return Status::Error("this sm90 FP8 instance takes activation scales per token and " + std::to_string(GroupK) +
+                           " inputs (-g" + std::to_string(GroupK) + ")");
+    if (f.weight.group_k != GroupK || f.weight.group_n != GroupK)
+      return Status::Error("this sm90 FP8 instance takes weight scales per block of " + std::to_string(GroupK) + " x " +
+                           std::to_string(GroupK) + " (g" + std::to_string(GroupK) + "n" + std::to_string(GroupK) +
+                           ")");
+  }
   if (args.dims.k % 16 != 0)
     return Status::Error("the sm90 FP8 kernels need k to be a multiple of 16 (16-byte activation rows), got k=" +
                          std::to_string(args.dims.k));

@@ -30,9 +30,11 @@ template <int Stages> struct RingPos {
 // what the producer returns: asking for more hangs the block (seen with four consumers at 112
 // against a start of 96).
 // Consumers: consumer warpgroups of the block (one producer warpgroup besides).
-template <int Consumers> struct RegSplit {
+// Producer:  registers each producer thread keeps (40 for a copy loop; more where a producer warp
+//            also computes, as the FP8 kernels' scale warp).
+template <int Consumers, int Producer = 40> struct RegSplit {
   static constexpr int kThreads = 128 * (1 + Consumers);
-  static constexpr int kProducer = 40;
+  static constexpr int kProducer = Producer;
   static constexpr int kStart = 65536 / kThreads / 8 * 8;
   static constexpr int kFit = (kStart * kThreads - kProducer * 128) / (128 * Consumers) / 8 * 8;
   static constexpr int kConsumer = kFit < 240 ? kFit : 240;
@@ -44,11 +46,11 @@ template <int Stages> __device__ __forceinline__ uint32_t ring_bar(uint32_t bars
   return bars + 8 * (i * Stages + stage);
 }
 
-// One thread: every stage's "full" barrier waits for the producer's arrival (and its bytes), every
-// "empty" one for one arrival per consumer warp.
-template <int Stages, int Consumers> __device__ __forceinline__ void init_ring(uint32_t bars) {
+// One thread: every stage's "full" barrier waits for `FullArrivals` producer arrivals (and the
+// bytes of their copies), every "empty" one for one arrival per consumer warp.
+template <int Stages, int Consumers, int FullArrivals = 1> __device__ __forceinline__ void init_ring(uint32_t bars) {
   for (int s = 0; s < Stages; ++s) {
-    mbar_init(ring_bar<Stages>(bars, 0, s), 1);
+    mbar_init(ring_bar<Stages>(bars, 0, s), FullArrivals);
     mbar_init(ring_bar<Stages>(bars, 1, s), 4 * Consumers);
   }
   mbar_init_fence();
@@ -77,10 +79,12 @@ inline bool allow_smem(const void *kernel, int bytes) {
 // A block's dynamic shared memory: the ring (1024-byte aligned, where the 128-byte swizzle
 // repeats), then the full and empty barriers, then the stream-K fix-up flag. The caller runs
 // `prefetch` on thread 0 while it sets up the barriers, then the producer warpgroup gives registers
-// back and its first thread runs produce(ring, bars); the consumers take them and run
-// consume(ring, ring_ptr, bars, flag).
-// Stages: ring depth; Consumers: consumer warpgroups; RingBytes: bytes of the ring.
-template <int Stages, int Consumers, int RingBytes, class Prefetch, class Produce, class Consume>
+// back and each of its threads runs produce(t, ring, ring_ptr, bars) with t its index (the kernel
+// picks which work); the consumers take the registers and run consume(ring, ring_ptr, bars, flag).
+// Stages: ring depth; Consumers: consumer warpgroups; RingBytes: bytes of the ring;
+// FullArrivals: producer arrivals each fill of a stage makes (init_ring); ProducerRegs: RegSplit's.
+template <int Stages, int Consumers, int RingBytes, int FullArrivals, int ProducerRegs, class Prefetch, class Produce,
+          class Consume>
 __device__ __forceinline__ void run_block(char *smem, Prefetch prefetch, Produce produce, Consume consume) {
   const uint32_t raw = smem_addr(smem);
   const uint32_t ring = (raw + 1023u) & ~1023u;
@@ -88,15 +92,15 @@ __device__ __forceinline__ void run_block(char *smem, Prefetch prefetch, Produce
   const uint32_t bars = ring + RingBytes;
   volatile int *flag = reinterpret_cast<volatile int *>(ring_ptr + RingBytes + Stages * 16);
   if (threadIdx.x == 0) {
-    init_ring<Stages, Consumers>(bars);
+    init_ring<Stages, Consumers, FullArrivals>(bars);
     prefetch();
   }
   __syncthreads();
   if (threadIdx.x < 128) {
-    regs_dealloc<RegSplit<Consumers>::kProducer>();
-    if (threadIdx.x == 0) produce(ring, bars);
+    regs_dealloc<RegSplit<Consumers, ProducerRegs>::kProducer>();
+    produce(static_cast<int>(threadIdx.x), ring, ring_ptr, bars);
   } else {
-    regs_alloc<RegSplit<Consumers>::kConsumer>();
+    regs_alloc<RegSplit<Consumers, ProducerRegs>::kConsumer>();
     consume(ring, ring_ptr, bars, flag);
   }
 }
