@@ -146,6 +146,22 @@ struct DenseFp8 {
     });
   }
 
+  // Waits for stage `pos` and issues its four k32 steps into `d` as one group (the first starting
+  // `d` afresh when Fresh). The weights' rows of consumer cw lie 64 x 128 bytes into the stage.
+  template <bool Fresh>
+  static __device__ __forceinline__ void issue_stage(uint32_t ring, uint32_t bars, RingPos pos, int cw,
+                                                     float (&d)[kAcc]) {
+    mbar_wait(ring_bar<Stages>(bars, 0, pos.stage), pos.phase);
+    const uint32_t stage = ring + pos.stage * kStageBytes;
+    const uint64_t da = desc_sw128(stage + cw * 64 * BK), db = desc_sw128(stage + kWBytes);
+    fence_regs(d);
+    wgmma_fence();
+#pragma unroll
+    for (int step = 0; step < kSteps; ++step)
+      WgmmaFp8<BM, kE5m2>::run(d, da + 2 * step, db + 2 * step, Fresh && step == 0 ? 0 : 1);
+    wgmma_commit();
+  }
+
   // With blocks: the `n` stages of one segment into acc, each stage's sums (part) added with the
   // product of its weight block's scale and each token's activation scale.
   static __device__ __forceinline__ void mainloop_blocks(uint32_t ring, const char *ring_ptr, uint32_t bars,
@@ -155,15 +171,7 @@ struct DenseFp8 {
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc[i] = part[i] = 0.0f;
     for (int64_t j = 0; j < n; ++j, pos.advance()) {
-      mbar_wait(ring_bar<Stages>(bars, 0, pos.stage), pos.phase);
-      const uint32_t stage = ring + pos.stage * kStageBytes;
-      const uint64_t da = desc_sw128(stage + cw * 64 * BK), db = desc_sw128(stage + kWBytes);
-      fence_regs(part);
-      wgmma_fence();
-#pragma unroll
-      for (int step = 0; step < kSteps; ++step)
-        WgmmaFp8<BM, kE5m2>::run(part, da + 2 * step, db + 2 * step, step == 0 ? 0 : 1);
-      wgmma_commit();
+      issue_stage<true>(ring, bars, pos, cw, part);
       const float *sc = reinterpret_cast<const float *>(ring_ptr + pos.stage * kStageBytes + kWBytes + kABytes);
       const float w = sc[BM + cw * 64 / 128];
       wgmma_wait<0>();
@@ -186,14 +194,7 @@ struct DenseFp8 {
     for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
     RingPos prev = pos;
     for (int64_t j = 0; j < n; ++j) {
-      mbar_wait(ring_bar<Stages>(bars, 0, pos.stage), pos.phase);
-      const uint32_t stage = ring + pos.stage * kStageBytes;
-      const uint64_t da = desc_sw128(stage + cw * 64 * BK), db = desc_sw128(stage + kWBytes);
-      fence_regs(acc);
-      wgmma_fence();
-#pragma unroll
-      for (int step = 0; step < kSteps; ++step) WgmmaFp8<BM, kE5m2>::run(acc, da + 2 * step, db + 2 * step, 1);
-      wgmma_commit();
+      issue_stage<false>(ring, bars, pos, cw, acc);
       if (j > 0) {
         // The group of the stage before has retired: its shared memory goes back.
         wgmma_wait<1>();
