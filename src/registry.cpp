@@ -327,6 +327,14 @@ const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::
   return candidates.front();
 }
 
+Status prepare_instance(const InstanceInfo &instance) {
+  std::string why;
+  const int cc = current_device_cc(&why);
+  if (cc < 0) return Status::Error(why);
+  if (!instance_runs_on(instance, cc, &why)) return Status::Error(why);
+  return instance.prepare != nullptr ? instance.prepare() : Status::Ok();
+}
+
 Status gemm(const GemmArgs &args, const InstanceInfo &instance, void *stream) {
   Status st = validate(args);
   if (!st) return st;

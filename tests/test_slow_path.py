@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from humming_aot import dispatch, registry
+from humming_aot import formats as F
 
 H200 = "NVIDIA H200 (sm_90)"
 
@@ -247,3 +248,70 @@ def test_explain_says_the_same(h200, monkeypatch):
     assert "HUMMING_STRICT=1 is set: this call raises SlowPathError" in dispatch.explain(
         ZI, 384, 512, 5, device="cuda:0"
     )
+
+
+# ---- preloading the kernels a layer uses -----------------------------------------------------------
+
+
+class _RecordingC:
+    """The extension with prepare_instance recorded instead of run (no GPU here)."""
+
+    def __init__(self, real):
+        self._real, self.prepared = real, []
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def prepare_instance(self, name, device):
+        self.prepared.append((name, device))
+        return True, ""
+
+
+def test_layer_plan_preload_loads_each_range_choice_once(h200, monkeypatch):
+    """preload chooses the instance of every M range of the device's table for the layer (the same
+    ones calls of those M get) and loads each once per device, however often it is asked."""
+    rec = _RecordingC(dispatch.C)
+    monkeypatch.setattr(dispatch, "C", rec)
+    monkeypatch.setattr(dispatch, "_prepared", set())
+    fmt = "a-bf16_w-u4g128-sbf16_c-bf16"
+    layout = dispatch._preferred_layout_for(F.parse_gemm_format(fmt), 90, 132, "NVIDIA H200", 8192, 4096)
+    plan = dispatch.LayerPlan(fmt, 8192, 4096, layout)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dispatch.SlowPathWarning)
+        names = plan.preload("cuda:0")
+        table = dispatch._table_for(90, 132, "NVIDIA H200")
+        bounds, _ = dispatch._bounds_for(table, 8192)
+        want = []
+        for m in [1, *bounds, bounds[-1] + 1, 10**6]:
+            name = dispatch.choose(fmt, 8192, 4096, m, device="cuda:0", layout=layout)
+            if name not in want:
+                want.append(name)
+    assert sorted(names) == sorted(want)
+    assert rec.prepared == [(n, 0) for n in names]
+    plan.preload("cuda:0")
+    dispatch.LayerPlan(fmt, 8192, 4096, layout).preload("cuda:0")  # another layer of the same shape
+    assert rec.prepared == [(n, 0) for n in names], "each instance is loaded once per device"
+    plan.preload("cuda:1")
+    assert rec.prepared[len(names) :] == [(n, 1) for n in names]
+
+
+def test_layer_plan_preload_leaves_refused_choices_to_the_call(h200, monkeypatch):
+    # HUMMING_STRICT refuses the generic backend: building (preloading) still works; the call raises.
+    rec = _RecordingC(dispatch.C)
+    monkeypatch.setattr(dispatch, "C", rec)
+    monkeypatch.setattr(dispatch, "_prepared", set())
+    monkeypatch.setenv("HUMMING_STRICT", "1")
+    assert dispatch.LayerPlan(ZI, 384, 512, 1).preload("cuda:0") == [] and rec.prepared == []
+
+
+def test_preload_on_the_cpu_and_bad_arguments():
+    import torch
+
+    import humming_aot as ha
+
+    layer = ha.QuantLinear.from_linear(torch.nn.Linear(64, 32), "u4g32-sbf16")
+    assert layer.preload() == []
+    model = torch.nn.Sequential(layer, torch.nn.ReLU())
+    assert ha.preload(model) == {"0": []}
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        ha.preload(layer.packed)

@@ -445,6 +445,7 @@ def instance_tu(inst: Instance) -> str:
         f"  return {ns}::launch{sfx}<{targs}>(args, stream);\n}}\n\n"
         f"size_t {inst.ident}_workspace(const GemmArgs &args) {{\n"
         f"  return {ns}::workspace_bytes{sfx}<{targs}>(args);\n}}\n\n"
+        f"Status {inst.ident}_prepare() {{\n  return {ns}::prepare{sfx}<{targs}>();\n}}\n\n"
         "} // namespace instances\n} // namespace humming\n"
     )
 
@@ -500,6 +501,7 @@ def registry_tu(instances: list[Instance], archs: list[str], profile: str) -> st
         lines.append(f"Status {inst.ident}_can_implement(const GemmArgs &);")
         lines.append(f"Status {inst.ident}_launch(const GemmArgs &, void *);")
         lines.append(f"size_t {inst.ident}_workspace(const GemmArgs &);")
+        lines.append(f"Status {inst.ident}_prepare();")
     lines += ["} // namespace instances", "", "namespace generated {", ""]
     lines.append(f'extern const char kBuildArchs[] = "{";".join(archs)}";')
     lines.append(f'extern const char kBuildProfile[] = "{profile}";')
@@ -513,11 +515,11 @@ def registry_tu(instances: list[Instance], archs: list[str], profile: str) -> st
             f"{k['scale_type']}u, {k['zero']}, {k['global_scale']}, {k['out_type']}u, {k['layout']}, "
             f"{k['tile_m']}, {k['tile_n']}, {k['tile_k']}, {k['stages']}, {k['threads']}, {k['smem_bytes']}, "
             f"&instances::{inst.ident}_can_implement, &instances::{inst.ident}_launch, "
-            f"&instances::{inst.ident}_workspace}},"
+            f"&instances::{inst.ident}_workspace, &instances::{inst.ident}_prepare}},"
         )
     if not instances:  # a zero-length array is not valid C++; the count stays 0
         lines.append(
-            '    {"", "", "", "", 0u, 0, 0u, 0, 0, 0u, 0, 0, 0u, 0, 0, 0, 0, 0, 0, 0, nullptr, nullptr, nullptr},'
+            '    {"", "", "", "", 0u, 0, 0u, 0, 0, 0u, 0, 0, 0u, 0, 0, 0, 0, 0, 0, 0, nullptr, nullptr, nullptr, nullptr},'
         )
     lines += ["};", ""]
     lines += tables_code()

@@ -162,6 +162,10 @@ struct InstanceInfo {
   Status (*launch)(const GemmArgs &args, void *stream);
   // Bytes of workspace a launch with these arguments needs (0: none); see GemmArgs::workspace.
   size_t (*workspace_bytes)(const GemmArgs &args);
+  // Loads the instance's kernels on the current device and sets their launch attributes, which
+  // the first launch would otherwise do (CUDA loads a kernel's module on its first use: about
+  // 2-5 ms). Null for instances with nothing to load.
+  Status (*prepare)();
 };
 
 // The M-range dispatch tables of humming_aot/tables/*.json, compiled in by the generator. A table
@@ -203,6 +207,10 @@ Status instance_matches(const InstanceInfo &info, const GemmArgs &args);
 // and can implement `args`; with no pattern matching, fast backends before generic, then by name.
 // nullptr with a reason when no instance qualifies.
 const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::string *why);
+
+// Loads `instance`'s kernels on the current CUDA device (InstanceInfo::prepare), so that its first
+// launch costs no module load; an error where there is no usable device or it cannot run there.
+Status prepare_instance(const InstanceInfo &instance);
 
 // Validates, checks the instance against the arguments, launches on `stream` (a cudaStream_t).
 Status gemm(const GemmArgs &args, const InstanceInfo &instance, void *stream);

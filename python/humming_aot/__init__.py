@@ -36,6 +36,7 @@ _LAZY = {
     "iter_quantized": ("loading", "iter_quantized"),
     "replace_linears": ("loading", "replace_linears"),
     "quantize_model": ("loading", "quantize_model"),
+    "preload": ("layers", "preload"),
     "load_packed": ("packed_checkpoint", "load_packed"),
     "save_packed": ("packed_checkpoint", "save_packed"),
     "PackedLayer": ("packed_checkpoint", "PackedLayer"),

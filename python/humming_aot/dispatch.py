@@ -491,6 +491,38 @@ class LayerPlan:
             chosen[b] = name
         return name
 
+    def preload(self, device) -> list[str]:
+        """Chooses this layer's instance for every M range of ``device``'s table and loads their
+        kernels there (CUDA loads a kernel's module on its first launch, 2 to 5 ms each), so that no
+        call pays it later. Ranges whose choice fails (no instance, or HUMMING_STRICT refusing the
+        generic backend) are left to the call, which reports them. Returns the instances loaded."""
+        import torch
+
+        device = torch.device(device)
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        cc, sms, dev_name = _device_facts(device)
+        bounds, _ = _bounds_for(_table_for(cc, sms, dev_name), self.n)
+        names: list[str] = []
+        for m in list(bounds) + [(bounds[-1] + 1) if bounds else 1]:
+            try:
+                name = self.instance(m, device)
+            except DispatchError:
+                continue
+            if name not in names:
+                names.append(name)
+        for name in names:
+            if (name, device.index) in _prepared:
+                continue
+            ok, why = C.prepare_instance(name, device.index)
+            if not ok:
+                raise DispatchError(f"loading {name} on {device} failed: {why}")
+            _prepared.add((name, device.index))
+        return names
+
+
+_prepared: set = set()  # (instance name, device index) whose kernels LayerPlan.preload loaded
+
 
 def layer_plan(fmt, n: int, k: int, layout: int = 1) -> LayerPlan:
     """The LayerPlan of a weight of this format and shape: QuantLinear's eager calls and

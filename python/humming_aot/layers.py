@@ -94,6 +94,19 @@ class QuantLinear(torch.nn.Module):
         self._act_dtype = reference.torch_dtype(self.fmt.act.type)
         self._act_quantized = self.fmt.act.quantized
         self._out_dtype = reference.torch_dtype(self.fmt.out)
+        # A layer built on a GPU, or moved to one, loads the kernels of its instances then, not on
+        # its first calls (HUMMING_PRELOAD=0 leaves that to the calls).
+        self._auto_preload()
+
+    def _auto_preload(self) -> None:
+        if self.codes.is_cuda and not self.instance and os.environ.get("HUMMING_PRELOAD", "1") != "0":
+            self.preload()
+
+    def _apply(self, fn, *args, **kwargs):
+        # .to(device) / .cuda() of the layer or of a model holding it
+        out = super()._apply(fn, *args, **kwargs)
+        self._auto_preload()
+        return out
 
     @classmethod
     def from_linear(
@@ -147,6 +160,16 @@ class QuantLinear(torch.nn.Module):
             self.k_pad,
             self.layout,
         )
+
+    def preload(self, device=None) -> list[str]:
+        """Loads the kernels of the instances this layer uses on ``device`` (default: where its
+        weight is), one per M range of the device's table, so that no call pays the module load
+        (see :meth:`humming_aot.dispatch.LayerPlan.preload`). Nothing to do on the CPU. Returns the
+        instances loaded."""
+        device = torch.device(device) if device is not None else self.codes.device
+        if device.type != "cuda":
+            return []
+        return self._plan.preload(device)
 
     def instance_for(self, m: int, device=None) -> str:
         """The compiled instance a call with ``m`` rows uses on ``device`` ("cpu-reference" on the CPU)."""
@@ -222,3 +245,13 @@ class QuantLinear(torch.nn.Module):
     def extra_repr(self) -> str:
         perm = ", in_perm" if self._buffers.get("in_perm") is not None else ""
         return f"in_features={self.in_features}, out_features={self.out_features}, format={self.fmt}{perm}"
+
+
+def preload(module: torch.nn.Module, device=None) -> dict[str, list[str]]:
+    """Loads the kernels every :class:`QuantLinear` of ``module`` uses on ``device`` (default:
+    where each layer's weight is), so that a server's first requests pay no module loads. Layers
+    built on a GPU or moved there with ``.to`` do this themselves (unless HUMMING_PRELOAD=0).
+    Returns ``{layer name: instances loaded}``."""
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"preload takes a torch.nn.Module, got {type(module).__name__}")
+    return {name: m.preload(device) for name, m in module.named_modules() if isinstance(m, QuantLinear)}

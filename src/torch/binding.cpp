@@ -593,6 +593,13 @@ PYBIND11_MODULE(_C, m) {
     if (!i) throw py::value_error(why);
     return std::string(i->name);
   });
+  // Loads instance `name`'s kernels on CUDA device `device` (humming::prepare_instance): (ok, why).
+  m.def("prepare_instance", [](const std::string &name, int device) {
+    const InstanceInfo &i = named_instance(name);
+    const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    const Status st = prepare_instance(i);
+    return py::make_tuple(st.ok, st.message);
+  });
   m.def("instance_runs_on", [](const std::string &name, int cc) {
     const InstanceInfo *i = find_instance(name);
     if (!i) throw py::value_error("no compiled instance is named '" + name + "'");

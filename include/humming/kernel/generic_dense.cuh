@@ -107,6 +107,17 @@ size_t workspace_bytes(const GemmArgs &) {
   return 0;
 }
 
+// Loads the kernel (its attributes are read, which needs it loaded).
+template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int Zero, uint32_t OutId> Status prepare() {
+  cudaFuncAttributes attr;
+  const cudaError_t e = cudaFuncGetAttributes(&attr, dense_kernel<ActId, CodeId, ScaleId, Zero, OutId>);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return Status::Error(std::string("loading the generic kernel failed: ") + cudaGetErrorString(e));
+  }
+  return Status::Ok();
+}
+
 template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int Zero, uint32_t OutId>
 Status launch(const GemmArgs &args, void *stream) {
   if (args.m == 0) return Status::Ok();

@@ -1077,6 +1077,15 @@ template <HUMMING_SM80_TARGS> size_t workspace_bytes(const GemmArgs &args) {
   return streamk_workspace_bytes(p.plan, args.m < BM ? args.m : BM, K::BN);
 }
 
+// Loads the kernels (resident_blocks sets their shared-memory limit and asks their occupancy).
+template <HUMMING_SM80_TARGS> Status prepare() {
+  using K = Dense<HUMMING_SM80_ARGS>;
+  if (K::resident_blocks() < 0)
+    return Status::Error(std::string("this sm80 instance needs ") + std::to_string(K::kSmemTotal) +
+                         " bytes of shared memory per block, more than this GPU allows; use a smaller tile");
+  return Status::Ok();
+}
+
 template <HUMMING_SM80_TARGS> Status launch(const GemmArgs &args, void *stream) {
   using K = Dense<HUMMING_SM80_ARGS>;
   if (args.m == 0) return Status::Ok();
@@ -1085,9 +1094,8 @@ template <HUMMING_SM80_TARGS> Status launch(const GemmArgs &args, void *stream) 
   if (need > args.workspace_bytes || (need > 0 && args.workspace == nullptr))
     return Status::Error("the sm80 backend needs " + std::to_string(need) +
                          " bytes of workspace (its first 64 KiB zeroed), got " + std::to_string(args.workspace_bytes));
-  if (K::resident_blocks() < 0)
-    return Status::Error(std::string("this sm80 instance needs ") + std::to_string(K::kSmemTotal) +
-                         " bytes of shared memory per block, more than this GPU allows; use a smaller tile");
+  const Status st = prepare<HUMMING_SM80_ARGS>();
+  if (!st) return st;
   const dim3 grid(static_cast<unsigned>(p.plan.blocks));
   bool narrow = false;
   if constexpr (K::kHasNarrow) narrow = args.m <= K::kNarrowRows && narrow_enabled();

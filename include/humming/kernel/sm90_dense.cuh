@@ -415,6 +415,10 @@ template <HUMMING_SM90_TARGS> size_t workspace_bytes(const GemmArgs &args) {
   return streamk_workspace_bytes(K::plan(args), BM, K::BN);
 }
 
+template <HUMMING_SM90_TARGS> Status prepare() {
+  return prepare_blocks<Dense<HUMMING_SM90_ARGS>>("the sm90 weight-only kernels");
+}
+
 template <HUMMING_SM90_TARGS> Status launch(const GemmArgs &args, void *stream) {
   using K = Dense<HUMMING_SM90_ARGS>;
   if (args.m == 0) return Status::Ok();

@@ -313,6 +313,10 @@ template <HUMMING_SM90_FP8_TARGS> size_t workspace_bytes_fp8(const GemmArgs &arg
   return streamk_workspace_bytes(K::plan(args), BM, K::BN);
 }
 
+template <HUMMING_SM90_FP8_TARGS> Status prepare_fp8() {
+  return prepare_blocks<DenseFp8<HUMMING_SM90_FP8_ARGS>>("the sm90 FP8 kernels");
+}
+
 template <HUMMING_SM90_FP8_TARGS> Status launch_fp8(const GemmArgs &args, void *stream) {
   using K = DenseFp8<HUMMING_SM90_FP8_ARGS>;
   if (args.m == 0) return Status::Ok();

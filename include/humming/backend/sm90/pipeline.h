@@ -117,16 +117,27 @@ __global__ void __launch_bounds__(K::kThreads, 1) dense_kernel(const __grid_cons
 // Host side of a launch of K with parameters `p` (p.plan made): the workspace its plan needs, the
 // shared-memory limit raised once per process, p.plan.blocks blocks on `stream`. `what` names the
 // kernels in messages.
+// Loads K's kernel and raises its shared-memory limit, once per process; false where the device
+// cannot give a block K::kSmemTotal bytes.
+template <class K> bool prepare_blocks() {
+  static const bool ok = allow_smem(reinterpret_cast<const void *>(&dense_kernel<K>), K::kSmemTotal);
+  return ok;
+}
+
+template <class K> Status prepare_blocks(const char *what) {
+  if (prepare_blocks<K>()) return Status::Ok();
+  return Status::Error(std::string("this instance of ") + what + " needs " + std::to_string(K::kSmemTotal) +
+                       " bytes of shared memory per block, more than this GPU allows");
+}
+
 template <class K>
 Status launch_blocks(const typename K::Params &p, const GemmArgs &args, void *stream, const char *what) {
   const size_t need = streamk_workspace_bytes(p.plan, K::kTileM, K::BN);
   if (need > args.workspace_bytes || (need > 0 && args.workspace == nullptr))
     return Status::Error(std::string(what) + " need " + std::to_string(need) +
                          " bytes of workspace (its first 64 KiB zeroed), got " + std::to_string(args.workspace_bytes));
-  static const bool ok = allow_smem(reinterpret_cast<const void *>(&dense_kernel<K>), K::kSmemTotal);
-  if (!ok)
-    return Status::Error(std::string("this instance of ") + what + " needs " + std::to_string(K::kSmemTotal) +
-                         " bytes of shared memory per block, more than this GPU allows");
+  Status st = prepare_blocks<K>(what);
+  if (!st) return st;
   dense_kernel<K>
       <<<static_cast<unsigned>(p.plan.blocks), K::kThreads, K::kSmemTotal, static_cast<cudaStream_t>(stream)>>>(p);
   const cudaError_t e = cudaGetLastError();
