@@ -146,3 +146,27 @@ def test_any_shape_runs(wfmt, n, k):
             assert_gemm_close(y, ref, x.cpu().float(), w, f"{wfmt} {n}x{k} m={m} ({layer.instance_for(m)})")
     if k % 8:
         assert layer.layout == 1, "no fast kernel takes rows of an odd number of 16-bit inputs"
+
+
+# ---- first calls --------------------------------------------------------------------------------
+
+
+def test_layer_built_on_the_gpu_has_its_kernels_loaded(monkeypatch):
+    """A layer built on the GPU has loaded the kernels of the instance of every M range (the
+    loader succeeded for each); with HUMMING_PRELOAD=0 it leaves them to the calls. (The time a
+    first call saves is measured by scripts/first_call.py, not asserted here.)"""
+    monkeypatch.setattr(dispatch, "_prepared", set())
+    layer = _layer("u4g128-sbf16", seed=4)
+    idx = torch.cuda.current_device()
+    used = {layer.instance_for(m) for m in (1, 8, 9, 16, 17, 32, 64, 65, 256, 257, 1024, 1025, 8192)}
+    assert used <= {name for name, dev in dispatch._prepared if dev == idx}
+    monkeypatch.setattr(dispatch, "_prepared", set())
+    monkeypatch.setenv("HUMMING_PRELOAD", "0")
+    _layer("u4g128-sbf16", seed=5)
+    assert not dispatch._prepared
+    # Moved to the GPU after it was built: loads then.
+    monkeypatch.delenv("HUMMING_PRELOAD")
+    cpu_layer = ha.QuantLinear.from_linear(torch.nn.Linear(K, N), "u4g128-sbf16", layout=layer.layout)
+    assert not dispatch._prepared
+    cpu_layer.to("cuda")
+    assert used <= {name for name, dev in dispatch._prepared if dev == idx}
