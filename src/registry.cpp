@@ -1,6 +1,8 @@
 // Registry access, argument validation, the C++ default instance choice, and launch.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -325,6 +327,62 @@ const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::
   for (const InstanceInfo *c : candidates)
     if (std::string(c->backend) != "generic") return c;
   return candidates.front();
+}
+
+namespace {
+
+// The format an instance computes, as text (humming_aot.dispatch.instance_format spells it alike):
+// "g*" where it takes any K group, "-*" after a quantized activation type.
+std::string instance_format_text(const InstanceInfo &i) {
+  std::string w = to_string(DType::from_id(i.code_type));
+  if (i.scale_type != 0) {
+    w += i.group_k < 0 ? "g*" : (i.group_k == 0 ? "gc" : "g" + std::to_string(i.group_k));
+    if (i.group_n > 1) w += "n" + std::to_string(i.group_n);
+    w += "-s" + to_string(DType::from_id(i.scale_type));
+    w += i.zero == 1 ? "-zi" : (i.zero == 2 ? "-zf" : "");
+  }
+  const DType act = DType::from_id(i.act_type);
+  const bool quantized = act.bits <= 8;
+  return "a-" + to_string(act) + (quantized ? "-*" : "") + "_w-" + w + "_c-" + to_string(DType::from_id(i.out_type));
+}
+
+bool strict_mode() {
+  const char *env = std::getenv("HUMMING_STRICT");
+  return env != nullptr && env[0] != '\0' && std::string(env) != "0";
+}
+
+} // namespace
+
+std::string slow_path_note(const InstanceInfo &chosen, const GemmArgs &args, int cc) {
+  if (std::string(chosen.backend) != "generic") return "";
+  std::vector<std::string> fast;
+  for (size_t i = 0; i < generated::kInstanceCount; ++i) {
+    const InstanceInfo &info = generated::kInstances[i];
+    if (std::string(info.backend) == "generic" || !instance_runs_on(info, cc, nullptr)) continue;
+    const std::string f = instance_format_text(info);
+    if (std::find(fast.begin(), fast.end(), f) == fast.end()) fast.push_back(f);
+  }
+  std::sort(fast.begin(), fast.end());
+  std::string list;
+  for (const std::string &f : fast) list += (list.empty() ? "" : ", ") + f;
+  return to_string(args.fmt) + " runs on the slow fallback (generic backend, " + chosen.name + ") on sm_" +
+         std::to_string(cc) + ": no fast kernel of this build computes it there for this problem. " +
+         (list.empty() ? std::string("This build has no fast kernels for sm_") + std::to_string(cc) + "."
+                       : "Formats with fast kernels on this device: " + list + ".") +
+         " Set HUMMING_STRICT=1 to make this an error.";
+}
+
+const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::string *why, std::string *note) {
+  const InstanceInfo *chosen = select_instance(args, cc, sms, why);
+  if (note != nullptr) note->clear();
+  if (chosen == nullptr) return nullptr;
+  const std::string n = slow_path_note(*chosen, args, cc);
+  if (!n.empty() && strict_mode()) {
+    if (why != nullptr) *why = n + " (refused: HUMMING_STRICT is set)";
+    return nullptr;
+  }
+  if (note != nullptr) *note = n;
+  return chosen;
 }
 
 Status prepare_instance(const InstanceInfo &instance) {

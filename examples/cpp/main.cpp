@@ -159,10 +159,11 @@ Status run_gpu(Problem &p, int cc) {
   if (st) st = cuda_status(cudaStreamCreateWithFlags(&dev.stream, cudaStreamNonBlocking), "cudaStreamCreate");
   if (!st) return st;
 
-  std::string why;
-  const InstanceInfo *inst = select_instance(args, cc, args.num_sms, &why);
+  std::string why, note;
+  const InstanceInfo *inst = select_instance(args, cc, args.num_sms, &why, &note);
   if (inst == nullptr) return Status::Error("no instance for sm_" + std::to_string(cc) + ": " + why);
   std::printf("gpu: sm_%d, %d SMs, instance %s\n", cc, args.num_sms, inst->name);
+  if (!note.empty()) std::printf("gpu: note: %s\n", note.c_str()); // the slow fallback: say so
   // Stream-K scratch: zeroed once; launches leave its counters at zero again for the next one.
   args.workspace_bytes = inst->workspace_bytes(args);
   if (args.workspace_bytes > 0) {

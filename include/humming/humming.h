@@ -207,6 +207,13 @@ Status instance_matches(const InstanceInfo &info, const GemmArgs &args);
 // and can implement `args`; with no pattern matching, fast backends before generic, then by name.
 // nullptr with a reason when no instance qualifies.
 const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::string *why);
+// The same, and no silent slow path: when the choice is an instance of the generic backend (correct
+// for every format, far slower than a tensor-core kernel), `note` says so in a sentence naming the
+// format, the device and the formats with fast kernels there (empty for a fast choice); with
+// HUMMING_STRICT=1 in the environment such a choice is refused instead (nullptr, `why` says so).
+const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::string *why, std::string *note);
+// The note select_instance gives for `chosen` (empty unless it belongs to the generic backend).
+std::string slow_path_note(const InstanceInfo &chosen, const GemmArgs &args, int cc);
 
 // Loads `instance`'s kernels on the current CUDA device (InstanceInfo::prepare), so that its first
 // launch costs no module load; an error where there is no usable device or it cannot run there.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -75,6 +76,50 @@ void test_pack_round_trip() {
     if (bit / 32 + 1 < d.words_per_row)
       window |= static_cast<uint64_t>(packed[r * d.words_per_row + bit / 32 + 1]) << 32;
     EXPECT(((window >> (bit % 32)) & ((1u << bits) - 1u)) == codes[r * k + kk], "bits=%d bit position", bits);
+  }
+}
+
+// No silent slow path: a choice of the generic backend on a GPU comes with a note naming the
+// format, the device and the formats with fast kernels there; HUMMING_STRICT=1 refuses it; a fast
+// choice has no note.
+void test_slow_path_note() {
+  const auto described = [](const char *fmt, int layout, int64_t n, int64_t k) {
+    GemmArgs a;
+    Status st = parse_gemm_format(fmt, &a.fmt);
+    if (st) st = packed_dims(layout, a.fmt.weight, n, k, &a.dims);
+    EXPECT(st.ok, "%s", st.message.c_str());
+    a.layout = layout, a.m = 5, a.lda = k, a.ldo = n;
+    return a;
+  };
+  // Zero points with 64-input groups: the generic backend alone in the ci build.
+  const GemmArgs slow = described("a-bf16_w-u4g64-sbf16-zi_c-bf16", kLayoutGeneric, 384, 512);
+  std::string why, note;
+  const InstanceInfo *i = select_instance(slow, 90, 132, &why, &note);
+  // (No fast kernel reads weight-only formats in the generic layout: the choice is generic.)
+  EXPECT(i != nullptr && std::string(i->backend) == "generic", "%s", i ? i->name : why.c_str());
+  if (i != nullptr && std::string(i->backend) == "generic") {
+    EXPECT(note.find("a-bf16_w-u4g64-sbf16-zi_c-bf16 runs on the slow fallback") == 0 &&
+               note.find("sm_90") != std::string::npos && note.find(i->name) != std::string::npos,
+           "note: %s", note.c_str());
+    EXPECT(note == slow_path_note(*i, slow, 90), "the same note both ways");
+    setenv("HUMMING_STRICT", "1", 1);
+    EXPECT(select_instance(slow, 90, 132, &why, &note) == nullptr && why.find("HUMMING_STRICT") != std::string::npos,
+           "strict: %s", why.c_str());
+    setenv("HUMMING_STRICT", "0", 1);
+    EXPECT(select_instance(slow, 90, 132, &why, &note) == i, "HUMMING_STRICT=0 is off");
+    unsetenv("HUMMING_STRICT");
+    // The note lists the fast formats of this build on the device, e.g. the sm90 ones.
+    for (size_t j = 0; j < instance_count(); ++j) {
+      const InstanceInfo *f = instance_at(j);
+      if (std::string(f->backend) == "sm90" && f->act_type == dtypes::bf16.id() && f->zero == 0 && f->group_k == 128)
+        EXPECT(note.find("a-bf16_w-u4g128-sbf16_c-bf16") != std::string::npos, "note lists %s: %s", f->name,
+               note.c_str());
+    }
+  }
+  for (size_t j = 0; j < instance_count(); ++j) {
+    const InstanceInfo *f = instance_at(j);
+    if (std::string(f->backend) == "generic") continue;
+    EXPECT(slow_path_note(*f, slow, 90).empty(), "a fast instance has no note (%s)", f->name);
   }
 }
 
@@ -308,6 +353,7 @@ int main() {
   test_format_round_trip();
   test_pack_round_trip();
   test_gemm_cpu();
+  test_slow_path_note();
   test_registry();
   std::printf("%s (%d failures)\n", failures ? "FAILED" : "OK", failures);
   return failures ? 1 : 0;
