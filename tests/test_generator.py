@@ -476,8 +476,8 @@ def test_arch_without_matrix_entries_is_warned_about(gen):
 
 # ---- experimental entries (kernels not yet checked on a GPU) ------------------------------------
 
-FP8_RE = re.compile(
-    r"sm90_wgmma_dense_a-(?P<act>e4m3|e5m2)-(?P<agran>pt|g128)_w-(?P<code>e4m3)(?P<wgran>gc|g128n128)"
+A8_RE = re.compile(
+    r"sm90_wgmma_dense_a-(?P<act>e4m3|e5m2|i8)-(?P<agran>pt|g128)_w-(?P<code>e4m3|i8)(?P<wgran>gc|g128n128)"
     r"-s(?P<scale>f32|bf16|f16)_c-(?P<out>[^_]+)_t(?P<bm>\d+)x(?P<bn>\d+)x128_w1x(?P<wg>\d)x1_s(?P<stages>\d+)$"
 )
 
@@ -485,16 +485,16 @@ FP8_RE = re.compile(
 @pytest.mark.parametrize("profile", PROFILES)
 def test_experimental_entries_only_with_the_suffix(gen, all_names, profile):
     """A plain profile compiles no experimental entry; the same profile with +experimental compiles
-    everything it does plus the experimental entries (today the sm90 FP8 kernels, all of them)."""
+    everything it does plus the experimental entries (today the sm90 8-bit activation kernels, all of them)."""
     plain = set(all_names[profile])
     with_exp = gen("--arch", "90a", "--profile", profile + "+experimental", "--list").stdout.splitlines()
     extra = set(with_exp) - plain
     assert plain < set(with_exp) and extra
-    assert all(FP8_RE.match(n) for n in extra), sorted(n for n in extra if not FP8_RE.match(n))
-    assert not any(FP8_RE.match(n) for n in plain)
+    assert all(A8_RE.match(n) for n in extra), sorted(n for n in extra if not A8_RE.match(n))
+    assert not any(A8_RE.match(n) for n in plain)
     # Nothing of an 8.x-only build: the FP8 kernels are sm_90a code.
     assert not any(
-        FP8_RE.match(n)
+        A8_RE.match(n)
         for n in gen("--arch", "80;86;89", "--profile", profile + "+experimental", "--list").stdout.splitlines()
     )
 
@@ -505,16 +505,17 @@ def test_profile_suffix_other_than_experimental_is_refused(gen):
     assert "unknown profile 'dev+fast'" in p.stderr and "+experimental" in p.stderr
 
 
-def test_fp8_instances_keys_and_entry_points(gen, tmp_path):
-    """The sm90 FP8 instances take per-token activation scales and per-channel weight scales, or
+def test_a8_instances_keys_and_entry_points(gen, tmp_path):
+    """The sm90 8-bit activation instances take per-token activation scales and per-channel weight scales, or
     activation scales per token and 128 inputs and 128 x 128 weight blocks (fp32, tiles of at most
     128 tokens), on the generic layout, with the shared memory of their ring; their translation
     units call the FP8 kernel's entry points."""
     gen_mod = _load_generator()
-    insts = [i for i in gen_mod.enumerate_instances(["90a"], "full+experimental") if FP8_RE.match(i.name)]
+    insts = [i for i in gen_mod.enumerate_instances(["90a"], "full+experimental") if A8_RE.match(i.name)]
     assert insts and any("-g128_" in i.name for i in insts) and any("-pt_" in i.name for i in insts)
+    assert any("_a-i8-pt_w-i8gc-" in i.name for i in insts)
     for i in insts:
-        m = FP8_RE.match(i.name)
+        m = A8_RE.match(i.name)
         bm, bn, stages = int(m["bm"]), int(m["bn"]), int(m["stages"])
         k = i.key
         blocks = m["agran"] == "g128"
@@ -526,13 +527,14 @@ def test_fp8_instances_keys_and_entry_points(gen, tmp_path):
         stage = (bm + bn) * 128 + ((bm + (bn + 127) // 128) * 4 if blocks else 0)
         assert k["smem_bytes"] == 1024 + -(-stage // 1024) * 1024 * stages + 16 * stages + 16 <= 227 * 1024
         if blocks:
-            assert m["scale"] == "f32" and bm <= 128
+            assert m["scale"] == "f32" and bm <= 128 and m["act"] != "i8"
+        assert (m["act"] == "i8") == (m["code"] == "i8"), "integer WGMMA takes integers on both sides"
         assert i.archs == ("90a",) and i.scale == m["scale"] and i.out == m["out"]
     out = tmp_path / "gen"
     gen("--arch", "90a", "--profile", "ci+experimental", "--out", str(out))
-    tus = [p for p in (out / "instances").glob("*.cu") if FP8_RE.match(p.stem)]
+    tus = [p for p in (out / "instances").glob("*.cu") if A8_RE.match(p.stem)]
     assert tus
     for p in tus:
         text = p.read_text()
-        assert "sm90::DenseFp8<" in text and "sm90::can_implement_fp8<" in text and "sm90::launch_fp8<" in text
-        assert "sm90::workspace_bytes_fp8<" in text
+        assert "sm90::DenseA8<" in text and "sm90::can_implement_a8<" in text and "sm90::launch_a8<" in text
+        assert "sm90::workspace_bytes_a8<" in text

@@ -274,21 +274,23 @@ def test_dispatch_crosses_ranges_with_fast_instances():
         assert_gemm_close(y, ref, x.cpu().float(), w, f"{name} m={m}", torch.bfloat16)
 
 
-FP8_INSTANCES = [i for i in FAST if i.act_type in ("e4m3", "e5m2")]
+A8_INSTANCES = [i for i in FAST if i.act_type in ("e4m3", "e5m2", "i8")]
 
 
 @pytest.mark.parametrize(
-    "wfmt,act", [("e4m3gc-sf32", "e4m3-pt"), ("e4m3g128n128-sf32", "e4m3-g128")], ids=["per-channel", "blocks"]
+    "wfmt,act",
+    [("e4m3gc-sf32", "e4m3-pt"), ("e4m3g128n128-sf32", "e4m3-g128"), ("i8gc-sf32", "i8-pt")],
+    ids=["fp8-per-channel", "fp8-blocks", "int8"],
 )
 def test_w8a8_layer_runs_on_the_fp8_kernels(wfmt, act):
-    """A W8A8 FP8 layer (e4m3 activations per token, or per token and 128 inputs; e4m3 weights with
-    per-channel scales, or DeepSeek's 128 x 128 blocks) packs for the generic layout, which the sm90
-    FP8 kernels read as it is; on the H200 every M range picks one of them (not the generic
+    """A W8A8 layer (e4m3 activations per token, or per token and 128 inputs, with e4m3 weights with
+    per-channel scales or DeepSeek's 128 x 128 blocks; i8 x i8 per token and channel) packs for the
+    generic layout, which the sm90 8-bit activation kernels read as it is; on the H200 every M range picks one of them (not the generic
     backend), including in a CUDA graph, and matches the reference across the tile heights."""
-    if not FP8_INSTANCES:
-        pytest.skip("this build has no FP8 tensor-core instances (they need a profile with +experimental)")
+    if not A8_INSTANCES:
+        pytest.skip("this build has no 8-bit activation tensor-core instances (they need a profile with +experimental)")
     fmt = f"a-{act}_w-{wfmt}_c-bf16"
-    if not any(i.name.startswith("sm90_") and f"_{fmt}_" in i.name for i in FP8_INSTANCES):
+    if not any(i.name.startswith("sm90_") and f"_{fmt}_" in i.name for i in A8_INSTANCES):
         pytest.skip(f"this build has no FP8 instance for {fmt}")
     lin = torch.nn.Linear(3072 + 64, 520, bias=True)  # 520: a partial last tile; K: a partial last group
     layer = ha.QuantLinear.from_linear(lin, wfmt, act, device="cuda")

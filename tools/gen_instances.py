@@ -341,17 +341,19 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
     return out
 
 
-def _sm90_fp8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instance]:
-    """FP8 GEMM on the sm90 backend (kernel/sm90_fp8_dense.cuh): 8-bit float activations x e4m3
-    weights in the generic layout, with per-token x per-channel scales (group 0) or DeepSeek-style
-    1 x 128 activation groups x 128 x 128 weight blocks (group 128)."""
+def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instance]:
+    """W8A8 GEMM on the sm90 backend (kernel/sm90_a8_dense.cuh): 8-bit float activations x e4m3
+    weights, or i8 x i8, in the generic layout, with per-token x per-channel scales (group 0) or,
+    for the floats, DeepSeek-style 1 x 128 activation groups x 128 x 128 weight blocks (group 128)."""
     backend_archs, combos = _entries(matrix, profile, archs, ("act", "code", "scale", "group", "out", "tile"))
     out = []
     for _, (act, code, scale, group, o, tile_name) in combos:
         t = matrix["tiles"][tile_name]
         bm, consumers, stages = t["bm"], t["consumers"], t["stages"]
         bn, bk = 64 * consumers, 128
-        if group and (scale != "f32" or bm > 128):  # what the kernel's block path takes
+        if group and (scale != "f32" or bm > 128 or act == "i8"):  # what the kernel's block path takes
+            continue
+        if (act == "i8") != (code == "i8"):  # integer WGMMA takes integers on both sides
             continue
         weight = f"{code}gc-s{scale}" if group == 0 else f"{code}g{group}n{group}-s{scale}"
         act_name = f"{act}-pt" if group == 0 else f"{act}-g{group}"
@@ -383,11 +385,11 @@ def _sm90_fp8_instances(matrix: dict, profile: str, archs: list[str]) -> list[In
                 "none",
                 o,
                 matrix["layout"],
-                "humming/kernel/sm90_fp8_dense.cuh",
+                "humming/kernel/sm90_a8_dense.cuh",
                 targs,
                 key,
-                kernel="DenseFp8",
-                entry_suffix="_fp8",
+                kernel="DenseA8",
+                entry_suffix="_a8",
             )
         )
     return out
@@ -398,7 +400,7 @@ BACKENDS = {
     "generic": _generic_instances,
     "sm80": _sm80_instances,
     "sm90": _sm90_instances,
-    "sm90_fp8": _sm90_fp8_instances,
+    "sm90_a8": _sm90_a8_instances,
 }
 
 

@@ -411,8 +411,7 @@ template <HUMMING_SM90_TARGS> Status can_implement(const GemmArgs &args) {
 }
 
 template <HUMMING_SM90_TARGS> size_t workspace_bytes(const GemmArgs &args) {
-  using K = Dense<HUMMING_SM90_ARGS>;
-  return streamk_workspace_bytes(K::plan(args), BM, K::BN);
+  return workspace_of<Dense<HUMMING_SM90_ARGS>>(args);
 }
 
 template <HUMMING_SM90_TARGS> Status prepare() {
@@ -422,10 +421,7 @@ template <HUMMING_SM90_TARGS> Status prepare() {
 template <HUMMING_SM90_TARGS> Status launch(const GemmArgs &args, void *stream) {
   using K = Dense<HUMMING_SM90_ARGS>;
   if (args.m == 0) return Status::Ok();
-  typename K::Params p;
-  p.args = args;
-  p.plan = K::plan(args);
-  p.n_tiles = K::n_tiles(args);
+  typename K::Params p = base_params<K>(args);
   p.n_blocks = args.dims.n_pad / layout_sm90::kBlockN;
   Status st =
       cached_rows_map(&p.act, args.a, K::kBf16 ? MapElem::kBf16 : MapElem::kF16, args.m, args.dims.k, args.lda, BM);

@@ -114,6 +114,20 @@ __global__ void __launch_bounds__(K::kThreads, 1) dense_kernel(const __grid_cons
 #endif
 }
 
+// Stream-K scratch a launch of K with these arguments needs.
+template <class K> size_t workspace_of(const GemmArgs &args) {
+  return streamk_workspace_bytes(K::plan(args), K::kTileM, K::BN);
+}
+
+// K's parameters with the fields every sm90 kernel has: the arguments, the plan, the tiles per row.
+template <class K> typename K::Params base_params(const GemmArgs &args) {
+  typename K::Params p;
+  p.args = args;
+  p.plan = K::plan(args);
+  p.n_tiles = K::n_tiles(args);
+  return p;
+}
+
 // Host side of a launch of K with parameters `p` (p.plan made): the workspace its plan needs, the
 // shared-memory limit raised once per process, p.plan.blocks blocks on `stream`. `what` names the
 // kernels in messages.

@@ -1,6 +1,7 @@
-// The sm90 backend's FP8 GEMM (W8A8): e4m3 weights x e4m3 or e5m2 activations with per-token
-// scales, on FP8 WGMMA (m64nNk32, fp32 sums), sm_90a, with the persistent dense scheduler
-// (scheduler/streamk.h, plan_persistent).
+// The sm90 backend's GEMM with 8-bit activations (W8A8): e4m3 weights x e4m3 or e5m2 activations
+// on FP8 WGMMA (m64nNk32, fp32 sums), or i8 weights x i8 activations on integer WGMMA (s32 sums,
+// exact, turned into fp32 at the end of each segment), sm_90a, with the persistent dense
+// scheduler (scheduler/streamk.h, plan_persistent).
 //
 // Nothing is converted, so both operands come from shared memory: the weights stay in the generic
 // layout (layout 1), whose 8-bit codes are the row-major bytes of the weight (rows k_pad bytes
@@ -32,6 +33,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <type_traits>
 
 #include "humming/backend/sm90/pipeline.h"
 #include "humming/backend/sm90/ptx.h"
@@ -45,9 +47,9 @@
 namespace humming {
 namespace sm90 {
 
-// ActId:     DType id of the activations: e4m3 or e5m2, with fp32 scales (per token, or per token
-//            and K group).
-// CodeId:    DType id of the weight codes: e4m3.
+// ActId:     DType id of the activations: e4m3, e5m2 or i8, with fp32 scales (per token, or, for
+//            the floats, per token and K group).
+// CodeId:    DType id of the weight codes: e4m3 (float activations) or i8 (i8 activations).
 // ScaleId:   DType id of the weight's scales: f32, bf16 or f16 per channel; f32 per block.
 // GroupK:    0: per-channel weight scales and per-token activation scales; 128: 128 x 128 weight
 //            blocks and 1 x 128 activation groups.
@@ -57,8 +59,11 @@ namespace sm90 {
 // Stages:    depth of the shared-memory ring (128 inputs per stage).
 template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, uint32_t OutId, int BM, int Consumers,
           int Stages>
-struct DenseFp8 {
+struct DenseA8 {
   static constexpr bool kE5m2 = ActId == dtypes::e5m2.id();
+  static constexpr bool kInt = ActId == dtypes::i8.id();
+  // The tensor cores' sums: fp32 for 8-bit floats, s32 for integers.
+  using Sum = std::conditional_t<kInt, int32_t, float>;
   static constexpr bool kBlocks = GroupK != 0;
   // Registers of a producer thread: the scale warp of the block path computes addresses per stage.
   static constexpr int kProducerRegs = kBlocks ? 56 : 40;
@@ -83,8 +88,9 @@ struct DenseFp8 {
   // Alignment slack, the ring, a full and an empty barrier per stage, the fix-up flag.
   static constexpr int kSmemTotal = 1024 + kRingBytes + Stages * 16 + 16;
 
-  static_assert(ActId == dtypes::e4m3.id() || ActId == dtypes::e5m2.id(), "activations are e4m3 or e5m2");
-  static_assert(CodeId == dtypes::e4m3.id(), "weights are e4m3");
+  static_assert(ActId == dtypes::e4m3.id() || ActId == dtypes::e5m2.id() || kInt, "activations are e4m3, e5m2 or i8");
+  static_assert(CodeId == (kInt ? dtypes::i8.id() : dtypes::e4m3.id()), "weights are e4m3 (float activations) or i8");
+  static_assert(!kInt || GroupK == 0, "integer activations take per-token scales");
   static_assert(ScaleId == dtypes::f32.id() || ScaleId == dtypes::bf16.id() || ScaleId == dtypes::f16.id(),
                 "per-channel scales are f32, bf16 or f16");
   static_assert(OutId == dtypes::bf16.id() || OutId == dtypes::f16.id() || OutId == dtypes::f32.id(),
@@ -150,15 +156,19 @@ struct DenseFp8 {
   // `d` afresh when Fresh). The weights' rows of consumer cw lie 64 x 128 bytes into the stage.
   template <bool Fresh>
   static __device__ __forceinline__ void issue_stage(uint32_t ring, uint32_t bars, RingPos pos, int cw,
-                                                     float (&d)[kAcc]) {
+                                                     Sum (&d)[kAcc]) {
     mbar_wait(ring_bar<Stages>(bars, 0, pos.stage), pos.phase);
     const uint32_t stage = ring + pos.stage * kStageBytes;
     const uint64_t da = desc_sw128(stage + cw * 64 * BK), db = desc_sw128(stage + kWBytes);
     fence_regs(d);
     wgmma_fence();
 #pragma unroll
-    for (int step = 0; step < kSteps; ++step)
-      WgmmaFp8<BM, kE5m2>::run(d, da + 2 * step, db + 2 * step, Fresh && step == 0 ? 0 : 1);
+    for (int step = 0; step < kSteps; ++step) {
+      if constexpr (kInt)
+        WgmmaS8<BM>::run(d, da + 2 * step, db + 2 * step, Fresh && step == 0 ? 0 : 1);
+      else
+        WgmmaFp8<BM, kE5m2>::run(d, da + 2 * step, db + 2 * step, Fresh && step == 0 ? 0 : 1);
+    }
     wgmma_commit();
   }
 
@@ -187,11 +197,13 @@ struct DenseFp8 {
     }
   }
 
-  // The `n` stages of one segment from ring position `pos` (left one past the last) into acc.
+  // The `n` stages of one segment from ring position `pos` (left one past the last) into acc (fp32;
+  // integer sums are exact in s32 and rounded to fp32 once, at the end).
   static __device__ __forceinline__ void mainloop(uint32_t ring, uint32_t bars, RingPos &pos, int64_t n, int cw, int t,
-                                                  float (&acc)[kAcc]) {
+                                                  float (&out)[kAcc]) {
+    Sum acc[kAcc];
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+    for (int i = 0; i < kAcc; ++i) acc[i] = Sum(0);
     RingPos prev = pos;
     for (int64_t j = 0; j < n; ++j) {
       issue_stage<false>(ring, bars, pos, cw, acc);
@@ -206,6 +218,8 @@ struct DenseFp8 {
     wgmma_wait<0>();
     fence_regs(acc);
     if (n > 0) release_stage<Stages>(bars, prev.stage, t);
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) out[i] = static_cast<float>(acc[i]);
   }
 
   static __device__ __forceinline__ void consume(const Params &p, uint32_t ring, const char *ring_ptr, uint32_t bars,
@@ -269,71 +283,71 @@ struct DenseFp8 {
   }
 };
 
-#define HUMMING_SM90_FP8_TARGS                                                                                         \
+#define HUMMING_SM90_A8_TARGS                                                                                          \
   uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, uint32_t OutId, int BM, int Consumers, int Stages
-#define HUMMING_SM90_FP8_ARGS ActId, CodeId, ScaleId, GroupK, OutId, BM, Consumers, Stages
+#define HUMMING_SM90_A8_ARGS ActId, CodeId, ScaleId, GroupK, OutId, BM, Consumers, Stages
 
-template <HUMMING_SM90_FP8_TARGS> Status can_implement_fp8(const GemmArgs &args) {
+template <HUMMING_SM90_A8_TARGS> Status can_implement_a8(const GemmArgs &args) {
   const GemmFormat &f = args.fmt;
   if (args.layout != kLayoutGeneric)
-    return Status::Error(std::string("the sm90 FP8 kernels read weights packed for layout 1 (generic), not layout ") +
+    return Status::Error(std::string("the sm90 W8A8 kernels read weights packed for layout 1 (generic), not layout ") +
                          std::to_string(args.layout) + " (" + layout_name(args.layout) + ")");
   if (GroupK == 0) {
     if (f.act.granularity != ActScale::kToken)
-      return Status::Error("this sm90 FP8 instance takes one activation scale per token (-pt)");
+      return Status::Error("this sm90 W8A8 instance takes one activation scale per token (-pt)");
     if (f.weight.group_k != 0 || f.weight.group_n != 1)
-      return Status::Error("this sm90 FP8 instance takes one weight scale per output channel (gc)");
+      return Status::Error("this sm90 W8A8 instance takes one weight scale per output channel (gc)");
   } else {
     if (f.act.granularity != ActScale::kGroup || f.act.group_k != GroupK)
-      return Status::Error("this sm90 FP8 instance takes activation scales per token and " + std::to_string(GroupK) +
+      return Status::Error("this sm90 W8A8 instance takes activation scales per token and " + std::to_string(GroupK) +
                            " inputs (-g" + std::to_string(GroupK) + ")");
     if (f.weight.group_k != GroupK || f.weight.group_n != GroupK)
-      return Status::Error("this sm90 FP8 instance takes weight scales per block of " + std::to_string(GroupK) + " x " +
-                           std::to_string(GroupK) + " (g" + std::to_string(GroupK) + "n" + std::to_string(GroupK) +
-                           ")");
+      return Status::Error("this sm90 W8A8 instance takes weight scales per block of " + std::to_string(GroupK) +
+                           " x " + std::to_string(GroupK) + " (g" + std::to_string(GroupK) + "n" +
+                           std::to_string(GroupK) + ")");
   }
   if (args.dims.k % 16 != 0)
-    return Status::Error("the sm90 FP8 kernels need k to be a multiple of 16 (16-byte activation rows), got k=" +
+    return Status::Error("the sm90 W8A8 kernels need k to be a multiple of 16 (16-byte activation rows), got k=" +
                          std::to_string(args.dims.k));
   if (args.m > 1 && args.lda % 16 != 0)
-    return Status::Error("the sm90 FP8 kernels need the activation row stride to be a multiple of 16 elements, got " +
+    return Status::Error("the sm90 W8A8 kernels need the activation row stride to be a multiple of 16 elements, got " +
                          std::to_string(args.lda));
   if (reinterpret_cast<uintptr_t>(args.a) % 16 != 0 || reinterpret_cast<uintptr_t>(args.codes) % 16 != 0)
-    return Status::Error("the sm90 FP8 kernels need 16-byte aligned activations and codes");
+    return Status::Error("the sm90 W8A8 kernels need 16-byte aligned activations and codes");
   if (args.dims.words_per_row * 4 != args.dims.k_pad || args.dims.k_pad % 16 != 0)
-    return Status::Error("the sm90 FP8 kernels need the codes as rows of k_pad bytes (the generic layout of 8-bit "
+    return Status::Error("the sm90 W8A8 kernels need the codes as rows of k_pad bytes (the generic layout of 8-bit "
                          "codes)");
+  if (DenseA8<HUMMING_SM90_A8_ARGS>::kInt && args.dims.k_pad > 131072)
+    return Status::Error("the sm90 integer kernels sum at most 131072 inputs (127 x 127 x 131072 < 2^31 keeps the s32 "
+                         "sums exact), got k=" +
+                         std::to_string(args.dims.k));
   if (args.m > 0x7FFFFFFF - 256 || args.dims.k_pad > 0x7FFFFFFF - 128 || args.dims.n_pad > 0x7FFFFFFF - 256)
-    return Status::Error("the sm90 FP8 kernels take at most 2^31 - 257 rows, inputs and channels");
+    return Status::Error("the sm90 W8A8 kernels take at most 2^31 - 257 rows, inputs and channels");
   return Status::Ok();
 }
 
-template <HUMMING_SM90_FP8_TARGS> size_t workspace_bytes_fp8(const GemmArgs &args) {
-  using K = DenseFp8<HUMMING_SM90_FP8_ARGS>;
-  return streamk_workspace_bytes(K::plan(args), BM, K::BN);
+template <HUMMING_SM90_A8_TARGS> size_t workspace_bytes_a8(const GemmArgs &args) {
+  return workspace_of<DenseA8<HUMMING_SM90_A8_ARGS>>(args);
 }
 
-template <HUMMING_SM90_FP8_TARGS> Status prepare_fp8() {
-  return prepare_blocks<DenseFp8<HUMMING_SM90_FP8_ARGS>>("the sm90 FP8 kernels");
+template <HUMMING_SM90_A8_TARGS> Status prepare_a8() {
+  return prepare_blocks<DenseA8<HUMMING_SM90_A8_ARGS>>("the sm90 8-bit activation kernels");
 }
 
-template <HUMMING_SM90_FP8_TARGS> Status launch_fp8(const GemmArgs &args, void *stream) {
-  using K = DenseFp8<HUMMING_SM90_FP8_ARGS>;
+template <HUMMING_SM90_A8_TARGS> Status launch_a8(const GemmArgs &args, void *stream) {
+  using K = DenseA8<HUMMING_SM90_A8_ARGS>;
   if (args.m == 0) return Status::Ok();
-  typename K::Params p;
-  p.args = args;
-  p.plan = K::plan(args);
-  p.n_tiles = K::n_tiles(args);
+  typename K::Params p = base_params<K>(args);
   Status st = cached_rows_map(&p.act, args.a, MapElem::kByte, args.m, args.dims.k, args.lda, BM);
   if (!st) return st;
   st = cached_weight_map(&p.weight, args.codes, MapElem::kByte, args.dims.n_pad, args.dims.k_pad, args.dims.k_pad,
                          K::BN);
   if (!st) return st;
-  return launch_blocks<K>(p, args, stream, "the sm90 FP8 kernels");
+  return launch_blocks<K>(p, args, stream, "the sm90 8-bit activation kernels");
 }
 
-#undef HUMMING_SM90_FP8_TARGS
-#undef HUMMING_SM90_FP8_ARGS
+#undef HUMMING_SM90_A8_TARGS
+#undef HUMMING_SM90_A8_ARGS
 
 } // namespace sm90
 } // namespace humming
