@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# On the lent GPU machine: the first check of the experimental kernels (the sm90 W8A8 ones, FP8 and
+# INT8) and of preloading. One dev+experimental build, then
+#   1. the GPU tests of every 8-bit activation instance and the W8A8 layer test (a8.log),
+#   2. the rest of the GPU tests with the same build (gpu.log; TESTS_ALL=0 skips them),
+#   3. scripts/first_call.py (first calls with and without preloading),
+#   4. the W8A8 benchmark against cuBLASLt FP8 on the headline shapes (bench/, BENCH_BUDGET_S).
+# Everything comes back as summary.txt and logs.tgz under $OUT. Usage: bash scripts/gpu_experimental.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+FINAL="${OUT:-$PWD/build/gpu-out}"
+mkdir -p "$FINAL"
+W=/tmp/humming-exp
+rm -rf "$W" && mkdir -p "$W"
+export PYTHONUNBUFFERED=1 HUMMING_PROFILE=dev+experimental HUMMING_PTXAS_VERBOSE=ON
+start=$(date +%s)
+say() { echo "$*" | tee -a "$FINAL/summary.txt"; }
+CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps -v . > "$W/build.log" 2>&1
+rc=$?
+say "build rc=$rc after $(( $(date +%s) - start )) s"
+grep -E "Compiling entry function|registers|spill" "$W/build.log" | sed 's/^ *//' > "$W/ptxas.txt"
+if [ $rc -ne 0 ]; then tail -40 "$W/build.log" | tee -a "$FINAL/summary.txt"; tar czf "$FINAL/logs.tgz" -C "$W" .; exit $rc; fi
+humming-aot info >> "$FINAL/summary.txt"
+timeout 240 python3 -m pytest -q tests/test_gpu.py tests/test_gpu_usage.py -p no:cacheprovider -rs \
+  -k "a-e4m3 or a-e5m2 or a-i8 or w8a8 or kernels_loaded" > "$W/a8.log" 2>&1
+say "a8 tests rc=$? after $(( $(date +%s) - start )) s: $(tail -1 "$W/a8.log")"
+grep -E "^(FAILED|ERROR)" "$W/a8.log" | head -20 | tee -a "$FINAL/summary.txt"
+if [ "${TESTS_ALL:-1}" != "0" ]; then
+  timeout 300 python3 -m pytest -q tests -p no:cacheprovider -rs -k "not (a-e4m3 or a-e5m2 or a-i8 or w8a8)" \
+    > "$W/gpu.log" 2>&1
+  say "other tests rc=$? after $(( $(date +%s) - start )) s: $(tail -1 "$W/gpu.log")"
+  grep -E "^(FAILED|ERROR)" "$W/gpu.log" | head -20 | tee -a "$FINAL/summary.txt"
+fi
+timeout 120 python3 scripts/first_call.py > "$W/first_call.txt" 2>&1
+cat "$W/first_call.txt" >> "$FINAL/summary.txt"
+OUT="$W/bench" timeout "$(( ${BENCH_BUDGET_S:-150} + 60 ))" bash scripts/gpu_bench.sh --time-budget-s "${BENCH_BUDGET_S:-150}" \
+  --iters 10 --formats e4m3gc-sf32:e4m3-pt,e4m3g128n128-sf32:e4m3-g128,i8gc-sf32:i8-pt \
+  --impls humming-aot,cublaslt-fp8,cublas-bf16 --name "${NAME:-h200-w8a8}" > "$W/bench.out" 2>&1
+say "bench rc=$? after $(( $(date +%s) - start )) s"
+grep -E "^\| " "$W/bench/${NAME:-h200-w8a8}.md" 2>/dev/null | head -40 >> "$FINAL/summary.txt"
+cp "$W"/bench/*.json "$W"/bench/*.md "$FINAL"/ 2>/dev/null
+tar czf "$FINAL/logs.tgz" -C "$W" .
