@@ -183,11 +183,7 @@ struct Dense {
     for (int at = 0; at < KAtoms; ++at) {
       const uint32_t *blk = reinterpret_cast<const uint32_t *>(stage + kABytes + (at * Consumers + cw) * kBlockBytes);
       uint32_t words[kWords];
-#pragma unroll
-      for (int v = 0; v < kWords / 4; ++v) {
-        const uint4 q = *reinterpret_cast<const uint4 *>(blk + layout_sm90::word_in_block(t, 4 * v));
-        words[4 * v] = q.x, words[4 * v + 1] = q.y, words[4 * v + 2] = q.z, words[4 * v + 3] = q.w;
-      }
+      layout_sm90::load_thread_words<kWords>(blk, t, words);
 #pragma unroll
       for (int sa = 0; sa < 4; ++sa) {
         const int step = at * 4 + sa;
@@ -211,18 +207,8 @@ struct Dense {
         }
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-          constexpr int kPpw = layout_sm90::pairs_per_word(kBits);
-          const int pair = sa * 4 + r; // pair index inside the 64-input block
-          const uint32_t w = words[pair / kPpw];
-          uint32_t v;
-          if (pair % kPpw == 0)
-            v = numeric::exact_pair<kBf16, CodeId, 0>(w, b[r % 2], z[r % 2]);
-          else if (pair % kPpw == 1)
-            v = numeric::exact_pair<kBf16, CodeId, 1>(w, b[r % 2], z[r % 2]);
-          else if (pair % kPpw == 2)
-            v = numeric::exact_pair<kBf16, CodeId, (kPpw > 2 ? 2 : 0)>(w, b[r % 2], z[r % 2]);
-          else
-            v = numeric::exact_pair<kBf16, CodeId, (kPpw > 3 ? 3 : 0)>(w, b[r % 2], z[r % 2]);
+          // pair sa * 4 + r of the 64-input block (layout/sm90.h)
+          uint32_t v = numeric::exact_pair_of<kBf16, CodeId>(words, sa * 4 + r, b[r % 2], z[r % 2]);
           if constexpr (GroupK != 0 && !kSumScales) v = Op::mul(v, sc2[r % 2]);
           af[step][r] = v;
         }

@@ -38,6 +38,19 @@ HUMMING_HD constexpr int pairs_per_word(int bits) { return 16 / bits; }
 // Word of the block where thread t keeps its word j.
 HUMMING_HD constexpr int word_in_block(int t, int j) { return (j / 4) * (4 * kThreads) + 4 * t + j % 4; }
 
+#if defined(__CUDACC__)
+// Thread t's `Bits` words of one block, from the block's copy in shared memory, as 16-byte loads
+// (adjacent threads' slices are adjacent: no bank conflicts).
+template <int Bits>
+__device__ __forceinline__ void load_thread_words(const uint32_t *block, int t, uint32_t (&w)[Bits]) {
+#pragma unroll
+  for (int v = 0; v < Bits / 4; ++v) {
+    const uint4 q = *reinterpret_cast<const uint4 *>(block + word_in_block(t, 4 * v));
+    w[4 * v] = q.x, w[4 * v + 1] = q.y, w[4 * v + 2] = q.z, w[4 * v + 3] = q.w;
+  }
+}
+#endif
+
 struct Position {
   int64_t word; // uint32 index into the packed codes
   int bit;      // bit offset of the code inside that word

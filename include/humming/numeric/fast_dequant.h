@@ -154,5 +154,18 @@ __device__ __forceinline__ uint32_t exact_pair(uint32_t word, uint32_t bias, flo
   }
 }
 
+// Register pair `pair` of a thread's fragments (numbered as the packed layouts number them) from
+// its words of codes: pair P sits in word P / pairs_per_word at slot P % pairs_per_word, which
+// picks the shift (exact_pair's P) at compile time once the loop over pairs is unrolled.
+template <bool IsBf16, uint32_t CodeId, int Words>
+__device__ __forceinline__ uint32_t exact_pair_of(const uint32_t (&words)[Words], int pair, uint32_t bias, float zero) {
+  constexpr int kPpw = 16 / static_cast<int>(DType::from_id(CodeId).bits); // pairs per 32-bit word
+  const uint32_t w = words[pair / kPpw];
+  if (pair % kPpw == 0) return exact_pair<IsBf16, CodeId, 0>(w, bias, zero);
+  if (pair % kPpw == 1) return exact_pair<IsBf16, CodeId, 1>(w, bias, zero);
+  if (pair % kPpw == 2) return exact_pair<IsBf16, CodeId, (kPpw > 2 ? 2 : 0)>(w, bias, zero);
+  return exact_pair<IsBf16, CodeId, (kPpw > 3 ? 3 : 0)>(w, bias, zero);
+}
+
 } // namespace numeric
 } // namespace humming
