@@ -145,3 +145,21 @@ def test_no_command_is_a_usage_error(tmp_path):
     p = cli(cwd=tmp_path)
     assert p.returncode == 2
     assert "info" in p.stderr and "demo" in p.stderr
+
+
+def test_cmake_dir_points_at_the_installed_cpp_package(tmp_path):
+    """The installed package ships the C++ package (headers, libhumming, CMake config) under
+    humming_aot/cpp/; --cmake-dir prints the config's folder, whose targets file names them."""
+    import pathlib
+
+    p = cli("--cmake-dir", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    d = pathlib.Path(p.stdout.strip())
+    assert (d / "humming-config.cmake").is_file() and (d / "humming-config-version.cmake").is_file()
+    root = d.parents[2]  # .../humming_aot/cpp/<lib>/cmake/humming -> .../humming_aot/cpp
+    assert root.name == "cpp" and root.parent.name == "humming_aot"
+    assert (root / "include" / "humming" / "humming.h").is_file()
+    assert (root / "include" / "humming" / "kernel" / "sm90_a8_dense.cuh").is_file()
+    assert any((root / lib / "libhumming.a").is_file() for lib in ("lib", "lib64"))
+    targets = "".join(f.read_text() for f in d.glob("humming-targets*.cmake"))
+    assert "humming::humming" in targets and "humming_aot/cpp/include" in targets

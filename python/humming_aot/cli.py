@@ -6,6 +6,24 @@ import argparse
 import sys
 
 
+def cmake_dir() -> str:
+    """The folder of the installed C++ package's CMake config (humming-config.cmake), for
+    ``find_package(humming)`` with ``-Dhumming_DIR=...`` or ``CMAKE_PREFIX_PATH``: the wheel ships
+    headers, libhumming and the config under ``humming_aot/cpp/``. FileNotFoundError where this
+    installation has none (built with HUMMING_INSTALL_CPP=OFF)."""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parent / "cpp"
+    for lib in ("lib", "lib64"):
+        d = root / lib / "cmake" / "humming"
+        if (d / "humming-config.cmake").is_file():
+            return str(d)
+    raise FileNotFoundError(
+        f"this installation of humming_aot has no C++ package under {root} (it was built with "
+        "HUMMING_INSTALL_CPP=OFF); rebuild without it, or install libhumming with cmake --install"
+    )
+
+
 def _info(args) -> int:
     import torch
 
@@ -89,7 +107,12 @@ def main(argv: list[str] | None = None) -> int:
 
         return bench.main(argv[1:])
     ap = argparse.ArgumentParser(prog="humming-aot", description="Quantized GEMM kernels, compiled ahead of time")
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    ap.add_argument(
+        "--cmake-dir",
+        action="store_true",
+        help="print the folder of the C++ package's CMake config (find_package(humming)) and exit",
+    )
+    sub = ap.add_subparsers(dest="cmd")
     # Listed here for --help only; main() hands `bench` and its arguments to humming_aot.bench above.
     sub.add_parser(
         "bench",
@@ -114,6 +137,15 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--max-shard-gb", type=float, default=4.0, help="largest output file, in GiB (default 4)")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
+    if args.cmake_dir:
+        try:
+            print(cmake_dir())
+        except FileNotFoundError as e:
+            print(f"humming-aot --cmake-dir: {e}", file=sys.stderr)
+            return 2
+        return 0
+    if args.cmd is None:
+        ap.error("give a command (info, demo, bench, convert) or --cmake-dir")
     from .formats import FormatError
 
     try:
