@@ -70,7 +70,7 @@ def _operand(inst, fmt) -> dict:
     (code - zero) * group scale to the operand type before the MMA (16-row tiles scale the fp32
     sums instead, which is exact and within the same bound). With float zero points code - z
     rounds as well, also with per-channel scales: two roundings."""
-    if inst.backend == "generic":
+    if inst.backend == "generic" or fmt.act.quantized:  # 8-bit activations: exact products, scales on sums
         return {}
     if fmt.weight.zero == "float":
         return {"operand_dtype": R.torch_dtype(fmt.act.type), "operand_roundings": 2}
