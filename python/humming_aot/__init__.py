@@ -52,6 +52,7 @@ _MODULES = (
     "convert",
     "loading",
     "packed_checkpoint",
+    "moe",
 )
 
 __all__ = [

@@ -1,0 +1,190 @@
+"""Mixture-of-experts routing helpers: top-k selection, alignment of token-to-expert assignments
+into per-expert blocks, and the permutations around the experts' GEMMs.
+
+Built from torch tensor operations with static output shapes and no host synchronization, so they
+run on the CPU and the GPU alike and can be captured in CUDA graphs (a graph captures the worst-case
+sizes; the real extents are device tensors). Deterministic: ties go to the lower expert id, and the
+assignments of one expert keep token order. Fused CUDA kernels for these are future work; the
+contract (shapes, dtypes, padding sentinel) is the one they will keep.
+
+Vocabulary: T tokens, E experts, ``top_k`` experts per token, A = T x top_k assignments numbered
+``t * top_k + j`` (token t's j-th choice).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+SCORINGS = ("softmax", "sigmoid")
+
+
+def topk_route(
+    logits: torch.Tensor,
+    top_k: int,
+    *,
+    scoring: str = "softmax",
+    renormalize: bool = True,
+    correction_bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each token's ``top_k`` experts from router logits [T, E].
+
+    ``scoring``: "softmax" over the experts (Mixtral, Qwen-MoE) or "sigmoid" per expert
+    (DeepSeek-V3); ``correction_bias`` [E] (DeepSeek's ``e_score_correction_bias``) is added to the
+    scores for the choice only, not to the weights. ``renormalize``: the chosen weights are divided
+    by their sum (``norm_topk_prob``). Returns (weights fp32 [T, top_k], expert ids int32
+    [T, top_k]), best first; equal scores go to the lower expert id.
+    """
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 2:
+        raise ValueError(f"router logits must be a 2-D tensor [tokens, experts], got {_describe(logits)}")
+    if not logits.is_floating_point():
+        raise TypeError(f"router logits must be floating point, got {logits.dtype}")
+    num_experts = logits.shape[1]
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= num_experts:
+        raise ValueError(f"top_k must be an integer from 1 to the number of experts ({num_experts}), got {top_k!r}")
+    if scoring not in SCORINGS:
+        raise ValueError(f"scoring must be one of {', '.join(SCORINGS)}, got {scoring!r}")
+    x = logits.float()
+    scores = torch.softmax(x, dim=-1) if scoring == "softmax" else torch.sigmoid(x)
+    choice = scores
+    if correction_bias is not None:
+        if correction_bias.shape != (num_experts,):
+            raise ValueError(
+                f"correction_bias must have shape ({num_experts},), one value per expert, got "
+                f"{tuple(correction_bias.shape)}"
+            )
+        choice = scores + correction_bias.to(device=scores.device, dtype=torch.float32)
+    # A stable descending sort keeps equal scores in expert order: the lower id first.
+    ids = torch.sort(choice, dim=-1, descending=True, stable=True).indices[:, :top_k]
+    weights = scores.gather(1, ids)
+    if renormalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
+    return weights, ids.to(torch.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Alignment:
+    """Assignments grouped by expert, each expert's rows padded to whole blocks of ``block_m``.
+
+    ``sorted_ids`` int32 [capacity]: the assignment (``t * top_k + j``) of each row of the
+    expert-sorted layout, ``num_assignments`` in padding rows; ``block_expert`` int32
+    [capacity // block_m]: the expert of each block (-1 for blocks past ``num_padded``);
+    ``num_padded`` int32 [1]: rows in use (a device tensor: no host synchronization);
+    ``positions`` int32 [A]: the row of each assignment (the inverse of ``sorted_ids``);
+    ``counts`` int32 [E]: assignments per expert; ``offsets`` int32 [E + 1]: each expert's first
+    row in the padded layout. ``capacity`` = A + E x (block_m - 1) rounded up to ``block_m``: the
+    most rows any routing can need, so shapes never depend on the routing.
+    """
+
+    sorted_ids: torch.Tensor
+    block_expert: torch.Tensor
+    num_padded: torch.Tensor
+    positions: torch.Tensor
+    counts: torch.Tensor
+    offsets: torch.Tensor
+    block_m: int
+    num_assignments: int
+    top_k: int
+
+    @property
+    def capacity(self) -> int:
+        return self.sorted_ids.shape[0]
+
+
+def moe_align(ids: torch.Tensor, num_experts: int, block_m: int) -> Alignment:
+    """Group the assignments ``ids`` [T, top_k] (expert ids, as ``topk_route`` gives) by expert
+    into blocks of ``block_m`` rows (the block M of the MoE GEMM instance that will run them).
+    Within an expert, assignments keep their order (token-major). See :class:`Alignment`."""
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
+        raise ValueError(f"expert ids must be a 2-D tensor [tokens, top_k], got {_describe(ids)}")
+    if ids.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"expert ids must be int32 or int64, got {ids.dtype}")
+    if isinstance(num_experts, bool) or not isinstance(num_experts, int) or not 1 <= num_experts <= 4096:
+        raise ValueError(f"num_experts must be an integer from 1 to 4096, got {num_experts!r}")
+    if isinstance(block_m, bool) or not isinstance(block_m, int) or block_m < 1:
+        raise ValueError(f"block_m must be a positive integer, got {block_m!r}")
+    dev = ids.device
+    top_k = ids.shape[1]
+    a = ids.numel()
+    flat = ids.reshape(-1).to(torch.int64)
+    # An out-of-range id would land in another expert's rows: refused. Reading the values costs a
+    # host synchronization on a GPU, so a call being captured into a CUDA graph skips the check
+    # (its eager warm-up call, which graph capture needs anyway, has made it).
+    capturing = dev.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    if a > 0 and dev.type != "meta" and not capturing:
+        lo, hi = int(flat.min()), int(flat.max())
+        if lo < 0 or hi >= num_experts:
+            raise ValueError(f"expert ids must lie in [0, {num_experts}), got values from {lo} to {hi}")
+    flat = flat.clamp(0, num_experts - 1)
+    counts = torch.zeros(num_experts, dtype=torch.int64, device=dev).scatter_add_(0, flat, torch.ones_like(flat))
+    padded = (counts + block_m - 1) // block_m * block_m
+    offsets = torch.zeros(num_experts + 1, dtype=torch.int64, device=dev)
+    offsets[1:] = torch.cumsum(padded, 0)
+    starts = torch.zeros(num_experts + 1, dtype=torch.int64, device=dev)
+    starts[1:] = torch.cumsum(counts, 0)
+    # Stable: the assignments of one expert in their order.
+    order = torch.sort(flat, stable=True).indices
+    sorted_experts = flat[order]
+    rank = torch.arange(a, device=dev) - starts[sorted_experts]
+    rows = offsets[sorted_experts] + rank
+    capacity = (a + num_experts * (block_m - 1) + block_m - 1) // block_m * block_m
+    sorted_ids = torch.full((capacity,), a, dtype=torch.int64, device=dev)
+    sorted_ids[rows] = order
+    positions = torch.empty(a, dtype=torch.int64, device=dev)
+    positions[order] = rows
+    # Each block's expert: the expert whose padded rows hold the block's first row.
+    block_start = torch.arange(0, capacity, block_m, device=dev)
+    block_expert = torch.searchsorted(offsets[1:], block_start, right=True)
+    block_expert = torch.where(block_start < offsets[-1], block_expert, torch.full_like(block_expert, -1))
+    i32 = torch.int32
+    return Alignment(
+        sorted_ids.to(i32),
+        block_expert.to(i32),
+        offsets[-1:].to(i32),
+        positions.to(i32),
+        counts.to(i32),
+        offsets.to(i32),
+        block_m,
+        a,
+        top_k,
+    )
+
+
+def permute(x: torch.Tensor, alignment: Alignment) -> torch.Tensor:
+    """The activations [T, H] in the expert-sorted layout [capacity, H]: row r holds the token of
+    assignment ``sorted_ids[r]``; padding rows are zeros."""
+    if x.dim() != 2 or x.shape[0] * alignment.top_k != alignment.num_assignments:
+        raise ValueError(
+            f"activations must be [tokens, hidden] with tokens x top_k = {alignment.num_assignments} "
+            f"assignments, got shape {tuple(x.shape)} (top_k {alignment.top_k})"
+        )
+    ids = alignment.sorted_ids.to(device=x.device, dtype=torch.int64)
+    valid = ids < alignment.num_assignments
+    tokens = torch.where(valid, ids // alignment.top_k, torch.zeros_like(ids))
+    return x.index_select(0, tokens) * valid.unsqueeze(1).to(x.dtype)
+
+
+def combine(y: torch.Tensor, alignment: Alignment, weights: torch.Tensor) -> torch.Tensor:
+    """The experts' outputs in the expert-sorted layout [capacity, H] back to tokens [T, H]: each
+    token's rows weighted by its routing weights [T, top_k] and summed in choice order (j = 0
+    first), in fp32, returned in y's dtype."""
+    t = alignment.num_assignments // max(alignment.top_k, 1)
+    if y.dim() != 2 or y.shape[0] != alignment.capacity:
+        raise ValueError(
+            f"expert outputs must be [{alignment.capacity}, hidden] (the alignment's rows), got {tuple(y.shape)}"
+        )
+    if weights.shape != (t, alignment.top_k):
+        raise ValueError(f"routing weights must be [{t}, {alignment.top_k}], got {tuple(weights.shape)}")
+    rows = y.index_select(0, alignment.positions.to(device=y.device, dtype=torch.int64)).float()
+    rows = rows.view(t, alignment.top_k, -1) * weights.to(device=y.device, dtype=torch.float32).unsqueeze(-1)
+    out = rows[:, 0]
+    for j in range(1, alignment.top_k):  # a fixed order: bitwise the same run to run
+        out = out + rows[:, j]
+    return out.to(y.dtype)
+
+
+def _describe(t) -> str:
+    if isinstance(t, torch.Tensor):
+        return f"shape {tuple(t.shape)}"
+    return type(t).__name__
