@@ -156,3 +156,33 @@ def test_tiny_llama_checkpoint_end_to_end(tmp_path):
         quant_error = (_tiny_llama()(ids).logits.float() - want).norm() / want.norm()  # the float model's
     # (Measured: 0.007 against a quantization error of 0.17.)
     assert rel < 2e-2 and rel < quant_error / 5, f"relative error {rel:.3g} (quantization error {quant_error:.3g})"
+
+
+def test_fused_qkv_keeps_each_parts_tensor_scale():
+    """q, k and v compressed by the library with FP8 per-tensor scales of their own (as a serving
+    stack that fuses them meets them): fused by convert.fuse, the weight is the three library
+    decompressions stacked, bit for bit (each part's tensor scale becomes its channels' scale)."""
+    from humming_aot.convert import fuse
+
+    args = QuantizationArgs(num_bits=8, type="float", symmetric=True, strategy="tensor")
+    scheme = QuantizationScheme(targets=["Linear"], weights=args)
+    comp = BaseCompressor.load_from_registry("float-quantized")
+    parts, theirs = [], []
+    for i, (n, mag) in enumerate(((128, 1.0), (64, 9.0), (64, 0.02))):
+        w = (torch.randn(n, 192, generator=torch.Generator().manual_seed(i)) * mag).to(torch.bfloat16)
+        scale, zp = calculate_qparams(*_observed(w, args), args)
+        stored = comp.compress({"weight": w, "weight_scale": scale.to(w.dtype), "weight_zero_point": zp}, scheme)
+        stored = {k: v for k, v in stored.items() if v is not None}
+        theirs.append(comp.decompress(dict(stored), scheme)["weight"])
+        prefix = f"model.layers.0.self_attn.{'qkv'[i]}_proj"
+        parts.append(
+            ct.convert_layer(
+                {f"{prefix}.{k}": v for k, v in stored.items()},
+                prefix,
+                {"weights": args.model_dump(), "format": "float-quantized"},
+            )
+        )
+    assert len({float(p.weight.scales[0, 0]) for p in parts}) == 3, "three different tensor scales"
+    fused = fuse(parts, "model.layers.0.self_attn.qkv_proj")
+    want = torch.cat(theirs, 0)
+    assert torch.equal(R.dequantize_weight(fused.weight).to(want.dtype), want)

@@ -20,15 +20,17 @@ prefix, config)`` (a state dict and the layer's name). Both return a ``Converted
 ``.weight`` is the ``QuantizedWeight``; ``.perm``, when not None, is the input permutation the
 caller must apply to the activations (``x.index_select(-1, perm)``), see ``ConvertedWeight``.
 A checkpoint the unified format cannot hold exactly raises ``ConversionError`` naming the layer,
-the field and the value.
+the field and the value. ``fuse(parts)`` stacks projections that share an input (q/k/v, gate/up)
+into one weight, each part keeping its own scales.
 """
 
-from ._common import ConversionError, ConvertedWeight
+from ._common import ConversionError, ConvertedWeight, fuse
 from . import awq, bitnet, compressed_tensors, compressed_tensors_fp, fp8_block, gpt_oss, gptq, modelopt
 
 __all__ = [
     "ConversionError",
     "ConvertedWeight",
+    "fuse",
     "gptq",
     "awq",
     "compressed_tensors",

@@ -15,7 +15,7 @@ import torch
 from .. import formats as F
 from ..reference import QuantizedWeight
 
-__all__ = ["ConversionError", "ConvertedWeight"]
+__all__ = ["ConversionError", "ConvertedWeight", "fuse"]
 
 
 class ConversionError(ValueError):
@@ -356,3 +356,59 @@ def block_structure(args: Any, layer: str) -> tuple[int, int]:
                 layer, "weights.block_structure", list(block), f"the unified format cannot represent it: {e}"
             ) from None
     return bn, bk
+
+
+# ---- fused projections ----------------------------------------------------------------------------
+
+
+def fuse(parts: Sequence[ConvertedWeight], layer: str = "") -> ConvertedWeight:
+    """One weight from the weights of projections that share their input (q, k and v; gate and
+    up), stacked along N in the given order, exactly: codes, scales and zero points are
+    concatenated, and each part keeps its own scales (per channel or per group, its own values).
+
+    The parts must have the same format and K, each N a multiple of the format's N group (so no
+    scale group straddles two parts), the same input permutation (or none), and the same global
+    scale where the format has one: a global scale is one number for the whole tensor, and folding
+    two different ones into the group scales would change them (NVFP4's e4m3 group scales cannot
+    absorb the ratio exactly), so that is a ``ConversionError`` naming both values.
+    """
+    parts = list(parts)
+    if not parts or not all(isinstance(p, ConvertedWeight) for p in parts):
+        raise TypeError("fuse takes a non-empty list of ConvertedWeight (one per projection)")
+    first = parts[0].weight
+    fmt, k = first.fmt, first.codes.shape[1]
+    group_n = first.group_shape()[0]
+    for i, p in enumerate(parts):
+        w = p.weight
+        if w.fmt != fmt:
+            raise ConversionError(layer, f"part {i} format", str(w.fmt), f"every part must have format {fmt}")
+        if w.codes.shape[1] != k:
+            raise ConversionError(layer, f"part {i} inputs", w.codes.shape[1], f"every part must have K = {k}")
+        if i < len(parts) - 1 and w.codes.shape[0] % group_n:
+            raise ConversionError(
+                layer,
+                f"part {i} outputs",
+                w.codes.shape[0],
+                f"must be a multiple of the format's N group ({group_n}) so that no scale block spans two parts",
+            )
+        if (p.perm is None) != (parts[0].perm is None) or (
+            p.perm is not None and not torch.equal(p.perm, parts[0].perm)
+        ):
+            raise ConversionError(layer, f"part {i} input permutation", p.perm, "every part must permute K alike")
+        if fmt.global_scale and not torch.equal(w.global_scale.float(), first.global_scale.float()):
+            raise ConversionError(
+                layer,
+                f"part {i} global scale",
+                w.global_scale,
+                f"differs from part 0's ({float(first.global_scale)}); a fused weight has one global scale, "
+                "and folding the ratio into the group scales would re-quantize them",
+            )
+    cat = lambda ts: None if ts[0] is None else torch.cat(ts, 0)  # noqa: E731
+    fused = QuantizedWeight(
+        fmt,
+        torch.cat([p.weight.codes for p in parts], 0),
+        cat([p.weight.scales for p in parts]),
+        cat([p.weight.zeros for p in parts]),
+        first.global_scale,
+    )
+    return ConvertedWeight(fused, parts[0].perm, "+".join(p.source for p in parts if p.source) or "fused")
