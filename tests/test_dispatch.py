@@ -493,3 +493,22 @@ def test_preferred_layout_needs_an_instance_for_the_shape(wfmt):
     assert dispatch._preferred_layout_for(g, 90, 132, "NVIDIA H200", None, None) == dispatch._preferred_layout_for(
         g, 90, 132, "NVIDIA H200", 4096, 4096
     )
+
+
+@pytest.mark.parametrize("cc,family", [(100, "sm100"), (120, "sm120"), (86, "sm80")])
+def test_uncovered_device_names_the_build_to_install(cc, family):
+    """On a device this build has no machine code for, the first op's error says which family's
+    build covers it (and how to make one); on a covered one, the choice succeeds."""
+    covered, why = registry.device_covered(cc)
+    fmt = "a-bf16_w-u4g128-sbf16_c-bf16"
+    if covered:
+        assert dispatch.choose_for(fmt, 4096, 4096, 1, cc=cc, sms=100)
+        return
+    assert f"the {family} family" in why and f"HUMMING_CUDA_ARCHS='{registry.FAMILY_ARCHS[family]}'" in why
+    with pytest.raises(dispatch.DispatchError, match=f"no compiled instance runs on sm_{cc}:.*{family} family"):
+        dispatch.choose_for(fmt, 4096, 4096, 1, cc=cc, sms=100)
+
+
+def test_device_of_no_family_is_named():
+    covered, why = registry.device_covered(75)
+    assert not covered and "sm_75 belongs to no family" in why

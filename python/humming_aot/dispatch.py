@@ -271,6 +271,9 @@ def _no_candidate_message(g, n, k, m, cc, rows) -> str:
     archs = ", ".join(f"sm_{a}" for a in info["archs"])
     same_fmt = [(i, w) for i, ok, w in rows if "does not compute" not in w]
     detail = "; ".join(f"{i.name}: {w}" for i, w in same_fmt[:5])
+    covered, why = registry.device_covered(cc)
+    if not covered:  # nothing of this build runs here at all: say what would
+        return f"no compiled instance runs on sm_{cc}: {why}"
     return (
         f"no compiled instance runs {g} with n={n}, k={k}, m={m} on sm_{cc}. This build ({info['profile']} "
         f"profile, {archs}) has {len(rows)} instances"

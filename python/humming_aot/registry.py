@@ -95,10 +95,30 @@ def workspace_bytes(name: str, fmt, layout: int, n: int, k: int, m: int) -> int:
     return int(C.workspace_bytes(name, str(fmt), int(layout), int(n), int(k), int(m)))
 
 
+# What a build for each architecture family compiles (HUMMING_CUDA_ARCHS): sm_80, sm_86 and sm_89
+# share one build (their code runs on every 8.x device), the others take their arch-specific targets.
+FAMILY_ARCHS = {"sm80": "80;86;89", "sm89": "80;86;89", "sm90": "90a", "sm100": "100a", "sm120": "120a"}
+
+
+def family_hint(cc: int) -> str:
+    """What to install for a device of compute capability ``cc`` that this build has no code for:
+    its architecture family and the build that covers it."""
+    from . import formats as F
+
+    try:
+        fam = F.arch_family(str(cc))
+    except F.FormatError:
+        return f"sm_{cc} belongs to no family humming-aot builds for ({', '.join(F.ARCH_FAMILIES)})"
+    return (
+        f"install humming-aot built for the {fam} family (from source: HUMMING_CUDA_ARCHS='{FAMILY_ARCHS[fam]}' "
+        "pip install --no-build-isolation .)"
+    )
+
+
 def device_covered(cc: int) -> tuple[bool, str]:
     """Whether this build has machine code for a device of compute capability ``cc``."""
     insts = instances()
     if any(runs_on(i.name, cc)[0] for i in insts):
         return True, f"this build has kernels for sm_{cc}"
     archs = ", ".join(f"sm_{a}" for a in build_info()["archs"])
-    return False, f"this build has kernels for {archs}; this device is sm_{cc}"
+    return False, f"this build has kernels for {archs}; this device is sm_{cc}: {family_hint(cc)}"
