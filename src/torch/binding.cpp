@@ -322,8 +322,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> pack_weight_impl(const at::Tensor
   const int bits = static_cast<int>(w.code.bits);
   if (bits < 8 && codes.numel() > 0) {
     const int64_t widest = codes.max().item<int64_t>();
-    HUMMING_CHECK_VALUE(widest < (int64_t(1) << bits), "codes of ", wfmt, " are ", bits, "-bit (0 to ", (1 << bits) - 1,
-                        "), got a code of ", widest);
+    HUMMING_CHECK_VALUE(widest < (int64_t(1) << bits), "code ", widest, " does not fit in the ", bits,
+                        " bits of weight format ", wfmt, "; codes are 0..", (1 << bits) - 1);
   }
   at::Tensor packed = at::empty({d.n_pad, d.words_per_row}, codes.options().dtype(at::kInt));
   at::Tensor out_scales = at::empty({0}, codes.options());
