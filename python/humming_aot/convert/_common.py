@@ -345,16 +345,20 @@ def block_structure(args: Any, layer: str) -> tuple[int, int]:
     block = config_value(args, "block_structure")
     if isinstance(block, str):
         block = [int(v) for v in block.lower().split("x")]
-    if not isinstance(block, Sequence) or len(block) != 2:
-        raise ConversionError(layer, "weights.block_structure", block, "expected [rows, cols]")
+    return block_pair(block, layer, "weights.block_structure", "[rows, cols]")
+
+
+def block_pair(block: Any, layer: str, field: str, spelled: str) -> tuple[int, int]:
+    """A checkpoint's block shape ``[outputs, inputs]`` (``spelled`` as its tool names the two) as
+    integers, each a power of two the unified format can hold; else a ConversionError on ``field``."""
+    if not isinstance(block, Sequence) or isinstance(block, str) or len(block) != 2:
+        raise ConversionError(layer, field, block, f"expected {spelled}")
     bn, bk = (int(v) for v in block)
-    for what, v in (("rows (outputs)", bn), ("cols (inputs)", bk)):
+    for what, v in (("outputs", bn), ("inputs", bk)):
         try:
-            F._check_pow2_group(v, f"the block {what}")
+            F._check_pow2_group(v, f"the block's {what}")
         except F.FormatError as e:
-            raise ConversionError(
-                layer, "weights.block_structure", list(block), f"the unified format cannot represent it: {e}"
-            ) from None
+            raise ConversionError(layer, field, list(block), f"the unified format cannot represent it: {e}") from None
     return bn, bk
 
 

@@ -21,16 +21,16 @@ Block sizes the unified format cannot hold (not powers of two from 8 to 4096) ar
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from .. import formats as F
 from ..reference import QuantizedWeight
 from ._common import (
     ConversionError,
     ConvertedWeight,
+    block_pair,
     config_value,
     fp8_codes,
     get_tensor,
@@ -43,17 +43,7 @@ __all__ = ["convert", "convert_layer"]
 
 
 def _block(block_size, layer: str) -> tuple[int, int]:
-    if not isinstance(block_size, Sequence) or isinstance(block_size, str) or len(block_size) != 2:
-        raise ConversionError(layer, "weight_block_size", block_size, "expected [block_n, block_k]")
-    bn, bk = (int(v) for v in block_size)
-    for what, v in (("N (outputs)", bn), ("K (inputs)", bk)):
-        try:
-            F._check_pow2_group(v, f"the block size along {what}")
-        except F.FormatError as e:
-            raise ConversionError(
-                layer, "weight_block_size", list(block_size), f"the unified format cannot represent it: {e}"
-            ) from None
-    return bn, bk
+    return block_pair(block_size, layer, "weight_block_size", "[block_n, block_k]")
 
 
 def convert(
