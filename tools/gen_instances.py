@@ -232,6 +232,15 @@ def _sm90_smem(stage_bytes: int, stages: int) -> int:
     return 1024 + stage_bytes * stages + stages * 16 + 16
 
 
+def _weight_only_instance(name, backend, matrix, archs, act, code, zero, targs, key) -> Instance:
+    """An instance of a weight-only tensor-core backend (kernel/<backend>_dense.cuh): scales and
+    output in the activation type."""
+    header = f"humming/kernel/{backend}_dense.cuh"
+    return Instance(
+        name, backend, matrix["scheduler"], archs, act, code, act, zero, act, matrix["layout"], header, targs, key
+    )
+
+
 def _sm80_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instance]:
     backend_archs, combos = _weight_only_combos(matrix, profile, archs)
     out = []
@@ -267,23 +276,7 @@ def _sm80_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
         key = _weight_only_key(
             act, code, zero, group, matrix["layout"], (t["bm"], bn, bk), t["stages"], 32 * wm * wn * wk, smem
         )
-        out.append(
-            Instance(
-                name,
-                "sm80",
-                matrix["scheduler"],
-                backend_archs,
-                act,
-                code,
-                act,
-                zero,
-                act,
-                matrix["layout"],
-                "humming/kernel/sm80_dense.cuh",
-                targs,
-                key,
-            )
-        )
+        out.append(_weight_only_instance(name, "sm80", matrix, backend_archs, act, code, zero, targs, key))
     return out
 
 
@@ -321,23 +314,7 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
         key = _weight_only_key(
             act, code, zero, group, matrix["layout"], (bm, bn, bk), stages, 128 * (1 + consumers), smem
         )
-        out.append(
-            Instance(
-                name,
-                "sm90",
-                matrix["scheduler"],
-                backend_archs,
-                act,
-                code,
-                act,
-                zero,
-                act,
-                matrix["layout"],
-                "humming/kernel/sm90_dense.cuh",
-                targs,
-                key,
-            )
-        )
+        out.append(_weight_only_instance(name, "sm90", matrix, backend_archs, act, code, zero, targs, key))
     return out
 
 
