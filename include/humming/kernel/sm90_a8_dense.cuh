@@ -306,14 +306,10 @@ template <HUMMING_SM90_A8_TARGS> Status can_implement_a8(const GemmArgs &args) {
                            " x " + std::to_string(GroupK) + " (g" + std::to_string(GroupK) + "n" +
                            std::to_string(GroupK) + ")");
   }
-  if (args.dims.k % 16 != 0)
-    return Status::Error("the sm90 W8A8 kernels need k to be a multiple of 16 (16-byte activation rows), got k=" +
-                         std::to_string(args.dims.k));
-  if (args.m > 1 && args.lda % 16 != 0)
-    return Status::Error("the sm90 W8A8 kernels need the activation row stride to be a multiple of 16 elements, got " +
-                         std::to_string(args.lda));
-  if (reinterpret_cast<uintptr_t>(args.a) % 16 != 0 || reinterpret_cast<uintptr_t>(args.codes) % 16 != 0)
-    return Status::Error("the sm90 W8A8 kernels need 16-byte aligned activations and codes");
+  const Status rows = check_activation_rows(args, 1, "the sm90 W8A8 kernels");
+  if (!rows) return rows;
+  if (reinterpret_cast<uintptr_t>(args.codes) % 16 != 0)
+    return Status::Error("the sm90 W8A8 kernels need 16-byte aligned codes");
   if (args.dims.words_per_row * 4 != args.dims.k_pad || args.dims.k_pad % 16 != 0)
     return Status::Error("the sm90 W8A8 kernels need the codes as rows of k_pad bytes (the generic layout of 8-bit "
                          "codes)");

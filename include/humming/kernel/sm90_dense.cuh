@@ -383,14 +383,8 @@ template <HUMMING_SM90_TARGS> Status can_implement(const GemmArgs &args) {
   if (args.dims.k_pad % (64 * KAtoms) != 0)
     return Status::Error("the sm90 backend needs the padded k to be a multiple of " + std::to_string(64 * KAtoms) +
                          ", got " + std::to_string(args.dims.k_pad));
-  if (args.dims.k % 8 != 0)
-    return Status::Error("the sm90 backend needs k to be a multiple of 8 (16-byte activation rows), got k=" +
-                         std::to_string(args.dims.k));
-  if (args.m > 1 && args.lda % 8 != 0)
-    return Status::Error("the sm90 backend needs the activation row stride to be a multiple of 8 elements, got " +
-                         std::to_string(args.lda));
-  if (reinterpret_cast<uintptr_t>(args.a) % 16 != 0)
-    return Status::Error("the sm90 backend needs 16-byte aligned activations");
+  const Status rows = check_activation_rows(args, 2, "the sm90 backend");
+  if (!rows) return rows;
   if (args.m > 0x7FFFFFFF - 256 || args.dims.k_pad > 0x7FFFFFFF)
     return Status::Error("the sm90 backend takes at most 2^31 - 257 rows and 2^31 inputs");
   return Status::Ok();

@@ -114,6 +114,22 @@ __global__ void __launch_bounds__(K::kThreads, 1) dense_kernel(const __grid_cons
 #endif
 }
 
+// What a TMA tensor map of the activations needs, as `what` (the kernels, for messages) says:
+// rows of whole 16-byte units (k and, with more than one row, the row stride; elements of
+// `elem_bytes`) and a 16-byte aligned start.
+inline Status check_activation_rows(const GemmArgs &args, int elem_bytes, const char *what) {
+  const int per16 = 16 / elem_bytes;
+  if (args.dims.k % per16 != 0)
+    return Status::Error(std::string(what) + " needs k to be a multiple of " + std::to_string(per16) +
+                         " (16-byte activation rows), got k=" + std::to_string(args.dims.k));
+  if (args.m > 1 && args.lda % per16 != 0)
+    return Status::Error(std::string(what) + " needs the activation row stride to be a multiple of " +
+                         std::to_string(per16) + " elements, got " + std::to_string(args.lda));
+  if (reinterpret_cast<uintptr_t>(args.a) % 16 != 0)
+    return Status::Error(std::string(what) + " needs 16-byte aligned activations");
+  return Status::Ok();
+}
+
 // Stream-K scratch a launch of K with these arguments needs.
 template <class K> size_t workspace_of(const GemmArgs &args) {
   return streamk_workspace_bytes(K::plan(args), K::kTileM, K::BN);
