@@ -345,12 +345,8 @@ struct Dense {
   // This lane's packed words of the 16 x 64 block at stage input kk, warp column wn.
   static __device__ __forceinline__ void load_words(const char *sb, int wn, int kk, int lane,
                                                     uint32_t (&words)[kWordsPerLane]) {
-    const char *blk = sb + ((wn * (BK / 16) + kk / 16) * kWordsPerBlock + lane * kWordsPerLane) * 4;
-#pragma unroll
-    for (int v = 0; v < kWordsPerLane / 4; ++v) {
-      const uint4 q = *reinterpret_cast<const uint4 *>(blk + 16 * v);
-      words[4 * v] = q.x, words[4 * v + 1] = q.y, words[4 * v + 2] = q.z, words[4 * v + 3] = q.w;
-    }
+    layout_sm80::load_lane_words<kWordsPerLane>(sb, (wn * (BK / 16) + kk / 16) * kWordsPerBlock + lane * kWordsPerLane,
+                                                words);
   }
 
   // B fragments of one K step: bf[j] for channels j * 8 + lane / 4. With kFold the operands keep
@@ -365,16 +361,7 @@ struct Dense {
       constexpr int kP = kPairsPerWord;
       uint32_t v;
       if constexpr (kBits == 4) {
-        const int q = pr % kP;
-        uint32_t b;
-        if (q == 0)
-          b = numeric::u4_pair_biased<kBf16, 0>(w);
-        else if (q == 1)
-          b = numeric::u4_pair_biased<kBf16, 1>(w);
-        else if (q == 2)
-          b = numeric::u4_pair_biased<kBf16, 2>(w);
-        else
-          b = numeric::u4_pair_biased<kBf16, 3>(w);
+        const uint32_t b = numeric::u4_pair_biased_at<kBf16>(w, pr % kP);
         v = kFold ? b : numeric::Operand<kBf16>::sub(b, kFloatZero ? numeric::Operand<kBf16>::kMagic : bias[j]);
       } else if constexpr (kFloatCode) {
         v = pr % kP == 0 ? numeric::e4m3_pair<kBf16, 0>(w) : numeric::e4m3_pair<kBf16, 1>(w);

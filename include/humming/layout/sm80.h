@@ -29,6 +29,20 @@ HUMMING_HD constexpr int words_per_lane(int bits) { return bits; } // 32 codes o
 HUMMING_HD constexpr int words_per_block(int bits) { return 32 * words_per_lane(bits); }
 HUMMING_HD constexpr int pairs_per_word(int bits) { return 16 / bits; }
 
+#if defined(__CUDACC__)
+// A lane's `Bits` words of a block from shared memory, `first` its first word's index from `base`
+// (block * words_per_block + lane * words_per_lane): they are consecutive, one 16-byte load per 4
+// bits of code width.
+template <int Bits> __device__ __forceinline__ void load_lane_words(const char *base, int first, uint32_t (&w)[Bits]) {
+  const char *mine = base + first * 4;
+#pragma unroll
+  for (int v = 0; v < Bits / 4; ++v) {
+    const uint4 q = *reinterpret_cast<const uint4 *>(mine + 16 * v);
+    w[4 * v] = q.x, w[4 * v + 1] = q.y, w[4 * v + 2] = q.z, w[4 * v + 3] = q.w;
+  }
+}
+#endif
+
 struct Position {
   int64_t word; // uint32 index into the packed codes
   int bit;      // bit offset of the code inside that word

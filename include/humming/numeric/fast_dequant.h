@@ -154,6 +154,15 @@ __device__ __forceinline__ uint32_t exact_pair(uint32_t word, uint32_t bias, flo
   }
 }
 
+// u4_pair_biased for slot q (0..3) of a word chosen at run time, unrolled into one of the four
+// compile-time shifts.
+template <bool IsBf16> __device__ __forceinline__ uint32_t u4_pair_biased_at(uint32_t word, int q) {
+  if (q == 0) return u4_pair_biased<IsBf16, 0>(word);
+  if (q == 1) return u4_pair_biased<IsBf16, 1>(word);
+  if (q == 2) return u4_pair_biased<IsBf16, 2>(word);
+  return u4_pair_biased<IsBf16, 3>(word);
+}
+
 // Register pair `pair` of a thread's fragments (numbered as the packed layouts number them) from
 // its words of codes: pair P sits in word P / pairs_per_word at slot P % pairs_per_word, which
 // picks the shift (exact_pair's P) at compile time once the loop over pairs is unrolled.
