@@ -203,7 +203,7 @@ struct Dense {
     const int t = static_cast<int>(threadIdx.x);
     const int r0 = t / kRowChunks, c = t % kRowChunks;
     // r0 < kRowsPerPass, so row r0 + j * kRowsPerPass swizzles with (r0 & 7) ^ ((j * kRowsPerPass) & 7).
-    const uint32_t a_dst = static_cast<uint32_t>(r0 * BK * 2 + ((c ^ (r0 & 7)) * 16));
+    const uint32_t a_dst = static_cast<uint32_t>(a_offset(r0, c));
     const int a_pass = static_cast<int>(p.args.lda * 2 * kRowsPerPass);
     const char *asrc = tc.a + kt * (BK * 2);
 #pragma unroll
@@ -284,8 +284,7 @@ struct Dense {
       for (int j = 0; j < (BM + kRowsPerPass - 1) / kRowsPerPass; ++j) {
         const int r = r0 + j * kRowsPerPass;
         if (j < tc.a_rows)
-          cp_async16<128>(stage + r * BK * 2 + ((c ^ (r & 7)) * 16), a_k ? asrc + j * kRowsPerPass * row_bytes : asrc,
-                          a_k);
+          cp_async16<128>(stage + a_offset(r, c), a_k ? asrc + j * kRowsPerPass * row_bytes : asrc, a_k);
       }
 #pragma unroll
       for (int j = 0; j < WarpsN * kPasses; ++j) {
@@ -302,7 +301,7 @@ struct Dense {
         const int r = i / kRowChunks, c = i % kRowChunks;
         if (r >= rows) return;
         const bool ok = c * 8 < k_left;
-        cp_async16<128>(stage + r * BK * 2 + ((c ^ (r & 7)) * 16), ok ? base + r * row_bytes + c * 16 : base, ok);
+        cp_async16<128>(stage + a_offset(r, c), ok ? base + r * row_bytes + c * 16 : base, ok);
       });
       const char *wbase = reinterpret_cast<const char *>(a.codes) + ((n0 / 64) * p.k_blocks + kb0) * kWordsPerBlock * 4;
       const int col_bytes = static_cast<int>(p.k_blocks * kWordsPerBlock * 4);
@@ -340,6 +339,13 @@ struct Dense {
         });
       }
     }
+  }
+
+  // Byte offset of 16-byte chunk `chunk` of activation row `row` in a stage: rows of BK inputs,
+  // chunks XOR-swizzled with the row's low three bits, so that ldmatrix's eight rows of one chunk
+  // fall in eight different banks (cp.async writes and ldmatrix reads go through this alike).
+  static __device__ __forceinline__ int a_offset(int row, int chunk) {
+    return row * BK * 2 + ((chunk ^ (row & 7)) * 16);
   }
 
   // This lane's packed words of the 16 x 64 block at stage input kk, warp column wn.
@@ -380,7 +386,7 @@ struct Dense {
   static __device__ __forceinline__ void load_a(const char *sa, int row0, int kk, int lane, uint32_t (&af)[4]) {
     const int row = row0 + (lane % 8) + ((lane / 8) % 2) * 8;
     const int chunk = kk / 8 + lane / 16;
-    ldmatrix_x4(af, sa + row * BK * 2 + ((chunk ^ (row & 7)) * 16));
+    ldmatrix_x4(af, sa + a_offset(row, chunk));
   }
 
   // Group zero points of this lane's 8 fragment columns from scale row `row` of the stage.
@@ -514,7 +520,7 @@ struct Dense {
   static __device__ __forceinline__ void load_act_narrow(const char *sa, int kk, int lane, uint32_t (&r)[4]) {
     const int row = lane % 8;
     const int chunk = kk / 8 + lane / 8;
-    ldmatrix_x4(r, sa + row * BK * 2 + ((chunk ^ row) * 16));
+    ldmatrix_x4(r, sa + a_offset(row, chunk)); // (row < 8: its low bits are itself)
   }
 
   // mma of the 16 channels J * 16 ... J * 16 + 15 (two dequant fragments) against 8 tokens.
