@@ -3,8 +3,10 @@
 # INT8) and of preloading. One dev+experimental build, then
 #   1. the GPU tests of every 8-bit activation instance and the W8A8 layer test (a8.log),
 #   2. the rest of the GPU tests with the same build (gpu.log; TESTS_ALL=0 skips them),
-#   3. scripts/first_call.py (first calls with and without preloading),
-#   4. the W8A8 benchmark against cuBLASLt FP8 on the headline shapes (bench/, BENCH_BUDGET_S).
+#   3. scripts/first_call.py (first calls with and without preloading; FIRST_CALL=0 skips it),
+#   4. scripts/bench_quantize_act.py (quantize_act.json),
+#   5. the W8A8 benchmark against cuBLASLt FP8 on the headline shapes (bench/, BENCH_BUDGET_S),
+#      with and without the activation quantization in the timed call.
 # Everything comes back as summary.txt and logs.tgz under $OUT. Usage: bash scripts/gpu_experimental.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,20 +24,24 @@ grep -E "Compiling entry function|registers|spill" "$W/build.log" | sed 's/^ *//
 if [ $rc -ne 0 ]; then tail -40 "$W/build.log" | tee -a "$FINAL/summary.txt"; tar czf "$FINAL/logs.tgz" -C "$W" .; exit $rc; fi
 humming-aot info >> "$FINAL/summary.txt"
 timeout 240 python3 -m pytest -q tests/test_gpu.py tests/test_gpu_usage.py -p no:cacheprovider -rs \
-  -k "a-e4m3 or a-e5m2 or a-i8 or w8a8 or kernels_loaded" > "$W/a8.log" 2>&1
+  -k "a-e4m3 or a-e5m2 or a-i8 or w8a8 or kernels_loaded or quantize_act" > "$W/a8.log" 2>&1
 say "a8 tests rc=$? after $(( $(date +%s) - start )) s: $(tail -1 "$W/a8.log")"
 grep -E "^(FAILED|ERROR)" "$W/a8.log" | head -20 | tee -a "$FINAL/summary.txt"
 if [ "${TESTS_ALL:-1}" != "0" ]; then
-  timeout 300 python3 -m pytest -q tests -p no:cacheprovider -rs -k "not (a-e4m3 or a-e5m2 or a-i8 or w8a8)" \
+  timeout 300 python3 -m pytest -q tests -p no:cacheprovider -rs -k "not (a-e4m3 or a-e5m2 or a-i8 or w8a8 or quantize_act)" \
     > "$W/gpu.log" 2>&1
   say "other tests rc=$? after $(( $(date +%s) - start )) s: $(tail -1 "$W/gpu.log")"
   grep -E "^(FAILED|ERROR)" "$W/gpu.log" | head -20 | tee -a "$FINAL/summary.txt"
 fi
-timeout 120 python3 scripts/first_call.py > "$W/first_call.txt" 2>&1
-cat "$W/first_call.txt" >> "$FINAL/summary.txt"
+if [ "${FIRST_CALL:-1}" != "0" ]; then
+  timeout 120 python3 scripts/first_call.py > "$W/first_call.txt" 2>&1
+  cat "$W/first_call.txt" >> "$FINAL/summary.txt"
+fi
+timeout 120 python3 scripts/bench_quantize_act.py --out "$FINAL/quantize_act.json" > "$W/quantize_act.txt" 2>&1
+say "quantize_act bench rc=$? after $(( $(date +%s) - start )) s"
 OUT="$W/bench" timeout "$(( ${BENCH_BUDGET_S:-150} + 60 ))" bash scripts/gpu_bench.sh --time-budget-s "${BENCH_BUDGET_S:-150}" \
   --iters 10 --formats e4m3gc-sf32:e4m3-pt,e4m3g128n128-sf32:e4m3-g128,i8gc-sf32:i8-pt \
-  --impls humming-aot,cublaslt-fp8,cublas-bf16 --name "${NAME:-h200-w8a8}" > "$W/bench.out" 2>&1
+  --impls humming-aot,humming-aot-gemm,cublaslt-fp8,cublas-bf16 --name "${NAME:-h200-w8a8}" > "$W/bench.out" 2>&1
 say "bench rc=$? after $(( $(date +%s) - start )) s"
 grep -E "^\| " "$W/bench/${NAME:-h200-w8a8}.md" 2>/dev/null | head -40 >> "$FINAL/summary.txt"
 cp "$W"/bench/*.json "$W"/bench/*.md "$FINAL"/ 2>/dev/null

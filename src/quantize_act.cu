@@ -1,8 +1,24 @@
-// Activation quantization on the GPU: one block per (token, K group); the block reduces amax, then
-// every thread encodes its share with the shared arithmetic of numeric/act_quant.h.
+// Activation quantization on the GPU, with the arithmetic of numeric/act_quant.h (scale = amax /
+// max, code = encode(x / scale) after the clip), so the codes and scales match the CPU reference
+// bit for bit.
+//
+// Rows of whole 16-byte units (k a multiple of 8, 16-byte aligned rows) take the vector kernels,
+// which read eight inputs per thread and access, have the input and code types as template
+// parameters and convert with the GPU's own float-to-FP8 instruction (round to nearest even, as
+// encode()):
+// * per token: one block per row, sized to the row, finds the amax in one pass and encodes in a
+//   second (the row is in L1 by then);
+// * per K group of 8 to 256 inputs: each thread holds one vector, and the group's amax is a
+//   shuffle across the group's lanes, so every input is read once.
+// Everything else (other group sizes, odd k, unaligned rows) takes the scalar kernel: one block
+// per (token, group), any DType at run time.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <string>
+#include <type_traits>
 
 #include "humming/humming.h"
 #include "humming/numeric/act_quant.h"
@@ -10,26 +26,174 @@
 namespace humming {
 namespace {
 
-constexpr int kThreads = 128;
+constexpr int kScalarThreads = 128;
+constexpr int kGroupThreads = 256;
+constexpr int kMaxRowsPerLaunch = 65535; // grid.y; larger batches loop over rows
 
-__global__ void quantize_act_kernel(ActFormat fmt, DType x_t, const void *x, int64_t k, int64_t ldx, int64_t group,
-                                    int64_t cols, uint8_t *codes, float *scales) {
-  const int64_t r = blockIdx.y, g = blockIdx.x;
+__global__ void quantize_act_scalar(ActFormat fmt, DType x_t, const void *x, int64_t m, int64_t k, int64_t ldx,
+                                    int64_t group, int64_t cols, uint8_t *codes, float *scales) {
+  const int64_t g = blockIdx.x;
   const int64_t begin = g * group, end = min(k, begin + group);
-  const void *row = static_cast<const uint8_t *>(x) + r * ldx * x_t.storage_bytes();
-  float amax = 0.0f;
-  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) amax = fmaxf(amax, fabsf(load_element(x_t, row, i)));
-  __shared__ float partial[kThreads];
-  partial[threadIdx.x] = amax;
-  __syncthreads();
-  for (int s = kThreads / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) partial[threadIdx.x] = fmaxf(partial[threadIdx.x], partial[threadIdx.x + s]);
+  __shared__ float partial[kScalarThreads];
+  for (int64_t r = blockIdx.y; r < m; r += gridDim.y) {
+    const void *row = static_cast<const uint8_t *>(x) + r * ldx * x_t.storage_bytes();
+    float amax = 0.0f;
+    for (int64_t i = begin + threadIdx.x; i < end; i += kScalarThreads)
+      amax = fmaxf(amax, fabsf(load_element(x_t, row, i)));
+    partial[threadIdx.x] = amax;
     __syncthreads();
+    for (int s = kScalarThreads / 2; s > 0; s >>= 1) {
+      if (threadIdx.x < s) partial[threadIdx.x] = fmaxf(partial[threadIdx.x], partial[threadIdx.x + s]);
+      __syncthreads();
+    }
+    const float scale = act_scale_from_amax(fmt.type, partial[0]);
+    __syncthreads(); // partial[0] is read by every thread before the next row overwrites it
+    if (threadIdx.x == 0) scales[r * cols + g] = scale;
+    for (int64_t i = begin + threadIdx.x; i < end; i += kScalarThreads)
+      quantize_act_slice(fmt.type, x_t, row, i, i + 1, scale, codes + r * k);
   }
-  const float scale = act_scale_from_amax(fmt.type, partial[0]);
-  if (threadIdx.x == 0) scales[r * cols + g] = scale;
-  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads)
-    quantize_act_slice(fmt.type, x_t, row, i, i + 1, scale, codes + r * k);
+}
+
+// Eight inputs of type X (float, __half or __nv_bfloat16) from 16-byte aligned `p`, as floats.
+template <class X> __device__ __forceinline__ void load8(const X *p, float (&v)[8]) {
+  if constexpr (std::is_same_v<X, float>) {
+    const float4 a = reinterpret_cast<const float4 *>(p)[0], b = reinterpret_cast<const float4 *>(p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else {
+    const uint4 u = *reinterpret_cast<const uint4 *>(p);
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      // The low half is the element at the lower address; both conversions to fp32 are exact.
+      const uint16_t lo = static_cast<uint16_t>(w[i] & 0xFFFFu), hi = static_cast<uint16_t>(w[i] >> 16);
+      if constexpr (std::is_same_v<X, __half>) {
+        v[2 * i] = __half2float(__ushort_as_half(lo));
+        v[2 * i + 1] = __half2float(__ushort_as_half(hi));
+      } else {
+        v[2 * i] = __bfloat162float(__ushort_as_bfloat16(lo));
+        v[2 * i + 1] = __bfloat162float(__ushort_as_bfloat16(hi));
+      }
+    }
+  }
+}
+
+// The code of q for activation type ActId, q already clipped to the type's range (so saturation
+// never applies): RNE like encode(); the FP8 conversion is one instruction from sm_89 on.
+template <uint32_t ActId> __device__ __forceinline__ uint32_t encode_clipped(float q) {
+  if constexpr (ActId == dtypes::i8.id())
+    return static_cast<uint32_t>(__float2int_rn(q)) & 0xFFu;
+  else
+    return __nv_cvt_float_to_fp8(q, __NV_SATFINITE, ActId == dtypes::e4m3.id() ? __NV_E4M3 : __NV_E5M2);
+}
+
+// Encodes v (eight inputs) with `scale` into eight codes at 8-byte aligned `out`.
+template <uint32_t ActId> __device__ __forceinline__ void encode8(const float (&v)[8], float scale, uint8_t *out) {
+  constexpr DType t = DType::from_id(ActId);
+  const float lim = act_type_max(t), lo = -lim - (t.kind == kInt ? 1.0f : 0.0f);
+  uint32_t word[2] = {0u, 0u};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float q = fminf(fmaxf(v[i] / scale, lo), lim);
+    word[i / 4] |= encode_clipped<ActId>(q) << (8 * (i % 4));
+  }
+  *reinterpret_cast<uint2 *>(out) = make_uint2(word[0], word[1]);
+}
+
+// Per token: block r encodes row r, blockDim.x threads (a multiple of 32) each taking every
+// blockDim.x-th vector of eight.
+template <class X, uint32_t ActId>
+__global__ void quantize_act_rows(const X *x, int64_t k, int64_t ldx, uint8_t *codes, float *scales) {
+  const int64_t r = blockIdx.x;
+  const X *row = x + r * ldx;
+  const int64_t vecs = k / 8;
+  float amax = 0.0f;
+  for (int64_t i = threadIdx.x; i < vecs; i += blockDim.x) {
+    float v[8];
+    load8(row + 8 * i, v);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[e]));
+  }
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, s));
+  __shared__ float warp_max[32];
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
+  __syncthreads();
+  amax = 0.0f;
+  for (unsigned w = 0; w < blockDim.x / 32; ++w) amax = fmaxf(amax, warp_max[w]);
+  const float scale = act_scale_from_amax(DType::from_id(ActId), amax);
+  if (threadIdx.x == 0) scales[r] = scale;
+  for (int64_t i = threadIdx.x; i < vecs; i += blockDim.x) {
+    float v[8];
+    load8(row + 8 * i, v);
+    encode8<ActId>(v, scale, codes + r * k + 8 * i);
+  }
+}
+
+// Per K group of `group` inputs (8 to 256, a power of two): thread i of block (c, y) holds vector
+// c * kGroupThreads + i of its row, and the group's group / 8 lanes find its amax by shuffles.
+template <class X, uint32_t ActId>
+__global__ void quantize_act_groups(const X *x, int64_t m, int64_t k, int64_t ldx, int group, int64_t cols,
+                                    uint8_t *codes, float *scales) {
+  const int64_t vec = static_cast<int64_t>(blockIdx.x) * kGroupThreads + threadIdx.x;
+  const bool in = vec < k / 8;
+  const int lanes = group / 8; // a power of two that divides 32
+  for (int64_t r = blockIdx.y; r < m; r += gridDim.y) {
+    float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    if (in) load8(x + r * ldx + 8 * vec, v);
+    float amax = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[e]));
+    for (int s = lanes / 2; s > 0; s >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, s));
+    const float scale = act_scale_from_amax(DType::from_id(ActId), amax);
+    if (!in) continue;
+    if (vec % lanes == 0) scales[r * cols + vec / lanes] = scale;
+    encode8<ActId>(v, scale, codes + r * k + 8 * vec);
+  }
+}
+
+// Threads for one row of `vecs` vectors: about four vectors each, whole warps, 64 to 1024.
+unsigned row_threads(int64_t vecs) {
+  const int64_t want = (vecs / 4 + 31) / 32 * 32;
+  return static_cast<unsigned>(want < 64 ? 64 : (want > 1024 ? 1024 : want));
+}
+
+template <class X, uint32_t ActId>
+void launch_vector(const ActFormat &fmt, const void *x, int64_t m, int64_t k, int64_t ldx, uint8_t *codes,
+                   float *scales, cudaStream_t stream) {
+  const X *xp = static_cast<const X *>(x);
+  if (fmt.granularity == ActScale::kToken) {
+    // Rows go on grid.x (up to 2^31 - 1 of them).
+    quantize_act_rows<X, ActId><<<static_cast<unsigned>(m), row_threads(k / 8), 0, stream>>>(xp, k, ldx, codes, scales);
+  } else {
+    const int64_t cols = (k + fmt.group_k - 1) / fmt.group_k;
+    const dim3 grid(static_cast<unsigned>((k / 8 + kGroupThreads - 1) / kGroupThreads),
+                    static_cast<unsigned>(m < kMaxRowsPerLaunch ? m : kMaxRowsPerLaunch));
+    quantize_act_groups<X, ActId>
+        <<<grid, kGroupThreads, 0, stream>>>(xp, m, k, ldx, static_cast<int>(fmt.group_k), cols, codes, scales);
+  }
+}
+
+template <class X>
+void launch_vector_for_act(const ActFormat &fmt, const void *x, int64_t m, int64_t k, int64_t ldx, uint8_t *codes,
+                           float *scales, cudaStream_t stream) {
+  if (fmt.type == dtypes::e4m3)
+    launch_vector<X, dtypes::e4m3.id()>(fmt, x, m, k, ldx, codes, scales, stream);
+  else if (fmt.type == dtypes::e5m2)
+    launch_vector<X, dtypes::e5m2.id()>(fmt, x, m, k, ldx, codes, scales, stream);
+  else
+    launch_vector<X, dtypes::i8.id()>(fmt, x, m, k, ldx, codes, scales, stream);
+}
+
+// Whether the vector kernels take this call: a code type they encode, rows of whole 16-byte units
+// (k a multiple of 8, aligned start and stride), and for groups a size of 8 to 256 inputs that
+// is a power of two.
+bool vector_path(const ActFormat &fmt, DType x_type, const void *x, int64_t k, int64_t ldx) {
+  const bool type = fmt.type == dtypes::e4m3 || fmt.type == dtypes::e5m2 || fmt.type == dtypes::i8;
+  const int64_t bytes = x_type.storage_bytes();
+  const bool rows = k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && (ldx * bytes) % 16 == 0;
+  const int64_t g = fmt.group_k;
+  const bool groups = fmt.granularity == ActScale::kToken || (g >= 8 && g <= 256 && (g & (g - 1)) == 0);
+  return type && rows && groups;
 }
 
 } // namespace
@@ -42,14 +206,26 @@ Status quantize_act_cuda(const ActFormat &fmt, DType x_type, const void *x, int6
   if (!(x_type == dtypes::f32 || x_type == dtypes::f16 || x_type == dtypes::bf16))
     return Status::Error("activations to quantize must be f32, f16 or bf16, not " + to_string(x_type));
   if (m < 0 || k <= 0 || ldx < k) return Status::Error("activation extents must be m >= 0, k > 0 and ldx >= k");
-  if (m > 65535)
-    return Status::Error("quantize_act on the GPU takes at most 65535 rows at once, got " + std::to_string(m));
+  if (m > 0x7FFFFFFF)
+    return Status::Error("quantize_act takes at most 2^31 - 1 rows at once, got " + std::to_string(m));
   if (m == 0) return Status::Ok();
-  const int64_t group = act_group_extent(fmt, k);
-  const int64_t cols = (k + group - 1) / group;
-  quantize_act_kernel<<<dim3(static_cast<unsigned>(cols), static_cast<unsigned>(m)), kThreads, 0,
-                        static_cast<cudaStream_t>(stream)>>>(fmt, x_type, x, k, ldx, group, cols,
-                                                             static_cast<uint8_t *>(codes), scales);
+  auto *out = static_cast<uint8_t *>(codes);
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (vector_path(fmt, x_type, x, k, ldx)) {
+    if (x_type == dtypes::f32)
+      launch_vector_for_act<float>(fmt, x, m, k, ldx, out, scales, s);
+    else if (x_type == dtypes::f16)
+      launch_vector_for_act<__half>(fmt, x, m, k, ldx, out, scales, s);
+    else
+      launch_vector_for_act<__nv_bfloat16>(fmt, x, m, k, ldx, out, scales, s);
+  } else {
+    const int64_t group = act_group_extent(fmt, k);
+    const int64_t cols = (k + group - 1) / group;
+    if (cols > 0x7FFFFFFF)
+      return Status::Error("quantize_act takes at most 2^31 - 1 groups per row, got " + std::to_string(cols));
+    const dim3 grid(static_cast<unsigned>(cols), static_cast<unsigned>(m < kMaxRowsPerLaunch ? m : kMaxRowsPerLaunch));
+    quantize_act_scalar<<<grid, kScalarThreads, 0, s>>>(fmt, x_type, x, m, k, ldx, group, cols, out, scales);
+  }
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
     return Status::Error(std::string("quantize_act kernel failed to launch: ") + cudaGetErrorString(e));

@@ -341,14 +341,29 @@ def test_gpu_pack_equals_cpu_pack(fmt):
     assert torch.equal(back.codes.cpu(), q.codes)
 
 
-@pytest.mark.parametrize("act", ["e4m3-pt", "e4m3-g128", "e5m2-pt", "i8-pt"])
-def test_gpu_quantize_act_equals_cpu(act):
-    x = torch.randn(37, 1000) * 5
-    for dt in (torch.bfloat16, torch.float32):
-        c_cpu, s_cpu = ha.quantize_act(x.to(dt), act)
-        c_gpu, s_gpu = ha.quantize_act(x.to(dt).cuda(), act)
-        assert torch.equal(s_gpu.cpu(), s_cpu)
-        assert torch.equal(c_gpu.cpu().view(torch.uint8), c_cpu.view(torch.uint8))
+# (rows, k, stride): the vector kernels' rows of whole 16-byte units, one long decode row, a row
+# stride wider than k, and k = 1000 - 4 (not a multiple of 8: the scalar kernel).
+QUANT_SHAPES = [(37, 1000, 1000), (1, 28672, 28672), (5, 512, 640), (3, 996, 996)]
+
+
+@pytest.mark.parametrize(
+    "act", ["e4m3-pt", "e4m3-g128", "e4m3-g32", "e4m3-g8", "e5m2-pt", "e5m2-g64", "i8-pt", "i8-g16"]
+)
+@pytest.mark.parametrize("shape", QUANT_SHAPES, ids=[f"{m}x{k}s{ld}" for m, k, ld in QUANT_SHAPES])
+def test_gpu_quantize_act_equals_cpu(act, shape):
+    """Bit for bit against the CPU path, which the reference's rule defines, for every input type,
+    with groups cut by the row's end, and with values spread from subnormal codes to the clip."""
+    m, k, ld = shape
+    g = torch.Generator().manual_seed(k + m)
+    x = torch.randn(m, ld, generator=g) * torch.exp2(torch.randint(-12, 12, (m, ld), generator=g).float())
+    x[:, :16] = 0.0  # an all-zero group (scale 1)
+    x[0, 40] = -0.0
+    for dt in (torch.bfloat16, torch.float16, torch.float32):
+        xs = x.to(dt)
+        c_cpu, s_cpu = ha.quantize_act(xs[:, :k].contiguous(), act)
+        c_gpu, s_gpu = ha.quantize_act(xs.cuda()[:, :k], act)  # row stride ld on the GPU
+        assert torch.equal(s_gpu.cpu(), s_cpu), f"{act} {dt} scales"
+        assert torch.equal(c_gpu.cpu().view(torch.uint8), c_cpu.view(torch.uint8)), f"{act} {dt} codes"
 
 
 def test_quant_linear_dispatch_and_explain():

@@ -328,7 +328,9 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
         t = matrix["tiles"][tile_name]
         bm, consumers, stages = t["bm"], t["consumers"], t["stages"]
         bn, bk = 64 * consumers, 128
-        if group and (scale != "f32" or bm > 128 or act == "i8"):  # what the kernel's block path takes
+        if group and (scale != "f32" or act == "i8"):  # what the kernel's block path takes
+            continue
+        if act != "i8" and bm > 128:  # 8-bit floats keep each stage's sums apart: at most 128 tokens
             continue
         if (act == "i8") != (code == "i8"):  # integer WGMMA takes integers on both sides
             continue

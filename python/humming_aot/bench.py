@@ -77,7 +77,7 @@ JIT_CONFIGS = {
     "w4a16": {"dtype": "uint4", "group_size": 128},
     "w8a16": {"dtype": "uint8", "group_size": 0},
 }
-IMPLS = ("humming-aot", "cublas-bf16", "torch-int4", "cublaslt-fp8", "humming-jit")
+IMPLS = ("humming-aot", "humming-aot-gemm", "cublas-bf16", "torch-int4", "cublaslt-fp8", "humming-jit")
 INT4_GROUP = 128
 INT4_INNER_K_TILES = 8  # what torchao uses; needs K % 128 == 0
 FP8_M_MULTIPLE = 16  # _scaled_mm wants every dimension a multiple of 16
@@ -107,7 +107,8 @@ METHOD = {
     "output channel, humming-kernels by HummingLayer.load_from_unquantized",
     "activations": "randn bf16 [m, k]; FP8 rows quantize them per token (e4m3, fp32 scales) before timing, "
     "so only torch._scaled_mm is timed; humming-aot formats with quantized activations "
-    "quantize inside the timed call (QuantLinear.forward)",
+    "quantize inside the timed call (QuantLinear.forward), humming-aot-gemm rows (those formats only) "
+    "quantize before timing, as the FP8 rows do, so only the GEMM is timed",
     "rel_err": "||y - x @ W.T|| / ||x @ W.T|| at m = check_m against the unquantized bf16 weight (float32 "
     "reference): a sanity check that the weight reached the kernel, not an accuracy claim",
     "peers": "cublas-bf16: F.linear; torch-int4: torch._weight_int4pack_mm (group 128, innerKTiles 8); "
@@ -992,6 +993,24 @@ class HummingAot(Impl):
         self.layer = None
 
 
+class HummingAotGemm(HummingAot):
+    """humming-aot for formats with quantized activations, the activations quantized (by the same
+    kernel QuantLinear uses) before the timed call: the GEMM alone, as the cublaslt-fp8 rows time."""
+
+    name = "humming-aot-gemm"
+
+    def call(self, x):
+        import torch
+
+        layer = self.layer
+        a, a_scales = torch.ops.humming.quantize_act(x.contiguous(), str(layer.fmt.act))
+        b = layer._buffers
+        inst = layer.instance_for(x.shape[0], x.device)
+        args = (b["codes"], b["scales"], b["zeros"], b["global_scale"], a_scales, b["bias"], str(layer.fmt))
+        shape = (layer.layout, layer.out_features, layer.in_features, inst)
+        return lambda: torch.ops.humming.gemm(a, *args, *shape)
+
+
 class HummingJit(Impl):
     """humming-kernels (import name ``humming``): HummingLayer, quantized from the bf16 weight."""
 
@@ -1576,14 +1595,19 @@ def run(args, log: Log, repo_root: pathlib.Path | None = None, checkpoint=None) 
     # Loads humming_aot._C (its build facts go into the JSON even when humming-aot is not run).
     result["humming_aot"] = _humming_aot_info()
     impls: list[Impl] = []
-    if "humming-aot" in args.impls:
-        if result["humming_aot"].get("build_info") is None:
-            skipped += [
-                {"impl": "humming-aot", "format": f.label, "reason": result["humming_aot"]["error"]}
-                for f in args.formats
-            ]
-        else:
+    ours = [i for i in ("humming-aot", "humming-aot-gemm") if i in args.impls]
+    if ours and result["humming_aot"].get("build_info") is None:
+        skipped += [
+            {"impl": i, "format": f.label, "reason": result["humming_aot"]["error"]} for i in ours for f in args.formats
+        ]
+    elif ours:
+        from . import formats as F
+
+        if "humming-aot" in ours:
             impls += [HummingAot(f, args.layout) for f in args.formats]
+        if "humming-aot-gemm" in ours:  # the formats with quantized activations only
+            quantized = [f for f in args.formats if F.parse_activation_format(f.act).quantized]
+            impls += [HummingAotGemm(f, args.layout) for f in quantized]
     if "cublas-bf16" in args.impls:
         impls.append(CublasBf16("bf16", "torch.nn.functional.linear, bf16 weight"))
     if "torch-int4" in args.impls:

@@ -12,21 +12,25 @@
 // decode launch of one token runs m64n8 and wastes nothing on rows that do not exist.
 //
 // One producer thread fills the ring as in sm90_dense.cuh. A consumer warpgroup only issues
-// WGMMAs: the four k32 steps of a stage as one group, one group kept in flight behind the next (a
-// stage goes back to the producer once the group after it is issued and its own has retired).
+// WGMMAs (the four k32 steps of a stage as one group) and adds up their sums:
+// * 8-bit floats: each stage's group sums into fresh registers, which are added into the tile's
+//   fp32 sums once the group retires (two-level accumulation, promoted every 128 inputs: the FP8
+//   tensor cores' running sum is narrower than fp32); the other consumer warpgroup keeps the
+//   tensor cores busy during the adds;
+// * integers: the s32 sums are exact and stay in the tensor cores' registers for the whole
+//   segment, one group kept in flight behind the next.
+// A stage goes back to the producer once its group has retired (and, with blocks, its scales have
+// been read).
 //
 // Scales, two kinds (GroupK):
 // * per channel x per token (GroupK 0): the weight's per-channel scale, its global scale and each
 //   token's activation scale multiply the fp32 sums in the epilogue (after the stream-K fix-up,
 //   which adds raw sums);
 // * DeepSeek-style blocks (GroupK 128): a weight scale per 128 x 128 block and an activation scale
-//   per token and 128 inputs. A stage is exactly one K group, so its WGMMAs sum into fresh
-//   registers and, once they retire, those sums are added into the tile's with the product of
-//   the two scales (two-level accumulation: the tensor cores never see a scale). A second
-//   producer warp copies each stage's scales (BM activation scales of its K group, the weight
-//   scales of its channel blocks) into the stage and arrives on the stage's full barrier too.
-//   This waits for each stage's group before the next is issued; the other consumer warpgroup
-//   keeps the tensor cores busy meanwhile.
+//   per token and 128 inputs. A stage is exactly one K group, so each stage's sums are added with
+//   the product of the two scales (the tensor cores never see a scale). A second producer warp
+//   copies each stage's scales (BM activation scales of its K group, the weight scales of its
+//   channel blocks) into the stage and arrives on the stage's full barrier too.
 #pragma once
 
 #include <cuda.h>
@@ -98,9 +102,9 @@ struct DenseA8 {
   static_assert(BM == 8 || BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 256, "a WGMMA N of this backend");
   static_assert(Consumers >= 1 && Consumers <= 4, "one to four consumer warpgroups (a box has at most 256 rows)");
   static_assert(kSmemTotal <= 227 * 1024, "the ring fits a block's shared memory");
-  static_assert(GroupK == 0 || (GroupK == 128 && ScaleId == dtypes::f32.id() && BM <= 128),
-                "blocks are 128 x 128 with fp32 scales, in tiles of at most 128 tokens (the group sums "
-                "take as many registers as the tile's)");
+  static_assert(GroupK == 0 || (GroupK == 128 && ScaleId == dtypes::f32.id()), "blocks are 128 x 128 with fp32 scales");
+  static_assert(kInt || BM <= 128, "8-bit floats take tiles of at most 128 tokens (a stage's sums take as many "
+                                   "registers as the tile's, mainloop_promoted)");
 
   struct Params {
     CUtensorMap act;    // activations [m][k] bytes, boxes of BM rows x 128
@@ -172,35 +176,51 @@ struct DenseA8 {
     wgmma_commit();
   }
 
-  // With blocks: the `n` stages of one segment into acc, each stage's sums (part) added with the
-  // product of its weight block's scale and each token's activation scale.
-  static __device__ __forceinline__ void mainloop_blocks(uint32_t ring, const char *ring_ptr, uint32_t bars,
-                                                         RingPos &pos, int64_t n, int cw, int t, float (&acc)[kAcc]) {
+  // 8-bit floats: the `n` stages of one segment from ring position `pos` (left one past the last)
+  // into acc, each stage's sums (its four k32 steps, 128 inputs) made in fresh registers and then
+  // added into acc in fp32, with blocks times the product of the stage's weight block scale and each
+  // token's activation scale. The FP8 tensor cores keep fewer mantissa bits in their running sum
+  // than fp32 (measured on the H200: one long segment of 4224 inputs summed 85.8 as 85.4), so the
+  // per-channel mode promotes every stage too, as cuBLASLt does without its fast-accumulation flag.
+  // Each stage's group retires before it is added; the other consumer warpgroup keeps the tensor
+  // cores busy meanwhile. (Alternating two sets of stage sums, to keep a group in flight during the
+  // adds, makes ptxas serialize every WGMMA of the kernel: warning C7514 with CUDA 13.0.)
+  static __device__ __forceinline__ void mainloop_promoted(uint32_t ring, const char *ring_ptr, uint32_t bars,
+                                                           RingPos &pos, int64_t n, int cw, int t, float (&acc)[kAcc]) {
     const int lane = t % 32;
-    float part[kAcc];
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) acc[i] = part[i] = 0.0f;
+    for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+    // Adds the retired sums of stage `at` into acc, then gives the stage back.
+    auto promote = [&](RingPos at, float (&part)[kAcc]) {
+      fence_regs(part);
+      if constexpr (kBlocks) {
+        const float *sc = reinterpret_cast<const float *>(ring_ptr + at.stage * kStageBytes + kWBytes + kABytes);
+        const float w = sc[BM + cw * 64 / 128];
+#pragma unroll
+        for (int jj = 0; jj < kAcc / 4; ++jj) {
+          // acc[4jj + e] is token 8jj + 2 (lane % 4) + e % 2 of the tile (epilogue/wgmma_store.h).
+          const float s0 = w * sc[8 * jj + 2 * (lane % 4)], s1 = w * sc[8 * jj + 2 * (lane % 4) + 1];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[4 * jj + e] = fmaf(part[4 * jj + e], e % 2 ? s1 : s0, acc[4 * jj + e]);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) acc[i] += part[i];
+      }
+      release_stage<Stages>(bars, at.stage, t);
+    };
+    float part[kAcc];
     for (int64_t j = 0; j < n; ++j, pos.advance()) {
       issue_stage<true>(ring, bars, pos, cw, part);
-      const float *sc = reinterpret_cast<const float *>(ring_ptr + pos.stage * kStageBytes + kWBytes + kABytes);
-      const float w = sc[BM + cw * 64 / 128];
       wgmma_wait<0>();
-      fence_regs(part);
-#pragma unroll
-      for (int jj = 0; jj < kAcc / 4; ++jj) {
-        // acc[4jj + e] is token 8jj + 2 (lane % 4) + e % 2 of the tile (epilogue/wgmma_store.h).
-        const float s0 = w * sc[8 * jj + 2 * (lane % 4)], s1 = w * sc[8 * jj + 2 * (lane % 4) + 1];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[4 * jj + e] = fmaf(part[4 * jj + e], e % 2 ? s1 : s0, acc[4 * jj + e]);
-      }
-      release_stage<Stages>(bars, pos.stage, t);
+      promote(pos, part);
     }
   }
-
-  // The `n` stages of one segment from ring position `pos` (left one past the last) into acc (fp32;
-  // integer sums are exact in s32 and rounded to fp32 once, at the end).
-  static __device__ __forceinline__ void mainloop(uint32_t ring, uint32_t bars, RingPos &pos, int64_t n, int cw, int t,
-                                                  float (&out)[kAcc]) {
+  // Integers: the `n` stages of one segment from ring position `pos` (left one past the last) into
+  // acc. The s32 sums are exact, so they stay in the tensor cores' registers for the whole segment
+  // (one group in flight behind the next) and are rounded to fp32 once, at the end.
+  static __device__ __forceinline__ void mainloop_int(uint32_t ring, uint32_t bars, RingPos &pos, int64_t n, int cw,
+                                                      int t, float (&out)[kAcc]) {
     Sum acc[kAcc];
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc[i] = Sum(0);
@@ -232,10 +252,10 @@ struct DenseA8 {
     float acc[kAcc];
     for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
       const int64_t m0 = tile / p.n_tiles * BM, n0 = tile % p.n_tiles * BN;
-      if constexpr (kBlocks)
-        mainloop_blocks(ring, ring_ptr, bars, pos, kt1 - kt0, cw, t, acc);
+      if constexpr (kInt)
+        mainloop_int(ring, bars, pos, kt1 - kt0, cw, t, acc);
       else
-        mainloop(ring, bars, pos, kt1 - kt0, cw, t, acc);
+        mainloop_promoted(ring, ring_ptr, bars, pos, kt1 - kt0, cw, t, acc);
       const StreamKPlan &plan = p.plan;
       if (!(kt0 == 0 && kt1 == plan.k_tiles)) {
         const bool last =

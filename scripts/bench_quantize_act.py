@@ -1,0 +1,70 @@
+"""Activation quantization on the GPU against torch's own, in one run: GB/s of HBM traffic.
+
+Usage: python3 scripts/bench_quantize_act.py [--out results.json] [--iters 20]
+For each [m, k] bf16 input and activation format: torch.ops.humming.quantize_act, and the same rule
+written in torch (amax per token or group, scale = amax / max, x / scale clipped and cast), which
+is what a serving stack without a quantize kernel runs. Both are timed by CUDA-graph replay after
+an L2 flush (humming_aot.bench.Timer). Traffic = the input read once plus the codes and scales
+written; GB/s = traffic / time. Prints one JSON line per point and writes them all to --out.
+"""
+
+import argparse
+import json
+import statistics
+
+import torch
+
+import humming_aot as ha
+from humming_aot.bench import Timer
+
+SHAPES = [(1, 8192), (1, 28672), (16, 8192), (256, 8192), (1024, 8192), (4096, 8192), (8192, 8192), (8192, 28672)]
+FORMATS = ["e4m3-pt", "e4m3-g128", "i8-pt"]
+MAX = {"e4m3": 448.0, "e5m2": 57344.0, "i8": 127.0}
+
+
+def torch_rule(x: torch.Tensor, act: str):
+    """The quantizer's rule in plain torch ops (fp32 arithmetic, as the kernel's)."""
+    kind, _, gran = act.partition("-")
+    m, k = x.shape
+    g = k if gran == "pt" else int(gran[1:])
+    xf = x.float().reshape(m, k // g, g)
+    amax = xf.abs().amax(-1, keepdim=True)
+    scale = torch.where(amax > 0, amax / MAX[kind], torch.ones_like(amax))
+    q = (xf / scale).clamp(-MAX[kind] - (kind == "i8"), MAX[kind])
+    codes = q.round().to(torch.int8) if kind == "i8" else q.to(torch.float8_e4m3fn)
+    return codes.reshape(m, k), scale.reshape(m, k // g)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--iters", type=int, default=20)
+    args = ap.parse_args()
+    timer = Timer(flush_mib=256)
+    rows = []
+    for m, k in SHAPES:
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        for act in FORMATS:
+            g = k if act.endswith("-pt") else int(act.rpartition("-g")[2])
+            traffic = m * k * 2 + m * k + m * (k // g) * 4
+            ours, theirs = ha.quantize_act(x, act), torch_rule(x, act)
+            same = torch.equal(ours[0].view(torch.uint8), theirs[0].view(torch.uint8)) and torch.equal(
+                ours[1], theirs[1]
+            )
+            for impl, fn in (
+                ("humming-aot", lambda: torch.ops.humming.quantize_act(x, act)),
+                ("torch", lambda: torch_rule(x, act)),
+            ):
+                us = statistics.median(timer.graph(fn, args.iters))
+                row = {"impl": impl, "format": act, "m": m, "k": k, "us": us, "gb_s": traffic / us / 1e3}
+                row["same_codes_as_torch"] = same
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
