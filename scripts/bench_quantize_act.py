@@ -29,7 +29,9 @@ def torch_rule(x: torch.Tensor, act: str):
     g = k if gran == "pt" else int(gran[1:])
     xf = x.float().reshape(m, k // g, g)
     amax = xf.abs().amax(-1, keepdim=True)
-    scale = torch.where(amax > 0, amax / MAX[kind], torch.ones_like(amax))
+    # A tensor divisor: torch multiplies by the reciprocal of a Python scalar, which can differ by an ulp.
+    top = torch.tensor(MAX[kind], device=x.device)
+    scale = torch.where(amax > 0, amax / top, torch.ones_like(amax))
     q = (xf / scale).clamp(-MAX[kind] - (kind == "i8"), MAX[kind])
     codes = q.round().to(torch.int8) if kind == "i8" else q.to(torch.float8_e4m3fn)
     return codes.reshape(m, k), scale.reshape(m, k // g)

@@ -6,7 +6,8 @@
 #   3. scripts/first_call.py (first calls with and without preloading; FIRST_CALL=0 skips it),
 #   4. scripts/bench_quantize_act.py (quantize_act.json),
 #   5. the W8A8 benchmark against cuBLASLt FP8 on the headline shapes (bench/, BENCH_BUDGET_S),
-#      with and without the activation quantization in the timed call.
+#      with and without the activation quantization in the timed call (BENCH=0 skips it);
+# SWEEP=1 adds tile sweeps of the W8A8 instances (scripts/time_shapes.py, sweep.txt).
 # Everything comes back as summary.txt and logs.tgz under $OUT. Usage: bash scripts/gpu_experimental.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -37,12 +38,24 @@ if [ "${FIRST_CALL:-1}" != "0" ]; then
   timeout 120 python3 scripts/first_call.py > "$W/first_call.txt" 2>&1
   cat "$W/first_call.txt" >> "$FINAL/summary.txt"
 fi
+if [ "${SWEEP:-0}" != "0" ]; then
+  # Tile sweeps of the W8A8 instances (graph us, quantization included), for the dispatch table.
+  for spec in "e4m3gc-sf32 e4m3-pt a-e4m3-pt_w-e4m3gc-sf32" "e4m3g128n128-sf32 e4m3-g128 a-e4m3-g128" "i8gc-sf32 i8-pt a-i8-pt_w-i8gc-sf32"; do
+    set -- $spec
+    timeout 150 python3 scripts/time_shapes.py 8192x8192,28672x8192,8192x28672 1,16,64,256,1024,4096,8192 \
+      --format "$1" --act "$2" --match "$3" --graph --flush read --iters 8 >> "$W/sweep.txt" 2>&1
+    say "sweep $1 rc=$? after $(( $(date +%s) - start )) s"
+  done
+  cp "$W/sweep.txt" "$FINAL/"
+fi
 timeout 120 python3 scripts/bench_quantize_act.py --out "$FINAL/quantize_act.json" > "$W/quantize_act.txt" 2>&1
 say "quantize_act bench rc=$? after $(( $(date +%s) - start )) s"
-OUT="$W/bench" timeout "$(( ${BENCH_BUDGET_S:-150} + 60 ))" bash scripts/gpu_bench.sh --time-budget-s "${BENCH_BUDGET_S:-150}" \
-  --iters 10 --formats e4m3gc-sf32:e4m3-pt,e4m3g128n128-sf32:e4m3-g128,i8gc-sf32:i8-pt \
-  --impls humming-aot,humming-aot-gemm,cublaslt-fp8,cublas-bf16 --name "${NAME:-h200-w8a8}" > "$W/bench.out" 2>&1
-say "bench rc=$? after $(( $(date +%s) - start )) s"
-grep -E "^\| " "$W/bench/${NAME:-h200-w8a8}.md" 2>/dev/null | head -40 >> "$FINAL/summary.txt"
-cp "$W"/bench/*.json "$W"/bench/*.md "$FINAL"/ 2>/dev/null
+if [ "${BENCH:-1}" != "0" ]; then
+  OUT="$W/bench" timeout "$(( ${BENCH_BUDGET_S:-150} + 60 ))" bash scripts/gpu_bench.sh --time-budget-s "${BENCH_BUDGET_S:-150}" \
+    --iters 10 --formats e4m3gc-sf32:e4m3-pt,e4m3g128n128-sf32:e4m3-g128,i8gc-sf32:i8-pt \
+    --impls humming-aot,humming-aot-gemm,cublaslt-fp8,cublas-bf16 --name "${NAME:-h200-w8a8}" > "$W/bench.out" 2>&1
+  say "bench rc=$? after $(( $(date +%s) - start )) s"
+  grep -E "^\| " "$W/bench/${NAME:-h200-w8a8}.md" 2>/dev/null | head -40 >> "$FINAL/summary.txt"
+  cp "$W"/bench/*.json "$W"/bench/*.md "$FINAL"/ 2>/dev/null
+fi
 tar czf "$FINAL/logs.tgz" -C "$W" .

@@ -1,6 +1,6 @@
 """Kernel time of humming-aot layers over a few shapes, for quick A/B runs on the GPU machine.
 
-Usage: python3 scripts/time_shapes.py NxK[,NxK...] M[,M...] [--format F] [--layout L] [--instances A,B,...] [--graph]
+Usage: python3 scripts/time_shapes.py NxK[,NxK...] M[,M...] [--format F] [--act A] [--layout L] [--instances A,B,...] [--graph]
        [--flush write|read|none]
 Prints one line per point: median microseconds of single calls, each after an L2 flush. Eager:
 CUDA events around the call (the flush kernel covers the host's launch cost). --graph: the call
@@ -21,6 +21,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("shapes")
 ap.add_argument("ms")
 ap.add_argument("--format", default="u4g128-sbf16")
+ap.add_argument("--act", default=None, help="activation format (default bf16), e.g. e4m3-pt: quantized in each call")
 ap.add_argument("--instances", default="")
 ap.add_argument("--match", default="", help="time every built instance whose name matches this regular expression")
 ap.add_argument("--graph", action="store_true")
@@ -63,7 +64,7 @@ def timed(fn):
 
 for n, k in shapes:
     lin = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
-    layer = ha.QuantLinear.from_linear(lin, args.format, device="cuda", layout=args.layout)
+    layer = ha.QuantLinear.from_linear(lin, args.format, args.act, device="cuda", layout=args.layout)
     for name in names:
         layer.instance = name
         for m in ms:

@@ -6,8 +6,8 @@
 // which read eight inputs per thread and access, have the input and code types as template
 // parameters and convert with the GPU's own float-to-FP8 instruction (round to nearest even, as
 // encode()):
-// * per token: one block per row, sized to the row, finds the amax in one pass and encodes in a
-//   second (the row is in L1 by then);
+// * per token: one block per row, sized to the row, which holds the row in registers (rows of up
+//   to 65536 inputs; longer ones are read twice, the second time mostly from L1);
 // * per K group of 8 to 256 inputs: each thread holds one vector, and the group's amax is a
 //   shuffle across the group's lanes, so every input is read once.
 // Everything else (other group sizes, odd k, unaligned rows) takes the scalar kernel: one block
@@ -28,6 +28,7 @@ namespace {
 
 constexpr int kScalarThreads = 128;
 constexpr int kGroupThreads = 256;
+constexpr int kGroupRows = 4;            // rows a thread of the group kernel loads at once
 constexpr int kMaxRowsPerLaunch = 65535; // grid.y; larger batches loop over rows
 
 __global__ void quantize_act_scalar(ActFormat fmt, DType x_t, const void *x, int64_t m, int64_t k, int64_t ldx,
@@ -54,17 +55,32 @@ __global__ void quantize_act_scalar(ActFormat fmt, DType x_t, const void *x, int
   }
 }
 
-// Eight inputs of type X (float, __half or __nv_bfloat16) from 16-byte aligned `p`, as floats.
-template <class X> __device__ __forceinline__ void load8(const X *p, float (&v)[8]) {
+// Eight inputs of type X (float, __half or __nv_bfloat16) as they lie in memory: 16 bytes, or 32
+// for float. Rows held in registers keep this form (half the registers of eight floats).
+template <class X> struct Raw8 {
+  uint4 u[sizeof(X) / 2];
+};
+
+template <class X> __device__ __forceinline__ Raw8<X> load_raw8(const X *p) {
+  Raw8<X> r;
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(X) / 2); ++i) r.u[i] = reinterpret_cast<const uint4 *>(p)[i];
+  return r;
+}
+
+// The eight inputs as floats (every conversion to fp32 is exact).
+template <class X> __device__ __forceinline__ void to_float8(const Raw8<X> &r, float (&v)[8]) {
   if constexpr (std::is_same_v<X, float>) {
-    const float4 a = reinterpret_cast<const float4 *>(p)[0], b = reinterpret_cast<const float4 *>(p)[1];
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      v[4 * i] = __uint_as_float(r.u[i].x), v[4 * i + 1] = __uint_as_float(r.u[i].y);
+      v[4 * i + 2] = __uint_as_float(r.u[i].z), v[4 * i + 3] = __uint_as_float(r.u[i].w);
+    }
   } else {
-    const uint4 u = *reinterpret_cast<const uint4 *>(p);
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+    const uint32_t w[4] = {r.u[0].x, r.u[0].y, r.u[0].z, r.u[0].w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      // The low half is the element at the lower address; both conversions to fp32 are exact.
+      // The low half is the element at the lower address.
       const uint16_t lo = static_cast<uint16_t>(w[i] & 0xFFFFu), hi = static_cast<uint16_t>(w[i] >> 16);
       if constexpr (std::is_same_v<X, __half>) {
         v[2 * i] = __half2float(__ushort_as_half(lo));
@@ -75,6 +91,16 @@ template <class X> __device__ __forceinline__ void load8(const X *p, float (&v)[
       }
     }
   }
+}
+
+template <class X> __device__ __forceinline__ void load8(const X *p, float (&v)[8]) { to_float8(load_raw8(p), v); }
+
+template <class X> __device__ __forceinline__ float amax8(const Raw8<X> &r, float amax) {
+  float v[8];
+  to_float8(r, v);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[e]));
+  return amax;
 }
 
 // The code of q for activation type ActId, q already clipped to the type's range (so saturation
@@ -99,10 +125,50 @@ template <uint32_t ActId> __device__ __forceinline__ void encode8(const float (&
   *reinterpret_cast<uint2 *>(out) = make_uint2(word[0], word[1]);
 }
 
-// Per token: block r encodes row r, blockDim.x threads (a multiple of 32) each taking every
-// blockDim.x-th vector of eight.
+// Per token, rows of at most V x blockDim.x vectors: block r encodes row r, thread i holding
+// vectors i, i + blockDim.x, ... in registers, so the row is read from memory once and all of a
+// thread's loads are in flight together.
+template <class X, uint32_t ActId, int V>
+__global__ void __launch_bounds__(1024)
+    quantize_act_rows(const X *x, int64_t k, int64_t ldx, uint8_t *codes, float *scales) {
+  const int64_t r = blockIdx.x;
+  const X *row = x + r * ldx;
+  const int64_t vecs = k / 8;
+  Raw8<X> raw[V];
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    if (i < vecs) raw[j] = load_raw8(row + 8 * i);
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j)
+    if (threadIdx.x + static_cast<int64_t>(j) * blockDim.x < vecs) amax = amax8(raw[j], amax);
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, s));
+  __shared__ float warp_max[32];
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
+  __syncthreads();
+  amax = 0.0f;
+  for (unsigned w = 0; w < blockDim.x / 32; ++w) amax = fmaxf(amax, warp_max[w]);
+  const float scale = act_scale_from_amax(DType::from_id(ActId), amax);
+  if (threadIdx.x == 0) scales[r] = scale;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    if (i < vecs) {
+      float v[8];
+      to_float8(raw[j], v);
+      encode8<ActId>(v, scale, codes + r * k + 8 * i);
+    }
+  }
+}
+
+// Per token, rows of any length: as above, a row per block, but the row is read twice (the amax,
+// then the codes; the second pass mostly hits L1).
 template <class X, uint32_t ActId>
-__global__ void quantize_act_rows(const X *x, int64_t k, int64_t ldx, uint8_t *codes, float *scales) {
+__global__ void __launch_bounds__(1024)
+    quantize_act_long_rows(const X *x, int64_t k, int64_t ldx, uint8_t *codes, float *scales) {
   const int64_t r = blockIdx.x;
   const X *row = x + r * ldx;
   const int64_t vecs = k / 8;
@@ -130,30 +196,44 @@ __global__ void quantize_act_rows(const X *x, int64_t k, int64_t ldx, uint8_t *c
 }
 
 // Per K group of `group` inputs (8 to 256, a power of two): thread i of block (c, y) holds vector
-// c * kGroupThreads + i of its row, and the group's group / 8 lanes find its amax by shuffles.
+// c * kGroupThreads + i of its rows, and the group's group / 8 lanes find its amax by shuffles.
+// Each pass takes kGroupRows rows at once (rows y, y + gridDim.y, ...), so that many loads of a
+// thread are in flight together.
 template <class X, uint32_t ActId>
 __global__ void quantize_act_groups(const X *x, int64_t m, int64_t k, int64_t ldx, int group, int64_t cols,
                                     uint8_t *codes, float *scales) {
   const int64_t vec = static_cast<int64_t>(blockIdx.x) * kGroupThreads + threadIdx.x;
   const bool in = vec < k / 8;
   const int lanes = group / 8; // a power of two that divides 32
-  for (int64_t r = blockIdx.y; r < m; r += gridDim.y) {
-    float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    if (in) load8(x + r * ldx + 8 * vec, v);
-    float amax = 0.0f;
+  const int64_t step = gridDim.y;
+  for (int64_t r0 = blockIdx.y; r0 < m; r0 += kGroupRows * step) {
+    Raw8<X> raw[kGroupRows];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[e]));
-    for (int s = lanes / 2; s > 0; s >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, s));
-    const float scale = act_scale_from_amax(DType::from_id(ActId), amax);
-    if (!in) continue;
-    if (vec % lanes == 0) scales[r * cols + vec / lanes] = scale;
-    encode8<ActId>(v, scale, codes + r * k + 8 * vec);
+    for (int j = 0; j < kGroupRows; ++j) {
+      const int64_t r = r0 + j * step;
+      raw[j] = Raw8<X>{};
+      if (in && r < m) raw[j] = load_raw8(x + r * ldx + 8 * vec);
+    }
+#pragma unroll
+    for (int j = 0; j < kGroupRows; ++j) {
+      const int64_t r = r0 + j * step;
+      float v[8];
+      to_float8(raw[j], v);
+      float amax = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[e]));
+      for (int s = lanes / 2; s > 0; s >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, s));
+      const float scale = act_scale_from_amax(DType::from_id(ActId), amax);
+      if (!in || r >= m) continue;
+      if (vec % lanes == 0) scales[r * cols + vec / lanes] = scale;
+      encode8<ActId>(v, scale, codes + r * k + 8 * vec);
+    }
   }
 }
 
-// Threads for one row of `vecs` vectors: about four vectors each, whole warps, 64 to 1024.
-unsigned row_threads(int64_t vecs) {
-  const int64_t want = (vecs / 4 + 31) / 32 * 32;
+// Threads for a row of `vecs` vectors, `per` vectors each: whole warps, 64 to 1024.
+unsigned row_threads(int64_t vecs, int per) {
+  const int64_t want = ((vecs + per - 1) / per + 31) / 32 * 32;
   return static_cast<unsigned>(want < 64 ? 64 : (want > 1024 ? 1024 : want));
 }
 
@@ -161,13 +241,27 @@ template <class X, uint32_t ActId>
 void launch_vector(const ActFormat &fmt, const void *x, int64_t m, int64_t k, int64_t ldx, uint8_t *codes,
                    float *scales, cudaStream_t stream) {
   const X *xp = static_cast<const X *>(x);
+  const int64_t vecs = k / 8;
+  // Vectors a thread holds at most: eight of 16-bit inputs, four of floats (64 registers).
+  constexpr int kMaxV = sizeof(X) == 2 ? 8 : 4;
   if (fmt.granularity == ActScale::kToken) {
-    // Rows go on grid.x (up to 2^31 - 1 of them).
-    quantize_act_rows<X, ActId><<<static_cast<unsigned>(m), row_threads(k / 8), 0, stream>>>(xp, k, ldx, codes, scales);
+    // Rows go on grid.x (up to 2^31 - 1 of them). Few rows (decode) get a thread per vector,
+    // many rows four or eight per thread (fewer, fuller blocks).
+    const auto grid = static_cast<unsigned>(m);
+    if (m <= 256 && vecs <= 1024)
+      quantize_act_rows<X, ActId, 1><<<grid, row_threads(vecs, 1), 0, stream>>>(xp, k, ldx, codes, scales);
+    else if (vecs <= 4 * 1024)
+      quantize_act_rows<X, ActId, 4><<<grid, row_threads(vecs, 4), 0, stream>>>(xp, k, ldx, codes, scales);
+    else if (vecs <= kMaxV * 1024)
+      quantize_act_rows<X, ActId, kMaxV><<<grid, row_threads(vecs, kMaxV), 0, stream>>>(xp, k, ldx, codes, scales);
+    else
+      quantize_act_long_rows<X, ActId><<<grid, 1024, 0, stream>>>(xp, k, ldx, codes, scales);
   } else {
     const int64_t cols = (k + fmt.group_k - 1) / fmt.group_k;
-    const dim3 grid(static_cast<unsigned>((k / 8 + kGroupThreads - 1) / kGroupThreads),
-                    static_cast<unsigned>(m < kMaxRowsPerLaunch ? m : kMaxRowsPerLaunch));
+    const dim3 grid(static_cast<unsigned>((vecs + kGroupThreads - 1) / kGroupThreads),
+                    static_cast<unsigned>((m + kGroupRows - 1) / kGroupRows < kMaxRowsPerLaunch
+                                              ? (m + kGroupRows - 1) / kGroupRows
+                                              : kMaxRowsPerLaunch));
     quantize_act_groups<X, ActId>
         <<<grid, kGroupThreads, 0, stream>>>(xp, m, k, ldx, static_cast<int>(fmt.group_k), cols, codes, scales);
   }

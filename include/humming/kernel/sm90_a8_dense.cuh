@@ -30,7 +30,7 @@
 //   per token and 128 inputs. A stage is exactly one K group, so each stage's sums are added with
 //   the product of the two scales (the tensor cores never see a scale). A second producer warp
 //   copies each stage's scales (BM activation scales of its K group, the weight scales of its
-//   channel blocks) into the stage and arrives on the stage's full barrier too.
+//   channel blocks) into the stage by cp.async, which arrives on the stage's full barrier too.
 #pragma once
 
 #include <cuda.h>
@@ -84,9 +84,12 @@ struct DenseA8 {
   static constexpr int kWBytes = BN * BK;
   static constexpr int kABytes = BM * BK;
   // With blocks, the stage's scales after the boxes: BM activation scales, then those of the
-  // tile's 128-channel weight blocks (one or two), in fp32.
-  static constexpr int kWeightBlocks = (BN + 127) / 128;
+  // 128-channel weight blocks the tile's channels touch, in fp32 (a tile starts at a multiple of
+  // BN, so at a multiple of 64 channels: one block more where BN is not a multiple of 128).
+  static constexpr int kWeightBlocks = ((BN % 128 != 0 ? 64 : 0) + BN + 127) / 128;
   static constexpr int kSBytes = kBlocks ? (BM + kWeightBlocks) * 4 : 0;
+  // Arrivals of the scale warp on each stage's full barrier (one per lane, produce_scales).
+  static constexpr int kScaleArrivals = kBlocks ? 32 : 0;
   static constexpr int kStageBytes = (kWBytes + kABytes + kSBytes + 1023) / 1024 * 1024;
   static constexpr int kRingBytes = Stages * kStageBytes;
   // Alignment slack, the ring, a full and an empty barrier per stage, the fix-up flag.
@@ -117,9 +120,11 @@ struct DenseA8 {
   using RingPos = sm90::RingPos<Stages>;
 
   // Warp 1 of the producer warpgroup, with blocks: the scales of every stage of every segment of
-  // this block (zeros past the matrices), then one arrival on the stage's full barrier, whose
-  // release makes the stores visible to the consumers that wait on it.
-  static __device__ __forceinline__ void produce_scales(const Params &p, char *ring_ptr, uint32_t bars, int lane) {
+  // this block (zeros past the matrices) by cp.async, each lane's copies then counted as one
+  // arrival on the stage's full barrier (kScaleArrivals in all). Nothing here waits for a load, so
+  // the warp runs as far ahead as the ring lets it: the activation scales of a stage are BM
+  // separate words (rows of a_scales), whose latency would otherwise gate every stage.
+  static __device__ __forceinline__ void produce_scales(const Params &p, uint32_t ring, uint32_t bars, int lane) {
     const GemmArgs &a = p.args;
     const auto *ws = static_cast<const float *>(a.scales);
     RingPos pos;
@@ -127,14 +132,16 @@ struct DenseA8 {
       const int64_t m0 = tile / p.n_tiles * BM, nb0 = tile % p.n_tiles * BN / 128;
       for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
         mbar_wait(ring_bar<Stages>(bars, 1, pos.stage), pos.phase ^ 1u);
-        float *dst = reinterpret_cast<float *>(ring_ptr + pos.stage * kStageBytes + kWBytes + kABytes);
-        for (int i = lane; i < BM; i += 32)
-          dst[i] = m0 + i < a.m && kt < a.a_scale_cols ? a.a_scales[(m0 + i) * a.a_scale_cols + kt] : 0.0f;
-        if (lane < kWeightBlocks)
-          dst[BM + lane] =
-              nb0 + lane < a.dims.n_groups && kt < a.dims.k_groups ? ws[kt * a.dims.n_groups + nb0 + lane] : 0.0f;
-        __syncwarp();
-        if (lane == 0) mbar_arrive(ring_bar<Stages>(bars, 0, pos.stage));
+        const uint32_t dst = ring + pos.stage * kStageBytes + kWBytes + kABytes;
+        for (int i = lane; i < BM; i += 32) {
+          const bool in = m0 + i < a.m && kt < a.a_scale_cols;
+          cp_async4(dst + 4 * i, in ? a.a_scales + (m0 + i) * a.a_scale_cols + kt : a.a_scales, in);
+        }
+        if (lane < kWeightBlocks) {
+          const bool in = nb0 + lane < a.dims.n_groups && kt < a.dims.k_groups;
+          cp_async4(dst + 4 * (BM + lane), in ? ws + kt * a.dims.n_groups + nb0 + lane : ws, in);
+        }
+        cp_async_arrive(ring_bar<Stages>(bars, 0, pos.stage));
       }
     });
   }
@@ -186,7 +193,8 @@ struct DenseA8 {
   // cores busy meanwhile. (Alternating two sets of stage sums, to keep a group in flight during the
   // adds, makes ptxas serialize every WGMMA of the kernel: warning C7514 with CUDA 13.0.)
   static __device__ __forceinline__ void mainloop_promoted(uint32_t ring, const char *ring_ptr, uint32_t bars,
-                                                           RingPos &pos, int64_t n, int cw, int t, float (&acc)[kAcc]) {
+                                                           RingPos &pos, int64_t n, int cw, int wblock, int t,
+                                                           float (&acc)[kAcc]) {
     const int lane = t % 32;
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
@@ -195,7 +203,7 @@ struct DenseA8 {
       fence_regs(part);
       if constexpr (kBlocks) {
         const float *sc = reinterpret_cast<const float *>(ring_ptr + at.stage * kStageBytes + kWBytes + kABytes);
-        const float w = sc[BM + cw * 64 / 128];
+        const float w = sc[BM + wblock];
 #pragma unroll
         for (int jj = 0; jj < kAcc / 4; ++jj) {
           // acc[4jj + e] is token 8jj + 2 (lane % 4) + e % 2 of the tile (epilogue/wgmma_store.h).
@@ -252,10 +260,12 @@ struct DenseA8 {
     float acc[kAcc];
     for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
       const int64_t m0 = tile / p.n_tiles * BM, n0 = tile % p.n_tiles * BN;
+      // With blocks: this warpgroup's weight block among the stage's scales.
+      const int wblock = static_cast<int>((n0 % 128 + cw * 64) / 128);
       if constexpr (kInt)
         mainloop_int(ring, bars, pos, kt1 - kt0, cw, t, acc);
       else
-        mainloop_promoted(ring, ring_ptr, bars, pos, kt1 - kt0, cw, t, acc);
+        mainloop_promoted(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, t, acc);
       const StreamKPlan &plan = p.plan;
       if (!(kt0 == 0 && kt1 == plan.k_tiles)) {
         const bool last =
@@ -280,7 +290,7 @@ struct DenseA8 {
   }
 
   static __device__ __forceinline__ void run(const Params &p, char *smem) {
-    run_block<Stages, Consumers, kRingBytes, kBlocks ? 2 : 1, kProducerRegs>(
+    run_block<Stages, Consumers, kRingBytes, 1 + kScaleArrivals, kProducerRegs>(
         smem,
         [&] {
           prefetch_tensor_map(&p.act);
@@ -288,7 +298,7 @@ struct DenseA8 {
         },
         [&](int t, uint32_t ring, char *ring_ptr, uint32_t bars) {
           if (t == 0) produce(p, ring, bars);
-          if (kBlocks && t / 32 == 1) produce_scales(p, ring_ptr, bars, t % 32);
+          if (kBlocks && t / 32 == 1) produce_scales(p, ring, bars, t % 32);
         },
         [&](uint32_t ring, char *ring_ptr, uint32_t bars, volatile int *flag) {
           consume(p, ring, ring_ptr, bars, flag);

@@ -48,6 +48,21 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
                : "memory");
 }
 
+// ---- small asynchronous copies ---------------------------------------------------------------
+
+// Four bytes from global memory into shared memory without waiting for them (cp.async): zeros
+// instead where `valid` is false (`src` is not read then, but must still be a global address).
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0) : "memory");
+}
+
+// One arrival on `bar` once every cp.async this thread issued before has landed (its stores are
+// then visible to the threads that wait on the barrier). The barrier's expected count includes
+// it (.noinc).
+__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
 // ---- bulk copies (TMA) -----------------------------------------------------------------------
 
 // `bytes` contiguous bytes (a multiple of 16, both addresses 16-byte aligned) from global memory
