@@ -20,6 +20,7 @@ from humming_aot.bench import Timer
 SHAPES = [(1, 8192), (1, 28672), (16, 8192), (256, 8192), (1024, 8192), (4096, 8192), (8192, 8192), (8192, 28672)]
 FORMATS = ["e4m3-pt", "e4m3-g128", "i8-pt"]
 MAX = {"e4m3": 448.0, "e5m2": 57344.0, "i8": 127.0}
+TOPS: dict = {}  # (kind, device) -> MAX[kind] as a one-element tensor there
 
 
 def torch_rule(x: torch.Tensor, act: str):
@@ -29,9 +30,9 @@ def torch_rule(x: torch.Tensor, act: str):
     g = k if gran == "pt" else int(gran[1:])
     xf = x.float().reshape(m, k // g, g)
     amax = xf.abs().amax(-1, keepdim=True)
-    # A tensor divisor: torch multiplies by the reciprocal of a Python scalar, which can differ by an ulp.
-    top = torch.tensor(MAX[kind], device=x.device)
-    scale = torch.where(amax > 0, amax / top, torch.ones_like(amax))
+    # A tensor divisor (made before any capture): torch multiplies by the reciprocal of a Python
+    # scalar, which can differ by an ulp.
+    scale = torch.where(amax > 0, amax / TOPS[(kind, x.device)], torch.ones_like(amax))
     q = (xf / scale).clamp(-MAX[kind] - (kind == "i8"), MAX[kind])
     codes = q.round().to(torch.int8) if kind == "i8" else q.to(torch.float8_e4m3fn)
     return codes.reshape(m, k), scale.reshape(m, k // g)
@@ -46,6 +47,7 @@ def main() -> int:
     rows = []
     for m, k in SHAPES:
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        TOPS.update({(kind, x.device): torch.tensor(v, device=x.device) for kind, v in MAX.items()})
         for act in FORMATS:
             g = k if act.endswith("-pt") else int(act.rpartition("-g")[2])
             traffic = m * k * 2 + m * k + m * (k // g) * 4

@@ -288,7 +288,9 @@ def test_w8a8_layer_runs_on_the_fp8_kernels(wfmt, act):
     generic layout, which the sm90 8-bit activation kernels read as it is; on the H200 every M range picks one of them (not the generic
     backend), including in a CUDA graph, and matches the reference across the tile heights."""
     if not A8_INSTANCES:
-        pytest.skip("this build has no 8-bit activation tensor-core instances (they need a profile with +experimental)")
+        pytest.skip(
+            "this build has no 8-bit activation tensor-core instances (an sm_90a build of the dev or full profile has them)"
+        )
     fmt = f"a-{act}_w-{wfmt}_c-bf16"
     if not any(i.name.startswith("sm90_") and f"_{fmt}_" in i.name for i in A8_INSTANCES):
         pytest.skip(f"this build has no FP8 instance for {fmt}")

@@ -341,8 +341,10 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
         )
         targs = tuple(f"{_dtype_id(v)}u" for v in (act, code, scale)) + (str(group), f"{_dtype_id(o)}u")
         targs += (str(bm), str(consumers), str(stages))
-        # A box of weights and one of activations per stage (with blocks, then their fp32 scales).
-        stage = (bn + bm) * bk + ((bm + (bn + 127) // 128) * 4 if group else 0)
+        # A box of weights and one of activations per stage (with blocks, then their fp32 scales: BM
+        # of the activations, one per 128-channel weight block the tile touches).
+        wblocks = ((64 if bn % 128 else 0) + bn + 127) // 128
+        stage = (bn + bm) * bk + ((bm + wblocks) * 4 if group else 0)
         smem = _sm90_smem((stage + 1023) // 1024 * 1024, stages)
         if smem > SM90_MAX_SMEM:
             continue
