@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "humming/humming.h"
+#include "humming/scheduler/raster.h"
 #include "humming/scheduler/streamk.h"
 
 using namespace humming;
@@ -346,9 +347,34 @@ void test_stream_k_policy() {
 }
 } // namespace
 
+// Grouped tile order: a bijection of the grid; a grid of at most kRasterRows rows is walked column
+// by column (row fastest), and each group of rows holds consecutive tile indices.
+void test_grouped_raster() {
+  for (int64_t rows : {1, 2, 7, 8, 9, 64, 65}) {
+    for (int64_t cols : {1, 3, 43, 150}) {
+      std::vector<int> seen(static_cast<size_t>(rows * cols), 0);
+      for (int64_t t = 0; t < rows * cols; ++t) {
+        const TileCoord c = grouped_tile(t, rows, cols);
+        EXPECT(c.row >= 0 && c.row < rows && c.col >= 0 && c.col < cols,
+               "rows %lld cols %lld: tile %lld out of the grid", static_cast<long long>(rows),
+               static_cast<long long>(cols), static_cast<long long>(t));
+        if (c.row >= 0 && c.row < rows && c.col >= 0 && c.col < cols) ++seen[static_cast<size_t>(c.row * cols + c.col)];
+        EXPECT(c.row / kRasterRows == t / (kRasterRows * cols), "tile %lld left its group", static_cast<long long>(t));
+        if (rows <= kRasterRows)
+          EXPECT(c.row == t % rows && c.col == t / rows, "rows %lld: tile %lld not row fastest",
+                 static_cast<long long>(rows), static_cast<long long>(t));
+      }
+      for (size_t i = 0; i < seen.size(); ++i)
+        EXPECT(seen[i] == 1, "rows %lld cols %lld: tile %zu visited %d times", static_cast<long long>(rows),
+               static_cast<long long>(cols), i, seen[i]);
+    }
+  }
+}
+
 int main() {
   test_stream_k_policy();
   test_persistent_plans();
+  test_grouped_raster();
   test_stream_k_plans();
   test_format_round_trip();
   test_pack_round_trip();

@@ -1,7 +1,8 @@
 // The sm90 backend's GEMM with 8-bit activations (W8A8): e4m3 weights x e4m3 or e5m2 activations
 // on FP8 WGMMA (m64nNk32, fp32 sums), or i8 weights x i8 activations on integer WGMMA (s32 sums,
 // exact, turned into fp32 at the end of each segment), sm_90a, with the persistent dense
-// scheduler (scheduler/streamk.h, plan_persistent).
+// scheduler (scheduler/streamk.h, plan_persistent) visiting tiles in grouped order
+// (scheduler/raster.h).
 //
 // Nothing is converted, so both operands come from shared memory: the weights stay in the generic
 // layout (layout 1), whose 8-bit codes are the row-major bytes of the weight (rows k_pad bytes
@@ -46,6 +47,7 @@
 #include "humming/epilogue/streamk_fixup.h"
 #include "humming/epilogue/wgmma_store.h"
 #include "humming/humming.h"
+#include "humming/scheduler/raster.h"
 #include "humming/scheduler/streamk.h"
 
 namespace humming {
@@ -119,6 +121,11 @@ struct DenseA8 {
 
   using RingPos = sm90::RingPos<Stages>;
 
+  // Tile `tile` of the launch's grid, in grouped order (scheduler/raster.h).
+  static __device__ __forceinline__ TileCoord coord(const Params &p, int64_t tile) {
+    return grouped_tile(tile, (p.args.m + BM - 1) / BM, p.n_tiles);
+  }
+
   // Warp 1 of the producer warpgroup, with blocks: the scales of every stage of every segment of
   // this block (zeros past the matrices) by cp.async, each lane's copies then counted as one
   // arrival on the stage's full barrier (kScaleArrivals in all). Nothing here waits for a load, so
@@ -129,7 +136,8 @@ struct DenseA8 {
     const auto *ws = static_cast<const float *>(a.scales);
     RingPos pos;
     for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
-      const int64_t m0 = tile / p.n_tiles * BM, nb0 = tile % p.n_tiles * BN / 128;
+      const TileCoord c = coord(p, tile);
+      const int64_t m0 = c.row * BM, nb0 = c.col * BN / 128;
       for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
         mbar_wait(ring_bar<Stages>(bars, 1, pos.stage), pos.phase ^ 1u);
         const uint32_t dst = ring + pos.stage * kStageBytes + kWBytes + kABytes;
@@ -151,7 +159,8 @@ struct DenseA8 {
   static __device__ __forceinline__ void produce(const Params &p, uint32_t ring, uint32_t bars) {
     RingPos pos;
     for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
-      const int m0 = static_cast<int>(tile / p.n_tiles * BM), n0 = static_cast<int>(tile % p.n_tiles * BN);
+      const TileCoord c = coord(p, tile);
+      const int m0 = static_cast<int>(c.row * BM), n0 = static_cast<int>(c.col * BN);
       for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
         const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
                        empty = ring_bar<Stages>(bars, 1, pos.stage);
@@ -259,7 +268,8 @@ struct DenseA8 {
     RingPos pos;
     float acc[kAcc];
     for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
-      const int64_t m0 = tile / p.n_tiles * BM, n0 = tile % p.n_tiles * BN;
+      const TileCoord c = coord(p, tile);
+      const int64_t m0 = c.row * BM, n0 = c.col * BN;
       // With blocks: this warpgroup's weight block among the stage's scales.
       const int wblock = static_cast<int>((n0 % 128 + cw * 64) / 128);
       if constexpr (kInt)

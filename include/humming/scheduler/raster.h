@@ -1,0 +1,33 @@
+// The order in which a launch visits its output tiles. Row-major order (all of one row of tiles,
+// then the next) makes every row of tiles stream the whole weight from memory again, which for
+// large batches is more traffic than the tensor cores need (28672 x 8192 e4m3 weights, 64 rows of
+// 128 tokens: 15 GB). Grouped order walks kRasterRows rows of tiles together, row fastest, so the
+// blocks that run at the same time share each weight tile through L2 (and a group's activations
+// stay there while it walks the channels).
+#pragma once
+
+#include <cstdint>
+
+#include "humming/format/dtype.h"
+
+namespace humming {
+
+// Rows of tiles a group walks together: 8 rows of 128 tokens are 1024 tokens (8 MiB of 8-bit
+// activations at k = 8192), which with the weight tiles of one wave of blocks fits the H200's L2.
+constexpr int64_t kRasterRows = 8;
+
+struct TileCoord {
+  int64_t row; // tile row (tokens)
+  int64_t col; // tile column (channels)
+};
+
+// Tile `t` of a grid of `rows` x `cols` tiles in grouped order: groups of kRasterRows rows (the
+// last one shorter), each walked column by column, row fastest. A bijection of [0, rows * cols).
+HUMMING_HD TileCoord grouped_tile(int64_t t, int64_t rows, int64_t cols) {
+  const int64_t group = t / (kRasterRows * cols), first = group * kRasterRows;
+  const int64_t height = rows - first < kRasterRows ? rows - first : kRasterRows;
+  const int64_t within = t - first * cols;
+  return TileCoord{first + within % height, within / height};
+}
+
+} // namespace humming
