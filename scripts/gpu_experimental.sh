@@ -37,7 +37,9 @@ if [ "${TESTS_A8:-1}" != "0" ]; then
   grep -E "^(FAILED|ERROR)" "$W/a8.log" | head -20 | tee -a "$FINAL/summary.txt"
 fi
 if [ "${TESTS_ALL:-1}" != "0" ]; then
-  timeout 300 python3 -m pytest -q tests -p no:cacheprovider -rs -k "not (a-e4m3 or a-e5m2 or a-i8 or w8a8 or quantize_act)" \
+  # (compressed-tensors, a CI test dependency, is not on the lent machine: its test is left out.)
+  timeout 330 python3 -m pytest -q tests -p no:cacheprovider -rs --ignore=tests/test_convert_ct_library.py --timeout=120 \
+    -k "not (a-e4m3 or a-e5m2 or a-i8 or w8a8 or quantize_act)" \
     > "$W/gpu.log" 2>&1
   say "other tests rc=$? after $(( $(date +%s) - start )) s: $(tail -1 "$W/gpu.log")"
   grep -E "^(FAILED|ERROR)" "$W/gpu.log" | head -20 | tee -a "$FINAL/summary.txt"

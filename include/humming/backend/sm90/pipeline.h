@@ -144,9 +144,6 @@ template <class K> typename K::Params base_params(const GemmArgs &args) {
   return p;
 }
 
-// Host side of a launch of K with parameters `p` (p.plan made): the workspace its plan needs, the
-// shared-memory limit raised once per process, p.plan.blocks blocks on `stream`. `what` names the
-// kernels in messages.
 // Loads K's kernel and raises its shared-memory limit, once per process; false where the device
 // cannot give a block K::kSmemTotal bytes.
 template <class K> bool prepare_blocks() {
@@ -160,6 +157,9 @@ template <class K> Status prepare_blocks(const char *what) {
                        " bytes of shared memory per block, more than this GPU allows");
 }
 
+// Host side of a launch of K with parameters `p` (p.plan made): the workspace its plan needs, the
+// shared-memory limit raised once per process, p.plan.blocks blocks on `stream`. `what` names the
+// kernels in messages.
 template <class K>
 Status launch_blocks(const typename K::Params &p, const GemmArgs &args, void *stream, const char *what) {
   const size_t need = streamk_workspace_bytes(p.plan, K::kTileM, K::BN);
