@@ -35,6 +35,7 @@ _LAZY = {
     "load_quantized": ("loading", "load_quantized"),
     "iter_quantized": ("loading", "iter_quantized"),
     "replace_linears": ("loading", "replace_linears"),
+    "FUSED_PROJECTIONS": ("loading", "FUSED_PROJECTIONS"),
     "quantize_model": ("loading", "quantize_model"),
     "preload": ("layers", "preload"),
     "load_packed": ("packed_checkpoint", "load_packed"),

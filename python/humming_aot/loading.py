@@ -31,7 +31,7 @@ import fnmatch
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Callable
 
 import torch
@@ -49,7 +49,14 @@ from .convert import (
 )
 from .packed_checkpoint import PackedCheckpointError, PackedLayer, is_packed_checkpoint, load_packed
 
-__all__ = ["load_quantized", "iter_quantized", "replace_linears", "CheckpointError", "QUANT_METHODS"]
+__all__ = [
+    "load_quantized",
+    "iter_quantized",
+    "replace_linears",
+    "CheckpointError",
+    "QUANT_METHODS",
+    "FUSED_PROJECTIONS",
+]
 
 _EXTRA = "pip install 'humming-aot[convert]'"
 
@@ -417,6 +424,65 @@ def load_quantized(
     return dict(iter_quantized(source, config, progress=progress, layout=layout, device=device))
 
 
+# The usual fused projections of serving stacks (vLLM's Llama / Qwen / Mistral modules): q, k, v
+# as one qkv_proj, gate and up as one gate_up_proj, stacked in this order.
+FUSED_PROJECTIONS: dict[str, tuple[str, ...]] = {
+    "qkv_proj": ("q_proj", "k_proj", "v_proj"),
+    "gate_up_proj": ("gate_proj", "up_proj"),
+}
+
+
+def _fused_items(model: torch.nn.Module, items: Iterable, fuse: Mapping[str, Sequence[str]], problems: list):
+    """replace_linears' ``fuse``: ``items`` with the parts of each fused module of ``model``
+    replaced by their stacked weight (yielded once its last part arrives; parts are held until
+    then). Fused modules left incomplete, or with packed parts, are added to ``problems``."""
+    from .convert import fuse as stack
+
+    part_of = {}  # part child name -> (fused child name, its index)
+    for fused, parts in fuse.items():
+        if not parts or len(set(parts)) != len(parts):
+            raise ValueError(f"replace_linears: fuse[{fused!r}] must list distinct part names, got {parts!r}")
+        for i, part in enumerate(parts):
+            if part in part_of:
+                raise ValueError(f"replace_linears: {part!r} is a part of both {part_of[part][0]!r} and {fused!r}")
+            part_of[part] = (fused, i)
+
+    def module(name):
+        try:
+            return model.get_submodule(name)
+        except AttributeError:
+            return None
+
+    pending: dict[str, dict[int, object]] = {}  # fused module name -> {part index: converted}
+    for name, cw in items:
+        parent, _, child = name.rpartition(".")
+        if child not in part_of or module(name) is not None:
+            yield name, cw
+            continue
+        fused_child, index = part_of[child]
+        target = f"{parent}.{fused_child}" if parent else fused_child
+        if not isinstance(module(target), torch.nn.Linear):
+            yield name, cw  # neither the part nor its fused module: the usual "no module" problem
+            continue
+        got = pending.setdefault(target, {})
+        got[index] = cw
+        parts = fuse[fused_child]
+        if len(got) < len(parts):
+            continue
+        del pending[target]
+        if any(not isinstance(c, ConvertedWeight) for c in got.values()):
+            problems.append(f"{target} (its parts {', '.join(parts)} arrive packed; only converted weights fuse)")
+            continue
+        try:
+            yield target, stack([got[i] for i in range(len(parts))], target)
+        except ConversionError as e:
+            problems.append(f"{target} ({e})")
+    for target, got in pending.items():
+        parts = fuse[target.rpartition(".")[2]]
+        have = [parts[i] for i in sorted(got)]
+        problems.append(f"{target} (fuses {', '.join(parts)}; the checkpoint has only {', '.join(have)})")
+
+
 def replace_linears(
     model: torch.nn.Module,
     converted: Mapping[str, ConvertedWeight] | Iterable,
@@ -427,9 +493,19 @@ def replace_linears(
     device=None,
     strict: bool = True,
     progress: bool = True,
+    fuse: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, torch.nn.Module]:
     """Swap ``model``'s ``nn.Linear`` modules named by ``converted`` (:func:`load_quantized`'s
     result, or :func:`iter_quantized`) for ``QuantLinear`` modules holding those weights.
+
+    ``fuse``: for models whose projections that share an input are one module while the
+    checkpoint has them apart (vLLM-style ``qkv_proj`` / ``gate_up_proj``), ``{fused child name:
+    (part child names, in the order the fused module stacks them)}``, e.g. :data:`FUSED_PROJECTIONS`.
+    Where a converted layer ``P.q_proj`` names a part and the model has no module ``P.q_proj`` but
+    an ``nn.Linear`` ``P.qkv_proj``, the parts are stacked exactly (:func:`humming_aot.convert.fuse`:
+    codes, scales and zero points concatenated, each part keeping its own scales) once all of them
+    have arrived, and the result replaces ``P.qkv_proj``. A fused module whose parts do not all
+    arrive, or arrive already packed, is an error (listed with the others under ``strict``).
 
     Each weight is packed for ``layout`` ("auto": the fastest layout for the format on the device,
     the generic one on the CPU) on ``device`` (default: where the linear's weight is; a ``meta``
@@ -451,8 +527,10 @@ def replace_linears(
     from .pack import layout_id, pack_weight
 
     items = converted.items() if isinstance(converted, Mapping) else converted
-    total = len(converted) if isinstance(converted, Mapping) else None
+    total = len(converted) if isinstance(converted, Mapping) and not fuse else None
     built, problems = {}, []
+    if fuse:
+        items = _fused_items(model, items, fuse, problems)
     for name, cw in _progress(items, total, "packing", progress):
         try:
             linear = model.get_submodule(name)
