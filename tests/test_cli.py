@@ -41,6 +41,22 @@ def test_info_lists_the_compiled_architectures(info_output):
     assert m.group(2) == registry.build_info()["profile"]
 
 
+def test_info_names_the_family_and_the_installed_version(info_output, monkeypatch):
+    """The family line names the family whose architectures the build has (scripts/build_wheel.sh
+    builds one wheel per family), "custom" for any other set; a distribution version that differs
+    from the build's (a wheel's family label) is printed too."""
+    from importlib.metadata import version
+
+    archs = registry.build_info()["archs"]
+    want = next((f for f, a in registry.FAMILY_ARCHS.items() if set(a.split(";")) == set(archs)), "custom")
+    assert re.search(rf"^family: {want} \(archs {re.escape(';'.join(archs))}\)$", info_output, re.M), info_output
+    dist = version("humming-aot")
+    assert (f"installed as {dist}" in info_output) == (dist != registry.build_info()["version"])
+    for fam, a in [("sm80", ["80", "86", "89"]), ("sm90", ["90a"]), ("", ["80", "90a"])]:
+        monkeypatch.setattr(registry, "build_info", lambda a=a: {"archs": a})
+        assert registry.build_family() == fam
+
+
 def test_info_counts_the_instances(info_output):
     insts = registry.instances()
     m = re.search(r"^instances: (\d+)$", info_output, re.M)

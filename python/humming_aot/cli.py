@@ -31,6 +31,16 @@ def _info(args) -> int:
 
     info = registry.build_info()
     print(f"humming-aot {info['version']}")
+    try:  # the installed distribution's version: a wheel of scripts/build_wheel.sh labels its family
+        from importlib.metadata import PackageNotFoundError, version
+
+        dist = version("humming-aot")
+    except PackageNotFoundError:
+        dist = None
+    fam = registry.build_family()
+    if dist is not None and dist != info["version"]:
+        print(f"installed as {dist}")
+    print(f"family: {fam or 'custom'} (archs {';'.join(info['archs'])})")
     print(f"architectures compiled: {', '.join('sm_' + a for a in info['archs'])} (profile {info['profile']})")
     print(f"instances: {info['instance_count']}")
     backends: dict[str, int] = {}

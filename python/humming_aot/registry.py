@@ -100,6 +100,15 @@ def workspace_bytes(name: str, fmt, layout: int, n: int, k: int, m: int) -> int:
 FAMILY_ARCHS = {"sm80": "80;86;89", "sm89": "80;86;89", "sm90": "90a", "sm100": "100a", "sm120": "120a"}
 
 
+def build_family() -> str:
+    """The family this build's architectures make up (a key of FAMILY_ARCHS), or "" for another set."""
+    archs = set(build_info()["archs"])
+    for fam, want in FAMILY_ARCHS.items():
+        if archs == set(want.split(";")):
+            return fam
+    return ""
+
+
 def family_hint(cc: int) -> str:
     """What to install for a device of compute capability ``cc`` that this build has no code for:
     its architecture family and the build that covers it."""
