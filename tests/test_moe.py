@@ -175,3 +175,124 @@ def test_routing_on_the_gpu_is_graph_capturable_and_matches_the_cpu():
         al.block_expert.cpu(), cpu_al.block_expert
     )
     assert torch.equal(out.cpu(), moe.combine(moe.permute(x, cpu_al), cpu_al, cpu_w))
+
+
+# ---- QuantMoE: the experts' GEMMs between routing and combine ----------------------------------
+
+
+def _experts(e, h, f, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(e, 2 * f, h, generator=g) * 0.05, torch.randn(e, h, f, generator=g) * 0.05
+
+
+def _ref_moe(x, logits, w1, w2, fmt, top_k, scoring="softmax", renormalize=True):
+    """The MoE MLP written token by token in float64 from the experts' weights as the reference
+    quantizer makes them (``fmt``), dequantized: independent of packing and of the layer."""
+    from humming_aot import reference as R
+
+    deq = lambda w: R.dequantize_weight(R.quantize_weight(w, fmt)).double()  # noqa: E731
+    d1, d2 = [deq(w) for w in w1], [deq(w) for w in w2]
+    w, ids = _ref_topk(logits, top_k, scoring, renormalize)
+    f = w2.shape[2]
+    out = torch.zeros(x.shape[0], w2.shape[1], dtype=torch.float64)
+    for t in range(x.shape[0]):
+        for j in range(top_k):
+            e = int(ids[t, j])
+            hid = d1[e] @ x[t].double()
+            act = torch.nn.functional.silu(hid[:f]) * hid[f:]
+            out[t] += float(w[t, j]) * (d2[e] @ act)
+    return out
+
+
+# Three bf16 roundings on the way (the gate-up output, silu(gate) * up, the output), each at most
+# 2^-8 relative, and a fourth for the down GEMM's inputs: a norm-wise bound of 4 x 2^-8.
+_MOE_TOL = 4 * 2.0**-8
+
+
+@pytest.mark.parametrize(
+    "experts,top_k,h,f,tokens,load,fmt",
+    [
+        (8, 2, 256, 128, 7, "uniform", "u4g128-sbf16"),
+        (8, 2, 2880, 64, 5, "one", "u4g32-sbf16-zi"),  # gpt-oss's hidden size, all on one expert
+        (16, 4, 128, 96, 9, "skewed", "e4m3gc-sbf16"),  # most experts empty
+        (128, 8, 128, 64, 4, "uniform", "u8gc-sbf16"),
+    ],
+)
+def test_quant_moe_matches_the_token_by_token_reference(experts, top_k, h, f, tokens, load, fmt):
+    import humming_aot as ha
+
+    w1, w2 = _experts(experts, h, f, experts + h)
+    layer = ha.QuantMoE.from_float(w1, w2, fmt, top_k)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(tokens, h, generator=g).to(torch.bfloat16)
+    logits = torch.randn(tokens, experts, generator=g)
+    if load == "one":
+        logits[:, 5] += 100.0  # every token's first choice
+    elif load == "skewed":
+        logits += torch.linspace(8.0, -8.0, experts)  # the low experts take nearly everything
+    got = layer(x, logits)
+    assert got.shape == (tokens, h) and got.dtype == torch.bfloat16
+    ref = _ref_moe(x.float(), logits, w1, w2, fmt, top_k)
+    err = (got.double() - ref).norm() / ref.norm()
+    assert err <= _MOE_TOL, f"relative error {err:.2e}"
+
+
+def test_quant_moe_gate_rows_come_first():
+    """Swapping the gate and up halves changes the result far beyond rounding: the layer reads gate
+    rows first, as documented."""
+    import humming_aot as ha
+
+    w1, w2 = _experts(4, 128, 64, 1)
+    x = torch.randn(6, 128, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    logits = torch.randn(6, 4, generator=torch.Generator().manual_seed(4))
+    layer = ha.QuantMoE.from_float(w1, w2, "u4g64-sbf16", 2)
+    swapped = ha.QuantMoE.from_float(torch.cat([w1[:, 64:], w1[:, :64]], 1), w2, "u4g64-sbf16", 2)
+    ref = _ref_moe(x.float(), logits, w1, w2, "u4g64-sbf16", 2)
+    assert (layer(x, logits).double() - ref).norm() / ref.norm() <= _MOE_TOL
+    assert (swapped(x, logits).double() - ref).norm() / ref.norm() > 0.1
+
+
+def test_quant_moe_bad_input_is_named():
+    import humming_aot as ha
+
+    w1, w2 = _experts(4, 128, 64, 1)
+    layer = ha.QuantMoE.from_float(w1, w2, "u4g64-sbf16", 2)
+    x = torch.randn(3, 128).to(torch.bfloat16)
+    with pytest.raises(ValueError, match=r"activations \[tokens, 128\]"):
+        layer(x[:, :64], torch.randn(3, 4))
+    with pytest.raises(ValueError, match=r"router logits must be \[tokens, experts\] = \[3, 4\]"):
+        layer(x, torch.randn(3, 5))
+    with pytest.raises(ValueError, match="top_k must be an integer from 1 to the 4 experts"):
+        ha.QuantMoE.from_float(w1, w2, "u4g64-sbf16", 5)
+    with pytest.raises(ValueError, match=r"expert 1: gate-up must be \[2F, H\]"):
+        ha.QuantMoE(list(layer.gate_up[i].packed for i in range(2)), [layer.down[0].packed, layer.gate_up[1].packed], 1)
+    with pytest.raises(ValueError, match=r"float experts must be \[E, 2F, H\]"):
+        ha.QuantMoE.from_float(w1[0], w2, "u4g64-sbf16", 2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
+def test_quant_moe_on_the_gpu_warns_once_and_refuses_graph_capture():
+    """On a GPU the experts run on the dense kernels (the instance per row count), match the
+    reference, say once that this is the per-expert loop, and a graph capture is refused by name."""
+    import warnings
+
+    import humming_aot as ha
+    from humming_aot import moe as M
+
+    w1, w2 = _experts(8, 256, 128, 11)
+    layer = ha.QuantMoE.from_float(w1, w2, "u4g128-sbf16", 2, device="cuda")
+    x = torch.randn(33, 256, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    logits = torch.randn(33, 8, generator=torch.Generator().manual_seed(2))
+    M._WARNED_LOOP = False
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        got = layer(x.cuda(), logits.cuda())
+        layer(x.cuda(), logits.cuda())
+    assert sum("dense GEMMs, one pair per expert" in str(w.message) for w in seen) == 1
+    ref = _ref_moe(x.float(), logits, w1, w2, "u4g128-sbf16", 2)
+    assert (got.cpu().double() - ref).norm() / ref.norm() <= _MOE_TOL
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph yet"):
+        with torch.cuda.graph(graph):
+            layer(x.cuda(), logits.cuda())

@@ -38,6 +38,7 @@ _LAZY = {
     "FUSED_PROJECTIONS": ("loading", "FUSED_PROJECTIONS"),
     "quantize_model": ("loading", "quantize_model"),
     "preload": ("layers", "preload"),
+    "QuantMoE": ("moe", "QuantMoE"),
     "load_packed": ("packed_checkpoint", "load_packed"),
     "save_packed": ("packed_checkpoint", "save_packed"),
     "PackedLayer": ("packed_checkpoint", "PackedLayer"),

@@ -1,7 +1,8 @@
 """Mixture-of-experts routing helpers: top-k selection, alignment of token-to-expert assignments
 into per-expert blocks, and the permutations around the experts' GEMMs.
 
-Built from torch tensor operations with static output shapes and no host synchronization, so they
+``QuantMoE`` puts them together with the experts' GEMMs. The routing helpers are built from
+torch tensor operations with static output shapes and no host synchronization, so they
 run on the CPU and the GPU alike and can be captured in CUDA graphs (a graph captures the worst-case
 sizes; the real extents are device tensors). Deterministic: ties go to the lower expert id, and the
 assignments of one expert keep token order. Fused CUDA kernels for these are future work; the
@@ -182,6 +183,149 @@ def combine(y: torch.Tensor, alignment: Alignment, weights: torch.Tensor) -> tor
     for j in range(1, alignment.top_k):  # a fixed order: bitwise the same run to run
         out = out + rows[:, j]
     return out.to(y.dtype)
+
+
+_WARNED_LOOP = False
+
+
+class QuantMoE(torch.nn.Module):
+    """A mixture-of-experts MLP of quantized experts: route each token to its ``top_k`` experts
+    (:func:`topk_route`), run each expert's gate-up projection, ``silu(gate) * up``, its down
+    projection, and combine the outputs with the routing weights (:func:`combine`).
+
+    ``gate_up``: one ``PackedWeight`` [2F, H] per expert, the F gate rows first, then the F up rows
+    (the fused w1 / w3 of Mixtral- and Qwen-style experts); ``down``: one [H, F] per expert, all in
+    one format each. ``scoring`` / ``renormalize`` / ``correction_bias`` as :func:`topk_route`.
+
+    The grouped MoE GEMM kernels are not built yet: each expert that has tokens runs its two GEMMs
+    as dense humming GEMMs on its rows (the instance the dispatcher picks for that row count). That
+    needs the per-expert counts on the host, one synchronization per call on a GPU, so a call cannot
+    be captured in a CUDA graph (refused with an error); on a GPU the first call warns once.
+    """
+
+    def __init__(
+        self,
+        gate_up,
+        down,
+        top_k: int,
+        *,
+        act_format=None,
+        out_dtype=None,
+        scoring: str = "softmax",
+        renormalize: bool = True,
+        correction_bias: torch.Tensor | None = None,
+    ):
+        from .layers import QuantLinear
+        from .pack import PackedWeight
+
+        super().__init__()
+        gate_up, down = list(gate_up), list(down)
+        if not gate_up or len(gate_up) != len(down):
+            raise ValueError(
+                f"QuantMoE takes one gate-up and one down weight per expert, got {len(gate_up)} and {len(down)}"
+            )
+        if not all(isinstance(w, PackedWeight) for w in gate_up + down):
+            raise TypeError("QuantMoE's expert weights must be PackedWeight (humming_aot.pack_weight)")
+        h, f2 = gate_up[0].k, gate_up[0].n
+        for e, (gu, dn) in enumerate(zip(gate_up, down)):
+            if gu.n % 2 or (gu.n, gu.k) != (f2, h) or (dn.n, dn.k) != (h, f2 // 2):
+                raise ValueError(
+                    f"expert {e}: gate-up must be [2F, H] = [{f2}, {h}] and down [H, F] = [{h}, {f2 // 2}] like "
+                    f"expert 0 (2F even), got [{gu.n}, {gu.k}] and [{dn.n}, {dn.k}]"
+                )
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= len(gate_up):
+            raise ValueError(f"top_k must be an integer from 1 to the {len(gate_up)} experts, got {top_k!r}")
+        if scoring not in SCORINGS:
+            raise ValueError(f"scoring must be one of {', '.join(SCORINGS)}, got {scoring!r}")
+        act = act_format if act_format is not None else "bf16"
+        self.gate_up = torch.nn.ModuleList(QuantLinear.from_packed(w, act, out_dtype) for w in gate_up)
+        self.down = torch.nn.ModuleList(QuantLinear.from_packed(w, act, out_dtype) for w in down)
+        self.num_experts, self.top_k, self.hidden, self.intermediate = len(gate_up), top_k, h, f2 // 2
+        self.scoring, self.renormalize = scoring, renormalize
+        self.register_buffer("correction_bias", correction_bias, persistent=False)
+
+    @classmethod
+    def from_float(
+        cls,
+        w_gate_up: torch.Tensor,
+        w_down: torch.Tensor,
+        weight_format,
+        top_k: int,
+        *,
+        layout="auto",
+        device=None,
+        **kwargs,
+    ) -> "QuantMoE":
+        """Quantize float experts (``w_gate_up`` [E, 2F, H], gate rows first; ``w_down`` [E, H, F])
+        with the reference quantizer and pack them for ``layout`` on ``device`` (default: the
+        tensors' device). Other arguments as the constructor."""
+        from . import reference as R
+        from .dispatch import preferred_layout
+        from .pack import layout_id, pack_weight
+
+        if w_gate_up.dim() != 3 or w_down.dim() != 3 or w_gate_up.shape[0] != w_down.shape[0]:
+            raise ValueError(
+                f"float experts must be [E, 2F, H] and [E, H, F], got {tuple(w_gate_up.shape)} and {tuple(w_down.shape)}"
+            )
+        dev = torch.device(device) if device is not None else w_gate_up.device
+
+        def pack(w):
+            q = R.quantize_weight(w.detach().float().cpu(), weight_format)
+            lid = layout
+            if layout == "auto":
+                act = kwargs.get("act_format") or "bf16"
+                out = kwargs.get("out_dtype") or "bf16"
+                lid = preferred_layout(f"a-{act}_w-{q.fmt}_c-{out}", dev, n=w.shape[0], k=w.shape[1])
+            return pack_weight(q, layout=layout_id(lid)).to(dev)
+
+        return cls([pack(w) for w in w_gate_up], [pack(w) for w in w_down], top_k, **kwargs)
+
+    def forward(self, x: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
+        global _WARNED_LOOP
+        if x.dim() != 2 or x.shape[1] != self.hidden:
+            raise ValueError(f"QuantMoE takes activations [tokens, {self.hidden}], got shape {tuple(x.shape)}")
+        if router_logits.shape != (x.shape[0], self.num_experts):
+            raise ValueError(
+                f"router logits must be [tokens, experts] = [{x.shape[0]}, {self.num_experts}], "
+                f"got {tuple(router_logits.shape)}"
+            )
+        if x.is_cuda and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                "QuantMoE cannot be captured in a CUDA graph yet: it reads the per-expert token counts back "
+                "to the host (the grouped MoE kernels that would not are not built yet)"
+            )
+        if x.is_cuda and not _WARNED_LOOP:
+            import warnings
+
+            _WARNED_LOOP = True
+            warnings.warn(
+                "QuantMoE runs each expert's GEMMs as dense GEMMs, one pair per expert with tokens, after a host "
+                "synchronization (the grouped MoE kernels are not built yet): correct, but slower than a grouped "
+                "GEMM at small batch",
+                stacklevel=2,
+            )
+        weights, ids = topk_route(
+            router_logits, self.top_k, scoring=self.scoring, renormalize=self.renormalize,
+            correction_bias=self.correction_bias,
+        )  # fmt: skip
+        al = moe_align(ids, self.num_experts, 1)  # blocks of one row: the experts' rows back to back
+        rows = permute(x, al)
+        y = x.new_zeros(al.capacity, self.hidden, dtype=self.down[0]._out_dtype)
+        start = 0
+        for e, c in enumerate(al.counts.tolist()):
+            if c == 0:
+                continue
+            h = self.gate_up[e](rows[start : start + c])
+            gate, up = h[:, : self.intermediate].float(), h[:, self.intermediate :].float()
+            y[start : start + c] = self.down[e]((torch.nn.functional.silu(gate) * up).to(x.dtype))
+            start += c
+        return combine(y, al, weights)
+
+    def extra_repr(self) -> str:
+        return (
+            f"experts={self.num_experts}, top_k={self.top_k}, hidden={self.hidden}, intermediate={self.intermediate}, "
+            f"format={self.gate_up[0].fmt.weight}, scoring={self.scoring}"
+        )
 
 
 def _describe(t) -> str:
