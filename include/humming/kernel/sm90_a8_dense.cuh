@@ -9,14 +9,15 @@
 // long), and go by TMA like the activations. Each stage of the ring holds one box of BN weight rows
 // and one of BM activation rows, 128 inputs (bytes) wide, in the 128-byte swizzle the descriptors
 // read. The roles are those of the weight-only kernel (sm90_dense.cuh): the weights are the
-// instruction's M (64 channels per consumer warpgroup) and the tokens its N (BM, 8 to 256), so a
-// decode launch of one token runs m64n8 and wastes nothing on rows that do not exist.
+// instruction's M (64 channels per consumer warpgroup) and the tokens its N (BM: 8 to 128 for
+// 8-bit floats, to 256 for integers), so a decode launch of one token runs m64n8 and wastes
+// nothing on rows that do not exist.
 //
 // One producer thread fills the ring as in sm90_dense.cuh. A consumer warpgroup only issues
 // WGMMAs (the four k32 steps of a stage as one group) and adds up their sums:
 // * 8-bit floats: each stage's group sums into fresh registers, which are added into the tile's
 //   fp32 sums once the group retires (two-level accumulation, promoted every 128 inputs: the FP8
-//   tensor cores' running sum is narrower than fp32); the other consumer warpgroup keeps the
+//   tensor cores' running sum is narrower than fp32); the other consumer warpgroups keep the
 //   tensor cores busy during the adds;
 // * integers: the s32 sums are exact and stay in the tensor cores' registers for the whole
 //   segment, one group kept in flight behind the next.
@@ -60,7 +61,7 @@ namespace sm90 {
 // GroupK:    0: per-channel weight scales and per-token activation scales; 128: 128 x 128 weight
 //            blocks and 1 x 128 activation groups.
 // OutId:     DType id of the output: bf16, f16 or f32.
-// BM:        tokens per tile: the WGMMA's N (8, 16, 32, 64, 128 or 256).
+// BM:        tokens per tile: the WGMMA's N (8, 16, 32, 64, 128, or 256 for integers).
 // Consumers: consumer warpgroups, 64 channels each (BN = 64 x Consumers).
 // Stages:    depth of the shared-memory ring (128 inputs per stage).
 template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, uint32_t OutId, int BM, int Consumers,
@@ -198,7 +199,7 @@ struct DenseA8 {
   // token's activation scale. The FP8 tensor cores keep fewer mantissa bits in their running sum
   // than fp32 (measured on the H200: one long segment of 4224 inputs summed 85.8 as 85.4), so the
   // per-channel mode promotes every stage too, as cuBLASLt does without its fast-accumulation flag.
-  // Each stage's group retires before it is added; the other consumer warpgroup keeps the tensor
+  // Each stage's group retires before it is added; the other consumer warpgroups keep the tensor
   // cores busy meanwhile. (Alternating two sets of stage sums, to keep a group in flight during the
   // adds, makes ptxas serialize every WGMMA of the kernel: warning C7514 with CUDA 13.0.)
   static __device__ __forceinline__ void mainloop_promoted(uint32_t ring, const char *ring_ptr, uint32_t bars,
