@@ -254,10 +254,10 @@ def test_explain_says_the_same(h200, monkeypatch):
 
 
 class _RecordingC:
-    """The extension with prepare_instance recorded instead of run (no GPU here)."""
+    """The extension with prepare_instance and warm_workspace recorded instead of run (no GPU here)."""
 
     def __init__(self, real):
-        self._real, self.prepared = real, []
+        self._real, self.prepared, self.warmed = real, [], []
 
     def __getattr__(self, name):
         return getattr(self._real, name)
@@ -265,6 +265,9 @@ class _RecordingC:
     def prepare_instance(self, name, device):
         self.prepared.append((name, device))
         return True, ""
+
+    def warm_workspace(self, device):
+        self.warmed.append(device)
 
 
 def test_layer_plan_preload_loads_each_range_choice_once(h200, monkeypatch):
@@ -293,6 +296,9 @@ def test_layer_plan_preload_loads_each_range_choice_once(h200, monkeypatch):
     assert rec.prepared == [(n, 0) for n in names], "each instance is loaded once per device"
     plan.preload("cuda:1")
     assert rec.prepared[len(names) :] == [(n, 1) for n in names]
+    # The current stream's stream-K scratch on each device a preload names (the extension keeps one
+    # per device and stream: a repeat is a lookup).
+    assert rec.warmed == [0, 0, 0, 1]
 
 
 def test_layer_plan_preload_leaves_refused_choices_to_the_call(h200, monkeypatch):

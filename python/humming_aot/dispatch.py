@@ -496,8 +496,8 @@ class LayerPlan:
 
     def preload(self, device) -> list[str]:
         """Chooses this layer's instance for every M range of ``device``'s table and loads their
-        kernels there (CUDA loads a kernel's module on its first launch, 2 to 5 ms each), so that no
-        call pays it later. Ranges whose choice fails (no instance, or HUMMING_STRICT refusing the
+        kernels there (CUDA loads a kernel's module on its first launch, 2 to 5 ms each), and
+        allocates the current stream's stream-K scratch, so that no call pays either later. Ranges whose choice fails (no instance, or HUMMING_STRICT refusing the
         generic backend) are left to the call, which reports them. Returns the instances loaded."""
         import torch
 
@@ -521,6 +521,11 @@ class LayerPlan:
             if not ok:
                 raise DispatchError(f"loading {name} on {device} failed: {why}")
             _prepared.add((name, device.index))
+        # The stream-K scratch of the current stream too (allocated and zeroed once per stream; a
+        # lookup after that), where the build has the op.
+        warm = getattr(C, "warm_workspace", None)
+        if warm is not None:
+            warm(device.index)
         return names
 
 

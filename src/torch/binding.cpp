@@ -600,6 +600,15 @@ PYBIND11_MODULE(_C, m) {
     const Status st = prepare_instance(i);
     return py::make_tuple(st.ok, st.message);
   });
+  // The stream-K scratch of CUDA device `device`'s current stream, allocated and zeroed now (the
+  // buffer kernel_workspace keeps), so that a first GEMM call pays neither the allocation nor the
+  // fill kernel's module load.
+  m.def("warm_workspace", [](int device) {
+    const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    const at::Device dev(at::kCUDA, static_cast<c10::DeviceIndex>(device));
+    at::Tensor hold;
+    kernel_workspace(dev, c10::cuda::getCurrentCUDAStream(dev.index()).stream(), 1, &hold);
+  });
   m.def("instance_runs_on", [](const std::string &name, int cc) {
     const InstanceInfo *i = find_instance(name);
     if (!i) throw py::value_error("no compiled instance is named '" + name + "'");

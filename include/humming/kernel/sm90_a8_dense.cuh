@@ -368,7 +368,7 @@ template <HUMMING_SM90_A8_TARGS> size_t workspace_bytes_a8(const GemmArgs &args)
 }
 
 template <HUMMING_SM90_A8_TARGS> Status prepare_a8() {
-  return prepare_blocks<DenseA8<HUMMING_SM90_A8_ARGS>>("the sm90 8-bit activation kernels");
+  return prepare_launch<DenseA8<HUMMING_SM90_A8_ARGS>>("the sm90 8-bit activation kernels");
 }
 
 template <HUMMING_SM90_A8_TARGS> Status launch_a8(const GemmArgs &args, void *stream) {

@@ -395,7 +395,7 @@ template <HUMMING_SM90_TARGS> size_t workspace_bytes(const GemmArgs &args) {
 }
 
 template <HUMMING_SM90_TARGS> Status prepare() {
-  return prepare_blocks<Dense<HUMMING_SM90_ARGS>>("the sm90 weight-only kernels");
+  return prepare_launch<Dense<HUMMING_SM90_ARGS>>("the sm90 weight-only kernels");
 }
 
 template <HUMMING_SM90_TARGS> Status launch(const GemmArgs &args, void *stream) {

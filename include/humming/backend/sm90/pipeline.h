@@ -9,6 +9,7 @@
 #include <string>
 
 #include "humming/backend/sm90/ptx.h"
+#include "humming/backend/sm90/tensor_map.h"
 #include "humming/humming.h"
 #include "humming/scheduler/streamk.h"
 
@@ -155,6 +156,14 @@ template <class K> Status prepare_blocks(const char *what) {
   if (prepare_blocks<K>()) return Status::Ok();
   return Status::Error(std::string("this instance of ") + what + " needs " + std::to_string(K::kSmemTotal) +
                        " bytes of shared memory per block, more than this GPU allows");
+}
+
+// What a first launch of K would otherwise pay, done ahead (prepare_instance): the tensor-map
+// encoder's driver lookup (once per process) and K's module load with its shared-memory limit.
+template <class K> Status prepare_launch(const char *what) {
+  std::string why;
+  if (tensor_map_encoder(&why) == nullptr) return Status::Error(why);
+  return prepare_blocks<K>(what);
 }
 
 // Host side of a launch of K with parameters `p` (p.plan made): the workspace its plan needs, the
