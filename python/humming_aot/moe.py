@@ -259,6 +259,7 @@ class QuantMoE(torch.nn.Module):
         """Quantize float experts (``w_gate_up`` [E, 2F, H], gate rows first; ``w_down`` [E, H, F])
         with the reference quantizer and pack them for ``layout`` on ``device`` (default: the
         tensors' device). Other arguments as the constructor."""
+        from . import formats as F
         from . import reference as R
         from .dispatch import preferred_layout
         from .pack import layout_id, pack_weight
@@ -272,10 +273,11 @@ class QuantMoE(torch.nn.Module):
         def pack(w):
             q = R.quantize_weight(w.detach().float().cpu(), weight_format)
             lid = layout
-            if layout == "auto":
-                act = kwargs.get("act_format") or "bf16"
-                out = kwargs.get("out_dtype") or "bf16"
-                lid = preferred_layout(f"a-{act}_w-{q.fmt}_c-{out}", dev, n=w.shape[0], k=w.shape[1])
+            if layout == "auto":  # as QuantLinear.from_linear: the format the layer will compute
+                act = F.parse_activation_format(kwargs.get("act_format") or "bf16")
+                out = kwargs.get("out_dtype")
+                out = out if out is not None else ("bf16" if act.quantized else str(act.type))
+                lid = preferred_layout(F.GemmFormat(act, q.fmt, out), dev, n=w.shape[0], k=w.shape[1])
             return pack_weight(q, layout=layout_id(lid)).to(dev)
 
         return cls([pack(w) for w in w_gate_up], [pack(w) for w in w_down], top_k, **kwargs)
