@@ -24,7 +24,9 @@ TOPS: dict = {}  # (kind, device) -> MAX[kind] as a one-element tensor there
 
 
 def torch_rule(x: torch.Tensor, act: str):
-    """The quantizer's rule in plain torch ops (fp32 arithmetic, as the kernel's)."""
+    """The quantizer's rule in plain torch ops (fp32 arithmetic, as the kernel's). Not
+    reference.quantize_activation: that one divides by a Python scalar (an ulp off on the GPU, where
+    torch multiplies by its reciprocal) and is not written to be captured in a CUDA graph."""
     kind, _, gran = act.partition("-")
     m, k = x.shape
     g = k if gran == "pt" else int(gran[1:])

@@ -95,12 +95,17 @@ template <class X> __device__ __forceinline__ void to_float8(const Raw8<X> &r, f
 
 template <class X> __device__ __forceinline__ void load8(const X *p, float (&v)[8]) { to_float8(load_raw8(p), v); }
 
-template <class X> __device__ __forceinline__ float amax8(const Raw8<X> &r, float amax) {
-  float v[8];
-  to_float8(r, v);
+// The largest magnitude among amax and eight inputs.
+__device__ __forceinline__ float amax8(const float (&v)[8], float amax) {
 #pragma unroll
   for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[e]));
   return amax;
+}
+
+template <class X> __device__ __forceinline__ float amax8(const Raw8<X> &r, float amax) {
+  float v[8];
+  to_float8(r, v);
+  return amax8(v, amax);
 }
 
 // The code of q for activation type ActId, q already clipped to the type's range (so saturation
@@ -114,15 +119,26 @@ template <uint32_t ActId> __device__ __forceinline__ uint32_t encode_clipped(flo
 
 // Encodes v (eight inputs) with `scale` into eight codes at 8-byte aligned `out`.
 template <uint32_t ActId> __device__ __forceinline__ void encode8(const float (&v)[8], float scale, uint8_t *out) {
-  constexpr DType t = DType::from_id(ActId);
-  const float lim = act_type_max(t), lo = -lim - (t.kind == kInt ? 1.0f : 0.0f);
+  const ActRange r = act_range(DType::from_id(ActId));
   uint32_t word[2] = {0u, 0u};
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float q = fminf(fmaxf(v[i] / scale, lo), lim);
-    word[i / 4] |= encode_clipped<ActId>(q) << (8 * (i % 4));
-  }
+  for (int i = 0; i < 8; ++i) word[i / 4] |= encode_clipped<ActId>(act_quotient(r, v[i], scale)) << (8 * (i % 4));
   *reinterpret_cast<uint2 *>(out) = make_uint2(word[0], word[1]);
+}
+
+// The scale of a row from each thread's amax over its share (blockDim.x a multiple of 32), stored
+// at `out` by thread 0; every thread gets it.
+template <uint32_t ActId> __device__ __forceinline__ float row_scale(float amax, float *out) {
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, s));
+  __shared__ float warp_max[32];
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
+  __syncthreads();
+  amax = 0.0f;
+  for (unsigned w = 0; w < blockDim.x / 32; ++w) amax = fmaxf(amax, warp_max[w]);
+  const float scale = act_scale_from_amax(DType::from_id(ActId), amax);
+  if (threadIdx.x == 0) *out = scale;
+  return scale;
 }
 
 // Per token, rows of at most V x blockDim.x vectors: block r encodes row r, thread i holding
@@ -144,15 +160,7 @@ __global__ void __launch_bounds__(1024)
 #pragma unroll
   for (int j = 0; j < V; ++j)
     if (threadIdx.x + static_cast<int64_t>(j) * blockDim.x < vecs) amax = amax8(raw[j], amax);
-#pragma unroll
-  for (int s = 16; s > 0; s >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, s));
-  __shared__ float warp_max[32];
-  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
-  __syncthreads();
-  amax = 0.0f;
-  for (unsigned w = 0; w < blockDim.x / 32; ++w) amax = fmaxf(amax, warp_max[w]);
-  const float scale = act_scale_from_amax(DType::from_id(ActId), amax);
-  if (threadIdx.x == 0) scales[r] = scale;
+  const float scale = row_scale<ActId>(amax, scales + r);
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
@@ -173,21 +181,8 @@ __global__ void __launch_bounds__(1024)
   const X *row = x + r * ldx;
   const int64_t vecs = k / 8;
   float amax = 0.0f;
-  for (int64_t i = threadIdx.x; i < vecs; i += blockDim.x) {
-    float v[8];
-    load8(row + 8 * i, v);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[e]));
-  }
-#pragma unroll
-  for (int s = 16; s > 0; s >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, s));
-  __shared__ float warp_max[32];
-  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
-  __syncthreads();
-  amax = 0.0f;
-  for (unsigned w = 0; w < blockDim.x / 32; ++w) amax = fmaxf(amax, warp_max[w]);
-  const float scale = act_scale_from_amax(DType::from_id(ActId), amax);
-  if (threadIdx.x == 0) scales[r] = scale;
+  for (int64_t i = threadIdx.x; i < vecs; i += blockDim.x) amax = amax8(load_raw8(row + 8 * i), amax);
+  const float scale = row_scale<ActId>(amax, scales + r);
   for (int64_t i = threadIdx.x; i < vecs; i += blockDim.x) {
     float v[8];
     load8(row + 8 * i, v);
@@ -219,9 +214,7 @@ __global__ void quantize_act_groups(const X *x, int64_t m, int64_t k, int64_t ld
       const int64_t r = r0 + j * step;
       float v[8];
       to_float8(raw[j], v);
-      float amax = 0.0f;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[e]));
+      float amax = amax8(v, 0.0f);
       for (int s = lanes / 2; s > 0; s >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, s));
       const float scale = act_scale_from_amax(DType::from_id(ActId), amax);
       if (!in || r >= m) continue;

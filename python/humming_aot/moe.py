@@ -312,7 +312,8 @@ class QuantMoE(torch.nn.Module):
         )  # fmt: skip
         al = moe_align(ids, self.num_experts, 1)  # blocks of one row: the experts' rows back to back
         rows = permute(x, al)
-        y = x.new_zeros(al.capacity, self.hidden, dtype=self.down[0]._out_dtype)
+        # Blocks of one row pad nothing: every row belongs to an expert and is written below.
+        y = x.new_empty(al.capacity, self.hidden, dtype=self.down[0]._out_dtype)
         start = 0
         for e, c in enumerate(al.counts.tolist()):
             if c == 0:
