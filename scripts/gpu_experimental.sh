@@ -7,7 +7,8 @@
 #   4. scripts/bench_quantize_act.py (quantize_act.json),
 #   5. the W8A8 benchmark against cuBLASLt FP8 on the headline shapes (bench/, BENCH_BUDGET_S),
 #      with and without the activation quantization in the timed call (BENCH=0 skips it);
-# BENCH_FORMATS / BENCH_IMPLS narrow the benchmark; SWEEP=1 adds tile sweeps of the W8A8 instances (scripts/time_shapes.py, sweep.txt).
+# BENCH_FORMATS / BENCH_IMPLS narrow the benchmark, BENCH_JIT names the humming-jit formats (default w4a16; w4a8
+# is its FP4 x FP8 W4A8); SWEEP=1 adds tile sweeps of the W8A8 instances (scripts/time_shapes.py, sweep.txt).
 # SKIP_BUILD=1 reuses the installed build when there is one (a second call on a warm machine).
 # Everything comes back as summary.txt and logs.tgz under $OUT. Usage: bash scripts/gpu_experimental.sh
 set -uo pipefail
@@ -65,7 +66,7 @@ fi
 if [ "${BENCH:-1}" != "0" ]; then
   OUT="$W/bench" timeout "$(( ${BENCH_BUDGET_S:-150} + 60 ))" bash scripts/gpu_bench.sh --time-budget-s "${BENCH_BUDGET_S:-150}" \
     --iters 10 --formats "${BENCH_FORMATS:-e4m3gc-sf32:e4m3-pt,e4m3g128n128-sf32:e4m3-g128,i8gc-sf32:i8-pt}" \
-    --impls "${BENCH_IMPLS:-humming-aot,humming-aot-gemm,cublaslt-fp8,cublas-bf16}" --name "${NAME:-h200-w8a8}" > "$W/bench.out" 2>&1
+    --impls "${BENCH_IMPLS:-humming-aot,humming-aot-gemm,cublaslt-fp8,cublas-bf16}" --jit-formats "${BENCH_JIT:-w4a16}" --name "${NAME:-h200-w8a8}" > "$W/bench.out" 2>&1
   say "bench rc=$? after $(( $(date +%s) - start )) s"
   grep -E "^\| " "$W/bench/${NAME:-h200-w8a8}.md" 2>/dev/null | head -40 >> "$FINAL/summary.txt"
   cp "$W"/bench/*.json "$W"/bench/*.md "$FINAL"/ 2>/dev/null

@@ -480,7 +480,7 @@ def test_arch_without_matrix_entries_is_warned_about(gen):
 # ---- experimental entries (kernels not yet checked on a GPU) and the sm90 8-bit activation kernels
 
 A8_RE = re.compile(
-    r"sm90_wgmma_dense_a-(?P<act>e4m3|e5m2|i8)-(?P<agran>pt|g128)_w-(?P<code>e4m3|i8)(?P<wgran>gc|g128n128)"
+    r"sm90_wgmma_dense_a-(?P<act>e4m3|e5m2|i8)-(?P<agran>pt|g128)_w-(?P<code>e4m3|i8|u4|i4|e2m1)(?P<wgran>gc|g128n128|g128)"
     r"-s(?P<scale>f32|bf16|f16)_c-(?P<out>[^_]+)_t(?P<bm>\d+)x(?P<bn>\d+)x128_w1x(?P<wg>\d)x1_s(?P<stages>\d+)$"
 )
 
@@ -512,32 +512,46 @@ def test_profile_suffix_other_than_experimental_is_refused(gen):
 
 
 def test_a8_instances_keys_and_entry_points(gen, tmp_path):
-    """The sm90 8-bit activation instances take per-token activation scales and per-channel weight scales, or
-    activation scales per token and 128 inputs and 128 x 128 weight blocks (fp32), 8-bit float tiles of
-    at most 128 tokens, on the generic layout, with the shared memory of their ring; their translation
-    units call the FP8 kernel's entry points."""
+    """The sm90 8-bit activation instances take per-token activation scales and per-channel weight
+    scales; or, with 4-bit codes, a weight scale per channel and 128 inputs; or activation scales per
+    token and 128 inputs and 128 x 128 weight blocks (fp32, 8-bit codes); 8-bit float tiles of at
+    most 128 tokens, on the generic layout, with the shared memory of their ring (4-bit codes: a box
+    of their own per stage and a barrier); their translation units call the FP8 kernel's entry
+    points."""
     gen_mod = _load_generator()
     insts = [i for i in gen_mod.enumerate_instances(["90a"], "full+experimental") if A8_RE.match(i.name)]
     assert insts and any("-g128_" in i.name for i in insts) and any("-pt_" in i.name for i in insts)
     assert any("_a-i8-pt_w-i8gc-" in i.name for i in insts)
+    for code in ("u4", "i4", "e2m1"):
+        assert any(f"_a-e4m3-pt_w-{code}gc-" in i.name for i in insts), code
+    assert any("_a-e4m3-pt_w-u4g128-" in i.name for i in insts) and any("_a-i8-pt_w-u4gc-" in i.name for i in insts)
     for i in insts:
         m = A8_RE.match(i.name)
         bm, bn, stages = int(m["bm"]), int(m["bn"]), int(m["stages"])
         k = i.key
         blocks = m["agran"] == "g128"
+        groups = m["wgran"] == "g128"
+        four = m["code"] in ("u4", "i4", "e2m1")
         assert (m["wgran"] == "g128n128") == blocks, i.name
-        want = (2, 128, 128) if blocks else (1, 0, 1)
+        assert groups <= four, "scales per channel and group: 4-bit codes"
+        want = (2, 128, 128) if blocks else ((1, 128, 1) if groups else (1, 0, 1))
         assert (k["act_granularity"], k["group_k"], k["group_n"], k["zero"], k["layout"]) == (*want, 0, 1)
         assert (k["tile_m"], k["tile_n"], k["tile_k"], k["stages"]) == (bm, bn, 128, stages)
         assert k["threads"] == 128 * (1 + int(m["wg"])) and bn == 64 * int(m["wg"])
         wblocks = ((64 if bn % 128 else 0) + bn + 127) // 128  # the 128-channel blocks a tile touches
-        stage = (bm + bn) * 128 + ((bm + wblocks) * 4 if blocks else 0)
-        assert k["smem_bytes"] == 1024 + -(-stage // 1024) * 1024 * stages + 16 * stages + 16 <= 227 * 1024
+        scale_bytes = {"f32": 4, "bf16": 2, "f16": 2}[m["scale"]]
+        scales = (bm + wblocks) * 4 if blocks else (bn * scale_bytes if groups else 0)
+        stage = (bm + bn) * 128 + (bn * 64 if four else 0) + scales
+        smem = 1024 + -(-stage // 1024) * 1024 * stages + 16 * stages + 16 + (8 * stages if four else 0)
+        assert k["smem_bytes"] == smem <= 227 * 1024, i.name
         if blocks:
-            assert m["scale"] == "f32" and m["act"] != "i8"
+            assert m["scale"] == "f32" and m["act"] != "i8" and m["code"] == "e4m3"
         if m["act"] != "i8":
             assert bm <= 128, "8-bit floats keep each stage's sums apart: at most 128 tokens"
-        assert (m["act"] == "i8") == (m["code"] == "i8"), "integer WGMMA takes integers on both sides"
+        if m["act"] == "i8":
+            assert m["code"] in ("i8", "u4", "i4") and not groups, "integer WGMMA: integer codes, per channel"
+        else:
+            assert m["code"] != "i8"
         assert i.archs == ("90a",) and i.scale == m["scale"] and i.out == m["out"]
     out = tmp_path / "gen"
     gen("--arch", "90a", "--profile", "ci+experimental", "--out", str(out))

@@ -319,40 +319,52 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
 
 
 def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instance]:
-    """W8A8 GEMM on the sm90 backend (kernel/sm90_a8_dense.cuh): 8-bit float activations x e4m3
-    weights, or i8 x i8, in the generic layout, with per-token x per-channel scales (group 0) or,
-    for the floats, DeepSeek-style 1 x 128 activation groups x 128 x 128 weight blocks (group 128)."""
+    """GEMM with 8-bit activations on the sm90 backend (kernel/sm90_a8_dense.cuh): 8-bit float
+    activations x e4m3, u4, i4 or e2m1 weights, or i8 x i8, u4 or i4, in the generic layout, with
+    per-token x per-channel scales (group 0); with group 128, 4-bit codes take a scale per channel
+    and 128 inputs (per-token activations), e4m3 codes DeepSeek-style 1 x 128 activation groups x
+    128 x 128 weight blocks."""
     backend_archs, combos = _entries(matrix, profile, archs, ("act", "code", "scale", "group", "out", "tile"))
     out = []
     for _, (act, code, scale, group, o, tile_name) in combos:
         t = matrix["tiles"][tile_name]
         bm, consumers, stages = t["bm"], t["consumers"], t["stages"]
         bn, bk = 64 * consumers, 128
-        if group and (scale != "f32" or act == "i8"):  # what the kernel's block path takes
+        four = F.dtype(code).bits == 4
+        blocks = bool(group) and not four  # 8-bit codes: 128 x 128 blocks; 4-bit: per channel
+        if act == "i8" and (group or code in ("e4m3", "e2m1")):  # integer WGMMA: integer codes, per channel
+            continue
+        if act != "i8" and code == "i8":
+            continue
+        if blocks and scale != "f32":  # what the kernel's block path takes
             continue
         if act != "i8" and bm > 128:  # 8-bit floats keep each stage's sums apart: at most 128 tokens
             continue
-        if (act == "i8") != (code == "i8"):  # integer WGMMA takes integers on both sides
-            continue
-        weight = f"{code}gc-s{scale}" if group == 0 else f"{code}g{group}n{group}-s{scale}"
-        act_name = f"{act}-pt" if group == 0 else f"{act}-g{group}"
+        if group == 0:
+            weight = f"{code}gc-s{scale}"
+        else:
+            weight = f"{code}g{group}n{group}-s{scale}" if blocks else f"{code}g{group}-s{scale}"
+        act_name = f"{act}-g{group}" if blocks else f"{act}-pt"
         name = (
             f"sm90_wgmma_{matrix['scheduler']}_a-{act_name}_w-{weight}_c-{o}_t{bm}x{bn}x{bk}_w1x{consumers}x1_s{stages}"
         )
-        targs = tuple(f"{_dtype_id(v)}u" for v in (act, code, scale)) + (str(group), f"{_dtype_id(o)}u")
+        group_n = group if blocks else 1
+        targs = tuple(f"{_dtype_id(v)}u" for v in (act, code, scale)) + (str(group), str(group_n), f"{_dtype_id(o)}u")
         targs += (str(bm), str(consumers), str(stages))
-        # A box of weights and one of activations per stage (with blocks, then their fp32 scales: BM
-        # of the activations, one per 128-channel weight block the tile touches).
+        # A box of weights and one of activations per stage; 4-bit codes land in a box of their own
+        # (bn rows x 64 bytes). Then the scales: with blocks, fp32, bm of the activations and one per
+        # 128-channel weight block the tile touches; with groups, the bn channels' in their type.
         wblocks = ((64 if bn % 128 else 0) + bn + 127) // 128
-        stage = (bn + bm) * bk + ((bm + wblocks) * 4 if group else 0)
-        smem = _sm90_smem((stage + 1023) // 1024 * 1024, stages)
+        scales = (bm + wblocks) * 4 if blocks else (bn * F.dtype(scale).bits // 8 if group else 0)
+        stage = (bn + bm) * bk + (bn * bk // 2 if four else 0) + scales
+        smem = _sm90_smem((stage + 1023) // 1024 * 1024, stages) + (stages * 8 if four else 0)
         if smem > SM90_MAX_SMEM:
             continue
         # act_granularity 1: ActScale::kToken; 2: ActScale::kGroup
         tile = (bm, bn, bk)
         key = _tensor_core_key(
-            act, 2 if group else 1, code, group, scale, "none", o, matrix["layout"], tile, stages,
-            128 * (1 + consumers), smem, group_n=group or 1,
+            act, 2 if blocks else 1, code, group, scale, "none", o, matrix["layout"], tile, stages,
+            128 * (1 + consumers), smem, group_n=group_n,
         )  # fmt: skip
         out.append(
             Instance(

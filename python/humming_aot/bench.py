@@ -70,12 +70,16 @@ FLUSH_METHODS = ("read", "write")
 FORMAT_ALIASES = {
     "w4a16": ("u4g128-sbf16", "bf16"),
     "w8a16": ("u8gc-sbf16", "bf16"),
+    "w4a8": ("e2m1gc-sbf16", "e4m3-pt"),
 }
 # Weight configs of humming-kernels for the formats it is compared on (its HummingWeightSchema:
-# unsigned codes are symmetric around the middle of their range, bf16 scales from the layer dtype).
+# unsigned codes are symmetric around the middle of their range, bf16 scales from the layer dtype),
+# and for W4A8 its input config too (HummingInputSchema: activations quantized to e4m3 per token
+# inside its forward): FP4 weights with channel scales, the peer's W4A8 of ../shared/ANCHORS.md.
 JIT_CONFIGS = {
     "w4a16": {"dtype": "uint4", "group_size": 128},
     "w8a16": {"dtype": "uint8", "group_size": 0},
+    "w4a8": {"dtype": "float4e2m1", "group_size": 0, "input": {"dtype": "float8e4m3"}},
 }
 IMPLS = ("humming-aot", "humming-aot-gemm", "cublas-bf16", "torch-int4", "cublaslt-fp8", "humming-jit")
 INT4_GROUP = 128
@@ -1021,8 +1025,14 @@ class HummingJit(Impl):
         from humming.layer import HummingLayer
 
         n, k = w.shape
+        config = dict(JIT_CONFIGS[self.format])
+        act = config.pop("input", None)
         layer = HummingLayer(
-            shape_n=n, shape_k=k, weight_config=dict(JIT_CONFIGS[self.format]), torch_dtype=torch.bfloat16
+            shape_n=n,
+            shape_k=k,
+            weight_config=config,
+            input_config=dict(act) if act else None,
+            torch_dtype=torch.bfloat16,
         )
         layer = layer.to(w.device)
         layer.load_from_unquantized(w)

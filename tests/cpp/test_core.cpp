@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "humming/humming.h"
+#include "humming/numeric/nibble_lut.h"
 #include "humming/scheduler/raster.h"
 #include "humming/scheduler/streamk.h"
 
@@ -371,7 +372,36 @@ void test_grouped_raster() {
   }
 }
 
+// 4-bit codes to 8-bit operands (numeric/nibble_lut.h): for every code type and every word of
+// eight codes built from random codes, each output byte decodes (format/dtype.h decode, as e4m3 or
+// as s8) to the code's own value, also of the sign-extended top-bit codes.
+void test_nibble_operands() {
+  std::mt19937 rng(5);
+  const DType types[] = {dtypes::uint_type(4), dtypes::int_type(4), dtypes::e2m1};
+  for (const DType code : types) {
+    for (const bool is_int : {false, true}) {
+      if (is_int && code.kind == kFloat) continue; // FP4 runs on the FP8 tensor cores only
+      const numeric::NibbleTable t = numeric::nibble_table(code, is_int);
+      for (int trial = 0; trial < 400; ++trial) {
+        uint32_t w = static_cast<uint32_t>(rng());
+        if (trial < 16) w = 0x11111111u * static_cast<uint32_t>(trial); // all eight codes alike
+        uint32_t out[2];
+        numeric::nibbles_to_bytes(w, t, out[0], out[1]);
+        for (int i = 0; i < 8; ++i) {
+          const uint32_t c = (w >> (4 * i)) & 0xFu;
+          const uint32_t byte = (out[i / 4] >> (8 * (i % 4))) & 0xFFu;
+          const float want = decode(code, c) - (code.kind == kUInt ? 8.0f : 0.0f);
+          const float got = decode(is_int ? dtypes::i8 : dtypes::e4m3, byte);
+          EXPECT(got == want, "code type %u.%u, %s operands: code %u (word %08x, place %d) gave %g, not %g", code.kind,
+                 code.bits, is_int ? "s8" : "e4m3", c, w, i, got, want);
+        }
+      }
+    }
+  }
+}
+
 int main() {
+  test_nibble_operands();
   test_stream_k_policy();
   test_persistent_plans();
   test_grouped_raster();

@@ -1,17 +1,21 @@
-// The sm90 backend's GEMM with 8-bit activations (W8A8): e4m3 weights x e4m3 or e5m2 activations
-// on FP8 WGMMA (m64nNk32, fp32 sums), or i8 weights x i8 activations on integer WGMMA (s32 sums,
-// exact, turned into fp32 at the end of each segment), sm_90a, with the persistent dense
-// scheduler (scheduler/streamk.h, plan_persistent) visiting tiles in grouped order
-// (scheduler/raster.h).
+// The sm90 backend's GEMM with 8-bit activations: W8A8 (e4m3 weights x e4m3 or e5m2 activations
+// on FP8 WGMMA, m64nNk32, fp32 sums; or i8 weights x i8 activations on integer WGMMA, s32 sums,
+// exact, turned into fp32 at the end of each segment) and W4A8 (u4, i4 or e2m1 weights on the same
+// instructions), sm_90a, with the persistent dense scheduler (scheduler/streamk.h,
+// plan_persistent) visiting tiles in grouped order (scheduler/raster.h).
 //
-// Nothing is converted, so both operands come from shared memory: the weights stay in the generic
-// layout (layout 1), whose 8-bit codes are the row-major bytes of the weight (rows k_pad bytes
-// long), and go by TMA like the activations. Each stage of the ring holds one box of BN weight rows
-// and one of BM activation rows, 128 inputs (bytes) wide, in the 128-byte swizzle the descriptors
-// read. The roles are those of the weight-only kernel (sm90_dense.cuh): the weights are the
-// instruction's M (64 channels per consumer warpgroup) and the tokens its N (BM: 8 to 128 for
-// 8-bit floats, to 256 for integers), so a decode launch of one token runs m64n8 and wastes
-// nothing on rows that do not exist.
+// Both operands come from shared memory, and the weights stay in the generic layout (layout 1):
+// its 8-bit codes are the row-major bytes of the weight (rows k_pad bytes long), so they go by TMA
+// like the activations. Each stage of the ring holds one box of BN weight rows and one of BM
+// activation rows, 128 inputs (bytes) wide, in the 128-byte swizzle the descriptors read.
+// 4-bit codes (rows of k_pad / 2 bytes, code k at bits 4 (k % 8) of word k / 8) land unswizzled
+// in a box of their own (BN rows x 64 bytes), and each consumer warpgroup turns its 64 rows into
+// the stage's e4m3 or s8 weight box before its WGMMAs read it (numeric/nibble_lut.h: exact
+// values, by table lookup), while the tensor cores still run its previous stage. The values of
+// these codes are exact in the 8-bit operand, so their scales stay on the sums as for 8-bit codes. The roles are those
+// of the weight-only kernel (sm90_dense.cuh): the weights are the instruction's M (64 channels per consumer warpgroup)
+// and the tokens its N (BM: 8 to 128 for 8-bit floats, to 256 for integers), so a decode launch of one token runs m64n8
+// and wastes nothing on rows that do not exist.
 //
 // One producer thread fills the ring as in sm90_dense.cuh. A consumer warpgroup only issues
 // WGMMAs (the four k32 steps of a stage as one group) and adds up their sums:
@@ -24,11 +28,14 @@
 // A stage goes back to the producer once its group has retired (and, with blocks, its scales have
 // been read).
 //
-// Scales, two kinds (GroupK):
+// Scales, three kinds (GroupK, GroupN):
 // * per channel x per token (GroupK 0): the weight's per-channel scale, its global scale and each
 //   token's activation scale multiply the fp32 sums in the epilogue (after the stream-K fix-up,
 //   which adds raw sums);
-// * DeepSeek-style blocks (GroupK 128): a weight scale per 128 x 128 block and an activation scale
+// * per channel and 128 inputs x per token (GroupK 128, GroupN 1; 8-bit floats): a stage is one K
+//   group, so each stage's sums are added with each channel's scale of that group, copied into the
+//   stage by the scale warp (below); the tokens' scales multiply the sums in the epilogue;
+// * DeepSeek-style blocks (GroupK = GroupN = 128): a weight scale per 128 x 128 block and an activation scale
 //   per token and 128 inputs. A stage is exactly one K group, so each stage's sums are added with
 //   the product of the two scales (the tensor cores never see a scale). A second producer warp
 //   copies each stage's scales (BM activation scales of its K group, the weight scales of its
@@ -48,6 +55,7 @@
 #include "humming/epilogue/streamk_fixup.h"
 #include "humming/epilogue/wgmma_store.h"
 #include "humming/humming.h"
+#include "humming/numeric/nibble_lut.h"
 #include "humming/scheduler/raster.h"
 #include "humming/scheduler/streamk.h"
 
@@ -56,24 +64,31 @@ namespace sm90 {
 
 // ActId:     DType id of the activations: e4m3, e5m2 or i8, with fp32 scales (per token, or, for
 //            the floats, per token and K group).
-// CodeId:    DType id of the weight codes: e4m3 (float activations) or i8 (i8 activations).
-// ScaleId:   DType id of the weight's scales: f32, bf16 or f16 per channel; f32 per block.
-// GroupK:    0: per-channel weight scales and per-token activation scales; 128: 128 x 128 weight
-//            blocks and 1 x 128 activation groups.
+// CodeId:    DType id of the weight codes: e4m3, u4, i4 or e2m1 (float activations); i8, u4 or
+//            i4 (i8 activations).
+// ScaleId:   DType id of the weight's scales: f32, bf16 or f16 per channel or group; f32 per block.
+// GroupK:    0: per-channel weight scales and per-token activation scales; 128: a weight scale per
+//            128 inputs (of GroupN channels).
+// GroupN:    with GroupK 128, channels per weight scale: 1 (per-token activation scales) or 128
+//            (128 x 128 blocks with 1 x 128 activation groups).
 // OutId:     DType id of the output: bf16, f16 or f32.
 // BM:        tokens per tile: the WGMMA's N (8, 16, 32, 64, 128, or 256 for integers).
 // Consumers: consumer warpgroups, 64 channels each (BN = 64 x Consumers).
 // Stages:    depth of the shared-memory ring (128 inputs per stage).
-template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, uint32_t OutId, int BM, int Consumers,
-          int Stages>
+template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, int GroupN, uint32_t OutId, int BM,
+          int Consumers, int Stages>
 struct DenseA8 {
   static constexpr bool kE5m2 = ActId == dtypes::e5m2.id();
   static constexpr bool kInt = ActId == dtypes::i8.id();
+  static constexpr DType kCode = DType::from_id(CodeId);
+  // 4-bit codes, turned into 8-bit operands in shared memory by the consumers.
+  static constexpr bool kFour = kCode.bits == 4;
   // The tensor cores' sums: fp32 for 8-bit floats, s32 for integers.
   using Sum = std::conditional_t<kInt, int32_t, float>;
-  static constexpr bool kBlocks = GroupK != 0;
-  // Registers of a producer thread: the scale warp of the block path computes addresses per stage.
-  static constexpr int kProducerRegs = kBlocks ? 56 : 40;
+  static constexpr bool kBlocks = GroupK != 0 && GroupN != 1;
+  static constexpr bool kGroups = GroupK != 0 && GroupN == 1;
+  // Registers of a producer thread: the scale warp computes addresses per stage.
+  static constexpr int kProducerRegs = GroupK != 0 ? 56 : 40;
   static constexpr int kTileM = BM;
   static constexpr int BN = 64 * Consumers;
   static constexpr int BK = 128; // one row of the 128-byte swizzle
@@ -83,24 +98,38 @@ struct DenseA8 {
   static constexpr int kAcc = BM / 2; // fp32 sums per consumer thread (its warpgroup's 64 x BM)
   // A stage: the weights' box (64 rows of 128 bytes per consumer, 8192 bytes apart), then the
   // activations' box. Both sizes are multiples of 1024 (BM and BN are multiples of 8), so every box
-  // starts where the 128-byte swizzle repeats.
+  // starts where the 128-byte swizzle repeats. 4-bit codes land after them (kRBytes, 64 bytes per
+  // row), and the consumers write the weights' box from them.
   static constexpr int kWBytes = BN * BK;
   static constexpr int kABytes = BM * BK;
-  // With blocks, the stage's scales after the boxes: BM activation scales, then those of the
+  static constexpr int kRBytes = kFour ? BN * BK / 2 : 0;
+  // The stage's scales after the boxes. With blocks: BM activation scales, then those of the
   // 128-channel weight blocks the tile's channels touch, in fp32 (a tile starts at a multiple of
-  // BN, so at a multiple of 64 channels: one block more where BN is not a multiple of 128).
+  // BN, so at a multiple of 64 channels: one block more where BN is not a multiple of 128). With
+  // groups: the BN channels' scales of the stage's group, in their own type.
   static constexpr int kWeightBlocks = ((BN % 128 != 0 ? 64 : 0) + BN + 127) / 128;
-  static constexpr int kSBytes = kBlocks ? (BM + kWeightBlocks) * 4 : 0;
+  static constexpr int kScaleBytes = DType::from_id(ScaleId).storage_bytes();
+  static constexpr int kSBytes = kBlocks ? (BM + kWeightBlocks) * 4 : (kGroups ? BN * kScaleBytes : 0);
   // Arrivals of the scale warp on each stage's full barrier (one per lane, produce_scales).
-  static constexpr int kScaleArrivals = kBlocks ? 32 : 0;
-  static constexpr int kStageBytes = (kWBytes + kABytes + kSBytes + 1023) / 1024 * 1024;
+  static constexpr int kScaleArrivals = GroupK != 0 ? 32 : 0;
+  static constexpr int kStageBytes = (kWBytes + kABytes + kRBytes + kSBytes + 1023) / 1024 * 1024;
   static constexpr int kRingBytes = Stages * kStageBytes;
-  // Alignment slack, the ring, a full and an empty barrier per stage, the fix-up flag.
-  static constexpr int kSmemTotal = 1024 + kRingBytes + Stages * 16 + 16;
+  // With 4-bit codes, a third barrier per stage: the codes' copy landed (placed after the flag).
+  static constexpr int kRawBarsAt = kRingBytes + Stages * 16 + 16;
+  // 4-bit codes: whether a warpgroup converts the next stage's codes while its own group runs, which
+  // keeps ~40 registers live beside the stage's and the tile's sums. ptxas allocates within the
+  // launch's cap (65536 / threads), so the 128-token three-consumer tiles (2 x 64 sums, cap 128)
+  // convert after the group has been added instead (the other warpgroups' groups run meanwhile).
+  static constexpr bool kConvertAhead = 2 * kAcc + 40 <= 65536 / kThreads / 8 * 8;
+  // Alignment slack, the ring, a full and an empty barrier per stage, the fix-up flag, the
+  // barriers of the codes.
+  static constexpr int kSmemTotal = 1024 + kRingBytes + Stages * 16 + 16 + (kFour ? Stages * 8 : 0);
 
   static_assert(ActId == dtypes::e4m3.id() || ActId == dtypes::e5m2.id() || kInt, "activations are e4m3, e5m2 or i8");
-  static_assert(CodeId == (kInt ? dtypes::i8.id() : dtypes::e4m3.id()), "weights are e4m3 (float activations) or i8");
-  static_assert(!kInt || GroupK == 0, "integer activations take per-token scales");
+  static_assert(CodeId == (kInt ? dtypes::i8.id() : dtypes::e4m3.id()) || CodeId == dtypes::uint_type(4).id() ||
+                    CodeId == dtypes::int_type(4).id() || (!kInt && CodeId == dtypes::e2m1.id()),
+                "weights are e4m3 (float activations), i8 (i8 activations), u4, i4, or e2m1 (float activations)");
+  static_assert(!kInt || GroupK == 0, "integer activations take per-token scales and per-channel weight scales");
   static_assert(ScaleId == dtypes::f32.id() || ScaleId == dtypes::bf16.id() || ScaleId == dtypes::f16.id(),
                 "per-channel scales are f32, bf16 or f16");
   static_assert(OutId == dtypes::bf16.id() || OutId == dtypes::f16.id() || OutId == dtypes::f32.id(),
@@ -108,13 +137,16 @@ struct DenseA8 {
   static_assert(BM == 8 || BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 256, "a WGMMA N of this backend");
   static_assert(Consumers >= 1 && Consumers <= 4, "one to four consumer warpgroups (a box has at most 256 rows)");
   static_assert(kSmemTotal <= 227 * 1024, "the ring fits a block's shared memory");
-  static_assert(GroupK == 0 || (GroupK == 128 && ScaleId == dtypes::f32.id()), "blocks are 128 x 128 with fp32 scales");
+  static_assert(GroupK == 0 || GroupK == 128, "weight scales per channel or per 128 inputs");
+  static_assert(GroupK == 0 ? GroupN == 1 : (GroupN == 1 || GroupN == 128), "scales per channel or per 128 channels");
+  static_assert(!kBlocks || (ScaleId == dtypes::f32.id() && !kFour),
+                "blocks are 128 x 128 with fp32 scales, of 8-bit codes");
   static_assert(kInt || BM <= 128, "8-bit floats take tiles of at most 128 tokens (a stage's sums take as many "
                                    "registers as the tile's, mainloop_promoted)");
 
   struct Params {
     CUtensorMap act;    // activations [m][k] bytes, boxes of BM rows x 128
-    CUtensorMap weight; // codes [n_pad][k_pad] bytes, boxes of BN rows x 128
+    CUtensorMap weight; // codes [n_pad][k_pad] bytes, boxes of BN rows x 128 (4-bit: k_pad / 2, x 64)
     GemmArgs args;
     StreamKPlan plan;
     int64_t n_tiles;
@@ -127,28 +159,43 @@ struct DenseA8 {
     return grouped_tile(tile, (p.args.m + BM - 1) / BM, p.n_tiles);
   }
 
-  // Warp 1 of the producer warpgroup, with blocks: the scales of every stage of every segment of
-  // this block (zeros past the matrices) by cp.async, each lane's copies then counted as one
-  // arrival on the stage's full barrier (kScaleArrivals in all). Nothing here waits for a load, so
-  // the warp runs as far ahead as the ring lets it: the activation scales of a stage are BM
-  // separate words (rows of a_scales), whose latency would otherwise gate every stage.
+  // Barrier of stage `stage` that the copy of its 4-bit codes completes on.
+  static __device__ __forceinline__ uint32_t raw_bar(uint32_t ring, uint32_t stage) {
+    return ring + kRawBarsAt + 8 * stage;
+  }
+
+  // Warp 1 of the producer warpgroup, with scales per 128 inputs: the scales of every stage of
+  // every segment of this block (zeros past the matrices) by cp.async, each lane's copies then
+  // counted as one arrival on the stage's full barrier (kScaleArrivals in all). Nothing here waits
+  // for a load, so the warp runs as far ahead as the ring lets it: the activation scales of a stage
+  // are BM separate words (rows of a_scales), whose latency would otherwise gate every stage.
   static __device__ __forceinline__ void produce_scales(const Params &p, uint32_t ring, uint32_t bars, int lane) {
     const GemmArgs &a = p.args;
-    const auto *ws = static_cast<const float *>(a.scales);
     RingPos pos;
     for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
       const TileCoord c = coord(p, tile);
-      const int64_t m0 = c.row * BM, nb0 = c.col * BN / 128;
+      const int64_t m0 = c.row * BM, n0 = c.col * BN, nb0 = n0 / 128;
       for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
         mbar_wait(ring_bar<Stages>(bars, 1, pos.stage), pos.phase ^ 1u);
-        const uint32_t dst = ring + pos.stage * kStageBytes + kWBytes + kABytes;
-        for (int i = lane; i < BM; i += 32) {
-          const bool in = m0 + i < a.m && kt < a.a_scale_cols;
-          cp_async4(dst + 4 * i, in ? a.a_scales + (m0 + i) * a.a_scale_cols + kt : a.a_scales, in);
-        }
-        if (lane < kWeightBlocks) {
-          const bool in = nb0 + lane < a.dims.n_groups && kt < a.dims.k_groups;
-          cp_async4(dst + 4 * (BM + lane), in ? ws + kt * a.dims.n_groups + nb0 + lane : ws, in);
+        const uint32_t dst = ring + pos.stage * kStageBytes + kWBytes + kABytes + kRBytes;
+        if constexpr (kBlocks) {
+          const auto *ws = static_cast<const float *>(a.scales);
+          for (int i = lane; i < BM; i += 32) {
+            const bool in = m0 + i < a.m && kt < a.a_scale_cols;
+            cp_async4(dst + 4 * i, in ? a.a_scales + (m0 + i) * a.a_scale_cols + kt : a.a_scales, in);
+          }
+          if (lane < kWeightBlocks) {
+            const bool in = nb0 + lane < a.dims.n_groups && kt < a.dims.k_groups;
+            cp_async4(dst + 4 * (BM + lane), in ? ws + kt * a.dims.n_groups + nb0 + lane : ws, in);
+          }
+        } else {
+          // The row of group kt, channels n0 .. n0 + BN, as words (n_groups is even, so the two
+          // 16-bit scales of a word are both inside or both past it).
+          const char *row = static_cast<const char *>(a.scales) + (kt * a.dims.n_groups + n0) * kScaleBytes;
+          for (int i = lane; i < BN * kScaleBytes / 4; i += 32) {
+            const bool in = n0 + i * 4 / kScaleBytes < a.dims.n_groups && kt < a.dims.k_groups;
+            cp_async4(dst + 4 * i, in ? row + 4 * i : a.scales, in);
+          }
         }
         cp_async_arrive(ring_bar<Stages>(bars, 0, pos.stage));
       }
@@ -166,15 +213,53 @@ struct DenseA8 {
         const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
                        empty = ring_bar<Stages>(bars, 1, pos.stage);
         mbar_wait(empty, pos.phase ^ 1u);
-        mbar_arrive_expect_tx(full, kWBytes + kABytes);
-        tensor_copy_2d(stage, &p.weight, static_cast<int>(kt * BK), n0, full);
+        if constexpr (kFour) {
+          // The codes first: the consumers convert them before they need the activations.
+          const uint32_t raw = raw_bar(ring, pos.stage);
+          mbar_arrive_expect_tx(raw, kRBytes);
+          tensor_copy_2d(stage + kWBytes + kABytes, &p.weight, static_cast<int>(kt * BK / 2), n0, raw);
+          mbar_arrive_expect_tx(full, kABytes);
+        } else {
+          mbar_arrive_expect_tx(full, kWBytes + kABytes);
+          tensor_copy_2d(stage, &p.weight, static_cast<int>(kt * BK), n0, full);
+        }
         tensor_copy_2d(stage + kWBytes, &p.act, static_cast<int>(kt * BK), m0, full);
       }
     });
   }
 
+  // 4-bit codes: waits for the codes of stage `pos` and writes warpgroup cw's 64 rows of them into
+  // the stage's weight box as 8-bit operands, in the 128-byte swizzle (16-byte unit u of row r at
+  // unit u ^ (r % 8)). Thread t converts two 16-byte units of codes (32 inputs of one row each)
+  // into four of operands; a quarter warp's stores cover two whole rows, so they do not conflict.
+  // The stores are then made visible to the WGMMAs (async proxy) of the whole warpgroup.
+  static __device__ __forceinline__ void convert_stage(uint32_t ring, char *ring_ptr, RingPos pos, int cw, int t) {
+    // Operand bytes of the codes (numeric/nibble_lut.h), as immediates.
+    constexpr numeric::NibbleTable table = numeric::nibble_table(kCode, kInt);
+    mbar_wait(raw_bar(ring, pos.stage), pos.phase);
+    char *stage = ring_ptr + pos.stage * kStageBytes;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int unit = t + 128 * i, row = cw * 64 + unit / 4, j = unit % 4;
+      const uint4 q = *reinterpret_cast<const uint4 *>(stage + kWBytes + kABytes + row * 64 + 16 * j);
+      char *dst = stage + row * BK;
+      // Half the unit's codes (16 inputs, two words) at a time: few live registers, which the
+      // three-consumer tiles do not have to spare.
+      uint4 o;
+      numeric::nibbles_to_bytes(q.x, table, o.x, o.y);
+      numeric::nibbles_to_bytes(q.y, table, o.z, o.w);
+      *reinterpret_cast<uint4 *>(dst + (((2 * j) ^ (row % 8)) << 4)) = o;
+      numeric::nibbles_to_bytes(q.z, table, o.x, o.y);
+      numeric::nibbles_to_bytes(q.w, table, o.z, o.w);
+      *reinterpret_cast<uint4 *>(dst + (((2 * j + 1) ^ (row % 8)) << 4)) = o;
+    }
+    fence_proxy_async();
+    named_sync<128>(2 + cw);
+  }
+
   // Waits for stage `pos` and issues its four k32 steps into `d` as one group (the first starting
-  // `d` afresh when Fresh). The weights' rows of consumer cw lie 64 x 128 bytes into the stage.
+  // `d` afresh when Fresh). The weights' rows of consumer cw lie 64 x 128 bytes into the stage
+  // (with 4-bit codes, convert_stage wrote them).
   template <bool Fresh>
   static __device__ __forceinline__ void issue_stage(uint32_t ring, uint32_t bars, RingPos pos, int cw,
                                                      Sum (&d)[kAcc]) {
@@ -195,15 +280,17 @@ struct DenseA8 {
 
   // 8-bit floats: the `n` stages of one segment from ring position `pos` (left one past the last)
   // into acc, each stage's sums (its four k32 steps, 128 inputs) made in fresh registers and then
-  // added into acc in fp32, with blocks times the product of the stage's weight block scale and each
-  // token's activation scale. The FP8 tensor cores keep fewer mantissa bits in their running sum
-  // than fp32 (measured on the H200: one long segment of 4224 inputs summed 85.8 as 85.4), so the
-  // per-channel mode promotes every stage too, as cuBLASLt does without its fast-accumulation flag.
-  // Each stage's group retires before it is added; the other consumer warpgroups keep the tensor
-  // cores busy meanwhile. (Alternating two sets of stage sums, to keep a group in flight during the
-  // adds, makes ptxas serialize every WGMMA of the kernel: warning C7514 with CUDA 13.0.)
-  static __device__ __forceinline__ void mainloop_promoted(uint32_t ring, const char *ring_ptr, uint32_t bars,
-                                                           RingPos &pos, int64_t n, int cw, int wblock, int t,
+  // added into acc in fp32: with blocks times the product of the stage's weight block scale and each
+  // token's activation scale, with groups times each channel's scale of the stage's group. The FP8
+  // tensor cores keep fewer mantissa bits in their running sum than fp32 (measured on the H200: one
+  // long segment of 4224 inputs summed 85.8 as 85.4), so the per-channel mode promotes every stage
+  // too, as cuBLASLt does without its fast-accumulation flag. Each stage's group retires before it
+  // is added; the other consumer warpgroups keep the tensor cores busy meanwhile, and with 4-bit
+  // codes this warpgroup converts the next stage's codes while its group runs. (Alternating two sets
+  // of stage sums, to keep a group in flight during the adds, makes ptxas serialize every WGMMA of
+  // the kernel: warning C7514 with CUDA 13.0.) `col` is the thread's first channel in the tile.
+  static __device__ __forceinline__ void mainloop_promoted(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
+                                                           int64_t n, int cw, int wblock, int col, int t,
                                                            float (&acc)[kAcc]) {
     const int lane = t % 32;
 #pragma unroll
@@ -211,8 +298,9 @@ struct DenseA8 {
     // Adds the retired sums of stage `at` into acc, then gives the stage back.
     auto promote = [&](RingPos at, float (&part)[kAcc]) {
       fence_regs(part);
+      const char *scales = ring_ptr + at.stage * kStageBytes + kWBytes + kABytes + kRBytes;
       if constexpr (kBlocks) {
-        const float *sc = reinterpret_cast<const float *>(ring_ptr + at.stage * kStageBytes + kWBytes + kABytes);
+        const float *sc = reinterpret_cast<const float *>(scales);
         const float w = sc[BM + wblock];
 #pragma unroll
         for (int jj = 0; jj < kAcc / 4; ++jj) {
@@ -221,6 +309,11 @@ struct DenseA8 {
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[4 * jj + e] = fmaf(part[4 * jj + e], e % 2 ? s1 : s0, acc[4 * jj + e]);
         }
+      } else if constexpr (kGroups) {
+        // acc[i] is channel col + 8 ((i % 4) / 2) of the tile.
+        const float w[2] = {epilogue::load_out<ScaleId>(scales, col), epilogue::load_out<ScaleId>(scales, col + 8)};
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) acc[i] = fmaf(part[i], w[(i % 4) / 2], acc[i]);
       } else {
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) acc[i] += part[i];
@@ -228,30 +321,42 @@ struct DenseA8 {
       release_stage<Stages>(bars, at.stage, t);
     };
     float part[kAcc];
-    for (int64_t j = 0; j < n; ++j, pos.advance()) {
+    if (kFour && n > 0) convert_stage(ring, ring_ptr, pos, cw, t);
+    for (int64_t j = 0; j < n; ++j) {
       issue_stage<true>(ring, bars, pos, cw, part);
+      RingPos next = pos;
+      next.advance();
+      if (kFour && kConvertAhead && j + 1 < n) convert_stage(ring, ring_ptr, next, cw, t);
       wgmma_wait<0>();
       promote(pos, part);
+      if (kFour && !kConvertAhead && j + 1 < n) convert_stage(ring, ring_ptr, next, cw, t);
+      pos = next;
     }
   }
   // Integers: the `n` stages of one segment from ring position `pos` (left one past the last) into
   // acc. The s32 sums are exact, so they stay in the tensor cores' registers for the whole segment
-  // (one group in flight behind the next) and are rounded to fp32 once, at the end.
-  static __device__ __forceinline__ void mainloop_int(uint32_t ring, uint32_t bars, RingPos &pos, int64_t n, int cw,
-                                                      int t, float (&out)[kAcc]) {
+  // (one group in flight behind the next) and are rounded to fp32 once, at the end. With 4-bit
+  // codes, each stage's codes are converted while the group before runs.
+  static __device__ __forceinline__ void mainloop_int(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
+                                                      int64_t n, int cw, int t, float (&out)[kAcc]) {
     Sum acc[kAcc];
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc[i] = Sum(0);
     RingPos prev = pos;
+    if (kFour && n > 0) convert_stage(ring, ring_ptr, pos, cw, t);
     for (int64_t j = 0; j < n; ++j) {
       issue_stage<false>(ring, bars, pos, cw, acc);
+      RingPos next = pos;
+      next.advance();
+      // (Stages >= 3: the stage converted here is neither of the two groups that may be in flight.)
+      if (kFour && j + 1 < n) convert_stage(ring, ring_ptr, next, cw, t);
       if (j > 0) {
         // The group of the stage before has retired: its shared memory goes back.
         wgmma_wait<1>();
         release_stage<Stages>(bars, prev.stage, t);
       }
       prev = pos;
-      pos.advance();
+      pos = next;
     }
     wgmma_wait<0>();
     fence_regs(acc);
@@ -260,7 +365,7 @@ struct DenseA8 {
     for (int i = 0; i < kAcc; ++i) out[i] = static_cast<float>(acc[i]);
   }
 
-  static __device__ __forceinline__ void consume(const Params &p, uint32_t ring, const char *ring_ptr, uint32_t bars,
+  static __device__ __forceinline__ void consume(const Params &p, uint32_t ring, char *ring_ptr, uint32_t bars,
                                                  volatile int *flag) {
     const GemmArgs &a = p.args;
     const int ct = static_cast<int>(threadIdx.x) - 128; // thread among the consumers
@@ -274,9 +379,9 @@ struct DenseA8 {
       // With blocks: this warpgroup's weight block among the stage's scales.
       const int wblock = static_cast<int>((n0 % 128 + cw * 64) / 128);
       if constexpr (kInt)
-        mainloop_int(ring, bars, pos, kt1 - kt0, cw, t, acc);
+        mainloop_int(ring, ring_ptr, bars, pos, kt1 - kt0, cw, t, acc);
       else
-        mainloop_promoted(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, t, acc);
+        mainloop_promoted(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, col, t, acc);
       const StreamKPlan &plan = p.plan;
       if (!(kt0 == 0 && kt1 == plan.k_tiles)) {
         const bool last =
@@ -289,11 +394,12 @@ struct DenseA8 {
   }
 
   // The weight's per-channel and global scales, then the stores with each token's scale (with
-  // blocks, the sums carry their scales already: the global scale only).
+  // blocks or groups, the sums carry the weight's scales already: the global scale only; with
+  // blocks, the tokens' too).
   static __device__ __forceinline__ void store(const GemmArgs &a, int64_t m0, int64_t n, int lane, float (&acc)[kAcc]) {
     const float global = a.global_scale != nullptr ? *a.global_scale : 1.0f;
     float f[2] = {global, global};
-    if constexpr (!kBlocks)
+    if constexpr (GroupK == 0)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         f[h] = n + 8 * h < a.dims.n_pad ? global * epilogue::load_out<ScaleId>(a.scales, n + 8 * h) : 0.0f;
@@ -306,10 +412,15 @@ struct DenseA8 {
         [&] {
           prefetch_tensor_map(&p.act);
           prefetch_tensor_map(&p.weight);
+          if constexpr (kFour) {
+            const uint32_t ring = (smem_addr(smem) + 1023u) & ~1023u;
+            for (int s = 0; s < Stages; ++s) mbar_init(raw_bar(ring, s), 1);
+            mbar_init_fence();
+          }
         },
         [&](int t, uint32_t ring, char *ring_ptr, uint32_t bars) {
           if (t == 0) produce(p, ring, bars);
-          if (kBlocks && t / 32 == 1) produce_scales(p, ring, bars, t % 32);
+          if (GroupK != 0 && t / 32 == 1) produce_scales(p, ring, bars, t % 32);
         },
         [&](uint32_t ring, char *ring_ptr, uint32_t bars, volatile int *flag) {
           consume(p, ring, ring_ptr, bars, flag);
@@ -325,41 +436,49 @@ struct DenseA8 {
 };
 
 #define HUMMING_SM90_A8_TARGS                                                                                          \
-  uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, uint32_t OutId, int BM, int Consumers, int Stages
-#define HUMMING_SM90_A8_ARGS ActId, CodeId, ScaleId, GroupK, OutId, BM, Consumers, Stages
+  uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, int GroupN, uint32_t OutId, int BM, int Consumers,    \
+      int Stages
+#define HUMMING_SM90_A8_ARGS ActId, CodeId, ScaleId, GroupK, GroupN, OutId, BM, Consumers, Stages
 
 template <HUMMING_SM90_A8_TARGS> Status can_implement_a8(const GemmArgs &args) {
+  using K = DenseA8<HUMMING_SM90_A8_ARGS>;
   const GemmFormat &f = args.fmt;
   if (args.layout != kLayoutGeneric)
-    return Status::Error(std::string("the sm90 W8A8 kernels read weights packed for layout 1 (generic), not layout ") +
+    return Status::Error(std::string("the sm90 8-bit activation kernels read weights packed for layout 1 (generic), "
+                                     "not layout ") +
                          std::to_string(args.layout) + " (" + layout_name(args.layout) + ")");
-  if (GroupK == 0) {
-    if (f.act.granularity != ActScale::kToken)
-      return Status::Error("this sm90 W8A8 instance takes one activation scale per token (-pt)");
-    if (f.weight.group_k != 0 || f.weight.group_n != 1)
-      return Status::Error("this sm90 W8A8 instance takes one weight scale per output channel (gc)");
-  } else {
+  if (K::kBlocks) {
     if (f.act.granularity != ActScale::kGroup || f.act.group_k != GroupK)
       return Status::Error("this sm90 W8A8 instance takes activation scales per token and " + std::to_string(GroupK) +
                            " inputs (-g" + std::to_string(GroupK) + ")");
-    if (f.weight.group_k != GroupK || f.weight.group_n != GroupK)
+    if (f.weight.group_k != GroupK || f.weight.group_n != GroupN)
       return Status::Error("this sm90 W8A8 instance takes weight scales per block of " + std::to_string(GroupK) +
-                           " x " + std::to_string(GroupK) + " (g" + std::to_string(GroupK) + "n" +
-                           std::to_string(GroupK) + ")");
+                           " x " + std::to_string(GroupN) + " (g" + std::to_string(GroupK) + "n" +
+                           std::to_string(GroupN) + ")");
+  } else {
+    if (f.act.granularity != ActScale::kToken)
+      return Status::Error("this sm90 8-bit activation instance takes one activation scale per token (-pt)");
+    if (f.weight.group_k != GroupK || f.weight.group_n != 1)
+      return Status::Error(GroupK == 0 ? std::string("this sm90 8-bit activation instance takes one weight scale per "
+                                                     "output channel (gc)")
+                                       : "this sm90 8-bit activation instance takes one weight scale per channel and " +
+                                             std::to_string(GroupK) + " inputs (g" + std::to_string(GroupK) + ")");
   }
-  const Status rows = check_activation_rows(args, 1, "the sm90 W8A8 kernels");
+  const Status rows = check_activation_rows(args, 1, "the sm90 8-bit activation kernels");
   if (!rows) return rows;
   if (reinterpret_cast<uintptr_t>(args.codes) % 16 != 0)
-    return Status::Error("the sm90 W8A8 kernels need 16-byte aligned codes");
-  if (args.dims.words_per_row * 4 != args.dims.k_pad || args.dims.k_pad % 16 != 0)
-    return Status::Error("the sm90 W8A8 kernels need the codes as rows of k_pad bytes (the generic layout of 8-bit "
-                         "codes)");
-  if (DenseA8<HUMMING_SM90_A8_ARGS>::kInt && args.dims.k_pad > 131072)
+    return Status::Error("the sm90 8-bit activation kernels need 16-byte aligned codes");
+  const int bits = static_cast<int>(K::kCode.bits);
+  if (args.dims.words_per_row * 32 != args.dims.k_pad * bits || args.dims.k_pad % 32 != 0)
+    return Status::Error(
+        "the sm90 8-bit activation kernels need the codes as rows of k_pad " + std::string(bits == 4 ? "/ 2 " : "") +
+        "bytes, k_pad a multiple of 32 (the generic layout of " + std::to_string(bits) + "-bit codes)");
+  if (K::kInt && args.dims.k_pad > 131072)
     return Status::Error("the sm90 integer kernels sum at most 131072 inputs (127 x 127 x 131072 < 2^31 keeps the s32 "
                          "sums exact), got k=" +
                          std::to_string(args.dims.k));
   if (args.m > 0x7FFFFFFF - 256 || args.dims.k_pad > 0x7FFFFFFF - 128 || args.dims.n_pad > 0x7FFFFFFF - 256)
-    return Status::Error("the sm90 W8A8 kernels take at most 2^31 - 257 rows, inputs and channels");
+    return Status::Error("the sm90 8-bit activation kernels take at most 2^31 - 257 rows, inputs and channels");
   return Status::Ok();
 }
 
@@ -377,8 +496,9 @@ template <HUMMING_SM90_A8_TARGS> Status launch_a8(const GemmArgs &args, void *st
   typename K::Params p = base_params<K>(args);
   Status st = cached_rows_map(&p.act, args.a, MapElem::kByte, args.m, args.dims.k, args.lda, BM);
   if (!st) return st;
-  st = cached_weight_map(&p.weight, args.codes, MapElem::kByte, args.dims.n_pad, args.dims.k_pad, args.dims.k_pad,
-                         K::BN);
+  const int64_t row_bytes = args.dims.k_pad * static_cast<int64_t>(K::kCode.bits) / 8;
+  st = cached_weight_map(&p.weight, args.codes, MapElem::kByte, args.dims.n_pad, row_bytes, row_bytes, K::BN,
+                         K::kFour ? 64 : 128);
   if (!st) return st;
   return launch_blocks<K>(p, args, stream, "the sm90 8-bit activation kernels");
 }

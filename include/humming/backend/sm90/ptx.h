@@ -87,6 +87,15 @@ __device__ __forceinline__ void prefetch_tensor_map(const void *map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
 }
 
+// Orders this thread's ordinary shared-memory stores before later reads of the async proxy (WGMMA
+// operands from descriptors): what a thread writes for a WGMMA needs this, then a barrier.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// A barrier of the `Threads` threads (whole warps) that name barrier `id` (0 is __syncthreads').
+template <int Threads> __device__ __forceinline__ void named_sync(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(Threads) : "memory");
+}
+
 // ---- registers -------------------------------------------------------------------------------
 
 // Gives registers back (producer warpgroups) or takes them (consumer warpgroups): every thread of

@@ -43,11 +43,12 @@ enum class MapElem : int { kF16 = 0, kBf16 = 1, kByte = 2 };
 constexpr int map_elem_bytes(MapElem e) { return e == MapElem::kByte ? 1 : 2; }
 
 // A map of `rows` x `cols` elements (row stride `ld` elements) read in boxes of `box_rows` rows x
-// 128 bytes (the row of the 128-byte swizzle the WGMMA descriptors read). Elements past the matrix
-// read as zeros. The row stride must be a multiple of 16 bytes unless there is one row (then it is
-// not used, and any valid value is passed).
+// `box_bytes` bytes: 128 (the row of the 128-byte swizzle the WGMMA descriptors read, and in that
+// swizzle), or 64 unswizzled (the 4-bit weights of the 8-bit activation kernels, which threads
+// read and convert). Elements past the matrix read as zeros. The row stride must be a multiple of
+// 16 bytes unless there is one row (then it is not used, and any valid value is passed).
 inline Status encode_rows_map(CUtensorMap *map, const void *base, MapElem elem, int64_t rows, int64_t cols, int64_t ld,
-                              int box_rows) {
+                              int box_rows, int box_bytes = 128) {
   std::string why;
   const auto encode = tensor_map_encoder(&why);
   if (encode == nullptr) return Status::Error(why);
@@ -56,14 +57,15 @@ inline Status encode_rows_map(CUtensorMap *map, const void *base, MapElem elem, 
       rows == 1 ? static_cast<cuuint64_t>((cols * bytes + 15) / 16 * 16) : static_cast<cuuint64_t>(ld * bytes);
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {stride};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(128 / bytes), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_bytes / bytes), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
   const CUtensorMapDataType type = elem == MapElem::kByte   ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                    : elem == MapElem::kBf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                                             : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   const CUresult r =
       encode(map, type, 2, const_cast<void *>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+             box_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     return Status::Error("encoding a tensor map failed (CUresult " + std::to_string(static_cast<int>(r)) + ") for " +
                          std::to_string(rows) + " x " + std::to_string(cols) + " elements, row stride " +
@@ -71,15 +73,16 @@ inline Status encode_rows_map(CUtensorMap *map, const void *base, MapElem elem, 
   return Status::Ok();
 }
 
-// What a map holds besides the driver's bytes: a map encoded from the same six values is
+// What a map holds besides the driver's bytes: a map encoded from the same seven values is
 // identical to a fresh one (even if the memory was freed and handed out again in between).
 struct MapKey {
   const void *base = nullptr;
   int64_t rows = -1, cols = -1, ld = -1;
-  int box_rows = -1;
+  int box_rows = -1, box_bytes = 128;
   MapElem elem = MapElem::kF16;
   bool operator==(const MapKey &o) const {
-    return base == o.base && rows == o.rows && cols == o.cols && ld == o.ld && box_rows == o.box_rows && elem == o.elem;
+    return base == o.base && rows == o.rows && cols == o.cols && ld == o.ld && box_rows == o.box_rows &&
+           box_bytes == o.box_bytes && elem == o.elem;
   }
 };
 struct MapEntry {
@@ -94,7 +97,7 @@ inline Status cached_rows_map(CUtensorMap *map, const void *base, MapElem elem, 
   constexpr int kEntries = 8;
   thread_local MapEntry cache[kEntries];
   thread_local int next = 0;
-  const MapKey key{base, rows, cols, ld, box_rows, elem};
+  const MapKey key{base, rows, cols, ld, box_rows, 128, elem};
   for (const MapEntry &e : cache)
     if (e.key == key) {
       *map = e.map;
@@ -112,10 +115,10 @@ inline Status cached_rows_map(CUtensorMap *map, const void *base, MapElem elem, 
 // direct-mapped cache of 512 maps indexed by the weight's address, so a model's layers (each with
 // its own weight) find theirs with one comparison instead of a scan or a driver call per launch.
 inline Status cached_weight_map(CUtensorMap *map, const void *base, MapElem elem, int64_t rows, int64_t cols,
-                                int64_t ld, int box_rows) {
+                                int64_t ld, int box_rows, int box_bytes = 128) {
   constexpr int kEntries = 512;
   thread_local MapEntry cache[kEntries];
-  const MapKey key{base, rows, cols, ld, box_rows, elem};
+  const MapKey key{base, rows, cols, ld, box_rows, box_bytes, elem};
   // Allocations are at least 256-byte aligned: drop those bits, then mix in the box.
   const uintptr_t h = (reinterpret_cast<uintptr_t>(base) >> 8) * 0x9E3779B1u + static_cast<uintptr_t>(box_rows);
   MapEntry &e = cache[(h >> 4) % kEntries];
@@ -123,7 +126,7 @@ inline Status cached_weight_map(CUtensorMap *map, const void *base, MapElem elem
     *map = e.map;
     return Status::Ok();
   }
-  Status st = encode_rows_map(map, base, elem, rows, cols, ld, box_rows);
+  Status st = encode_rows_map(map, base, elem, rows, cols, ld, box_rows, box_bytes);
   if (!st) return st;
   e.map = *map, e.key = key;
   return Status::Ok();

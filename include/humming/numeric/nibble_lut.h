@@ -1,0 +1,101 @@
+// 4-bit weight codes -> 8-bit tensor-core operands (e4m3 for the FP8 tensor cores, s8 for the
+// integer ones) by table lookup in registers, with no per-element branch or conversion.
+//
+// Every 4-bit code this backend takes has a value that is exact in the 8-bit operand: u4 (symmetric
+// around 8: -8..7), i4 (-8..7) and e2m1 (0, +-0.5 .. +-6) are all small multiples of 0.5 with at
+// most four significant bits, which e4m3 holds exactly; the integers are exact in s8 as well. So a
+// weight's scales stay out of the operands (they multiply the fp32 sums), and the FP8 product of a
+// converted code and an activation is exact.
+//
+// The lookup is PRMT: it picks bytes out of two 32-bit registers (an 8-entry byte table) with one
+// 4-bit selector per output byte. A selector's top bit does not index (it asks for the picked byte's
+// sign replicated instead), so a 16-entry table is two 8-entry ones indexed by the low three bits of
+// each code, and the code's top bit chooses between them through a byte mask, itself made by PRMT's
+// sign replication from the top bits moved to the top of their bytes. Eight codes (one word of the
+// generic layout: code i at bits 4i .. 4i + 3) become two words of eight bytes in 12 integer
+// instructions.
+#pragma once
+
+#include <cstdint>
+
+#include "humming/format/dtype.h"
+
+namespace humming {
+namespace numeric {
+
+// e4m3 bits of h / 2 (|h| <= 16, with at most four significant bits: exact in e4m3).
+HUMMING_HD constexpr uint32_t e4m3_of_halves(int h) {
+  const uint32_t sign = h < 0 ? 0x80u : 0u;
+  const int a = h < 0 ? -h : h;
+  if (a == 0) return sign;
+  int e = 0; // floor(log2(a))
+  while ((a >> (e + 1)) != 0) ++e;
+  // a = 2^e (1 + m / 8) half units, so the value's exponent is e - 1, its field e - 1 + 7.
+  return sign | (static_cast<uint32_t>(e + 6) << 3) | (static_cast<uint32_t>((a << 3) >> e) & 7u);
+}
+
+// Value of 4-bit code c of type `code`, in units of 0.5: u4 is symmetric around 8 (the format's
+// implied zero point), i4 two's complement, e2m1 the OCP FP4 values.
+HUMMING_HD constexpr int nibble_halves(DType code, uint32_t c) {
+  if (code.kind == kUInt) return 2 * (static_cast<int>(c) - 8);
+  if (code.kind == kInt) return 2 * (c < 8 ? static_cast<int>(c) : static_cast<int>(c) - 16);
+  // e2m1: exponent bits 2..1 (bias 1), mantissa bit 0; the subnormal 0.5 has exponent 0.
+  const int mag[8] = {0, 1, 2, 3, 4, 6, 8, 12};
+  return (c & 8u) ? -mag[c & 7u] : mag[c & 7u];
+}
+
+// Byte of the operand for code c: e4m3 bits (Int false) or the s8 value (Int true, integer codes).
+HUMMING_HD constexpr uint32_t nibble_operand(DType code, bool is_int, uint32_t c) {
+  const int h = nibble_halves(code, c);
+  return is_int ? static_cast<uint32_t>(static_cast<uint8_t>(static_cast<int8_t>(h / 2))) : e4m3_of_halves(h);
+}
+
+// The 16 operand bytes of a code type as four PRMT table words: lo[] for codes 0..7, hi[] for
+// codes 8..15, byte j of word i holding entry 4i + j.
+struct NibbleTable {
+  uint32_t lo[2], hi[2];
+};
+
+HUMMING_HD constexpr NibbleTable nibble_table(DType code, bool is_int) {
+  NibbleTable t{{0u, 0u}, {0u, 0u}};
+  for (uint32_t c = 0; c < 8; ++c) {
+    t.lo[c / 4] |= nibble_operand(code, is_int, c) << (8 * (c % 4));
+    t.hi[c / 4] |= nibble_operand(code, is_int, c + 8) << (8 * (c % 4));
+  }
+  return t;
+}
+
+// PRMT (default mode): byte j of the result is byte s_j & 7 of {b, a} (a = bytes 0..3), or that
+// byte's top bit replicated where s_j's top bit is set (s_j: bits 4j .. 4j + 3 of s).
+HUMMING_HD uint32_t prmt(uint32_t a, uint32_t b, uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(s));
+  return d;
+#else
+  const uint64_t bytes = (static_cast<uint64_t>(b) << 32) | a;
+  uint32_t d = 0;
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t sel = (s >> (4 * j)) & 0xFu;
+    uint32_t v = static_cast<uint32_t>(bytes >> (8 * (sel & 7u))) & 0xFFu;
+    if (sel & 8u) v = (v & 0x80u) ? 0xFFu : 0u;
+    d |= v << (8 * j);
+  }
+  return d;
+#endif
+}
+
+// The eight codes of `w` (code i at bits 4i .. 4i + 3) as operand bytes: out0 holds codes 0..3,
+// out1 codes 4..7 (byte j of out0 is code j's operand).
+HUMMING_HD void nibbles_to_bytes(uint32_t w, const NibbleTable &t, uint32_t &out0, uint32_t &out1) {
+  const uint32_t sel = w & 0x77777777u; // table indices; PRMT reads the low 16 bits
+  const uint32_t w4 = w << 4;
+  // Byte masks of the codes' top bits (bit 4i + 3): codes 0, 2 find theirs at the top of bytes 0, 1
+  // of w << 4, codes 1, 3 at the top of bytes 0, 1 of w; codes 4..7 in bytes 2, 3 alike.
+  const uint32_t m0 = prmt(w4, w, 0xD9C8u), m1 = prmt(w4, w, 0xFBEAu);
+  out0 = (prmt(t.lo[0], t.lo[1], sel) & ~m0) | (prmt(t.hi[0], t.hi[1], sel) & m0);
+  out1 = (prmt(t.lo[0], t.lo[1], sel >> 16) & ~m1) | (prmt(t.hi[0], t.hi[1], sel >> 16) & m1);
+}
+
+} // namespace numeric
+} // namespace humming
