@@ -32,7 +32,7 @@ grep -E "Compiling entry function|registers|spill" "$W/build.log" | sed 's/^ *//
 if [ $rc -ne 0 ]; then tail -40 "$W/build.log" | tee -a "$FINAL/summary.txt"; tar czf "$FINAL/logs.tgz" -C "$W" .; exit $rc; fi
 humming-aot info >> "$FINAL/summary.txt"
 if [ "${TESTS_A8:-1}" != "0" ]; then
-  timeout 240 python3 -m pytest -q tests/test_gpu.py tests/test_gpu_usage.py -p no:cacheprovider -rs \
+  timeout "${A8_TIMEOUT:-240}" python3 -m pytest -q tests/test_gpu.py tests/test_gpu_usage.py -p no:cacheprovider -rs \
     -k "a-e4m3 or a-e5m2 or a-i8 or w8a8 or kernels_loaded or quantize_act" > "$W/a8.log" 2>&1
   say "a8 tests rc=$? after $(( $(date +%s) - start )) s: $(tail -1 "$W/a8.log")"
   grep -E "^(FAILED|ERROR)" "$W/a8.log" | head -20 | tee -a "$FINAL/summary.txt"
