@@ -481,7 +481,7 @@ def test_arch_without_matrix_entries_is_warned_about(gen):
 
 A8_RE = re.compile(
     r"sm90_wgmma_dense_a-(?P<act>e4m3|e5m2|i8)-(?P<agran>pt|g128)_w-(?P<code>e4m3|i8|u4|i4|e2m1)(?P<wgran>gc|g128n128|g128)"
-    r"-s(?P<scale>f32|bf16|f16)_c-(?P<out>[^_]+)_t(?P<bm>\d+)x(?P<bn>\d+)x128_w1x(?P<wg>\d)x1_s(?P<stages>\d+)$"
+    r"-s(?P<scale>f32|bf16|f16)_c-(?P<out>[^_]+)_t(?P<bm>\d+)x(?P<bn>\d+)x128_w1x(?P<wg>\d)x1_s(?P<stages>\d+)(_b(?P<batch>\d))?$"
 )
 
 
@@ -552,6 +552,8 @@ def test_a8_instances_keys_and_entry_points(gen, tmp_path):
             assert m["code"] in ("i8", "u4", "i4") and not groups, "integer WGMMA: integer codes, per channel"
         else:
             assert m["code"] != "i8"
+        if m["batch"]:  # batches of stages: 8-bit floats, the ring holds them (and the next, converted) and more
+            assert m["act"] != "i8" and stages >= (2 if four else 1) * int(m["batch"]) + 1, i.name
         assert i.archs == ("90a",) and i.scale == m["scale"] and i.out == m["out"]
     out = tmp_path / "gen"
     gen("--arch", "90a", "--profile", "ci+experimental", "--out", str(out))

@@ -328,9 +328,13 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
     out = []
     for _, (act, code, scale, group, o, tile_name) in combos:
         t = matrix["tiles"][tile_name]
-        bm, consumers, stages = t["bm"], t["consumers"], t["stages"]
+        bm, consumers, stages, batch = t["bm"], t["consumers"], t["stages"], t.get("batch", 1)
         bn, bk = 64 * consumers, 128
         four = F.dtype(code).bits == 4
+        # Batches of stages (8-bit floats): their sums fit, the ring holds them (and the next
+        # batch, converted, with 4-bit codes) and one more.
+        if batch > 1 and (act == "i8" or batch * bm // 2 > 64 or stages < (2 if four else 1) * batch + 1):
+            continue
         blocks = bool(group) and not four  # 8-bit codes: 128 x 128 blocks; 4-bit: per channel
         if act == "i8" and (group or code in ("e4m3", "e2m1")):  # integer WGMMA: integer codes, per channel
             continue
@@ -347,10 +351,10 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
         act_name = f"{act}-g{group}" if blocks else f"{act}-pt"
         name = (
             f"sm90_wgmma_{matrix['scheduler']}_a-{act_name}_w-{weight}_c-{o}_t{bm}x{bn}x{bk}_w1x{consumers}x1_s{stages}"
-        )
+        ) + (f"_b{batch}" if batch > 1 else "")
         group_n = group if blocks else 1
         targs = tuple(f"{_dtype_id(v)}u" for v in (act, code, scale)) + (str(group), str(group_n), f"{_dtype_id(o)}u")
-        targs += (str(bm), str(consumers), str(stages))
+        targs += (str(bm), str(consumers), str(stages), str(batch))
         # A box of weights and one of activations per stage; 4-bit codes land in a box of their own
         # (bn rows x 64 bytes). Then the scales: with blocks, fp32, bm of the activations and one per
         # 128-channel weight block the tile touches; with groups, the bn channels' in their type.

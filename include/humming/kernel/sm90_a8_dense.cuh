@@ -75,8 +75,12 @@ namespace sm90 {
 // BM:        tokens per tile: the WGMMA's N (8, 16, 32, 64, 128, or 256 for integers).
 // Consumers: consumer warpgroups, 64 channels each (BN = 64 x Consumers).
 // Stages:    depth of the shared-memory ring (128 inputs per stage).
+// Batch:     8-bit floats: stages whose groups a consumer warpgroup issues (each into its own sums)
+//            before it waits for them. Small tiles run short groups, and a stage's chain (wait,
+//            issue, retire, add, hand back) rather than bytes bounds decode: a batch of stages pays
+//            it once. Each stage of a batch is held until the batch retires.
 template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, int GroupN, uint32_t OutId, int BM,
-          int Consumers, int Stages>
+          int Consumers, int Stages, int Batch = 1>
 struct DenseA8 {
   static constexpr bool kE5m2 = ActId == dtypes::e5m2.id();
   static constexpr bool kInt = ActId == dtypes::i8.id();
@@ -120,7 +124,7 @@ struct DenseA8 {
   // keeps ~40 registers live beside the stage's and the tile's sums. ptxas allocates within the
   // launch's cap (65536 / threads), so the 128-token three-consumer tiles (2 x 64 sums, cap 128)
   // convert after the group has been added instead (the other warpgroups' groups run meanwhile).
-  static constexpr bool kConvertAhead = 2 * kAcc + 40 <= 65536 / kThreads / 8 * 8;
+  static constexpr bool kConvertAhead = (1 + Batch) * kAcc + 40 <= 65536 / kThreads / 8 * 8;
   // Alignment slack, the ring, a full and an empty barrier per stage, the fix-up flag, the
   // barriers of the codes.
   static constexpr int kSmemTotal = 1024 + kRingBytes + Stages * 16 + 16 + (kFour ? Stages * 8 : 0);
@@ -143,6 +147,9 @@ struct DenseA8 {
                 "blocks are 128 x 128 with fp32 scales, of 8-bit codes");
   static_assert(kInt || BM <= 128, "8-bit floats take tiles of at most 128 tokens (a stage's sums take as many "
                                    "registers as the tile's, mainloop_promoted)");
+  static_assert(Batch >= 1 && (Batch == 1 || !kInt) && Batch * kAcc <= 64,
+                "batches of stages for 8-bit floats, whose sums fit the registers");
+  static_assert(Stages >= (kFour ? 2 : 1) * Batch + 1, "the ring holds the batch (and the next, converted) and more");
 
   struct Params {
     CUtensorMap act;    // activations [m][k] bytes, boxes of BM rows x 128
@@ -320,17 +327,36 @@ struct DenseA8 {
       }
       release_stage<Stages>(bars, at.stage, t);
     };
+    // 4-bit codes: stages [j, c) of the segment are converted (cpos is stage c).
+    int64_t c = 0;
+    RingPos cpos = pos;
+    auto convert_until = [&](int64_t end) {
+      if constexpr (kFour)
+        for (; c < end && c < n; ++c, cpos.advance()) convert_stage(ring, ring_ptr, cpos, cw, t);
+    };
+    int64_t j = 0;
+    if constexpr (Batch > 1) {
+      // Whole batches: Batch groups in flight, then their sums added in stage order.
+      float part[Batch][kAcc];
+      for (; j + Batch <= n; j += Batch) {
+        convert_until(j + Batch);
+        RingPos at = pos;
+#pragma unroll
+        for (int b = 0; b < Batch; ++b, at.advance()) issue_stage<true>(ring, bars, at, cw, part[b]);
+        if (kConvertAhead) convert_until(j + 2 * Batch);
+        wgmma_wait<0>();
+#pragma unroll
+        for (int b = 0; b < Batch; ++b, pos.advance()) promote(pos, part[b]);
+      }
+    }
     float part[kAcc];
-    if (kFour && n > 0) convert_stage(ring, ring_ptr, pos, cw, t);
-    for (int64_t j = 0; j < n; ++j) {
+    for (; j < n; ++j) {
+      convert_until(j + 1);
       issue_stage<true>(ring, bars, pos, cw, part);
-      RingPos next = pos;
-      next.advance();
-      if (kFour && kConvertAhead && j + 1 < n) convert_stage(ring, ring_ptr, next, cw, t);
+      if (kConvertAhead) convert_until(j + 2);
       wgmma_wait<0>();
       promote(pos, part);
-      if (kFour && !kConvertAhead && j + 1 < n) convert_stage(ring, ring_ptr, next, cw, t);
-      pos = next;
+      pos.advance();
     }
   }
   // Integers: the `n` stages of one segment from ring position `pos` (left one past the last) into
@@ -437,8 +463,8 @@ struct DenseA8 {
 
 #define HUMMING_SM90_A8_TARGS                                                                                          \
   uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, int GroupN, uint32_t OutId, int BM, int Consumers,    \
-      int Stages
-#define HUMMING_SM90_A8_ARGS ActId, CodeId, ScaleId, GroupK, GroupN, OutId, BM, Consumers, Stages
+      int Stages, int Batch
+#define HUMMING_SM90_A8_ARGS ActId, CodeId, ScaleId, GroupK, GroupN, OutId, BM, Consumers, Stages, Batch
 
 template <HUMMING_SM90_A8_TARGS> Status can_implement_a8(const GemmArgs &args) {
   using K = DenseA8<HUMMING_SM90_A8_ARGS>;
