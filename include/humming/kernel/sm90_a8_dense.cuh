@@ -147,7 +147,7 @@ struct DenseA8 {
                 "blocks are 128 x 128 with fp32 scales, of 8-bit codes");
   static_assert(kInt || BM <= 128, "8-bit floats take tiles of at most 128 tokens (a stage's sums take as many "
                                    "registers as the tile's, mainloop_promoted)");
-  static_assert(Batch >= 1 && (Batch == 1 || !kInt) && Batch * kAcc <= 64,
+  static_assert(Batch == 1 || (Batch > 1 && !kInt && Batch * kAcc <= 64),
                 "batches of stages for 8-bit floats, whose sums fit the registers");
   static_assert(Stages >= (kFour ? 2 : 1) * Batch + 1, "the ring holds the batch (and the next, converted) and more");
 
