@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# On the lent GPU machine: ncu of the 8-bit activation kernels (W4A8 against W8A8, decode and large M),
+# with a build of only the instances it profiles. Writes ncu_<tag>.txt and build.log to $OUT.
+# Usage: bash scripts/ncu_a8.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/build/gpu-out}"
+mkdir -p "$OUT"
+P=sm90_wgmma_dense_a-e4m3-pt_w-
+runs=(
+  "28672 8192 1 u4gc-sbf16 ${P}u4gc-sbf16_c-bf16_t8x128x128_w1x2x1_s8 w4a8_m1"
+  "28672 8192 1 e4m3gc-sf32 ${P}e4m3gc-sf32_c-bf16_t8x128x128_w1x2x1_s8 w8a8_m1"
+  "28672 8192 8192 u4gc-sbf16 ${P}u4gc-sbf16_c-bf16_t128x128x128_w1x2x1_s5 w4a8_big"
+  "28672 8192 8192 e4m3gc-sf32 ${P}e4m3gc-sf32_c-bf16_t128x128x128_w1x2x1_s6 w8a8_big"
+)
+filter=$(printf '%s\n' "${runs[@]}" | awk '{print $5}' | paste -sd'|')
+HUMMING_PROFILE=dev HUMMING_FILTER="^($filter)\$" CMAKE_BUILD_PARALLEL_LEVEL=16 \
+  python3 -m pip install --no-build-isolation --no-deps -v . > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+for r in "${runs[@]}"; do
+  set -- $r
+  timeout 120 ncu --kernel-name regex:dense_kernel --launch-skip 2 --launch-count 1 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
+    python3 scripts/profile_one.py "$1" "$2" "$3" "$4" generic e4m3-pt "$5" > "$OUT/ncu_$6.txt" 2>&1
+  echo "ncu $6 rc=$?"
+  grep -E "DRAM Throughput|Memory Throughput|Duration|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Stall|Warp Cycles Per Issued" "$OUT/ncu_$6.txt" | head -14
+done
