@@ -239,25 +239,33 @@ struct DenseA8 {
   // the stage's weight box as 8-bit operands, in the 128-byte swizzle (16-byte unit u of row r at
   // unit u ^ (r % 8)). Thread t converts two 16-byte units of codes (32 inputs of one row each)
   // into four of operands; a quarter warp's stores cover two whole rows, so they do not conflict.
-  // The stores are then made visible to the WGMMAs (async proxy) of the whole warpgroup.
+  // Both units are loaded before anything is stored (the compiler may not move a shared load past
+  // a shared store), so their conversions interleave: with two consumer warps per scheduler the
+  // conversion is latency-bound (ncu, session 10: 0.5 instructions issued per cycle). The stores
+  // are then made visible to the WGMMAs (async proxy) of the whole warpgroup.
   static __device__ __forceinline__ void convert_stage(uint32_t ring, char *ring_ptr, RingPos pos, int cw, int t) {
     // Operand bytes of the codes (numeric/nibble_lut.h), as immediates.
     constexpr numeric::NibbleTable table = numeric::nibble_table(kCode, kInt);
     mbar_wait(raw_bar(ring, pos.stage), pos.phase);
     char *stage = ring_ptr + pos.stage * kStageBytes;
+    uint4 q[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int unit = t + 128 * i, row = cw * 64 + unit / 4;
+      q[i] = *reinterpret_cast<const uint4 *>(stage + kWBytes + kABytes + row * 64 + 16 * (unit % 4));
+    }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int unit = t + 128 * i, row = cw * 64 + unit / 4, j = unit % 4;
-      const uint4 q = *reinterpret_cast<const uint4 *>(stage + kWBytes + kABytes + row * 64 + 16 * j);
       char *dst = stage + row * BK;
       // Half the unit's codes (16 inputs, two words) at a time: few live registers, which the
       // three-consumer tiles do not have to spare.
       uint4 o;
-      numeric::nibbles_to_bytes(q.x, table, o.x, o.y);
-      numeric::nibbles_to_bytes(q.y, table, o.z, o.w);
+      numeric::nibbles_to_bytes(q[i].x, table, o.x, o.y);
+      numeric::nibbles_to_bytes(q[i].y, table, o.z, o.w);
       *reinterpret_cast<uint4 *>(dst + (((2 * j) ^ (row % 8)) << 4)) = o;
-      numeric::nibbles_to_bytes(q.z, table, o.x, o.y);
-      numeric::nibbles_to_bytes(q.w, table, o.z, o.w);
+      numeric::nibbles_to_bytes(q[i].z, table, o.x, o.y);
+      numeric::nibbles_to_bytes(q[i].w, table, o.z, o.w);
       *reinterpret_cast<uint4 *>(dst + (((2 * j + 1) ^ (row % 8)) << 4)) = o;
     }
     fence_proxy_async();
