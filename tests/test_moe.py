@@ -292,7 +292,8 @@ def test_quant_moe_on_the_gpu_warns_once_and_refuses_graph_capture():
     assert sum("dense GEMMs, one pair per expert" in str(w.message) for w in seen) == 1
     ref = _ref_moe(x.float(), logits, w1, w2, "u4g128-sbf16", 2)
     assert (got.cpu().double() - ref).norm() / ref.norm() <= _MOE_TOL
+    xd, ld = x.cuda(), logits.cuda()  # (a copy from the host inside the capture fails before the layer runs)
     graph = torch.cuda.CUDAGraph()
     with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph yet"):
         with torch.cuda.graph(graph):
-            layer(x.cuda(), logits.cuda())
+            layer(xd, ld)
