@@ -48,6 +48,7 @@
 #include <string>
 #include <type_traits>
 
+#include "humming/backend/sm90/operand_convert.h"
 #include "humming/backend/sm90/pipeline.h"
 #include "humming/backend/sm90/ptx.h"
 #include "humming/backend/sm90/tensor_map.h"
@@ -55,7 +56,6 @@
 #include "humming/epilogue/streamk_fixup.h"
 #include "humming/epilogue/wgmma_store.h"
 #include "humming/humming.h"
-#include "humming/numeric/nibble_lut.h"
 #include "humming/scheduler/raster.h"
 #include "humming/scheduler/streamk.h"
 
@@ -236,38 +236,14 @@ struct DenseA8 {
   }
 
   // 4-bit codes: waits for the codes of stage `pos` and writes warpgroup cw's 64 rows of them into
-  // the stage's weight box as 8-bit operands, in the 128-byte swizzle (16-byte unit u of row r at
-  // unit u ^ (r % 8)). Thread t converts two 16-byte units of codes (32 inputs of one row each)
-  // into four of operands; a quarter warp's stores cover two whole rows, so they do not conflict.
-  // Both units are loaded before anything is stored (the compiler may not move a shared load past
-  // a shared store), so their conversions interleave: with two consumer warps per scheduler the
-  // conversion is latency-bound (ncu, session 10: 0.5 instructions issued per cycle). The stores
-  // are then made visible to the WGMMAs (async proxy) of the whole warpgroup.
+  // the stage's weight box as 8-bit operands (backend/sm90/operand_convert.h), visible to the
+  // WGMMAs (async proxy) of the whole warpgroup.
   static __device__ __forceinline__ void convert_stage(uint32_t ring, char *ring_ptr, RingPos pos, int cw, int t) {
     // Operand bytes of the codes (numeric/nibble_lut.h), as immediates.
     constexpr numeric::NibbleTable table = numeric::nibble_table(kCode, kInt);
     mbar_wait(raw_bar(ring, pos.stage), pos.phase);
     char *stage = ring_ptr + pos.stage * kStageBytes;
-    uint4 q[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int unit = t + 128 * i, row = cw * 64 + unit / 4;
-      q[i] = *reinterpret_cast<const uint4 *>(stage + kWBytes + kABytes + row * 64 + 16 * (unit % 4));
-    }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int unit = t + 128 * i, row = cw * 64 + unit / 4, j = unit % 4;
-      char *dst = stage + row * BK;
-      // Half the unit's codes (16 inputs, two words) at a time: few live registers, which the
-      // three-consumer tiles do not have to spare.
-      uint4 o;
-      numeric::nibbles_to_bytes(q[i].x, table, o.x, o.y);
-      numeric::nibbles_to_bytes(q[i].y, table, o.z, o.w);
-      *reinterpret_cast<uint4 *>(dst + (((2 * j) ^ (row % 8)) << 4)) = o;
-      numeric::nibbles_to_bytes(q[i].z, table, o.x, o.y);
-      numeric::nibbles_to_bytes(q[i].w, table, o.z, o.w);
-      *reinterpret_cast<uint4 *>(dst + (((2 * j + 1) ^ (row % 8)) << 4)) = o;
-    }
+    nibble_rows_to_operands(stage + kWBytes + kABytes, stage, cw * 64, t, table);
     fence_proxy_async();
     named_sync<128>(2 + cw);
   }
