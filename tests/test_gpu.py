@@ -279,14 +279,24 @@ A8_INSTANCES = [i for i in FAST if i.act_type in ("e4m3", "e5m2", "i8")]
 
 @pytest.mark.parametrize(
     "wfmt,act",
-    [("e4m3gc-sf32", "e4m3-pt"), ("e4m3g128n128-sf32", "e4m3-g128"), ("i8gc-sf32", "i8-pt")],
-    ids=["fp8-per-channel", "fp8-blocks", "int8"],
+    [
+        ("e4m3gc-sf32", "e4m3-pt"),
+        ("e4m3g128n128-sf32", "e4m3-g128"),
+        ("i8gc-sf32", "i8-pt"),
+        ("u4gc-sbf16", "e4m3-pt"),
+        ("u4g128-sbf16", "e4m3-pt"),
+        ("e2m1gc-sbf16", "e4m3-pt"),
+        ("i4gc-sbf16", "i8-pt"),
+    ],
+    ids=["fp8-per-channel", "fp8-blocks", "int8", "w4a8-u4", "w4a8-u4-g128", "w4a8-fp4", "w4a8-int8"],
 )
 def test_w8a8_layer_runs_on_the_fp8_kernels(wfmt, act):
     """A W8A8 layer (e4m3 activations per token, or per token and 128 inputs, with e4m3 weights with
-    per-channel scales or DeepSeek's 128 x 128 blocks; i8 x i8 per token and channel) packs for the
-    generic layout, which the sm90 8-bit activation kernels read as it is; on the H200 every M range picks one of them (not the generic
-    backend), including in a CUDA graph, and matches the reference across the tile heights."""
+    per-channel scales or DeepSeek's 128 x 128 blocks; i8 x i8 per token and channel), or a W4A8
+    one (u4, e2m1 or i4 weights with e4m3 or i8 activations), packs for the generic layout, which
+    the sm90 8-bit activation kernels read as it is; on the H200 every M range picks one of them
+    (not the generic backend), including in a CUDA graph, and matches the reference across the
+    tile heights."""
     if not A8_INSTANCES:
         pytest.skip(
             "this build has no 8-bit activation tensor-core instances (an sm_90a build of the dev or full profile has them)"
