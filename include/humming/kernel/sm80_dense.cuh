@@ -32,6 +32,7 @@
 #include <string>
 
 #include "humming/backend/sm80/ptx.h"
+#include "humming/backend/sm80/narrow.h"
 #include "humming/backend/sm80/stage_copy.h"
 #include "humming/epilogue/store.h"
 #include "humming/humming.h"
@@ -316,119 +317,14 @@ struct Dense {
     }
   }
 
-  // Narrow launches (m <= 8) of warps of one mma tile swap the mma's roles: the weights are the
-  // 16-row A operand (16 channels) and the activations the 8-column B operand (8 tokens). A B
-  // fragment pair of channels j * 8 and j * 8 + 8 (dequant) is exactly the A fragment of those
-  // 16 channels, and an ldmatrix of the activation rows 0-7 is the B fragment, so 64 channels
-  // per K step take 4 mma instead of 8, with half the sums and half the scale FMAs. Sums:
-  // accn[J][2h + e] is channel J * 16 + h * 8 + lane / 4, token (lane % 4) * 2 + e.
+  // Narrow launches (m <= 8) of warps of one mma tile swap the mma's roles (backend/sm80/narrow.h:
+  // the weights as the A operand, 16 channels, the activations as B, 8 tokens).
   static constexpr bool kHasNarrow = kAccScale;
   static constexpr int kNarrowRows = 8;
   static_assert(!kHasNarrow || kSegSteps % 2 == 0, "narrow activation loads cover two K steps");
 
-  // B fragments of the activation rows 0-7 for K steps kk / 16 and kk / 16 + 1: (r[0], r[1]) and
-  // (r[2], r[3]).
-  static __device__ __forceinline__ void load_act_narrow(const char *sa, int kk, int lane, uint32_t (&r)[4]) {
-    const int row = lane % 8;
-    const int chunk = kk / 8 + lane / 8;
-    ldmatrix_x4(r, sa + a_offset(row, chunk)); // (row < 8: its low bits are itself)
-  }
-
-  // mma of the 16 channels J * 16 ... J * 16 + 15 (two dequant fragments) against 8 tokens.
-  static __device__ __forceinline__ void mma_narrow(float (&d)[4], const uint32_t (&bf)[8][2], int J, uint32_t b0,
-                                                    uint32_t b1) {
-    const uint32_t a[4] = {bf[2 * J][0], bf[2 * J + 1][0], bf[2 * J][1], bf[2 * J + 1][1]};
-    mma_16816<kBf16>(d, a, b0, b1);
-  }
-
-  // One stage of a narrow launch (see stage_acc_scale for the segments and the kept offset).
-  static __device__ __forceinline__ void stage_narrow(const char *stage, int wn, int wk, int lane, float (&acc)[4][4],
-                                                      float (&offset_sums)[4], const uint32_t (&fixed_bias)[8],
-                                                      const float (&fixed_zero)[8], uint32_t neg_offset) {
-    using Op = numeric::Operand<kBf16>;
-    const char *sb = stage + kABytes;
-    const uint32_t neg[4] = {neg_offset, neg_offset, neg_offset, neg_offset};
-#pragma unroll 1
-    for (int sg = 0; sg < kSegs; ++sg) {
-      const int kk0 = segment_input(wk, sg);
-      const int row = scale_row(kk0);
-      uint32_t act[kSegSteps / 2][4];
-#pragma unroll
-      for (int q = 0; q < kSegSteps / 2; ++q) load_act_narrow(stage, kk0 + q * 32, lane, act[q]);
-      uint32_t bias[8];
-      float zero[8];
-      segment_zeros(stage, row, wn, lane, fixed_bias, fixed_zero, bias, zero);
-      if constexpr (GroupK == 0) {
-#pragma unroll
-        for (int s = 0; s < kSegSteps; ++s) {
-          const uint32_t b0 = act[s / 2][2 * (s % 2)], b1 = act[s / 2][2 * (s % 2) + 1];
-          if constexpr (kRowSums) mma_16816<kBf16>(offset_sums, neg, b0, b1);
-          uint32_t words[kWordsPerLane], bf[8][2];
-          load_words(sb, wn, kk0 + s * 16, lane, words);
-          dequant(words, bias, zero, bf);
-#pragma unroll
-          for (int J = 0; J < 4; ++J) mma_narrow(acc[J], bf, J, b0, b1);
-        }
-      } else {
-        float start[4] = {0.0f, 0.0f, 0.0f, 0.0f}, none[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if constexpr (kRowSums)
-#pragma unroll
-          for (int s = 0; s < kSegSteps; ++s)
-            mma_16816<kBf16>(start, neg, act[s / 2][2 * (s % 2)], act[s / 2][2 * (s % 2) + 1]);
-        const float (&init)[4] = kFold ? start : none;
-        float seg[4][4];
-#pragma unroll
-        for (int s = 0; s < kSegSteps; ++s) {
-          const uint32_t b0 = act[s / 2][2 * (s % 2)], b1 = act[s / 2][2 * (s % 2) + 1];
-          uint32_t words[kWordsPerLane], bf[8][2];
-          load_words(sb, wn, kk0 + s * 16, lane, words);
-          dequant(words, bias, zero, bf);
-#pragma unroll
-          for (int J = 0; J < 4; ++J) {
-            const uint32_t a[4] = {bf[2 * J][0], bf[2 * J + 1][0], bf[2 * J][1], bf[2 * J + 1][1]};
-            if (s == 0)
-              mma_16816<kBf16>(seg[J], a, b0, b1, init);
-            else
-              mma_16816<kBf16>(seg[J], a, b0, b1);
-          }
-        }
-        // Scales (and float zero points) of this lane's channels J * 16 + h * 8 + lane / 4.
-        const auto *srow =
-            reinterpret_cast<const uint16_t *>(stage + kABytes + kBBytes) + row * BN + wn * 64 + lane / 4;
-#pragma unroll
-        for (int J = 0; J < 4; ++J)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            if constexpr (kFloatZero) {
-              const float z = group_zero(stage, row, wn * 64 + lane / 4 + J * 16 + h * 8);
-              seg[J][2 * h] = fmaf(z, start[2 * h], seg[J][2 * h]);
-              seg[J][2 * h + 1] = fmaf(z, start[2 * h + 1], seg[J][2 * h + 1]);
-            }
-            const float sc = Op::to_float(srow[J * 16 + h * 8]);
-            acc[J][2 * h] = fmaf(sc, seg[J][2 * h], acc[J][2 * h]);
-            acc[J][2 * h + 1] = fmaf(sc, seg[J][2 * h + 1], acc[J][2 * h + 1]);
-          }
-      }
-    }
-  }
-
-  // A narrow launch's sums in the layout of the others (acc[j][e]: token lane / 4, channel
-  // j * 8 + (lane % 4) * 2 + e; rows 8-15 zero), so that the end of a segment is shared: once per
-  // segment, through shuffles.
-  static __device__ __forceinline__ void narrow_to_wide(const float (&accn)[4][4], int lane, float (&acc)[8][4]) {
-    const int g = lane / 4, t = lane % 4;
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        // Channel j * 8 + 2t + e sits in lane (2t + e) * 4 + g / 2, token g in its element g % 2.
-        const int src = (2 * t + e) * 4 + g / 2;
-        const float v0 = __shfl_sync(0xFFFFFFFFu, accn[j / 2][2 * (j % 2)], src);
-        const float v1 = __shfl_sync(0xFFFFFFFFu, accn[j / 2][2 * (j % 2) + 1], src);
-        acc[j][e] = (g & 1) ? v1 : v0;
-        acc[j][e + 2] = 0.0f;
-      }
-  }
+  // The narrow launch's stage and its sums' return to the wide layout (backend/sm80/narrow.h).
+  using Narrow = NarrowStage<Dense>;
 
   // One stage of a warp of MT mma tiles: operands (code - zero) * group scale, reused MT times.
   // Float zero points: the codes are exact, then code - z and the product with the scale round
@@ -479,7 +375,7 @@ struct Dense {
     }
   }
 
-  // Narrow: the narrow kernel (m <= 8, warps of one mma tile; see stage_narrow).
+  // Narrow: the narrow kernel (m <= 8, warps of one mma tile; see backend/sm80/narrow.h).
   template <bool Narrow> static __device__ void run(const Params &p, char *smem) {
     static_assert(!Narrow || kHasNarrow, "narrow launches need warps of one mma tile");
     const GemmArgs &a = p.args;
@@ -564,7 +460,7 @@ struct Dense {
         stage = smem + slot * kStageBytes;
         slot = slot == Stages - 1 ? 0 : slot + 1;
         if constexpr (Narrow)
-          stage_narrow(stage, wn, wk, lane, accn, offset_sums, fixed_bias, fixed_zero, neg_offset);
+          Narrow::stage(stage, wn, wk, lane, accn, offset_sums, fixed_bias, fixed_zero, neg_offset);
         else if constexpr (kAccScale)
           stage_acc_scale(stage, wn, wk, lane, acc[0], offset_sums, fixed_bias, fixed_zero, neg_offset);
         else
@@ -583,7 +479,7 @@ struct Dense {
               accn[J][2 * h] = fmaf(f, offset_sums[2 * h], accn[J][2 * h]);
               accn[J][2 * h + 1] = fmaf(f, offset_sums[2 * h + 1], accn[J][2 * h + 1]);
             }
-        narrow_to_wide(accn, lane, acc[0]);
+        Narrow::to_wide(accn, lane, acc[0]);
 #pragma unroll
         for (int e = 0; e < 4; ++e) offset_sums[e] = 0.0f;
       }
@@ -799,7 +695,7 @@ struct Dense {
   }
 };
 
-// Narrow: the kernel for m <= 8 (Dense::stage_narrow), for instances whose warps hold one mma tile.
+// Narrow: the kernel for m <= 8 (backend/sm80/narrow.h), for instances whose warps hold one mma tile.
 template <class K, bool Narrow>
 __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks)
     dense_kernel(const __grid_constant__ typename K::Params p) {
