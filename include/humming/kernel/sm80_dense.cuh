@@ -32,6 +32,7 @@
 #include <string>
 
 #include "humming/backend/sm80/ptx.h"
+#include "humming/backend/sm80/kslice_reduce.h"
 #include "humming/backend/sm80/narrow.h"
 #include "humming/backend/sm80/stage_copy.h"
 #include "humming/epilogue/store.h"
@@ -57,8 +58,8 @@ namespace sm80 {
 template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int Zero, uint32_t OutId, int GroupK, int BM, int WarpsM,
           int WarpsN, int WarpsK, int WarpK, int Stages>
 struct Dense {
-  // The template parameters the components read (backend/sm80/stage_copy.h).
-  static constexpr int kBM = BM, kWarpsN = WarpsN, kGroupK = GroupK;
+  // The template parameters the components read (backend/sm80: stage_copy.h, narrow.h, kslice_reduce.h).
+  static constexpr int kBM = BM, kWarpsM = WarpsM, kWarpsN = WarpsN, kWarpsK = WarpsK, kGroupK = GroupK;
   static constexpr bool kBf16 = ActId == dtypes::bf16.id();
   static constexpr DType kCode = DType::from_id(CodeId);
   static constexpr DType kOut = DType::from_id(OutId);
@@ -512,34 +513,8 @@ struct Dense {
           acc[0][j][e + 2] = fmaf(f, offset_sums[e + 2], acc[0][j][e + 2]);
         }
 
-    // Add the K-slice warps' sums into the warps with wk == 0, in rounds that fit `buf`.
-    if constexpr (WarpsK > 1) {
-      float *red = reinterpret_cast<float *>(buf);
-      const int mn = wm + WarpsM * wn;
-#pragma unroll
-      for (int round = 0; round < kReduceRounds; ++round) {
-        __syncthreads(); // every warp is done with `buf` (its stage, or the previous round)
-        if (wk > 0) {
-          float *dst = red + ((wk - 1) * WarpsM * WarpsN + mn) * 32 * kRoundAcc;
-#pragma unroll
-          for (int q = 0; q < kRoundAcc; ++q) {
-            const int idx = round * kRoundAcc + q;
-            if (idx < kAcc) dst[q * 32 + lane] = acc[idx / 32][(idx / 4) % 8][idx % 4];
-          }
-        }
-        __syncthreads();
-        if (wk == 0) {
-          for (int s = 1; s < WarpsK; ++s) {
-            const float *src = red + ((s - 1) * WarpsM * WarpsN + mn) * 32 * kRoundAcc;
-#pragma unroll
-            for (int q = 0; q < kRoundAcc; ++q) {
-              const int idx = round * kRoundAcc + q;
-              if (idx < kAcc) acc[idx / 32][(idx / 4) % 8][idx % 4] += src[q * 32 + lane];
-            }
-          }
-        }
-      }
-    }
+    // Add the K-slice warps' sums into the warps with wk == 0 (backend/sm80/kslice_reduce.h).
+    if constexpr (WarpsK > 1) KSliceReduce<Dense>::run(buf, wm, wn, wk, lane, acc);
 
     // Per-channel scales and the global scale on the fp32 sums (exact, no operand rounding).
     if (wk == 0) {
