@@ -33,8 +33,8 @@
 
 #include "humming/backend/sm80/ptx.h"
 #include "humming/backend/sm80/kslice_reduce.h"
-#include "humming/backend/sm80/narrow.h"
 #include "humming/backend/sm80/stage_copy.h"
+#include "humming/backend/sm80/stage_mma.h"
 #include "humming/epilogue/store.h"
 #include "humming/humming.h"
 #include "humming/layout/sm80.h"
@@ -58,8 +58,9 @@ namespace sm80 {
 template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int Zero, uint32_t OutId, int GroupK, int BM, int WarpsM,
           int WarpsN, int WarpsK, int WarpK, int Stages>
 struct Dense {
-  // The template parameters the components read (backend/sm80: stage_copy.h, narrow.h, kslice_reduce.h).
-  static constexpr int kBM = BM, kWarpsM = WarpsM, kWarpsN = WarpsN, kWarpsK = WarpsK, kGroupK = GroupK;
+  // The template parameters the components read (backend/sm80: stage_copy.h, stage_mma.h,
+  // kslice_reduce.h).
+  static constexpr int kBM = BM, kWarpsM = WarpsM, kWarpsN = WarpsN, kWarpsK = WarpsK, kWarpK = WarpK, kGroupK = GroupK;
   static constexpr bool kBf16 = ActId == dtypes::bf16.id();
   static constexpr DType kCode = DType::from_id(CodeId);
   static constexpr DType kOut = DType::from_id(OutId);
@@ -242,141 +243,17 @@ struct Dense {
     return numeric::Operand<kBf16>::to_float(zrow[ch]) * (1.0f / kRowUnit);
   }
 
-  // One stage of a warp of one mma tile: segments of kSegSteps K steps, each summed on its own and
-  // scaled into acc (see the top of the file). `offset_sums` gathers -R x row sums over all of K
-  // for per-channel scales, which add it once at the end.
-  static __device__ __forceinline__ void stage_acc_scale(const char *stage, int wn, int wk, int lane,
-                                                         float (&acc)[8][4], float (&offset_sums)[4],
-                                                         const uint32_t (&fixed_bias)[8], const float (&fixed_zero)[8],
-                                                         uint32_t neg_offset) {
-    using Op = numeric::Operand<kBf16>;
-    const char *sb = stage + kABytes;
-    // Not unrolled: small groups (several segments) would otherwise overlap two segments' sums
-    // and pass the 128-register budget.
-#pragma unroll 1
-    for (int sg = 0; sg < kSegs; ++sg) {
-      const int kk0 = segment_input(wk, sg);
-      const int row = scale_row(kk0);
-      uint32_t af[kSegSteps][4];
-#pragma unroll
-      for (int s = 0; s < kSegSteps; ++s) load_a(stage, 0, kk0 + s * 16, lane, af[s]);
-      uint32_t bias[8];
-      float zero[8];
-      segment_zeros(stage, row, wn, lane, fixed_bias, fixed_zero, bias, zero);
-      if constexpr (GroupK == 0) {
-#pragma unroll
-        for (int s = 0; s < kSegSteps; ++s) {
-          if constexpr (kRowSums) mma_16816<kBf16>(offset_sums, af[s], neg_offset, neg_offset);
-          uint32_t words[kWordsPerLane], bf[8][2];
-          load_words(sb, wn, kk0 + s * 16, lane, words);
-          dequant(words, bias, zero, bf);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) mma_16816<kBf16>(acc[j], af[s], bf[j][0], bf[j][1]);
-        }
-      } else {
-        // -P x (row sums of the segment's activations). The sums start there with kFold (P = R),
-        // else at zero.
-        float start[4] = {0.0f, 0.0f, 0.0f, 0.0f}, none[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if constexpr (kRowSums)
-#pragma unroll
-          for (int s = 0; s < kSegSteps; ++s) mma_16816<kBf16>(start, af[s], neg_offset, neg_offset);
-        const float (&init)[4] = kFold ? start : none;
-        float seg[8][4];
-#pragma unroll
-        for (int s = 0; s < kSegSteps; ++s) {
-          uint32_t words[kWordsPerLane], bf[8][2];
-          load_words(sb, wn, kk0 + s * 16, lane, words);
-          dequant(words, bias, zero, bf);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            if (s == 0)
-              mma_16816<kBf16>(seg[j], af[s], bf[j][0], bf[j][1], init);
-            else
-              mma_16816<kBf16>(seg[j], af[s], bf[j][0], bf[j][1]);
-          }
-        }
-        // Scales (and float zero points) of this lane's accumulator columns j * 8 + (lane % 4) * 2 + {0, 1}.
-        const auto *srow = reinterpret_cast<const uint32_t *>(stage + kABytes + kBBytes) + row * (BN / 2);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const int col = (wn * 64 + j * 8 + (lane % 4) * 2) / 2;
-          const float2 sc = Op::to_float2(srow[col]);
-          if constexpr (kFloatZero) {
-            // sums - z x row sums = sums + (z / P) x start.
-            const float2 z = group_zero_pair(stage, row, col);
-            seg[j][0] = fmaf(z.x, start[0], seg[j][0]);
-            seg[j][1] = fmaf(z.y, start[1], seg[j][1]);
-            seg[j][2] = fmaf(z.x, start[2], seg[j][2]);
-            seg[j][3] = fmaf(z.y, start[3], seg[j][3]);
-          }
-          acc[j][0] = fmaf(sc.x, seg[j][0], acc[j][0]);
-          acc[j][1] = fmaf(sc.y, seg[j][1], acc[j][1]);
-          acc[j][2] = fmaf(sc.x, seg[j][2], acc[j][2]);
-          acc[j][3] = fmaf(sc.y, seg[j][3], acc[j][3]);
-        }
-      }
-    }
-  }
-
-  // Narrow launches (m <= 8) of warps of one mma tile swap the mma's roles (backend/sm80/narrow.h:
+  // Narrow launches (m <= 8) of warps of one mma tile swap the mma's roles (backend/sm80/stage_mma.h:
   // the weights as the A operand, 16 channels, the activations as B, 8 tokens).
   static constexpr bool kHasNarrow = kAccScale;
   static constexpr int kNarrowRows = 8;
   static_assert(!kHasNarrow || kSegSteps % 2 == 0, "narrow activation loads cover two K steps");
 
-  // The narrow launch's stage and its sums' return to the wide layout (backend/sm80/narrow.h).
-  using Narrow = NarrowStage<Dense>;
+  // The stage math (backend/sm80/stage_mma.h): sums scaled per group (warps of one mma tile),
+  // operands scaled (warps of several), or the narrow launches'.
+  using Mma = StageMma<Dense>;
 
-  // One stage of a warp of MT mma tiles: operands (code - zero) * group scale, reused MT times.
-  // Float zero points: the codes are exact, then code - z and the product with the scale round
-  // once each; per-channel float zero points come as operand pairs in fixed_bias.
-  static __device__ __forceinline__ void stage_operand_scale(const char *stage, int wm, int wn, int wk, int lane,
-                                                             float (&acc)[MT][8][4], const uint32_t (&fixed_bias)[8],
-                                                             const float (&fixed_zero)[8]) {
-    using Op = numeric::Operand<kBf16>;
-    const char *sb = stage + kABytes;
-#pragma unroll
-    for (int ks = 0; ks < kSteps; ++ks) {
-      const int kk = wk * WarpK + ks * 16; // input offset inside the stage
-      uint32_t af[MT][4];
-#pragma unroll
-      for (int i = 0; i < MT; ++i) load_a(stage, wm * WM + i * 16, kk, lane, af[i]);
-      uint32_t words[kWordsPerLane];
-      load_words(sb, wn, kk, lane, words);
-      uint32_t bias[8], scale_pair[8], zero_pair[8];
-      float zero[8];
-      const int row = scale_row(kk);
-      if constexpr (GroupK != 0) {
-        const auto *srow = reinterpret_cast<const uint16_t *>(stage + kABytes + kBBytes) + row * BN;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const uint16_t s = srow[wn * 64 + j * 8 + lane / 4];
-          scale_pair[j] = static_cast<uint32_t>(s) | (static_cast<uint32_t>(s) << 16);
-          if constexpr (kFloatZero) {
-            const uint16_t z = srow[kSBytes / 2 + wn * 64 + j * 8 + lane / 4];
-            zero_pair[j] = static_cast<uint32_t>(z) | (static_cast<uint32_t>(z) << 16);
-          }
-        }
-      } else if constexpr (kFloatZero) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) zero_pair[j] = fixed_bias[j];
-      }
-      segment_zeros(stage, row, wn, lane, fixed_bias, fixed_zero, bias, zero);
-      uint32_t bf[8][2];
-      dequant(words, bias, zero, bf);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        if constexpr (kFloatZero)
-          bf[j][0] = Op::sub(bf[j][0], zero_pair[j]), bf[j][1] = Op::sub(bf[j][1], zero_pair[j]);
-        if constexpr (GroupK != 0)
-          bf[j][0] = Op::mul(bf[j][0], scale_pair[j]), bf[j][1] = Op::mul(bf[j][1], scale_pair[j]);
-#pragma unroll
-        for (int i = 0; i < MT; ++i) mma_16816<kBf16>(acc[i][j], af[i], bf[j][0], bf[j][1]);
-      }
-    }
-  }
-
-  // Narrow: the narrow kernel (m <= 8, warps of one mma tile; see backend/sm80/narrow.h).
+  // Narrow: the narrow kernel (m <= 8, warps of one mma tile; see backend/sm80/stage_mma.h).
   template <bool Narrow> static __device__ void run(const Params &p, char *smem) {
     static_assert(!Narrow || kHasNarrow, "narrow launches need warps of one mma tile");
     const GemmArgs &a = p.args;
@@ -406,7 +283,7 @@ struct Dense {
       const TileCopies copies = Copies::tile(p, m0, n0);
 
       // Per-channel zero points (and the implied zero of symmetric codes) are fixed for the whole K.
-      // Float ones: fixed_bias holds the operand pair (z, z) (stage_operand_scale), the fp32 paths
+      // Float ones: fixed_bias holds the operand pair (z, z) (StageMma::operand_scale), the fp32 paths
       // read them at the end.
       const int64_t lane_n = n0 + wn * 64 + lane / 4;
       uint32_t fixed_bias[8];
@@ -461,11 +338,11 @@ struct Dense {
         stage = smem + slot * kStageBytes;
         slot = slot == Stages - 1 ? 0 : slot + 1;
         if constexpr (Narrow)
-          Narrow::stage(stage, wn, wk, lane, accn, offset_sums, fixed_bias, fixed_zero, neg_offset);
+          Mma::narrow_stage(stage, wn, wk, lane, accn, offset_sums, fixed_bias, fixed_zero, neg_offset);
         else if constexpr (kAccScale)
-          stage_acc_scale(stage, wn, wk, lane, acc[0], offset_sums, fixed_bias, fixed_zero, neg_offset);
+          Mma::acc_scale(stage, wn, wk, lane, acc[0], offset_sums, fixed_bias, fixed_zero, neg_offset);
         else
-          stage_operand_scale(stage, wm, wn, wk, lane, acc, fixed_bias, fixed_zero);
+          Mma::operand_scale(stage, wm, wn, wk, lane, acc, fixed_bias, fixed_zero);
       }
       if constexpr (Narrow) {
         // Per-channel scales with kept offsets: -R x row sums (the same for every channel) go in
@@ -480,7 +357,7 @@ struct Dense {
               accn[J][2 * h] = fmaf(f, offset_sums[2 * h], accn[J][2 * h]);
               accn[J][2 * h + 1] = fmaf(f, offset_sums[2 * h + 1], accn[J][2 * h + 1]);
             }
-        Narrow::to_wide(accn, lane, acc[0]);
+        Mma::narrow_to_wide(accn, lane, acc[0]);
 #pragma unroll
         for (int e = 0; e < 4; ++e) offset_sums[e] = 0.0f;
       }
@@ -670,7 +547,7 @@ struct Dense {
   }
 };
 
-// Narrow: the kernel for m <= 8 (backend/sm80/narrow.h), for instances whose warps hold one mma tile.
+// Narrow: the kernel for m <= 8 (backend/sm80/stage_mma.h), for instances whose warps hold one mma tile.
 template <class K, bool Narrow>
 __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks)
     dense_kernel(const __grid_constant__ typename K::Params p) {
