@@ -166,32 +166,49 @@ CallPlan &call_plan(const std::string &fmt_text, int64_t layout, int64_t n, int6
 // Stream-K scratch. The kernels need its first kWorkspaceZeroBytes zeroed only before first use
 // (they return their tile counters to zero), so outside graph capture each (device, stream) keeps
 // one buffer and reuses it: no memset launch per call. Kernels on one stream run in order, so they
-// may share it; growing it frees the old buffer through the caching allocator, which reuses memory
-// in stream order. Under graph capture a fresh buffer comes from the graph's pool instead (only its
+// may share it. The kept buffers come from CUDA's stream-ordered allocator, not torch's: a first
+// call on a new stream can happen while torch routes the thread's allocations to a graph pool
+// (torch.compile's reduce-overhead warm-up runs eagerly on its own stream with the pool active), and
+// a kept tensor allocated there is a persistent pool tensor that torch rejects ("tensor(s) in the
+// cudagraph pool not tracked as outputs"). Growing frees the old buffer in stream order. Under graph
+// capture a fresh buffer comes from torch's allocator, that is from the graph's pool (only its
 // counter region zeroed), so a graph never points at a buffer that eager calls or another replay
-// stream also use.
+// stream also use. The kept buffers (1 MiB to 256 MiB per stream that ran a stream-K launch) do
+// not show in torch.cuda.memory_allocated.
 void *kernel_workspace(const at::Device &dev, cudaStream_t stream, size_t bytes, at::Tensor *hold) {
-  const auto opts = at::TensorOptions().device(dev).dtype(at::kByte);
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   TORCH_CHECK(cudaStreamIsCapturing(stream, &capture) == cudaSuccess, "cannot query the stream's capture state");
   constexpr size_t kKeepLimit = size_t(256) << 20; // larger scratch is not kept between calls
-  auto fresh = [&](size_t size) {
-    at::Tensor t = at::empty({static_cast<int64_t>(size)}, opts);
-    t.narrow(0, 0, static_cast<int64_t>(std::min(size, humming::kWorkspaceZeroBytes))).zero_();
-    return t;
-  };
+  const size_t zeroed = std::min(bytes, humming::kWorkspaceZeroBytes);
   if (capture != cudaStreamCaptureStatusNone || bytes > kKeepLimit) {
-    *hold = fresh(bytes);
+    *hold = at::empty({static_cast<int64_t>(bytes)}, at::TensorOptions().device(dev).dtype(at::kByte));
+    hold->narrow(0, 0, static_cast<int64_t>(zeroed)).zero_();
     return hold->data_ptr();
   }
+  struct Kept {
+    void *ptr = nullptr;
+    size_t bytes = 0;
+  };
   static std::mutex mu;
   // Never destroyed: releasing CUDA memory during interpreter shutdown is not safe.
-  static auto *kept = new std::map<std::pair<int, cudaStream_t>, at::Tensor>();
+  static auto *kept = new std::map<std::pair<int, cudaStream_t>, Kept>();
   const std::lock_guard<std::mutex> lock(mu);
-  at::Tensor &buf = (*kept)[{static_cast<int>(dev.index()), stream}];
-  if (!buf.defined() || static_cast<size_t>(buf.numel()) < bytes)
-    buf = fresh(std::max(bytes, std::min(kKeepLimit, size_t(1) << 20)));
-  return buf.data_ptr();
+  Kept &buf = (*kept)[{static_cast<int>(dev.index()), stream}];
+  if (buf.ptr == nullptr || buf.bytes < bytes) {
+    const size_t size = std::max(bytes, std::min(kKeepLimit, size_t(1) << 20));
+    if (buf.ptr != nullptr) {
+      TORCH_CHECK(cudaFreeAsync(buf.ptr, stream) == cudaSuccess, "freeing the stream-K scratch failed");
+      buf = Kept{};
+    }
+    void *p = nullptr;
+    const cudaError_t e = cudaMallocAsync(&p, size, stream);
+    TORCH_CHECK(e == cudaSuccess, "allocating ", size, " bytes of stream-K scratch on ", dev,
+                " failed: ", cudaGetErrorString(e));
+    TORCH_CHECK(cudaMemsetAsync(p, 0, std::min(size, humming::kWorkspaceZeroBytes), stream) == cudaSuccess,
+                "zeroing the stream-K scratch failed");
+    buf = Kept{p, size};
+  }
+  return buf.ptr;
 }
 
 at::Tensor gemm_impl(const at::Tensor &a, const at::Tensor &codes, const c10::optional<at::Tensor> &scales,
