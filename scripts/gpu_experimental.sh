@@ -8,7 +8,8 @@
 #   5. the W8A8 benchmark against cuBLASLt FP8 on the headline shapes (bench/, BENCH_BUDGET_S),
 #      with and without the activation quantization in the timed call (BENCH=0 skips it);
 # BENCH_FORMATS / BENCH_IMPLS narrow the benchmark, BENCH_JIT names the humming-jit formats (default w4a16; w4a8
-# is its FP4 x FP8 W4A8); SWEEP=1 adds tile sweeps of the W8A8 instances (scripts/time_shapes.py, sweep.txt).
+# is its FP4 x FP8 W4A8); SWEEP=1 adds tile sweeps of the W8A8 instances (scripts/time_shapes.py, sweep.txt;
+# SWEEP_SPECS: "format act instance-regex" triples separated by ';', SWEEP_SHAPES, SWEEP_MS).
 # A8_TIMEOUT / ALL_TIMEOUT bound the two test steps (240 / 480 s; the rest of the suite took more than 330 s
 # with the session-10 dev build). SKIP_BUILD=1 reuses the installed build when there is one (a second call on a warm machine).
 # Everything comes back as summary.txt and logs.tgz under $OUT. Usage: bash scripts/gpu_experimental.sh
@@ -52,9 +53,10 @@ if [ "${FIRST_CALL:-1}" != "0" ]; then
 fi
 if [ "${SWEEP:-0}" != "0" ]; then
   # Tile sweeps of the W8A8 instances (graph us, quantization included), for the dispatch table.
-  for spec in "e4m3gc-sf32 e4m3-pt a-e4m3-pt_w-e4m3gc-sf32" "e4m3g128n128-sf32 e4m3-g128 a-e4m3-g128" "i8gc-sf32 i8-pt a-i8-pt_w-i8gc-sf32"; do
+  IFS=';' read -ra specs <<< "${SWEEP_SPECS:-e4m3gc-sf32 e4m3-pt a-e4m3-pt_w-e4m3gc-sf32;e4m3g128n128-sf32 e4m3-g128 a-e4m3-g128;i8gc-sf32 i8-pt a-i8-pt_w-i8gc-sf32}"
+  for spec in "${specs[@]}"; do
     set -- $spec
-    timeout 150 python3 scripts/time_shapes.py 8192x8192,28672x8192,8192x28672 1,16,64,256,1024,4096,8192 \
+    timeout 150 python3 scripts/time_shapes.py "${SWEEP_SHAPES:-8192x8192,28672x8192,8192x28672}" "${SWEEP_MS:-1,16,64,256,1024,4096,8192}" \
       --format "$1" --act "$2" --match "$3" --graph --flush read --iters 8 >> "$W/sweep.txt" 2>&1
     say "sweep $1 rc=$? after $(( $(date +%s) - start )) s"
   done

@@ -332,7 +332,7 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
         bn, bk = 64 * consumers, 128
         four = F.dtype(code).bits == 4
         # Batches of stages (8-bit floats): their sums fit, the ring holds them (and the next
-        # batch, converted, with 4-bit codes) and one more.
+        # batch, fetched ahead, with 4-bit codes) and one more.
         if batch > 1 and (act == "i8" or batch * bm // 2 > 64 or stages < (2 if four else 1) * batch + 1):
             continue
         blocks = bool(group) and not four  # 8-bit codes: 128 x 128 blocks; 4-bit: per channel
@@ -355,13 +355,13 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
         group_n = group if blocks else 1
         targs = tuple(f"{_dtype_id(v)}u" for v in (act, code, scale)) + (str(group), str(group_n), f"{_dtype_id(o)}u")
         targs += (str(bm), str(consumers), str(stages), str(batch))
-        # A box of weights and one of activations per stage; 4-bit codes land in a box of their own
-        # (bn rows x 64 bytes). Then the scales: with blocks, fp32, bm of the activations and one per
+        # A box of weights (bn rows of bk codes: 64 bytes each with 4-bit codes) and one of
+        # activations per stage. Then the scales: with blocks, fp32, bm of the activations and one per
         # 128-channel weight block the tile touches; with groups, the bn channels' in their type.
         wblocks = ((64 if bn % 128 else 0) + bn + 127) // 128
         scales = (bm + wblocks) * 4 if blocks else (bn * F.dtype(scale).bits // 8 if group else 0)
-        stage = (bn + bm) * bk + (bn * bk // 2 if four else 0) + scales
-        smem = _sm90_smem((stage + 1023) // 1024 * 1024, stages) + (stages * 8 if four else 0)
+        stage = bn * bk * F.dtype(code).bits // 8 + bm * bk + scales
+        smem = _sm90_smem((stage + 1023) // 1024 * 1024, stages)
         if smem > SM90_MAX_SMEM:
             continue
         # act_granularity 1: ActScale::kToken; 2: ActScale::kGroup

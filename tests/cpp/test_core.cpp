@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "humming/backend/sm90/operand_convert.h"
 #include "humming/humming.h"
 #include "humming/numeric/nibble_lut.h"
 #include "humming/scheduler/raster.h"
@@ -400,8 +401,47 @@ void test_nibble_operands() {
   }
 }
 
+// The W4A8 register fragments (backend/sm90/operand_convert.h): a box of random codes, laid out as
+// the TMA's 64-byte swizzle leaves it (16-byte unit u of 64-byte row r at unit u ^ ((r / 2) % 4)),
+// read by every thread of both warpgroups of a 128-row box; register r of k32 step s of thread t
+// must hold the operands of channel 16 (t / 32) + (t % 32) / 4 + 8 (r % 2) and inputs
+// 32 s + 4 (t % 4) + 16 (r / 2) + {0 .. 3} (the PTX ISA's m64nNk32 A fragment of 8-bit types).
+void test_nibble_fragments() {
+  std::mt19937 rng(11);
+  const DType code = dtypes::uint_type(4);
+  const numeric::NibbleTable table = numeric::nibble_table(code, false);
+  constexpr int kRows = 128, kCodes = 128;
+  std::vector<uint8_t> codes(kRows * kCodes);
+  for (auto &c : codes) c = static_cast<uint8_t>(rng() & 0xFu);
+  std::vector<uint8_t> box(kRows * 64, 0);
+  for (int r = 0; r < kRows; ++r)
+    for (int k = 0; k < kCodes; ++k) {
+      const int byte = k / 2, unit = byte / 16, swizzled = unit ^ ((r / 2) % 4);
+      box[r * 64 + swizzled * 16 + byte % 16] |= static_cast<uint8_t>(codes[r * kCodes + k] << (4 * (k % 2)));
+    }
+  int bad = 0;
+  for (int row0 = 0; row0 < kRows; row0 += 64)
+    for (int t = 0; t < 128; ++t) {
+      uint32_t af[4][4];
+      sm90::nibble_fragments(reinterpret_cast<const char *>(box.data()), row0, t, table, af);
+      for (int s = 0; s < 4; ++s)
+        for (int r = 0; r < 4; ++r)
+          for (int i = 0; i < 4; ++i) {
+            const int row = row0 + 16 * (t / 32) + (t % 32) / 4 + 8 * (r % 2);
+            const int k = 32 * s + 4 * (t % 4) + 16 * (r / 2) + i;
+            const float want = decode(code, codes[row * kCodes + k]) - 8.0f;
+            const float got = decode(dtypes::e4m3, (af[s][r] >> (8 * i)) & 0xFFu);
+            if (got != want && bad++ < 5)
+              EXPECT(false, "thread %d of rows %d.., step %d register %d byte %d: %g, not %g (row %d, input %d)", t,
+                     row0, s, r, i, got, want, row, k);
+          }
+    }
+  EXPECT(bad == 0, "%d fragment bytes wrong", bad);
+}
+
 int main() {
   test_nibble_operands();
+  test_nibble_fragments();
   test_stream_k_policy();
   test_persistent_plans();
   test_grouped_raster();

@@ -8,11 +8,14 @@
 // its 8-bit codes are the row-major bytes of the weight (rows k_pad bytes long), so they go by TMA
 // like the activations. Each stage of the ring holds one box of BN weight rows and one of BM
 // activation rows, 128 inputs (bytes) wide, in the 128-byte swizzle the descriptors read.
-// 4-bit codes (rows of k_pad / 2 bytes, code k at bits 4 (k % 8) of word k / 8) land unswizzled
-// in a box of their own (BN rows x 64 bytes), and each consumer warpgroup turns its 64 rows into
-// the stage's e4m3 or s8 weight box before its WGMMAs read it (numeric/nibble_lut.h: exact
-// values, by table lookup), while the tensor cores still run its previous stage. The values of
-// these codes are exact in the 8-bit operand, so their scales stay on the sums as for 8-bit codes. The roles are those
+// 4-bit codes (rows of k_pad / 2 bytes, code k at bits 4 (k % 8) of word k / 8) land as a box of
+// BN rows x 64 bytes in the 64-byte swizzle, and each consumer thread reads its WGMMA A fragments
+// from it into registers, turning the codes into e4m3 or s8 operands on the way
+// (backend/sm90/operand_convert.h; numeric/nibble_lut.h: exact values, by table lookup), while the
+// tensor cores still run its previous stage; the WGMMAs then take A from registers. Nothing is
+// written back to shared memory, so no proxy fence or barrier sits between the conversion and
+// the tensor cores. The values of these codes are exact in the 8-bit operand, so their scales stay
+// on the sums as for 8-bit codes. The roles are those
 // of the weight-only kernel (sm90_dense.cuh): the weights are the instruction's M (64 channels per consumer warpgroup)
 // and the tokens its N (BM: 8 to 128 for 8-bit floats, to 256 for integers), so a decode launch of one token runs m64n8
 // and wastes nothing on rows that do not exist.
@@ -85,7 +88,7 @@ struct DenseA8 {
   static constexpr bool kE5m2 = ActId == dtypes::e5m2.id();
   static constexpr bool kInt = ActId == dtypes::i8.id();
   static constexpr DType kCode = DType::from_id(CodeId);
-  // 4-bit codes, turned into 8-bit operands in shared memory by the consumers.
+  // 4-bit codes, turned into 8-bit register A fragments by the consumers.
   static constexpr bool kFour = kCode.bits == 4;
   // The tensor cores' sums: fp32 for 8-bit floats, s32 for integers.
   using Sum = std::conditional_t<kInt, int32_t, float>;
@@ -100,13 +103,12 @@ struct DenseA8 {
   static constexpr int kConsumerThreads = 128 * Consumers;
   static constexpr int kThreads = 128 + kConsumerThreads;
   static constexpr int kAcc = BM / 2; // fp32 sums per consumer thread (its warpgroup's 64 x BM)
-  // A stage: the weights' box (64 rows of 128 bytes per consumer, 8192 bytes apart), then the
-  // activations' box. Both sizes are multiples of 1024 (BM and BN are multiples of 8), so every box
-  // starts where the 128-byte swizzle repeats. 4-bit codes land after them (kRBytes, 64 bytes per
-  // row), and the consumers write the weights' box from them.
-  static constexpr int kWBytes = BN * BK;
+  // A stage: the weights' box (per consumer 64 rows of 128 bytes in the 128-byte swizzle, or of 64
+  // bytes of 4-bit codes in the 64-byte swizzle), then the activations' box. Both sizes are
+  // multiples of 1024 (BM and BN are multiples of 8, BN of 64), so every box starts where its
+  // swizzle repeats.
+  static constexpr int kWBytes = BN * BK * static_cast<int>(kCode.bits) / 8;
   static constexpr int kABytes = BM * BK;
-  static constexpr int kRBytes = kFour ? BN * BK / 2 : 0;
   // The stage's scales after the boxes. With blocks: BM activation scales, then those of the
   // 128-channel weight blocks the tile's channels touch, in fp32 (a tile starts at a multiple of
   // BN, so at a multiple of 64 channels: one block more where BN is not a multiple of 128). With
@@ -116,18 +118,17 @@ struct DenseA8 {
   static constexpr int kSBytes = kBlocks ? (BM + kWeightBlocks) * 4 : (kGroups ? BN * kScaleBytes : 0);
   // Arrivals of the scale warp on each stage's full barrier (one per lane, produce_scales).
   static constexpr int kScaleArrivals = GroupK != 0 ? 32 : 0;
-  static constexpr int kStageBytes = (kWBytes + kABytes + kRBytes + kSBytes + 1023) / 1024 * 1024;
+  static constexpr int kStageBytes = (kWBytes + kABytes + kSBytes + 1023) / 1024 * 1024;
   static constexpr int kRingBytes = Stages * kStageBytes;
-  // With 4-bit codes, a third barrier per stage: the codes' copy landed (placed after the flag).
-  static constexpr int kRawBarsAt = kRingBytes + Stages * 16 + 16;
-  // 4-bit codes: whether a warpgroup converts the next stage's codes while its own group runs, which
-  // keeps ~40 registers live beside the stage's and the tile's sums. ptxas allocates within the
-  // launch's cap (65536 / threads), so the 128-token three-consumer tiles (2 x 64 sums, cap 128)
-  // convert after the group has been added instead (the other warpgroups' groups run meanwhile).
-  static constexpr bool kConvertAhead = (1 + Batch) * kAcc + 40 <= 65536 / kThreads / 8 * 8;
-  // Alignment slack, the ring, a full and an empty barrier per stage, the fix-up flag, the
-  // barriers of the codes.
-  static constexpr int kSmemTotal = 1024 + kRingBytes + Stages * 16 + 16 + (kFour ? Stages * 8 : 0);
+  // 4-bit codes: whether a warpgroup loads the next batch's fragments while its own batch runs,
+  // which keeps a second set of fragments (16 registers per stage) live beside the batch's and the
+  // stage's and the tile's sums. ptxas allocates within the launch's cap (65536 / threads), so the
+  // 128-token tiles load after the batch has been added instead (the other warpgroups' groups run
+  // meanwhile). 8-bit codes never do: their fetch is a wait for the stage, and waiting for the
+  // next stage before adding this one would hold a stage of the ring longer.
+  static constexpr bool kFetchAhead = kFour && (1 + Batch) * kAcc + 2 * Batch * 16 + 32 <= 65536 / kThreads / 8 * 8;
+  // Alignment slack, the ring, a full and an empty barrier per stage, the fix-up flag.
+  static constexpr int kSmemTotal = 1024 + kRingBytes + Stages * 16 + 16;
 
   static_assert(ActId == dtypes::e4m3.id() || ActId == dtypes::e5m2.id() || kInt, "activations are e4m3, e5m2 or i8");
   static_assert(CodeId == (kInt ? dtypes::i8.id() : dtypes::e4m3.id()) || CodeId == dtypes::uint_type(4).id() ||
@@ -149,11 +150,12 @@ struct DenseA8 {
                                    "registers as the tile's, mainloop_promoted)");
   static_assert(Batch == 1 || (Batch > 1 && !kInt && Batch * kAcc <= 64),
                 "batches of stages for 8-bit floats, whose sums fit the registers");
-  static_assert(Stages >= (kFour ? 2 : 1) * Batch + 1, "the ring holds the batch (and the next, converted) and more");
+  static_assert(Stages >= (kFetchAhead ? 2 : 1) * Batch + 1,
+                "the ring holds the batch (and the next, fetched) and more");
 
   struct Params {
     CUtensorMap act;    // activations [m][k] bytes, boxes of BM rows x 128
-    CUtensorMap weight; // codes [n_pad][k_pad] bytes, boxes of BN rows x 128 (4-bit: k_pad / 2, x 64)
+    CUtensorMap weight; // codes [n_pad][k_pad] bytes, boxes of BN rows x 128 (4-bit: k_pad / 2, x 64, 64-byte swizzle)
     GemmArgs args;
     StreamKPlan plan;
     int64_t n_tiles;
@@ -164,11 +166,6 @@ struct DenseA8 {
   // Tile `tile` of the launch's grid, in grouped order (scheduler/raster.h).
   static __device__ __forceinline__ TileCoord coord(const Params &p, int64_t tile) {
     return grouped_tile(tile, (p.args.m + BM - 1) / BM, p.n_tiles);
-  }
-
-  // Barrier of stage `stage` that the copy of its 4-bit codes completes on.
-  static __device__ __forceinline__ uint32_t raw_bar(uint32_t ring, uint32_t stage) {
-    return ring + kRawBarsAt + 8 * stage;
   }
 
   // Warp 1 of the producer warpgroup, with scales per 128 inputs: the scales of every stage of
@@ -184,7 +181,7 @@ struct DenseA8 {
       const int64_t m0 = c.row * BM, n0 = c.col * BN, nb0 = n0 / 128;
       for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
         mbar_wait(ring_bar<Stages>(bars, 1, pos.stage), pos.phase ^ 1u);
-        const uint32_t dst = ring + pos.stage * kStageBytes + kWBytes + kABytes + kRBytes;
+        const uint32_t dst = ring + pos.stage * kStageBytes + kWBytes + kABytes;
         if constexpr (kBlocks) {
           const auto *ws = static_cast<const float *>(a.scales);
           for (int i = lane; i < BM; i += 32) {
@@ -220,51 +217,53 @@ struct DenseA8 {
         const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
                        empty = ring_bar<Stages>(bars, 1, pos.stage);
         mbar_wait(empty, pos.phase ^ 1u);
-        if constexpr (kFour) {
-          // The codes first: the consumers convert them before they need the activations.
-          const uint32_t raw = raw_bar(ring, pos.stage);
-          mbar_arrive_expect_tx(raw, kRBytes);
-          tensor_copy_2d(stage + kWBytes + kABytes, &p.weight, static_cast<int>(kt * BK / 2), n0, raw);
-          mbar_arrive_expect_tx(full, kABytes);
-        } else {
-          mbar_arrive_expect_tx(full, kWBytes + kABytes);
-          tensor_copy_2d(stage, &p.weight, static_cast<int>(kt * BK), n0, full);
-        }
+        mbar_arrive_expect_tx(full, kWBytes + kABytes);
+        tensor_copy_2d(stage, &p.weight, static_cast<int>(kt * BK * kCode.bits / 8), n0, full);
         tensor_copy_2d(stage + kWBytes, &p.act, static_cast<int>(kt * BK), m0, full);
       }
     });
   }
 
-  // 4-bit codes: waits for the codes of stage `pos` and writes warpgroup cw's 64 rows of them into
-  // the stage's weight box as 8-bit operands (backend/sm90/operand_convert.h), visible to the
-  // WGMMAs (async proxy) of the whole warpgroup.
-  static __device__ __forceinline__ void convert_stage(uint32_t ring, char *ring_ptr, RingPos pos, int cw, int t) {
-    // Operand bytes of the codes (numeric/nibble_lut.h), as immediates.
-    constexpr numeric::NibbleTable table = numeric::nibble_table(kCode, kInt);
-    mbar_wait(raw_bar(ring, pos.stage), pos.phase);
-    char *stage = ring_ptr + pos.stage * kStageBytes;
-    nibble_rows_to_operands(stage + kWBytes + kABytes, stage, cw * 64, t, table);
-    fence_proxy_async();
-    named_sync<128>(2 + cw);
+  // This thread's A fragments of one stage with 4-bit codes (frag[step][r]: register r of k32
+  // step `step`, backend/sm90/operand_convert.h); unused with 8-bit codes.
+  using Frags = uint32_t[kSteps][4];
+
+  // Waits for stage `pos`; with 4-bit codes, reads this thread's fragments of warpgroup cw's 64
+  // rows out of it.
+  static __device__ __forceinline__ void fetch(const char *ring_ptr, uint32_t bars, RingPos pos, int cw, int t,
+                                               Frags &af) {
+    mbar_wait(ring_bar<Stages>(bars, 0, pos.stage), pos.phase);
+    if constexpr (kFour) {
+      // Operand bytes of the codes (numeric/nibble_lut.h), as immediates.
+      constexpr numeric::NibbleTable table = numeric::nibble_table(kCode, kInt);
+      nibble_fragments(ring_ptr + pos.stage * kStageBytes, cw * 64, t, table, af);
+    }
   }
 
-  // Waits for stage `pos` and issues its four k32 steps into `d` as one group (the first starting
-  // `d` afresh when Fresh). The weights' rows of consumer cw lie 64 x 128 bytes into the stage
-  // (with 4-bit codes, convert_stage wrote them).
+  // Issues the four k32 steps of stage `pos` (fetched) into `d` as one group (the first starting
+  // `d` afresh when Fresh): the weights from fragments `af` (4-bit codes) or from consumer cw's
+  // rows of the stage's box, 64 x 128 bytes in. The fragments and sums are final before the fence
+  // (the compiler may not sink their writes past it).
   template <bool Fresh>
-  static __device__ __forceinline__ void issue_stage(uint32_t ring, uint32_t bars, RingPos pos, int cw,
-                                                     Sum (&d)[kAcc]) {
-    mbar_wait(ring_bar<Stages>(bars, 0, pos.stage), pos.phase);
+  static __device__ __forceinline__ void issue_stage(uint32_t ring, RingPos pos, int cw, Frags &af, Sum (&d)[kAcc]) {
     const uint32_t stage = ring + pos.stage * kStageBytes;
     const uint64_t da = desc_sw128(stage + cw * 64 * BK), db = desc_sw128(stage + kWBytes);
+    if constexpr (kFour)
+#pragma unroll
+      for (int step = 0; step < kSteps; ++step) fence_regs(af[step]);
     fence_regs(d);
     wgmma_fence();
 #pragma unroll
     for (int step = 0; step < kSteps; ++step) {
-      if constexpr (kInt)
-        WgmmaS8<BM>::run(d, da + 2 * step, db + 2 * step, Fresh && step == 0 ? 0 : 1);
+      const int accumulate = Fresh && step == 0 ? 0 : 1;
+      if constexpr (kInt && kFour)
+        WgmmaS8<BM>::run(d, af[step], db + 2 * step, accumulate);
+      else if constexpr (kInt)
+        WgmmaS8<BM>::run(d, da + 2 * step, db + 2 * step, accumulate);
+      else if constexpr (kFour)
+        WgmmaFp8<BM, kE5m2>::run(d, af[step], db + 2 * step, accumulate);
       else
-        WgmmaFp8<BM, kE5m2>::run(d, da + 2 * step, db + 2 * step, Fresh && step == 0 ? 0 : 1);
+        WgmmaFp8<BM, kE5m2>::run(d, da + 2 * step, db + 2 * step, accumulate);
     }
     wgmma_commit();
   }
@@ -275,11 +274,14 @@ struct DenseA8 {
   // token's activation scale, with groups times each channel's scale of the stage's group. The FP8
   // tensor cores keep fewer mantissa bits in their running sum than fp32 (measured on the H200: one
   // long segment of 4224 inputs summed 85.8 as 85.4), so the per-channel mode promotes every stage
-  // too, as cuBLASLt does without its fast-accumulation flag. Each stage's group retires before it
-  // is added; the other consumer warpgroups keep the tensor cores busy meanwhile, and with 4-bit
-  // codes this warpgroup converts the next stage's codes while its group runs. (Alternating two sets
-  // of stage sums, to keep a group in flight during the adds, makes ptxas serialize every WGMMA of
-  // the kernel: warning C7514 with CUDA 13.0.) `col` is the thread's first channel in the tile.
+  // too, as cuBLASLt does without its fast-accumulation flag. Stages go in batches of Batch: each
+  // stage's group is issued as soon as it is fetched (with 4-bit codes, loading the fragments of the
+  // next stage of the batch overlaps the group before), and the batch's groups retire together
+  // before they are added; the other consumer warpgroups keep the tensor cores busy meanwhile. With
+  // kFetchAhead the next batch is fetched while this one runs. The two fragment sets alternate
+  // between batches (two batches per trip, so that each set has fixed registers). (Alternating two
+  // sets of stage sums, to keep a group in flight during the adds, makes ptxas serialize every WGMMA
+  // of the kernel: warning C7514 with CUDA 13.0.) `col` is the thread's first channel in the tile.
   static __device__ __forceinline__ void mainloop_promoted(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
                                                            int64_t n, int cw, int wblock, int col, int t,
                                                            float (&acc)[kAcc]) {
@@ -289,7 +291,7 @@ struct DenseA8 {
     // Adds the retired sums of stage `at` into acc, then gives the stage back.
     auto promote = [&](RingPos at, float (&part)[kAcc]) {
       fence_regs(part);
-      const char *scales = ring_ptr + at.stage * kStageBytes + kWBytes + kABytes + kRBytes;
+      const char *scales = ring_ptr + at.stage * kStageBytes + kWBytes + kABytes;
       if constexpr (kBlocks) {
         const float *sc = reinterpret_cast<const float *>(scales);
         const float w = sc[BM + wblock];
@@ -311,62 +313,87 @@ struct DenseA8 {
       }
       release_stage<Stages>(bars, at.stage, t);
     };
-    // 4-bit codes: stages [j, c) of the segment are converted (cpos is stage c).
-    int64_t c = 0;
-    RingPos cpos = pos;
-    auto convert_until = [&](int64_t end) {
-      if constexpr (kFour)
-        for (; c < end && c < n; ++c, cpos.advance()) convert_stage(ring, ring_ptr, cpos, cw, t);
+    float part[Batch][kAcc];
+    Frags af[2][Batch];
+    // Stages [0, count) of a batch from `at` (count <= Batch), into fragment set S.
+    auto fetch_batch = [&](auto set, RingPos at, int64_t count) {
+#pragma unroll
+      for (int b = 0; b < Batch; ++b, at.advance())
+        if (b < count) fetch(ring_ptr, bars, at, cw, t, af[decltype(set)::value][b]);
     };
-    int64_t j = 0;
-    if constexpr (Batch > 1) {
-      // Whole batches: Batch groups in flight, then their sums added in stage order.
-      float part[Batch][kAcc];
-      for (; j + Batch <= n; j += Batch) {
-        convert_until(j + Batch);
-        RingPos at = pos;
+    auto start_batch = [&](auto set, RingPos at, int64_t count, bool fetched) {
 #pragma unroll
-        for (int b = 0; b < Batch; ++b, at.advance()) issue_stage<true>(ring, bars, at, cw, part[b]);
-        if (kConvertAhead) convert_until(j + 2 * Batch);
-        wgmma_wait<0>();
-#pragma unroll
-        for (int b = 0; b < Batch; ++b, pos.advance()) promote(pos, part[b]);
-      }
-    }
-    float part[kAcc];
-    for (; j < n; ++j) {
-      convert_until(j + 1);
-      issue_stage<true>(ring, bars, pos, cw, part);
-      if (kConvertAhead) convert_until(j + 2);
+      for (int b = 0; b < Batch; ++b, at.advance())
+        if (b < count) {
+          if (!fetched) fetch(ring_ptr, bars, at, cw, t, af[decltype(set)::value][b]);
+          issue_stage<true>(ring, at, cw, af[decltype(set)::value][b], part[b]);
+        }
+    };
+    const std::integral_constant<int, 0> set0;
+    const std::integral_constant<int, 1> set1;
+    int64_t j = 0; // first stage of the batch in flight, at pos
+    // Retires the batch in flight (fragment set S) and starts the next one (set 1 - S); true when
+    // there is none.
+    auto finish = [&](auto set) {
+      constexpr int S = decltype(set)::value;
+      const int64_t count = n - j < Batch ? n - j : Batch, next = j + count;
+      const int64_t next_count = n - next < Batch ? n - next : Batch;
+      if constexpr (kFetchAhead)
+        if (next_count > 0) {
+          RingPos at = pos;
+          for (int64_t b = 0; b < count; ++b) at.advance();
+          fetch_batch(std::integral_constant<int, 1 - S>(), at, next_count);
+        }
       wgmma_wait<0>();
-      promote(pos, part);
-      pos.advance();
+#pragma unroll
+      for (int b = 0; b < Batch; ++b)
+        if (b < count) {
+          promote(pos, part[b]);
+          pos.advance();
+        }
+      j = next;
+      if (next_count > 0) start_batch(std::integral_constant<int, 1 - S>(), pos, next_count, kFetchAhead);
+      return next_count <= 0;
+    };
+    if (n <= 0) return;
+    start_batch(set0, pos, n < Batch ? n : Batch, false);
+    while (!finish(set0) && !finish(set1)) {
     }
   }
+
   // Integers: the `n` stages of one segment from ring position `pos` (left one past the last) into
   // acc. The s32 sums are exact, so they stay in the tensor cores' registers for the whole segment
   // (one group in flight behind the next) and are rounded to fp32 once, at the end. With 4-bit
-  // codes, each stage's codes are converted while the group before runs.
+  // codes, each stage's fragments are loaded while the group before runs, into the fragment set
+  // the group before that used (two stages per trip, so that each set has fixed registers).
   static __device__ __forceinline__ void mainloop_int(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
                                                       int64_t n, int cw, int t, float (&out)[kAcc]) {
     Sum acc[kAcc];
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc[i] = Sum(0);
+    Frags af[2];
     RingPos prev = pos;
-    if (kFour && n > 0) convert_stage(ring, ring_ptr, pos, cw, t);
-    for (int64_t j = 0; j < n; ++j) {
-      issue_stage<false>(ring, bars, pos, cw, acc);
-      RingPos next = pos;
-      next.advance();
-      // (Stages >= 3: the stage converted here is neither of the two groups that may be in flight.)
-      if (kFour && j + 1 < n) convert_stage(ring, ring_ptr, next, cw, t);
+    int64_t j = 0;
+    // Issues stage j (fetched into set S), retires the group before it, and fetches stage j + 1
+    // into set 1 - S; true when stage j was the last.
+    auto step = [&](auto set) {
+      constexpr int S = decltype(set)::value;
+      issue_stage<false>(ring, pos, cw, af[S], acc);
       if (j > 0) {
-        // The group of the stage before has retired: its shared memory goes back.
+        // The group of the stage before has retired: its shared memory and fragments are free.
         wgmma_wait<1>();
         release_stage<Stages>(bars, prev.stage, t);
       }
       prev = pos;
-      pos = next;
+      pos.advance();
+      if (++j >= n) return true;
+      fetch(ring_ptr, bars, pos, cw, t, af[1 - S]);
+      return false;
+    };
+    if (n > 0) {
+      fetch(ring_ptr, bars, pos, cw, t, af[0]);
+      while (!step(std::integral_constant<int, 0>()) && !step(std::integral_constant<int, 1>())) {
+      }
     }
     wgmma_wait<0>();
     fence_regs(acc);
@@ -422,11 +449,6 @@ struct DenseA8 {
         [&] {
           prefetch_tensor_map(&p.act);
           prefetch_tensor_map(&p.weight);
-          if constexpr (kFour) {
-            const uint32_t ring = (smem_addr(smem) + 1023u) & ~1023u;
-            for (int s = 0; s < Stages; ++s) mbar_init(raw_bar(ring, s), 1);
-            mbar_init_fence();
-          }
         },
         [&](int t, uint32_t ring, char *ring_ptr, uint32_t bars) {
           if (t == 0) produce(p, ring, bars);

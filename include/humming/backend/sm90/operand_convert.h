@@ -1,48 +1,52 @@
-// 4-bit weight codes in shared memory -> the 8-bit operand box the FP8 / integer WGMMAs read through
-// a descriptor (the sm90 8-bit activation kernel's W4A8 path).
+// 4-bit weight codes in shared memory -> the register A fragments of the FP8 / integer WGMMAs
+// (m64nNk32, 8-bit operands), for the sm90 8-bit activation kernel's W4A8 path.
 //
-// The codes of a stage land by TMA unswizzled, one 64-byte row (128 codes of the generic layout)
-// per channel; the operands are 128-byte rows (128 e4m3 or s8 bytes) in the 128-byte swizzle:
-// 16-byte unit u of row r sits at unit u ^ (r % 8) (rows relative to a 1024-byte aligned box).
+// The codes of a stage land by TMA in the generic layout, one 64-byte row (128 codes, code k at bits
+// 4 (k % 8) of word k / 8) per channel, in the 64-byte swizzle: 16-byte unit u of row r sits at unit
+// u ^ ((r / 2) % 4) (rows relative to a 512-byte aligned box).
+//
+// The A fragment of a k32 step (PTX ISA, wgmma register fragments; CUTLASS's ALayout_64x32): thread
+// t (warp w, lane l) holds four registers of four operand bytes each, register r covering channel
+// 16 w + l / 4 + 8 (r % 2) and inputs 4 (l % 4) + 16 (r / 2) + {0 .. 3} of the step. In a row of
+// codes, four consecutive inputs are one 16-bit word, so a thread reads words q and q + 4 (q = l % 4)
+// of each step's 16-byte unit: the swizzle spreads the eight rows a warp reads at once over distinct
+// banks, and no two lanes read different words of one bank.
 #pragma once
 
 #include <cstdint>
 
+#include "humming/format/dtype.h"
 #include "humming/numeric/nibble_lut.h"
 
 namespace humming {
 namespace sm90 {
 
-// One warpgroup (thread t of 128) writes rows [row0, row0 + 64) of the operand box `operands` from
-// the same rows of `codes`, by `table` (numeric/nibble_lut.h). Thread t converts two 16-byte units of
-// codes (32 inputs of one row each) into four of operands; a quarter warp's stores cover two whole
-// rows, so they do not conflict. Both units are loaded before anything is stored (the compiler may
-// not move a shared load past a shared store), so their conversions interleave: with two consumer
-// warps per scheduler the conversion is latency-bound (ncu, session 10: 0.5 instructions issued
-// per cycle). The caller makes the stores visible to the WGMMAs (fence_proxy_async, then a barrier
-// of the warpgroup).
-__device__ __forceinline__ void nibble_rows_to_operands(const char *codes, char *operands, int row0, int t,
-                                                        const numeric::NibbleTable &table) {
-  uint4 q[2];
+// Thread t of the warpgroup whose 64 rows start at row `row0` (a multiple of 16) of the codes' box
+// `codes`: its A fragments of the stage's four k32 steps, af[step][r], converted by `table`
+// (numeric/nibble_lut.h). Sixteen 2-byte loads and eight lookups of eight codes; nothing is
+// stored, so the operands need no proxy fence or barrier before the WGMMAs read them. (Host code
+// runs it too: tests/cpp checks the fragments against the WGMMA layout.)
+HUMMING_HD void nibble_fragments(const char *codes, int row0, int t, const numeric::NibbleTable &table,
+                                 uint32_t (&af)[4][4]) {
+  const int lane = t % 32, q = lane % 4;
+  const int row = row0 + 16 * (t / 32) + lane / 4;
+  // (row / 2) % 4, the same for row + 8.
+  const int x = (row >> 1) & 3;
+  uint32_t w[2][4];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int unit = t + 128 * i, row = row0 + unit / 4;
-    q[i] = *reinterpret_cast<const uint4 *>(codes + row * 64 + 16 * (unit % 4));
+  for (int h = 0; h < 2; ++h) {
+    const auto *r = reinterpret_cast<const uint16_t *>(codes + (row + 8 * h) * 64);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const uint16_t *unit = r + 8 * (s ^ x);
+      // Inputs 4q .. 4q + 3 of step s in the low half, 16 + 4q .. 16 + 4q + 3 in the high half.
+      w[h][s] = static_cast<uint32_t>(unit[q]) | (static_cast<uint32_t>(unit[q + 4]) << 16);
+    }
   }
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int unit = t + 128 * i, row = row0 + unit / 4, j = unit % 4;
-    char *dst = operands + row * 128;
-    // Half the unit's codes (16 inputs, two words) at a time: few live registers, which the
-    // three-consumer tiles do not have to spare.
-    uint4 o;
-    numeric::nibbles_to_bytes(q[i].x, table, o.x, o.y);
-    numeric::nibbles_to_bytes(q[i].y, table, o.z, o.w);
-    *reinterpret_cast<uint4 *>(dst + (((2 * j) ^ (row % 8)) << 4)) = o;
-    numeric::nibbles_to_bytes(q[i].z, table, o.x, o.y);
-    numeric::nibbles_to_bytes(q[i].w, table, o.z, o.w);
-    *reinterpret_cast<uint4 *>(dst + (((2 * j + 1) ^ (row % 8)) << 4)) = o;
-  }
+  for (int s = 0; s < 4; ++s)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) numeric::nibbles_to_bytes(w[h][s], table, af[s][h], af[s][2 + h]);
 }
 
 } // namespace sm90

@@ -87,15 +87,6 @@ __device__ __forceinline__ void prefetch_tensor_map(const void *map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
 }
 
-// Orders this thread's ordinary shared-memory stores before later reads of the async proxy (WGMMA
-// operands from descriptors): what a thread writes for a WGMMA needs this, then a barrier.
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-// A barrier of the `Threads` threads (whole warps) that name barrier `id` (0 is __syncthreads').
-template <int Threads> __device__ __forceinline__ void named_sync(int id) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(Threads) : "memory");
-}
-
 // ---- registers -------------------------------------------------------------------------------
 
 // Gives registers back (producer warpgroups) or takes them (consumer warpgroups): every thread of
@@ -159,6 +150,8 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[4]) {
 // so the k-th 32-input step adds 2 * k to the descriptors' address fields, as for 16-bit k16
 // steps); the weights (A) are e4m3, E5m2 picks e5m2 activations (B). FP8 WGMMA takes no transpose
 // flags: both operands are K-major.
+// Each also takes A from registers (the k32 fragment of 8-bit operands: four registers of four
+// bytes, backend/sm90/operand_convert.h), with B by descriptor as before.
 // WgmmaS8<N>: the same with signed 8-bit integers and s32 sums (no negation or transpose flags).
 // `accumulate` 0 starts D afresh.
 template <int N, bool Bf16> struct Wgmma;
@@ -225,6 +218,13 @@ template <int N> struct WgmmaS8;
                ", %" #X0 ", %" #X1 ", p" FLAGS ";\n}\n"                                                                \
                : HUMMING_SM90_ACC_##ACC(REG)                                                                           \
                : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+// The same with 8-bit operands (k32): A from registers (four of four bytes), B by descriptor.
+#define HUMMING_SM90_WGMMA_RS8_ASM(N, ACC, X0, X1, X2, X3, X4, X5, TYPES, FLAGS, REG)                                  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #X5 ", 0;\n"                                                       \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k32." TYPES " " HUMMING_SM90_ACC_TEXT_##ACC                     \
+               ", {%" #X0 ", %" #X1 ", %" #X2 ", %" #X3 "}, %" #X4 ", p" FLAGS ";\n}\n"                                \
+               : HUMMING_SM90_ACC_##ACC(REG)                                                                           \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
 #define HUMMING_SM90_WGMMA(N, ACC, X0, X1, X2, X3, X4, X5)                                                             \
   template <bool Bf16> struct Wgmma<N, Bf16> {                                                                         \
     static __device__ __forceinline__ void run(float (&d)[ACC], const uint32_t (&a)[4], uint64_t desc,                 \
@@ -242,10 +242,21 @@ template <int N> struct WgmmaS8;
       else                                                                                                             \
         HUMMING_SM90_WGMMA_SS_ASM(N, ACC, X0, X1, X2, "f32.e4m3.e4m3", ", 1, 1", "+f");                                \
     }                                                                                                                  \
+    static __device__ __forceinline__ void run(float (&d)[ACC], const uint32_t (&a)[4], uint64_t desc_b,               \
+                                               int accumulate) {                                                       \
+      if constexpr (E5m2)                                                                                              \
+        HUMMING_SM90_WGMMA_RS8_ASM(N, ACC, X0, X1, X2, X3, X4, X5, "f32.e4m3.e5m2", ", 1, 1", "+f");                   \
+      else                                                                                                             \
+        HUMMING_SM90_WGMMA_RS8_ASM(N, ACC, X0, X1, X2, X3, X4, X5, "f32.e4m3.e4m3", ", 1, 1", "+f");                   \
+    }                                                                                                                  \
   };                                                                                                                   \
   template <> struct WgmmaS8<N> {                                                                                      \
     static __device__ __forceinline__ void run(int32_t (&d)[ACC], uint64_t desc_a, uint64_t desc_b, int accumulate) {  \
       HUMMING_SM90_WGMMA_SS_ASM(N, ACC, X0, X1, X2, "s32.s8.s8", "", "+r");                                            \
+    }                                                                                                                  \
+    static __device__ __forceinline__ void run(int32_t (&d)[ACC], const uint32_t (&a)[4], uint64_t desc_b,             \
+                                               int accumulate) {                                                       \
+      HUMMING_SM90_WGMMA_RS8_ASM(N, ACC, X0, X1, X2, X3, X4, X5, "s32.s8.s8", "", "+r");                               \
     }                                                                                                                  \
   };
 HUMMING_SM90_WGMMA(8, 4, 4, 5, 6, 7, 8, 9)
@@ -257,6 +268,7 @@ HUMMING_SM90_WGMMA(256, 128, 128, 129, 130, 131, 132, 133)
 #undef HUMMING_SM90_WGMMA
 #undef HUMMING_SM90_WGMMA_SS_ASM
 #undef HUMMING_SM90_WGMMA_RS_ASM
+#undef HUMMING_SM90_WGMMA_RS8_ASM
 #undef HUMMING_SM90_ACC_TEXT_4
 #undef HUMMING_SM90_ACC_4
 #undef HUMMING_SM90_ACC_TEXT_8

@@ -43,9 +43,10 @@ enum class MapElem : int { kF16 = 0, kBf16 = 1, kByte = 2 };
 constexpr int map_elem_bytes(MapElem e) { return e == MapElem::kByte ? 1 : 2; }
 
 // A map of `rows` x `cols` elements (row stride `ld` elements) read in boxes of `box_rows` rows x
-// `box_bytes` bytes: 128 (the row of the 128-byte swizzle the WGMMA descriptors read, and in that
-// swizzle), or 64 unswizzled (the 4-bit weights of the 8-bit activation kernels, which threads
-// read and convert). Elements past the matrix read as zeros. The row stride must be a multiple of
+// `box_bytes` bytes, in the swizzle of that width: 128 (the row of the 128-byte swizzle the WGMMA
+// descriptors read), or 64 (the 4-bit weights of the 8-bit activation kernels, which threads read
+// into registers: the 64-byte swizzle keeps their reads free of bank conflicts). Elements past the
+// matrix read as zeros. The row stride must be a multiple of
 // 16 bytes unless there is one row (then it is not used, and any valid value is passed).
 inline Status encode_rows_map(CUtensorMap *map, const void *base, MapElem elem, int64_t rows, int64_t cols, int64_t ld,
                               int box_rows, int box_bytes = 128) {
@@ -64,7 +65,7 @@ inline Status encode_rows_map(CUtensorMap *map, const void *base, MapElem elem, 
                                                             : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   const CUresult r =
       encode(map, type, 2, const_cast<void *>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-             box_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+             box_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     return Status::Error("encoding a tensor map failed (CUresult " + std::to_string(static_cast<int>(r)) + ") for " +
