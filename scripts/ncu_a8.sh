@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
 # On the lent GPU machine: ncu of the 8-bit activation kernels (W4A8 against W8A8, decode and large M),
 # with a build of only the instances it profiles. Writes ncu_<tag>.txt and build.log to $OUT.
-# Usage: bash scripts/ncu_a8.sh
+# Usage: [NCU_RUNS=w4a8_m1,w4a8_big] [SKIP_BUILD=1] bash scripts/ncu_a8.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
 mkdir -p "$OUT"
 P=sm90_wgmma_dense_a-e4m3-pt_w-
 runs=(
-  "28672 8192 1 u4gc-sbf16 ${P}u4gc-sbf16_c-bf16_t8x128x128_w1x2x1_s8 w4a8_m1"
+  "28672 8192 1 e2m1gc-sbf16 ${P}e2m1gc-sbf16_c-bf16_t16x256x128_w1x4x1_s8 w4a8_m1"
   "28672 8192 1 e4m3gc-sf32 ${P}e4m3gc-sf32_c-bf16_t8x128x128_w1x2x1_s8 w8a8_m1"
-  "28672 8192 8192 u4gc-sbf16 ${P}u4gc-sbf16_c-bf16_t128x128x128_w1x2x1_s5 w4a8_big"
+  "28672 8192 8192 e2m1gc-sbf16 ${P}e2m1gc-sbf16_c-bf16_t128x128x128_w1x2x1_s6 w4a8_big"
   "28672 8192 8192 e4m3gc-sf32 ${P}e4m3gc-sf32_c-bf16_t128x128x128_w1x2x1_s6 w8a8_big"
 )
+# NCU_RUNS: which of them (tags, comma-separated; default all). SKIP_BUILD=1 profiles the installed
+# build (which must hold the instances).
+if [ -n "${NCU_RUNS:-}" ]; then
+  keep=()
+  for r in "${runs[@]}"; do [[ ",$NCU_RUNS," == *",${r##* },"* ]] && keep+=("$r"); done
+  runs=("${keep[@]}")
+fi
 filter=$(printf '%s\n' "${runs[@]}" | awk '{print $5}' | paste -sd'|')
-HUMMING_PROFILE=dev HUMMING_FILTER="^($filter)\$" CMAKE_BUILD_PARALLEL_LEVEL=16 \
-  python3 -m pip install --no-build-isolation --no-deps -v . > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+if [ "${SKIP_BUILD:-0}" = "0" ]; then
+  HUMMING_PROFILE=dev HUMMING_FILTER="^($filter)\$" CMAKE_BUILD_PARALLEL_LEVEL=16 \
+    python3 -m pip install --no-build-isolation --no-deps -v . > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+fi
 for r in "${runs[@]}"; do
   set -- $r
   timeout 120 ncu --kernel-name regex:dense_kernel --launch-skip 2 --launch-count 1 \

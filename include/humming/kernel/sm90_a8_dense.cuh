@@ -120,13 +120,13 @@ struct DenseA8 {
   static constexpr int kScaleArrivals = GroupK != 0 ? 32 : 0;
   static constexpr int kStageBytes = (kWBytes + kABytes + kSBytes + 1023) / 1024 * 1024;
   static constexpr int kRingBytes = Stages * kStageBytes;
-  // 4-bit codes: whether a warpgroup loads the next batch's fragments while its own batch runs,
-  // which keeps a second set of fragments (16 registers per stage) live beside the batch's and the
-  // stage's and the tile's sums. ptxas allocates within the launch's cap (65536 / threads), so the
-  // 128-token tiles load after the batch has been added instead (the other warpgroups' groups run
-  // meanwhile). 8-bit codes never do: their fetch is a wait for the stage, and waiting for the
-  // next stage before adding this one would hold a stage of the ring longer.
-  static constexpr bool kFetchAhead = kFour && (1 + Batch) * kAcc + 2 * Batch * 16 + 32 <= 65536 / kThreads / 8 * 8;
+  // 4-bit codes: a warpgroup loads the next batch's fragments while its own batch runs, which keeps
+  // a second set of fragments (16 registers per stage) live beside the batch's and the stage's and
+  // the tile's sums; every 4-bit tile of the matrix fits that within the launch's register cap
+  // without spills (ptxas -v, CUDA 13.0; the 128-token tile of three consumers, cap 128, did not, so
+  // it is not in the matrix). 8-bit codes never do: their fetch is a wait for the stage, and
+  // waiting for the next stage before adding this one would hold a stage of the ring longer.
+  static constexpr bool kFetchAhead = kFour;
   // Alignment slack, the ring, a full and an empty barrier per stage, the fix-up flag.
   static constexpr int kSmemTotal = 1024 + kRingBytes + Stages * 16 + 16;
 
