@@ -331,9 +331,8 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
         bm, consumers, stages, batch = t["bm"], t["consumers"], t["stages"], t.get("batch", 1)
         bn, bk = 64 * consumers, 128
         four = F.dtype(code).bits == 4
-        # Batches of stages (8-bit floats): their sums fit, the ring holds them (and the next
-        # batch, fetched ahead, with 4-bit codes) and one more.
-        if batch > 1 and (act == "i8" or batch * bm // 2 > 64 or stages < (2 if four else 1) * batch + 1):
+        # Batches of stages (8-bit floats): their sums fit, the ring holds them and one more.
+        if batch > 1 and (act == "i8" or batch * bm // 2 > 64 or stages < batch + 1):
             continue
         blocks = bool(group) and not four  # 8-bit codes: 128 x 128 blocks; 4-bit: per channel
         if act == "i8" and (group or code in ("e4m3", "e2m1")):  # integer WGMMA: integer codes, per channel

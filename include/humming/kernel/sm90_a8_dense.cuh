@@ -12,7 +12,8 @@
 // BN rows x 64 bytes in the 64-byte swizzle, and each consumer thread reads its WGMMA A fragments
 // from it into registers, turning the codes into e4m3 or s8 operands on the way
 // (backend/sm90/operand_convert.h; numeric/nibble_lut.h: exact values, by table lookup), while the
-// tensor cores still run its previous stage; the WGMMAs then take A from registers. Nothing is
+// tensor cores run the other warpgroups' stages (and, in a batch, its own stage before); the
+// WGMMAs then take A from registers. Nothing is
 // written back to shared memory, so no proxy fence or barrier sits between the conversion and
 // the tensor cores. The values of these codes are exact in the 8-bit operand, so their scales stay
 // on the sums as for 8-bit codes. The roles are those
@@ -120,13 +121,6 @@ struct DenseA8 {
   static constexpr int kScaleArrivals = GroupK != 0 ? 32 : 0;
   static constexpr int kStageBytes = (kWBytes + kABytes + kSBytes + 1023) / 1024 * 1024;
   static constexpr int kRingBytes = Stages * kStageBytes;
-  // 4-bit codes: a warpgroup loads the next batch's fragments while its own batch runs, which keeps
-  // a second set of fragments (16 registers per stage) live beside the batch's and the stage's and
-  // the tile's sums; every 4-bit tile of the matrix fits that within the launch's register cap
-  // without spills (ptxas -v, CUDA 13.0; the 128-token tile of three consumers, cap 128, did not, so
-  // it is not in the matrix). 8-bit codes never do: their fetch is a wait for the stage, and
-  // waiting for the next stage before adding this one would hold a stage of the ring longer.
-  static constexpr bool kFetchAhead = kFour;
   // Alignment slack, the ring, a full and an empty barrier per stage, the fix-up flag.
   static constexpr int kSmemTotal = 1024 + kRingBytes + Stages * 16 + 16;
 
@@ -150,8 +144,7 @@ struct DenseA8 {
                                    "registers as the tile's, mainloop_promoted)");
   static_assert(Batch == 1 || (Batch > 1 && !kInt && Batch * kAcc <= 64),
                 "batches of stages for 8-bit floats, whose sums fit the registers");
-  static_assert(Stages >= (kFetchAhead ? 2 : 1) * Batch + 1,
-                "the ring holds the batch (and the next, fetched) and more");
+  static_assert(Stages >= Batch + 1, "the ring holds the batch and more");
 
   struct Params {
     CUtensorMap act;    // activations [m][k] bytes, boxes of BM rows x 128
@@ -277,11 +270,12 @@ struct DenseA8 {
   // too, as cuBLASLt does without its fast-accumulation flag. Stages go in batches of Batch: each
   // stage's group is issued as soon as it is fetched (with 4-bit codes, loading the fragments of the
   // next stage of the batch overlaps the group before), and the batch's groups retire together
-  // before they are added; the other consumer warpgroups keep the tensor cores busy meanwhile. With
-  // kFetchAhead the next batch is fetched while this one runs. The two fragment sets alternate
-  // between batches (two batches per trip, so that each set has fixed registers). (Alternating two
-  // sets of stage sums, to keep a group in flight during the adds, makes ptxas serialize every WGMMA
-  // of the kernel: warning C7514 with CUDA 13.0.) `col` is the thread's first channel in the tile.
+  // before they are added; the other consumer warpgroups keep the tensor cores busy meanwhile.
+  // (Fetching the next batch's fragments before this batch retires, into a second set, gained
+  // nothing at decode and cost 8% at m = 8192 in the 128-token tile: H200, session 11. Alternating
+  // two sets of stage sums, to keep a group in flight during the adds, makes ptxas serialize every
+  // WGMMA of the kernel: warning C7514 with CUDA 13.0.) `col` is the thread's first channel in the
+  // tile.
   static __device__ __forceinline__ void mainloop_promoted(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
                                                            int64_t n, int cw, int wblock, int col, int t,
                                                            float (&acc)[kAcc]) {
@@ -314,35 +308,15 @@ struct DenseA8 {
       release_stage<Stages>(bars, at.stage, t);
     };
     float part[Batch][kAcc];
-    Frags af[2][Batch];
-    // Stages [0, count) of a batch from `at` (count <= Batch), into fragment set S.
-    auto fetch_batch = [&](auto set, RingPos at, int64_t count) {
-#pragma unroll
-      for (int b = 0; b < Batch; ++b, at.advance())
-        if (b < count) fetch(ring_ptr, bars, at, cw, t, af[decltype(set)::value][b]);
-    };
-    auto start_batch = [&](auto set, RingPos at, int64_t count, bool fetched) {
+    Frags af[Batch];
+    for (int64_t j = 0; j < n; j += Batch) {
+      const int64_t count = n - j < Batch ? n - j : Batch; // a short last batch
+      RingPos at = pos;
 #pragma unroll
       for (int b = 0; b < Batch; ++b, at.advance())
         if (b < count) {
-          if (!fetched) fetch(ring_ptr, bars, at, cw, t, af[decltype(set)::value][b]);
-          issue_stage<true>(ring, at, cw, af[decltype(set)::value][b], part[b]);
-        }
-    };
-    const std::integral_constant<int, 0> set0;
-    const std::integral_constant<int, 1> set1;
-    int64_t j = 0; // first stage of the batch in flight, at pos
-    // Retires the batch in flight (fragment set S) and starts the next one (set 1 - S); true when
-    // there is none.
-    auto finish = [&](auto set) {
-      constexpr int S = decltype(set)::value;
-      const int64_t count = n - j < Batch ? n - j : Batch, next = j + count;
-      const int64_t next_count = n - next < Batch ? n - next : Batch;
-      if constexpr (kFetchAhead)
-        if (next_count > 0) {
-          RingPos at = pos;
-          for (int64_t b = 0; b < count; ++b) at.advance();
-          fetch_batch(std::integral_constant<int, 1 - S>(), at, next_count);
+          fetch(ring_ptr, bars, at, cw, t, af[b]);
+          issue_stage<true>(ring, at, cw, af[b], part[b]);
         }
       wgmma_wait<0>();
 #pragma unroll
@@ -351,13 +325,6 @@ struct DenseA8 {
           promote(pos, part[b]);
           pos.advance();
         }
-      j = next;
-      if (next_count > 0) start_batch(std::integral_constant<int, 1 - S>(), pos, next_count, kFetchAhead);
-      return next_count <= 0;
-    };
-    if (n <= 0) return;
-    start_batch(set0, pos, n < Batch ? n : Batch, false);
-    while (!finish(set0) && !finish(set1)) {
     }
   }
 
