@@ -515,9 +515,8 @@ def test_a8_instances_keys_and_entry_points(gen, tmp_path):
     """The sm90 8-bit activation instances take per-token activation scales and per-channel weight
     scales; or, with 4-bit codes, a weight scale per channel and 128 inputs; or activation scales per
     token and 128 inputs and 128 x 128 weight blocks (fp32, 8-bit codes); 8-bit float tiles of at
-    most 128 tokens, on the generic layout, with the shared memory of their ring (4-bit codes: a box
-    of their own per stage and a barrier); their translation units call the FP8 kernel's entry
-    points."""
+    most 128 tokens, on the generic layout, with the shared memory of their ring (4-bit codes: rows
+    of 64 bytes in the weights' box); their translation units call the FP8 kernel's entry points."""
     gen_mod = _load_generator()
     insts = [i for i in gen_mod.enumerate_instances(["90a"], "full+experimental") if A8_RE.match(i.name)]
     assert insts and any("-g128_" in i.name for i in insts) and any("-pt_" in i.name for i in insts)
@@ -541,8 +540,8 @@ def test_a8_instances_keys_and_entry_points(gen, tmp_path):
         wblocks = ((64 if bn % 128 else 0) + bn + 127) // 128  # the 128-channel blocks a tile touches
         scale_bytes = {"f32": 4, "bf16": 2, "f16": 2}[m["scale"]]
         scales = (bm + wblocks) * 4 if blocks else (bn * scale_bytes if groups else 0)
-        stage = (bm + bn) * 128 + (bn * 64 if four else 0) + scales
-        smem = 1024 + -(-stage // 1024) * 1024 * stages + 16 * stages + 16 + (8 * stages if four else 0)
+        stage = bn * (64 if four else 128) + bm * 128 + scales
+        smem = 1024 + -(-stage // 1024) * 1024 * stages + 16 * stages + 16
         assert k["smem_bytes"] == smem <= 227 * 1024, i.name
         if blocks:
             assert m["scale"] == "f32" and m["act"] != "i8" and m["code"] == "e4m3"
