@@ -328,6 +328,14 @@ void test_persistent_plans() {
   const StreamKPlan tail = plan_persistent(144, 56, 128, sms);
   EXPECT(tail.dp_waves == 1 && tail.sk_tiles == 12 && tail.blocks == sms, "36864 x 7168: %lld waves, %lld spread",
          static_cast<long long>(tail.dp_waves), static_cast<long long>(tail.sk_tiles));
+  // Tiles of 128 tokens or more spread only while each has four multiprocessors: 56 tiles of
+  // 3584 x 3584 at m = 256 stay one block each, 24 tiles of 1536 x 7168 spread, and 56 tiles of 64
+  // tokens still spread.
+  const StreamKPlan crowded = plan_persistent(56, 28, 128, sms, 128);
+  EXPECT(crowded.sk_tiles == 0 && crowded.blocks == 56 && crowded.dp_waves == 1, "56 tiles of 128 tokens: %lld blocks",
+         static_cast<long long>(crowded.blocks));
+  EXPECT(plan_persistent(24, 56, 128, sms, 128).sk_tiles == 24, "24 tiles of 128 tokens spread");
+  EXPECT(plan_persistent(56, 28, 128, sms, 64).sk_tiles == 56, "56 tiles of 64 tokens spread");
   const StreamKPlan wave = plan_persistent(132, 64, 128, sms);
   EXPECT(wave.sk_tiles == 0 && wave.blocks == 132 && wave.dp_waves == 1, "a whole wave stays plain");
 }

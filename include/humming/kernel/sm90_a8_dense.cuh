@@ -430,7 +430,7 @@ struct DenseA8 {
 
   static StreamKPlan plan(const GemmArgs &args) {
     const int64_t tiles = (args.m + BM - 1) / BM * n_tiles(args);
-    return plan_persistent(tiles, (args.dims.k_pad + BK - 1) / BK, BK, args.num_sms);
+    return plan_persistent(tiles, (args.dims.k_pad + BK - 1) / BK, BK, args.num_sms, BM);
   }
 };
 

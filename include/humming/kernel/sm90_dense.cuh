@@ -365,7 +365,7 @@ struct Dense {
 
   static StreamKPlan plan(const GemmArgs &args) {
     const int64_t tiles = (args.m + BM - 1) / BM * n_tiles(args);
-    return plan_persistent(tiles, args.dims.k_pad / BK, BK, args.num_sms);
+    return plan_persistent(tiles, args.dims.k_pad / BK, BK, args.num_sms, BM);
   }
 };
 

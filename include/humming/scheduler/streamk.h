@@ -207,8 +207,18 @@ inline StreamKPlan plan_stream_k(int64_t tiles, int64_t k_tiles, int64_t tile_k,
 // tail wave is merged with the last whole one; launches of more than kPersistentMaxWaves waves keep the idle
 // tail (at most a few per cent), which costs less than the partials of large tiles.
 constexpr int64_t kPersistentMaxWaves = 8;
+// Tiles of kPersistentHeavyTileM tokens or more (the tensor-core-bound t128 / t256 of the sm90
+// backend) spread a launch of fewer tiles than multiprocessors only while each tile has at least
+// kPersistentHeavySlotsPerTile of them: with more tiles, the partials of such tiles (64 fp32 sums a
+// thread) cost more than the idle multiprocessors. H200, u4g128 t128x128x128 at m = 256 (graph us,
+// spread / one block per tile): 3584 x 3584 (56 tiles) 32.1 / 25.5, 4096 x 4096 (64) 33.8 / 28.4,
+// 6144 x 4096 (96) 38.1 / 28.5, while 1536 x 7168 (24 tiles) took 32.8 spread and 42.4 plain.
+constexpr int64_t kPersistentHeavyTileM = 128;
+constexpr int64_t kPersistentHeavySlotsPerTile = 4;
 
-inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_k, int sms) {
+// `tiles`: output tiles of the launch; `k_tiles`: K tiles of one (`tile_k` inputs each); `sms`:
+// multiprocessors; `tile_m`: tokens per tile (0: not known, as for a decode tile).
+inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_k, int sms, int64_t tile_m = 0) {
   StreamKPlan p;
   p.tiles = tiles;
   p.k_tiles = k_tiles;
@@ -218,7 +228,9 @@ inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_
   const int64_t min_units = (persistent_min_slice_k() + tile_k - 1) / tile_k;
   const int64_t min_tail_units = (persistent_min_tail_k() + tile_k - 1) / tile_k;
   const int64_t full = tiles / slots, rem = tiles % slots;
-  const bool spread = stream_k_mode() != 0 && rem != 0 && full < kPersistentMaxWaves && k_tiles >= 2;
+  const bool crowded = tile_m >= kPersistentHeavyTileM && full == 0 && tiles * kPersistentHeavySlotsPerTile > slots;
+  const bool spread = stream_k_mode() != 0 && rem != 0 && full < kPersistentMaxWaves && k_tiles >= 2 &&
+                      (stream_k_mode() == 2 || !crowded);
   if (!spread) {
     p.blocks = tiles < slots ? tiles : slots;
     p.dp_waves = p.blocks > 0 ? (tiles + p.blocks - 1) / p.blocks : 0;
