@@ -249,7 +249,7 @@ def _gemm(x, p, fmt="a-bf16_w-u4g64-sbf16-zi_c-bf16", **kw):
 def test_gemm_error_paths():
     _, p = _packed()
     x = torch.randn(3, 128).to(torch.bfloat16)
-    with pytest.raises(TypeError, match="activations must have dtype"):
+    with pytest.raises(ValueError, match="activations must have dtype"):
         _gemm(x.float(), p)
     with pytest.raises(ValueError, match="columns but the weight has k=128"):
         _gemm(x[:, :64], p)
@@ -267,7 +267,7 @@ def test_gemm_error_paths():
         _gemm(x, p, fmt="a-bf16_w-u4g64-sbf16_c-bf16")
     with pytest.raises(ValueError, match="takes no global scale"):
         _gemm(x, p, global_scale=torch.ones(1))
-    with pytest.raises(TypeError, match="scales must have dtype"):
+    with pytest.raises(ValueError, match="scales must have dtype"):
         _gemm(x, p, scales=p.scales.float())
     with pytest.raises(ValueError, match="needs activation scales"):
         _gemm(x.to(torch.float8_e4m3fn), p, fmt="a-e4m3-pt_w-u4g64-sbf16-zi_c-bf16")
@@ -290,7 +290,7 @@ def test_gemm_error_paths():
 
 def test_pack_error_paths():
     q, _ = _packed()
-    with pytest.raises(TypeError, match="codes must be uint8"):
+    with pytest.raises(ValueError, match="codes must be uint8"):
         torch.ops.humming.pack_weight(q.codes.int(), q.scales, q.zeros, "u4g64-sbf16-zi", 1)
     with pytest.raises(ValueError, match=r"needs \[16, 2\]"):
         torch.ops.humming.pack_weight(q.codes, q.scales[:, :1], q.zeros, "u4g64-sbf16-zi", 1)
@@ -307,7 +307,7 @@ def test_pack_error_paths():
 def test_quantize_act_error_paths():
     with pytest.raises(ValueError, match="is not quantized"):
         ha.quantize_act(torch.randn(2, 8), "bf16")
-    with pytest.raises(TypeError, match="float32, float16 or bfloat16"):
+    with pytest.raises(ValueError, match="float32, float16 or bfloat16"):
         torch.ops.humming.quantize_act(torch.ones(2, 8, dtype=torch.int32), "e4m3-pt")
     with pytest.raises(ValueError, match="2-D"):
         torch.ops.humming.quantize_act(torch.ones(8), "e4m3-pt")

@@ -1,19 +1,62 @@
-"""Loads the compiled extension (which registers torch.ops.humming) with a helpful error."""
+"""Loads the compiled parts with a helpful error: the torch ops library (torch.ops.humming, built on
+torch's stable ABI, so one build serves the torch it was built for and every later one) and the
+torch-free pybind11 module humming_aot._C."""
 
 from __future__ import annotations
 
-import torch  # noqa: F401  (libtorch must be loaded before the extension that links it)
+import ctypes
+import os
+
+import torch
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_OPS = os.path.join(_HERE, "_torch_ops.so")
 
 try:
     from . import _C  # type: ignore[attr-defined]
-except ImportError as e:  # pragma: no cover - only on a broken install
+
+    torch.ops.load_library(_OPS)
+    _LIB = ctypes.CDLL(_OPS)  # the same handle: the library is loaded by now
+    _LIB.humming_warm_workspace.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)
+    _LIB.humming_warm_workspace.restype = ctypes.c_int
+except (ImportError, OSError) as e:  # pragma: no cover - only on a broken install
     raise ImportError(
-        "humming_aot._C, the compiled part of humming-aot, could not be loaded "
+        "the compiled part of humming-aot (humming_aot._C and humming_aot/_torch_ops.so) could not be loaded "
         f"({e}). Install the package with its extension: pip install --no-build-isolation . "
         "(from a source checkout, with torch installed first), or a prebuilt wheel for your GPU."
     ) from e
 
 C = _C
+
+
+def _warm_workspace(device: int) -> None:
+    """The stream-K scratch of CUDA device ``device``'s current stream, allocated and zeroed now (the
+    buffer the GEMM op keeps per stream), so that a first call pays neither the allocation nor the
+    fill: _torch_ops.so's humming_warm_workspace, which dispatch's preload calls."""
+    error = ctypes.create_string_buffer(1024)
+    if _LIB.humming_warm_workspace(int(device), error, len(error)) != 0:
+        raise RuntimeError(error.value.decode(errors="replace"))
+
+
+C.warm_workspace = _warm_workspace
+
+
+def _eager_gemm():
+    """The GEMM without the dispatcher (humming_aot._eager), where the running torch is the exact one
+    the package was built with (that module takes at::Tensor); None elsewhere, and then QuantLinear
+    calls torch.ops.humming.gemm, the same implementation."""
+    if C.build_info()["torch_version"] != torch.__version__:
+        return None
+    try:
+        from . import _eager  # type: ignore[attr-defined]
+    except ImportError:  # pragma: no cover - a build without it
+        return None
+    return _eager.gemm_eager
+
+
+_direct = _eager_gemm()
+if _direct is not None:
+    C.gemm_eager = _direct
 
 # The fake (meta) kernels of torch.ops.humming and the op defined in Python (auto_gemm) are
 # registered with the compiled ops, whichever module loads them first: without fake kernels

@@ -27,7 +27,7 @@ def cmake_dir() -> str:
 def _info(args) -> int:
     import torch
 
-    from . import registry
+    from . import _ext, registry
 
     info = registry.build_info()
     print(f"humming-aot {info['version']}")
@@ -50,6 +50,15 @@ def _info(args) -> int:
     cv = info["cuda_version"]
     print(f"built with CUDA {cv // 1000}.{cv % 1000 // 10} and torch {info['torch_version']}")
     print(f"running torch {torch.__version__} (CUDA {torch.version.cuda})")
+    direct = getattr(_ext.C, "gemm_eager", None) is not None
+    print(
+        f"torch ops: {info['torch_abi']} ABI; eager calls "
+        + (
+            "skip the dispatcher"
+            if direct
+            else f"go through torch.ops (the direct path is for torch {info['torch_version']})"
+        )
+    )
     if torch.cuda.is_available():
         cc = registry.device_cc()
         ok, why = registry.device_covered(cc)

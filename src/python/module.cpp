@@ -1,0 +1,191 @@
+// humming_aot._C: the torch-free half of the Python binding (pybind11, no torch headers and no
+// libtorch): the registry, the formats, the build facts and the device facts the Python dispatcher
+// needs. The torch ops are humming_aot/_torch_ops.so (src/torch/ops.cpp, on torch's stable ABI), so
+// neither part of the package is tied to the torch it was built with.
+#include <cuda_runtime_api.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <string>
+
+#include "humming/humming.h"
+
+namespace py = pybind11;
+
+namespace humming {
+namespace {
+
+void check(const Status &st) {
+  if (!st.ok) throw py::value_error(st.message);
+}
+
+int device_sms(int index) {
+  static int cache[64] = {};
+  if (index < 0 || index >= 64) return current_device_sms();
+  if (cache[index] == 0) cache[index] = current_device_sms();
+  return cache[index];
+}
+
+// Makes CUDA device `device` current for its lifetime and restores the previous one.
+struct DeviceScope {
+  int previous = -1;
+  explicit DeviceScope(int device) {
+    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1, cudaGetLastError();
+    if (cudaSetDevice(device) != cudaSuccess) {
+      cudaGetLastError();
+      throw py::value_error("CUDA device " + std::to_string(device) + " cannot be made current");
+    }
+  }
+  ~DeviceScope() {
+    if (previous >= 0) cudaSetDevice(previous);
+  }
+  DeviceScope(const DeviceScope &) = delete;
+  DeviceScope &operator=(const DeviceScope &) = delete;
+};
+
+py::dict instance_dict(const InstanceInfo &i) {
+  py::dict d;
+  d["name"] = i.name;
+  d["backend"] = i.backend;
+  d["scheduler"] = i.scheduler;
+  d["archs"] = i.archs;
+  d["act_type"] = to_string(DType::from_id(i.act_type));
+  d["act_granularity"] = i.act_granularity;
+  d["code_type"] = to_string(DType::from_id(i.code_type));
+  d["group_k"] = i.group_k;
+  d["group_n"] = i.group_n;
+  d["scale_type"] = to_string(DType::from_id(i.scale_type));
+  d["zero"] = i.zero == 0 ? "none" : (i.zero == 1 ? "int" : "float");
+  d["global_scale"] = i.global_scale;
+  d["out_type"] = to_string(DType::from_id(i.out_type));
+  d["layout"] = i.layout;
+  d["tile"] = py::make_tuple(i.tile_m, i.tile_n, i.tile_k);
+  d["stages"] = i.stages;
+  d["threads"] = i.threads;
+  d["smem_bytes"] = i.smem_bytes;
+  return d;
+}
+
+// Registry look-ups for the pybind functions (no tensors: a problem described by its extents).
+const InstanceInfo &named_instance(const std::string &name) {
+  const InstanceInfo *i = find_instance(name);
+  if (!i) throw py::value_error("no compiled instance is named '" + name + "'");
+  return *i;
+}
+
+GemmArgs described_problem(const std::string &fmt, int layout, int64_t n, int64_t k, int64_t m) {
+  GemmArgs args;
+  Status st = parse_gemm_format(fmt, &args.fmt);
+  if (st) st = packed_dims(layout, args.fmt.weight, n, k, &args.dims);
+  if (!st) throw py::value_error(st.message);
+  args.layout = layout;
+  args.m = m;
+  args.lda = k;
+  args.ldo = n;
+  return args;
+}
+
+template <class F, class P> std::string normalize(const std::string &s, P parse) {
+  F f;
+  const Status st = parse(s, &f);
+  if (!st) throw py::value_error(st.message);
+  return to_string(f);
+}
+
+} // namespace
+} // namespace humming
+
+PYBIND11_MODULE(_C, m) {
+  using namespace humming;
+  m.doc() = "humming_aot._C: the torch-free registry, formats and build facts (the ops are torch.ops.humming)";
+  m.def("instances", [] {
+    py::list out;
+    for (size_t i = 0; i < instance_count(); ++i) out.append(instance_dict(*instance_at(i)));
+    return out;
+  });
+  m.def("build_info", [] {
+    py::dict d;
+    d["version"] = version();
+    d["archs"] = build_archs();
+    d["profile"] = build_profile();
+    d["cuda_version"] = cuda_version();
+    d["instance_count"] = instance_count();
+    d["torch_version"] = HUMMING_TORCH_VERSION;
+    d["torch_abi"] = HUMMING_TORCH_ABI;
+    return d;
+  });
+  m.def("packed_dims", [](const std::string &wfmt, int layout, int64_t n, int64_t k) {
+    WeightFormat w;
+    Status st = parse_weight_format(wfmt, &w);
+    PackedDims d;
+    if (st) st = packed_dims(layout, w, n, k, &d);
+    if (!st) throw py::value_error(st.message);
+    py::dict r;
+    r["n"] = d.n;
+    r["k"] = d.k;
+    r["n_pad"] = d.n_pad;
+    r["k_pad"] = d.k_pad;
+    r["group_k"] = d.group_k;
+    r["group_n"] = d.group_n;
+    r["k_groups"] = d.k_groups;
+    r["n_groups"] = d.n_groups;
+    r["words_per_row"] = d.words_per_row;
+    return r;
+  });
+  m.def("layout_name", [](int layout) { return std::string(layout_name(layout)); });
+  m.def("normalize_weight_format",
+        [](const std::string &s) { return normalize<WeightFormat>(s, &parse_weight_format); });
+  m.def("normalize_act_format", [](const std::string &s) { return normalize<ActFormat>(s, &parse_act_format); });
+  m.def("normalize_gemm_format", [](const std::string &s) { return normalize<GemmFormat>(s, &parse_gemm_format); });
+  m.def("device_cc", [] {
+    std::string why;
+    const int cc = current_device_cc(&why);
+    return py::make_tuple(cc, why);
+  });
+  // Whether instance `name` computes `fmt` for this problem (key fields and its can_implement
+  // rules, no pointers involved): what the Python dispatcher offers and explain() reports.
+  m.def("check_instance",
+        [](const std::string &name, const std::string &fmt, int layout, int64_t n, int64_t k, int64_t m) {
+          const InstanceInfo &i = named_instance(name);
+          const GemmArgs args = described_problem(fmt, layout, n, k, m);
+          Status st = instance_matches(i, args);
+          if (st) st = i.can_implement(args);
+          return py::make_tuple(st.ok, st.message);
+        });
+  // Stream-K scratch instance `name` needs for this problem on the current CUDA device (0: no
+  // tile is assembled from partials), as the binding computes it before a launch. Tests use it to
+  // know a case exercises the fix-up.
+  m.def("workspace_bytes",
+        [](const std::string &name, const std::string &fmt, int layout, int64_t n, int64_t k, int64_t m) {
+          const InstanceInfo &i = named_instance(name);
+          GemmArgs args = described_problem(fmt, layout, n, k, m);
+          check(instance_matches(i, args));
+          args.num_sms = device_sms(-1);
+          return i.workspace_bytes != nullptr ? i.workspace_bytes(args) : size_t(0);
+        });
+  // The C++ default choice (humming::select_instance) for a described device: kept equal to
+  // humming_aot.dispatch.choose_for by a test.
+  m.def("select_instance", [](const std::string &fmt, int layout, int64_t n, int64_t k, int64_t m, int cc, int sms) {
+    GemmArgs args = described_problem(fmt, layout, n, k, m);
+    args.num_sms = sms;
+    std::string why;
+    const InstanceInfo *i = select_instance(args, cc, sms, &why);
+    if (!i) throw py::value_error(why);
+    return std::string(i->name);
+  });
+  // Loads instance `name`'s kernels on CUDA device `device` (humming::prepare_instance): (ok, why).
+  m.def("prepare_instance", [](const std::string &name, int device) {
+    const InstanceInfo &i = named_instance(name);
+    const DeviceScope scope(device);
+    const Status st = prepare_instance(i);
+    return py::make_tuple(st.ok, st.message);
+  });
+  m.def("instance_runs_on", [](const std::string &name, int cc) {
+    const InstanceInfo *i = find_instance(name);
+    if (!i) throw py::value_error("no compiled instance is named '" + name + "'");
+    std::string why;
+    const bool ok = instance_runs_on(*i, cc, &why);
+    return py::make_tuple(ok, why);
+  });
+}

@@ -1,0 +1,62 @@
+// humming_aot._eager: QuantLinear's eager fast path, the GEMM op's implementation called without the
+// torch dispatcher (whose boxing of twelve arguments costs several microseconds per call). This
+// module takes at::Tensor through torch's own pybind11 casters, so unlike the rest of the package
+// it is tied to the torch it was built with: humming_aot._ext imports it only when the running
+// torch is that one, and every other torch takes torch.ops.humming.gemm. The implementation is
+// _torch_ops.so's (humming_gemm_direct), so both paths share its caches and stream-K scratch.
+#include <ATen/ATen.h>
+#include <pybind11/pybind11.h>
+#include <torch/csrc/inductor/aoti_torch/utils.h>
+#include <torch/csrc/utils/pybind.h> // pybind11 casters for at::Tensor
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace py = pybind11;
+
+extern "C" int humming_gemm_direct(AtenTensorHandle a, AtenTensorHandle codes, AtenTensorHandle scales,
+                                   AtenTensorHandle zeros, AtenTensorHandle global_scale, AtenTensorHandle a_scales,
+                                   AtenTensorHandle bias, const char *fmt, int64_t layout, int64_t n, int64_t k,
+                                   const char *instance, AtenTensorHandle *out, char *error, size_t error_size);
+
+namespace {
+
+// A borrowed handle of an at::Tensor for the duration of one call (null for an absent optional).
+struct Borrow {
+  AtenTensorHandle h = nullptr;
+  explicit Borrow(const at::Tensor &t) : h(torch::aot_inductor::new_tensor_handle(at::Tensor(t))) {}
+  explicit Borrow(const std::optional<at::Tensor> &t)
+      : h(t.has_value() ? torch::aot_inductor::new_tensor_handle(at::Tensor(*t)) : nullptr) {}
+  ~Borrow() {
+    if (h != nullptr) aoti_torch_delete_tensor_object(h);
+  }
+  Borrow(const Borrow &) = delete;
+  Borrow &operator=(const Borrow &) = delete;
+};
+
+at::Tensor gemm_eager(const at::Tensor &a, const at::Tensor &codes, const std::optional<at::Tensor> &scales,
+                      const std::optional<at::Tensor> &zeros, const std::optional<at::Tensor> &global_scale,
+                      const std::optional<at::Tensor> &a_scales, const std::optional<at::Tensor> &bias,
+                      const std::string &fmt, int64_t layout, int64_t n, int64_t k, const std::string &instance) {
+  const Borrow ba(a), bc(codes), bs(scales), bz(zeros), bg(global_scale), bas(a_scales), bb(bias);
+  AtenTensorHandle out = nullptr;
+  char error[2048];
+  const int rc = humming_gemm_direct(ba.h, bc.h, bs.h, bz.h, bg.h, bas.h, bb.h, fmt.c_str(), layout, n, k,
+                                     instance.c_str(), &out, error, sizeof(error));
+  if (rc == 1) throw py::value_error(error);
+  if (rc != 0) throw std::runtime_error(error);
+  at::Tensor result = *torch::aot_inductor::tensor_handle_to_tensor_pointer(out);
+  aoti_torch_delete_tensor_object(out);
+  return result;
+}
+
+} // namespace
+
+PYBIND11_MODULE(_eager, m) {
+  m.doc() = "humming_aot._eager: torch.ops.humming.gemm's implementation without the dispatcher (this torch only)";
+  m.def("gemm_eager", &gemm_eager, py::arg("a"), py::arg("codes"), py::arg("scales"), py::arg("zeros"),
+        py::arg("global_scale"), py::arg("a_scales"), py::arg("bias"), py::arg("fmt"), py::arg("layout"), py::arg("n"),
+        py::arg("k"), py::arg("instance") = "");
+}

@@ -1,0 +1,606 @@
+// The torch ops of humming_aot (torch.ops.humming.*) on torch's stable ABI: this library
+// (humming_aot/_torch_ops.so) uses only torch's stable C shim and its header-only C++ wrappers
+// (torch/csrc/stable, torch/headeronly), built for the oldest torch the package supports
+// (TORCH_TARGET_VERSION, 2.11), so one build loads into that torch and every later one. It turns
+// tensors into pointers, extents and a stream and calls libhumming; the torch-free parts (registry,
+// formats, build facts) are the pybind11 module humming_aot._C, and the fake (meta) kernels live in
+// humming_aot/ops.py.
+//
+// Errors: a bad argument throws std::invalid_argument, which reaches Python as ValueError (pybind11
+// maps it so; the stable ABI has no typed torch errors, so dtype mistakes are ValueErrors too); a
+// failed CUDA call or an internal error throws std::runtime_error (RuntimeError).
+#include <cuda_runtime_api.h>
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/accelerator.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/core/ScalarType.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "humming/humming.h"
+
+namespace humming {
+namespace torch_ops {
+namespace {
+
+using torch::headeronly::ScalarType;
+using Tensor = torch::stable::Tensor;
+
+// ---- error messages ------------------------------------------------------------------------------
+
+inline void append(std::string &s, const char *v) { s += v; }
+inline void append(std::string &s, const std::string &v) { s += v; }
+template <class T, std::enable_if_t<std::is_integral_v<T>, int> = 0> void append(std::string &s, T v) {
+  s += std::to_string(v);
+}
+inline void append(std::string &s, torch::headeronly::IntHeaderOnlyArrayRef v) {
+  s += "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  s += "]";
+}
+inline void append(std::string &s, ScalarType t) { s += torch::headeronly::toString(t); }
+inline void append(std::string &s, const torch::stable::Device &d) {
+  if (d.is_cpu()) {
+    s += "cpu";
+  } else if (d.is_cuda()) {
+    s += "cuda:" + std::to_string(static_cast<int>(d.index()));
+  } else {
+    s += "device type " + std::to_string(static_cast<int>(d.type()));
+  }
+}
+template <class... A> std::string msg(const A &...a) {
+  std::string s;
+  (append(s, a), ...);
+  return s;
+}
+
+// Argument errors (ValueError in Python) and failures (RuntimeError).
+template <class... A> void require(bool cond, const A &...a) {
+  if (!cond) throw std::invalid_argument(msg(a...));
+}
+template <class... A> void ensure(bool cond, const A &...a) {
+  if (!cond) throw std::runtime_error(msg(a...));
+}
+void check(const Status &st) { require(st.ok, st.message); }
+
+// ---- conversions ---------------------------------------------------------------------------------
+
+// The torch dtype a tensor of values of type `t` is stored in. e8m0 is kept as raw exponent bytes.
+ScalarType storage_type(DType t) {
+  if (t == dtypes::f32) return ScalarType::Float;
+  if (t == dtypes::f16) return ScalarType::Half;
+  if (t == dtypes::bf16) return ScalarType::BFloat16;
+  if (t == dtypes::e4m3) return ScalarType::Float8_e4m3fn;
+  if (t == dtypes::e5m2) return ScalarType::Float8_e5m2;
+  if (t == dtypes::i8) return ScalarType::Char;
+  return ScalarType::Byte;
+}
+
+DType dtype_of(ScalarType s) {
+  switch (s) {
+  case ScalarType::Float:
+    return dtypes::f32;
+  case ScalarType::Half:
+    return dtypes::f16;
+  case ScalarType::BFloat16:
+    return dtypes::bf16;
+  default:
+    return dtypes::none;
+  }
+}
+
+GemmFormat parse_gemm(const std::string &s) {
+  GemmFormat f;
+  check(parse_gemm_format(s, &f));
+  return f;
+}
+WeightFormat parse_weight(const std::string &s) {
+  WeightFormat f;
+  check(parse_weight_format(s, &f));
+  return f;
+}
+ActFormat parse_act(const std::string &s) {
+  ActFormat f;
+  check(parse_act_format(s, &f));
+  return f;
+}
+
+bool same_device(const torch::stable::Device &a, const torch::stable::Device &b) {
+  return a.type() == b.type() && a.index() == b.index();
+}
+
+void check_tensor(const Tensor &t, const char *what, ScalarType dtype, const torch::stable::Device &device) {
+  require(t.scalar_type() == dtype, what, " must have dtype ", dtype, ", got ", t.scalar_type());
+  require(same_device(t.device(), device), what, " is on ", t.device(), " but the activations are on ", device,
+          "; every tensor of one call must be on the same device");
+}
+
+void check_shape(const Tensor &t, const char *what, std::initializer_list<int64_t> shape) {
+  const torch::headeronly::IntHeaderOnlyArrayRef want(shape);
+  const auto got = t.sizes();
+  bool same = got.size() == want.size();
+  for (size_t i = 0; same && i < want.size(); ++i) same = got[i] == want[i];
+  require(same, what, " has shape ", got, "; expected ", want);
+  require(t.is_contiguous(), what, " must be contiguous");
+}
+
+int device_sms(int index) {
+  static std::array<int, 64> cache{};
+  if (index < 0 || index >= 64) return current_device_sms();
+  if (cache[index] == 0) cache[index] = current_device_sms();
+  return cache[index];
+}
+
+int device_cc(int index) {
+  static std::array<int, 64> cache{};
+  if (index >= 0 && index < 64 && cache[index] != 0) return cache[index];
+  std::string why;
+  const int cc = current_device_cc(&why);
+  ensure(cc > 0, why);
+  if (index >= 0 && index < 64) cache[index] = cc;
+  return cc;
+}
+
+// A contiguous tensor of `sizes` and `dtype` on `like`'s device, straight from the shim's
+// empty_strided (the stable new_empty goes through the dispatcher: more host time per call).
+Tensor empty_on(const Tensor &like, std::initializer_list<int64_t> sizes, ScalarType dtype) {
+  std::array<int64_t, 4> shape{}, strides{};
+  const int64_t dims = static_cast<int64_t>(sizes.size());
+  std::copy(sizes.begin(), sizes.end(), shape.begin());
+  int64_t step = 1;
+  for (int64_t i = dims - 1; i >= 0; --i) strides[i] = step, step *= std::max<int64_t>(shape[i], 1);
+  const torch::stable::Device dev = like.device();
+  AtenTensorHandle out = nullptr;
+  ensure(aoti_torch_empty_strided(dims, shape.data(), strides.data(), static_cast<int32_t>(dtype),
+                                  static_cast<int32_t>(dev.type()), static_cast<int32_t>(dev.index()),
+                                  &out) == AOTI_TORCH_SUCCESS,
+         "allocating a tensor of ", dims, " dimensions on ", dev, " failed");
+  return Tensor(out);
+}
+
+// The current stream torch keeps for CUDA device `index` (the stable C shim's accessor).
+cudaStream_t current_stream(int index) {
+  void *stream = nullptr;
+  ensure(aoti_torch_get_current_cuda_stream(index, &stream) == AOTI_TORCH_SUCCESS,
+         "cannot get torch's current CUDA stream of device ", index);
+  return static_cast<cudaStream_t>(stream);
+}
+
+// ---- gemm ----------------------------------------------------------------------------------------
+
+// What one call site's strings and extents resolve to. A model calls the same few layers over and
+// over, so each thread keeps the parsed format, the packed extents, the named instance and the
+// default choice per M: the hot path then does no parsing and no registry search.
+struct CallPlan {
+  std::string fmt_text, instance_name;
+  int64_t layout = 0, n = 0, k = 0;
+  GemmFormat fmt;
+  PackedDims dims;
+  const InstanceInfo *named = nullptr;
+  struct Choice {
+    int64_t m;
+    int device, cc, sms;
+    const InstanceInfo *inst;
+  };
+  std::vector<Choice> chosen;
+};
+
+CallPlan &call_plan(const std::string &fmt_text, int64_t layout, int64_t n, int64_t k, const std::string &instance) {
+  thread_local std::vector<std::unique_ptr<CallPlan>> plans;
+  for (auto &p : plans)
+    if (p->n == n && p->k == k && p->layout == layout && p->fmt_text == fmt_text && p->instance_name == instance)
+      return *p;
+  auto p = std::make_unique<CallPlan>();
+  p->fmt = parse_gemm(fmt_text);
+  check(packed_dims(static_cast<int>(layout), p->fmt.weight, n, k, &p->dims));
+  if (!instance.empty()) {
+    p->named = find_instance(instance);
+    require(p->named != nullptr, "no compiled instance is named '", instance,
+            "'; humming_aot.registry.instances() lists the ", instance_count(), " of this build");
+  }
+  p->fmt_text = fmt_text, p->instance_name = instance, p->layout = layout, p->n = n, p->k = k;
+  if (plans.size() >= 256) plans.clear(); // bounded: a model has far fewer distinct layers
+  plans.push_back(std::move(p));
+  return *plans.back();
+}
+
+// Stream-K scratch. The kernels need its first kWorkspaceZeroBytes zeroed only before first use
+// (they return their tile counters to zero), so outside graph capture each (device, stream) keeps
+// one buffer and reuses it: no memset launch per call. Kernels on one stream run in order, so they
+// may share it. The kept buffers come from CUDA's stream-ordered allocator, not torch's: a first
+// call on a new stream can happen while torch routes the thread's allocations to a graph pool
+// (torch.compile's reduce-overhead warm-up runs eagerly on its own stream with the pool active), and
+// a kept tensor allocated there is a persistent pool tensor that torch rejects ("tensor(s) in the
+// cudagraph pool not tracked as outputs"). Growing frees the old buffer in stream order. Under graph
+// capture a fresh buffer comes from torch's allocator, that is from the graph's pool (only its
+// counter region zeroed), so a graph never points at a buffer that eager calls or another replay
+// stream also use. The kept buffers (1 MiB to 256 MiB per stream that ran a stream-K launch) do
+// not show in torch.cuda.memory_allocated.
+void *kernel_workspace(const Tensor &like, int index, cudaStream_t stream, size_t bytes, std::optional<Tensor> *hold) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  ensure(cudaStreamIsCapturing(stream, &capture) == cudaSuccess, "cannot query the stream's capture state");
+  constexpr size_t kKeepLimit = size_t(256) << 20; // larger scratch is not kept between calls
+  if (capture != cudaStreamCaptureStatusNone || bytes > kKeepLimit) {
+    *hold = empty_on(like, {static_cast<int64_t>(bytes)}, ScalarType::Byte);
+    Tensor head = torch::stable::narrow(**hold, 0, 0, static_cast<int64_t>(std::min(bytes, kWorkspaceZeroBytes)));
+    torch::stable::zero_(head);
+    return (*hold)->data_ptr();
+  }
+  struct Kept {
+    void *ptr = nullptr;
+    size_t bytes = 0;
+  };
+  static std::mutex mu;
+  // Never destroyed: releasing CUDA memory during interpreter shutdown is not safe.
+  static auto *kept = new std::map<std::pair<int, cudaStream_t>, Kept>();
+  const std::lock_guard<std::mutex> lock(mu);
+  Kept &buf = (*kept)[{index, stream}];
+  if (buf.ptr == nullptr || buf.bytes < bytes) {
+    const size_t size = std::max(bytes, std::min(kKeepLimit, size_t(1) << 20));
+    if (buf.ptr != nullptr) {
+      ensure(cudaFreeAsync(buf.ptr, stream) == cudaSuccess, "freeing the stream-K scratch failed");
+      buf = Kept{};
+    }
+    void *p = nullptr;
+    const cudaError_t e = cudaMallocAsync(&p, size, stream);
+    if (e != cudaSuccess) cudaGetLastError(); // the error is reported here, not left for the next call
+    ensure(e == cudaSuccess, "allocating ", size, " bytes of stream-K scratch on cuda:", index,
+           " failed: ", cudaGetErrorString(e));
+    ensure(cudaMemsetAsync(p, 0, std::min(size, kWorkspaceZeroBytes), stream) == cudaSuccess,
+           "zeroing the stream-K scratch failed");
+    buf = Kept{p, size};
+  }
+  return buf.ptr;
+}
+
+Tensor gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &scales,
+            const std::optional<Tensor> &zeros, const std::optional<Tensor> &global_scale,
+            const std::optional<Tensor> &a_scales, const std::optional<Tensor> &bias, const std::string &fmt_text,
+            int64_t layout, int64_t n, int64_t k, const std::string &instance) {
+  CallPlan &plan = call_plan(fmt_text, layout, n, k, instance);
+  GemmArgs args;
+  args.fmt = plan.fmt;
+  args.layout = static_cast<int>(layout);
+  args.dims = plan.dims;
+  const PackedDims &d = args.dims;
+  const torch::stable::Device dev = a.device();
+  const WeightFormat &w = args.fmt.weight;
+
+  require(a.dim() == 2, "activations must be 2-D [m, k], got ", a.dim(), "-D shape ", a.sizes(),
+          " (flatten leading dimensions first)");
+  require(a.size(1) == k, "activations have ", a.size(1), " columns but the weight has k=", k);
+  check_tensor(a, "activations", storage_type(args.fmt.act.type), dev);
+  require(a.stride(1) == 1 || a.size(1) == 1, "activations must have unit stride along k, got strides ", a.strides());
+  require(a.size(0) <= 1 || a.stride(0) >= k, "activation row stride ", a.stride(0), " is below k=", k);
+  args.m = a.size(0);
+  args.a = a.data_ptr();
+  args.lda = a.size(0) <= 1 ? k : a.stride(0);
+
+  check_tensor(codes, "packed codes", ScalarType::Int, dev);
+  check_shape(codes, "packed codes", {d.n_pad, d.words_per_row});
+  args.codes = static_cast<const uint32_t *>(codes.data_ptr());
+  if (w.has_scale()) {
+    require(scales.has_value(), "weight format ", to_string(w), " needs scales");
+    check_tensor(*scales, "scales", storage_type(w.scale), dev);
+    check_shape(*scales, "packed scales", {d.k_groups, d.n_groups});
+    args.scales = scales->data_ptr();
+  } else {
+    require(!scales.has_value(), "weight format ", to_string(w), " takes no scales");
+  }
+  if (w.zero != ZeroKind::kNone) {
+    require(zeros.has_value(), "weight format ", to_string(w), " needs zero points");
+    check_tensor(*zeros, "zero points", w.zero == ZeroKind::kInt ? ScalarType::Byte : storage_type(w.scale), dev);
+    check_shape(*zeros, "packed zero points", {d.k_groups, d.n_groups});
+    args.zeros = zeros->data_ptr();
+  } else {
+    require(!zeros.has_value(), "weight format ", to_string(w), " takes no zero points");
+  }
+  if (w.global_scale) {
+    require(global_scale.has_value(), "weight format ", to_string(w), " needs a global scale");
+    check_tensor(*global_scale, "global scale", ScalarType::Float, dev);
+    require(global_scale->numel() == 1, "the global scale holds one value, got ", global_scale->numel());
+    args.global_scale = static_cast<const float *>(global_scale->data_ptr());
+  } else {
+    require(!global_scale.has_value(), "weight format ", to_string(w), " takes no global scale");
+  }
+  if (args.fmt.act.granularity != ActScale::kNone) {
+    require(a_scales.has_value(), "activation format ", to_string(args.fmt.act),
+            " needs activation scales (quantize with torch.ops.humming.quantize_act)");
+    check_tensor(*a_scales, "activation scales", ScalarType::Float, dev);
+    const int64_t group = args.fmt.act.granularity == ActScale::kGroup ? args.fmt.act.group_k : k;
+    check_shape(*a_scales, "activation scales", {args.m, (k + group - 1) / group});
+    args.a_scales = static_cast<const float *>(a_scales->data_ptr());
+    args.a_scale_cols = (k + group - 1) / group;
+  } else {
+    require(!a_scales.has_value(), "activation format ", to_string(args.fmt.act), " takes no scales");
+  }
+  if (bias.has_value()) {
+    check_tensor(*bias, "bias", storage_type(args.fmt.out), dev);
+    check_shape(*bias, "bias", {n});
+    args.bias = bias->data_ptr();
+  }
+  Tensor out = empty_on(a, {args.m, n}, storage_type(args.fmt.out));
+  args.out = out.data_ptr();
+  args.ldo = n;
+
+  if (dev.is_cpu()) {
+    check(gemm_cpu(args));
+    return out;
+  }
+  require(dev.is_cuda(), "humming.gemm runs on CPU or CUDA tensors, got ", dev);
+  const int index = static_cast<int>(dev.index());
+  const torch::stable::accelerator::DeviceGuard guard(dev.index());
+  const int cc = device_cc(index);
+  args.num_sms = device_sms(index);
+  const InstanceInfo *inst = plan.named;
+  if (inst == nullptr) {
+    for (const auto &c : plan.chosen)
+      if (c.m == args.m && c.device == index && c.cc == cc && c.sms == args.num_sms) inst = c.inst;
+    // A cached choice can still refuse this call's pointers or strides (alignment): choose again.
+    if (inst != nullptr && !inst->can_implement(args)) {
+      std::string why;
+      inst = select_instance(args, cc, args.num_sms, &why);
+      require(inst != nullptr, why);
+    } else if (inst == nullptr) {
+      std::string why;
+      inst = select_instance(args, cc, args.num_sms, &why);
+      require(inst != nullptr, why);
+      if (plan.chosen.size() >= 64) plan.chosen.clear();
+      plan.chosen.push_back({args.m, index, cc, args.num_sms, inst});
+    }
+  }
+  const cudaStream_t stream = current_stream(index);
+  std::optional<Tensor> workspace; // holds scratch allocated for this call only
+  const size_t ws = inst->workspace_bytes != nullptr ? inst->workspace_bytes(args) : 0;
+  if (ws > 0) {
+    args.workspace = kernel_workspace(a, index, stream, ws, &workspace);
+    args.workspace_bytes = ws;
+  }
+  check(humming::gemm(args, *inst, stream));
+  return out;
+}
+
+// Copies an error message into a caller's buffer of `size` bytes (the C entry points below).
+void report(char *error, size_t size, const char *what) {
+  if (size == 0) return;
+  std::strncpy(error, what, size - 1);
+  error[size - 1] = '\0';
+}
+
+// A new owning stable tensor for a borrowed handle (null: none).
+std::optional<Tensor> borrowed(AtenTensorHandle h) {
+  if (h == nullptr) return std::nullopt;
+  AtenTensorHandle own = nullptr;
+  ensure(aoti_torch_new_tensor_handle(h, &own) == AOTI_TORCH_SUCCESS, "cannot reference a tensor argument");
+  return Tensor(own);
+}
+
+// ---- pack / unpack -------------------------------------------------------------------------------
+
+// The largest value of a uint8 tensor, read back to the host (one reduction; on a GPU one sync).
+int64_t largest_code(const Tensor &codes) {
+  const int64_t dims[2] = {0, 1};
+  Tensor widest = torch::stable::amax(codes, torch::headeronly::IntHeaderOnlyArrayRef(dims, 2));
+  if (!widest.is_cpu())
+    widest = torch::stable::to(widest, std::nullopt, std::nullopt,
+                               torch::stable::Device(torch::headeronly::DeviceType::CPU));
+  return *static_cast<const uint8_t *>(widest.data_ptr());
+}
+
+// The device guard and current stream of a call on `dev` (no guard, null stream on the CPU).
+struct OnDevice {
+  std::optional<torch::stable::accelerator::DeviceGuard> guard;
+  void *stream = nullptr;
+  explicit OnDevice(const torch::stable::Device &dev) {
+    if (dev.is_cuda()) {
+      guard.emplace(dev.index());
+      stream = current_stream(static_cast<int>(dev.index()));
+    }
+  }
+};
+
+std::tuple<Tensor, Tensor, Tensor> pack_weight(const Tensor &codes_in, const std::optional<Tensor> &scales,
+                                               const std::optional<Tensor> &zeros, const std::string &wfmt,
+                                               int64_t layout) {
+  const WeightFormat w = parse_weight(wfmt);
+  require(codes_in.dim() == 2, "codes must be 2-D [n, k], got shape ", codes_in.sizes());
+  require(codes_in.scalar_type() == ScalarType::Byte, "codes must be uint8 bit patterns, got ", codes_in.scalar_type());
+  PackedDims d;
+  check(packed_dims(static_cast<int>(layout), w, codes_in.size(0), codes_in.size(1), &d));
+  const torch::stable::Device dev = codes_in.device();
+  require(dev.is_cpu() || dev.is_cuda(), "pack_weight runs on CPU or CUDA tensors, got ", dev);
+  const Tensor codes = torch::stable::contiguous(codes_in);
+  // The packers keep each code's low bits only: a wider code would change silently. (One
+  // reduction, and on a GPU one synchronization, per packed weight.)
+  const int bits = static_cast<int>(w.code.bits);
+  if (bits < 8 && codes.numel() > 0) {
+    const int64_t widest = largest_code(codes);
+    require(widest < (int64_t(1) << bits), "code ", widest, " does not fit in the ", bits, " bits of weight format ",
+            wfmt, "; codes are 0..", (1 << bits) - 1);
+  }
+  Tensor packed = empty_on(codes, {d.n_pad, d.words_per_row}, ScalarType::Int);
+  Tensor out_scales = empty_on(codes, {0}, ScalarType::Byte);
+  Tensor out_zeros = empty_on(codes, {0}, ScalarType::Byte);
+  const OnDevice on(dev);
+  auto *packed_ptr = static_cast<uint32_t *>(packed.data_ptr());
+  const auto *codes_ptr = static_cast<const uint8_t *>(codes.data_ptr());
+  check(dev.is_cpu() ? pack_codes_cpu(static_cast<int>(layout), w, d, codes_ptr, packed_ptr)
+                     : pack_codes_cuda(static_cast<int>(layout), w, d, codes_ptr, packed_ptr, on.stream));
+  auto pack_grid = [&](const Tensor &t_in, const char *what, ScalarType dtype) {
+    check_tensor(t_in, what, dtype, dev);
+    const Tensor t = torch::stable::contiguous(t_in);
+    require(t.dim() == 2 && t.size(0) == d.n_groups_logical && t.size(1) == d.k_groups_logical, what, " have shape ",
+            t.sizes(), "; weight format ", to_string(w), " with n=", d.n, ", k=", d.k, " needs [", d.n_groups_logical,
+            ", ", d.k_groups_logical, "]");
+    Tensor out = empty_on(t, {d.k_groups, d.n_groups}, t.scalar_type());
+    const int bytes = static_cast<int>(t.element_size());
+    check(dev.is_cpu() ? pack_groups_cpu(d, bytes, t.data_ptr(), out.data_ptr())
+                       : pack_groups_cuda(d, bytes, t.data_ptr(), out.data_ptr(), on.stream));
+    return out;
+  };
+  if (w.has_scale()) {
+    require(scales.has_value(), "weight format ", wfmt, " needs scales");
+    out_scales = pack_grid(*scales, "scales", storage_type(w.scale));
+  } else {
+    require(!scales.has_value(), "weight format ", wfmt, " takes no scales");
+  }
+  if (w.zero != ZeroKind::kNone) {
+    require(zeros.has_value(), "weight format ", wfmt, " needs zero points");
+    out_zeros = pack_grid(*zeros, "zero points", w.zero == ZeroKind::kInt ? ScalarType::Byte : storage_type(w.scale));
+  } else {
+    require(!zeros.has_value(), "weight format ", wfmt, " takes no zero points");
+  }
+  return {packed, out_scales, out_zeros};
+}
+
+std::tuple<Tensor, Tensor, Tensor> unpack_weight(const Tensor &packed_in, const Tensor &scales, const Tensor &zeros,
+                                                 const std::string &wfmt, int64_t layout, int64_t n, int64_t k) {
+  const WeightFormat w = parse_weight(wfmt);
+  PackedDims d;
+  check(packed_dims(static_cast<int>(layout), w, n, k, &d));
+  const torch::stable::Device dev = packed_in.device();
+  check_tensor(packed_in, "packed codes", ScalarType::Int, dev);
+  check_shape(packed_in, "packed codes", {d.n_pad, d.words_per_row});
+  Tensor codes = empty_on(packed_in, {n, k}, ScalarType::Byte);
+  const OnDevice on(dev);
+  const auto *packed_ptr = static_cast<const uint32_t *>(packed_in.data_ptr());
+  auto *codes_ptr = static_cast<uint8_t *>(codes.data_ptr());
+  check(dev.is_cpu() ? unpack_codes_cpu(static_cast<int>(layout), w, d, packed_ptr, codes_ptr)
+                     : unpack_codes_cuda(static_cast<int>(layout), w, d, packed_ptr, codes_ptr, on.stream));
+  auto unpack_grid = [&](const Tensor &t, const char *what, ScalarType dtype) {
+    check_tensor(t, what, dtype, dev);
+    check_shape(t, what, {d.k_groups, d.n_groups});
+    Tensor out = empty_on(t, {d.n_groups_logical, d.k_groups_logical}, t.scalar_type());
+    const int bytes = static_cast<int>(t.element_size());
+    check(dev.is_cpu() ? unpack_groups_cpu(d, bytes, t.data_ptr(), out.data_ptr())
+                       : unpack_groups_cuda(d, bytes, t.data_ptr(), out.data_ptr(), on.stream));
+    return out;
+  };
+  Tensor out_scales = empty_on(packed_in, {0}, ScalarType::Byte);
+  Tensor out_zeros = empty_on(packed_in, {0}, ScalarType::Byte);
+  if (w.has_scale()) out_scales = unpack_grid(scales, "packed scales", storage_type(w.scale));
+  if (w.zero != ZeroKind::kNone)
+    out_zeros =
+        unpack_grid(zeros, "packed zero points", w.zero == ZeroKind::kInt ? ScalarType::Byte : storage_type(w.scale));
+  return {codes, out_scales, out_zeros};
+}
+
+// ---- activation quantization ---------------------------------------------------------------------
+
+std::tuple<Tensor, Tensor> quantize_act(const Tensor &x, const std::string &afmt) {
+  const ActFormat f = parse_act(afmt);
+  require(f.granularity != ActScale::kNone, "activation format ", afmt,
+          " is not quantized; quantize_act takes e4m3, e5m2 or i8 with -pt or -g{K}");
+  require(x.dim() == 2, "activations must be 2-D [m, k], got shape ", x.sizes());
+  const DType xt = dtype_of(x.scalar_type());
+  require(xt.id() != 0, "activations to quantize must be float32, float16 or bfloat16, got ", x.scalar_type());
+  require(x.size(1) > 0, "activations must have k > 0 columns");
+  require(x.stride(1) == 1 || x.size(1) == 1, "activations must have unit stride along k");
+  const int64_t m = x.size(0), k = x.size(1);
+  const int64_t group = f.granularity == ActScale::kGroup ? f.group_k : k;
+  Tensor codes = empty_on(x, {m, k}, storage_type(f.type));
+  Tensor scales = empty_on(x, {m, (k + group - 1) / group}, ScalarType::Float);
+  const int64_t ldx = m <= 1 ? k : x.stride(0);
+  auto *scale_ptr = static_cast<float *>(scales.data_ptr());
+  if (x.is_cpu()) {
+    check(quantize_act_cpu(f, xt, x.data_ptr(), m, k, ldx, codes.data_ptr(), scale_ptr));
+  } else {
+    require(x.is_cuda(), "quantize_act runs on CPU or CUDA tensors, got ", x.device());
+    const OnDevice on(x.device());
+    check(quantize_act_cuda(f, xt, x.data_ptr(), m, k, ldx, codes.data_ptr(), scale_ptr,
+                            static_cast<cudaStream_t>(on.stream)));
+  }
+  return {codes, scales};
+}
+
+} // namespace
+} // namespace torch_ops
+} // namespace humming
+
+// The GEMM op's implementation behind a C interface, for humming_aot._eager (src/torch/eager.cpp):
+// QuantLinear's eager calls reach it without the dispatcher when the running torch is the one the
+// package was built with. The tensors are borrowed handles (null for an absent optional); on
+// success *out is a new handle the caller owns and the result is 0; otherwise the result is 1 for
+// an argument error (ValueError) or 2 for a failure (RuntimeError), with the message in `error`.
+extern "C" __attribute__((visibility("default"))) int
+humming_gemm_direct(AtenTensorHandle a, AtenTensorHandle codes, AtenTensorHandle scales, AtenTensorHandle zeros,
+                    AtenTensorHandle global_scale, AtenTensorHandle a_scales, AtenTensorHandle bias, const char *fmt,
+                    int64_t layout, int64_t n, int64_t k, const char *instance, AtenTensorHandle *out, char *error,
+                    size_t error_size) {
+  using namespace humming::torch_ops;
+  try {
+    Tensor result = gemm(*borrowed(a), *borrowed(codes), borrowed(scales), borrowed(zeros), borrowed(global_scale),
+                         borrowed(a_scales), borrowed(bias), fmt, layout, n, k, instance);
+    ensure(aoti_torch_new_tensor_handle(result.get(), out) == AOTI_TORCH_SUCCESS, "cannot return the output");
+    return 0;
+  } catch (const std::invalid_argument &e) {
+    report(error, error_size, e.what());
+    return 1;
+  } catch (const std::exception &e) {
+    report(error, error_size, e.what());
+    return 2;
+  }
+}
+
+// The stream-K scratch of CUDA device `device`'s current stream, allocated and zeroed now (the
+// buffer the GEMM op keeps per stream), so that a first GEMM call pays neither the allocation nor
+// the fill (humming_aot.dispatch's preload calls it through ctypes). 0 on success; otherwise 2 with
+// the message in `error`.
+extern "C" __attribute__((visibility("default"))) int humming_warm_workspace(int device, char *error,
+                                                                             size_t error_size) {
+  using namespace humming::torch_ops;
+  try {
+    const torch::stable::accelerator::DeviceGuard guard(device);
+    const int64_t none[1] = {0};
+    const Tensor like =
+        torch::stable::empty(torch::headeronly::IntHeaderOnlyArrayRef(none, 1), ScalarType::Byte, std::nullopt,
+                             torch::stable::Device(torch::headeronly::DeviceType::CUDA, device));
+    std::optional<Tensor> hold;
+    kernel_workspace(like, device, current_stream(device), 1, &hold);
+    return 0;
+  } catch (const std::exception &e) {
+    report(error, error_size, e.what());
+    return 2;
+  }
+}
+
+STABLE_TORCH_LIBRARY(humming, m) {
+  // Dense GEMM. `instance` names a compiled instance ("" = the library's own choice); MoE GEMMs
+  // will be separate ops (moe_gemm_*) with expert offsets, sharing the argument order.
+  m.def("gemm(Tensor a, Tensor codes, Tensor? scales, Tensor? zeros, Tensor? global_scale, Tensor? a_scales, "
+        "Tensor? bias, str fmt, int layout, int n, int k, str instance='') -> Tensor");
+  m.def("pack_weight(Tensor codes, Tensor? scales, Tensor? zeros, str weight_format, int layout) -> "
+        "(Tensor, Tensor, Tensor)");
+  m.def("unpack_weight(Tensor codes, Tensor scales, Tensor zeros, str weight_format, int layout, int n, int k) -> "
+        "(Tensor, Tensor, Tensor)");
+  m.def("quantize_act(Tensor x, str act_format) -> (Tensor, Tensor)");
+}
+
+STABLE_TORCH_LIBRARY_IMPL(humming, CPU, m) {
+  m.impl("gemm", TORCH_BOX(&humming::torch_ops::gemm));
+  m.impl("pack_weight", TORCH_BOX(&humming::torch_ops::pack_weight));
+  m.impl("unpack_weight", TORCH_BOX(&humming::torch_ops::unpack_weight));
+  m.impl("quantize_act", TORCH_BOX(&humming::torch_ops::quantize_act));
+}
+
+STABLE_TORCH_LIBRARY_IMPL(humming, CUDA, m) {
+  m.impl("gemm", TORCH_BOX(&humming::torch_ops::gemm));
+  m.impl("pack_weight", TORCH_BOX(&humming::torch_ops::pack_weight));
+  m.impl("unpack_weight", TORCH_BOX(&humming::torch_ops::unpack_weight));
+  m.impl("quantize_act", TORCH_BOX(&humming::torch_ops::quantize_act));
+}

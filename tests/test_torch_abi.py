@@ -1,0 +1,64 @@
+"""The package's tie to torch: the torch ops library (humming_aot/_torch_ops.so) reaches torch only
+through its stable C shim, so one build loads into the torch it was built for and every later one;
+humming_aot._C has no torch in it at all; humming_aot._eager, the one part built against torch's C++
+API, is used only under the exact torch the package was built with. Checked on the installed
+binaries with binutils (nm, readelf), which every build machine with gcc has."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+import torch
+
+import humming_aot as ha
+from humming_aot import _ext
+
+PKG = os.path.dirname(os.path.abspath(ha.__file__))
+
+
+def _binary(prefix: str) -> str:
+    names = [f for f in os.listdir(PKG) if f.startswith(prefix) and f.endswith(".so")]
+    assert len(names) == 1, f"one {prefix}*.so in {PKG}, found {names}"
+    return os.path.join(PKG, names[0])
+
+
+def _undefined(path: str) -> list[str]:
+    out = subprocess.run(["nm", "-D", "--undefined-only", path], capture_output=True, text=True, check=True).stdout
+    return [line.split()[-1] for line in out.splitlines() if line.strip()]
+
+
+def _needed(path: str) -> list[str]:
+    out = subprocess.run(["readelf", "-d", path], capture_output=True, text=True, check=True).stdout
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
+
+
+# Mangled C++ names in torch's own namespaces (at::, c10::, torch::, caffe2::): the unstable ABI.
+_TORCH_CXX = re.compile(r"^_Z[A-Z]*N?(K)?(2at|3c10|5torch|6caffe2)")
+
+
+def test_torch_ops_use_only_the_stable_c_shim():
+    path = _binary("_torch_ops")
+    syms = _undefined(path)
+    cxx = [s for s in syms if _TORCH_CXX.match(s)]
+    assert not cxx, f"{path} needs torch C++ symbols, which change between torch releases: {cxx[:10]}"
+    # What it does need from torch: the shim's C functions (aoti_torch_*, torch_*).
+    assert any(s.startswith("aoti_torch_") for s in syms)
+
+
+def test_c_module_has_no_torch():
+    path = _binary("_C")
+    assert not [lib for lib in _needed(path) if "torch" in lib or "c10" in lib], _needed(path)
+    torchy = [s for s in _undefined(path) if _TORCH_CXX.match(s) or s.startswith(("aoti_torch_", "torch_"))]
+    assert not torchy, torchy
+
+
+def test_direct_path_only_under_the_build_torch():
+    built = ha.registry.build_info()["torch_version"]
+    direct = _ext._eager_gemm()
+    if built == torch.__version__:
+        assert direct is not None, "the build's own torch takes the GEMM without the dispatcher"
+    else:
+        assert direct is None, f"humming_aot._eager is built for torch {built}, not {torch.__version__}"
+    assert ha.registry.build_info()["torch_abi"].startswith("stable")
