@@ -1,6 +1,6 @@
 """torch.ops.humming: the compiled ops, their fake (meta) kernels, and thin Python wrappers.
 
-Ops (schemas in src/torch/binding.cpp):
+Ops (schemas in src/torch/ops.cpp):
 
 * ``gemm(a, codes, scales, zeros, global_scale, a_scales, bias, fmt, layout, n, k, instance='')``
 * ``pack_weight(codes, scales, zeros, weight_format, layout) -> (codes, scales, zeros)``
