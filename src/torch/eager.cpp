@@ -18,8 +18,9 @@ namespace py = pybind11;
 
 extern "C" int humming_gemm_direct(AtenTensorHandle a, AtenTensorHandle codes, AtenTensorHandle scales,
                                    AtenTensorHandle zeros, AtenTensorHandle global_scale, AtenTensorHandle a_scales,
-                                   AtenTensorHandle bias, const char *fmt, int64_t layout, int64_t n, int64_t k,
-                                   const char *instance, AtenTensorHandle *out, char *error, size_t error_size);
+                                   AtenTensorHandle bias, const char *fmt, size_t fmt_size, int64_t layout, int64_t n,
+                                   int64_t k, const char *instance, size_t instance_size, AtenTensorHandle *out,
+                                   char *error, size_t error_size);
 
 namespace {
 
@@ -43,8 +44,8 @@ at::Tensor gemm_eager(const at::Tensor &a, const at::Tensor &codes, const std::o
   const Borrow ba(a), bc(codes), bs(scales), bz(zeros), bg(global_scale), bas(a_scales), bb(bias);
   AtenTensorHandle out = nullptr;
   char error[2048];
-  const int rc = humming_gemm_direct(ba.h, bc.h, bs.h, bz.h, bg.h, bas.h, bb.h, fmt.c_str(), layout, n, k,
-                                     instance.c_str(), &out, error, sizeof(error));
+  const int rc = humming_gemm_direct(ba.h, bc.h, bs.h, bz.h, bg.h, bas.h, bb.h, fmt.data(), fmt.size(), layout, n, k,
+                                     instance.data(), instance.size(), &out, error, sizeof(error));
   if (rc == 1) throw py::value_error(error);
   if (rc != 0) throw std::runtime_error(error);
   at::Tensor result = *torch::aot_inductor::tensor_handle_to_tensor_pointer(out);

@@ -534,18 +534,20 @@ std::tuple<Tensor, Tensor> quantize_act(const Tensor &x, const std::string &afmt
 
 // The GEMM op's implementation behind a C interface, for humming_aot._eager (src/torch/eager.cpp):
 // QuantLinear's eager calls reach it without the dispatcher when the running torch is the one the
-// package was built with. The tensors are borrowed handles (null for an absent optional); on
+// package was built with. The strings come with their sizes (they may hold NUL bytes, which must
+// reach the checks); the tensors are borrowed handles (null for an absent optional); on
 // success *out is a new handle the caller owns and the result is 0; otherwise the result is 1 for
 // an argument error (ValueError) or 2 for a failure (RuntimeError), with the message in `error`.
 extern "C" __attribute__((visibility("default"))) int
 humming_gemm_direct(AtenTensorHandle a, AtenTensorHandle codes, AtenTensorHandle scales, AtenTensorHandle zeros,
                     AtenTensorHandle global_scale, AtenTensorHandle a_scales, AtenTensorHandle bias, const char *fmt,
-                    int64_t layout, int64_t n, int64_t k, const char *instance, AtenTensorHandle *out, char *error,
-                    size_t error_size) {
+                    size_t fmt_size, int64_t layout, int64_t n, int64_t k, const char *instance, size_t instance_size,
+                    AtenTensorHandle *out, char *error, size_t error_size) {
   using namespace humming::torch_ops;
   try {
     Tensor result = gemm(*borrowed(a), *borrowed(codes), borrowed(scales), borrowed(zeros), borrowed(global_scale),
-                         borrowed(a_scales), borrowed(bias), fmt, layout, n, k, instance);
+                         borrowed(a_scales), borrowed(bias), std::string(fmt, fmt_size), layout, n, k,
+                         std::string(instance, instance_size));
     ensure(aoti_torch_new_tensor_handle(result.get(), out) == AOTI_TORCH_SUCCESS, "cannot return the output");
     return 0;
   } catch (const std::invalid_argument &e) {
