@@ -14,7 +14,8 @@ work="${WORK:-$PWD/build/torch-abi}"
 export HUMMING_PROFILE="${HUMMING_PROFILE:-ci}" HUMMING_CUDA_ARCHS="${HUMMING_CUDA_ARCHS:-80;90a}"
 rm -rf "$work" && mkdir -p "$work/wheel"
 start=$(date +%s)
-deps=(numpy pytest safetensors tqdm 'compressed-tensors>=0.20')
+# The test dependencies (.ci/run's): cmake and ninja too, which tests/test_cmake_options.py runs.
+deps=(numpy pytest safetensors tqdm 'compressed-tensors>=0.20' 'cmake>=3.26' ninja)
 venv() { # venv DIR TORCH: a fresh venv with that torch and the test dependencies
   python3 -m venv "$1"
   "$1/bin/python" -m pip install -q --upgrade pip
@@ -22,7 +23,7 @@ venv() { # venv DIR TORCH: a fresh venv with that torch and the test dependencie
   "$1/bin/python" -c "import torch; assert torch.__version__.split('+')[0] == '$2', torch.__version__"
 }
 venv "$work/old" "$old"
-"$work/old/bin/python" -m pip install -q 'cmake>=3.26' ninja 'scikit-build-core>=0.10'
+"$work/old/bin/python" -m pip install -q 'scikit-build-core>=0.10'
 echo "check_torch_abi: torch $old venv ready after $(( $(date +%s) - start )) s"
 PATH="$work/old/bin:$PATH" "$work/old/bin/python" -m pip wheel . --no-deps --no-build-isolation -w "$work/wheel" \
   -C build-dir="$work/cmake" > "$work/build.log" 2>&1 || { tail -40 "$work/build.log"; exit 1; }
@@ -34,7 +35,8 @@ for side in old new; do
   py="$work/$side/bin/python"
   "$py" -m pip install -q --no-deps "$wheel"
   # From outside the checkout, so that the installed package (not python/) is the one tested.
-  (cd "$work" && "$py" -m pytest -q "$OLDPWD/tests" -p no:cacheprovider > "$work/tests-$side.log" 2>&1) || status=1
+  (cd "$work" && PATH="$work/$side/bin:$PATH" "$py" -m pytest -q "$OLDPWD/tests" -p no:cacheprovider \
+    > "$work/tests-$side.log" 2>&1) || status=1
   echo "check_torch_abi: torch $("$py" -c 'import torch; print(torch.__version__)'): $(tail -1 "$work/tests-$side.log")"
   "$py" -m humming_aot.cli info | grep -E "torch" || true
 done
