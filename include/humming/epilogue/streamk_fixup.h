@@ -1,13 +1,16 @@
 // The deterministic stream-K fix-up (scheduler/streamk.h) for kernels whose threads hold a
 // tile's fp32 sums in registers in a fixed order: each contributor stores its partial to its own
 // workspace slot and counts itself on the tile's counter; the last to count adds every slot in
-// block order, so the sum order never depends on which block finishes last.
+// block order, so the sum order never depends on which block finishes last. Two slot layouts:
+// the sums of each thread in turn (streamk_fixup, the sm90 kernels) and row-major pairs of
+// adjacent channels (streamk_fixup_pairs, the sm80 kernels).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "humming/humming.h"
 #include "humming/scheduler/streamk.h"
 
 namespace humming {
@@ -54,6 +57,90 @@ __device__ __forceinline__ bool streamk_fixup(const StreamKPlan &plan, void *wor
     for (int i = 0; i < Vals; ++i) acc[i] += __ldcg(slot + i * Threads + thread);
   }
   if (thread == 0) counters[sk_tile] = 0; // ready for the next launch
+  return true;
+}
+
+// The same fix-up for kernels whose lanes hold a tile's sums as pairs of adjacent channels, and
+// whose whole block holds one tile (the sm80 backend). A contributor's slot holds the tile's
+// existing rows (at most BM) x BN sums row-major, so that a pair moves as one 8-byte access. The
+// last contributor writes the tile from the partials alone (its own among them), in block order.
+// Only the first contributor's slot needs the plan's 64-bit division; every later one owns slot 2b
+// (it starts inside the tile). FixPairs of a lane's pairs at a time: their loads from one block are
+// issued together (a pair at a time leaves the loads' latency exposed, 30 us more on an sm80 t64
+// launch), in few registers (all 16 of a decode tile made some of them spill). Rolled: this runs
+// once per tile.
+// Pairs:    pairs a lane holds (a multiple of FixPairs).
+// BM, BN:   rows and channels of a tile.
+// FixPairs: pairs the last contributor sums at a time.
+// `tile` is the plan's tile index, (m0, n0) its first row and channel; `active` says whether this
+// thread holds sums (K-slice warps past the first do not). `each(f)` calls f(m, n, v) for every pair
+// of this thread (row m, channels n and n + 1, sums v(), read only for rows that exist); `pair(q, m, n)` sets the row
+// and first channel of its pair q (the order of `each`); `write(m, n, v)` stores a finished pair. `flag` is a shared
+// word. Returns true in the last contributor, which has written the tile.
+template <int Pairs, int BM, int BN, int FixPairs, class Each, class PairAt, class Write>
+__device__ __forceinline__ bool streamk_fixup_pairs(const GemmArgs &a, const StreamKPlan &plan, int tile, int64_t m0,
+                                                    int64_t n0, bool active, int *flag, Each each, PairAt pair,
+                                                    Write write) {
+  static_assert(Pairs % FixPairs == 0, "whole batches of pairs");
+  const int64_t t = tile - plan.dp_tiles();
+  const int64_t rows = a.m < BM ? a.m : BM; // rows of a slot
+  const int64_t slot_floats = rows * BN;
+  float *partials = streamk_partials(a.workspace);
+  int *counters = streamk_counters(a.workspace);
+  if (active) {
+    float *mine = partials + plan.partial_slot(blockIdx.x, t) * slot_floats;
+    each([&](int64_t m, int64_t n, auto v) {
+      if (m < a.m) __stcg(reinterpret_cast<float2 *>(mine + (m - m0) * BN + (n - n0)), v());
+    });
+  }
+  // Publish the partial with one release by one thread: the barrier orders every thread's stores
+  // before thread 0's fence (cumulativity). The last contributor acquires the others' partials the
+  // same way.
+  const int64_t first_block = plan.sk_owner(t * plan.units);
+  const int64_t last_block = plan.sk_owner(t * plan.units + plan.units - 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const bool last = atomicAdd(counters + t, 1) == static_cast<int>(last_block - first_block);
+    if (last) __threadfence();
+    *flag = last;
+  }
+  __syncthreads();
+  if (!*flag) return false;
+  if (active) {
+    const float *first = partials + plan.partial_slot(first_block, t) * slot_floats;
+#pragma unroll 1
+    for (int q = 0; q < Pairs / FixPairs; ++q) {
+      float2 sum[FixPairs];
+      int64_t offset[FixPairs];
+      bool inside[FixPairs];
+#pragma unroll
+      for (int e = 0; e < FixPairs; ++e) {
+        int64_t m, n;
+        pair(q * FixPairs + e, m, n);
+        inside[e] = m < a.m; // rows of the slot (every channel of the tile has one)
+        offset[e] = (m - m0) * BN + (n - n0);
+        sum[e] = inside[e] ? __ldcg(reinterpret_cast<const float2 *>(first + offset[e])) : make_float2(0.0f, 0.0f);
+      }
+#pragma unroll 1
+      for (int64_t b = first_block + 1; b <= last_block; ++b) {
+        const float *slot = partials + 2 * b * slot_floats;
+#pragma unroll
+        for (int e = 0; e < FixPairs; ++e)
+          if (inside[e]) {
+            const float2 v = __ldcg(reinterpret_cast<const float2 *>(slot + offset[e]));
+            sum[e].x += v.x, sum[e].y += v.y;
+          }
+      }
+#pragma unroll
+      for (int e = 0; e < FixPairs; ++e) {
+        int64_t m, n;
+        pair(q * FixPairs + e, m, n);
+        if (m < a.m && n < a.dims.n) write(m, n, sum[e]);
+      }
+    }
+  }
+  if (threadIdx.x == 0) counters[t] = 0; // ready for the next launch
   return true;
 }
 

@@ -36,6 +36,7 @@
 #include "humming/backend/sm80/stage_copy.h"
 #include "humming/backend/sm80/stage_mma.h"
 #include "humming/epilogue/store.h"
+#include "humming/epilogue/streamk_fixup.h"
 #include "humming/humming.h"
 #include "humming/layout/sm80.h"
 #include "humming/numeric/fast_dequant.h"
@@ -422,79 +423,21 @@ struct Dense {
       return;
     }
 
-    // A partial: to this block's slot, then counted on the tile's counter. Pairs of adjacent
-    // channels (n even) move as one 8-byte access.
-    const int64_t t = tile - plan.dp_tiles();
-    const int64_t rows = a.m < BM ? a.m : BM; // rows of a slot
-    const int64_t slot_floats = rows * BN;
-    float *partials = streamk_partials(a.workspace);
-    int *counters = streamk_counters(a.workspace);
-    if (wk == 0) {
-      float *mine = partials + plan.partial_slot(blockIdx.x, t) * slot_floats;
-      for_each_pair(m0, n0, wm, wn, lane, [&](int i, int j, int h, int64_t m, int64_t n) {
-        if (m < a.m)
-          __stcg(reinterpret_cast<float2 *>(mine + (m - m0) * BN + (n - n0)),
-                 make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]));
-      });
-    }
-    // Publish the partial with one release by one thread: the barrier orders every thread's
-    // stores before thread 0's fence (cumulativity). The last contributor acquires the others'
-    // partials the same way.
-    const int64_t first_block = plan.sk_owner(t * plan.units);
-    const int64_t last_block = plan.sk_owner(t * plan.units + plan.units - 1);
-    __syncthreads();
-    int *flag = reinterpret_cast<int *>(smem + kSmemBytes);
-    if (threadIdx.x == 0) {
-      __threadfence();
-      const bool last = atomicAdd(counters + t, 1) == static_cast<int>(last_block - first_block);
-      if (last) __threadfence();
-      *flag = last;
-    }
-    __syncthreads();
-    if (!*flag) return;
-    // The last contributor writes the tile from the partials alone (its own among them), in
-    // block order. Only the first contributor's slot needs the plan's 64-bit division; every later
-    // one owns slot 2b (it starts inside the tile). kFixPairs of this lane's pairs at a time: their
-    // loads from one block are issued together (a pair at a time leaves the loads' latency
-    // exposed, 30 us more on a t64 launch), in few registers (the whole 16 made some decode tiles
-    // spill). Rolled: this runs once per tile.
-    if (wk == 0) {
-      constexpr int kFixPairs = 8;
-      const float *first = partials + plan.partial_slot(first_block, t) * slot_floats;
-#pragma unroll 1
-      for (int q = 0; q < MT * 16 / kFixPairs; ++q) {
-        float2 sum[kFixPairs];
-        int64_t offset[kFixPairs];
-        bool inside[kFixPairs];
-#pragma unroll
-        for (int e = 0; e < kFixPairs; ++e) {
-          const int pi = q * kFixPairs + e, i = pi / 16, j = (pi / 2) % 8, h = pi % 2;
-          const int64_t m = m0 + wm * WM + i * 16 + lane / 4 + h * 8;
-          const int64_t n = n0 + wn * 64 + j * 8 + (lane % 4) * 2;
-          inside[e] = m < a.m; // rows of the slot (every channel of the tile has one)
-          offset[e] = (m - m0) * BN + (n - n0);
-          sum[e] = inside[e] ? __ldcg(reinterpret_cast<const float2 *>(first + offset[e])) : make_float2(0.0f, 0.0f);
-        }
-#pragma unroll 1
-        for (int64_t b = first_block + 1; b <= last_block; ++b) {
-          const float *slot = partials + 2 * b * slot_floats;
-#pragma unroll
-          for (int e = 0; e < kFixPairs; ++e)
-            if (inside[e]) {
-              const float2 v = __ldcg(reinterpret_cast<const float2 *>(slot + offset[e]));
-              sum[e].x += v.x, sum[e].y += v.y;
-            }
-        }
-#pragma unroll
-        for (int e = 0; e < kFixPairs; ++e) {
-          const int pi = q * kFixPairs + e, i = pi / 16, j = (pi / 2) % 8, h = pi % 2;
-          const int64_t m = m0 + wm * WM + i * 16 + lane / 4 + h * 8;
-          const int64_t n = n0 + wn * 64 + j * 8 + (lane % 4) * 2;
-          if (m < a.m && n < a.dims.n) write_out(a, m, n, sum[e]);
-        }
-      }
-    }
-    if (threadIdx.x == 0) counters[t] = 0; // ready for the next launch
+    // A partial: to this block's slot, then counted on the tile's counter; the last contributor
+    // writes the tile (epilogue/streamk_fixup.h).
+    epilogue::streamk_fixup_pairs<MT * 16, BM, BN, 8>(
+        a, plan, tile, m0, n0, wk == 0, reinterpret_cast<int *>(smem + kSmemBytes),
+        [&](auto f) {
+          for_each_pair(m0, n0, wm, wn, lane, [&](int i, int j, int h, int64_t m, int64_t n) {
+            f(m, n, [&] { return make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]); });
+          });
+        },
+        [&](int pi, int64_t &m, int64_t &n) {
+          const int i = pi / 16, j = (pi / 2) % 8, h = pi % 2;
+          m = m0 + wm * WM + i * 16 + lane / 4 + h * 8;
+          n = n0 + wn * 64 + j * 8 + (lane % 4) * 2;
+        },
+        [&](int64_t m, int64_t n, float2 v) { write_out(a, m, n, v); });
   }
 
   // Per-channel float zero point of channel n divided by P (0 without float zero points, and past
