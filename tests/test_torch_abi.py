@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 
 import torch
 
@@ -62,3 +63,26 @@ def test_direct_path_only_under_the_build_torch():
     else:
         assert direct is None, f"humming_aot._eager is built for torch {built}, not {torch.__version__}"
     assert ha.registry.build_info()["torch_abi"].startswith("stable")
+
+
+def test_an_older_torch_gets_a_clear_import_error():
+    """Under a torch older than the one the ops are built for, loading the compiled parts (on first
+    use: ``import humming_aot`` itself is lazy) raises an ImportError that names both versions and
+    what to install, rather than a missing-symbol error from the loader."""
+    target = ha.registry.build_info()["torch_target"]
+    major, minor = (int(p) for p in target.split("."))
+    code = (
+        "import torch\n"
+        f"torch.__version__ = '{major}.{minor - 1}.0+cpu'\n"
+        "try:\n"
+        "    import humming_aot.ops  # the first use that loads the compiled parts\n"
+        "except ImportError as e:\n"
+        "    print('ImportError:', e)\n"
+        "else:\n"
+        "    print('imported')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    assert out.startswith("ImportError:"), out
+    assert f"torch {target}" in out and f"{major}.{minor - 1}.0" in out and f"torch>={target}" in out, out

@@ -12,19 +12,40 @@ import torch
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _OPS = os.path.join(_HERE, "_torch_ops.so")
 
+
+def _older(version: str, target: str) -> bool:
+    """Whether torch ``version`` (e.g. "2.10.1+cu130") is older than ``target`` ("2.11")."""
+    have = tuple(int(p) for p in version.split("+")[0].split(".")[:2] if p.isdigit())
+    want = tuple(int(p) for p in target.split("."))
+    return have < want
+
+
+_BROKEN = (
+    "the compiled part of humming-aot (humming_aot._C and humming_aot/_torch_ops.so) could not be loaded "
+    "({}). Install the package with its extension: pip install --no-build-isolation . "
+    "(from a source checkout, with torch installed first), or a prebuilt wheel for your GPU."
+)
+
 try:
     from . import _C  # type: ignore[attr-defined]
+except ImportError as e:  # pragma: no cover - only on a broken install
+    raise ImportError(_BROKEN.format(e)) from e
 
+# Before the ops library: under an older torch its loader would only name a missing symbol.
+_target = _C.build_info()["torch_target"]
+if _older(str(torch.__version__), _target):
+    raise ImportError(
+        f"humming-aot's torch ops are built on torch's stable ABI for torch {_target} and later; this is "
+        f"torch {torch.__version__}. Install torch>={_target} (pip install 'torch>={_target}')."
+    )
+
+try:
     torch.ops.load_library(_OPS)
     _LIB = ctypes.CDLL(_OPS)  # the same handle: the library is loaded by now
     _LIB.humming_warm_workspace.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)
     _LIB.humming_warm_workspace.restype = ctypes.c_int
-except (ImportError, OSError) as e:  # pragma: no cover - only on a broken install
-    raise ImportError(
-        "the compiled part of humming-aot (humming_aot._C and humming_aot/_torch_ops.so) could not be loaded "
-        f"({e}). Install the package with its extension: pip install --no-build-isolation . "
-        "(from a source checkout, with torch installed first), or a prebuilt wheel for your GPU."
-    ) from e
+except (OSError, RuntimeError) as e:  # pragma: no cover - only on a broken install
+    raise ImportError(_BROKEN.format(e)) from e
 
 C = _C
 

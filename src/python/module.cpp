@@ -113,6 +113,7 @@ PYBIND11_MODULE(_C, m) {
     d["instance_count"] = instance_count();
     d["torch_version"] = HUMMING_TORCH_VERSION;
     d["torch_abi"] = HUMMING_TORCH_ABI;
+    d["torch_target"] = HUMMING_TORCH_TARGET;
     return d;
   });
   m.def("packed_dims", [](const std::string &wfmt, int layout, int64_t n, int64_t k) {
