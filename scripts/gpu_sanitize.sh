@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On the lent GPU machine, after a build is installed (scripts/gpu_check.sh or gpu_final.sh):
 # compute-sanitizer memcheck and racecheck over one GEMM per sm90 tile and M
-# (scripts/sanitize_sm90.py, which also checks each result against the reference). Every kernel is
-# instrumented (SANITIZE_TOOLS picks the tools). Logs to $OUT/sanitize_{memcheck,racecheck}.txt, a summary to stdout.
+# (scripts/sanitize_sm90.py, which also checks each result against the reference), then memcheck
+# over a sample of the GPU fuzz cases (SANITIZE_FUZZ=0 skips it). Every kernel is instrumented
+# (SANITIZE_TOOLS picks the tools for the GEMMs). Logs to $OUT/sanitize_{memcheck,racecheck,fuzz}.txt, a summary to stdout.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -15,4 +16,14 @@ for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
   echo "compute-sanitizer $tool: rc=$r, $(grep -c ' ok$' "$OUT/sanitize_$tool.txt") GEMMs ok, $(grep -c WRONG "$OUT/sanitize_$tool.txt") wrong; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.txt" | tail -1)"
   [ $r -eq 0 ] || rc=$r
 done
+# The GPU half of the fuzz suite, a sample of it (every FUZZ_EVERY-th op-level case, default 20,
+# and the device mix-ups) under memcheck: broken arguments must never read or write out of bounds.
+if [ "${SANITIZE_FUZZ:-1}" != "0" ]; then
+  HUMMING_FUZZ_GPU_EVERY="${FUZZ_EVERY:-20}" timeout "${SANITIZE_TIMEOUT_S:-240}" compute-sanitizer --tool memcheck \
+    --error-exitcode 9 python3 -m pytest -q tests/test_fuzz.py -p no:cacheprovider -k fuzz_gpu \
+    > "$OUT/sanitize_fuzz.txt" 2>&1
+  r=$?
+  echo "compute-sanitizer memcheck, GPU fuzz sample: rc=$r, $(grep -E 'passed|failed' "$OUT/sanitize_fuzz.txt" | tail -1); $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_fuzz.txt" | tail -1)"
+  [ $r -eq 0 ] || rc=$r
+fi
 exit $rc

@@ -1,4 +1,5 @@
-"""Bad input, fuzzed (CPU): every op and the Python API called with randomly broken arguments.
+"""Bad input, fuzzed: every op and the Python API called with randomly broken arguments, on the CPU,
+and the op-level cases again on the GPU (the GPU half, at the end: skipped where there is none).
 
 Each case starts from a valid call (a weight quantized by the reference, packed for a layout, and
 activations in the format's dtype), breaks one thing chosen from a fixed seed, and asserts that the
@@ -146,8 +147,20 @@ class Call:
     oracle: object = None  # (result) -> None, asserting it is right; None: the call must raise
 
 
+@dataclasses.dataclass
+class OpCall:
+    """A call of torch.ops.humming.<name> with these arguments (kept, so that the GPU half can move
+    the call's tensors to the GPU)."""
+
+    name: str
+    args: dict
+
+    def __call__(self):
+        return getattr(torch.ops.humming, self.name)(*self.args.values())
+
+
 def _op(name, args: dict):
-    return lambda: getattr(torch.ops.humming, name)(*args.values())
+    return OpCall(name, args)
 
 
 def _misaligned(t: torch.Tensor) -> torch.Tensor:
@@ -629,23 +642,22 @@ def q_act(b, rng):
     act = b.spec.act if b.spec.act_quantized else "e4m3-pt"
     if choice == "dtype":
         return Call(
-            lambda: torch.ops.humming.quantize_act(x.to(rng.choice([torch.int8, torch.int32, torch.float64])), act),
+            _op("quantize_act", dict(x=x.to(rng.choice([torch.int8, torch.int32, torch.float64])), f=act)),
             ("activations",),
         )
     if choice == "dim":
         return Call(
-            lambda: torch.ops.humming.quantize_act(rng.choice([x.reshape(-1), x.unsqueeze(0)]), act),
-            ("activations", "2-d"),
+            _op("quantize_act", dict(x=rng.choice([x.reshape(-1), x.unsqueeze(0)]), f=act)), ("activations", "2-d")
         )
     if choice == "empty_k":
-        return Call(lambda: torch.ops.humming.quantize_act(x[:, :0], act), ("k > 0", "columns"))
+        return Call(_op("quantize_act", dict(x=x[:, :0], f=act)), ("k > 0", "columns"))
     if choice == "stride":
-        return Call(lambda: torch.ops.humming.quantize_act(_strided(x), act), ("stride",))
+        return Call(_op("quantize_act", dict(x=_strided(x), f=act)), ("stride",))
     if choice == "unquantized":
-        return Call(lambda: torch.ops.humming.quantize_act(x, rng.choice(["bf16", "f16"])), ("not quantized",))
+        return Call(_op("quantize_act", dict(x=x, f=rng.choice(["bf16", "f16"]))), ("not quantized",))
     if choice == "badfmt":
         return Call(
-            lambda: torch.ops.humming.quantize_act(x, rng.choice(["e4m3-g0", "e4m3-g3", "u4-pt", "i8-px", ""])),
+            _op("quantize_act", dict(x=x, f=rng.choice(["e4m3-g0", "e4m3-g3", "u4-pt", "i8-px", ""]))),
             ("format", "cannot parse", "group", "type"),
         )
     v = rng.choice([_misaligned(x), x.t().contiguous().t()])
@@ -657,7 +669,7 @@ def q_act(b, rng):
             "quantize_act differs"
         )
 
-    return Call(lambda: torch.ops.humming.quantize_act(v, act), ("stride",), check)
+    return Call(_op("quantize_act", dict(x=v, f=act)), ("stride",), check)
 
 
 OP_MUTATIONS = {
@@ -893,6 +905,115 @@ def test_sweep_does_not_crash_the_process():
     last = [ln for ln in done.stdout.splitlines() if ln.startswith("case ")]
     assert done.returncode == 0, f"the sweep died (rc {done.returncode}) in {last[-1:]}: {done.stderr[-2000:]}"
     assert len(last) == len(CASES)
+
+
+# ---- the GPU half --------------------------------------------------------------------------------
+# The op-level cases again with every tensor of the call on the GPU (tensors a mutation made keep
+# their strides and storage offset there), and the device mix-ups only a GPU allows: one tensor of
+# a valid call left on the CPU. Each call either computes the CPU reference's answer or raises a
+# message naming the problem, and the CUDA context stays usable: a valid GEMM after each case is
+# checked too. HUMMING_FUZZ_GPU_EVERY takes every N-th op-level case (default 3; 1 for all), e.g.
+# for the compute-sanitizer sample of scripts/gpu_sanitize.sh.
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+GPU_EVERY = int(os.environ.get("HUMMING_FUZZ_GPU_EVERY", "3"))
+# (p_codes_out_of_range goes through the Python wrapper, not the op: the raw op has its own case.)
+GPU_CASES = [c for c in CASES if c.values[0] in ("gemm", "auto_gemm", "op") and c.values[1] != "p_codes_out_of_range"][
+    ::GPU_EVERY
+]
+
+
+def _on_gpu(v):
+    """A CPU tensor's copy on the GPU with the same shape, strides and storage offset (a view of a
+    copy of its whole storage); anything else as it is (meta tensors stay on meta)."""
+    if not isinstance(v, torch.Tensor) or v.device.type != "cpu":
+        return v
+    elems = v.untyped_storage().nbytes() // v.element_size()
+    storage = torch.empty(elems, dtype=v.dtype, device="cuda")
+    storage.copy_(torch.as_strided(v, (elems,), (1,), 0))
+    return storage.as_strided(v.shape, v.stride(), v.storage_offset())
+
+
+def _on_cpu(res):
+    if isinstance(res, torch.Tensor):
+        return res.cpu()
+    if isinstance(res, tuple):
+        return tuple(_on_cpu(r) for r in res)
+    return res
+
+
+def _gpu_still_works():
+    b = Base(Spec("u4g128-sbf16", "bf16", "bf16", "generic", 3, 16, 128, True), 1)
+    out = ha.gemm(
+        b.a.cuda(),
+        ha.pack_weight(b.q.codes.cuda(), b.q.scales.cuda(), None, None, "u4g128-sbf16"),
+        b.fmt,
+        bias=b.bias.cuda(),
+    )
+    torch.cuda.synchronize()
+    b.check_gemm(out.cpu(), what="a valid GPU call after the case")
+
+
+def _run_gpu_call(call: Call) -> None:
+    try:
+        result = call.fn()
+        torch.cuda.synchronize()
+    except ALLOWED as e:
+        msg = str(e).lower()
+        assert call.keywords, f"a valid GPU call raised {type(e).__name__}: {e}"
+        assert any(k in msg for k in call.keywords), (
+            f"the message names none of {call.keywords}: {type(e).__name__}: {e}"
+        )
+    except Exception as e:
+        raise AssertionError(f"{type(e).__name__} is not an error a user can act on: {e}") from e
+    else:
+        assert call.oracle is not None, (
+            f"bad input accepted on the GPU without an error; returned {type(result).__name__}"
+        )
+        call.oracle(_on_cpu(result))
+    _gpu_still_works()
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("kind,mut,spec,seed", GPU_CASES)
+def test_fuzz_gpu(kind, mut, spec, seed, hang_guard):
+    call = _build_call(kind, mut, spec, seed)
+    assert isinstance(call.fn, OpCall), "op-level cases call the op"
+    gpu = OpCall(call.fn.name, {k: _on_gpu(v) for k, v in call.fn.args.items()})
+    _run_gpu_call(Call(gpu, call.keywords, call.oracle))
+
+
+DEVICE_MIX_SPECS = [
+    Spec("u4g128-sbf16", "bf16", "bf16", "sm90", 3, 40, 128, True),
+    Spec("u4g128-sf16-zi", "f16", "f16", "sm80", 2, 72, 128, True),
+    Spec("e2m1g16-se4m3-gs", "e4m3-pt", "bf16", "generic", 4, 24, 96, False),
+    Spec("i8gc-sf32", "i8-pt", "f32", "generic", 1, 16, 64, True),
+]
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("spec", DEVICE_MIX_SPECS, ids=[f"{s.wfmt}-{s.act}-{s.layout}" for s in DEVICE_MIX_SPECS])
+def test_fuzz_gpu_one_tensor_left_on_the_cpu(spec, hang_guard):
+    """Each tensor of a valid GPU call, in turn, left on the CPU: an error naming the device, for
+    the GEMM, the packer and the unpacker."""
+    b = Base(spec, 7)
+    calls = {"gemm": b.op_args(), "pack_weight": _pack_args(b)}
+    p = b.p
+    calls["unpack_weight"] = dict(
+        codes=p.codes,
+        scales=p.scales if p.scales is not None else torch.empty(0, dtype=torch.uint8),
+        zeros=p.zeros if p.zeros is not None else torch.empty(0, dtype=torch.uint8),
+        weight_format=spec.wfmt,
+        layout=p.layout,
+        n=p.n,
+        k=p.k,
+    )
+    for name, args in calls.items():
+        for left in [k for k, v in args.items() if isinstance(v, torch.Tensor) and v.numel() > 0]:
+            moved = {k: (v if k == left else _on_gpu(v)) for k, v in args.items()}
+            _run_gpu_call(Call(OpCall(name, moved), ("device", "cpu", "cuda")))
 
 
 if __name__ == "__main__" and os.environ.get("HUMMING_FUZZ_SWEEP"):
