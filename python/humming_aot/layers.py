@@ -15,9 +15,10 @@ from .pack import PackedWeight, layout_id, pack_weight
 
 _FLOAT_ACT = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
-# Eager calls skip the torch dispatcher (humming_aot._C.gemm_eager, the same implementation as
-# torch.ops.humming.gemm) where it would add nothing; HUMMING_EAGER_OPS=1 always goes through
-# torch.ops (for example so that torch.profiler lists humming::gemm).
+# Eager calls skip the torch dispatcher (C.gemm_eager: humming_aot._eager, the same implementation as
+# torch.ops.humming.gemm, present under the torch the package was built with) where it would add
+# nothing; HUMMING_EAGER_OPS=1 always goes through torch.ops (for example so that torch.profiler
+# lists humming::gemm).
 _DIRECT = None if os.environ.get("HUMMING_EAGER_OPS", "0") not in ("", "0") else getattr(C, "gemm_eager", None)
 
 
