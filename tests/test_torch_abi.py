@@ -20,7 +20,7 @@ PKG = os.path.dirname(os.path.abspath(ha.__file__))
 
 
 def _binary(prefix: str) -> str:
-    names = [f for f in os.listdir(PKG) if f.startswith(prefix) and f.endswith(".so")]
+    names = [f for f in os.listdir(PKG) if f.startswith(prefix) and ".so" in f]
     assert len(names) == 1, f"one {prefix}*.so in {PKG}, found {names}"
     return os.path.join(PKG, names[0])
 
@@ -86,3 +86,26 @@ def test_an_older_torch_gets_a_clear_import_error():
     out = done.stdout
     assert out.startswith("ImportError:"), out
     assert f"torch {target}" in out and f"{major}.{minor - 1}.0" in out and f"torch>={target}" in out, out
+
+
+def _defined(path: str) -> list[str]:
+    out = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True, check=True).stdout
+    return [line.split()[-1] for line in out.splitlines() if line.strip()]
+
+
+def test_one_libhumming_for_both_modules():
+    """The kernels and their registry live once, in libhumming_core.so, which _C and _torch_ops.so
+    both load: what _C prepares (prepare_instance loads a kernel's module) is what the ops launch,
+    and the wheel holds the kernels once. Neither module defines a libhumming function itself."""
+    core = _binary("libhumming_core")
+    assert "_ZN7humming14instance_countEv" in _defined(core)
+    for prefix in ("_C", "_torch_ops"):
+        path = _binary(prefix)
+        assert "libhumming_core.so" in _needed(path), f"{path} does not load libhumming_core.so"
+        own = [sym for sym in _defined(path) if sym.startswith("_ZN7humming")]
+        assert not own, f"{path} defines libhumming functions of its own: {own[:5]}"
+    import humming_aot.ops  # noqa: F401  (both modules loaded)
+
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "libhumming_core" in line}
+    assert len(paths) == 1, paths
