@@ -124,9 +124,12 @@ bool same_device(const torch::stable::Device &a, const torch::stable::Device &b)
   return a.type() == b.type() && a.index() == b.index();
 }
 
-void check_tensor(const Tensor &t, const char *what, ScalarType dtype, const torch::stable::Device &device) {
+// `ref` names the tensor whose device the call runs on (the activations of a GEMM, the codes of a
+// pack or an unpack).
+void check_tensor(const Tensor &t, const char *what, ScalarType dtype, const torch::stable::Device &device,
+                  const char *ref = "the activations") {
   require(t.scalar_type() == dtype, what, " must have dtype ", dtype, ", got ", t.scalar_type());
-  require(same_device(t.device(), device), what, " is on ", t.device(), " but the activations are on ", device,
+  require(same_device(t.device(), device), what, " is on ", t.device(), " but ", ref, " are on ", device,
           "; every tensor of one call must be on the same device");
 }
 
@@ -442,7 +445,7 @@ std::tuple<Tensor, Tensor, Tensor> pack_weight(const Tensor &codes_in, const std
   check(dev.is_cpu() ? pack_codes_cpu(static_cast<int>(layout), w, d, codes_ptr, packed_ptr)
                      : pack_codes_cuda(static_cast<int>(layout), w, d, codes_ptr, packed_ptr, on.stream));
   auto pack_grid = [&](const Tensor &t_in, const char *what, ScalarType dtype) {
-    check_tensor(t_in, what, dtype, dev);
+    check_tensor(t_in, what, dtype, dev, "the codes");
     const Tensor t = torch::stable::contiguous(t_in);
     require(t.dim() == 2 && t.size(0) == d.n_groups_logical && t.size(1) == d.k_groups_logical, what, " have shape ",
             t.sizes(), "; weight format ", to_string(w), " with n=", d.n, ", k=", d.k, " needs [", d.n_groups_logical,
@@ -483,7 +486,7 @@ std::tuple<Tensor, Tensor, Tensor> unpack_weight(const Tensor &packed_in, const 
   check(dev.is_cpu() ? unpack_codes_cpu(static_cast<int>(layout), w, d, packed_ptr, codes_ptr)
                      : unpack_codes_cuda(static_cast<int>(layout), w, d, packed_ptr, codes_ptr, on.stream));
   auto unpack_grid = [&](const Tensor &t, const char *what, ScalarType dtype) {
-    check_tensor(t, what, dtype, dev);
+    check_tensor(t, what, dtype, dev, "the packed codes");
     check_shape(t, what, {d.k_groups, d.n_groups});
     Tensor out = empty_on(t, {d.n_groups_logical, d.k_groups_logical}, t.scalar_type());
     const int bytes = static_cast<int>(t.element_size());
