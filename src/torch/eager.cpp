@@ -24,27 +24,21 @@ extern "C" int humming_gemm_direct(AtenTensorHandle a, AtenTensorHandle codes, A
 
 namespace {
 
-// A borrowed handle of an at::Tensor for the duration of one call (null for an absent optional).
-struct Borrow {
-  AtenTensorHandle h = nullptr;
-  explicit Borrow(const at::Tensor &t) : h(torch::aot_inductor::new_tensor_handle(at::Tensor(t))) {}
-  explicit Borrow(const std::optional<at::Tensor> &t)
-      : h(t.has_value() ? torch::aot_inductor::new_tensor_handle(at::Tensor(*t)) : nullptr) {}
-  ~Borrow() {
-    if (h != nullptr) aoti_torch_delete_tensor_object(h);
-  }
-  Borrow(const Borrow &) = delete;
-  Borrow &operator=(const Borrow &) = delete;
-};
+// A handle that borrows the caller's at::Tensor for the duration of one call (an AtenTensorHandle
+// is a pointer to one); null for an absent optional. humming_gemm_direct takes its own reference.
+AtenTensorHandle borrow(const at::Tensor &t) {
+  return torch::aot_inductor::tensor_pointer_to_tensor_handle(const_cast<at::Tensor *>(&t));
+}
+AtenTensorHandle borrow(const std::optional<at::Tensor> &t) { return t.has_value() ? borrow(*t) : nullptr; }
 
 at::Tensor gemm_eager(const at::Tensor &a, const at::Tensor &codes, const std::optional<at::Tensor> &scales,
                       const std::optional<at::Tensor> &zeros, const std::optional<at::Tensor> &global_scale,
                       const std::optional<at::Tensor> &a_scales, const std::optional<at::Tensor> &bias,
                       const std::string &fmt, int64_t layout, int64_t n, int64_t k, const std::string &instance) {
-  const Borrow ba(a), bc(codes), bs(scales), bz(zeros), bg(global_scale), bas(a_scales), bb(bias);
   AtenTensorHandle out = nullptr;
   char error[2048];
-  const int rc = humming_gemm_direct(ba.h, bc.h, bs.h, bz.h, bg.h, bas.h, bb.h, fmt.data(), fmt.size(), layout, n, k,
+  const int rc = humming_gemm_direct(borrow(a), borrow(codes), borrow(scales), borrow(zeros), borrow(global_scale),
+                                     borrow(a_scales), borrow(bias), fmt.data(), fmt.size(), layout, n, k,
                                      instance.data(), instance.size(), &out, error, sizeof(error));
   if (rc == 1) throw py::value_error(error);
   if (rc != 0) throw std::runtime_error(error);

@@ -159,15 +159,14 @@ int device_cc(int index) {
   return cc;
 }
 
-// A contiguous tensor of `sizes` and `dtype` on `like`'s device, straight from the shim's
+// A contiguous tensor of `sizes` and `dtype` on `dev`, straight from the shim's
 // empty_strided (the stable new_empty goes through the dispatcher: more host time per call).
-Tensor empty_on(const Tensor &like, std::initializer_list<int64_t> sizes, ScalarType dtype) {
+Tensor empty_on(const torch::stable::Device &dev, std::initializer_list<int64_t> sizes, ScalarType dtype) {
   std::array<int64_t, 4> shape{}, strides{};
   const int64_t dims = static_cast<int64_t>(sizes.size());
   std::copy(sizes.begin(), sizes.end(), shape.begin());
   int64_t step = 1;
   for (int64_t i = dims - 1; i >= 0; --i) strides[i] = step, step *= std::max<int64_t>(shape[i], 1);
-  const torch::stable::Device dev = like.device();
   AtenTensorHandle out = nullptr;
   ensure(aoti_torch_empty_strided(dims, shape.data(), strides.data(), static_cast<int32_t>(dtype),
                                   static_cast<int32_t>(dev.type()), static_cast<int32_t>(dev.index()),
@@ -234,12 +233,13 @@ CallPlan &call_plan(const std::string &fmt_text, int64_t layout, int64_t n, int6
 // counter region zeroed), so a graph never points at a buffer that eager calls or another replay
 // stream also use. The kept buffers (1 MiB to 256 MiB per stream that ran a stream-K launch) do
 // not show in torch.cuda.memory_allocated.
-void *kernel_workspace(const Tensor &like, int index, cudaStream_t stream, size_t bytes, std::optional<Tensor> *hold) {
+void *kernel_workspace(int index, cudaStream_t stream, size_t bytes, std::optional<Tensor> *hold) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   ensure(cudaStreamIsCapturing(stream, &capture) == cudaSuccess, "cannot query the stream's capture state");
   constexpr size_t kKeepLimit = size_t(256) << 20; // larger scratch is not kept between calls
   if (capture != cudaStreamCaptureStatusNone || bytes > kKeepLimit) {
-    *hold = empty_on(like, {static_cast<int64_t>(bytes)}, ScalarType::Byte);
+    *hold = empty_on(torch::stable::Device(torch::headeronly::DeviceType::CUDA, index), {static_cast<int64_t>(bytes)},
+                     ScalarType::Byte);
     Tensor head = torch::stable::narrow(**hold, 0, 0, static_cast<int64_t>(std::min(bytes, kWorkspaceZeroBytes)));
     torch::stable::zero_(head);
     return (*hold)->data_ptr();
@@ -337,7 +337,7 @@ Tensor gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &s
     check_shape(*bias, "bias", {n});
     args.bias = bias->data_ptr();
   }
-  Tensor out = empty_on(a, {args.m, n}, storage_type(args.fmt.out));
+  Tensor out = empty_on(dev, {args.m, n}, storage_type(args.fmt.out));
   args.out = out.data_ptr();
   args.ldo = n;
 
@@ -371,7 +371,7 @@ Tensor gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &s
   std::optional<Tensor> workspace; // holds scratch allocated for this call only
   const size_t ws = inst->workspace_bytes != nullptr ? inst->workspace_bytes(args) : 0;
   if (ws > 0) {
-    args.workspace = kernel_workspace(a, index, stream, ws, &workspace);
+    args.workspace = kernel_workspace(index, stream, ws, &workspace);
     args.workspace_bytes = ws;
   }
   check(humming::gemm(args, *inst, stream));
@@ -436,9 +436,9 @@ std::tuple<Tensor, Tensor, Tensor> pack_weight(const Tensor &codes_in, const std
     require(widest < (int64_t(1) << bits), "code ", widest, " does not fit in the ", bits, " bits of weight format ",
             wfmt, "; codes are 0..", (1 << bits) - 1);
   }
-  Tensor packed = empty_on(codes, {d.n_pad, d.words_per_row}, ScalarType::Int);
-  Tensor out_scales = empty_on(codes, {0}, ScalarType::Byte);
-  Tensor out_zeros = empty_on(codes, {0}, ScalarType::Byte);
+  Tensor packed = empty_on(dev, {d.n_pad, d.words_per_row}, ScalarType::Int);
+  Tensor out_scales = empty_on(dev, {0}, ScalarType::Byte);
+  Tensor out_zeros = empty_on(dev, {0}, ScalarType::Byte);
   const OnDevice on(dev);
   auto *packed_ptr = static_cast<uint32_t *>(packed.data_ptr());
   const auto *codes_ptr = static_cast<const uint8_t *>(codes.data_ptr());
@@ -450,7 +450,7 @@ std::tuple<Tensor, Tensor, Tensor> pack_weight(const Tensor &codes_in, const std
     require(t.dim() == 2 && t.size(0) == d.n_groups_logical && t.size(1) == d.k_groups_logical, what, " have shape ",
             t.sizes(), "; weight format ", to_string(w), " with n=", d.n, ", k=", d.k, " needs [", d.n_groups_logical,
             ", ", d.k_groups_logical, "]");
-    Tensor out = empty_on(t, {d.k_groups, d.n_groups}, t.scalar_type());
+    Tensor out = empty_on(dev, {d.k_groups, d.n_groups}, t.scalar_type());
     const int bytes = static_cast<int>(t.element_size());
     check(dev.is_cpu() ? pack_groups_cpu(d, bytes, t.data_ptr(), out.data_ptr())
                        : pack_groups_cuda(d, bytes, t.data_ptr(), out.data_ptr(), on.stream));
@@ -479,7 +479,7 @@ std::tuple<Tensor, Tensor, Tensor> unpack_weight(const Tensor &packed_in, const 
   const torch::stable::Device dev = packed_in.device();
   check_tensor(packed_in, "packed codes", ScalarType::Int, dev);
   check_shape(packed_in, "packed codes", {d.n_pad, d.words_per_row});
-  Tensor codes = empty_on(packed_in, {n, k}, ScalarType::Byte);
+  Tensor codes = empty_on(dev, {n, k}, ScalarType::Byte);
   const OnDevice on(dev);
   const auto *packed_ptr = static_cast<const uint32_t *>(packed_in.data_ptr());
   auto *codes_ptr = static_cast<uint8_t *>(codes.data_ptr());
@@ -488,14 +488,14 @@ std::tuple<Tensor, Tensor, Tensor> unpack_weight(const Tensor &packed_in, const 
   auto unpack_grid = [&](const Tensor &t, const char *what, ScalarType dtype) {
     check_tensor(t, what, dtype, dev, "the packed codes");
     check_shape(t, what, {d.k_groups, d.n_groups});
-    Tensor out = empty_on(t, {d.n_groups_logical, d.k_groups_logical}, t.scalar_type());
+    Tensor out = empty_on(dev, {d.n_groups_logical, d.k_groups_logical}, t.scalar_type());
     const int bytes = static_cast<int>(t.element_size());
     check(dev.is_cpu() ? unpack_groups_cpu(d, bytes, t.data_ptr(), out.data_ptr())
                        : unpack_groups_cuda(d, bytes, t.data_ptr(), out.data_ptr(), on.stream));
     return out;
   };
-  Tensor out_scales = empty_on(packed_in, {0}, ScalarType::Byte);
-  Tensor out_zeros = empty_on(packed_in, {0}, ScalarType::Byte);
+  Tensor out_scales = empty_on(dev, {0}, ScalarType::Byte);
+  Tensor out_zeros = empty_on(dev, {0}, ScalarType::Byte);
   if (w.has_scale()) out_scales = unpack_grid(scales, "packed scales", storage_type(w.scale));
   if (w.zero != ZeroKind::kNone)
     out_zeros =
@@ -516,15 +516,16 @@ std::tuple<Tensor, Tensor> quantize_act(const Tensor &x, const std::string &afmt
   require(x.stride(1) == 1 || x.size(1) == 1, "activations must have unit stride along k");
   const int64_t m = x.size(0), k = x.size(1);
   const int64_t group = f.granularity == ActScale::kGroup ? f.group_k : k;
-  Tensor codes = empty_on(x, {m, k}, storage_type(f.type));
-  Tensor scales = empty_on(x, {m, (k + group - 1) / group}, ScalarType::Float);
+  const torch::stable::Device dev = x.device();
+  Tensor codes = empty_on(dev, {m, k}, storage_type(f.type));
+  Tensor scales = empty_on(dev, {m, (k + group - 1) / group}, ScalarType::Float);
   const int64_t ldx = m <= 1 ? k : x.stride(0);
   auto *scale_ptr = static_cast<float *>(scales.data_ptr());
-  if (x.is_cpu()) {
+  if (dev.is_cpu()) {
     check(quantize_act_cpu(f, xt, x.data_ptr(), m, k, ldx, codes.data_ptr(), scale_ptr));
   } else {
-    require(x.is_cuda(), "quantize_act runs on CPU or CUDA tensors, got ", x.device());
-    const OnDevice on(x.device());
+    require(dev.is_cuda(), "quantize_act runs on CPU or CUDA tensors, got ", dev);
+    const OnDevice on(dev);
     check(quantize_act_cuda(f, xt, x.data_ptr(), m, k, ldx, codes.data_ptr(), scale_ptr,
                             static_cast<cudaStream_t>(on.stream)));
   }
@@ -571,12 +572,8 @@ extern "C" __attribute__((visibility("default"))) int humming_warm_workspace(int
   using namespace humming::torch_ops;
   try {
     const torch::stable::accelerator::DeviceGuard guard(device);
-    const int64_t none[1] = {0};
-    const Tensor like =
-        torch::stable::empty(torch::headeronly::IntHeaderOnlyArrayRef(none, 1), ScalarType::Byte, std::nullopt,
-                             torch::stable::Device(torch::headeronly::DeviceType::CUDA, device));
     std::optional<Tensor> hold;
-    kernel_workspace(like, device, current_stream(device), 1, &hold);
+    kernel_workspace(device, current_stream(device), 1, &hold);
     return 0;
   } catch (const std::exception &e) {
     report(error, error_size, e.what());
