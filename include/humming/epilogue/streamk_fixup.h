@@ -16,6 +16,25 @@
 namespace humming {
 namespace epilogue {
 
+// Counts this block's partial of stream-K tile `t` on the tile's counter, once every thread of the
+// group that holds the tile has stored its part (`sync` is a barrier over that group, `leader` one
+// thread of it): one release by one thread after the barrier orders every thread's stores
+// (cumulativity), and the last contributor acquires the others' partials the same way. The
+// leader's verdict reaches the group through the shared word `flag`. True in the last contributor.
+template <class Flag, class Sync>
+__device__ __forceinline__ bool count_partial(int *counters, int64_t t, int64_t first_block, int64_t last_block,
+                                              bool leader, Flag *flag, Sync sync) {
+  sync();
+  if (leader) {
+    __threadfence();
+    const bool last = atomicAdd(counters + t, 1) == static_cast<int>(last_block - first_block);
+    if (last) __threadfence();
+    *flag = last;
+  }
+  sync();
+  return *flag != 0;
+}
+
 // Vals:    sums per thread.
 // Threads: threads of the group that holds the tile (`thread` is this one's index in it); slot
 //          element i * Threads + thread is this thread's sum i, so the stores and loads coalesce.
@@ -33,17 +52,7 @@ __device__ __forceinline__ bool streamk_fixup(const StreamKPlan &plan, void *wor
   for (int i = 0; i < Vals; ++i) __stcg(mine + i * Threads + thread, acc[i]);
   const int64_t first_block = plan.sk_owner(sk_tile * plan.units);
   const int64_t last_block = plan.sk_owner(sk_tile * plan.units + plan.units - 1);
-  // One release by one thread after the barrier orders every thread's stores (cumulativity); the
-  // last contributor acquires the others' partials the same way.
-  sync();
-  if (thread == 0) {
-    __threadfence();
-    const bool last = atomicAdd(counters + sk_tile, 1) == static_cast<int>(last_block - first_block);
-    if (last) __threadfence();
-    *flag = last;
-  }
-  sync();
-  const bool last = *flag != 0;
+  const bool last = count_partial(counters, sk_tile, first_block, last_block, thread == 0, flag, sync);
   sync(); // the flag is read before the next tile's fix-up writes it
   if (!last) return false;
   const float *first = partials + plan.partial_slot(first_block, sk_tile) * kSlot;
@@ -93,20 +102,10 @@ __device__ __forceinline__ bool streamk_fixup_pairs(const GemmArgs &a, const Str
       if (m < a.m) __stcg(reinterpret_cast<float2 *>(mine + (m - m0) * BN + (n - n0)), v());
     });
   }
-  // Publish the partial with one release by one thread: the barrier orders every thread's stores
-  // before thread 0's fence (cumulativity). The last contributor acquires the others' partials the
-  // same way.
   const int64_t first_block = plan.sk_owner(t * plan.units);
   const int64_t last_block = plan.sk_owner(t * plan.units + plan.units - 1);
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    const bool last = atomicAdd(counters + t, 1) == static_cast<int>(last_block - first_block);
-    if (last) __threadfence();
-    *flag = last;
-  }
-  __syncthreads();
-  if (!*flag) return false;
+  if (!count_partial(counters, t, first_block, last_block, threadIdx.x == 0, flag, [] { __syncthreads(); }))
+    return false;
   if (active) {
     const float *first = partials + plan.partial_slot(first_block, t) * slot_floats;
 #pragma unroll 1
