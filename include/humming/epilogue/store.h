@@ -23,24 +23,28 @@ template <uint32_t OutId> __device__ __forceinline__ float load_out(const void *
     return numeric::Operand<OutId == dtypes::bf16.id()>::to_float(static_cast<const uint16_t *>(base)[i]);
 }
 
+// Output elements i and i + 1, where element i is aligned for the pair (one 32-bit store, 64-bit for f32).
+template <uint32_t OutId> __device__ __forceinline__ void store_out_pair_aligned(void *base, int64_t i, float2 v) {
+  if constexpr (DType::from_id(OutId).bits == 32)
+    *reinterpret_cast<float2 *>(static_cast<float *>(base) + i) = v;
+  else
+    *reinterpret_cast<uint32_t *>(static_cast<uint16_t *>(base) + i) =
+        numeric::Operand<OutId == dtypes::bf16.id()>::pair(v.x, v.y);
+}
+
 template <uint32_t OutId> __device__ __forceinline__ void store_out_pair(void *base, int64_t i, float2 v, bool both) {
-  if constexpr (DType::from_id(OutId).bits == 32) {
+  constexpr int kBytes = static_cast<int>(DType::from_id(OutId).bits) / 8;
+  if (both && (reinterpret_cast<uintptr_t>(base) + i * kBytes) % (2 * kBytes) == 0) {
+    store_out_pair_aligned<OutId>(base, i, v);
+  } else if constexpr (kBytes == 4) {
     float *o = static_cast<float *>(base) + i;
-    if (both && (reinterpret_cast<uintptr_t>(o) & 7) == 0) {
-      *reinterpret_cast<float2 *>(o) = v;
-    } else {
-      o[0] = v.x;
-      if (both) o[1] = v.y;
-    }
+    o[0] = v.x;
+    if (both) o[1] = v.y;
   } else {
     const uint32_t w = numeric::Operand<OutId == dtypes::bf16.id()>::pair(v.x, v.y);
     uint16_t *o = static_cast<uint16_t *>(base) + i;
-    if (both && (reinterpret_cast<uintptr_t>(o) & 3) == 0) {
-      *reinterpret_cast<uint32_t *>(o) = w;
-    } else {
-      o[0] = static_cast<uint16_t>(w);
-      if (both) o[1] = static_cast<uint16_t>(w >> 16);
-    }
+    o[0] = static_cast<uint16_t>(w);
+    if (both) o[1] = static_cast<uint16_t>(w >> 16);
   }
 }
 
