@@ -334,6 +334,24 @@ def test_choose_rejects_a_bad_format_first():
         dispatch.choose("bf16 x u4", 4096, 4096, 8, device="cpu")
 
 
+@pytest.mark.parametrize(
+    "n,k,layout,message",
+    [
+        (-1, 96, 1, r"extents must be positive, got n=-1, k=96"),
+        (4096, 0, 3, r"extents must be positive, got n=4096, k=0"),
+        (4096, 4096, 1 << 40, r"unknown weight layout id 1099511627776; layout ids: 1 \(generic\)"),
+    ],
+)
+def test_bad_extents_and_layouts_are_named_before_any_table_lookup(n, k, layout, message):
+    # (A negative n found no range of the table: an IndexError. A layout id beyond int32 reached the
+    # C++ binding: a TypeError listing its overloads. Both were seen on the GPU through auto_gemm.)
+    fmt = "a-bf16_w-u4g128-sbf16_c-bf16"
+    with pytest.raises(ValueError, match=message):
+        dispatch.choose_for(fmt, n, k, 8, cc=90, sms=132, layout=layout)
+    with pytest.raises(ValueError, match=message):
+        dispatch.layer_plan(fmt, n, k, layout)
+
+
 def test_reset_clears_tables_forced_instance_and_cache():
     dispatch.load_table(table((None, ["x*"])))
     dispatch.force(registry.instances()[0].name)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import fnmatch
 import json
+import operator
 import os
 import pathlib
 import warnings
@@ -35,7 +36,7 @@ import warnings
 from . import formats as F
 from . import registry
 from ._ext import C
-from .pack import LAYOUT_NAMES
+from .pack import LAYOUT_NAMES, layout_id
 from .pack import LAYOUTS as _LAYOUT_IDS  # the layouts a table's optional "layouts" list names
 
 _TABLE_DIR = pathlib.Path(__file__).resolve().parent / "tables"
@@ -240,11 +241,22 @@ def choose(fmt, n: int, k: int, m: int, *, device=None, layout: int = 1) -> str:
     return name
 
 
+def _check_problem(n, k, layout) -> tuple[int, int, int]:
+    """The weight's extents and layout id as ints, or a ValueError naming the bad one (before any
+    table lookup: a negative n would find no range, an out-of-range layout id no C++ overload)."""
+    layout = layout_id(layout)
+    n, k = operator.index(n), operator.index(k)
+    if n <= 0 or k <= 0:
+        raise ValueError(f"the weight's extents must be positive, got n={n}, k={k}")
+    return n, k, layout
+
+
 def choose_for(fmt, n: int, k: int, m: int, *, cc: int, sms: int, device_name: str = "", layout: int = 1) -> str:
     """``choose`` for a device described by its compute capability (major * 10 + minor) and
     multiprocessor count; needs no GPU. The C++ default choice (``humming::select_instance``)
     follows the same built-in tables and rules."""
     g = F.parse_gemm_format(fmt)
+    n, k, layout = _check_problem(n, k, layout)
     table = _table_for(cc, sms, device_name)
     idx = _range_index(table, m, n)
     key = (str(g), n, k, idx, cc, sms, layout, id(table), _forced)
@@ -464,7 +476,7 @@ class LayerPlan:
     def __init__(self, fmt, n: int, k: int, layout: int = 1):
         self.fmt = F.parse_gemm_format(fmt)
         self.fmt_str = str(self.fmt)
-        self.n, self.k, self.layout = int(n), int(k), int(layout)
+        self.n, self.k, self.layout = _check_problem(n, k, layout)
         self._per_device: dict = {}
 
     def instance_at(self, m: int, index: int) -> str:
