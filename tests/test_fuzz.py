@@ -975,21 +975,26 @@ def _run_gpu_call(call: Call) -> None:
     _gpu_still_works()
 
 
-def _no_kernel_here(spec: Spec) -> bool:
-    """Whether this build has no instance for the case's format in its layout on this GPU. On the
-    GPU the op chooses an instance before it looks at the tensors, so a mutated call of such a case
-    may say that instead of naming the mutation: true as well, and no fix to the tensors would make
-    it run."""
+def _no_kernel_here(call: OpCall, spec: Spec) -> bool:
+    """Whether this build has no instance on this GPU for the format and layout the call names
+    (a mutation may have changed either). On the GPU the op chooses an instance before it reads
+    the tensors, so a mutated call of such a format may say that instead of naming the mutation:
+    true as well, and no fix to the tensors would make it run."""
     from humming_aot import dispatch
-    from humming_aot.pack import layout_id
 
-    fmt = str(F.GemmFormat(spec.act, spec.wfmt, spec.out))
+    args = call.args
+    if not {"fmt", "layout", "n", "k"} <= args.keys():
+        return False
     try:
         with warnings.catch_warnings():  # (the slow-path warning of generic-only formats)
             warnings.simplefilter("ignore")
-            dispatch.choose(fmt, spec.n, spec.k, spec.m, device=torch.device("cuda"), layout=layout_id(spec.layout))
+            dispatch.choose(
+                args["fmt"], args["n"], args["k"], spec.m, device=torch.device("cuda"), layout=args["layout"]
+            )
     except dispatch.DispatchError:
         return True
+    except (ValueError, TypeError):  # a mutated format, extent or layout: the op's own message
+        return False
     return False
 
 
@@ -1001,7 +1006,7 @@ def test_fuzz_gpu(kind, mut, spec, seed, hang_guard):
     assert isinstance(call.fn, OpCall), "op-level cases call the op"
     gpu = OpCall(call.fn.name, {k: _on_gpu(v) for k, v in call.fn.args.items()})
     keywords = call.keywords
-    if keywords and _no_kernel_here(spec):
+    if keywords and _no_kernel_here(gpu, spec):
         keywords = (*keywords, "no compiled instance")
     _run_gpu_call(Call(gpu, keywords, call.oracle))
 
