@@ -215,6 +215,20 @@ constexpr int64_t kPersistentMaxWaves = 8;
 // 6144 x 4096 (96) 38.1 / 28.5, while 1536 x 7168 (24 tiles) took 32.8 spread and 42.4 plain.
 constexpr int64_t kPersistentHeavyTileM = 128;
 constexpr int64_t kPersistentHeavySlotsPerTile = 4;
+// Tiles of kPersistentMidTileM to kPersistentHeavyTileM - 1 tokens (t32, t64) spread such a launch
+// only while each tile has at least kPersistentMidSlotsPerTile multiprocessors. H200, u4g128 bf16,
+// session 13 (graph us after a read flush, spread / one block per tile, 8 layers of 1536 to 7168
+// channels at m = 64, 128, 256): every launch of 80 to 128 tiles lost by spreading, by 4 to 30%
+// (3584 x 3584, t64 at m = 256, 112 tiles: 27.0 / 21.3; t32 at m = 128, 112 tiles: 22.0 / 16.6;
+// 5120 x 2880, t32 at m = 64, 80 tiles: 18.1 / 14.7), while every launch of 64 tiles or fewer
+// gained (4096 x 4096, t64 at m = 128, 64 tiles: 21.1 / 23.0; 1536 x 7168, t32 at m = 64, 24 tiles:
+// 15.6 / 26.4). The rule holds only up to kPersistentMidMaxK inputs, the deepest layer swept
+// (a deeper K gains more from spreading for the same partials, unmeasured: those keep spreading).
+// Decode tiles (t8, t16) keep spreading every launch of fewer tiles than multiprocessors: their
+// partials are small and they need every multiprocessor's loads.
+constexpr int64_t kPersistentMidTileM = 32;
+constexpr int64_t kPersistentMidSlotsPerTile = 2;
+constexpr int64_t kPersistentMidMaxK = 8192;
 
 // `tiles`: output tiles of the launch; `k_tiles`: K tiles of one (`tile_k` inputs each); `sms`:
 // multiprocessors; `tile_m`: tokens per tile (0: not known, as for a decode tile).
@@ -228,7 +242,11 @@ inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_
   const int64_t min_units = (persistent_min_slice_k() + tile_k - 1) / tile_k;
   const int64_t min_tail_units = (persistent_min_tail_k() + tile_k - 1) / tile_k;
   const int64_t full = tiles / slots, rem = tiles % slots;
-  const bool crowded = tile_m >= kPersistentHeavyTileM && full == 0 && tiles * kPersistentHeavySlotsPerTile > slots;
+  const int64_t slots_per_tile = tile_m >= kPersistentHeavyTileM ? kPersistentHeavySlotsPerTile
+                                 : tile_m >= kPersistentMidTileM && k_tiles * tile_k <= kPersistentMidMaxK
+                                     ? kPersistentMidSlotsPerTile
+                                     : 1;
+  const bool crowded = full == 0 && tiles * slots_per_tile > slots;
   const bool spread = stream_k_mode() != 0 && rem != 0 && full < kPersistentMaxWaves && k_tiles >= 2 &&
                       (stream_k_mode() == 2 || !crowded);
   if (!spread) {
