@@ -313,7 +313,7 @@ const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::
     size_t r = t->first_range;
     const size_t last = t->first_range + t->range_count - 1;
     const auto covers = [&](const DispatchRange &d) {
-      return (d.m_max < 0 || args.m <= d.m_max) && args.dims.n >= d.n_min;
+      return (d.m_max < 0 || args.m <= d.m_max) && args.dims.n >= d.n_min && (d.k_max <= 0 || args.dims.k <= d.k_max);
     };
     while (r < last && !covers(generated::kDispatchRanges[r])) ++r;
     std::stringstream prefs(generated::kDispatchRanges[r].prefer);

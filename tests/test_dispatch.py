@@ -109,6 +109,25 @@ def table(*ranges, **extra):
             {"ranges": [{"m_max": 16, "prefer": ["a*"]}, {"m_max": None, "n_min": 4096, "prefer": ["b*"]}]},
             r"range 1 has n_min, so the next range must have the same m_max",
         ),
+        (
+            {
+                "ranges": [
+                    {"m_max": 16, "k_max": -8, "prefer": ["a*"]},
+                    {"m_max": 16, "prefer": ["b*"]},
+                    {"m_max": None, "prefer": ["c*"]},
+                ]
+            },
+            r"k_max must be a positive integer \(range 0 has -8\)",
+        ),
+        (
+            {
+                "ranges": [
+                    {"m_max": 16, "prefer": ["a*"]},
+                    {"m_max": None, "n_min": 64, "k_max": 4096, "prefer": ["b*"]},
+                ]
+            },
+            r"range 1 has n_min and k_max, so the next range must have the same m_max",
+        ),
     ],
 )
 def test_load_table_rejects_bad_tables(bad, message):
@@ -159,32 +178,36 @@ def test_builtin_tables_are_valid_and_default_is_last():
 # ---- M ranges -----------------------------------------------------------------------------------
 
 
-def expected_range(t, m, n=4096):
-    """Index of the first range whose m_max is null or >= m and whose n_min (if any) is <= n (a
-    linear scan written apart from the dispatcher's)."""
+def expected_range(t, m, n=4096, k=4096):
+    """Index of the first range whose m_max is null or >= m, whose n_min (if any) is <= n and whose
+    k_max (if any) is >= k (a linear scan written apart from the dispatcher's)."""
     for i, r in enumerate(t["ranges"]):
-        if (r["m_max"] is None or m <= r["m_max"]) and ("n_min" not in r or n >= r["n_min"]):
+        if (
+            (r["m_max"] is None or m <= r["m_max"])
+            and ("n_min" not in r or n >= r["n_min"])
+            and ("k_max" not in r or k <= r["k_max"])
+        ):
             return i
     raise AssertionError("the last range covers every m")
 
 
 def test_range_index_boundaries():
     t = dispatch._validate_table(table((1, ["a"]), (16, ["b"]), (64, ["c"]), (None, ["d"])), "test")
-    assert dispatch._range_index(t, 1, 4096) == 0
-    assert dispatch._range_index(t, 2, 4096) == 1
-    assert dispatch._range_index(t, 16, 4096) == 1  # m == m_max stays in that range
-    assert dispatch._range_index(t, 17, 4096) == 2  # m_max + 1 goes to the next
-    assert dispatch._range_index(t, 64, 4096) == 2
-    assert dispatch._range_index(t, 65, 4096) == 3
-    assert dispatch._range_index(t, 10**9, 4096) == 3
+    assert dispatch._range_index(t, 1, 4096, 4096) == 0
+    assert dispatch._range_index(t, 2, 4096, 4096) == 1
+    assert dispatch._range_index(t, 16, 4096, 4096) == 1  # m == m_max stays in that range
+    assert dispatch._range_index(t, 17, 4096, 4096) == 2  # m_max + 1 goes to the next
+    assert dispatch._range_index(t, 64, 4096, 4096) == 2
+    assert dispatch._range_index(t, 65, 4096, 4096) == 3
+    assert dispatch._range_index(t, 10**9, 4096, 4096) == 3
     for m in range(1, 200):
-        assert dispatch._range_index(t, m, 4096) == expected_range(t, m), m
+        assert dispatch._range_index(t, m, 4096, 4096) == expected_range(t, m), m
 
 
 def test_range_index_single_range():
     t = dispatch._validate_table(table((None, ["a"])), "test")
     for m in (1, 7, 4096, 10**6):
-        assert dispatch._range_index(t, m, 64) == 0
+        assert dispatch._range_index(t, m, 64, 4096) == 0
 
 
 WIDE = {
@@ -200,21 +223,50 @@ WIDE = {
 
 def test_range_index_with_n_min():
     t = dispatch._validate_table(json.loads(json.dumps(WIDE)), "test")
-    assert dispatch._range_index(t, 16, 20000) == 0  # n == n_min takes the wide range
-    assert dispatch._range_index(t, 16, 19999) == 1
-    assert dispatch._range_index(t, 17, 50000) == 2  # no wide range for 17..64
-    assert dispatch._range_index(t, 65, 10000) == 3
-    assert dispatch._range_index(t, 65, 9999) == 4
+    assert dispatch._range_index(t, 16, 20000, 4096) == 0  # n == n_min takes the wide range
+    assert dispatch._range_index(t, 16, 19999, 4096) == 1
+    assert dispatch._range_index(t, 17, 50000, 4096) == 2  # no wide range for 17..64
+    assert dispatch._range_index(t, 65, 10000, 4096) == 3
+    assert dispatch._range_index(t, 65, 9999, 4096) == 4
     for n in (1, 9999, 10000, 19999, 20000, 10**6):
         for m in range(1, 100):
-            assert dispatch._range_index(t, m, n) == expected_range(t, m, n), (m, n)
+            assert dispatch._range_index(t, m, n, 4096) == expected_range(t, m, n), (m, n)
+
+
+SHALLOW = {
+    "ranges": [
+        {"m_max": 16, "prefer": ["a16*"]},
+        {"m_max": 128, "n_min": 8192, "prefer": ["w128*"]},
+        {"m_max": 128, "k_max": 8192, "prefer": ["s128*"]},
+        {"m_max": 128, "prefer": ["a128*"]},
+        {"m_max": None, "n_min": 4096, "k_max": 4096, "prefer": ["wsbig*"]},
+        {"m_max": None, "prefer": ["abig*"]},
+    ]
+}
+
+
+def test_range_index_with_k_max():
+    t = dispatch._validate_table(json.loads(json.dumps(SHALLOW)), "test")
+    assert dispatch._range_index(t, 64, 8192, 16384) == 1  # wide first, whatever k
+    assert dispatch._range_index(t, 64, 4096, 8192) == 2  # k == k_max takes the shallow range
+    assert dispatch._range_index(t, 64, 4096, 8193) == 3
+    assert dispatch._range_index(t, 129, 4096, 4096) == 4  # both limits hold
+    assert dispatch._range_index(t, 129, 4095, 4096) == 5
+    assert dispatch._range_index(t, 129, 4096, 4097) == 5
+    for n in (1, 4095, 4096, 8191, 8192):
+        for k in (1, 4096, 4097, 8192, 8193):
+            for m in range(1, 200, 7):
+                assert dispatch._range_index(t, m, n, k) == expected_range(t, m, n, k), (m, n, k)
+            bounds, applying = dispatch._bounds_for(t, n, k)
+            for m in range(1, 200):
+                assert applying[bisect.bisect_left(bounds, m)] == expected_range(t, m, n, k), (m, n, k)
 
 
 def test_layer_plan_follows_n_min():
     """A layer's cached M bounds are those of the ranges that apply to its n."""
     t = dispatch._validate_table(json.loads(json.dumps(WIDE)), "test")
     for n in (9999, 10000, 20000):
-        bounds, applying = dispatch._bounds_for(t, n)
+        bounds, applying = dispatch._bounds_for(t, n, 4096)
         for m in range(1, 100):
             assert applying[bisect.bisect_left(bounds, m)] == expected_range(t, m, n), (m, n)
 
@@ -397,16 +449,19 @@ def test_cpp_default_choice_equals_python_choice(cc, sms):
     dispatch.reset()
     checked = refused = 0
     for fmt, layout in _build_formats():
-        for m, n in itertools.product((1, 16, 17, 64, 65, 4096), (4096 + 64, 12288, 28672)):  # wide-layer ranges
+        # (Wide-layer ranges by n, shallow-layer ranges by k: the H200 table's k_max are 4096 and 8192.)
+        for m, n, k in itertools.product(
+            (1, 16, 17, 64, 65, 128, 4096), (4096 + 64, 6144, 12288, 28672), (4096, 8192, 8192 + 128)
+        ):
             try:
-                py = dispatch.choose_for(fmt, n, 4096 + 128, m, cc=cc, sms=sms, layout=layout)
+                py = dispatch.choose_for(fmt, n, k, m, cc=cc, sms=sms, layout=layout)
             except dispatch.DispatchError as e:
                 with pytest.raises(ValueError, match="no compiled instance computes"):
-                    C.select_instance(fmt, layout, n, 4096 + 128, m, cc, sms)
+                    C.select_instance(fmt, layout, n, k, m, cc, sms)
                 assert "no compiled instance" in str(e)
                 refused += 1
                 continue
-            assert C.select_instance(fmt, layout, n, 4096 + 128, m, cc, sms) == py, (fmt, m, n, cc, sms)
+            assert C.select_instance(fmt, layout, n, k, m, cc, sms) == py, (fmt, m, n, k, cc, sms)
             checked += 1
     # A build with machine code for this device class chooses for it; one without (e.g. a 90a-only
     # build asked about sm_86) refuses every format in both languages.
@@ -470,7 +525,7 @@ def test_h200_ranges_say_why_and_explain_repeats_it(monkeypatch):
     assert all(isinstance(r.get("why"), str) and r["why"].strip() for r in table["ranges"])
     monkeypatch.setattr(dispatch, "_device_facts", lambda device=None: (90, 132, "NVIDIA H200"))
     text = dispatch.explain("a-bf16_w-u4g128-sbf16_c-bf16", 28672, 8192, 64, layout=3)
-    r = table["ranges"][dispatch._range_index(table, 64, 28672)]
+    r = table["ranges"][dispatch._range_index(table, 64, 28672, 8192)]
     assert f"why this order: {r['why']}" in text
     bad = {"ranges": [{"m_max": None, "prefer": ["*"], "why": ""}]}
     with pytest.raises(ValueError, match="why"):

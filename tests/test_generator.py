@@ -458,6 +458,42 @@ def test_h200_table_gives_every_sm90_format_an_sm90_instance_per_range():
                 assert want // 4 <= chosen.key["tile_m"] <= want, (fmt, r, chosen.name)
 
 
+# Forced-instance sweeps on the H200 (session 13, u4g128 bf16, graph us after a read flush; the
+# closing note and benchmarks/results/h200/tuning hold the numbers): (n, k, m) -> the tile height
+# that was fastest, which the table must pick from the dev matrix.
+H200_MEASURED_BEST = [
+    (3584, 3584, 128, 32),
+    (4096, 4096, 96, 32),
+    (2880, 4096, 128, 32),
+    (4608, 3584, 128, 64),
+    (4096, 14336, 128, 64),
+    (3584, 18944, 96, 64),
+    (1536, 7168, 128, 64),
+    (6144, 4096, 64, 32),
+    (7168, 5120, 48, 32),
+    (5120, 2880, 64, 32),
+    (5120, 13824, 64, 64),
+    (7168, 18432, 64, 64),
+    (3584, 3584, 256, 64),
+    (5120, 2880, 256, 128),
+]
+
+
+@pytest.mark.parametrize("n,k,m,best", H200_MEASURED_BEST)
+def test_h200_table_picks_the_measured_tile(n, k, m, best):
+    import fnmatch
+
+    from humming_aot import dispatch
+
+    gen_mod = _load_generator()
+    fmt = "sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16_"
+    dev = [i for i in gen_mod.enumerate_instances(["90a"], "dev") if i.name.startswith(fmt)]
+    table = dispatch._validate_table(next(t for t in gen_mod.dispatch_tables() if t["name"] == "h200"), "h200")
+    r = table["ranges"][dispatch._range_index(table, m, n, k)]
+    chosen = next(i for p in r["prefer"] for i in dev if fnmatch.fnmatchcase(i.name, p))
+    assert chosen.key["tile_m"] == best, (n, k, m, chosen.name, r.get("why"))
+
+
 def test_sm80_instances_only_for_their_architectures(gen):
     names = gen("--arch", "100a", "--profile", "dev", "--list").stdout.splitlines()
     assert names and not any(n.startswith("sm80_") for n in names)

@@ -283,7 +283,7 @@ def test_layer_plan_preload_loads_each_range_choice_once(h200, monkeypatch):
         warnings.simplefilter("ignore", dispatch.SlowPathWarning)
         names = plan.preload("cuda:0")
         table = dispatch._table_for(90, 132, "NVIDIA H200")
-        bounds, _ = dispatch._bounds_for(table, 8192)
+        bounds, _ = dispatch._bounds_for(table, 8192, 8192)
         want = []
         for m in [1, *bounds, bounds[-1] + 1, 10**6]:
             name = dispatch.choose(fmt, 8192, 4096, m, device="cuda:0", layout=layout)

@@ -468,7 +468,8 @@ def tables_code() -> list[str]:
         for r in t["ranges"]:
             m_max = -1 if r.get("m_max") is None else int(r["m_max"])
             n_min = int(r.get("n_min", 0))
-            ranges.append(f"    {{{m_max}, {n_min}, {_c_string('|'.join(r['prefer']))}}},")
+            k_max = int(r.get("k_max", 0))
+            ranges.append(f"    {{{m_max}, {n_min}, {k_max}, {_c_string('|'.join(r['prefer']))}}},")
         match = t.get("match", {})
         ccs = ";".join(str(c) for c in match.get("cc", []))
         sms = int(match.get("sms", -1))

@@ -171,11 +171,13 @@ struct InstanceInfo {
 // The M-range dispatch tables of humming_aot/tables/*.json, compiled in by the generator. A table
 // applies to devices whose compute capability is in `ccs` (";"-separated, "" = any) and whose
 // multiprocessor count is `sms` (-1 = any); its ranges cover m <= m_max (-1 = no limit) for layers
-// of at least n_min output channels (0 = any) and list instance-name patterns ('*' and '?'
-// wildcards, "|"-separated) in order of preference. The first range that covers a problem wins.
+// of at least n_min output channels (0 = any) and at most k_max inputs (0 = any) and list
+// instance-name patterns ('*' and '?' wildcards, "|"-separated) in order of preference. The first
+// range that covers a problem wins.
 struct DispatchRange {
   int64_t m_max;
   int64_t n_min;
+  int64_t k_max;
   const char *prefer;
 };
 struct DispatchTable {

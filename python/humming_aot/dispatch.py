@@ -6,7 +6,8 @@ The built-in tables are also compiled into libhumming (tools/gen_instances.py), 
 Choices come from M-range tables kept as data (``humming_aot/tables/*.json``; the first table
 whose ``match`` fits the device wins, ``default.json`` last). A range lists instance-name patterns
 in order of preference; a range with ``n_min`` applies only to layers of at least that many output
-channels and is followed by the range of the same ``m_max`` that the other layers take. The choice for one (format, n, k, device, M range) is cached, so a layer
+channels, one with ``k_max`` only to layers of at most that many inputs, and either is followed by
+the range of the same ``m_max`` that the other layers take. The choice for one (format, n, k, device, M range) is cached, so a layer
 pays a dictionary lookup per call. Overrides:
 
 * ``load_table(path_or_dict)`` puts a tuned table in front of the built-in ones;
@@ -67,9 +68,9 @@ def _validate_table(t: dict, origin: str) -> dict:
     if not isinstance(t, dict) or not isinstance(t.get("ranges"), list) or not t["ranges"]:
         raise ValueError(
             f"dispatch table {origin} needs a non-empty list 'ranges' of "
-            "{{'m_max': int|null, 'n_min': int (optional), 'prefer': [patterns]}}"
+            "{{'m_max': int|null, 'n_min': int (optional), 'k_max': int (optional), 'prefer': [patterns]}}"
         )
-    last = 0  # m_max of the last range without n_min
+    last = 0  # m_max of the last range without n_min or k_max
     ranges = t["ranges"]
     for i, r in enumerate(ranges):
         m_max = r.get("m_max")
@@ -83,15 +84,17 @@ def _validate_table(t: dict, origin: str) -> dict:
                 )
         if "why" in r and (not isinstance(r["why"], str) or not r["why"].strip()):
             raise ValueError(f"dispatch table {origin}: 'why' of range {i} must be a non-empty sentence")
-        n_min = r.get("n_min")
-        if n_min is not None:
-            if isinstance(n_min, bool) or not isinstance(n_min, int) or n_min < 1:
-                raise ValueError(f"dispatch table {origin}: n_min must be a positive integer (range {i} has {n_min!r})")
-            # A range for wide layers only is followed by the one the other layers of its M range take.
+        limits = [key for key in ("n_min", "k_max") if r.get(key) is not None]
+        for key in limits:
+            v = r[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"dispatch table {origin}: {key} must be a positive integer (range {i} has {v!r})")
+        if limits:
+            # A range for some layers only is followed by the one the other layers of its M range take.
             if i + 1 == len(ranges) or ranges[i + 1].get("m_max") != m_max:
                 raise ValueError(
-                    f"dispatch table {origin}: range {i} has n_min, so the next range must have the "
-                    f"same m_max ({m_max!r}) for the narrower layers"
+                    f"dispatch table {origin}: range {i} has {' and '.join(limits)}, so the next range must "
+                    f"have the same m_max ({m_max!r}) for the other layers"
                 )
             continue
         if m_max is None:
@@ -190,22 +193,23 @@ def _table_for(cc: int, sms: int, name: str) -> dict:
     raise AssertionError("the default table matches every device")
 
 
-def _applies(r: dict, n: int) -> bool:
-    return n >= r.get("n_min", 0)
+def _applies(r: dict, n: int, k: int) -> bool:
+    return n >= r.get("n_min", 0) and ("k_max" not in r or k <= r["k_max"])
 
 
-def _range_index(table: dict, m: int, n: int) -> int:
-    """Index of the first range with m <= m_max (null: any m) and n >= n_min (absent: any n)."""
+def _range_index(table: dict, m: int, n: int, k: int) -> int:
+    """Index of the first range with m <= m_max (null: any m), n >= n_min and k <= k_max (absent:
+    any n, any k)."""
     for i, r in enumerate(table["ranges"]):
-        if _applies(r, n) and (r["m_max"] is None or m <= r["m_max"]):
+        if _applies(r, n, k) and (r["m_max"] is None or m <= r["m_max"]):
             return i
     raise AssertionError("the last range covers every m and n")
 
 
-def _bounds_for(table: dict, n: int) -> tuple[list, list]:
-    """For layers of n channels: the m_max bounds of the ranges that apply (for bisect) and their
-    indices in the table."""
-    idx = [i for i, r in enumerate(table["ranges"]) if _applies(r, n)]
+def _bounds_for(table: dict, n: int, k: int) -> tuple[list, list]:
+    """For layers of n channels and k inputs: the m_max bounds of the ranges that apply (for
+    bisect) and their indices in the table."""
+    idx = [i for i, r in enumerate(table["ranges"]) if _applies(r, n, k)]
     ends = [j for j, i in enumerate(idx) if table["ranges"][i]["m_max"] is None]
     idx = idx[: ends[0] + 1]  # the first that applies with m_max null covers every larger m
     return [table["ranges"][i]["m_max"] for i in idx[:-1]], idx
@@ -258,7 +262,7 @@ def choose_for(fmt, n: int, k: int, m: int, *, cc: int, sms: int, device_name: s
     g = F.parse_gemm_format(fmt)
     n, k, layout = _check_problem(n, k, layout)
     table = _table_for(cc, sms, device_name)
-    idx = _range_index(table, m, n)
+    idx = _range_index(table, m, n, k)
     key = (str(g), n, k, idx, cc, sms, layout, id(table), _forced)
     hit = _cache.get(key)
     if hit is not None:
@@ -429,13 +433,13 @@ def explain(fmt, n: int, k: int, m: int, *, device=None, layout: int = 1) -> str
     g = F.parse_gemm_format(fmt)
     cc, sms, dev_name = _device_facts(device)
     table = _table_for(cc, sms, dev_name)
-    idx = _range_index(table, m, n)
+    idx = _range_index(table, m, n, k)
     r = table["ranges"][idx]
-    bounds, applying = _bounds_for(table, n)
+    bounds, applying = _bounds_for(table, n, k)
     pos = applying.index(idx)
     lo = bounds[pos - 1] + 1 if pos else 1
     hi = "inf" if r["m_max"] is None else r["m_max"]
-    wide = f", n >= {r['n_min']}" if "n_min" in r else ""
+    wide = (f", n >= {r['n_min']}" if "n_min" in r else "") + (f", k <= {r['k_max']}" if "k_max" in r else "")
     lines = [
         f"format {g}, n={n}, k={k}, m={m}, layout {layout}",
         f"device {dev_name} (sm_{cc}, {sms} SMs); table {table['name']!r}, range m in [{lo}, {hi}]{wide} "
@@ -496,7 +500,7 @@ class LayerPlan:
         if state is None or state[2] != _epoch:
             cc, sms, name = _device_facts(device)
             table = _table_for(cc, sms, name)
-            state = (_bounds_for(table, self.n)[0], {}, _epoch)
+            state = (_bounds_for(table, self.n, self.k)[0], {}, _epoch)
             self._per_device[device.index] = state
         bounds, chosen, _ = state
         b = bisect.bisect_left(bounds, m)
@@ -517,7 +521,7 @@ class LayerPlan:
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         cc, sms, dev_name = _device_facts(device)
-        bounds, _ = _bounds_for(_table_for(cc, sms, dev_name), self.n)
+        bounds, _ = _bounds_for(_table_for(cc, sms, dev_name), self.n, self.k)
         names: list[str] = []
         for m in list(bounds) + [(bounds[-1] + 1) if bounds else 1]:
             try:
