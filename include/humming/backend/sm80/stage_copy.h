@@ -1,21 +1,22 @@
 // The cp.async copies of one stage of the sm80 kernel (kernel/sm80_dense.cuh): BM activation rows
 // x BK inputs, the BK x BN weight blocks of the tile's 64-channel columns, and the stage's scale
 // and zero-point rows, into the stage layout the kernel reads (kABytes of activations swizzled by
-// K::a_offset, then kBBytes of weights, kSBytes of scales, the zero points). Two forms: inner()
-// for stages that lie wholly inside K (no K tests, no zero fill) and edge() for the rest.
+// StageFragments<K>::a_offset (backend/sm80/stage_fragments.h), then kBBytes of weights, kSBytes of scales, the zero
+// points). Two forms: inner() for stages that lie wholly inside K (no K tests, no zero fill) and edge() for the rest.
 #pragma once
 
 #include <cstdint>
 
 #include "humming/backend/sm80/ptx.h"
+#include "humming/backend/sm80/stage_fragments.h"
 #include "humming/humming.h"
 
 namespace humming {
 namespace sm80 {
 
 // K: the kernel (sm80::Dense): its tile (kBM, BN, BK, kWarpsN, kThreads), its stage layout
-//    (kABytes, kBBytes, kSBytes, a_offset), its weight layout (kWordsPerBlock), its groups
-//    (kGroupK, kScaleRows, kZeroBytes, kIntZero, kFloatZero) and its Params.
+//    (kABytes, kBBytes, kSBytes; the activations' swizzle from StageFragments), its weight layout (kWordsPerBlock), its
+//    groups (kGroupK, kScaleRows, kZeroBytes, kIntZero, kFloatZero) and its Params.
 template <class K> struct StageCopies {
   using Params = typename K::Params;
   static constexpr int kThreads = K::kThreads, BM = K::kBM, BN = K::BN, BK = K::BK, WarpsN = K::kWarpsN;
@@ -81,7 +82,7 @@ template <class K> struct StageCopies {
     const int t = static_cast<int>(threadIdx.x);
     const int r0 = t / kRowChunks, c = t % kRowChunks;
     // r0 < kRowsPerPass, so row r0 + j * kRowsPerPass swizzles with (r0 & 7) ^ ((j * kRowsPerPass) & 7).
-    const uint32_t a_dst = static_cast<uint32_t>(K::a_offset(r0, c));
+    const uint32_t a_dst = static_cast<uint32_t>(StageFragments<K>::a_offset(r0, c));
     const int a_pass = static_cast<int>(p.args.lda * 2 * kRowsPerPass);
     const char *asrc = tc.a + kt * (BK * 2);
 #pragma unroll
@@ -162,7 +163,8 @@ template <class K> struct StageCopies {
       for (int j = 0; j < (BM + kRowsPerPass - 1) / kRowsPerPass; ++j) {
         const int r = r0 + j * kRowsPerPass;
         if (j < tc.a_rows)
-          cp_async16<128>(stage + K::a_offset(r, c), a_k ? asrc + j * kRowsPerPass * row_bytes : asrc, a_k);
+          cp_async16<128>(stage + StageFragments<K>::a_offset(r, c), a_k ? asrc + j * kRowsPerPass * row_bytes : asrc,
+                          a_k);
       }
 #pragma unroll
       for (int j = 0; j < WarpsN * kPasses; ++j) {
@@ -179,7 +181,7 @@ template <class K> struct StageCopies {
         const int r = i / kRowChunks, c = i % kRowChunks;
         if (r >= rows) return;
         const bool ok = c * 8 < k_left;
-        cp_async16<128>(stage + K::a_offset(r, c), ok ? base + r * row_bytes + c * 16 : base, ok);
+        cp_async16<128>(stage + StageFragments<K>::a_offset(r, c), ok ? base + r * row_bytes + c * 16 : base, ok);
       });
       const char *wbase = reinterpret_cast<const char *>(a.codes) + ((n0 / 64) * p.k_blocks + kb0) * kWordsPerBlock * 4;
       const int col_bytes = static_cast<int>(p.k_blocks * kWordsPerBlock * 4);

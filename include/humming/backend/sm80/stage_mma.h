@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "humming/backend/sm80/ptx.h"
+#include "humming/backend/sm80/stage_fragments.h"
 #include "humming/numeric/fast_dequant.h"
 
 namespace humming {
@@ -16,10 +17,11 @@ namespace sm80 {
 
 // K: the kernel (sm80::Dense): its operand type (kBf16), its warp tile (MT mma tiles of 16 rows, WM
 //    rows, kWarpK inputs per stage in kSteps K steps), its stage layout (kABytes, kBBytes, kSBytes,
-//    BN), its scale segments (kSegs, kSegSteps, segment_input, scale_row, segment_zeros,
-//    group_zero_pair, group_zero), its zero-point handling (kRowSums, kFold, kFloatZero) and its fragments
-//    (load_a, a_offset, kWordsPerLane, load_words, dequant).
+//    BN), its scale segments (kSegs, kSegSteps) and its zero-point handling (kRowSums, kFold,
+//    kFloatZero); its fragments and segment rows come from StageFragments<K>
+//    (backend/sm80/stage_fragments.h).
 template <class K> struct StageMma {
+  using Frags = StageFragments<K>;
   static constexpr bool kBf16 = K::kBf16, kRowSums = K::kRowSums, kFold = K::kFold, kFloatZero = K::kFloatZero;
   static constexpr int GroupK = K::kGroupK, kSegs = K::kSegs, kSegSteps = K::kSegSteps, kABytes = K::kABytes,
                        kBBytes = K::kBBytes, kSBytes = K::kSBytes, BN = K::BN, kWordsPerLane = K::kWordsPerLane,
@@ -37,21 +39,21 @@ template <class K> struct StageMma {
     // and pass the 128-register budget.
 #pragma unroll 1
     for (int sg = 0; sg < kSegs; ++sg) {
-      const int kk0 = K::segment_input(wk, sg);
-      const int row = K::scale_row(kk0);
+      const int kk0 = Frags::segment_input(wk, sg);
+      const int row = Frags::scale_row(kk0);
       uint32_t af[kSegSteps][4];
 #pragma unroll
-      for (int s = 0; s < kSegSteps; ++s) K::load_a(stage, 0, kk0 + s * 16, lane, af[s]);
+      for (int s = 0; s < kSegSteps; ++s) Frags::load_a(stage, 0, kk0 + s * 16, lane, af[s]);
       uint32_t bias[8];
       float zero[8];
-      K::segment_zeros(stage, row, wn, lane, fixed_bias, fixed_zero, bias, zero);
+      Frags::segment_zeros(stage, row, wn, lane, fixed_bias, fixed_zero, bias, zero);
       if constexpr (GroupK == 0) {
 #pragma unroll
         for (int s = 0; s < kSegSteps; ++s) {
           if constexpr (kRowSums) mma_16816<kBf16>(offset_sums, af[s], neg_offset, neg_offset);
           uint32_t words[kWordsPerLane], bf[8][2];
-          K::load_words(sb, wn, kk0 + s * 16, lane, words);
-          K::dequant(words, bias, zero, bf);
+          Frags::load_words(sb, wn, kk0 + s * 16, lane, words);
+          Frags::dequant(words, bias, zero, bf);
 #pragma unroll
           for (int j = 0; j < 8; ++j) mma_16816<kBf16>(acc[j], af[s], bf[j][0], bf[j][1]);
         }
@@ -67,8 +69,8 @@ template <class K> struct StageMma {
 #pragma unroll
         for (int s = 0; s < kSegSteps; ++s) {
           uint32_t words[kWordsPerLane], bf[8][2];
-          K::load_words(sb, wn, kk0 + s * 16, lane, words);
-          K::dequant(words, bias, zero, bf);
+          Frags::load_words(sb, wn, kk0 + s * 16, lane, words);
+          Frags::dequant(words, bias, zero, bf);
 #pragma unroll
           for (int j = 0; j < 8; ++j) {
             if (s == 0)
@@ -85,7 +87,7 @@ template <class K> struct StageMma {
           const float2 sc = Op::to_float2(srow[col]);
           if constexpr (kFloatZero) {
             // sums - z x row sums = sums + (z / P) x start.
-            const float2 z = K::group_zero_pair(stage, row, col);
+            const float2 z = Frags::group_zero_pair(stage, row, col);
             seg[j][0] = fmaf(z.x, start[0], seg[j][0]);
             seg[j][1] = fmaf(z.y, start[1], seg[j][1]);
             seg[j][2] = fmaf(z.x, start[2], seg[j][2]);
@@ -113,12 +115,12 @@ template <class K> struct StageMma {
       const int kk = wk * WarpK + ks * 16; // input offset inside the stage
       uint32_t af[MT][4];
 #pragma unroll
-      for (int i = 0; i < MT; ++i) K::load_a(stage, wm * WM + i * 16, kk, lane, af[i]);
+      for (int i = 0; i < MT; ++i) Frags::load_a(stage, wm * WM + i * 16, kk, lane, af[i]);
       uint32_t words[kWordsPerLane];
-      K::load_words(sb, wn, kk, lane, words);
+      Frags::load_words(sb, wn, kk, lane, words);
       uint32_t bias[8], scale_pair[8], zero_pair[8];
       float zero[8];
-      const int row = K::scale_row(kk);
+      const int row = Frags::scale_row(kk);
       if constexpr (GroupK != 0) {
         const auto *srow = reinterpret_cast<const uint16_t *>(stage + kABytes + kBBytes) + row * BN;
 #pragma unroll
@@ -134,9 +136,9 @@ template <class K> struct StageMma {
 #pragma unroll
         for (int j = 0; j < 8; ++j) zero_pair[j] = fixed_bias[j];
       }
-      K::segment_zeros(stage, row, wn, lane, fixed_bias, fixed_zero, bias, zero);
+      Frags::segment_zeros(stage, row, wn, lane, fixed_bias, fixed_zero, bias, zero);
       uint32_t bf[8][2];
-      K::dequant(words, bias, zero, bf);
+      Frags::dequant(words, bias, zero, bf);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         if constexpr (kFloatZero)
@@ -162,7 +164,7 @@ template <class K> struct StageMma {
   static __device__ __forceinline__ void narrow_load_act(const char *sa, int kk, int lane, uint32_t (&r)[4]) {
     const int row = lane % 8;
     const int chunk = kk / 8 + lane / 8;
-    ldmatrix_x4(r, sa + K::a_offset(row, chunk)); // (row < 8: its low bits are itself)
+    ldmatrix_x4(r, sa + Frags::a_offset(row, chunk)); // (row < 8: its low bits are itself)
   }
 
   // mma of the 16 channels J * 16 ... J * 16 + 15 (two dequant fragments) against 8 tokens.
@@ -182,22 +184,22 @@ template <class K> struct StageMma {
     const uint32_t neg[4] = {neg_offset, neg_offset, neg_offset, neg_offset};
 #pragma unroll 1
     for (int sg = 0; sg < kSegs; ++sg) {
-      const int kk0 = K::segment_input(wk, sg);
-      const int row = K::scale_row(kk0);
+      const int kk0 = Frags::segment_input(wk, sg);
+      const int row = Frags::scale_row(kk0);
       uint32_t act[kSegSteps / 2][4];
 #pragma unroll
       for (int q = 0; q < kSegSteps / 2; ++q) narrow_load_act(stage, kk0 + q * 32, lane, act[q]);
       uint32_t bias[8];
       float zero[8];
-      K::segment_zeros(stage, row, wn, lane, fixed_bias, fixed_zero, bias, zero);
+      Frags::segment_zeros(stage, row, wn, lane, fixed_bias, fixed_zero, bias, zero);
       if constexpr (GroupK == 0) {
 #pragma unroll
         for (int s = 0; s < kSegSteps; ++s) {
           const uint32_t b0 = act[s / 2][2 * (s % 2)], b1 = act[s / 2][2 * (s % 2) + 1];
           if constexpr (kRowSums) mma_16816<kBf16>(offset_sums, neg, b0, b1);
           uint32_t words[kWordsPerLane], bf[8][2];
-          K::load_words(sb, wn, kk0 + s * 16, lane, words);
-          K::dequant(words, bias, zero, bf);
+          Frags::load_words(sb, wn, kk0 + s * 16, lane, words);
+          Frags::dequant(words, bias, zero, bf);
 #pragma unroll
           for (int J = 0; J < 4; ++J) narrow_mma(acc[J], bf, J, b0, b1);
         }
@@ -213,8 +215,8 @@ template <class K> struct StageMma {
         for (int s = 0; s < kSegSteps; ++s) {
           const uint32_t b0 = act[s / 2][2 * (s % 2)], b1 = act[s / 2][2 * (s % 2) + 1];
           uint32_t words[kWordsPerLane], bf[8][2];
-          K::load_words(sb, wn, kk0 + s * 16, lane, words);
-          K::dequant(words, bias, zero, bf);
+          Frags::load_words(sb, wn, kk0 + s * 16, lane, words);
+          Frags::dequant(words, bias, zero, bf);
 #pragma unroll
           for (int J = 0; J < 4; ++J) {
             const uint32_t a[4] = {bf[2 * J][0], bf[2 * J + 1][0], bf[2 * J][1], bf[2 * J + 1][1]};
@@ -232,7 +234,7 @@ template <class K> struct StageMma {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             if constexpr (kFloatZero) {
-              const float z = K::group_zero(stage, row, wn * 64 + lane / 4 + J * 16 + h * 8);
+              const float z = Frags::group_zero(stage, row, wn * 64 + lane / 4 + J * 16 + h * 8);
               seg[J][2 * h] = fmaf(z, start[2 * h], seg[J][2 * h]);
               seg[J][2 * h + 1] = fmaf(z, start[2 * h + 1], seg[J][2 * h + 1]);
             }
