@@ -35,6 +35,7 @@
 
 #include "humming/backend/sm90/pipeline.h"
 #include "humming/backend/sm90/ptx.h"
+#include "humming/backend/sm90/stage_fragments.h"
 #include "humming/backend/sm90/tensor_map.h"
 #include "humming/epilogue/store.h"
 #include "humming/epilogue/streamk_fixup.h"
@@ -63,6 +64,8 @@ struct Dense {
   static constexpr bool kFloatCode = kCode.kind == kFloat;
   static constexpr bool kIntZero = Zero == static_cast<int>(ZeroKind::kInt);
   static constexpr int kTileM = BM;
+  // The template parameters the components read (backend/sm90/stage_fragments.h).
+  static constexpr int kKAtoms = KAtoms, kConsumers = Consumers, kGroupK = GroupK;
   static constexpr int BN = 64 * Consumers;
   static constexpr int BK = 64 * KAtoms;
   static constexpr int kConsumerThreads = 128 * Consumers;
@@ -158,63 +161,8 @@ struct Dense {
 
   // ---- consumers -----------------------------------------------------------------------------
 
-  // Scale row of the stage that holds K step `step` (0 when one group spans the stage).
-  static constexpr int scale_row(int step) {
-    return GroupK == 0 || GroupK >= BK ? 0 : step * 16 / (GroupK == 0 ? 1 : GroupK);
-  }
-
-  // This thread's A fragments of one stage: af[step][r] is register r of K step `step`, channels
-  // c0 (r even) and c0 + 8 (r odd) of the warpgroup's 64 (see layout/sm90.h). `col` is the
-  // thread's first channel inside the tile; `bias` / `zero` the per-channel zero points (used when
-  // the stage holds none). With kSumScales, sc[g][h] is the scale of group g of the stage for
-  // channel c0 + 8h, and the operands stay unscaled.
-  static __device__ __forceinline__ void load_fragments(const char *stage, int cw, int t, int col,
-                                                        const uint32_t (&bias)[2], const float (&zero)[2],
-                                                        uint32_t (&af)[kSteps][4], float (&sc)[kSets][2]) {
-    using Op = numeric::Operand<kBf16>;
-    if constexpr (kSumScales) {
-      const auto *srows = reinterpret_cast<const uint16_t *>(stage + kABytes + kWBytes);
-#pragma unroll
-      for (int g = 0; g < kSets; ++g)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) sc[g][h] = Op::to_float(srows[g * BN + col + 8 * h]);
-    }
-#pragma unroll
-    for (int at = 0; at < KAtoms; ++at) {
-      const uint32_t *blk = reinterpret_cast<const uint32_t *>(stage + kABytes + (at * Consumers + cw) * kBlockBytes);
-      uint32_t words[kWords];
-      layout_sm90::load_thread_words<kWords>(blk, t, words);
-#pragma unroll
-      for (int sa = 0; sa < 4; ++sa) {
-        const int step = at * 4 + sa;
-        const int row = scale_row(step);
-        uint32_t b[2] = {bias[0], bias[1]}, sc2[2] = {0u, 0u};
-        float z[2] = {zero[0], zero[1]};
-        if constexpr (GroupK != 0) {
-          const auto *srow = reinterpret_cast<const uint16_t *>(stage + kABytes + kWBytes) + row * BN;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            if constexpr (!kSumScales) {
-              const uint32_t sv = srow[col + 8 * h];
-              sc2[h] = sv | (sv << 16);
-            }
-            if constexpr (kIntZero) {
-              const auto *zrow = reinterpret_cast<const uint8_t *>(stage + kABytes + kWBytes + kSBytes) + row * BN;
-              z[h] = static_cast<float>(zrow[col + 8 * h]);
-              b[h] = numeric::zero_bias<kBf16>(z[h]);
-            }
-          }
-        }
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          // pair sa * 4 + r of the 64-input block (layout/sm90.h)
-          uint32_t v = numeric::exact_pair_of<kBf16, CodeId>(words, sa * 4 + r, b[r % 2], z[r % 2]);
-          if constexpr (GroupK != 0 && !kSumScales) v = Op::mul(v, sc2[r % 2]);
-          af[step][r] = v;
-        }
-      }
-    }
-  }
+  // The stage's fragments, zero points and scales (backend/sm90/stage_fragments.h).
+  using Frags = StageFragments<Dense>;
 
   // Per consumer thread: the sums of its tile (acc) and, with kSumScales, the current stage's sums
   // per scale group (part), with the fragments and scales of two stages (the one the tensor cores
@@ -231,7 +179,7 @@ struct Dense {
   static __device__ __forceinline__ void fetch(const char *ring_ptr, uint32_t bars, RingPos pos, int cw, int t, int col,
                                                const uint32_t (&bias)[2], const float (&zero)[2], Regs &r) {
     mbar_wait(ring_bar<Stages>(bars, 0, pos.stage), pos.phase);
-    load_fragments(ring_ptr + pos.stage * kStageBytes, cw, t, col, bias, zero, r.af[B], r.sc[B]);
+    Frags::load(ring_ptr + pos.stage * kStageBytes, cw, t, col, bias, zero, r.af[B], r.sc[B]);
   }
 
   // Issues the WGMMAs of stage `pos` from fragment set `B` as one group: into the group sums (each
@@ -252,7 +200,7 @@ struct Dense {
       const uint64_t d = desc + (step / 4) * (kAtomBytes >> 4) + (step % 4) * 2;
       if constexpr (kSumScales) {
         constexpr int kSpan = GroupK < BK ? GroupK : BK; // inputs of one group inside the stage
-        Wgmma<BM, kBf16>::run(r.part[scale_row(step)], r.af[B][step], d, (step * 16) % kSpan == 0 ? 0 : 1);
+        Wgmma<BM, kBf16>::run(r.part[Frags::scale_row(step)], r.af[B][step], d, (step * 16) % kSpan == 0 ? 0 : 1);
       } else {
         Wgmma<BM, kBf16>::run(r.acc, r.af[B][step], d, 1);
       }
