@@ -146,7 +146,13 @@ def test_tiny_llama_checkpoint_end_to_end(tmp_path):
         want = reference(ids).logits.float()
     converted = ha.load_quantized(str(tmp_path), progress=False)
     assert set(converted) == set(decompressed)
-    quantized = _tiny_llama()
+    # The README's three lines: a float skeleton from the checkpoint's config (other random weights
+    # than the checkpoint's), its float tensors from the checkpoint, the quantized linears swapped in.
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(123)
+    quantized = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(tmp_path), dtype=torch.bfloat16).eval()
+    quantized.load_state_dict(ha.load_unquantized(tmp_path, dtype=torch.bfloat16), strict=False)
     swapped = ha.replace_linears(quantized, converted, progress=False)
     assert len(swapped) == len(decompressed) and type(quantized.lm_head) is torch.nn.Linear
     with torch.no_grad():

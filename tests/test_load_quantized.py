@@ -267,6 +267,67 @@ def test_checkpoint_to_model(tmp_path, method):
     assert rel_err(got, want) < 1e-2  # bf16 round-off over a few layers (4e-3); a wrong order gives ~1
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("method", ["gptq", "awq", "compressed-tensors"])
+def test_checkpoint_to_model_on_the_gpu(tmp_path, method):
+    """The same checkpoints onto the GPU: replace_linears packs each weight for the layout the
+    device's table prefers, and the model runs on the GPU kernels (no instance of the generic
+    backend, no CPU fallback) with the output of the float reference to bf16 round-off."""
+    import warnings
+
+    from humming_aot import dispatch, pack
+
+    model, ref, _ = make_model_and_checkpoint(tmp_path, method)
+    converted = ha.load_quantized(tmp_path, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dispatch.SlowPathWarning)  # a slow-path choice fails the test
+        ha.replace_linears(model, converted, device="cuda", progress=False)  # the README's order:
+        model = model.cuda()  # the quantized linears packed on the GPU, then the rest moved there
+        x = torch.randn(2, 5, H, generator=torch.Generator().manual_seed(7)).to(torch.bfloat16)
+        with torch.no_grad():
+            got = model(x.cuda())
+    for name in LAYERS:
+        lin = model.get_submodule(name)
+        assert lin.codes.is_cuda and lin.packed.layout != pack.LAYOUTS["generic"], (name, lin.packed.layout)
+    with torch.no_grad():
+        want = ref(x.float())
+    assert got.is_cuda and got.dtype == torch.bfloat16
+    assert rel_err(got.cpu(), want) < 1e-2
+
+
+@pytest.mark.parametrize("method", ["gptq", "awq", "compressed-tensors"])
+def test_unquantized_tensors_complete_a_fresh_model(tmp_path, method):
+    """A model built afresh (other random weights than the checkpoint's) gets the checkpoint's
+    float tensors from load_unquantized (the quantized linears' biases, the ignored lm_head) and
+    its quantized linears from load_quantized: then it is the reference model, to bf16 round-off."""
+    _, ref, _ = make_model_and_checkpoint(tmp_path, method)
+    rest = ha.load_unquantized(tmp_path, dtype=torch.bfloat16)
+    quantized_fields = ("qweight", "qzeros", "scales", "g_idx", "weight_packed", "weight_scale", "weight_shape")
+    assert not any(n.rsplit(".", 1)[1] in quantized_fields for n in rest), sorted(rest)
+    assert "lm_head.weight" in rest and all(t.dtype == torch.bfloat16 for t in rest.values())
+    torch.manual_seed(123)
+    model = Tiny().to(torch.bfloat16)
+    missing, unexpected = model.load_state_dict(rest, strict=False)
+    assert not unexpected and sorted(missing) == sorted(f"{name}.weight" for name in LAYERS)
+    ha.replace_linears(model, ha.load_quantized(tmp_path, progress=False), progress=False)
+    x = torch.randn(2, 5, H, generator=torch.Generator().manual_seed(7)).to(torch.bfloat16)
+    with torch.no_grad():
+        assert rel_err(model(x), ref(x.float())) < 1e-2
+
+
+def test_unquantized_of_a_packed_checkpoint_points_at_the_source(tmp_path):
+    from humming_aot import cli
+
+    (tmp_path / "src").mkdir()
+    make_model_and_checkpoint(tmp_path / "src", "gptq")
+    assert cli.main(["convert", str(tmp_path / "src"), str(tmp_path / "out"), "--arch", "generic", "--quiet"]) == 0
+    with pytest.raises(CheckpointError, match="holds only the quantized layers; read the model's other tensors"):
+        ha.load_unquantized(tmp_path / "out")
+    with pytest.raises(ValueError, match="load_unquantized of a state dict needs config="):
+        ha.load_unquantized({"a": torch.zeros(1)})
+
+
 def test_one_act_order_layer_exactly(tmp_path):
     """One GPTQ act-order layer against x @ W.T in float32: only the output rounding differs."""
     _, ref, _ = make_model_and_checkpoint(tmp_path, "gptq", seed=3)

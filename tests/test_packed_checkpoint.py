@@ -86,6 +86,33 @@ def test_convert_and_load_without_repacking(tmp_path, source, arch, monkeypatch,
         assert torch.equal(got[name], want[name]), name  # bitwise
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_sm90_checkpoint_loads_straight_to_the_gpu(tmp_path, source, monkeypatch):
+    """A checkpoint packed for sm90 (on the CPU, by the CLI) loads onto the GPU with no repack, and
+    its layers give the outputs, bitwise, of the same weights imported and packed on the GPU (the
+    GPU kernels' own results; test_load_quantized checks them against the float reference)."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU (the sm90 layout's kernels)")
+    src, model = source
+    out = tmp_path / "packed-sm90"
+    convert(src, out, "sm90")
+    direct = copy.deepcopy(model).cuda()
+    ha.replace_linears(direct, ha.load_quantized(src, progress=False), layout="sm90", device="cuda", progress=False)
+    monkeypatch.setattr(pack, "pack_weight", no_pack)
+    loaded = ha.load_quantized(out, layout="sm90", device="cuda", progress=False)
+    assert all(v.packed.codes.is_cuda for v in loaded.values())
+    packed_model = copy.deepcopy(model).cuda()
+    ha.replace_linears(packed_model, loaded, progress=False)
+    with torch.no_grad():
+        inputs = {name: (x2 if name.endswith("down_proj") else x).cuda() for name in LAYERS}
+        got = {name: packed_model.get_submodule(name)(inputs[name]) for name in LAYERS}
+        want = {name: direct.get_submodule(name)(inputs[name]) for name in LAYERS}
+    for name in LAYERS:
+        assert packed_model.get_submodule(name).codes.is_cuda, name
+        assert torch.equal(got[name], want[name]), name  # bitwise
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_metadata(tmp_path, source, arch):
     src, _ = source

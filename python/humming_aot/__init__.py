@@ -34,6 +34,7 @@ _LAZY = {
     "choose": ("dispatch", "choose"),
     "load_quantized": ("loading", "load_quantized"),
     "iter_quantized": ("loading", "iter_quantized"),
+    "load_unquantized": ("loading", "load_unquantized"),
     "replace_linears": ("loading", "replace_linears"),
     "FUSED_PROJECTIONS": ("loading", "FUSED_PROJECTIONS"),
     "quantize_model": ("loading", "quantize_model"),

@@ -337,6 +337,32 @@ def _progress(items, total: int | None, desc: str, enabled: bool):
     return tqdm(items, total=total, desc=desc, unit="layer")
 
 
+def _open_source(source, config, caller: str):
+    """(quantization settings, tensors by name) of a checkpoint directory or a state dict."""
+    if isinstance(source, (str, os.PathLike)):
+        directory = os.fspath(source)
+        return (_quant_config(config) if config is not None else _read_config(directory)), _Shards(directory)
+    if isinstance(source, Mapping):
+        if config is None:
+            raise ValueError(f"{caller} of a state dict needs config= (the model config or its quantization_config)")
+        return _quant_config(config), source
+    raise TypeError(f"{caller} takes a checkpoint directory or a state dict, got {type(source).__name__}")
+
+
+def _quantized_layers(qcfg: Mapping, names: list[str]) -> tuple[Callable[[Mapping, str], Any], dict[str, list[str]]]:
+    """The importer of the checkpoint's method and {layer prefix: its tensor names} of the layers
+    it imports (those its method marks, less the ignored ones), in checkpoint order."""
+    method = str(qcfg.get("quant_method") or qcfg.get("method") or "").lower()
+    convert = _importer(method, qcfg)  # first: it refuses a method that QUANT_METHODS lacks
+    ignore = _ignore_list(qcfg)
+    layers = {
+        p: layer_names
+        for p, layer_names in _layers(names, QUANT_METHODS[method]).items()
+        if not any(_matches(p, pat) for pat in ignore)
+    }
+    return convert, layers
+
+
 # ---- the public API -----------------------------------------------------------------------------------
 
 
@@ -361,27 +387,9 @@ def iter_quantized(
             f"{source if isinstance(source, (str, os.PathLike)) else 'a state dict'} is not one "
             "(replace_linears packs for the layout and device)"
         )
-    if isinstance(source, (str, os.PathLike)):
-        directory = os.fspath(source)
-        qcfg = _quant_config(config) if config is not None else _read_config(directory)
-        tensors = _Shards(directory)
-    elif isinstance(source, Mapping):
-        if config is None:
-            raise ValueError(
-                "load_quantized of a state dict needs config= (the model config or its quantization_config)"
-            )
-        qcfg, tensors = _quant_config(config), source
-    else:
-        raise TypeError(f"load_quantized takes a checkpoint directory or a state dict, got {type(source).__name__}")
+    qcfg, tensors = _open_source(source, config, "load_quantized")
     try:
-        method = str(qcfg.get("quant_method") or qcfg.get("method") or "").lower()
-        convert = _importer(method, qcfg)  # first: it refuses a method that QUANT_METHODS lacks
-        ignore = _ignore_list(qcfg)
-        layers = {
-            p: names
-            for p, names in _layers(list(tensors.keys()), QUANT_METHODS[method]).items()
-            if not any(_matches(p, pat) for pat in ignore)
-        }
+        convert, layers = _quantized_layers(qcfg, list(tensors.keys()))
         for prefix in _progress(layers, len(layers), "importing", progress):
             yield prefix, convert(_LayerTensors(tensors, layers[prefix]), prefix)
     finally:
@@ -422,6 +430,43 @@ def load_quantized(
     ``packed_checkpoint.PackedCheckpointError``. Both keywords are for packed checkpoints only.
     """
     return dict(iter_quantized(source, config, progress=progress, layout=layout, device=device))
+
+
+def load_unquantized(
+    source: str | os.PathLike | Mapping[str, torch.Tensor], config: Any = None, *, dtype: torch.dtype | None = None
+) -> dict[str, torch.Tensor]:
+    """Every tensor of a checkpoint that :func:`load_quantized` does not import: embeddings, norms,
+    the biases of the quantized linears (``replace_linears`` keeps the linear's bias, so it must be
+    in the model first), ignored layers such as ``lm_head``, and other float tensors, for
+    ``model.load_state_dict(load_unquantized(d), strict=False)``. The quantized layers' own tensors
+    (codes, scales, zero points, act-order indices, their tools' extra fields) are left out.
+
+    ``source`` and ``config`` as for :func:`load_quantized` (a directory is read one tensor at a
+    time; the result holds these tensors, which are the small part of a quantized model).
+    ``dtype``: cast floating-point tensors to it (e.g. the model's bf16); others stay as stored.
+    A packed checkpoint (``humming-aot convert``) holds only the quantized layers: it is refused,
+    pointing at the source checkpoint.
+    """
+    if isinstance(source, (str, os.PathLike)) and is_packed_checkpoint(source):
+        raise CheckpointError(
+            f"{os.fspath(source)}: a packed checkpoint (humming-aot convert) holds only the quantized "
+            "layers; read the model's other tensors from the source checkpoint it was converted from"
+        )
+    qcfg, tensors = _open_source(source, config, "load_unquantized")
+    try:
+        names = list(tensors.keys())
+        _, layers = _quantized_layers(qcfg, names)
+        quantized = {n for p, layer_names in layers.items() for n in layer_names if n != p + ".bias"}
+        out = {}
+        for name in names:
+            if name in quantized:
+                continue
+            t = tensors[name]
+            out[name] = t.to(dtype) if dtype is not None and t.is_floating_point() else t
+        return out
+    finally:
+        if isinstance(tensors, _Shards):
+            tensors.close()
 
 
 # The usual fused projections of serving stacks (vLLM's Llama / Qwen / Mistral modules): q, k, v
