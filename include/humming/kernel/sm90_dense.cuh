@@ -36,6 +36,7 @@
 #include "humming/backend/sm90/pipeline.h"
 #include "humming/backend/sm90/ptx.h"
 #include "humming/backend/sm90/stage_fragments.h"
+#include "humming/backend/sm90/stage_loads.h"
 #include "humming/backend/sm90/tensor_map.h"
 #include "humming/epilogue/store.h"
 #include "humming/epilogue/streamk_fixup.h"
@@ -64,7 +65,7 @@ struct Dense {
   static constexpr bool kFloatCode = kCode.kind == kFloat;
   static constexpr bool kIntZero = Zero == static_cast<int>(ZeroKind::kInt);
   static constexpr int kTileM = BM;
-  // The template parameters the components read (backend/sm90/stage_fragments.h).
+  // The template parameters the components read (backend/sm90/stage_fragments.h, stage_loads.h).
   static constexpr int kKAtoms = KAtoms, kConsumers = Consumers, kGroupK = GroupK;
   static constexpr int BN = 64 * Consumers;
   static constexpr int BK = 64 * KAtoms;
@@ -118,43 +119,22 @@ struct Dense {
 
   // ---- producer ------------------------------------------------------------------------------
 
+  // The copies of a stage (backend/sm90/stage_loads.h).
+  using Loads = StageLoads<Dense>;
+
   // One thread: every stage of every segment of this block, in order.
   static __device__ __forceinline__ void produce(const Params &p, uint32_t ring, uint32_t bars) {
-    const GemmArgs &a = p.args;
     RingPos pos;
     for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
       const int64_t m0 = tile / p.n_tiles * BM, n0 = tile % p.n_tiles * BN;
-      // Channel blocks of this tile inside n_pad: the copies stop there (the consumers of the
-      // others compute on whatever the stage holds, and nothing of theirs is stored).
-      const int64_t left = (a.dims.n_pad - n0) / 64;
-      const int cols = static_cast<int>(left < Consumers ? left : Consumers);
-      const uint32_t bytes = kABytes + KAtoms * cols * kBlockBytes + kScaleRows * cols * 64 * (2 + (kIntZero ? 1 : 0));
+      const int cols = Loads::columns(p.args, n0);
+      const uint32_t bytes = Loads::bytes(cols);
       for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
         const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
                        empty = ring_bar<Stages>(bars, 1, pos.stage);
         mbar_wait(empty, pos.phase ^ 1u);
         mbar_arrive_expect_tx(full, bytes);
-#pragma unroll
-        for (int at = 0; at < KAtoms; ++at)
-          tensor_copy_2d(stage + at * kAtomBytes, &p.act, static_cast<int>(kt * BK + at * 64), static_cast<int>(m0),
-                         full);
-#pragma unroll
-        for (int at = 0; at < KAtoms; ++at) {
-          const int64_t kb = kt * KAtoms + at;
-          const char *src = reinterpret_cast<const char *>(a.codes) + (kb * p.n_blocks + n0 / 64) * kBlockBytes;
-          bulk_copy(stage + kABytes + at * Consumers * kBlockBytes, src, cols * kBlockBytes, full);
-        }
-        if constexpr (GroupK != 0) {
-#pragma unroll
-          for (int r = 0; r < kScaleRows; ++r) {
-            const int64_t g = kt * BK / GroupK + r;
-            bulk_copy(stage + kABytes + kWBytes + r * BN * 2,
-                      static_cast<const char *>(a.scales) + (g * a.dims.n_groups + n0) * 2, cols * 128, full);
-            if constexpr (kIntZero)
-              bulk_copy(stage + kABytes + kWBytes + kSBytes + r * BN,
-                        static_cast<const char *>(a.zeros) + g * a.dims.n_groups + n0, cols * 64, full);
-          }
-        }
+        Loads::issue(p, stage, full, kt, m0, n0, cols);
       }
     });
   }

@@ -1,0 +1,68 @@
+// What the producer of the sm90 weight-only kernel (kernel/sm90_dense.cuh) copies into one ring
+// stage, all completing on the stage's "full" mbarrier: the activations' BM x 64 boxes through
+// the tensor map (rows past m and inputs past k land as zeros), the weight's layout-3 blocks of
+// the stage (contiguous per 64-input block: one bulk copy each), and the stage's scale and
+// zero-point rows. The stage layout is the one backend/sm90/stage_fragments.h reads.
+#pragma once
+
+#include <cstdint>
+
+#include "humming/backend/sm90/ptx.h"
+#include "humming/humming.h"
+
+namespace humming {
+namespace sm90 {
+
+// K: the kernel (sm90::Dense): its tile (kTileM tokens, BN channels of kConsumers 64-channel
+//    columns, BK inputs in kKAtoms 64-input blocks), its stage layout (kAtomBytes per activation
+//    box, kABytes, kBlockBytes per weight block, kWBytes, kSBytes), its groups (kGroupK,
+//    kScaleRows, kIntZero) and its Params (the activations' tensor map `act`, `args`, n_blocks).
+template <class K> struct StageLoads {
+  using Params = typename K::Params;
+  static constexpr int BM = K::kTileM, BN = K::BN, BK = K::BK, KAtoms = K::kKAtoms, Consumers = K::kConsumers;
+  static constexpr int GroupK = K::kGroupK, kScaleRows = K::kScaleRows;
+  static constexpr int kAtomBytes = K::kAtomBytes, kABytes = K::kABytes, kBlockBytes = K::kBlockBytes,
+                       kWBytes = K::kWBytes, kSBytes = K::kSBytes;
+  static constexpr bool kIntZero = K::kIntZero;
+
+  // Channel blocks of the tile at n0 that lie inside n_pad: the copies stop there (the consumers
+  // of the others compute on whatever the stage holds, and nothing of theirs is stored).
+  static __device__ __forceinline__ int columns(const GemmArgs &a, int64_t n0) {
+    const int64_t left = (a.dims.n_pad - n0) / 64;
+    return static_cast<int>(left < Consumers ? left : Consumers);
+  }
+
+  // Bytes that arrive on the stage's barrier for a tile of `cols` channel blocks.
+  static __device__ __forceinline__ uint32_t bytes(int cols) {
+    return kABytes + KAtoms * cols * kBlockBytes + kScaleRows * cols * 64 * (2 + (kIntZero ? 1 : 0));
+  }
+
+  // The copies of K tile kt of the tile at (m0, n0) into the stage at shared address `stage`.
+  static __device__ __forceinline__ void issue(const Params &p, uint32_t stage, uint32_t full, int64_t kt, int64_t m0,
+                                               int64_t n0, int cols) {
+    const GemmArgs &a = p.args;
+#pragma unroll
+    for (int at = 0; at < KAtoms; ++at)
+      tensor_copy_2d(stage + at * kAtomBytes, &p.act, static_cast<int>(kt * BK + at * 64), static_cast<int>(m0), full);
+#pragma unroll
+    for (int at = 0; at < KAtoms; ++at) {
+      const int64_t kb = kt * KAtoms + at;
+      const char *src = reinterpret_cast<const char *>(a.codes) + (kb * p.n_blocks + n0 / 64) * kBlockBytes;
+      bulk_copy(stage + kABytes + at * Consumers * kBlockBytes, src, cols * kBlockBytes, full);
+    }
+    if constexpr (GroupK != 0) {
+#pragma unroll
+      for (int r = 0; r < kScaleRows; ++r) {
+        const int64_t g = kt * BK / GroupK + r;
+        bulk_copy(stage + kABytes + kWBytes + r * BN * 2,
+                  static_cast<const char *>(a.scales) + (g * a.dims.n_groups + n0) * 2, cols * 128, full);
+        if constexpr (kIntZero)
+          bulk_copy(stage + kABytes + kWBytes + kSBytes + r * BN,
+                    static_cast<const char *>(a.zeros) + g * a.dims.n_groups + n0, cols * 64, full);
+      }
+    }
+  }
+};
+
+} // namespace sm90
+} // namespace humming
