@@ -72,6 +72,6 @@ if [ "${BENCH:-1}" != "0" ]; then
     --impls "${BENCH_IMPLS:-humming-aot,humming-aot-gemm,cublaslt-fp8,cublas-bf16}" --jit-formats "${BENCH_JIT:-w4a16}" --name "${NAME:-h200-w8a8}" > "$W/bench.out" 2>&1
   say "bench rc=$? after $(( $(date +%s) - start )) s"
   grep -E "^\| " "$W/bench/${NAME:-h200-w8a8}.md" 2>/dev/null | head -40 >> "$FINAL/summary.txt"
-  cp "$W"/bench/*.json "$W"/bench/*.md "$FINAL"/ 2>/dev/null
+  cp "$W"/bench/*.md "$W"/bench/bench-files.tgz "$FINAL"/ 2>/dev/null
 fi
 tar czf "$FINAL/logs.tgz" -C "$W" .

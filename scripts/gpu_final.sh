@@ -2,7 +2,7 @@
 # On the lent GPU machine, the closing run of a session: the dev build with the C++ and GPU tests
 # (scripts/gpu_check.sh), then the benchmark with every peer (scripts/gpu_bench.sh; carry .peer).
 # The device tool returns few files, so the logs come back as one tarball (logs.tgz) and the
-# benchmark's json / md / png / log next to it, then isolated decode timings and the host cost
+# benchmark's md with its json / png / log in bench-files.tgz next to it, then isolated decode timings and the host cost
 # per call in parts (isolated.txt, host_parts.txt). Usage: HUMMING_GIT_SHA=... NAME=... bash scripts/gpu_final.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -21,5 +21,5 @@ grep -E "^\| (N x K|[0-9]|  )" "$OUT/bench/${NAME:-h200-final}.md" | head -30
 python3 scripts/time_shapes.py 28672x8192,8192x8192,8192x28672 1,16 --graph > "$FINAL/isolated.txt" 2>&1
 python3 scripts/host_parts.py 8192 8192 1 > "$FINAL/host_parts.txt" 2>&1
 cat "$FINAL/isolated.txt" "$FINAL/host_parts.txt"
-cp "$OUT"/bench/*.json "$OUT"/bench/*.md "$OUT"/bench/*.png "$OUT"/bench/*.log "$FINAL"/ 2>/dev/null
+cp "$OUT"/bench/*.md "$OUT"/bench/bench-files.tgz "$FINAL"/ 2>/dev/null
 tar czf "$FINAL/logs.tgz" -C "$OUT" .
