@@ -2,7 +2,11 @@
 # On the lent GPU machine: a filtered build (HUMMING_FILTER, dev profile, no tests), then the shell
 # commands given as arguments, one after another, for A/B experiments. Everything they print goes
 # to $OUT/ab.txt (also echoed); files they write under $AB_OUT come back in $OUT/ab.tgz.
-# Usage: HUMMING_FILTER=... bash scripts/gpu_ab.sh 'python3 scripts/time_shapes.py 8192x8192 1' ...
+# With AB_PATCH=FILE (a diff against this tree, e.g. `git diff main BRANCH > ab.patch` left
+# untracked so that it travels), everything runs twice in one call: first on this tree ("A"), then
+# with the patch applied and rebuilt ("B"; the tree stays patched); each command's lines are
+# prefixed with the variant.
+# Usage: HUMMING_FILTER=... [AB_PATCH=ab.patch] bash scripts/gpu_ab.sh 'python3 scripts/time_shapes.py 8192x8192 1' ...
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -10,14 +14,25 @@ export AB_OUT=/tmp/humming-ab
 rm -rf "$AB_OUT" && mkdir -p "$AB_OUT" "$OUT"
 export PYTHONUNBUFFERED=1 HUMMING_PROFILE="${HUMMING_PROFILE:-dev}" HUMMING_PTXAS_VERBOSE=ON
 start=$(date +%s)
-CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps -v . > "$AB_OUT/build.log" 2>&1
-rc=$?
-echo "build rc=$rc after $(( $(date +%s) - start )) s" | tee "$OUT/ab.txt"
-[ $rc -eq 0 ] || { tail -40 "$AB_OUT/build.log" | tee -a "$OUT/ab.txt"; exit $rc; }
-grep -E "Compiling entry function|registers|spill" "$AB_OUT/build.log" | sed 's/^ *//' > "$AB_OUT/ptxas.txt"
-for cmd in "$@"; do
-  echo "### $cmd" | tee -a "$OUT/ab.txt"
-  bash -c "$cmd" 2>&1 | tee -a "$OUT/ab.txt"
+: > "$OUT/ab.txt"
+variants=(A)
+[ -n "${AB_PATCH:-}" ] && variants=(A B)
+for v in "${variants[@]}"; do
+  if [ "$v" = B ]; then
+    # patch(1) where the machine has it, else git apply (which works outside a repository too)
+    if command -v patch > /dev/null; then apply=(patch -p1 --forward -i "$AB_PATCH"); else apply=(git apply "$AB_PATCH"); fi
+    "${apply[@]}" > "$AB_OUT/patch.log" 2>&1 \
+      || { echo "B: the patch does not apply" | tee -a "$OUT/ab.txt"; tee -a "$OUT/ab.txt" < "$AB_OUT/patch.log"; break; }
+  fi
+  CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps -v . > "$AB_OUT/build-$v.log" 2>&1
+  rc=$?
+  echo "$v: build rc=$rc after $(( $(date +%s) - start )) s" | tee -a "$OUT/ab.txt"
+  [ $rc -eq 0 ] || { tail -40 "$AB_OUT/build-$v.log" | tee -a "$OUT/ab.txt"; break; }
+  grep -E "Compiling entry function|registers|spill" "$AB_OUT/build-$v.log" | sed 's/^ *//' > "$AB_OUT/ptxas-$v.txt"
+  for cmd in "$@"; do
+    echo "### $v: $cmd" | tee -a "$OUT/ab.txt"
+    bash -c "$cmd" 2>&1 | sed "s/^/$v: /" | tee -a "$OUT/ab.txt"
+  done
 done
 echo "total $(( $(date +%s) - start )) s" | tee -a "$OUT/ab.txt"
 tar czf "$OUT/ab.tgz" -C "$AB_OUT" .
