@@ -13,6 +13,7 @@ namespace humming {
 Status gemm_cpu(const GemmArgs &args) {
   Status st = validate(args);
   if (!st) return st;
+  if (args.m == 0) return Status::Ok(); // no rows: nothing to dequantize (the whole weight, otherwise)
   const int64_t m_total = args.m, n_total = args.dims.n, k_total = args.dims.k;
   const float global = global_scale_value(args);
   const int64_t act_group = act_group_extent(args.fmt.act, k_total);
