@@ -52,6 +52,7 @@
 #include <string>
 #include <type_traits>
 
+#include "humming/backend/sm90/a8_stage_loads.h"
 #include "humming/backend/sm90/operand_convert.h"
 #include "humming/backend/sm90/pipeline.h"
 #include "humming/backend/sm90/ptx.h"
@@ -161,6 +162,9 @@ struct DenseA8 {
     return grouped_tile(tile, (p.args.m + BM - 1) / BM, p.n_tiles);
   }
 
+  // The copies of a stage (backend/sm90/a8_stage_loads.h).
+  using Loads = A8StageLoads<DenseA8>;
+
   // Warp 1 of the producer warpgroup, with scales per 128 inputs: the scales of every stage of
   // every segment of this block (zeros past the matrices) by cp.async, each lane's copies then
   // counted as one arrival on the stage's full barrier (kScaleArrivals in all). Nothing here waits
@@ -171,29 +175,10 @@ struct DenseA8 {
     RingPos pos;
     for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
       const TileCoord c = coord(p, tile);
-      const int64_t m0 = c.row * BM, n0 = c.col * BN, nb0 = n0 / 128;
+      const int64_t m0 = c.row * BM, n0 = c.col * BN;
       for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
         mbar_wait(ring_bar<Stages>(bars, 1, pos.stage), pos.phase ^ 1u);
-        const uint32_t dst = ring + pos.stage * kStageBytes + kWBytes + kABytes;
-        if constexpr (kBlocks) {
-          const auto *ws = static_cast<const float *>(a.scales);
-          for (int i = lane; i < BM; i += 32) {
-            const bool in = m0 + i < a.m && kt < a.a_scale_cols;
-            cp_async4(dst + 4 * i, in ? a.a_scales + (m0 + i) * a.a_scale_cols + kt : a.a_scales, in);
-          }
-          if (lane < kWeightBlocks) {
-            const bool in = nb0 + lane < a.dims.n_groups && kt < a.dims.k_groups;
-            cp_async4(dst + 4 * (BM + lane), in ? ws + kt * a.dims.n_groups + nb0 + lane : ws, in);
-          }
-        } else {
-          // The row of group kt, channels n0 .. n0 + BN, as words (n_groups is even, so the two
-          // 16-bit scales of a word are both inside or both past it).
-          const char *row = static_cast<const char *>(a.scales) + (kt * a.dims.n_groups + n0) * kScaleBytes;
-          for (int i = lane; i < BN * kScaleBytes / 4; i += 32) {
-            const bool in = n0 + i * 4 / kScaleBytes < a.dims.n_groups && kt < a.dims.k_groups;
-            cp_async4(dst + 4 * i, in ? row + 4 * i : a.scales, in);
-          }
-        }
+        Loads::scales(a, ring + pos.stage * kStageBytes + kWBytes + kABytes, kt, m0, n0, lane);
         cp_async_arrive(ring_bar<Stages>(bars, 0, pos.stage));
       }
     });
@@ -211,8 +196,7 @@ struct DenseA8 {
                        empty = ring_bar<Stages>(bars, 1, pos.stage);
         mbar_wait(empty, pos.phase ^ 1u);
         mbar_arrive_expect_tx(full, kWBytes + kABytes);
-        tensor_copy_2d(stage, &p.weight, static_cast<int>(kt * BK * kCode.bits / 8), n0, full);
-        tensor_copy_2d(stage + kWBytes, &p.act, static_cast<int>(kt * BK), m0, full);
+        Loads::boxes(p, stage, full, kt, m0, n0);
       }
     });
   }

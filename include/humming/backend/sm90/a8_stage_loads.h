@@ -1,0 +1,64 @@
+// What the producer warpgroup of the sm90 8-bit activation kernel (kernel/sm90_a8_dense.cuh)
+// copies into one ring stage: the weights' box and the activations' box through their tensor
+// maps (boxes past the matrices land as zeros and count their full size on the stage's "full"
+// mbarrier), and, where the kernel has scales per 128 inputs, the stage's scales by cp.async from
+// one warp (zeros past the matrices), then counted as one arrival per lane on the same barrier.
+#pragma once
+
+#include <cstdint>
+
+#include "humming/backend/sm90/ptx.h"
+#include "humming/humming.h"
+
+namespace humming {
+namespace sm90 {
+
+// K: the kernel (sm90::DenseA8): its tile (kTileM tokens, BN channels, BK inputs), its codes
+//    (kCode), its stage layout (kWBytes of weights, then kABytes of activations, then the scales)
+//    and its scales (kBlocks: BM activation scales and the kWeightBlocks 128 x 128 weight blocks'
+//    fp32 scales; otherwise a row of BN channel scales of kScaleBytes each per 128 inputs), and
+//    its Params (tensor maps `weight` and `act`, `args`).
+template <class K> struct A8StageLoads {
+  using Params = typename K::Params;
+  static constexpr int BM = K::kTileM, BN = K::BN, BK = K::BK;
+  static constexpr int kWBytes = K::kWBytes, kABytes = K::kABytes, kScaleBytes = K::kScaleBytes;
+  static constexpr int kWeightBlocks = K::kWeightBlocks;
+  static constexpr bool kBlocks = K::kBlocks;
+  static constexpr int kCodeBits = static_cast<int>(K::kCode.bits);
+
+  // The boxes of K tile kt of the tile at (m0, n0) into the stage at shared address `stage`.
+  static __device__ __forceinline__ void boxes(const Params &p, uint32_t stage, uint32_t full, int64_t kt, int m0,
+                                               int n0) {
+    tensor_copy_2d(stage, &p.weight, static_cast<int>(kt * BK * kCodeBits / 8), n0, full);
+    tensor_copy_2d(stage + kWBytes, &p.act, static_cast<int>(kt * BK), m0, full);
+  }
+
+  // Lane `lane`'s cp.async copies of the scales of K tile kt of the tile at (m0, n0) to shared
+  // address `dst` (the stage's scales).
+  static __device__ __forceinline__ void scales(const GemmArgs &a, uint32_t dst, int64_t kt, int64_t m0, int64_t n0,
+                                                int lane) {
+    if constexpr (kBlocks) {
+      const int64_t nb0 = n0 / 128;
+      const auto *ws = static_cast<const float *>(a.scales);
+      for (int i = lane; i < BM; i += 32) {
+        const bool in = m0 + i < a.m && kt < a.a_scale_cols;
+        cp_async4(dst + 4 * i, in ? a.a_scales + (m0 + i) * a.a_scale_cols + kt : a.a_scales, in);
+      }
+      if (lane < kWeightBlocks) {
+        const bool in = nb0 + lane < a.dims.n_groups && kt < a.dims.k_groups;
+        cp_async4(dst + 4 * (BM + lane), in ? ws + kt * a.dims.n_groups + nb0 + lane : ws, in);
+      }
+    } else {
+      // The row of group kt, channels n0 .. n0 + BN, as words (n_groups is even, so the two
+      // 16-bit scales of a word are both inside or both past it).
+      const char *row = static_cast<const char *>(a.scales) + (kt * a.dims.n_groups + n0) * kScaleBytes;
+      for (int i = lane; i < BN * kScaleBytes / 4; i += 32) {
+        const bool in = n0 + i * 4 / kScaleBytes < a.dims.n_groups && kt < a.dims.k_groups;
+        cp_async4(dst + 4 * i, in ? row + 4 * i : a.scales, in);
+      }
+    }
+  }
+};
+
+} // namespace sm90
+} // namespace humming
