@@ -336,18 +336,20 @@ void test_persistent_plans() {
          static_cast<long long>(crowded.blocks));
   EXPECT(plan_persistent(24, 56, 128, sms, 128).sk_tiles == 24, "24 tiles of 128 tokens spread");
   EXPECT(plan_persistent(56, 28, 128, sms, 64).sk_tiles == 56, "56 tiles of 64 tokens spread");
-  // Tiles of 32 and 64 tokens spread only while each has two multiprocessors: 112 tiles of
-  // 3584 x 3584 (t64 at m = 256, t32 at m = 128) stay one block each, 64 tiles of 4096 x 4096
-  // spread; decode tiles spread 112 tiles too.
+  // Tiles of 32 and 64 tokens in two or more rows spread only while each has two multiprocessors:
+  // 112 tiles of 3584 x 3584 (t64 at m = 256, t32 at m = 128: four rows) stay one block each, 64
+  // tiles of 4096 x 4096 spread; one row of tiles, decode tiles and K = 14336 spread 112 tiles too.
   for (const int64_t tile_m : {int64_t(32), int64_t(64)}) {
-    const StreamKPlan mid = plan_persistent(112, 28, 128, sms, tile_m);
+    const StreamKPlan mid = plan_persistent(112, 28, 128, sms, tile_m, 4);
     EXPECT(mid.sk_tiles == 0 && mid.blocks == 112 && mid.dp_waves == 1, "112 tiles of %lld tokens: %lld blocks",
            static_cast<long long>(tile_m), static_cast<long long>(mid.blocks));
-    EXPECT(plan_persistent(64, 32, 128, sms, tile_m).sk_tiles == 64, "64 tiles of %lld tokens spread",
+    EXPECT(plan_persistent(64, 32, 128, sms, tile_m, 2).sk_tiles == 64, "64 tiles of %lld tokens spread",
+           static_cast<long long>(tile_m));
+    EXPECT(plan_persistent(112, 28, 128, sms, tile_m, 1).sk_tiles == 112, "one row of 112 tiles of %lld tokens spread",
            static_cast<long long>(tile_m));
   }
-  EXPECT(plan_persistent(112, 28, 128, sms, 8).sk_tiles == 112, "112 decode tiles spread");
-  EXPECT(plan_persistent(112, 112, 128, sms, 64).sk_tiles == 112, "112 tiles of 64 tokens over K = 14336 spread");
+  EXPECT(plan_persistent(112, 28, 128, sms, 8, 1).sk_tiles == 112, "112 decode tiles spread");
+  EXPECT(plan_persistent(112, 112, 128, sms, 64, 4).sk_tiles == 112, "112 tiles of 64 tokens over K = 14336 spread");
   const StreamKPlan wave = plan_persistent(132, 64, 128, sms);
   EXPECT(wave.sk_tiles == 0 && wave.blocks == 132 && wave.dp_waves == 1, "a whole wave stays plain");
 }

@@ -223,7 +223,10 @@ constexpr int64_t kPersistentHeavySlotsPerTile = 4;
 // 5120 x 2880, t32 at m = 64, 80 tiles: 18.1 / 14.7), while every launch of 64 tiles or fewer
 // gained (4096 x 4096, t64 at m = 128, 64 tiles: 21.1 / 23.0; 1536 x 7168, t32 at m = 64, 24 tiles:
 // 15.6 / 26.4). The rule holds only up to kPersistentMidMaxK inputs, the deepest layer swept
-// (a deeper K gains more from spreading for the same partials, unmeasured: those keep spreading).
+// (a deeper K gains more from spreading for the same partials, unmeasured: those keep spreading),
+// and only for launches of two or more rows of tiles, as every swept one was: a launch of one row
+// (m up to the tile's height) is the nearest to memory-bound, where idle multiprocessors also
+// leave DRAM bandwidth unused (unmeasured: those keep spreading).
 // Decode tiles (t8, t16) keep spreading every launch of fewer tiles than multiprocessors: their
 // partials are small and they need every multiprocessor's loads.
 constexpr int64_t kPersistentMidTileM = 32;
@@ -231,8 +234,10 @@ constexpr int64_t kPersistentMidSlotsPerTile = 2;
 constexpr int64_t kPersistentMidMaxK = 8192;
 
 // `tiles`: output tiles of the launch; `k_tiles`: K tiles of one (`tile_k` inputs each); `sms`:
-// multiprocessors; `tile_m`: tokens per tile (0: not known, as for a decode tile).
-inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_k, int sms, int64_t tile_m = 0) {
+// multiprocessors; `tile_m`: tokens per tile (0: not known, as for a decode tile); `m_tiles`: rows
+// of tiles along M (0: not known).
+inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_k, int sms, int64_t tile_m = 0,
+                                   int64_t m_tiles = 0) {
   StreamKPlan p;
   p.tiles = tiles;
   p.k_tiles = k_tiles;
@@ -242,10 +247,11 @@ inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_
   const int64_t min_units = (persistent_min_slice_k() + tile_k - 1) / tile_k;
   const int64_t min_tail_units = (persistent_min_tail_k() + tile_k - 1) / tile_k;
   const int64_t full = tiles / slots, rem = tiles % slots;
-  const int64_t slots_per_tile = tile_m >= kPersistentHeavyTileM ? kPersistentHeavySlotsPerTile
-                                 : tile_m >= kPersistentMidTileM && k_tiles * tile_k <= kPersistentMidMaxK
-                                     ? kPersistentMidSlotsPerTile
-                                     : 1;
+  const int64_t slots_per_tile =
+      tile_m >= kPersistentHeavyTileM ? kPersistentHeavySlotsPerTile
+      : tile_m >= kPersistentMidTileM && k_tiles * tile_k <= kPersistentMidMaxK && m_tiles >= 2
+          ? kPersistentMidSlotsPerTile
+          : 1;
   const bool crowded = full == 0 && tiles * slots_per_tile > slots;
   const bool spread = stream_k_mode() != 0 && rem != 0 && full < kPersistentMaxWaves && k_tiles >= 2 &&
                       (stream_k_mode() == 2 || !crowded);
