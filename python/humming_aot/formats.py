@@ -472,7 +472,15 @@ class GemmFormat:
 def parse_gemm_format(text: str | GemmFormat) -> GemmFormat:
     if isinstance(text, GemmFormat):
         return text
-    m = re.fullmatch(r"a-([^_]+)_w-([^_]+)_c-([^_]+)", str(text).strip().lower())
+    return _parse_gemm_text(str(text))
+
+
+# Parsed once per distinct text: ha.gemm and the dispatcher parse the format of every call, and
+# parsing (about 30 us) was most of a call's host time. GemmFormat is frozen, so sharing is safe;
+# a bad text raises each time (lru_cache keeps no exceptions).
+@functools.lru_cache(maxsize=1024)
+def _parse_gemm_text(text: str) -> GemmFormat:
+    m = re.fullmatch(r"a-([^_]+)_w-([^_]+)_c-([^_]+)", text.strip().lower())
     if not m:
         raise FormatError(f"cannot parse GEMM format {text!r}; GEMM formats look like a-bf16_w-u4g128-sbf16_c-bf16")
     return GemmFormat(m.group(1), m.group(2), m.group(3))
