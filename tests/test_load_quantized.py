@@ -280,7 +280,10 @@ def test_checkpoint_to_model_on_the_gpu(tmp_path, method):
 
     model, ref, _ = make_model_and_checkpoint(tmp_path, method)
     converted = ha.load_quantized(tmp_path, progress=False)
-    with warnings.catch_warnings():
+    # GPTQ and AWQ store f16 scales; this model runs in bf16, which no fast kernel pairs with them
+    f16_scales = any(cw.weight.fmt.scale == F.dtype("f16") for cw in converted.values())
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
         warnings.simplefilter("error", dispatch.SlowPathWarning)  # a slow-path choice fails the test
         ha.replace_linears(model, converted, device="cuda", progress=False)  # the README's order:
         model = model.cuda()  # the quantized linears packed on the GPU, then the rest moved there
@@ -294,6 +297,50 @@ def test_checkpoint_to_model_on_the_gpu(tmp_path, method):
         want = ref(x.float())
     assert got.is_cuda and got.dtype == torch.bfloat16
     assert rel_err(got.cpu(), want) < 1e-2
+    assert any("scales were rounded" in str(w.message) for w in seen) == f16_scales, [str(w.message) for w in seen]
+
+
+def test_f16_scales_are_rounded_to_bf16_only_where_that_gives_a_fast_kernel(monkeypatch):
+    """On a GPU (an H200, described: no GPU needed) a bf16 layer whose weight has f16 scales (as
+    GPTQ / AWQ checkpoints store them) has no fast kernel (the sm90 and sm80 kernels read scales
+    in the activations' type): replace_linears rounds the scales to bf16, codes untouched, so that
+    one applies. An f16 layer keeps its f16 scales exactly, and so does the CPU (the reference
+    takes any pair)."""
+    from humming_aot import dispatch, loading
+    from humming_aot.reference import dequantize_weight, quantize_weight
+
+    monkeypatch.setattr(dispatch, "_device_facts", lambda device=None: (90, 132, "NVIDIA H200"))
+    w = torch.randn(256, 256, generator=torch.Generator().manual_seed(3))
+    q = quantize_weight(w, "u4g128-sf16")
+    assert q.scales.dtype == torch.float16
+    bf16, f16, cuda = F.parse_activation_format("bf16"), F.parse_activation_format("f16"), torch.device("cuda")
+    assert dispatch.preferred_layout(F.GemmFormat(bf16, q.fmt, "bf16"), cuda, n=256, k=256) == 1  # no fast kernel
+
+    r = loading._scales_in_act_type(q, bf16, "bf16", cuda)
+    assert r.fmt == F.parse_weight_format("u4g128-sbf16") and r.scales.dtype == torch.bfloat16
+    assert r.codes is q.codes
+    assert torch.equal(r.scales.float(), q.scales.float().to(torch.bfloat16).float())  # round to nearest
+    assert dispatch.preferred_layout(F.GemmFormat(bf16, r.fmt, "bf16"), cuda, n=256, k=256) != 1
+    # the rounding moves each weight by at most half a bf16 unit of its scale
+    err = (dequantize_weight(r) - dequantize_weight(q)).abs()
+    assert bool((err <= dequantize_weight(q).abs() * 2.0**-8 + 1e-12).all())
+
+    assert loading._scales_in_act_type(q, f16, "f16", cuda) is q  # f16 activations: f16 kernels exist
+
+
+def test_checkpoint_scales_stay_exact_on_the_cpu(tmp_path):
+    """On the CPU (the reference takes any scale type) a GPTQ checkpoint's f16 scales go into the
+    bf16 model's layers unrounded, and nothing warns."""
+    import warnings
+
+    model, _, _ = make_model_and_checkpoint(tmp_path, "gptq")
+    converted = ha.load_quantized(tmp_path, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        built = ha.replace_linears(model, converted, progress=False)
+    for name, lin in built.items():
+        assert lin.packed.fmt.scale == F.dtype("f16"), name
+        assert torch.equal(ha.unpack_weight(lin.packed).scales, converted[name].weight.scales), name
 
 
 @pytest.mark.parametrize("method", ["gptq", "awq", "compressed-tensors"])

@@ -31,6 +31,7 @@ import fnmatch
 import json
 import os
 import re
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Callable
 
@@ -528,6 +529,27 @@ def _fused_items(model: torch.nn.Module, items: Iterable, fuse: Mapping[str, Seq
         problems.append(f"{target} (fuses {', '.join(parts)}; the checkpoint has only {', '.join(have)})")
 
 
+def _scales_in_act_type(q, a, out, dev):
+    """``q`` with its scales rounded to the activation type where the device has no fast kernel for
+    ``q``'s own scale type with these activations but has one for the activation type (the sm90
+    and sm80 kernels read scales in the activations' type); ``q`` itself otherwise. Float zero
+    points (``-zf``, stored in the scale type) are left alone."""
+    from . import formats as F
+    from .dispatch import preferred_layout
+    from .reference import torch_dtype
+
+    sc = q.fmt.scale
+    if a.quantized or sc is None or str(sc) not in ("f16", "bf16") or sc == a.type or q.fmt.zero == "float":
+        return q
+    n, k = q.codes.shape
+    if preferred_layout(F.GemmFormat(a, q.fmt, out), dev, n=n, k=k) != 1:
+        return q  # a fast kernel takes the scales as they are
+    fmt = dataclasses.replace(q.fmt, scale=a.type)
+    if preferred_layout(F.GemmFormat(a, fmt, out), dev, n=n, k=k) == 1:
+        return q  # rounding would not give a fast kernel either: keep them exact
+    return dataclasses.replace(q, fmt=fmt, scales=q.scales.to(torch_dtype(a.type)))
+
+
 def replace_linears(
     model: torch.nn.Module,
     converted: Mapping[str, ConvertedWeight] | Iterable,
@@ -573,7 +595,7 @@ def replace_linears(
 
     items = converted.items() if isinstance(converted, Mapping) else converted
     total = len(converted) if isinstance(converted, Mapping) and not fuse else None
-    built, problems = {}, []
+    built, problems, rounded = {}, [], []
     if fuse:
         items = _fused_items(model, items, fuse, problems)
     for name, cw in _progress(items, total, "packing", progress):
@@ -616,10 +638,15 @@ def replace_linears(
             built[name] = QuantLinear.from_packed(cw.packed.to(dev), act, out_dtype, bias, in_perm=perm)
             continue
         q = cw.weight
+        a = F.parse_activation_format(act)
+        out = out_dtype or ("bf16" if a.quantized else str(a.type))
+        if dev.type == "cuda":
+            cast = _scales_in_act_type(q, a, out, dev)
+            if cast is not q:
+                q = cast
+                rounded.append(name)
         lid = layout
         if layout == "auto":
-            a = F.parse_activation_format(act)
-            out = out_dtype or ("bf16" if a.quantized else str(a.type))
             lid = preferred_layout(F.GemmFormat(a, q.fmt, out), dev, n=q.codes.shape[0], k=q.codes.shape[1])
         # pack where the layer will run: packing runs on the tensors' device
         mv = lambda t: None if t is None else t.to(dev)  # noqa: E731
@@ -633,6 +660,15 @@ def replace_linears(
         raise ValueError(
             "replace_linears: these converted layers are not nn.Linear modules of the model of "
             "the same shape: " + "; ".join(problems) + " (strict=False leaves them out)"
+        )
+    if rounded:
+        warnings.warn(
+            f"replace_linears: {len(rounded)} layer(s) (first: {rounded[0]}) store their scales in another "
+            "floating type than the activations (e.g. GPTQ / AWQ f16 scales in a bf16 model), and no "
+            "compiled kernel on this GPU takes that pair, so their scales were rounded to the activation "
+            "type (relative error at most 2^-9 for f16 to bf16). Run the model in the scales' type "
+            "(act_format='f16' or a float16 model) to keep them exact.",
+            stacklevel=2,
         )
     for name, module in built.items():
         parent, _, child = name.rpartition(".")
