@@ -12,6 +12,7 @@ code order, group map or permutation would be off by the size of the weights.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import sys
 
@@ -303,9 +304,8 @@ def test_checkpoint_to_model_on_the_gpu(tmp_path, method):
 def test_f16_scales_are_rounded_to_bf16_only_where_that_gives_a_fast_kernel(monkeypatch):
     """On a GPU (an H200, described: no GPU needed) a bf16 layer whose weight has f16 scales (as
     GPTQ / AWQ checkpoints store them) has no fast kernel (the sm90 and sm80 kernels read scales
-    in the activations' type): replace_linears rounds the scales to bf16, codes untouched, so that
-    one applies. An f16 layer keeps its f16 scales exactly, and so does the CPU (the reference
-    takes any pair)."""
+    in the activations' type): replace_linears rounds its scales to bf16 where that gives one (the
+    GPU test above runs it end to end). An f16 layer keeps its f16 scales."""
     from humming_aot import dispatch, loading
     from humming_aot.reference import dequantize_weight, quantize_weight
 
@@ -314,18 +314,20 @@ def test_f16_scales_are_rounded_to_bf16_only_where_that_gives_a_fast_kernel(monk
     q = quantize_weight(w, "u4g128-sf16")
     assert q.scales.dtype == torch.float16
     bf16, f16, cuda = F.parse_activation_format("bf16"), F.parse_activation_format("f16"), torch.device("cuda")
-    assert dispatch.preferred_layout(F.GemmFormat(bf16, q.fmt, "bf16"), cuda, n=256, k=256) == 1  # no fast kernel
+    assert not dispatch.fast_layouts(F.GemmFormat(bf16, q.fmt, "bf16"), cuda, n=256, k=256)  # no fast kernel
 
-    r = loading._scales_in_act_type(q, bf16, "bf16", cuda)
-    assert r.fmt == F.parse_weight_format("u4g128-sbf16") and r.scales.dtype == torch.bfloat16
-    assert r.codes is q.codes
-    assert torch.equal(r.scales.float(), q.scales.float().to(torch.bfloat16).float())  # round to nearest
-    assert dispatch.preferred_layout(F.GemmFormat(bf16, r.fmt, "bf16"), cuda, n=256, k=256) != 1
-    # the rounding moves each weight by at most half a bf16 unit of its scale
+    fmt = loading._act_type_scale_format(q.fmt, bf16, "bf16", cuda, 256, 256)
+    assert fmt == F.parse_weight_format("u4g128-sbf16")
+    assert dispatch.fast_layouts(F.GemmFormat(bf16, fmt, "bf16"), cuda, n=256, k=256)
+    assert loading._act_type_scale_format(q.fmt, f16, "f16", cuda, 256, 256) is None  # f16 kernels exist
+    # a weight packed already counts only the kernels of its layout: none of the generic one's is fast
+    lid = dispatch.preferred_layout(F.GemmFormat(bf16, fmt, "bf16"), cuda, n=256, k=256)
+    assert loading._act_type_scale_format(q.fmt, bf16, "bf16", cuda, 256, 256, lid) == fmt
+    assert loading._act_type_scale_format(q.fmt, bf16, "bf16", cuda, 256, 256, 1) is None
+    # what the rounding does to the weight: at most half a bf16 unit of each scale
+    r = dataclasses.replace(q, fmt=fmt, scales=q.scales.to(torch.bfloat16))
     err = (dequantize_weight(r) - dequantize_weight(q)).abs()
-    assert bool((err <= dequantize_weight(q).abs() * 2.0**-8 + 1e-12).all())
-
-    assert loading._scales_in_act_type(q, f16, "f16", cuda) is q  # f16 activations: f16 kernels exist
+    assert 0 < float(err.max()) and bool((err <= dequantize_weight(q).abs() * 2.0**-8 + 1e-12).all())
 
 
 def test_checkpoint_scales_stay_exact_on_the_cpu(tmp_path):

@@ -577,8 +577,20 @@ def preferred_layout(fmt, device=None, n: int | None = None, k: int | None = Non
     return _preferred_layout_for(g, cc, sms, name, n, k)
 
 
-def _preferred_layout_for(g: F.GemmFormat, cc: int, sms: int, name: str, n: int | None, k: int | None) -> int:
-    """preferred_layout for a device described by its facts (needs no GPU)."""
+def fast_layouts(fmt, device=None, n: int | None = None, k: int | None = None) -> list[int]:
+    """The layout ids that a fast (not generic) instance computing ``fmt`` on ``device`` reads, in
+    registry order (given ``n`` and ``k``, only where such an instance can run that shape); empty
+    on the CPU, or where only the generic backend computes the format."""
+    import torch
+
+    g = F.parse_gemm_format(fmt)
+    dev = torch.device(device) if device is not None else None
+    if dev is None or dev.type != "cuda":
+        return []
+    return _fast_layouts_for(g, _device_facts(dev)[0], n, k)
+
+
+def _fast_layouts_for(g: F.GemmFormat, cc: int, n: int | None, k: int | None) -> list[int]:
     found = []
     text = str(g)
     for inst in registry.instances():
@@ -589,6 +601,12 @@ def _preferred_layout_for(g: F.GemmFormat, cc: int, sms: int, name: str, n: int 
         if n is not None and k is not None and not C.check_instance(inst.name, text, inst.layout, n, k, 1)[0]:
             continue
         found.append(inst.layout)
+    return found
+
+
+def _preferred_layout_for(g: F.GemmFormat, cc: int, sms: int, name: str, n: int | None, k: int | None) -> int:
+    """preferred_layout for a device described by its facts (needs no GPU)."""
+    found = _fast_layouts_for(g, cc, n, k)
     order = [_LAYOUT_IDS[lay] for lay in _table_for(cc, sms, name).get("layouts", [])]
     for lid in order + found:
         if lid in found:

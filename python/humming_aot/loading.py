@@ -529,25 +529,25 @@ def _fused_items(model: torch.nn.Module, items: Iterable, fuse: Mapping[str, Seq
         problems.append(f"{target} (fuses {', '.join(parts)}; the checkpoint has only {', '.join(have)})")
 
 
-def _scales_in_act_type(q, a, out, dev):
-    """``q`` with its scales rounded to the activation type where the device has no fast kernel for
-    ``q``'s own scale type with these activations but has one for the activation type (the sm90
-    and sm80 kernels read scales in the activations' type); ``q`` itself otherwise. Float zero
-    points (``-zf``, stored in the scale type) are left alone."""
+def _act_type_scale_format(wfmt, a, out, dev, n: int, k: int, layout: int | None = None):
+    """The weight format with the scales in the activation type, where the GPU ``dev`` has no fast
+    kernel for ``wfmt``'s own (f16 / bf16) scale type with these activations but has one for the
+    activation type (the sm90 and sm80 kernels read scales in the activations' type); None where
+    nothing is to be rounded. ``layout``: only kernels reading this layout count (a weight packed
+    already); None: any. Float zero points (``-zf``, stored in the scale type) are left alone."""
     from . import formats as F
-    from .dispatch import preferred_layout
-    from .reference import torch_dtype
+    from .dispatch import fast_layouts
 
-    sc = q.fmt.scale
-    if a.quantized or sc is None or str(sc) not in ("f16", "bf16") or sc == a.type or q.fmt.zero == "float":
-        return q
-    n, k = q.codes.shape
-    if preferred_layout(F.GemmFormat(a, q.fmt, out), dev, n=n, k=k) != 1:
-        return q  # a fast kernel takes the scales as they are
-    fmt = dataclasses.replace(q.fmt, scale=a.type)
-    if preferred_layout(F.GemmFormat(a, fmt, out), dev, n=n, k=k) == 1:
-        return q  # rounding would not give a fast kernel either: keep them exact
-    return dataclasses.replace(q, fmt=fmt, scales=q.scales.to(torch_dtype(a.type)))
+    sc = wfmt.scale
+    if a.quantized or sc is None or str(sc) not in ("f16", "bf16") or sc == a.type or wfmt.zero == "float":
+        return None
+
+    def runs(f):
+        found = fast_layouts(F.GemmFormat(a, f, out), dev, n=n, k=k)
+        return bool(found) if layout is None else layout in found
+
+    rounded = dataclasses.replace(wfmt, scale=a.type)
+    return rounded if not runs(wfmt) and runs(rounded) else None
 
 
 def replace_linears(
@@ -592,6 +592,7 @@ def replace_linears(
     from .dispatch import preferred_layout
     from .layers import _FLOAT_ACT, QuantLinear
     from .pack import layout_id, pack_weight
+    from .reference import torch_dtype
 
     items = converted.items() if isinstance(converted, Mapping) else converted
     total = len(converted) if isinstance(converted, Mapping) and not fuse else None
@@ -626,6 +627,8 @@ def replace_linears(
                     "(biases included) before replace_linears"
                 )
             bias = bias.detach().to(dev)
+        a = F.parse_activation_format(act)
+        out = out_dtype or ("bf16" if a.quantized else str(a.type))
         if isinstance(cw, PackedLayer):
             # packed once by humming-aot convert: use as stored; a layout mismatch is an error,
             # since converting between layouts would mean unpacking and repacking
@@ -634,17 +637,23 @@ def replace_linears(
                     f"{name}: packed for layout {cw.packed.layout} ({cw.packed.layout_name}), "
                     f"but replace_linears was asked for layout {layout!r}"
                 )
+            packed = cw.packed.to(dev)
+            fmt = None
+            if dev.type == "cuda":
+                fmt = _act_type_scale_format(packed.fmt, a, out, dev, packed.n, packed.k, packed.layout)
+            if fmt is not None:  # an element-wise cast: the scales' places in the layout stay
+                packed = dataclasses.replace(packed, fmt=fmt, scales=packed.scales.to(torch_dtype(a.type)))
+                rounded.append(name)
             perm = None if cw.perm is None else cw.perm.to(dev)
-            built[name] = QuantLinear.from_packed(cw.packed.to(dev), act, out_dtype, bias, in_perm=perm)
+            built[name] = QuantLinear.from_packed(packed, act, out_dtype, bias, in_perm=perm)
             continue
         q = cw.weight
-        a = F.parse_activation_format(act)
-        out = out_dtype or ("bf16" if a.quantized else str(a.type))
+        fmt = None
         if dev.type == "cuda":
-            cast = _scales_in_act_type(q, a, out, dev)
-            if cast is not q:
-                q = cast
-                rounded.append(name)
+            fmt = _act_type_scale_format(q.fmt, a, out, dev, *q.codes.shape)
+        if fmt is not None:
+            q = dataclasses.replace(q, fmt=fmt, scales=q.scales.to(torch_dtype(a.type)))
+            rounded.append(name)
         lid = layout
         if layout == "auto":
             lid = preferred_layout(F.GemmFormat(a, q.fmt, out), dev, n=q.codes.shape[0], k=q.codes.shape[1])
