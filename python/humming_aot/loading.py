@@ -579,6 +579,11 @@ def replace_linears(
     model packs on the CPU). ``act_format`` defaults to the linear's weight dtype (bf16 / f16; bf16
     otherwise). The linear's bias is kept; act-order weights get ``QuantLinear.in_perm``.
 
+    On a GPU, a weight whose scales are f16 while the activations are bf16 (or the reverse), as GPTQ
+    and AWQ checkpoints in a bf16 model, has no fast kernel (the tensor-core kernels read scales in
+    the activations' type): its scales are rounded to the activation type where a fast kernel then
+    takes it, with one ``UserWarning`` per call; a model in the scales' type keeps them exact.
+
     ``PackedLayer`` values (a packed checkpoint through :func:`load_quantized`) are used as they
     are, moved to ``device`` if given, never repacked; ``layout`` must then be "auto" or their
     layout (else ``PackedCheckpointError``), ``act_format`` / ``out_dtype`` apply as above.
