@@ -2,7 +2,9 @@
 
 scripts/phase_trace.patch adds %globaltimer / clock64 probes to kernel/sm90_dense.cuh and prints
 one line per block at its end (printf: never build it into a wheel). Per block: when its consumers
-start, when the first stage is full, when the main loop, the stream-K fix-up and the store end;
+start, when its producer has issued the first stage's copies (and how long issuing them took: a
+long issue means the copies wait, e.g. for the tensor map), when the first stage is full, when the
+main loop, the stream-K fix-up and the store end;
 the consumers' cycles waiting on "full" barriers, on wgmma.wait_group, building fragments and
 issuing WGMMAs; the producer's cycles waiting on "empty" barriers (a producer that waits most of
 the loop means consumer-bound, consumers that wait on "full" mean memory-bound). This script runs
@@ -40,7 +42,7 @@ C_FIELDS = [
     "w_load",
     "w_issue",
 ]
-P_FIELDS = ["block", "entry", "first_issue", "last_issue", "w_empty"]
+P_FIELDS = ["block", "entry", "first_issue", "last_issue", "w_empty", "pre_issue"]
 
 
 def child(specs: str) -> None:
@@ -105,7 +107,9 @@ def report(g: dict) -> None:
     print(f"{g['name']}  event {g['event']} us  blocks {len(C)}  span {(max(c['end'] for c in C) - t0) / 1000:.2f} us")
     print(f"  consumer start      {at('start', C)}")
     print(f"  producer entry      {at('entry', P)}")
-    print(f"  first issue         {at('first_issue', P)}")
+    print(
+        f"  first copies issued {at('first_issue', P)}   (issuing them {spread([(p['first_issue'] - p['pre_issue']) / 1000 for p in P if 'pre_issue' in p])})"
+    )
     print(f"  first stage full    {at('first_full', C)}   (wait {span('start', 'first_full')})")
     print(f"  last issue          {at('last_issue', P)}")
     print(f"  mainloop done       {at('main_end', C)}   (loop {span('first_full', 'main_end')})")
