@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import fnmatch
+import functools
 import json
 import operator
 import os
@@ -591,6 +592,14 @@ def fast_layouts(fmt, device=None, n: int | None = None, k: int | None = None) -
 
 
 def _fast_layouts_for(g: F.GemmFormat, cc: int, n: int | None, k: int | None) -> list[int]:
+    return list(_fast_layouts_cached(g, cc, n, k))
+
+
+# The registry is fixed for the process, so the scan is made once per (format, device, shape):
+# replace_linears asks it up to three times per layer (scale rounding, then the layout), and a
+# model's layers share a few shapes.
+@functools.lru_cache(maxsize=4096)
+def _fast_layouts_cached(g: F.GemmFormat, cc: int, n: int | None, k: int | None) -> tuple[int, ...]:
     found = []
     text = str(g)
     for inst in registry.instances():
@@ -601,7 +610,7 @@ def _fast_layouts_for(g: F.GemmFormat, cc: int, n: int | None, k: int | None) ->
         if n is not None and k is not None and not C.check_instance(inst.name, text, inst.layout, n, k, 1)[0]:
             continue
         found.append(inst.layout)
-    return found
+    return tuple(found)
 
 
 def _preferred_layout_for(g: F.GemmFormat, cc: int, sms: int, name: str, n: int | None, k: int | None) -> int:
