@@ -11,8 +11,7 @@
 # is its FP4 x FP8 W4A8); SWEEP=1 adds tile sweeps of the W8A8 instances (scripts/time_shapes.py, sweep.txt;
 # SWEEP_SPECS: "format act instance-regex" triples separated by ';', SWEEP_SHAPES, SWEEP_MS).
 # A8_TIMEOUT / ALL_TIMEOUT bound the two test steps (240 / 480 s; the rest of the suite took more than 330 s
-# with the session-10 dev build; XDIST=N runs that step in N pytest-xdist workers sharing the GPU).
-# SKIP_BUILD=1 reuses the installed build when there is one (a second call on a warm machine).
+# with the session-10 dev build). SKIP_BUILD=1 reuses the installed build when there is one (a second call on a warm machine).
 # Everything comes back as summary.txt and logs.tgz under $OUT. Usage: bash scripts/gpu_experimental.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +41,7 @@ if [ "${TESTS_A8:-1}" != "0" ]; then
 fi
 if [ "${TESTS_ALL:-1}" != "0" ]; then
   # (compressed-tensors, a CI test dependency, is not on the lent machine: its test is left out.)
-  timeout "${ALL_TIMEOUT:-480}" python3 -m pytest -q tests -p no:cacheprovider -rs --ignore=tests/test_convert_ct_library.py --timeout=120 ${XDIST:+-n "$XDIST"} \
+  timeout "${ALL_TIMEOUT:-480}" python3 -m pytest -q tests -p no:cacheprovider -rs --ignore=tests/test_convert_ct_library.py --timeout=120 \
     -k "not (a-e4m3 or a-e5m2 or a-i8 or w8a8 or quantize_act)" \
     > "$W/gpu.log" 2>&1
   say "other tests rc=$? after $(( $(date +%s) - start )) s: $(tail -1 "$W/gpu.log")"
