@@ -3,9 +3,10 @@ u4g64-sbf16-zi and u4gc-sbf16 ones) on small shapes, for compute-sanitizer on th
 (scripts/gpu_sanitize.sh). Each result is also compared with the fp64 reference, so a run that
 the sanitizer passes computed the right numbers as well.
 
-Usage: python3 scripts/sanitize_sm90.py
+Usage: python3 scripts/sanitize_sm90.py   (SANITIZE_PATTERN=REGEX narrows or widens the instances)
 """
 
+import os
 import re
 import sys
 
@@ -18,7 +19,9 @@ from humming_aot import registry
 
 # n needs padding and spans two 256-channel tiles; k is not a multiple of 256.
 N, K = 264, 1024 + 128
-PATTERN = r"^sm90_wgmma_dense_a-bf16_w-u4(g128-sbf16|g64-sbf16-zi|gc-sbf16)_c-bf16_t"
+PATTERN = os.environ.get(
+    "SANITIZE_PATTERN", r"^sm90_wgmma_dense_a-bf16_w-u4(g128-sbf16|g64-sbf16-zi|gc-sbf16)_c-bf16_t"
+)
 
 names = sorted(i.name for i in registry.instances() if re.search(PATTERN, i.name))
 if not names:

@@ -2,9 +2,10 @@
 
 scripts/phase_trace.patch adds %globaltimer / clock64 probes to kernel/sm90_dense.cuh and prints
 one line per block at its end (printf: never build it into a wheel). Per block: when its consumers
-start, when its producer has issued the first stage's copies (and how long issuing them took: a
-long issue means the copies wait, e.g. for the tensor map), when the first stage is full, when the
-main loop, the stream-K fix-up and the store end;
+start, when its producer knows its first segment (the scheduler's arithmetic done) and when it has
+issued the first stage's copies (and how long issuing them took: a long issue means the copies
+wait, e.g. for the tensor map), when the first stage is full, when the main loop, the stream-K
+fix-up and the store end;
 the consumers' cycles waiting on "full" barriers, on wgmma.wait_group, building fragments and
 issuing WGMMAs; the producer's cycles waiting on "empty" barriers (a producer that waits most of
 the loop means consumer-bound, consumers that wait on "full" mean memory-bound). This script runs
@@ -42,7 +43,7 @@ C_FIELDS = [
     "w_load",
     "w_issue",
 ]
-P_FIELDS = ["block", "entry", "first_issue", "last_issue", "w_empty", "pre_issue"]
+P_FIELDS = ["block", "entry", "first_issue", "last_issue", "w_empty", "pre_issue", "segment"]
 
 
 def child(specs: str) -> None:
@@ -107,6 +108,8 @@ def report(g: dict) -> None:
     print(f"{g['name']}  event {g['event']} us  blocks {len(C)}  span {(max(c['end'] for c in C) - t0) / 1000:.2f} us")
     print(f"  consumer start      {at('start', C)}")
     print(f"  producer entry      {at('entry', P)}")
+    if all("segment" in p for p in P):
+        print(f"  first segment known {at('segment', P)}")
     print(
         f"  first copies issued {at('first_issue', P)}   (issuing them {spread([(p['first_issue'] - p['pre_issue']) / 1000 for p in P if 'pre_issue' in p])})"
     )
