@@ -3,6 +3,9 @@ quantization against the CPU path, dispatch, CUDA graphs and streams, device err
 
 from __future__ import annotations
 
+import functools
+import re
+
 import pytest
 import torch
 
@@ -236,6 +239,41 @@ def test_waves_of_tiles_match_reference(inst, waves):
         ref = a_deq.double().cpu() @ w_deq.double().T
         assert_gemm_close(first, ref, a_deq.cpu(), w_deq, f"{inst.name} n={n} m={m}", **_operand(inst, fmt))
         assert torch.equal(ha.gemm(a, p, fmt, a_scales=s, instance=inst.name), first)
+
+
+RING_INSTANCES = [
+    i for i in FAST if re.match(r"sm90_wgmma_dense_a-bf16_w-u4(g128-sbf16|g64-sbf16-zi)_c-bf16_t", i.name)
+]
+
+
+@functools.lru_cache(maxsize=2)
+def _ring_weight(inst_layout: int, fmt: F.GemmFormat, n: int, k: int):
+    """A large weight for the ring tests, made once per layout, format and shape."""
+    q = R.quantize_weight(torch.randn(n, k, generator=torch.Generator().manual_seed(8)) * 0.02, fmt.weight)
+    return ha.pack_weight(q, layout=inst_layout).to("cuda"), R.dequantize_weight(q)
+
+
+@pytest.mark.parametrize("inst", RING_INSTANCES, ids=[i.name for i in RING_INSTANCES])
+def test_sm90_rings_wrap_over_waves_of_tiles(inst):
+    """Two and a half waves of output tiles (one block per multiprocessor) on a K of 17 stages (34 for
+    64-input stages), for two rows of tiles: every block computes two whole tiles and a stream-K
+    share of the tail, 42 or more stages through a ring of at most 8, so each stage's barriers go
+    through many phases and the producer refills stages the consumers have just released. (The
+    other tests' shapes leave most tiles' rings unwrapped: the plans split their K into shares of at
+    most 5 stages.) The result matches the reference, and a rerun gives the same bits."""
+    fmt = _format_for(inst)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    tile_m, tile_n = inst.tile[0], inst.tile[1]
+    m, m_tiles = tile_m + 3, 2  # a partial second row of tiles
+    n_tiles = -(-5 * sms // (2 * m_tiles))
+    n, k = n_tiles * tile_n - 40, 2048 + 64  # a partial last tile; k pads to 17 stages of 128
+    assert m_tiles * n_tiles >= 2 * sms, "the launch must have two whole waves of tiles"
+    p, w_deq = _ring_weight(inst.layout, fmt, n, k)
+    a, s, a_deq = _act(fmt, m, k, "cuda", 9)
+    first = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
+    ref = (a_deq.double() @ w_deq.double().cuda().T).cpu()  # fp64 on the GPU: the CPU would take seconds
+    assert_gemm_close(first, ref, a_deq.cpu(), w_deq, f"{inst.name} n={n} m={m}", **_operand(inst, fmt))
+    assert torch.equal(ha.gemm(a, p, fmt, a_scales=s, instance=inst.name), first)
 
 
 def test_dispatch_crosses_ranges_with_fast_instances():
