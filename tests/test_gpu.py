@@ -241,9 +241,16 @@ def test_waves_of_tiles_match_reference(inst, waves):
         assert torch.equal(ha.gemm(a, p, fmt, a_scales=s, instance=inst.name), first)
 
 
-RING_INSTANCES = [
-    i for i in FAST if re.match(r"sm90_wgmma_dense_a-bf16_w-u4(g128-sbf16|g64-sbf16-zi)_c-bf16_t", i.name)
-]
+# One format per sm90 kernel path, every tile: bf16 weight-only (symmetric and with zero points),
+# W4A8, W8A8 per channel, W8A8 with 128 x 128 blocks, INT8.
+RING_FORMATS = (
+    r"a-bf16_w-u4(g128-sbf16|g64-sbf16-zi)_c-bf16",
+    r"a-e4m3-pt_w-u4g128-sbf16_c-bf16",
+    r"a-e4m3-pt_w-e4m3gc-sf32_c-bf16",
+    r"a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16",
+    r"a-i8-pt_w-i8gc-sbf16_c-bf16",
+)
+RING_INSTANCES = [i for i in FAST if re.match(rf"sm90_wgmma_dense_({'|'.join(RING_FORMATS)})_t", i.name)]
 
 
 @functools.lru_cache(maxsize=2)
@@ -266,7 +273,7 @@ def test_sm90_rings_wrap_over_waves_of_tiles(inst):
     tile_m, tile_n = inst.tile[0], inst.tile[1]
     m, m_tiles = tile_m + 3, 2  # a partial second row of tiles
     n_tiles = -(-5 * sms // (2 * m_tiles))
-    n, k = n_tiles * tile_n - 40, 2048 + 64  # a partial last tile; k pads to 17 stages of 128
+    n, k = n_tiles * tile_n - 40, 2048 + 128  # a partial last tile; 17 stages of 128 inputs
     assert m_tiles * n_tiles >= 2 * sms, "the launch must have two whole waves of tiles"
     p, w_deq = _ring_weight(inst.layout, fmt, n, k)
     a, s, a_deq = _act(fmt, m, k, "cuda", 9)
