@@ -5,7 +5,8 @@
 # With AB_PATCH=FILE (a diff against this tree, e.g. `git diff main BRANCH > ab.patch` left
 # untracked so that it travels), everything runs twice in one call: first on this tree ("A"), then
 # with the patch applied and rebuilt ("B"; the tree stays patched); each command's lines are
-# prefixed with the variant.
+# prefixed with the variant. AB_PATCH=F1,F2,... gives variants B, C, ...: each applies its patch on
+# top of the previous variant's tree (make each patch a diff against the one before).
 # Usage: HUMMING_FILTER=... [AB_PATCH=ab.patch] bash scripts/gpu_ab.sh 'python3 scripts/time_shapes.py 8192x8192 1' ...
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,13 +17,20 @@ export PYTHONUNBUFFERED=1 HUMMING_PROFILE="${HUMMING_PROFILE:-dev}" HUMMING_PTXA
 start=$(date +%s)
 : > "$OUT/ab.txt"
 variants=(A)
-[ -n "${AB_PATCH:-}" ] && variants=(A B)
-for v in "${variants[@]}"; do
-  if [ "$v" = B ]; then
+patches=()
+if [ -n "${AB_PATCH:-}" ]; then
+  IFS=, read -r -a patches <<< "$AB_PATCH"
+  letters=(B C D E F G)
+  for i in "${!patches[@]}"; do variants+=("${letters[$i]}"); done
+fi
+for vi in "${!variants[@]}"; do
+  v=${variants[$vi]}
+  if [ "$vi" -gt 0 ]; then
+    patch_file=${patches[$((vi - 1))]}
     # patch(1) where the machine has it, else git apply (which works outside a repository too)
-    if command -v patch > /dev/null; then apply=(patch -p1 --forward -i "$AB_PATCH"); else apply=(git apply "$AB_PATCH"); fi
-    "${apply[@]}" > "$AB_OUT/patch.log" 2>&1 \
-      || { echo "B: the patch does not apply" | tee -a "$OUT/ab.txt"; tee -a "$OUT/ab.txt" < "$AB_OUT/patch.log"; break; }
+    if command -v patch > /dev/null; then apply=(patch -p1 --forward -i "$patch_file"); else apply=(git apply "$patch_file"); fi
+    "${apply[@]}" > "$AB_OUT/patch-$v.log" 2>&1 \
+      || { echo "$v: the patch $patch_file does not apply" | tee -a "$OUT/ab.txt"; tee -a "$OUT/ab.txt" < "$AB_OUT/patch-$v.log"; break; }
   fi
   CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps -v . > "$AB_OUT/build-$v.log" 2>&1
   rc=$?
