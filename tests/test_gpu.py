@@ -253,7 +253,7 @@ RING_FORMATS = (
 RING_INSTANCES = [i for i in FAST if re.match(rf"sm90_wgmma_dense_({'|'.join(RING_FORMATS)})_t", i.name)]
 
 
-@functools.lru_cache(maxsize=2)
+@functools.lru_cache(maxsize=3)  # the tile widths of one format: 128, 192 and 256
 def _ring_weight(inst_layout: int, fmt: F.GemmFormat, n: int, k: int):
     """A large weight for the ring tests, made once per layout, format and shape."""
     q = R.quantize_weight(torch.randn(n, k, generator=torch.Generator().manual_seed(8)) * 0.02, fmt.weight)
