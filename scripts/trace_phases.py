@@ -21,6 +21,7 @@ On the GPU machine (filtered build):
 Usage: python3 scripts/trace_phases.py NxK:M[,NxK:M...]   (TRACE_FLUSH=0: no flush before the timed launches)
 """
 
+import os
 import statistics
 import subprocess
 import sys
@@ -49,8 +50,6 @@ P_FIELDS = ["block", "entry", "first_issue", "last_issue", "w_empty", "pre_issue
 def child(specs: str) -> None:
     """Runs each layer: one warm-up launch, then two after a read flush of the L2 (none with
     TRACE_FLUSH=0: the code, the parameters and, for small layers, the weights then come from L2)."""
-    import os
-
     import humming_aot as ha
 
     import torch

@@ -61,11 +61,16 @@ def _act(fmt: F.GemmFormat, m, k, device, seed):
 INSTANCES = _instances()
 
 
-def _weight(inst, fmt: F.GemmFormat, n: int, k: int, seed: int):
-    """A random n x k weight quantized to the format: packed for the instance's layout on the GPU,
-    and dequantized on the CPU for the reference."""
+def _layout_weight(layout: int, fmt: F.GemmFormat, n: int, k: int, seed: int):
+    """A random n x k weight quantized to the format: packed for `layout` on the GPU, and
+    dequantized on the CPU for the reference."""
     q = R.quantize_weight(torch.randn(n, k, generator=torch.Generator().manual_seed(seed)) * 0.02, fmt.weight)
-    return ha.pack_weight(q, layout=inst.layout).to("cuda"), R.dequantize_weight(q)
+    return ha.pack_weight(q, layout=layout).to("cuda"), R.dequantize_weight(q)
+
+
+def _weight(inst, fmt: F.GemmFormat, n: int, k: int, seed: int):
+    """_layout_weight for the instance's layout."""
+    return _layout_weight(inst.layout, fmt, n, k, seed)
 
 
 def _operand(inst, fmt) -> dict:
@@ -254,10 +259,11 @@ RING_INSTANCES = [i for i in FAST if re.match(rf"sm90_wgmma_dense_({'|'.join(RIN
 
 
 @functools.lru_cache(maxsize=3)  # the tile widths of one format: 128, 192 and 256
-def _ring_weight(inst_layout: int, fmt: F.GemmFormat, n: int, k: int):
-    """A large weight for the ring tests, made once per layout, format and shape."""
-    q = R.quantize_weight(torch.randn(n, k, generator=torch.Generator().manual_seed(8)) * 0.02, fmt.weight)
-    return ha.pack_weight(q, layout=inst_layout).to("cuda"), R.dequantize_weight(q)
+def _ring_weight(layout: int, fmt: F.GemmFormat, n: int, k: int):
+    """The ring tests' large weight, made once per layout, format and shape, with its dequantized
+    copy also in fp64 on the GPU for the reference."""
+    p, w_deq = _layout_weight(layout, fmt, n, k, 8)
+    return p, w_deq, w_deq.double().cuda()
 
 
 @pytest.mark.parametrize("inst", RING_INSTANCES, ids=[i.name for i in RING_INSTANCES])
@@ -275,10 +281,10 @@ def test_sm90_rings_wrap_over_waves_of_tiles(inst):
     n_tiles = -(-5 * sms // (2 * m_tiles))
     n, k = n_tiles * tile_n - 40, 2048 + 128  # a partial last tile; 17 stages of 128 inputs
     assert m_tiles * n_tiles >= 2 * sms, "the launch must have two whole waves of tiles"
-    p, w_deq = _ring_weight(inst.layout, fmt, n, k)
+    p, w_deq, w_ref = _ring_weight(inst.layout, fmt, n, k)
     a, s, a_deq = _act(fmt, m, k, "cuda", 9)
     first = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
-    ref = (a_deq.double() @ w_deq.double().cuda().T).cpu()  # fp64 on the GPU: the CPU would take seconds
+    ref = (a_deq.double() @ w_ref.T).cpu()  # fp64 on the GPU: the CPU would take seconds
     assert_gemm_close(first, ref, a_deq.cpu(), w_deq, f"{inst.name} n={n} m={m}", **_operand(inst, fmt))
     assert torch.equal(ha.gemm(a, p, fmt, a_scales=s, instance=inst.name), first)
 
