@@ -14,7 +14,7 @@ rc=0
 # tile). The default plans split the small test layer's K so finely that the blocks of most tiles
 # take at most 5 K tiles and never reuse a stage of their ring; whole tiles of 9 or 18 K tiles wrap
 # every ring, which is where the producer's copies and the consumers' reads of a stage meet.
-for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
+for tool in ${SANITIZE_TOOLS-memcheck racecheck}; do
   for plan in default whole; do
     log="$OUT/sanitize_$tool$([ $plan = whole ] && echo _whole).txt"
     env $([ $plan = whole ] && echo HUMMING_STREAM_K=0) timeout "${SANITIZE_TIMEOUT_S:-240}" \
