@@ -289,7 +289,7 @@ struct DenseA8 {
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) acc[i] += part[i];
       }
-      release_stage<Stages>(bars, at.stage, t);
+      release_stage<Stages>(bars, at.stage);
     };
     float part[Batch][kAcc];
     Frags af[Batch];
@@ -333,7 +333,7 @@ struct DenseA8 {
       if (j > 0) {
         // The group of the stage before has retired: its shared memory and fragments are free.
         wgmma_wait<1>();
-        release_stage<Stages>(bars, prev.stage, t);
+        release_stage<Stages>(bars, prev.stage);
       }
       prev = pos;
       pos.advance();
@@ -348,7 +348,7 @@ struct DenseA8 {
     }
     wgmma_wait<0>();
     fence_regs(acc);
-    if (n > 0) release_stage<Stages>(bars, prev.stage, t);
+    if (n > 0) release_stage<Stages>(bars, prev.stage);
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) out[i] = static_cast<float>(acc[i]);
   }

@@ -209,7 +209,7 @@ struct Dense {
     } else {
       fence_regs(r.acc);
     }
-    release_stage<Stages>(bars, cur.stage, t);
+    release_stage<Stages>(bars, cur.stage);
     cur = next;
     if (more) issue<1 - B>(ring, cur, r);
     return !more;
