@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "humming/humming.h"
+#include "humming/scheduler/streamk.h"
 
 namespace humming {
 
@@ -21,6 +22,8 @@ extern const DispatchTable kDispatchTables[];
 extern const size_t kDispatchTableCount;
 extern const DispatchRange kDispatchRanges[];
 extern const size_t kDispatchRangeCount;
+extern const TileCost kTileCosts[];
+extern const size_t kTileCostCount;
 } // namespace generated
 
 #ifndef HUMMING_VERSION
@@ -236,6 +239,40 @@ const DispatchTable *dispatch_table_at(size_t i) {
 const DispatchRange *dispatch_range_at(size_t i) {
   return i < generated::kDispatchRangeCount ? &generated::kDispatchRanges[i] : nullptr;
 }
+const TileCost *dispatch_cost_at(size_t i) {
+  return i < generated::kTileCostCount ? &generated::kTileCosts[i] : nullptr;
+}
+
+bool persistent_launch_facts(const InstanceInfo &info, const GemmArgs &args, int sms, int64_t *inputs,
+                             int64_t *segments, bool *stream_k) {
+  if (std::string(info.backend) != "sm90" || DType::from_id(info.act_type).bits != 16) return false;
+  // The plan kernel/sm90_dense.cuh launches (Kernel::plan): persistent, stream-K for the tail.
+  const int64_t m_tiles = (args.m + info.tile_m - 1) / info.tile_m;
+  const int64_t n_tiles = (args.dims.n_pad + info.tile_n - 1) / info.tile_n;
+  const StreamKPlan p =
+      plan_persistent(m_tiles * n_tiles, args.dims.k_pad / info.tile_k, info.tile_k, sms, info.tile_m, m_tiles);
+  int64_t most = 0, segs = 0;
+  for (int64_t b = 0; b < p.blocks; ++b) {
+    int64_t len = 0, count = 0;
+    for_each_segment(p, b, [&](int64_t, int64_t kb, int64_t ke) {
+      len += ke - kb;
+      ++count;
+    });
+    if (len > most) most = len, segs = count;
+  }
+  *inputs = most * info.tile_k;
+  *segments = segs;
+  *stream_k = p.sk_tiles > 0;
+  return true;
+}
+
+double estimated_us(const InstanceInfo &info, const GemmArgs &args, int sms, const TileCost &cost) {
+  int64_t inputs = 0, segments = 0;
+  bool stream_k = false;
+  if (!persistent_launch_facts(info, args, sms, &inputs, &segments, &stream_k)) return -1;
+  return cost.c[0] + cost.c[1] * static_cast<double>(inputs) / 1000 + cost.c[2] * static_cast<double>(segments) +
+         (stream_k ? cost.c[3] : 0);
+}
 
 namespace {
 
@@ -281,6 +318,49 @@ const DispatchTable *table_for(int cc, int sms) {
   return nullptr;
 }
 
+// The table's cost of an instance's tile shape, or nullptr.
+const TileCost *tile_cost(const DispatchTable &t, const InstanceInfo &i) {
+  for (size_t c = t.first_cost; c < t.first_cost + t.cost_count; ++c) {
+    const TileCost &tc = generated::kTileCosts[c];
+    if (tc.tile_m == i.tile_m && tc.tile_n == i.tile_n && tc.tile_k == i.tile_k) return &tc;
+  }
+  return nullptr;
+}
+
+// Launches of more rows of tiles than this are outside what the tile costs were fitted to
+// (scripts/sweep_tiles.py times no such launch), so estimates leave them out.
+constexpr int64_t kEstimateMaxTileRows = 16;
+
+// An estimate range's choice (humming_aot.dispatch._estimates follows the same rule): among the
+// candidates the table's tile costs cover and whose launch has at most kEstimateMaxTileRows rows of
+// tiles, none taller than the lowest of their tile heights that holds args.m (no padding a lower
+// tile avoids), the lowest estimate; ties to the first in name order. nullptr when none qualifies.
+const InstanceInfo *estimated_choice(const DispatchTable &t, const std::vector<const InstanceInfo *> &candidates,
+                                     const GemmArgs &args, int sms) {
+  std::vector<std::pair<const InstanceInfo *, const TileCost *>> covered;
+  int64_t cap = 0, tallest = 0;
+  for (const InstanceInfo *c : candidates) {
+    const TileCost *tc = tile_cost(t, *c);
+    int64_t inputs, segments;
+    bool stream_k;
+    if (tc == nullptr || (args.m + c->tile_m - 1) / c->tile_m > kEstimateMaxTileRows ||
+        !persistent_launch_facts(*c, args, sms, &inputs, &segments, &stream_k))
+      continue;
+    covered.push_back({c, tc});
+    if (c->tile_m >= args.m && (cap == 0 || c->tile_m < cap)) cap = c->tile_m;
+    tallest = std::max<int64_t>(tallest, c->tile_m);
+  }
+  if (cap == 0) cap = tallest;
+  const InstanceInfo *best = nullptr;
+  double best_us = 0;
+  for (const auto &[c, tc] : covered) {
+    if (c->tile_m > cap) continue;
+    const double us = estimated_us(*c, args, sms, *tc);
+    if (best == nullptr || us < best_us) best = c, best_us = us;
+  }
+  return best;
+}
+
 } // namespace
 
 const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::string *why) {
@@ -316,6 +396,8 @@ const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::
       return (d.m_max < 0 || args.m <= d.m_max) && args.dims.n >= d.n_min && (d.k_max <= 0 || args.dims.k <= d.k_max);
     };
     while (r < last && !covers(generated::kDispatchRanges[r])) ++r;
+    if (generated::kDispatchRanges[r].estimate)
+      if (const InstanceInfo *c = estimated_choice(*t, candidates, args, sms)) return c;
     std::stringstream prefs(generated::kDispatchRanges[r].prefer);
     std::string pattern;
     while (std::getline(prefs, pattern, '|'))

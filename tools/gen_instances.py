@@ -460,8 +460,18 @@ def _c_string(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def tile_costs(table: dict) -> list[tuple[int, int, int, list[float]]]:
+    """A table's "tile_costs" ({"BMxBNxBK": [c0, c1, c2, c3]}, keys starting with "_" are notes) as
+    (tile_m, tile_n, tile_k, coefficients), in key order."""
+    out = []
+    for key, c in sorted(table.get("tile_costs", {}).items()):
+        if not key.startswith("_"):
+            out.append((*(int(v) for v in key.split("x")), [float(v) for v in c]))
+    return out
+
+
 def tables_code() -> list[str]:
-    lines, ranges = [], []
+    lines, ranges, costs = [], [], []
     entries = []
     for t in dispatch_tables():
         first = len(ranges)
@@ -469,21 +479,30 @@ def tables_code() -> list[str]:
             m_max = -1 if r.get("m_max") is None else int(r["m_max"])
             n_min = int(r.get("n_min", 0))
             k_max = int(r.get("k_max", 0))
-            ranges.append(f"    {{{m_max}, {n_min}, {k_max}, {_c_string('|'.join(r['prefer']))}}},")
+            est = 1 if r.get("estimate") else 0
+            ranges.append(f"    {{{m_max}, {n_min}, {k_max}, {_c_string('|'.join(r['prefer']))}, {est}}},")
+        first_cost = len(costs)
+        for tm, tn, tk, c in tile_costs(t):
+            costs.append(f"    {{{tm}, {tn}, {tk}, {{{', '.join(repr(v) for v in c)}}}}},")
         match = t.get("match", {})
         ccs = ";".join(str(c) for c in match.get("cc", []))
         sms = int(match.get("sms", -1))
         entries.append(
             f"    {{{_c_string(t.get('name', ''))}, {_c_string(ccs)}, {sms}, "
-            f"{_c_string(match.get('name_contains', ''))}, {first}, {len(t['ranges'])}}},"
+            f"{_c_string(match.get('name_contains', ''))}, {first}, {len(t['ranges'])}, "
+            f"{first_cost}, {len(costs) - first_cost}}},"
         )
     lines.append(f"extern const size_t kDispatchRangeCount = {len(ranges)};")
     lines.append("extern const DispatchRange kDispatchRanges[] = {")
-    lines += ranges or ['    {-1, 0, ""},']
+    lines += ranges or ['    {-1, 0, 0, "", 0},']
+    lines.append("};")
+    lines.append(f"extern const size_t kTileCostCount = {len(costs)};")
+    lines.append("extern const TileCost kTileCosts[] = {")
+    lines += costs or ["    {0, 0, 0, {0, 0, 0, 0}},"]
     lines.append("};")
     lines.append(f"extern const size_t kDispatchTableCount = {len(entries)};")
     lines.append("extern const DispatchTable kDispatchTables[] = {")
-    lines += entries or ['    {"", "", -1, "", 0, 0},']
+    lines += entries or ['    {"", "", -1, "", 0, 0, 0, 0},']
     lines.append("};")
     return lines
 

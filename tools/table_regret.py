@@ -1,9 +1,11 @@
 """How far a device table's choices are from the fastest measured instance, over a sweep made by
-scripts/sweep_tiles.py on the GPU machine. Needs no GPU and no build: it reads the table's ranges
-the way the dispatcher does (the first range whose m_max, n_min and k_max admit the problem, then
-the first instance matching its patterns in order) among the instances the sweep timed.
+scripts/sweep_tiles.py on the GPU machine. Needs no GPU: it reads the table's ranges
+the way the dispatcher does (the first range whose m_max, n_min and k_max admit the problem; in an
+estimate range the instance its tile costs estimate fastest; else the first instance matching its
+patterns in order) among the instances the sweep timed. Estimate ranges need the built package
+(for the launch facts the estimate reads); other tables need no build.
 
-Usage: python3 tools/table_regret.py SWEEP.json [TABLE.json ...] [--worst N]
+Usage: python3 tools/table_regret.py SWEEP.json [TABLE.json ...] [--worst N] [--sms 132]
 For each table: per M, the geometric mean and the largest ratio of the chosen instance's time to
 the fastest one's (1.00 = always the fastest), then the N worst points. A choice the sweep did not
 time (a tile it skipped as too far from M) is counted apart, as "untimed".
@@ -15,7 +17,10 @@ import fnmatch
 import json
 import math
 import pathlib
+import re
 
+# The layout the sweeps pack for each backend's instances (scripts/sweep_tiles.py packs for sm90).
+SWEEP_LAYOUT = {"sm90": 3, "sm80": 2, "generic": 1}
 DEFAULT_TABLE = pathlib.Path(__file__).resolve().parents[1] / "python/humming_aot/tables/h200.json"
 
 
@@ -27,8 +32,36 @@ def range_for(table: dict, m: int, n: int, k: int) -> dict:
     raise ValueError(f"no range of the table covers m={m}, n={n}, k={k}")
 
 
-def choose(table: dict, m: int, n: int, k: int, names: list[str]) -> str | None:
-    for pattern in range_for(table, m, n, k)["prefer"]:
+def estimated_choice(table: dict, m: int, n: int, k: int, names: list[str], sms: int) -> str | None:
+    """An estimate range's choice among instance names, by the dispatcher's rule (dispatch._estimates:
+    the names the table's tile costs cover with at most 16 rows of tiles, none taller than the lowest covered tile height that holds
+    m, the lowest estimate, the first name of equal ones). Needs the built package."""
+    from humming_aot import dispatch
+
+    costs = dispatch._tile_costs(table)
+    covered = []
+    for name in names:
+        tile = tuple(int(v) for v in re.search(r"_t(\d+)x(\d+)x(\d+)_", name).groups())
+        fmt = re.search(r"_(a-.*_c-[a-z0-9]+)_t\d", name).group(1)
+        layout = SWEEP_LAYOUT.get(name.split("_", 1)[0], 1)
+        us = None
+        if tile in costs and -(-m // tile[0]) <= dispatch._ESTIMATE_MAX_TILE_ROWS:
+            us = dispatch.estimated_us(costs[tile], name.split("_", 1)[0], tile, fmt, n, k, m, sms, layout)
+        if us is not None:
+            covered.append((us, tile[0], name))
+    heights = [h for _, h, _ in covered]
+    cap = min([h for h in heights if h >= m], default=max(heights, default=0))
+    best = min(((us, name) for us, h, name in covered if h <= cap), key=lambda e: e[0], default=None)
+    return best[1] if best else None
+
+
+def choose(table: dict, m: int, n: int, k: int, names: list[str], sms: int = 132) -> str | None:
+    r = range_for(table, m, n, k)
+    if r.get("estimate"):
+        pick = estimated_choice(table, m, n, k, names, sms)
+        if pick is not None:
+            return pick
+    for pattern in r["prefer"]:
         for name in names:
             if fnmatch.fnmatchcase(name, pattern):
                 return name
@@ -40,6 +73,7 @@ def main() -> None:
     ap.add_argument("sweep")
     ap.add_argument("tables", nargs="*", default=[str(DEFAULT_TABLE)])
     ap.add_argument("--worst", type=int, default=8)
+    ap.add_argument("--sms", type=int, default=132, help="multiprocessors of the swept GPU (H200: 132)")
     args = ap.parse_args()
     sweep = json.loads(pathlib.Path(args.sweep).read_text())
     times = collections.defaultdict(dict)
@@ -51,7 +85,7 @@ def main() -> None:
         by_m = collections.defaultdict(list)
         untimed, worst = 0, []
         for (n, k, m), here in sorted(times.items()):
-            pick = choose(table, m, n, k, names)
+            pick = choose(table, m, n, k, names, args.sms)
             if pick not in here:
                 untimed += 1
                 continue

@@ -173,12 +173,21 @@ struct InstanceInfo {
 // multiprocessor count is `sms` (-1 = any); its ranges cover m <= m_max (-1 = no limit) for layers
 // of at least n_min output channels (0 = any) and at most k_max inputs (0 = any) and list
 // instance-name patterns ('*' and '?' wildcards, "|"-separated) in order of preference. The first
-// range that covers a problem wins.
+// range that covers a problem wins. In a range with `estimate` set, the instances the table's tile
+// costs cover (sm90 weight-only, persistent launches) are chosen by estimated time first.
 struct DispatchRange {
   int64_t m_max;
   int64_t n_min;
   int64_t k_max;
   const char *prefer;
+  int estimate; // 1: choose by estimated_us among the instances the table's tile costs cover
+};
+// A table's measured cost of a persistent launch of one tile shape: estimated_us adds c[0], c[1]
+// per thousand inputs of the busiest block, c[2] per segment of that block and c[3] when the
+// launch has a stream-K part.
+struct TileCost {
+  int tile_m, tile_n, tile_k;
+  double c[4];
 };
 struct DispatchTable {
   const char *name;
@@ -187,10 +196,21 @@ struct DispatchTable {
   const char *name_contains; // matched by the Python dispatcher only; C++ skips such tables
   size_t first_range;
   size_t range_count;
+  size_t first_cost; // its TileCost entries (dispatch_cost_at)
+  size_t cost_count;
 };
 size_t dispatch_table_count();
 const DispatchTable *dispatch_table_at(size_t i);
 const DispatchRange *dispatch_range_at(size_t i);
+const TileCost *dispatch_cost_at(size_t i);
+// The launch facts the cost model reads, for an instance that the model covers (backend sm90,
+// 16-bit activations: the persistent weight-only kernel) on `sms` multiprocessors: inputs of the
+// busiest block, its segments, whether the launch has a stream-K part. False for other instances.
+bool persistent_launch_facts(const InstanceInfo &info, const GemmArgs &args, int sms, int64_t *inputs,
+                             int64_t *segments, bool *stream_k);
+// `cost`'s estimate of that launch in microseconds (negative for an instance the model does not
+// cover).
+double estimated_us(const InstanceInfo &info, const GemmArgs &args, int sms, const TileCost &cost);
 
 size_t instance_count();
 const InstanceInfo *instance_at(size_t i);

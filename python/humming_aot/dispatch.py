@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import bisect
 import fnmatch
+import math
 import functools
 import json
 import operator
 import os
+import re
 import pathlib
 import warnings
 
@@ -65,11 +67,35 @@ class SlowPathError(DispatchError):
     """HUMMING_STRICT=1 and the dispatcher would run the format on the generic backend on a GPU."""
 
 
+def _tile_costs(table: dict) -> dict:
+    """{(tile_m, tile_n, tile_k): [c0, c1, c2, c3]} of a table's "tile_costs" (see humming.h's
+    TileCost: c0 + c1 per thousand inputs of the busiest block + c2 per segment of it + c3 with a
+    stream-K part)."""
+    costs = table.get("tile_costs", {})
+    return {tuple(int(v) for v in key.split("x")): c for key, c in costs.items() if not key.startswith("_")}
+
+
 def _validate_table(t: dict, origin: str) -> dict:
     if not isinstance(t, dict) or not isinstance(t.get("ranges"), list) or not t["ranges"]:
         raise ValueError(
             f"dispatch table {origin} needs a non-empty list 'ranges' of "
             "{{'m_max': int|null, 'n_min': int (optional), 'k_max': int (optional), 'prefer': [patterns]}}"
+        )
+    costs = t.get("tile_costs", {})
+    ok = isinstance(costs, dict) and all(
+        key.startswith("_")
+        or (
+            re.fullmatch(r"\d+x\d+x\d+", key)
+            and isinstance(c, list)
+            and len(c) == 4
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in c)
+        )
+        for key, c in (costs.items() if isinstance(costs, dict) else [])
+    )
+    if not ok:
+        raise ValueError(
+            f"dispatch table {origin}: 'tile_costs' maps tile shapes 'BMxBNxBK' to 4 finite numbers "
+            "(keys starting with '_' are notes)"
         )
     last = 0  # m_max of the last range without n_min or k_max
     ranges = t["ranges"]
@@ -83,6 +109,11 @@ def _validate_table(t: dict, origin: str) -> dict:
                 raise ValueError(
                     f"dispatch table {origin}: pattern {p!r} in range {i} may use the wildcards '*' and '?' only"
                 )
+        if "estimate" in r and (not isinstance(r["estimate"], bool) or (r["estimate"] and not _tile_costs(t))):
+            raise ValueError(
+                f"dispatch table {origin}: 'estimate' of range {i} must be true or false, and true needs the "
+                "table's 'tile_costs'"
+            )
         if "why" in r and (not isinstance(r["why"], str) or not r["why"].strip()):
             raise ValueError(f"dispatch table {origin}: 'why' of range {i} must be a non-empty sentence")
         limits = [key for key in ("n_min", "k_max") if r.get(key) is not None]
@@ -227,7 +258,51 @@ def _evaluate(g: F.GemmFormat, n: int, k: int, m: int, cc: int, layout: int):
     return rows
 
 
-def _pick(table: dict, idx: int, candidates: list) -> tuple[object, str]:
+def estimated_us(cost, backend: str, tile, fmt, n: int, k: int, m: int, sms: int, layout: int) -> float | None:
+    """A tile cost's estimate (microseconds) of the launch of a ``backend`` kernel with this tile
+    shape, or None where the cost model does not cover the kernel (humming::estimated_us)."""
+    facts = C.persistent_launch_facts(backend, *tile, str(fmt), layout, n, k, m, sms)
+    if facts is None:
+        return None
+    inputs, segments, stream_k = facts
+    return cost[0] + cost[1] * inputs / 1000 + cost[2] * segments + (cost[3] if stream_k else 0.0)
+
+
+# Launches of more rows of tiles are outside what tile costs are fitted to (scripts/sweep_tiles.py
+# times none), so estimates leave them out (registry.cpp: kEstimateMaxTileRows).
+_ESTIMATE_MAX_TILE_ROWS = 16
+
+
+def _estimates(table: dict, candidates: list, problem: tuple) -> list[tuple[float, object]]:
+    """(estimated us, instance) of the candidates an estimate range chooses among: those the
+    table's tile costs cover (the sm90 weight-only kernel's persistent launches) with at most
+    _ESTIMATE_MAX_TILE_ROWS rows of tiles, none taller than the lowest of their tile heights that
+    holds m, in candidate (name) order. humming::select_instance applies the same rule
+    (registry.cpp, estimated_choice)."""
+    g, n, k, m, sms, layout = problem
+    costs = _tile_costs(table)
+    covered = []
+    for inst in candidates:
+        c = costs.get(tuple(inst.tile))
+        if -(-m // inst.tile[0]) > _ESTIMATE_MAX_TILE_ROWS:
+            continue
+        us = None if c is None else estimated_us(c, inst.backend, inst.tile, g, n, k, m, sms, layout)
+        if us is not None:
+            covered.append((us, inst))
+    heights = [i.tile[0] for _, i in covered]
+    cap = min([h for h in heights if h >= m], default=max(heights, default=0))
+    return [(us, i) for us, i in covered if i.tile[0] <= cap]
+
+
+def _pick(table: dict, idx: int, candidates: list, problem: tuple | None = None) -> tuple[object, str]:
+    """The range's choice among candidates. ``problem`` (format, n, k, m, sms, layout) is needed in
+    ranges with "estimate"."""
+    if table["ranges"][idx].get("estimate") and problem is not None:
+        est = _estimates(table, candidates, problem)
+        if est:
+            us, inst = min(est, key=lambda e: e[0])  # min keeps the first of equal estimates
+            others = ", ".join(f"{i.name.rsplit('_t', 1)[-1]} {u:.1f}" for u, i in est if i is not inst)
+            return inst, f"lowest estimated time, {us:.1f} us (tile costs; others: {others or 'none'})"
     for pattern in table["ranges"][idx]["prefer"]:
         for inst in candidates:
             if fnmatch.fnmatchcase(inst.name, pattern):
@@ -264,7 +339,8 @@ def choose_for(fmt, n: int, k: int, m: int, *, cc: int, sms: int, device_name: s
     n, k, layout = _check_problem(n, k, layout)
     table = _table_for(cc, sms, device_name)
     idx = _range_index(table, m, n, k)
-    key = (str(g), n, k, idx, cc, sms, layout, id(table), _forced)
+    # An estimate range's choice depends on m itself, not only on its range.
+    key = (str(g), n, k, idx, m if table["ranges"][idx].get("estimate") else None, cc, sms, layout, id(table), _forced)
     hit = _cache.get(key)
     if hit is not None:
         return hit
@@ -278,7 +354,9 @@ def choose_for(fmt, n: int, k: int, m: int, *, cc: int, sms: int, device_name: s
     else:
         if not candidates:
             raise DispatchError(_no_candidate_message(g, n, k, m, cc, rows))
-        name = _pick(table, idx, candidates)[0].name
+        name = _pick(table, idx, candidates, (g, n, k, m, sms, layout))[0].name
+    if len(_cache) >= 65536:  # bounded: estimate ranges keep one choice per m
+        _cache.clear()
     _cache[key] = name
     return name
 
@@ -459,7 +537,7 @@ def explain(fmt, n: int, k: int, m: int, *, device=None, layout: int = 1) -> str
     if _forced is not None:
         lines.append(f"forced instance: {_forced}")
     if candidates:
-        inst, reason = _pick(table, idx, candidates)
+        inst, reason = _pick(table, idx, candidates, (g, n, k, m, sms, layout))
         lines.append(f"choice: {_forced or inst.name} ({'forced' if _forced else reason})")
         if _forced is None and inst.backend == "generic":
             chosen, device_text, here, refused = _slow_path_facts(g, n, k, m, cc, dev_name, layout, inst.name)
@@ -490,6 +568,8 @@ class LayerPlan:
         state = self._per_device.get(index)
         if state is not None and state[2] == _epoch:
             name = state[1].get(bisect.bisect_left(state[0], m))
+            if type(name) is dict:  # an estimate range: one choice per m
+                name = name.get(m)
             if name is not None:
                 return name
         import torch
@@ -501,14 +581,24 @@ class LayerPlan:
         if state is None or state[2] != _epoch:
             cc, sms, name = _device_facts(device)
             table = _table_for(cc, sms, name)
-            state = (_bounds_for(table, self.n, self.k)[0], {}, _epoch)
+            bounds, idx = _bounds_for(table, self.n, self.k)
+            by_m = {j for j, i in enumerate(idx) if table["ranges"][i].get("estimate")}
+            state = (bounds, {}, _epoch, by_m)
             self._per_device[device.index] = state
-        bounds, chosen, _ = state
+        bounds, chosen, _, by_m = state
         b = bisect.bisect_left(bounds, m)
         name = chosen.get(b)
+        if type(name) is dict:
+            name = name.get(m)
         if name is None:
             name = choose(self.fmt, self.n, self.k, m, device=device, layout=self.layout)
-            chosen[b] = name
+            if b in by_m:
+                per_m = chosen.setdefault(b, {})
+                if len(per_m) >= 4096:  # bounded: a server sees far fewer distinct batch sizes
+                    per_m.clear()
+                per_m[m] = name
+            else:
+                chosen[b] = name
         return name
 
     def preload(self, device) -> list[str]:
@@ -522,15 +612,23 @@ class LayerPlan:
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         cc, sms, dev_name = _device_facts(device)
-        bounds, _ = _bounds_for(_table_for(cc, sms, dev_name), self.n, self.k)
+        table = _table_for(cc, sms, dev_name)
+        bounds, idx = _bounds_for(table, self.n, self.k)
         names: list[str] = []
-        for m in list(bounds) + [(bounds[-1] + 1) if bounds else 1]:
+        for m, i in zip(list(bounds) + [(bounds[-1] + 1) if bounds else 1], idx):
             try:
                 name = self.instance(m, device)
             except DispatchError:
                 continue
-            if name not in names:
-                names.append(name)
+            found = [name]
+            if table["ranges"][i].get("estimate") and _forced is None:
+                # Any instance the estimate may take at some m of the range (up to its largest m).
+                rows = _evaluate(self.fmt, self.n, self.k, m, cc, self.layout)
+                est = _estimates(table, [r[0] for r in rows if r[1]], (self.fmt, self.n, self.k, m, sms, self.layout))
+                found += [inst.name for _, inst in est]
+            for x in found:
+                if x not in names:
+                    names.append(x)
         for name in names:
             if (name, device.index) in _prepared:
                 continue

@@ -165,6 +165,26 @@ PYBIND11_MODULE(_C, m) {
           args.num_sms = device_sms(-1);
           return i.workspace_bytes != nullptr ? i.workspace_bytes(args) : size_t(0);
         });
+  // What the cost model of an estimate range reads (humming::persistent_launch_facts) for a
+  // kernel of `backend` with this tile shape on a described problem and `sms` multiprocessors:
+  // (inputs of the busiest block, its segments, stream-K part or not), or None where the model does
+  // not cover the kernel. By tile shape, not instance name, so that a sweep of instances this build
+  // lacks can be scored (tools/table_regret.py).
+  m.def("persistent_launch_facts",
+        [](const std::string &backend, int tile_m, int tile_n, int tile_k, const std::string &fmt, int layout,
+           int64_t n, int64_t k, int64_t m, int sms) -> py::object {
+          const GemmArgs args = described_problem(fmt, layout, n, k, m);
+          InstanceInfo info{};
+          info.name = "";
+          info.backend = backend.c_str();
+          info.act_type = args.fmt.act.type.id();
+          info.tile_m = tile_m, info.tile_n = tile_n, info.tile_k = tile_k;
+          if (tile_m <= 0 || tile_n <= 0 || tile_k <= 0) throw py::value_error("tile extents must be positive");
+          int64_t inputs = 0, segments = 0;
+          bool stream_k = false;
+          if (!persistent_launch_facts(info, args, sms, &inputs, &segments, &stream_k)) return py::none();
+          return py::make_tuple(inputs, segments, stream_k);
+        });
   // The C++ default choice (humming::select_instance) for a described device: kept equal to
   // humming_aot.dispatch.choose_for by a test.
   m.def("select_instance", [](const std::string &fmt, int layout, int64_t n, int64_t k, int64_t m, int cc, int sms) {
