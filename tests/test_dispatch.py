@@ -585,3 +585,63 @@ def test_uncovered_device_names_the_build_to_install(cc, family):
 def test_device_of_no_family_is_named():
     covered, why = registry.device_covered(75)
     assert not covered and "sm_75 belongs to no family" in why
+
+
+# ---- estimate ranges: the launch facts the tile costs read -------------------------------------
+
+FMT90 = "a-bf16_w-u4g128-sbf16_c-bf16"
+
+
+def test_launch_facts_follow_the_persistent_plan():
+    from humming_aot._ext import C
+
+    # 2 x 64 = 128 tiles of 64 x 128 on 132 multiprocessors, K = 8192: too many 64-token tiles to
+    # split K (two multiprocessors per tile would be needed), so each block takes one whole tile.
+    assert C.persistent_launch_facts("sm90", 64, 128, 128, FMT90, 3, 8192, 8192, 128, 132) == (8192, 1, False)
+    # 264 such tiles (n = 132 x 128): exactly two waves, each block two whole tiles.
+    assert C.persistent_launch_facts("sm90", 64, 128, 128, FMT90, 3, 132 * 128, 8192, 128, 132) == (16384, 2, False)
+    # 100 decode tiles: spread over the multiprocessors by K (stream-K), so the busiest block takes
+    # less than a whole tile's K, in at most two segments (the ends of two tiles).
+    inputs, segments, stream_k = C.persistent_launch_facts("sm90", 8, 128, 128, FMT90, 3, 100 * 128, 8192, 8, 132)
+    assert stream_k and 8192 * 100 / 132 <= inputs < 8192 and 1 <= segments <= 2
+    # Other kernels are not covered by the model.
+    assert C.persistent_launch_facts("sm80", 64, 128, 128, FMT90, 2, 8192, 8192, 128, 132) is None
+    assert (
+        C.persistent_launch_facts("sm90", 64, 128, 128, "a-e4m3-pt_w-e4m3gc-sf32_c-bf16", 1, 8192, 8192, 128, 132)
+        is None
+    )
+
+
+def test_estimate_ranges_pick_the_lowest_estimate_and_keep_patterns_for_the_rest():
+    import types
+
+    table = {
+        "name": "t",
+        "tile_costs": {"64x128x128": [0.0, 1.0, 0.0, 0.0], "128x128x128": [0.0, 1.0, 0.0, 0.0]},
+        "ranges": [{"m_max": None, "estimate": True, "prefer": ["sm90_*_t128x*", "sm80_*"]}],
+    }
+    table = dispatch._validate_table(table, "t")
+
+    def inst(name, backend, tile):
+        return types.SimpleNamespace(name=name, backend=backend, tile=tile)
+
+    t64 = inst(f"sm90_wgmma_dense_{FMT90}_t64x128x128", "sm90", (64, 128, 128))
+    t128 = inst(f"sm90_wgmma_dense_{FMT90}_t128x128x128", "sm90", (128, 128, 128))
+    sm80 = inst(f"sm80_mma_dense_{FMT90}_t64x128x64", "sm80", (64, 128, 64))
+    g = F.parse_gemm_format(FMT90)
+    # m = 128 on 8192 x 8192: t64 has 128 tiles of one block each (8192 inputs per block), t128 64;
+    # equal costs per input: a tie, which goes to the first in name order (t128 sorts first).
+    pick, why = dispatch._pick(table, 0, [t128, t64, sm80], (g, 8192, 8192, 128, 132, 3))
+    assert pick is t128 and "estimated" in why
+    # 264 tiles of t64 (two waves) against 132 of t128 (one): the estimate takes t128.
+    assert dispatch._pick(table, 0, [t64, t128], (g, 132 * 128, 8192, 128, 132, 3))[0] is t128
+    # m = 64: t128 would pad, so only t64 is considered, whatever its estimate.
+    assert dispatch._pick(table, 0, [t128, t64], (g, 132 * 128, 8192, 64, 132, 3))[0] is t64
+    # No covered candidate: the patterns decide.
+    assert dispatch._pick(table, 0, [sm80], (g, 8192, 8192, 128, 132, 3))[0] is sm80
+    with pytest.raises(ValueError, match="tile_costs"):
+        dispatch._validate_table({"ranges": [{"m_max": None, "estimate": True, "prefer": []}]}, "bad")
+    with pytest.raises(ValueError, match="tile_costs"):
+        dispatch._validate_table(
+            {"tile_costs": {"64x128": [1, 2, 3, 4]}, "ranges": [{"m_max": None, "prefer": []}]}, "bad"
+        )

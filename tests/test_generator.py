@@ -493,11 +493,13 @@ def test_h200_table_picks_the_measured_tile(n, k, m, best):
 
 # Session 16's sweeps on the H200 (scripts/sweep_tiles.py: every u4g128 bf16 sm90 tile, graph us):
 # the shape corpus at 17 values of M and 15 other layer shapes at 14 other values of M, which the
-# table's tile costs were fitted to (tools/fit_tile_costs.py). (file, points, bound on the geometric
-# mean of chosen / fastest, bound on any point)
+# table's tile costs were fitted to (tools/fit_tile_costs.py), and 12 more shapes at 15 more values
+# of M that no fit saw. (file, points, bound on the geometric mean of chosen / fastest, bound on
+# any point)
 H200_SWEEPS = [
     ("h200-2026-12-02-s16-sweep-u4g128.json", 400, 1.01, 1.25),
     ("h200-2026-12-02-s16-sweep-u4g128-holdout.json", 200, 1.01, 1.25),
+    ("h200-2026-12-02-s16-sweep-u4g128-holdout3.json", 150, 1.01, 1.25),
 ]
 
 
