@@ -2,7 +2,7 @@
 device tables (python/humming_aot/tables/*.json) on measurements rather than a few named shapes.
 
 Usage (on the GPU machine, after a build): python3 scripts/sweep_tiles.py OUT.json [--format F]
-    [--match REGEX] [--ms 1,16,...] [--shapes corpus|NxK,...] [--iters N]
+    [--act A] [--layout L] [--match REGEX] [--ms 1,16,...] [--shapes corpus|NxK,...] [--iters N]
 Each point is the median CUDA-graph replay time (GPU time only) of single calls, each after an L2
 flush that reads a 256 MiB buffer, as scripts/time_shapes.py --graph --flush read. For every
 (shape, M) the dispatcher's own choice is recorded too, so the file tells how far the table is from
@@ -25,6 +25,8 @@ from humming_aot import bench, registry
 ap = argparse.ArgumentParser()
 ap.add_argument("out")
 ap.add_argument("--format", default="u4g128-sbf16")
+ap.add_argument("--act", default=None, help="activation format (default bf16), e.g. e4m3-pt: quantized in each call")
+ap.add_argument("--layout", default="sm90", help="layout to pack for (the 8-bit activation kernels read generic)")
 ap.add_argument("--match", default=r"^sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16_")
 ap.add_argument("--ms", default="1,8,16,24,32,48,64,96,128,192,256,384,512,768,1024,2048,4096")
 ap.add_argument("--shapes", default="corpus")
@@ -72,7 +74,7 @@ def graph_us(layer, x) -> float:
 points, chosen = [], []
 for n, k in shapes:
     lin = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
-    layer = ha.QuantLinear.from_linear(lin, args.format, device="cuda", layout="sm90")
+    layer = ha.QuantLinear.from_linear(lin, args.format, args.act, device="cuda", layout=args.layout)
     for m in ms:
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         layer.instance = ""
@@ -101,6 +103,14 @@ for n, k in shapes:
 
 with open(args.out, "w") as f:
     json.dump(
-        {"device": torch.cuda.get_device_name(), "format": args.format, "points": points, "chosen": chosen}, f, indent=0
+        {
+            "device": torch.cuda.get_device_name(),
+            "format": args.format,
+            "act": args.act or "bf16",
+            "points": points,
+            "chosen": chosen,
+        },
+        f,
+        indent=0,
     )
 print(f"{len(points)} points -> {args.out}")
