@@ -47,6 +47,7 @@ _TABLE_DIR = pathlib.Path(__file__).resolve().parent / "tables"
 _user_tables: list[dict] = []
 _forced: str | None = os.environ.get("HUMMING_AOT_INSTANCE") or None
 _cache: dict = {}
+_candidates: dict = {}  # (format, n, k, range, cc, layout, table) -> instances that run the problem
 # Bumped whenever the tables or the forced instance change: layer plans compare it to know their
 # cached choices still hold (the number of loaded tables alone does not tell reset + load apart).
 _epoch = 0
@@ -174,6 +175,7 @@ def load_table(table: str | os.PathLike | dict) -> dict:
         t = _validate_table(json.loads(path.read_text()), str(path))
     _user_tables.insert(0, t)
     _cache.clear()
+    _candidates.clear()
     _epoch += 1
     return t
 
@@ -184,6 +186,7 @@ def reset() -> None:
     _user_tables.clear()
     _forced = None
     _cache.clear()
+    _candidates.clear()
     _warned.clear()
     _epoch += 1
 
@@ -195,6 +198,7 @@ def force(name: str | None) -> None:
         registry.find(name)  # raises KeyError naming the problem
     _forced = name
     _cache.clear()
+    _candidates.clear()
     _epoch += 1
 
 
@@ -344,8 +348,19 @@ def choose_for(fmt, n: int, k: int, m: int, *, cc: int, sms: int, device_name: s
     hit = _cache.get(key)
     if hit is not None:
         return hit
-    rows = _evaluate(g, n, k, m, cc, layout)
-    candidates = [inst for inst, ok, _ in rows if ok]
+    # The candidates of a range are found once (checking every instance of a full build takes
+    # milliseconds), as the choice of a range without estimates always was; an estimate range's
+    # choice for a new m then re-checks only the instances its estimate covers (below, _pick).
+    ckey = (str(g), n, k, idx, cc, layout, id(table))
+    candidates = None if _forced is not None else _candidates.get(ckey)
+    rows = None
+    if candidates is None:
+        rows = _evaluate(g, n, k, m, cc, layout)
+        candidates = [inst for inst, ok, _ in rows if ok]
+        if candidates and _forced is None:
+            if len(_candidates) >= 4096:
+                _candidates.clear()
+            _candidates[ckey] = candidates
     if _forced is not None:
         if _forced not in {i.name for i in candidates}:
             why = next((w for i, _, w in rows if i.name == _forced), "")
@@ -354,6 +369,13 @@ def choose_for(fmt, n: int, k: int, m: int, *, cc: int, sms: int, device_name: s
     else:
         if not candidates:
             raise DispatchError(_no_candidate_message(g, n, k, m, cc, rows))
+        if rows is None and table["ranges"][idx].get("estimate"):
+            # Candidates found at another m of the range: the estimate's own ones must run this m.
+            candidates = [
+                i
+                for i in candidates
+                if i.tile not in _tile_costs(table) or C.check_instance(i.name, str(g), layout, n, k, m)[0]
+            ]
         name = _pick(table, idx, candidates, (g, n, k, m, sms, layout))[0].name
     if len(_cache) >= 65536:  # bounded: estimate ranges keep one choice per m
         _cache.clear()
