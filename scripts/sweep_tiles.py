@@ -72,6 +72,24 @@ def graph_us(layer, x) -> float:
 
 
 points, chosen = [], []
+
+
+def save() -> None:
+    # After every shape, so that a run cut short keeps what it measured.
+    with open(args.out, "w") as f:
+        json.dump(
+            {
+                "device": torch.cuda.get_device_name(),
+                "format": args.format,
+                "act": args.act or "bf16",
+                "points": points,
+                "chosen": chosen,
+            },
+            f,
+            indent=0,
+        )
+
+
 for n, k in shapes:
     lin = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
     layer = ha.QuantLinear.from_linear(lin, args.format, args.act, device="cuda", layout=args.layout)
@@ -100,17 +118,6 @@ for n, k in shapes:
             print(f"{n}x{k} m={m}: best {best[0]:.1f} us ({best[1][-28:]}); {tail}", flush=True)
     del layer, lin
     torch.cuda.empty_cache()
+    save()
 
-with open(args.out, "w") as f:
-    json.dump(
-        {
-            "device": torch.cuda.get_device_name(),
-            "format": args.format,
-            "act": args.act or "bf16",
-            "points": points,
-            "chosen": chosen,
-        },
-        f,
-        indent=0,
-    )
 print(f"{len(points)} points -> {args.out}")
