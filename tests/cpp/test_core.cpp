@@ -12,6 +12,7 @@
 #include "humming/backend/sm90/operand_convert.h"
 #include "humming/humming.h"
 #include "humming/numeric/nibble_lut.h"
+#include "humming/scheduler/moe.h"
 #include "humming/scheduler/raster.h"
 #include "humming/scheduler/streamk.h"
 
@@ -395,6 +396,88 @@ void test_grouped_raster() {
   }
 }
 
+// Mixture-of-experts tiles (scheduler/moe.h), contiguous and masked rows, with empty experts, one
+// expert holding every row, and counts that are not multiples of the tile: every row of every
+// expert is in exactly one tile per n tile, no tile straddles two experts or passes tile_m rows,
+// the tile count is what the counts imply and never above expert_tiles_at_most, and blocks of a
+// persistent grid that each walk every G-th tile with their own cursor see the same tiles.
+void test_expert_tiles() {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int experts = 1 + static_cast<int>(rng() % 40);
+    const int tile_m = (trial % 3 == 0) ? 16 : (trial % 3 == 1 ? 64 : 128);
+    const int64_t n_tiles = 1 + rng() % 5;
+    std::vector<int32_t> counts(static_cast<size_t>(experts));
+    for (auto &c : counts) c = (rng() % 4 == 0) ? 0 : static_cast<int32_t>(rng() % 300);
+    if (trial % 10 == 0) std::fill(counts.begin(), counts.end(), 0), counts[rng() % experts] = 517;
+    std::vector<int32_t> offsets(static_cast<size_t>(experts) + 1, 0);
+    for (int e = 0; e < experts; ++e) offsets[e + 1] = offsets[e] + counts[e];
+    const int64_t capacity = *std::max_element(counts.begin(), counts.end()) + 3;
+    for (bool masked : {false, true}) {
+      ExpertRows g;
+      g.experts = experts;
+      if (masked)
+        g.counts = counts.data(), g.capacity = capacity;
+      else
+        g.offsets = offsets.data();
+      const int64_t rows = masked ? experts * capacity : offsets[experts];
+      int64_t want = 0;
+      for (int32_t c : counts) want += (c + tile_m - 1) / tile_m * n_tiles;
+      std::vector<int> covered(static_cast<size_t>(rows * n_tiles), 0);
+      ExpertCursor cur;
+      ExpertTile tile{};
+      int64_t t = 0;
+      for (; expert_tile(g, tile_m, n_tiles, t, &cur, &tile); ++t) {
+        int64_t begin, end;
+        g.rows(tile.expert, &begin, &end);
+        EXPECT(tile.m0 >= begin && tile.m_end <= end && tile.m0 < tile.m_end && tile.m_end - tile.m0 <= tile_m,
+               "trial %d tile %lld: rows [%lld, %lld) outside expert %d's [%lld, %lld)", trial,
+               static_cast<long long>(t), static_cast<long long>(tile.m0), static_cast<long long>(tile.m_end),
+               tile.expert, static_cast<long long>(begin), static_cast<long long>(end));
+        EXPECT(tile.n_tile >= 0 && tile.n_tile < n_tiles, "trial %d: n tile %lld", trial,
+               static_cast<long long>(tile.n_tile));
+        for (int64_t r = tile.m0; r < tile.m_end && r < rows; ++r)
+          ++covered[static_cast<size_t>(r * n_tiles + tile.n_tile)];
+      }
+      EXPECT(t == want, "trial %d (%s): %lld tiles, the counts give %lld", trial, masked ? "masked" : "contiguous",
+             static_cast<long long>(t), static_cast<long long>(want));
+      EXPECT(t <= expert_tiles_at_most(rows, experts, tile_m, n_tiles), "trial %d: %lld tiles above the bound %lld",
+             trial, static_cast<long long>(t),
+             static_cast<long long>(expert_tiles_at_most(rows, experts, tile_m, n_tiles)));
+      for (int e = 0; e < experts; ++e) {
+        int64_t begin, end;
+        g.rows(e, &begin, &end);
+        for (int64_t r = begin; r < end; ++r)
+          for (int64_t nt = 0; nt < n_tiles; ++nt)
+            EXPECT(covered[static_cast<size_t>(r * n_tiles + nt)] == 1,
+                   "trial %d: row %lld n tile %lld covered %d times", trial, static_cast<long long>(r),
+                   static_cast<long long>(nt), covered[static_cast<size_t>(r * n_tiles + nt)]);
+        if (masked)
+          for (int64_t r = end; r < begin + capacity; ++r)
+            EXPECT(covered[static_cast<size_t>(r * n_tiles)] == 0, "trial %d: padding row %lld read", trial,
+                   static_cast<long long>(r));
+      }
+      // A persistent grid of G blocks: block b takes tiles b, b + G, ... with its own cursor.
+      const int64_t blocks = 1 + rng() % 9;
+      int64_t seen = 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        ExpertCursor c;
+        ExpertTile a{}, r{};
+        for (int64_t u = b; expert_tile(g, tile_m, n_tiles, u, &c, &a); u += blocks) {
+          ExpertCursor fresh;
+          EXPECT(expert_tile(g, tile_m, n_tiles, u, &fresh, &r) && r.expert == a.expert && r.m0 == a.m0 &&
+                     r.m_end == a.m_end && r.n_tile == a.n_tile,
+                 "trial %d: block %lld tile %lld differs from a fresh walk", trial, static_cast<long long>(b),
+                 static_cast<long long>(u));
+          ++seen;
+        }
+      }
+      EXPECT(seen == want, "trial %d: the blocks saw %lld tiles of %lld", trial, static_cast<long long>(seen),
+             static_cast<long long>(want));
+    }
+  }
+}
+
 // 4-bit codes to 8-bit operands (numeric/nibble_lut.h): for every code type and every word of
 // eight codes built from random codes, each output byte decodes (format/dtype.h decode, as e4m3 or
 // as s8) to the code's own value, also of the sign-extended top-bit codes.
@@ -467,6 +550,7 @@ int main() {
   test_stream_k_policy();
   test_persistent_plans();
   test_grouped_raster();
+  test_expert_tiles();
   test_stream_k_plans();
   test_format_round_trip();
   test_pack_round_trip();

@@ -1,0 +1,87 @@
+// Tile scheduling for mixture-of-experts (grouped) GEMMs: the rows of the activations belong to
+// experts, each expert multiplies its rows by its own weight, and no tile straddles two experts.
+// The expert count and the rows of each expert are runtime data in device memory (counts change
+// every step and the GPU writes them), never template parameters, and nothing here needs them on
+// the host: a launch is sized by expert_tiles_at_most, and each persistent block walks its tiles
+// with a cursor over the experts.
+//
+// Two row layouts:
+// - contiguous: rows sorted by expert; expert e owns rows [offsets[e], offsets[e + 1]).
+// - masked: a fixed capacity per expert (the CUDA-graph-friendly decode layout); expert e owns
+//   rows [e * capacity, e * capacity + counts[e]) and the rest of its capacity is never read.
+//
+// Tile order: expert by expert; within an expert, n tile by n tile, the m tiles of one n tile
+// consecutive. Blocks that take consecutive tiles (a persistent grid hands them out in turn) then
+// share an expert's weight column through L2 while its rows are in flight.
+#pragma once
+
+#include <cstdint>
+
+#include "humming/format/dtype.h"
+
+namespace humming {
+
+struct ExpertRows {
+  const int32_t *offsets = nullptr; // contiguous: experts + 1 row offsets (nullptr: masked)
+  const int32_t *counts = nullptr;  // masked: rows of each expert
+  int64_t capacity = 0;             // masked: rows reserved for each expert
+  int32_t experts = 0;
+
+  // Rows [*begin, *end) of expert e.
+  HUMMING_HD void rows(int32_t e, int64_t *begin, int64_t *end) const {
+    if (offsets != nullptr) {
+      *begin = offsets[e];
+      *end = offsets[e + 1];
+    } else {
+      *begin = static_cast<int64_t>(e) * capacity;
+      *end = *begin + counts[e];
+    }
+  }
+};
+
+struct ExpertTile {
+  int32_t expert;
+  int64_t m0;    // first row of the tile
+  int64_t m_end; // one past its last row (at most m0 + tile_m; the expert's rows end there)
+  int64_t n_tile;
+};
+
+// A block's position in the tile order: the expert it has reached and the index of that expert's
+// first tile. Tiles must be asked for in increasing order (as a persistent block does).
+struct ExpertCursor {
+  int32_t expert = 0;
+  int64_t first = 0;
+};
+
+// Tile `t` of the order above, for tiles of `tile_m` rows and `n_tiles` tiles along N; false when
+// `t` is past the last tile. Cost: one step per expert passed since the cursor's last tile.
+HUMMING_HD bool expert_tile(const ExpertRows &g, int tile_m, int64_t n_tiles, int64_t t, ExpertCursor *c,
+                            ExpertTile *out) {
+  while (c->expert < g.experts) {
+    int64_t begin, end;
+    g.rows(c->expert, &begin, &end);
+    const int64_t m_tiles = end > begin ? (end - begin + tile_m - 1) / tile_m : 0;
+    const int64_t tiles = m_tiles * n_tiles;
+    if (t < c->first + tiles) {
+      const int64_t local = t - c->first;
+      const int64_t m0 = begin + (local % m_tiles) * tile_m;
+      out->expert = c->expert;
+      out->m0 = m0;
+      out->m_end = m0 + tile_m < end ? m0 + tile_m : end;
+      out->n_tile = local / m_tiles;
+      return true;
+    }
+    c->first += tiles;
+    ++c->expert;
+  }
+  return false;
+}
+
+// A bound on the tile count that needs no expert's rows: `rows` rows in all (contiguous: the
+// assignments, tokens x top_k; masked: experts x capacity) over `experts` experts give at most one
+// partial m tile per expert beyond the full ones. A persistent launch takes min(SMs, this) blocks.
+HUMMING_HD int64_t expert_tiles_at_most(int64_t rows, int32_t experts, int tile_m, int64_t n_tiles) {
+  return (rows / tile_m + experts) * n_tiles;
+}
+
+} // namespace humming
