@@ -337,27 +337,22 @@ constexpr int64_t kEstimateMaxTileRows = 16;
 // tile avoids), the lowest estimate; ties to the first in name order. nullptr when none qualifies.
 const InstanceInfo *estimated_choice(const DispatchTable &t, const std::vector<const InstanceInfo *> &candidates,
                                      const GemmArgs &args, int sms) {
-  std::vector<std::pair<const InstanceInfo *, const TileCost *>> covered;
+  std::vector<std::pair<const InstanceInfo *, double>> covered; // with their estimates
   int64_t cap = 0, tallest = 0;
   for (const InstanceInfo *c : candidates) {
     const TileCost *tc = tile_cost(t, *c);
-    int64_t inputs, segments;
-    bool stream_k;
-    if (tc == nullptr || (args.m + c->tile_m - 1) / c->tile_m > kEstimateMaxTileRows ||
-        !persistent_launch_facts(*c, args, sms, &inputs, &segments, &stream_k))
-      continue;
-    covered.push_back({c, tc});
+    if (tc == nullptr || (args.m + c->tile_m - 1) / c->tile_m > kEstimateMaxTileRows) continue;
+    const double us = estimated_us(*c, args, sms, *tc);
+    if (us < 0) continue; // a kernel the model does not cover
+    covered.push_back({c, us});
     if (c->tile_m >= args.m && (cap == 0 || c->tile_m < cap)) cap = c->tile_m;
     tallest = std::max<int64_t>(tallest, c->tile_m);
   }
   if (cap == 0) cap = tallest;
   const InstanceInfo *best = nullptr;
   double best_us = 0;
-  for (const auto &[c, tc] : covered) {
-    if (c->tile_m > cap) continue;
-    const double us = estimated_us(*c, args, sms, *tc);
-    if (best == nullptr || us < best_us) best = c, best_us = us;
-  }
+  for (const auto &[c, us] : covered)
+    if (c->tile_m <= cap && (best == nullptr || us < best_us)) best = c, best_us = us;
   return best;
 }
 

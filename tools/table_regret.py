@@ -33,26 +33,21 @@ def range_for(table: dict, m: int, n: int, k: int) -> dict:
 
 
 def estimated_choice(table: dict, m: int, n: int, k: int, names: list[str], sms: int) -> str | None:
-    """An estimate range's choice among instance names, by the dispatcher's rule (dispatch._estimates:
-    the names the table's tile costs cover with at most 16 rows of tiles, none taller than the lowest covered tile height that holds
-    m, the lowest estimate, the first name of equal ones). Needs the built package."""
+    """An estimate range's choice among instance names (of one format), by the dispatcher's own rule
+    (dispatch._estimates), or None where the tile costs cover none. Needs the built package."""
+    import types
+
     from humming_aot import dispatch
 
-    costs = dispatch._tile_costs(table)
-    covered = []
+    cands = []
     for name in names:
+        backend = name.split("_", 1)[0]
         tile = tuple(int(v) for v in re.search(r"_t(\d+)x(\d+)x(\d+)_", name).groups())
-        fmt = re.search(r"_(a-.*_c-[a-z0-9]+)_t\d", name).group(1)
-        layout = SWEEP_LAYOUT.get(name.split("_", 1)[0], 1)
-        us = None
-        if tile in costs and -(-m // tile[0]) <= dispatch._ESTIMATE_MAX_TILE_ROWS:
-            us = dispatch.estimated_us(costs[tile], name.split("_", 1)[0], tile, fmt, n, k, m, sms, layout)
-        if us is not None:
-            covered.append((us, tile[0], name))
-    heights = [h for _, h, _ in covered]
-    cap = min([h for h in heights if h >= m], default=max(heights, default=0))
-    best = min(((us, name) for us, h, name in covered if h <= cap), key=lambda e: e[0], default=None)
-    return best[1] if best else None
+        cands.append(types.SimpleNamespace(name=name, backend=backend, tile=tile))
+    fmt = re.search(r"_(a-.*_c-[a-z0-9]+)_t\d", names[0]).group(1)
+    layout = SWEEP_LAYOUT.get(cands[0].backend, 1)
+    est = dispatch._estimates(table, cands, (fmt, n, k, m, sms, layout))
+    return min(est, key=lambda e: e[0])[1].name if est else None
 
 
 def choose(table: dict, m: int, n: int, k: int, names: list[str], sms: int = 132) -> str | None:

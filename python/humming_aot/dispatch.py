@@ -348,19 +348,7 @@ def choose_for(fmt, n: int, k: int, m: int, *, cc: int, sms: int, device_name: s
     hit = _cache.get(key)
     if hit is not None:
         return hit
-    # The candidates of a range are found once (checking every instance of a full build takes
-    # milliseconds), as the choice of a range without estimates always was; an estimate range's
-    # choice for a new m then re-checks only the instances its estimate covers (below, _pick).
-    ckey = (str(g), n, k, idx, cc, layout, id(table))
-    candidates = None if _forced is not None else _candidates.get(ckey)
-    rows = None
-    if candidates is None:
-        rows = _evaluate(g, n, k, m, cc, layout)
-        candidates = [inst for inst, ok, _ in rows if ok]
-        if candidates and _forced is None:
-            if len(_candidates) >= 4096:
-                _candidates.clear()
-            _candidates[ckey] = candidates
+    candidates, rows = _range_candidates(table, idx, g, n, k, m, cc, layout)
     if _forced is not None:
         if _forced not in {i.name for i in candidates}:
             why = next((w for i, _, w in rows if i.name == _forced), "")
@@ -371,16 +359,33 @@ def choose_for(fmt, n: int, k: int, m: int, *, cc: int, sms: int, device_name: s
             raise DispatchError(_no_candidate_message(g, n, k, m, cc, rows))
         if rows is None and table["ranges"][idx].get("estimate"):
             # Candidates found at another m of the range: the estimate's own ones must run this m.
+            costs = _tile_costs(table)
             candidates = [
-                i
-                for i in candidates
-                if i.tile not in _tile_costs(table) or C.check_instance(i.name, str(g), layout, n, k, m)[0]
+                i for i in candidates if i.tile not in costs or C.check_instance(i.name, str(g), layout, n, k, m)[0]
             ]
         name = _pick(table, idx, candidates, (g, n, k, m, sms, layout))[0].name
     if len(_cache) >= 65536:  # bounded: estimate ranges keep one choice per m
         _cache.clear()
     _cache[key] = name
     return name
+
+
+def _range_candidates(table: dict, idx: int, g, n: int, k: int, m: int, cc: int, layout: int):
+    """(instances that run the problem, the evaluated rows or None where they came from the cache).
+    A range's candidates are found once (checking every instance of a full build takes
+    milliseconds), as the choice of a range without estimates always was; an estimate range's
+    choice for a new m re-checks only the instances its estimate covers (choose_for)."""
+    ckey = (str(g), n, k, idx, cc, layout, id(table))
+    candidates = None if _forced is not None else _candidates.get(ckey)
+    if candidates is not None:
+        return candidates, None
+    rows = _evaluate(g, n, k, m, cc, layout)
+    candidates = [inst for inst, ok, _ in rows if ok]
+    if candidates and _forced is None:
+        if len(_candidates) >= 4096:
+            _candidates.clear()
+        _candidates[ckey] = candidates
+    return candidates, rows
 
 
 def _no_candidate_message(g, n, k, m, cc, rows) -> str:
@@ -645,8 +650,8 @@ class LayerPlan:
             found = [name]
             if table["ranges"][i].get("estimate") and _forced is None:
                 # Any instance the estimate may take at some m of the range (up to its largest m).
-                rows = _evaluate(self.fmt, self.n, self.k, m, cc, self.layout)
-                est = _estimates(table, [r[0] for r in rows if r[1]], (self.fmt, self.n, self.k, m, sms, self.layout))
+                cands = _range_candidates(table, i, self.fmt, self.n, self.k, m, cc, self.layout)[0]
+                est = _estimates(table, cands, (self.fmt, self.n, self.k, m, sms, self.layout))
                 found += [inst.name for _, inst in est]
             for x in found:
                 if x not in names:

@@ -291,6 +291,8 @@ struct Dense {
 
   static int64_t n_tiles(const GemmArgs &args) { return (args.dims.n_pad + BN - 1) / BN; }
 
+  // (src/registry.cpp, persistent_launch_facts, makes the same plan for the dispatcher's cost
+  // model: change both together.)
   static StreamKPlan plan(const GemmArgs &args) {
     const int64_t m_tiles = (args.m + BM - 1) / BM;
     return plan_persistent(m_tiles * n_tiles(args), args.dims.k_pad / BK, BK, args.num_sms, BM, m_tiles);
