@@ -172,6 +172,22 @@ Status validate(const GemmArgs &a) {
   if (w.global_scale != (a.global_scale != nullptr))
     return Status::Error(w.global_scale ? "weight format " + to_string(w) + " needs a global scale"
                                         : "weight format " + to_string(w) + " takes no global scale");
+  if (a.experts < 0) return Status::Error("the expert count must be >= 0, got " + std::to_string(a.experts));
+  if (a.experts > 0) {
+    if (a.expert_offsets == nullptr) return Status::Error("a grouped (MoE) GEMM needs its expert row offsets");
+    if (a.bias != nullptr || a.global_scale != nullptr || a.fmt.act.granularity != ActScale::kNone)
+      return Status::Error("grouped (MoE) GEMMs take no bias, global scale or quantized activations yet");
+    const int64_t codes = a.dims.n_pad * a.dims.words_per_row * 4;
+    const int64_t groups = a.dims.k_groups * a.dims.n_groups;
+    const int64_t scales = w.has_scale() ? groups * w.scale.storage_bytes() : 0;
+    const int64_t zeros =
+        w.zero == ZeroKind::kNone ? 0 : groups * (w.zero == ZeroKind::kInt ? 1 : w.scale.storage_bytes());
+    if (a.expert_codes_stride < codes || a.expert_scales_stride < scales || a.expert_zeros_stride < zeros)
+      return Status::Error("the experts' weights overlap: per expert the codes take " + std::to_string(codes) +
+                           " bytes, the scales " + std::to_string(scales) + " and the zero points " +
+                           std::to_string(zeros) + "; the strides are " + std::to_string(a.expert_codes_stride) + ", " +
+                           std::to_string(a.expert_scales_stride) + " and " + std::to_string(a.expert_zeros_stride));
+  }
   const ActFormat &act = a.fmt.act;
   if (act.granularity == ActScale::kNone) {
     if (a.a_scales != nullptr) return Status::Error("activation format " + to_string(act) + " takes no scales");
@@ -188,6 +204,11 @@ Status validate(const GemmArgs &a) {
 
 namespace {
 
+// Whether an instance runs grouped (MoE) GEMMs: the sm90 weight-only kernels.
+bool runs_experts(const InstanceInfo &i) {
+  return std::string(i.backend) == "sm90" && DType::from_id(i.act_type).bits == 16;
+}
+
 // instance_matches without the message: select_instance tests every instance on every call.
 bool instance_fits(const InstanceInfo &i, const GemmArgs &a) {
   const GemmFormat &f = a.fmt;
@@ -197,7 +218,7 @@ bool instance_fits(const InstanceInfo &i, const GemmArgs &a) {
          (i.group_n < 0 || i.group_n == f.weight.group_n) && i.scale_type == f.weight.scale.id() &&
          i.zero == static_cast<int>(f.weight.zero) &&
          (i.global_scale < 0 || i.global_scale == static_cast<int>(f.weight.global_scale)) &&
-         i.out_type == f.out.id() && i.layout == a.layout;
+         i.out_type == f.out.id() && i.layout == a.layout && (a.experts == 0 || runs_experts(i));
 }
 
 } // namespace
@@ -228,6 +249,8 @@ Status instance_matches(const InstanceInfo &i, const GemmArgs &a) {
     diff = std::string("weight layout: the weight is packed for layout ") + std::to_string(a.layout) + " (" +
            layout_name(a.layout) + "), the instance reads layout " + std::to_string(i.layout) + " (" +
            layout_name(i.layout) + ")";
+  else if (a.experts > 0 && !runs_experts(i))
+    diff = "grouped (MoE) GEMMs run on the sm90 weight-only kernels only";
   if (diff.empty()) return Status::Ok();
   return Status::Error(std::string("instance ") + i.name + " does not compute " + to_string(f) + " (" + diff + ")");
 }

@@ -306,7 +306,21 @@ def _opcheck_cases():
             (pf.codes, pf.scales, torch.empty(0, dtype=torch.uint8), "e4m3g128n128-sf32", 1, 20, 256),
         ],
         "quantize_act": [(torch.randn(4, 64), "e4m3-g32"), (torch.randn(1, 40).to(torch.bfloat16), "i8-pt")],
+        "moe_gemm": _moe_gemm_cases(),
     }
+
+
+def _moe_gemm_cases():
+    """Grouped GEMMs of three experts (one of them empty), with and without zero points."""
+    from humming_aot import moe
+
+    cases = []
+    for wfmt in ("u4g64-sbf16-zi", "u4g128-sbf16"):
+        st = moe.stack_experts([_packed(wfmt, n=16, k=128)[1] for _ in range(3)])
+        off = torch.tensor([0, 2, 2, 5], dtype=torch.int32)
+        x = _x((5, 128), "bf16", seed=3)
+        cases.append((x, st.codes, st.scales, st.zeros, off, f"a-bf16_w-{wfmt}_c-bf16", 1, 16, 128, 2, ""))
+    return cases
 
 
 def _registered_ops():

@@ -272,8 +272,8 @@ def test_quant_moe_bad_input_is_named():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
-def test_quant_moe_on_the_gpu_warns_once_and_refuses_graph_capture():
-    """On a GPU the experts run on the dense kernels (the instance per row count), match the
+def test_quant_moe_on_the_per_expert_loop_warns_once_and_refuses_graph_capture():
+    """Experts packed for the sm80 kernels run one dense GEMM pair per expert: they match the
     reference, say once that this is the per-expert loop, and a graph capture is refused by name."""
     import warnings
 
@@ -281,7 +281,7 @@ def test_quant_moe_on_the_gpu_warns_once_and_refuses_graph_capture():
     from humming_aot import moe as M
 
     w1, w2 = _experts(8, 256, 128, 11)
-    layer = ha.QuantMoE.from_float(w1, w2, "u4g128-sbf16", 2, device="cuda")
+    layer = ha.QuantMoE.from_float(w1, w2, "u4g128-sbf16", 2, device="cuda", layout="sm80")
     x = torch.randn(33, 256, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
     logits = torch.randn(33, 8, generator=torch.Generator().manual_seed(2))
     M._WARNED_LOOP = False
@@ -297,3 +297,136 @@ def test_quant_moe_on_the_gpu_warns_once_and_refuses_graph_capture():
     with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph yet"):
         with torch.cuda.graph(graph):
             layer(xd, ld)
+
+
+# ---- the grouped GEMM (moe_gemm) ------------------------------------------------------------------
+
+
+def _stacked(e, n, k, fmt, layout, seed, device="cpu"):
+    import humming_aot as ha
+    from humming_aot import reference as R
+
+    g = torch.Generator().manual_seed(seed)
+    qs = [R.quantize_weight(torch.randn(n, k, generator=g) * 0.05, fmt) for _ in range(e)]
+    packed = [ha.pack_weight(q, layout=layout).to(device) for q in qs]
+    return qs, packed, moe.stack_experts(packed)
+
+
+def _offsets(counts):
+    return torch.tensor([0, *torch.tensor(counts).cumsum(0).tolist()], dtype=torch.int32)
+
+
+def _ref_grouped(x, qs, off):
+    from humming_aot import reference as R
+
+    return torch.cat([x[off[e] : off[e + 1]].double() @ R.dequantize_weight(q).double().T for e, q in enumerate(qs)])
+
+
+@pytest.mark.parametrize("fmt", ["u4g128-sbf16", "u8gc-sbf16-zi", "e4m3gc-sbf16"])
+def test_moe_gemm_on_the_cpu_is_each_experts_gemm(fmt):
+    import humming_aot as ha
+
+    qs, packed, st = _stacked(6, 80, 256, fmt, "generic", 5)
+    counts = [3, 0, 9, 1, 0, 4]  # empty experts among them
+    off = _offsets(counts)
+    x = torch.randn(sum(counts), 256, generator=torch.Generator().manual_seed(6)).to(torch.bfloat16)
+    gemm_fmt = f"a-bf16_w-{fmt}_c-bf16"
+    y = moe.moe_gemm(x, st, off, gemm_fmt)
+    assert y.shape == (17, 80) and y.dtype == torch.bfloat16
+    for e in range(6):
+        if counts[e]:
+            assert torch.equal(y[off[e] : off[e + 1]], ha.gemm(x[off[e] : off[e + 1]], packed[e], gemm_fmt)), e
+    ref = _ref_grouped(x, qs, off)
+    assert (y.double() - ref).norm() / ref.norm() <= 2.0**-7
+    assert moe.moe_gemm(x[:0], st, torch.zeros(7, dtype=torch.int32), gemm_fmt).shape == (0, 80)
+
+
+def test_moe_gemm_bad_input_is_named():
+    qs, packed, st = _stacked(3, 64, 128, "u4g128-sbf16", "generic", 1)
+    x = torch.randn(5, 128).to(torch.bfloat16)
+    fmt = "a-bf16_w-u4g128-sbf16_c-bf16"
+    with pytest.raises(ValueError, match=r"expert row offsets must be a tensor \[4\]"):
+        moe.moe_gemm(x, st, torch.tensor([0, 5], dtype=torch.int32), fmt)
+    with pytest.raises(ValueError, match="must not fall"):
+        moe.moe_gemm(x, st, torch.tensor([0, 4, 2, 5], dtype=torch.int32), fmt)
+    with pytest.raises(ValueError, match="from 0 to m=5"):
+        moe.moe_gemm(x, st, torch.tensor([0, 1, 2, 4], dtype=torch.int32), fmt)
+    with pytest.raises(Exception, match="differs from the experts' format"):
+        moe.moe_gemm(x, st, _offsets([1, 2, 2]), "a-bf16_w-u4g64-sbf16_c-bf16")
+    with pytest.raises(TypeError, match="StackedExperts"):
+        moe.moe_gemm(x, packed, _offsets([1, 2, 2]), fmt)
+    import humming_aot as ha
+    from humming_aot import reference as R
+
+    wide = ha.pack_weight(R.quantize_weight(torch.randn(96, 128), "u4g128-sbf16"), layout="generic")
+    with pytest.raises(ValueError, match="experts must match"):
+        moe.stack_experts([packed[0], wide])
+
+
+def _sm90_instances(fmt):
+    from humming_aot import registry
+
+    return [i.name for i in registry.instances() if i.name.startswith(f"sm90_wgmma_dense_{fmt}_")]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
+@pytest.mark.parametrize("load", ["uniform", "skewed", "one", "empty"])
+def test_moe_gemm_on_the_sm90_kernels_matches_the_reference(load):
+    """Every built sm90 tile of two formats runs grouped rows: expert boundaries inside tiles,
+    experts with no rows, rows not a multiple of any tile, a k of 2880 (gpt-oss)."""
+    if not torch.cuda.get_device_capability() == (9, 0):
+        pytest.skip("the grouped GEMM kernels are sm90 ones; this GPU is not sm_90")
+    for wfmt in ("u4g128-sbf16", "u4gc-sbf16-zi"):
+        fmt = f"a-bf16_w-{wfmt}_c-bf16"
+        names = _sm90_instances(fmt)
+        if not names:
+            continue
+        e, n, k = 12, 320, 2880 if wfmt == "u4gc-sbf16-zi" else 1024
+        qs, packed, st = _stacked(e, n, k, wfmt, "sm90", 21, "cuda")
+        g = torch.Generator().manual_seed(4)
+        if load == "uniform":
+            counts = [int(v) for v in torch.randint(20, 70, (e,), generator=g)]
+        elif load == "skewed":
+            counts = [300 // (i + 1) for i in range(e)]
+        elif load == "one":
+            counts = [0] * e
+            counts[7] = 413
+        else:
+            counts = [0, 5, 0, 0, 131, 0, 0, 0, 1, 0, 0, 0]
+        off = _offsets(counts)
+        x = torch.randn(sum(counts), k, generator=g).to(torch.bfloat16)
+        ref = _ref_grouped(x, qs, off)
+        for name in names:
+            y = moe.moe_gemm(x.cuda(), st, off.cuda(), fmt, instance=name).cpu()
+            err = (y.double() - ref).norm() / ref.norm()
+            assert err <= 2.0**-7, (name, load, float(err))
+        y = moe.moe_gemm(x.cuda(), st, off.cuda(), fmt).cpu()  # the library's own choice
+        assert (y.double() - ref).norm() / ref.norm() <= 2.0**-7
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
+def test_quant_moe_on_the_grouped_kernels_matches_and_captures_in_a_graph():
+    """Experts packed for the sm90 kernels run the grouped GEMMs: no host synchronization, so a
+    whole MoE layer is captured in a CUDA graph, and its replays equal the eager call and the
+    reference, at several token counts."""
+    import humming_aot as ha
+
+    if not torch.cuda.get_device_capability() == (9, 0):
+        pytest.skip("the grouped GEMM kernels are sm90 ones; this GPU is not sm_90")
+    w1, w2 = _experts(16, 256, 128, 13)
+    layer = ha.QuantMoE.from_float(w1, w2, "u4g128-sbf16", 4, device="cuda", layout="sm90")
+    for tokens in (1, 9, 64):
+        x = torch.randn(tokens, 256, generator=torch.Generator().manual_seed(tokens)).to(torch.bfloat16)
+        logits = torch.randn(tokens, 16, generator=torch.Generator().manual_seed(tokens + 1))
+        xd, ld = x.cuda(), logits.cuda()
+        eager = layer(xd, ld)
+        ref = _ref_moe(x.float(), logits, w1, w2, "u4g128-sbf16", 4)
+        assert (eager.cpu().double() - ref).norm() / ref.norm() <= _MOE_TOL
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = layer(xd, ld)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, eager), tokens

@@ -125,6 +125,18 @@ struct GemmArgs {
   const void *bias = nullptr;          // [n] of the output type, or null
   void *out = nullptr;                 // [m][n], row stride ldo elements, type fmt.out
   int64_t ldo = 0;
+  // A mixture-of-experts (grouped) GEMM when experts > 0: expert e multiplies rows
+  // [expert_offsets[e], expert_offsets[e + 1]) of a by its own weight and writes those rows of
+  // out. Expert e's codes, scales and zero points start expert_*_stride bytes after expert e - 1's
+  // (the pointers above are expert 0's). expert_offsets holds experts + 1 values rising from 0 to
+  // m, in the memory of the device that runs the GEMM (the GPU may have written them: nothing
+  // reads them on the host). The sm90 weight-only kernels and the CPU reference run such GEMMs;
+  // no bias, global scale or quantized activations yet.
+  const int32_t *expert_offsets = nullptr;
+  int32_t experts = 0;
+  int64_t expert_codes_stride = 0;  // bytes
+  int64_t expert_scales_stride = 0; // bytes
+  int64_t expert_zeros_stride = 0;  // bytes
   // Scratch for stream-K (InstanceInfo::workspace_bytes). Its first kWorkspaceZeroBytes bytes (or
   // all of it, if smaller) must be zero before its first use; launches leave them zero again (tile
   // counters back at zero), so one buffer per stream can be zeroed once and reused. The rest needs

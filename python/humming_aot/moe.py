@@ -185,6 +185,85 @@ def combine(y: torch.Tensor, alignment: Alignment, weights: torch.Tensor) -> tor
     return out.to(y.dtype)
 
 
+@dataclasses.dataclass(frozen=True)
+class StackedExperts:
+    """The packed weights of E experts of one format, shape and layout, stacked for
+    :func:`moe_gemm`: ``codes`` [E, n_pad, words], ``scales`` / ``zeros`` [E, k_groups, n_groups]
+    (None where the format has none). ``expert(e)`` is expert e's ``PackedWeight``, a view of these
+    tensors (no copy)."""
+
+    codes: torch.Tensor
+    scales: torch.Tensor | None
+    zeros: torch.Tensor | None
+    first: object  # expert 0's PackedWeight: format, extents and layout of them all
+
+    @property
+    def num_experts(self) -> int:
+        return self.codes.shape[0]
+
+    def expert(self, e: int):
+        pick = lambda t: None if t is None else t[e]  # noqa: E731
+        return dataclasses.replace(self.first, codes=self.codes[e], scales=pick(self.scales), zeros=pick(self.zeros))
+
+
+def stack_experts(weights) -> StackedExperts:
+    """Stack the ``PackedWeight`` of each expert (one format, shape and layout; no global scale)."""
+    from .pack import PackedWeight
+
+    weights = list(weights)
+    if not weights or not all(isinstance(w, PackedWeight) for w in weights):
+        raise TypeError("stack_experts takes a non-empty list of PackedWeight (humming_aot.pack_weight)")
+    w0 = weights[0]
+    for e, w in enumerate(weights):
+        if (w.fmt_text, w.n, w.k, w.layout, w.device) != (w0.fmt_text, w0.n, w0.k, w0.layout, w0.device):
+            raise ValueError(
+                f"expert {e} is {w.fmt_text} [{w.n}, {w.k}] in layout {w.layout} on {w.device}; expert 0 is "
+                f"{w0.fmt_text} [{w0.n}, {w0.k}] in layout {w0.layout} on {w0.device}: experts must match"
+            )
+        if w.global_scale is not None:
+            raise ValueError("grouped (MoE) GEMMs take no global scale yet (a format with -gs)")
+    stack = lambda ts: None if ts[0] is None else torch.stack(ts)  # noqa: E731
+    return StackedExperts(
+        torch.stack([w.codes for w in weights]),
+        stack([w.scales for w in weights]),
+        stack([w.zeros for w in weights]),
+        w0,
+    )
+
+
+def moe_gemm(x: torch.Tensor, experts: StackedExperts, offsets: torch.Tensor, fmt, *, rows_per_expert=None,
+             instance: str = "") -> torch.Tensor:  # fmt: skip
+    """The grouped GEMM: out[r] = x[r] @ W_e.T for the rows r of expert e, ``offsets[e] <= r <
+    offsets[e + 1]`` (``offsets`` int32 [E + 1] from 0 to x's rows, on x's device; a GPU reads them
+    only in the kernel, so no host synchronization). ``fmt`` is the GEMM format (16-bit activations).
+    ``rows_per_expert`` (default rows / E) picks the instance as for a dense GEMM of that many rows.
+    On a GPU it runs on the sm90 weight-only kernels (weights packed for layout 3); on the CPU, on
+    the reference."""
+    from . import formats as F
+    from .ops import activation_operand
+
+    if not isinstance(experts, StackedExperts):
+        raise TypeError(f"moe_gemm takes the experts as StackedExperts (stack_experts), got {type(experts).__name__}")
+    if not isinstance(x, torch.Tensor) or x.dim() != 2:
+        raise ValueError(f"moe_gemm takes activations [rows, k], got {_describe(x)}")
+    g = F.parse_gemm_format(fmt)
+    w0 = experts.first
+    if str(g.weight) != w0.fmt_text:
+        raise F.FormatError(f"the GEMM format's weight part {g.weight} differs from the experts' format {w0.fmt_text}")
+    if not isinstance(offsets, torch.Tensor) or offsets.shape != (experts.num_experts + 1,):
+        raise ValueError(
+            f"expert row offsets must be a tensor [{experts.num_experts + 1}] (one more than the experts), got "
+            f"{_describe(offsets)}"
+        )
+    rows = rows_per_expert if rows_per_expert is not None else max(1, x.shape[0] // experts.num_experts)
+    x = activation_operand(x, x.is_cuda)
+    return torch.ops.humming.moe_gemm(
+        x, experts.codes, experts.scales, experts.zeros, offsets.to(device=x.device, dtype=torch.int32).contiguous(),
+        str(g), w0.layout, w0.n, w0.k, int(rows), instance,
+    )  # fmt: skip
+
+
+_WARNED_LOOP = False
 _WARNED_LOOP = False
 
 
@@ -197,10 +276,13 @@ class QuantMoE(torch.nn.Module):
     (the fused w1 / w3 of Mixtral- and Qwen-style experts); ``down``: one [H, F] per expert, all in
     one format each. ``scoring`` / ``renormalize`` / ``correction_bias`` as :func:`topk_route`.
 
-    The grouped MoE GEMM kernels are not built yet: each expert that has tokens runs its two GEMMs
-    as dense humming GEMMs on its rows (the instance the dispatcher picks for that row count). That
-    needs the per-expert counts on the host, one synchronization per call on a GPU, so a call cannot
-    be captured in a CUDA graph (refused with an error); on a GPU the first call warns once.
+    With 16-bit activations on the CPU, or on a GPU with the experts packed for the sm90 kernels
+    (layout 3), the two GEMMs are grouped ones (:func:`moe_gemm`) over the expert-sorted rows: no
+    host synchronization, so a call can be captured in a CUDA graph. Otherwise each expert that has
+    tokens runs its two GEMMs as dense humming GEMMs on its rows (the instance the dispatcher picks
+    for that row count), which needs the per-expert counts on the host, one synchronization per call
+    on a GPU, so such a call cannot be captured in a CUDA graph (refused with an error); on a GPU the
+    first call warns once.
     """
 
     def __init__(
@@ -238,6 +320,12 @@ class QuantMoE(torch.nn.Module):
         if scoring not in SCORINGS:
             raise ValueError(f"scoring must be one of {', '.join(SCORINGS)}, got {scoring!r}")
         act = act_format if act_format is not None else "bf16"
+        # Stacked once for the grouped GEMM; the per-expert layers are views of the stacks (no copy).
+        grouped = all(w.global_scale is None for w in gate_up + down) and len({w.layout for w in gate_up + down}) == 1
+        self._stacks = (stack_experts(gate_up), stack_experts(down)) if grouped else None
+        if self._stacks is not None:
+            gate_up = [self._stacks[0].expert(e) for e in range(len(gate_up))]
+            down = [self._stacks[1].expert(e) for e in range(len(down))]
         self.gate_up = torch.nn.ModuleList(QuantLinear.from_packed(w, act, out_dtype) for w in gate_up)
         self.down = torch.nn.ModuleList(QuantLinear.from_packed(w, act, out_dtype) for w in down)
         self.num_experts, self.top_k, self.hidden, self.intermediate = len(gate_up), top_k, h, f2 // 2
@@ -291,6 +379,8 @@ class QuantMoE(torch.nn.Module):
                 f"router logits must be [tokens, experts] = [{x.shape[0]}, {self.num_experts}], "
                 f"got {tuple(router_logits.shape)}"
             )
+        if self._grouped_on(x):
+            return self._forward_grouped(x, router_logits)
         if x.is_cuda and torch.cuda.is_current_stream_capturing():
             raise RuntimeError(
                 "QuantMoE cannot be captured in a CUDA graph yet: it reads the per-expert token counts back "
@@ -322,6 +412,29 @@ class QuantMoE(torch.nn.Module):
             gate, up = h[:, : self.intermediate].float(), h[:, self.intermediate :].float()
             y[start : start + c] = self.down[e]((torch.nn.functional.silu(gate) * up).to(x.dtype))
             start += c
+        return combine(y, al, weights)
+
+    def _grouped_on(self, x: torch.Tensor) -> bool:
+        """Whether this call runs the grouped GEMMs: on the CPU reference, or on a GPU with the
+        experts packed for the sm90 kernels (layout 3) and 16-bit activations."""
+        if self._stacks is None or self.gate_up[0].fmt.act.quantized:
+            return False
+        return x.device.type == "cpu" or (x.is_cuda and self._stacks[0].first.layout == 3)
+
+    def _forward_grouped(self, x: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
+        # No host synchronization: the experts' rows are device offsets that the kernels read.
+        weights, ids = topk_route(
+            router_logits, self.top_k, scoring=self.scoring, renormalize=self.renormalize,
+            correction_bias=self.correction_bias,
+        )  # fmt: skip
+        al = moe_align(ids, self.num_experts, 1)  # blocks of one row: the experts' rows back to back
+        rows = permute(x, al)
+        per_expert = max(1, al.capacity // self.num_experts)
+        gu, dn = self._stacks
+        h = moe_gemm(rows, gu, al.offsets, self.gate_up[0].fmt, rows_per_expert=per_expert)
+        gate, up = h[:, : self.intermediate].float(), h[:, self.intermediate :].float()
+        act = (torch.nn.functional.silu(gate) * up).to(x.dtype)
+        y = moe_gemm(act, dn, al.offsets, self.down[0].fmt, rows_per_expert=per_expert)
         return combine(y, al, weights)
 
     def extra_repr(self) -> str:

@@ -63,6 +63,15 @@ def _gemm_fake(a, codes, scales, zeros, global_scale, a_scales, bias, fmt, layou
     return a.new_empty((a.shape[0], n), dtype=torch_dtype(g.out))
 
 
+@torch.library.register_fake("humming::moe_gemm")
+def _moe_gemm_fake(a, codes, scales, zeros, offsets, fmt, layout, n, k, rows_per_expert, instance=""):
+    g = F.parse_gemm_format(fmt)
+    _check_same_device(a, "activations", packed_codes=codes, scales=scales, zero_points=zeros, expert_offsets=offsets)
+    torch._check(a.dim() == 2, lambda: f"activations must be 2-D [rows, k], got {a.dim()}-D")
+    torch._check(a.shape[1] == k, lambda: f"activations have {a.shape[1]} columns but the weight has k={k}")
+    return a.new_empty((a.shape[0], n), dtype=torch_dtype(g.out))
+
+
 def activation_operand(a: torch.Tensor, fast: bool) -> torch.Tensor:
     """``a`` [m, k] as the kernels read it: ``a`` itself where they can, otherwise a contiguous copy
     (so strided, transposed and unaligned activations work, copied only when needed). Every kernel

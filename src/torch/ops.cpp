@@ -378,6 +378,88 @@ Tensor gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &s
   return out;
 }
 
+// Grouped (MoE) GEMM: rows [offsets[e], offsets[e + 1]) of `a` times expert e's weight. The
+// experts' packed weights are stacked: codes [E][n_pad][words_per_row], scales and zero points
+// [E][k_groups][n_groups]; offsets int32 [E + 1] on a's device (read only by the kernel on a GPU).
+// `rows_per_expert` (host-known, e.g. tokens x top_k / E) picks the instance as a dense GEMM of that
+// many rows would.
+Tensor moe_gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &scales,
+                const std::optional<Tensor> &zeros, const Tensor &offsets, const std::string &fmt_text, int64_t layout,
+                int64_t n, int64_t k, int64_t rows_per_expert, const std::string &instance) {
+  CallPlan &plan = call_plan(fmt_text, layout, n, k, instance);
+  GemmArgs args;
+  args.fmt = plan.fmt;
+  args.layout = static_cast<int>(layout);
+  args.dims = plan.dims;
+  const PackedDims &d = args.dims;
+  const torch::stable::Device dev = a.device();
+  const WeightFormat &w = args.fmt.weight;
+  require(a.dim() == 2, "activations must be 2-D [rows, k], got ", a.dim(), "-D shape ", a.sizes());
+  require(a.size(1) == k, "activations have ", a.size(1), " columns but the weight has k=", k);
+  check_tensor(a, "activations", storage_type(args.fmt.act.type), dev);
+  require(a.stride(1) == 1 || a.size(1) == 1, "activations must have unit stride along k, got strides ", a.strides());
+  require(a.size(0) <= 1 || a.stride(0) >= k, "activation row stride ", a.stride(0), " is below k=", k);
+  require(args.fmt.act.granularity == ActScale::kNone && !w.global_scale,
+          "grouped (MoE) GEMMs take 16-bit activations and no global scale yet, got ", fmt_text);
+  require(codes.dim() == 3, "the experts' codes must be stacked [experts, n_pad, words], got shape ", codes.sizes());
+  const int64_t experts = codes.size(0);
+  require(experts >= 1 && experts <= 4096, "1 to 4096 experts, got ", experts);
+  check_tensor(codes, "packed codes", ScalarType::Int, dev);
+  check_shape(codes, "packed codes", {experts, d.n_pad, d.words_per_row});
+  check_tensor(offsets, "expert row offsets", ScalarType::Int, dev);
+  check_shape(offsets, "expert row offsets", {experts + 1});
+  args.m = a.size(0);
+  args.a = a.data_ptr();
+  args.lda = a.size(0) <= 1 ? k : a.stride(0);
+  args.codes = static_cast<const uint32_t *>(codes.data_ptr());
+  args.experts = static_cast<int32_t>(experts);
+  args.expert_offsets = static_cast<const int32_t *>(offsets.data_ptr());
+  args.expert_codes_stride = d.n_pad * d.words_per_row * 4;
+  if (w.has_scale()) {
+    require(scales.has_value(), "weight format ", to_string(w), " needs scales");
+    check_tensor(*scales, "scales", storage_type(w.scale), dev);
+    check_shape(*scales, "packed scales", {experts, d.k_groups, d.n_groups});
+    args.scales = scales->data_ptr();
+    args.expert_scales_stride = d.k_groups * d.n_groups * w.scale.storage_bytes();
+  } else {
+    require(!scales.has_value(), "weight format ", to_string(w), " takes no scales");
+  }
+  if (w.zero != ZeroKind::kNone) {
+    require(zeros.has_value(), "weight format ", to_string(w), " needs zero points");
+    const bool int_zero = w.zero == ZeroKind::kInt;
+    check_tensor(*zeros, "zero points", int_zero ? ScalarType::Byte : storage_type(w.scale), dev);
+    check_shape(*zeros, "packed zero points", {experts, d.k_groups, d.n_groups});
+    args.zeros = zeros->data_ptr();
+    args.expert_zeros_stride = d.k_groups * d.n_groups * (int_zero ? 1 : w.scale.storage_bytes());
+  } else {
+    require(!zeros.has_value(), "weight format ", to_string(w), " takes no zero points");
+  }
+  Tensor out = empty_on(dev, {args.m, n}, storage_type(args.fmt.out));
+  args.out = out.data_ptr();
+  args.ldo = n;
+  if (args.m == 0) return out;
+  if (dev.is_cpu()) {
+    check(gemm_cpu(args));
+    return out;
+  }
+  require(dev.is_cuda(), "humming.moe_gemm runs on CPU or CUDA tensors, got ", dev);
+  const int index = static_cast<int>(dev.index());
+  const torch::stable::accelerator::DeviceGuard guard(dev.index());
+  const int cc = device_cc(index);
+  args.num_sms = device_sms(index);
+  const InstanceInfo *inst = plan.named;
+  if (inst == nullptr) {
+    // The choice for a dense GEMM of rows_per_expert rows among the instances that run experts.
+    GemmArgs like = args;
+    like.m = std::max<int64_t>(1, rows_per_expert);
+    std::string why;
+    inst = select_instance(like, cc, args.num_sms, &why);
+    require(inst != nullptr, why);
+  }
+  check(humming::gemm(args, *inst, current_stream(index)));
+  return out;
+}
+
 // Copies an error message into a caller's buffer of `size` bytes (the C entry points below).
 void report(char *error, size_t size, const char *what) {
   if (size == 0) return;
@@ -582,10 +664,12 @@ extern "C" __attribute__((visibility("default"))) int humming_warm_workspace(int
 }
 
 STABLE_TORCH_LIBRARY(humming, m) {
-  // Dense GEMM. `instance` names a compiled instance ("" = the library's own choice); MoE GEMMs
-  // will be separate ops (moe_gemm_*) with expert offsets, sharing the argument order.
+  // Dense GEMM. `instance` names a compiled instance ("" = the library's own choice); moe_gemm is
+  // the grouped one (expert row offsets, stacked expert weights).
   m.def("gemm(Tensor a, Tensor codes, Tensor? scales, Tensor? zeros, Tensor? global_scale, Tensor? a_scales, "
         "Tensor? bias, str fmt, int layout, int n, int k, str instance='') -> Tensor");
+  m.def("moe_gemm(Tensor a, Tensor codes, Tensor? scales, Tensor? zeros, Tensor offsets, str fmt, int layout, int n, "
+        "int k, int rows_per_expert, str instance='') -> Tensor");
   m.def("pack_weight(Tensor codes, Tensor? scales, Tensor? zeros, str weight_format, int layout) -> "
         "(Tensor, Tensor, Tensor)");
   m.def("unpack_weight(Tensor codes, Tensor scales, Tensor zeros, str weight_format, int layout, int n, int k) -> "
@@ -595,6 +679,7 @@ STABLE_TORCH_LIBRARY(humming, m) {
 
 STABLE_TORCH_LIBRARY_IMPL(humming, CPU, m) {
   m.impl("gemm", TORCH_BOX(&humming::torch_ops::gemm));
+  m.impl("moe_gemm", TORCH_BOX(&humming::torch_ops::moe_gemm));
   m.impl("pack_weight", TORCH_BOX(&humming::torch_ops::pack_weight));
   m.impl("unpack_weight", TORCH_BOX(&humming::torch_ops::unpack_weight));
   m.impl("quantize_act", TORCH_BOX(&humming::torch_ops::quantize_act));
@@ -602,6 +687,7 @@ STABLE_TORCH_LIBRARY_IMPL(humming, CPU, m) {
 
 STABLE_TORCH_LIBRARY_IMPL(humming, CUDA, m) {
   m.impl("gemm", TORCH_BOX(&humming::torch_ops::gemm));
+  m.impl("moe_gemm", TORCH_BOX(&humming::torch_ops::moe_gemm));
   m.impl("pack_weight", TORCH_BOX(&humming::torch_ops::pack_weight));
   m.impl("unpack_weight", TORCH_BOX(&humming::torch_ops::unpack_weight));
   m.impl("quantize_act", TORCH_BOX(&humming::torch_ops::quantize_act));

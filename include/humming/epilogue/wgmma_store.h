@@ -27,13 +27,16 @@ namespace epilogue {
 // one, fully unrolled for 64 sums a thread, was about 1500 instructions of cold code, and on small
 // layers its instruction-cache misses took a quarter of a t128 launch (ncu, 3584 x 3584 at
 // m = 256). Both paths add, round and store the same values.
+// Rows from m_end on are not stored (-1: from a.m on; a grouped GEMM's tile ends at its expert's
+// last row).
 template <uint32_t OutId, int Acc, bool TokenScales>
 __device__ __forceinline__ void store_wgmma_sums(const GemmArgs &a, int64_t m0, int64_t n, int lane,
-                                                 const float (&acc)[Acc], const float (&f)[2]) {
+                                                 const float (&acc)[Acc], const float (&f)[2], int64_t m_end = -1) {
   constexpr int kOutBytes = static_cast<int>(DType::from_id(OutId).bits) / 8;
+  const int64_t rows = m_end < 0 ? a.m : m_end;
   const bool odd = (lane / 4) % 2 != 0;
   // This thread's channels are n - odd .. n + 9 - odd and its tokens m0 .. m0 + 2 Acc - 1 at most.
-  const bool inside = m0 + 2 * Acc <= a.m && n + 10 <= a.dims.n && a.ldo % 2 == 0 &&
+  const bool inside = m0 + 2 * Acc <= rows && n + 10 <= a.dims.n && a.ldo % 2 == 0 &&
                       reinterpret_cast<uintptr_t>(a.out) % (2 * kOutBytes) == 0;
   const bool fast = __all_sync(0xFFFFFFFFu, inside);
   // The bias of this thread's two channel pairs (c, c + 1 with c = n + 8h - odd), for the fast path;
@@ -51,7 +54,7 @@ __device__ __forceinline__ void store_wgmma_sums(const GemmArgs &a, int64_t m0, 
     float ts[2] = {1.0f, 1.0f};
     if constexpr (TokenScales)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) ts[e] = fast || t0 + e < a.m ? a.a_scales[(t0 + e) * a.a_scale_cols] : 0.0f;
+      for (int e = 0; e < 2; ++e) ts[e] = fast || t0 + e < rows ? a.a_scales[(t0 + e) * a.a_scale_cols] : 0.0f;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float own0 = acc[4 * j + 2 * h] * f[h] * ts[0], own1 = acc[4 * j + 2 * h + 1] * f[h] * ts[1];
@@ -62,7 +65,7 @@ __device__ __forceinline__ void store_wgmma_sums(const GemmArgs &a, int64_t m0, 
       const float2 v = odd ? make_float2(other, own1) : make_float2(own0, other);
       if (fast)
         store_out_pair_aligned<OutId>(a.out, m * a.ldo + c, make_float2(v.x + bias[h].x, v.y + bias[h].y));
-      else if (m < a.m && c < a.dims.n)
+      else if (m < rows && c < a.dims.n)
         write_pair<OutId>(a, m, c, v);
     }
   }

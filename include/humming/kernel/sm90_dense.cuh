@@ -44,6 +44,7 @@
 #include "humming/humming.h"
 #include "humming/layout/sm90.h"
 #include "humming/numeric/fast_dequant.h"
+#include "humming/scheduler/moe.h"
 #include "humming/scheduler/streamk.h"
 
 namespace humming {
@@ -112,10 +113,28 @@ struct Dense {
     GemmArgs args;
     StreamKPlan plan;
     int64_t n_tiles;
-    int64_t n_blocks; // 64-channel blocks along the padded N (layout stride)
+    int64_t n_blocks;   // 64-channel blocks along the padded N (layout stride)
+    ExpertRows experts; // a grouped (MoE) GEMM's rows per expert (experts == 0: dense)
   };
 
   using RingPos = sm90::RingPos<Stages>;
+
+  // The work of this block, in order: f(m0, m_end, n0, expert, kt0, kt1, tile) per segment, K tiles
+  // [kt0, kt1) of the tile of rows [m0, m_end) and channels from n0. Dense: the stream-K plan's
+  // segments (tile: their index in it, for the fix-up). Grouped: every gridDim.x-th tile of the
+  // experts' order (scheduler/moe.h), whole (no fix-up). Producer and consumers walk it alike.
+  template <class F> static __device__ __forceinline__ void for_each_work(const Params &p, F f) {
+    if (p.experts.experts > 0) {
+      ExpertCursor cursor;
+      ExpertTile et;
+      for (int64_t t = blockIdx.x; expert_tile(p.experts, BM, p.n_tiles, t, &cursor, &et); t += gridDim.x)
+        f(et.m0, et.m_end, et.n_tile * BN, et.expert, int64_t{0}, p.plan.k_tiles, int64_t{-1});
+    } else {
+      for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
+        f(tile / p.n_tiles * BM, p.args.m, tile % p.n_tiles * BN, 0, kt0, kt1, tile);
+      });
+    }
+  }
 
   // ---- producer ------------------------------------------------------------------------------
 
@@ -125,8 +144,7 @@ struct Dense {
   // One thread: every stage of every segment of this block, in order.
   static __device__ __forceinline__ void produce(const Params &p, uint32_t ring, uint32_t bars) {
     RingPos pos;
-    for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
-      const int64_t m0 = tile / p.n_tiles * BM, n0 = tile % p.n_tiles * BN;
+    for_each_work(p, [&](int64_t m0, int64_t, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t) {
       const int cols = Loads::columns(p.args, n0);
       const uint32_t bytes = Loads::bytes(cols);
       for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
@@ -134,7 +152,7 @@ struct Dense {
                        empty = ring_bar<Stages>(bars, 1, pos.stage);
         mbar_wait(empty, pos.phase ^ 1u);
         mbar_arrive_expect_tx(full, bytes);
-        Loads::issue(p, stage, full, kt, m0, n0, cols);
+        Loads::issue(p, stage, full, kt, m0, n0, cols, expert);
       }
     });
   }
@@ -238,8 +256,7 @@ struct Dense {
     const int col = cw * 64 + warp * 16 + lane / 4; // first channel of this thread inside the tile
     RingPos pos;
     Regs r;
-    for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
-      const int64_t m0 = tile / p.n_tiles * BM, n0 = tile % p.n_tiles * BN;
+    for_each_work(p, [&](int64_t m0, int64_t m_end, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t tile) {
       // Zero points that hold for the whole segment: the implied 2^(bits-1) of symmetric codes, or
       // the per-channel ones (with K groups, the stage's rows replace them).
       uint32_t bias[2];
@@ -249,7 +266,8 @@ struct Dense {
         zero[h] = kFloatCode ? 0.0f : static_cast<float>(1 << (kBits - 1));
         if constexpr (kIntZero && GroupK == 0) {
           const int64_t n = n0 + col + 8 * h;
-          zero[h] = n < a.dims.n_pad ? static_cast<float>(static_cast<const uint8_t *>(a.zeros)[n]) : 0.0f;
+          const uint8_t *zeros = static_cast<const uint8_t *>(a.zeros) + expert * a.expert_zeros_stride;
+          zero[h] = n < a.dims.n_pad ? static_cast<float>(zeros[n]) : 0.0f;
         }
         bias[h] = numeric::zero_bias<kBf16>(zero[h]);
       }
@@ -262,20 +280,24 @@ struct Dense {
                                                             r.acc, flag, [] { consumer_sync<kConsumerThreads>(); });
         if (!last) return;
       }
-      store(a, m0, n0 + col, lane, r.acc);
+      store(a, m0, m_end, n0 + col, lane, expert, r.acc);
     });
   }
 
-  // Per-channel and global scales on the fp32 sums, then the stores (epilogue/wgmma_store.h).
-  static __device__ __forceinline__ void store(const GemmArgs &a, int64_t m0, int64_t n, int lane, float (&acc)[kAcc]) {
+  // Per-channel and global scales on the fp32 sums, then the stores of rows below m_end
+  // (epilogue/wgmma_store.h).
+  static __device__ __forceinline__ void store(const GemmArgs &a, int64_t m0, int64_t m_end, int64_t n, int lane,
+                                               int expert, float (&acc)[kAcc]) {
     using Op = numeric::Operand<kBf16>;
     const float global = a.global_scale != nullptr ? *a.global_scale : 1.0f;
     float f[2] = {global, global};
-    if constexpr (GroupK == 0)
+    if constexpr (GroupK == 0) {
+      const auto *scales =
+          reinterpret_cast<const uint16_t *>(static_cast<const char *>(a.scales) + expert * a.expert_scales_stride);
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        f[h] *= n + 8 * h < a.dims.n_pad ? Op::to_float(static_cast<const uint16_t *>(a.scales)[n + 8 * h]) : 0.0f;
-    epilogue::store_wgmma_sums<ActId, kAcc, false>(a, m0, n, lane, acc, f);
+      for (int h = 0; h < 2; ++h) f[h] *= n + 8 * h < a.dims.n_pad ? Op::to_float(scales[n + 8 * h]) : 0.0f;
+    }
+    epilogue::store_wgmma_sums<ActId, kAcc, false>(a, m0, n, lane, acc, f, m_end);
   }
 
   static __device__ __forceinline__ void run(const Params &p, char *smem) {
@@ -294,6 +316,16 @@ struct Dense {
   // (src/registry.cpp, persistent_launch_facts, makes the same plan for the dispatcher's cost
   // model: change both together.)
   static StreamKPlan plan(const GemmArgs &args) {
+    if (args.experts > 0) {
+      // Grouped: whole tiles that each block finds itself (for_each_work); the plan sizes the grid
+      // by a bound on the tile count that needs no expert's rows, and takes no workspace.
+      StreamKPlan p;
+      p.k_tiles = p.units = args.dims.k_pad / BK;
+      p.tiles = expert_tiles_at_most(args.m, args.experts, BM, n_tiles(args));
+      const int64_t sms = args.num_sms > 0 ? args.num_sms : 1;
+      p.blocks = p.tiles < sms ? p.tiles : sms;
+      return p;
+    }
     const int64_t m_tiles = (args.m + BM - 1) / BM;
     return plan_persistent(m_tiles * n_tiles(args), args.dims.k_pad / BK, BK, args.num_sms, BM, m_tiles);
   }
@@ -333,6 +365,9 @@ template <HUMMING_SM90_TARGS> Status launch(const GemmArgs &args, void *stream) 
   if (args.m == 0) return Status::Ok();
   typename K::Params p = base_params<K>(args);
   p.n_blocks = args.dims.n_pad / layout_sm90::kBlockN;
+  p.experts = ExpertRows{};
+  p.experts.offsets = args.expert_offsets;
+  p.experts.experts = args.experts;
   Status st =
       cached_rows_map(&p.act, args.a, K::kBf16 ? MapElem::kBf16 : MapElem::kF16, args.m, args.dims.k, args.lda, BM);
   if (!st) return st;

@@ -37,28 +37,30 @@ template <class K> struct StageLoads {
     return kABytes + KAtoms * cols * kBlockBytes + kScaleRows * cols * 64 * (2 + (kIntZero ? 1 : 0));
   }
 
-  // The copies of K tile kt of the tile at (m0, n0) into the stage at shared address `stage`.
+  // The copies of K tile kt of the tile at (m0, n0) into the stage at shared address `stage`, from
+  // the weight of `expert` (0 but in grouped GEMMs: GemmArgs::expert_*_stride).
   static __device__ __forceinline__ void issue(const Params &p, uint32_t stage, uint32_t full, int64_t kt, int64_t m0,
-                                               int64_t n0, int cols) {
+                                               int64_t n0, int cols, int expert) {
     const GemmArgs &a = p.args;
+    const char *codes = reinterpret_cast<const char *>(a.codes) + expert * a.expert_codes_stride;
+    const char *scales = static_cast<const char *>(a.scales) + expert * a.expert_scales_stride;
+    const char *zeros = static_cast<const char *>(a.zeros) + expert * a.expert_zeros_stride;
 #pragma unroll
     for (int at = 0; at < KAtoms; ++at)
       tensor_copy_2d(stage + at * kAtomBytes, &p.act, static_cast<int>(kt * BK + at * 64), static_cast<int>(m0), full);
 #pragma unroll
     for (int at = 0; at < KAtoms; ++at) {
       const int64_t kb = kt * KAtoms + at;
-      const char *src = reinterpret_cast<const char *>(a.codes) + (kb * p.n_blocks + n0 / 64) * kBlockBytes;
+      const char *src = codes + (kb * p.n_blocks + n0 / 64) * kBlockBytes;
       bulk_copy(stage + kABytes + at * Consumers * kBlockBytes, src, cols * kBlockBytes, full);
     }
     if constexpr (GroupK != 0) {
 #pragma unroll
       for (int r = 0; r < kScaleRows; ++r) {
         const int64_t g = kt * BK / GroupK + r;
-        bulk_copy(stage + kABytes + kWBytes + r * BN * 2,
-                  static_cast<const char *>(a.scales) + (g * a.dims.n_groups + n0) * 2, cols * 128, full);
+        bulk_copy(stage + kABytes + kWBytes + r * BN * 2, scales + (g * a.dims.n_groups + n0) * 2, cols * 128, full);
         if constexpr (kIntZero)
-          bulk_copy(stage + kABytes + kWBytes + kSBytes + r * BN,
-                    static_cast<const char *>(a.zeros) + g * a.dims.n_groups + n0, cols * 64, full);
+          bulk_copy(stage + kABytes + kWBytes + kSBytes + r * BN, zeros + g * a.dims.n_groups + n0, cols * 64, full);
       }
     }
   }
