@@ -396,12 +396,7 @@ class QuantMoE(torch.nn.Module):
                 "GEMM at small batch",
                 stacklevel=2,
             )
-        weights, ids = topk_route(
-            router_logits, self.top_k, scoring=self.scoring, renormalize=self.renormalize,
-            correction_bias=self.correction_bias,
-        )  # fmt: skip
-        al = moe_align(ids, self.num_experts, 1)  # blocks of one row: the experts' rows back to back
-        rows = permute(x, al)
+        weights, al, rows = self._route(x, router_logits)
         # Blocks of one row pad nothing: every row belongs to an expert and is written below.
         y = x.new_empty(al.capacity, self.hidden, dtype=self.down[0]._out_dtype)
         start = 0
@@ -414,6 +409,16 @@ class QuantMoE(torch.nn.Module):
             start += c
         return combine(y, al, weights)
 
+    def _route(self, x: torch.Tensor, router_logits: torch.Tensor):
+        """Routing weights, the alignment (blocks of one row: the experts' rows back to back) and
+        the activations in its expert-sorted order."""
+        weights, ids = topk_route(
+            router_logits, self.top_k, scoring=self.scoring, renormalize=self.renormalize,
+            correction_bias=self.correction_bias,
+        )  # fmt: skip
+        al = moe_align(ids, self.num_experts, 1)
+        return weights, al, permute(x, al)
+
     def _grouped_on(self, x: torch.Tensor) -> bool:
         """Whether this call runs the grouped GEMMs: on the CPU reference, or on a GPU with the
         experts packed for the sm90 kernels (layout 3) and 16-bit activations."""
@@ -423,12 +428,7 @@ class QuantMoE(torch.nn.Module):
 
     def _forward_grouped(self, x: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
         # No host synchronization: the experts' rows are device offsets that the kernels read.
-        weights, ids = topk_route(
-            router_logits, self.top_k, scoring=self.scoring, renormalize=self.renormalize,
-            correction_bias=self.correction_bias,
-        )  # fmt: skip
-        al = moe_align(ids, self.num_experts, 1)  # blocks of one row: the experts' rows back to back
-        rows = permute(x, al)
+        weights, al, rows = self._route(x, router_logits)
         per_expert = max(1, al.capacity // self.num_experts)
         gu, dn = self._stacks
         h = moe_gemm(rows, gu, al.offsets, self.gate_up[0].fmt, rows_per_expert=per_expert)

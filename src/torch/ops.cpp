@@ -271,6 +271,29 @@ void *kernel_workspace(int index, cudaStream_t stream, size_t bytes, std::option
   return buf.ptr;
 }
 
+// The activations of a GEMM [m, k] (checked) into args.
+void set_activations(GemmArgs &args, const Tensor &a, int64_t k) {
+  require(a.dim() == 2, "activations must be 2-D [m, k], got ", a.dim(), "-D shape ", a.sizes(),
+          " (flatten leading dimensions first)");
+  require(a.size(1) == k, "activations have ", a.size(1), " columns but the weight has k=", k);
+  check_tensor(a, "activations", storage_type(args.fmt.act.type), a.device());
+  require(a.stride(1) == 1 || a.size(1) == 1, "activations must have unit stride along k, got strides ", a.strides());
+  require(a.size(0) <= 1 || a.stride(0) >= k, "activation row stride ", a.stride(0), " is below k=", k);
+  args.m = a.size(0);
+  args.a = a.data_ptr();
+  args.lda = a.size(0) <= 1 ? k : a.stride(0);
+}
+
+// The output [m, n] allocated into args; on the CPU the reference runs it (true: done).
+bool output_or_cpu(GemmArgs &args, Tensor &out, const torch::stable::Device &dev, int64_t n) {
+  out = empty_on(dev, {args.m, n}, storage_type(args.fmt.out));
+  args.out = out.data_ptr();
+  args.ldo = n;
+  if (!dev.is_cpu()) return false;
+  check(gemm_cpu(args));
+  return true;
+}
+
 Tensor gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &scales,
             const std::optional<Tensor> &zeros, const std::optional<Tensor> &global_scale,
             const std::optional<Tensor> &a_scales, const std::optional<Tensor> &bias, const std::string &fmt_text,
@@ -284,15 +307,7 @@ Tensor gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &s
   const torch::stable::Device dev = a.device();
   const WeightFormat &w = args.fmt.weight;
 
-  require(a.dim() == 2, "activations must be 2-D [m, k], got ", a.dim(), "-D shape ", a.sizes(),
-          " (flatten leading dimensions first)");
-  require(a.size(1) == k, "activations have ", a.size(1), " columns but the weight has k=", k);
-  check_tensor(a, "activations", storage_type(args.fmt.act.type), dev);
-  require(a.stride(1) == 1 || a.size(1) == 1, "activations must have unit stride along k, got strides ", a.strides());
-  require(a.size(0) <= 1 || a.stride(0) >= k, "activation row stride ", a.stride(0), " is below k=", k);
-  args.m = a.size(0);
-  args.a = a.data_ptr();
-  args.lda = a.size(0) <= 1 ? k : a.stride(0);
+  set_activations(args, a, k);
 
   check_tensor(codes, "packed codes", ScalarType::Int, dev);
   check_shape(codes, "packed codes", {d.n_pad, d.words_per_row});
@@ -337,14 +352,8 @@ Tensor gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &s
     check_shape(*bias, "bias", {n});
     args.bias = bias->data_ptr();
   }
-  Tensor out = empty_on(dev, {args.m, n}, storage_type(args.fmt.out));
-  args.out = out.data_ptr();
-  args.ldo = n;
-
-  if (dev.is_cpu()) {
-    check(gemm_cpu(args));
-    return out;
-  }
+  Tensor out;
+  if (output_or_cpu(args, out, dev, n)) return out;
   require(dev.is_cuda(), "humming.gemm runs on CPU or CUDA tensors, got ", dev);
   const int index = static_cast<int>(dev.index());
   const torch::stable::accelerator::DeviceGuard guard(dev.index());
@@ -394,11 +403,7 @@ Tensor moe_gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor
   const PackedDims &d = args.dims;
   const torch::stable::Device dev = a.device();
   const WeightFormat &w = args.fmt.weight;
-  require(a.dim() == 2, "activations must be 2-D [rows, k], got ", a.dim(), "-D shape ", a.sizes());
-  require(a.size(1) == k, "activations have ", a.size(1), " columns but the weight has k=", k);
-  check_tensor(a, "activations", storage_type(args.fmt.act.type), dev);
-  require(a.stride(1) == 1 || a.size(1) == 1, "activations must have unit stride along k, got strides ", a.strides());
-  require(a.size(0) <= 1 || a.stride(0) >= k, "activation row stride ", a.stride(0), " is below k=", k);
+  set_activations(args, a, k);
   require(args.fmt.act.granularity == ActScale::kNone && !w.global_scale,
           "grouped (MoE) GEMMs take 16-bit activations and no global scale yet, got ", fmt_text);
   require(codes.dim() == 3, "the experts' codes must be stacked [experts, n_pad, words], got shape ", codes.sizes());
@@ -408,9 +413,6 @@ Tensor moe_gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor
   check_shape(codes, "packed codes", {experts, d.n_pad, d.words_per_row});
   check_tensor(offsets, "expert row offsets", ScalarType::Int, dev);
   check_shape(offsets, "expert row offsets", {experts + 1});
-  args.m = a.size(0);
-  args.a = a.data_ptr();
-  args.lda = a.size(0) <= 1 ? k : a.stride(0);
   args.codes = static_cast<const uint32_t *>(codes.data_ptr());
   args.experts = static_cast<int32_t>(experts);
   args.expert_offsets = static_cast<const int32_t *>(offsets.data_ptr());
@@ -434,14 +436,8 @@ Tensor moe_gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor
   } else {
     require(!zeros.has_value(), "weight format ", to_string(w), " takes no zero points");
   }
-  Tensor out = empty_on(dev, {args.m, n}, storage_type(args.fmt.out));
-  args.out = out.data_ptr();
-  args.ldo = n;
-  if (args.m == 0) return out;
-  if (dev.is_cpu()) {
-    check(gemm_cpu(args));
-    return out;
-  }
+  Tensor out;
+  if (output_or_cpu(args, out, dev, n) || args.m == 0) return out;
   require(dev.is_cuda(), "humming.moe_gemm runs on CPU or CUDA tensors, got ", dev);
   const int index = static_cast<int>(dev.index());
   const torch::stable::accelerator::DeviceGuard guard(dev.index());
