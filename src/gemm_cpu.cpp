@@ -14,24 +14,34 @@ Status gemm_cpu(const GemmArgs &args) {
   Status st = validate(args);
   if (!st) return st;
   if (args.experts > 0) {
-    // A grouped GEMM: each expert's rows against its own weight (offsets in host memory here).
-    const int32_t *off = args.expert_offsets;
-    if (off[0] != 0 || off[args.experts] != args.m)
-      return Status::Error("expert row offsets must run from 0 to m=" + std::to_string(args.m) + ", got " +
-                           std::to_string(off[0]) + " .. " + std::to_string(off[args.experts]));
-    for (int32_t e = 0; e < args.experts; ++e)
-      if (off[e + 1] < off[e])
-        return Status::Error("expert row offsets must not fall (expert " + std::to_string(e) + ": " +
-                             std::to_string(off[e]) + " then " + std::to_string(off[e + 1]) + ")");
+    // A grouped GEMM: each expert's rows against its own weight (offsets or counts in host memory
+    // here, so bad ones are reported; the GPU kernels can only clip them).
+    const int32_t *off = args.expert_offsets, *counts = args.expert_counts;
+    if (off != nullptr) {
+      if (off[0] != 0 || off[args.experts] != args.m)
+        return Status::Error("expert row offsets must run from 0 to m=" + std::to_string(args.m) + ", got " +
+                             std::to_string(off[0]) + " .. " + std::to_string(off[args.experts]));
+      for (int32_t e = 0; e < args.experts; ++e)
+        if (off[e + 1] < off[e])
+          return Status::Error("expert row offsets must not fall (expert " + std::to_string(e) + ": " +
+                               std::to_string(off[e]) + " then " + std::to_string(off[e + 1]) + ")");
+    } else {
+      for (int32_t e = 0; e < args.experts; ++e)
+        if (counts[e] < 0 || counts[e] > args.expert_capacity)
+          return Status::Error("expert " + std::to_string(e) + " has " + std::to_string(counts[e]) +
+                               " rows; a masked grouped GEMM takes 0 to the capacity, " +
+                               std::to_string(args.expert_capacity));
+    }
     const int64_t a_elem = args.fmt.act.type.storage_bytes(), o_elem = args.fmt.out.storage_bytes();
     for (int32_t e = 0; e < args.experts; ++e) {
       GemmArgs one = args;
       one.experts = 0;
-      one.expert_offsets = nullptr;
-      one.m = off[e + 1] - off[e];
+      one.expert_offsets = one.expert_counts = nullptr;
+      const int64_t first = off != nullptr ? off[e] : e * args.expert_capacity;
+      one.m = off != nullptr ? off[e + 1] - off[e] : counts[e];
       if (one.m == 0) continue;
-      one.a = static_cast<const char *>(args.a) + off[e] * args.lda * a_elem;
-      one.out = static_cast<char *>(args.out) + off[e] * args.ldo * o_elem;
+      one.a = static_cast<const char *>(args.a) + first * args.lda * a_elem;
+      one.out = static_cast<char *>(args.out) + first * args.ldo * o_elem;
       one.codes =
           reinterpret_cast<const uint32_t *>(reinterpret_cast<const char *>(args.codes) + e * args.expert_codes_stride);
       if (args.scales != nullptr) one.scales = static_cast<const char *>(args.scales) + e * args.expert_scales_stride;

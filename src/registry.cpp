@@ -174,7 +174,13 @@ Status validate(const GemmArgs &a) {
                                         : "weight format " + to_string(w) + " takes no global scale");
   if (a.experts < 0) return Status::Error("the expert count must be >= 0, got " + std::to_string(a.experts));
   if (a.experts > 0) {
-    if (a.expert_offsets == nullptr) return Status::Error("a grouped (MoE) GEMM needs its expert row offsets");
+    if ((a.expert_offsets == nullptr) == (a.expert_counts == nullptr))
+      return Status::Error("a grouped (MoE) GEMM takes either its expert row offsets (contiguous rows) or its "
+                           "expert row counts (masked rows), not both or neither");
+    if (a.expert_counts != nullptr && (a.expert_capacity <= 0 || a.m != a.experts * a.expert_capacity))
+      return Status::Error(
+          "a masked grouped (MoE) GEMM needs m = experts x capacity rows, got m=" + std::to_string(a.m) + ", " +
+          std::to_string(a.experts) + " experts and capacity " + std::to_string(a.expert_capacity));
     if (a.bias != nullptr || a.global_scale != nullptr || a.fmt.act.granularity != ActScale::kNone)
       return Status::Error("grouped (MoE) GEMMs take no bias, global scale or quantized activations yet");
     const int64_t codes = a.dims.n_pad * a.dims.words_per_row * 4;
@@ -204,10 +210,8 @@ Status validate(const GemmArgs &a) {
 
 namespace {
 
-// Whether an instance runs grouped (MoE) GEMMs: the sm90 weight-only kernels.
-bool runs_experts(const InstanceInfo &i) {
-  return std::string(i.backend) == "sm90" && DType::from_id(i.act_type).bits == 16;
-}
+// Whether an instance runs grouped (MoE) GEMMs (and only those): its scheduler is "moe".
+bool runs_experts(const InstanceInfo &i) { return std::string(i.scheduler) == "moe"; }
 
 // instance_matches without the message: select_instance tests every instance on every call.
 bool instance_fits(const InstanceInfo &i, const GemmArgs &a) {
@@ -218,7 +222,7 @@ bool instance_fits(const InstanceInfo &i, const GemmArgs &a) {
          (i.group_n < 0 || i.group_n == f.weight.group_n) && i.scale_type == f.weight.scale.id() &&
          i.zero == static_cast<int>(f.weight.zero) &&
          (i.global_scale < 0 || i.global_scale == static_cast<int>(f.weight.global_scale)) &&
-         i.out_type == f.out.id() && i.layout == a.layout && (a.experts == 0 || runs_experts(i));
+         i.out_type == f.out.id() && i.layout == a.layout && (a.experts > 0) == runs_experts(i);
 }
 
 } // namespace
@@ -250,7 +254,9 @@ Status instance_matches(const InstanceInfo &i, const GemmArgs &a) {
            layout_name(a.layout) + "), the instance reads layout " + std::to_string(i.layout) + " (" +
            layout_name(i.layout) + ")";
   else if (a.experts > 0 && !runs_experts(i))
-    diff = "grouped (MoE) GEMMs run on the sm90 weight-only kernels only";
+    diff = "it runs dense GEMMs; grouped (MoE) GEMMs run on the grouped instances (scheduler moe)";
+  else if (a.experts == 0 && runs_experts(i))
+    diff = "it runs grouped (MoE) GEMMs only (scheduler moe: humming.moe_gemm), not dense ones";
   if (diff.empty()) return Status::Ok();
   return Status::Error(std::string("instance ") + i.name + " does not compute " + to_string(f) + " (" + diff + ")");
 }
@@ -268,7 +274,9 @@ const TileCost *dispatch_cost_at(size_t i) {
 
 bool persistent_launch_facts(const InstanceInfo &info, const GemmArgs &args, int sms, int64_t *inputs,
                              int64_t *segments, bool *stream_k) {
-  if (std::string(info.backend) != "sm90" || DType::from_id(info.act_type).bits != 16) return false;
+  if (std::string(info.backend) != "sm90" || std::string(info.scheduler) != "dense" ||
+      DType::from_id(info.act_type).bits != 16)
+    return false;
   // The plan kernel/sm90_dense.cuh launches (Kernel::plan): persistent, stream-K for the tail.
   const int64_t m_tiles = (args.m + info.tile_m - 1) / info.tile_m;
   const int64_t n_tiles = (args.dims.n_pad + info.tile_n - 1) / info.tile_n;

@@ -307,6 +307,7 @@ def _opcheck_cases():
         ],
         "quantize_act": [(torch.randn(4, 64), "e4m3-g32"), (torch.randn(1, 40).to(torch.bfloat16), "i8-pt")],
         "moe_gemm": _moe_gemm_cases(),
+        "moe_gemm_masked": _moe_gemm_masked_cases(),
     }
 
 
@@ -321,6 +322,16 @@ def _moe_gemm_cases():
         x = _x((5, 128), "bf16", seed=3)
         cases.append((x, st.codes, st.scales, st.zeros, off, f"a-bf16_w-{wfmt}_c-bf16", 1, 16, 128, 2, ""))
     return cases
+
+
+def _moe_gemm_masked_cases():
+    """Masked grouped GEMMs of three experts with slots of 4 rows (one expert empty, one full)."""
+    from humming_aot import moe
+
+    st = moe.stack_experts([_packed("u4g128-sbf16", n=16, k=128)[1] for _ in range(3)])
+    counts = torch.tensor([2, 0, 4], dtype=torch.int32)
+    x = _x((12, 128), "bf16", seed=4).view(3, 4, 128)
+    return [(x, st.codes, st.scales, st.zeros, counts, "a-bf16_w-u4g128-sbf16_c-bf16", 1, 16, 128, 4, "")]
 
 
 def _registered_ops():

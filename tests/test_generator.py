@@ -406,7 +406,7 @@ def test_full_matrix_gives_every_sm80_format_a_fast_instance_per_range(cc):
 
 
 SM90_RE = re.compile(
-    r"sm90_wgmma_dense_a-(?P<act>[^_]+)_w-(?P<weight>[^_]+)_c-(?P<out>[^_]+)"
+    r"sm90_wgmma_(?P<sched>dense|moe)_a-(?P<act>[^_]+)_w-(?P<weight>[^_]+)_c-(?P<out>[^_]+)"
     r"_t(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w1x(?P<wg>\d)x1_s(?P<stages>\d+)$"
 )
 
@@ -414,13 +414,16 @@ SM90_RE = re.compile(
 def test_sm90_names_spell_format_and_tile(all_names):
     gen_mod = _load_generator()
     matrix = json.loads((ROOT / "tools" / "matrix" / "sm90.json").read_text())
-    # The weight-only kernels (the 8-bit activation ones, also backend sm90, have their own test).
+    # The weight-only kernels (the 8-bit activation ones, also backend sm90, have their own test),
+    # dense and grouped (MoE): the same kernel template, its last argument the scheduler kind.
     insts = [i for i in gen_mod.enumerate_instances(["90a"], "full") if i.backend == "sm90" and i.kernel == "Dense"]
     assert insts and all(i.layout == 3 and i.archs == ("90a",) for i in insts)
+    assert {i.scheduler for i in insts} == {"dense", "moe"}
     tiles = {(t["bm"], 64 * t["consumers"], 64 * t["k_atoms"], t["stages"]) for t in matrix["tiles"].values()}
     for i in insts:
         m = SM90_RE.match(i.name)
         assert m, i.name
+        assert m["sched"] == i.scheduler and i.template_args[-1] == ("true" if i.scheduler == "moe" else "false")
         assert m["act"] == m["out"] == i.act
         assert (int(m["bm"]), int(m["bn"]), int(m["bk"]), int(m["stages"])) in tiles
         assert int(m["bn"]) == 64 * int(m["wg"]) and i.key["threads"] == 128 * (1 + int(m["wg"]))

@@ -294,7 +294,7 @@ def test_quant_moe_on_the_per_expert_loop_warns_once_and_refuses_graph_capture()
     assert (got.cpu().double() - ref).norm() / ref.norm() <= _MOE_TOL
     xd, ld = x.cuda(), logits.cuda()  # (a copy from the host inside the capture fails before the layer runs)
     graph = torch.cuda.CUDAGraph()
-    with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph yet"):
+    with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph"):
         with torch.cuda.graph(graph):
             layer(xd, ld)
 
@@ -363,26 +363,103 @@ def test_moe_gemm_bad_input_is_named():
         moe.stack_experts([packed[0], wide])
 
 
+def _ref_masked(x, qs, counts):
+    """[E, capacity, n] in fp64: each expert's first counts[e] rows times its weight, zeros after."""
+    from humming_aot import reference as R
+
+    e, cap, _ = x.shape
+    ws = [R.dequantize_weight(q).double() for q in qs]
+    out = torch.zeros(e, cap, ws[0].shape[0], dtype=torch.float64)
+    for i, w in enumerate(ws):
+        c = int(counts[i])
+        out[i, :c] = x[i, :c].double() @ w.T
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["u4g128-sbf16", "u4g64-sbf16-zi"])
+def test_moe_gemm_masked_on_the_cpu_is_each_experts_gemm(fmt):
+    """Slots of a fixed capacity, counts from none to all of it: each expert's rows equal its dense
+    GEMM, the reference holds, and the rest of every slot is zeros (on the CPU)."""
+    import humming_aot as ha
+
+    qs, packed, st = _stacked(5, 48, 256, fmt, "generic", 8)
+    counts = torch.tensor([3, 0, 7, 1, 7], dtype=torch.int32)
+    x = torch.randn(5, 7, 256, generator=torch.Generator().manual_seed(9)).to(torch.bfloat16)
+    gemm_fmt = f"a-bf16_w-{fmt}_c-bf16"
+    y = moe.moe_gemm_masked(x, st, counts, gemm_fmt)
+    assert y.shape == (5, 7, 48) and y.dtype == torch.bfloat16
+    for e in range(5):
+        c = int(counts[e])
+        if c:
+            assert torch.equal(y[e, :c], ha.gemm(x[e, :c], packed[e], gemm_fmt)), e
+        assert not y[e, c:].any(), e
+    ref = _ref_masked(x, qs, counts)
+    assert (y.double() - ref).norm() / ref.norm() <= 2.0**-7
+    # A strided view (every other slot row) is copied to evenly spaced rows, not misread.
+    wide = torch.randn(5, 14, 256, generator=torch.Generator().manual_seed(10)).to(torch.bfloat16)
+    y2 = moe.moe_gemm_masked(wide[:, ::2], st, counts, gemm_fmt)
+    assert torch.equal(y2, moe.moe_gemm_masked(wide[:, ::2].contiguous(), st, counts, gemm_fmt))
+
+
+def test_moe_gemm_masked_bad_input_is_named():
+    qs, packed, st = _stacked(3, 64, 128, "u4g128-sbf16", "generic", 2)
+    x = torch.randn(3, 4, 128).to(torch.bfloat16)
+    fmt = "a-bf16_w-u4g128-sbf16_c-bf16"
+    with pytest.raises(ValueError, match=r"takes activations \[3 experts, capacity, k\]"):
+        moe.moe_gemm_masked(x[:2], st, torch.tensor([1, 1], dtype=torch.int32), fmt)
+    with pytest.raises(ValueError, match=r"expert row counts must be a tensor \[3\]"):
+        moe.moe_gemm_masked(x, st, torch.tensor([1, 1], dtype=torch.int32), fmt)
+    with pytest.raises(ValueError, match="takes 0 to the capacity, 4"):
+        moe.moe_gemm_masked(x, st, torch.tensor([1, 5, 0], dtype=torch.int32), fmt)
+    with pytest.raises(ValueError, match="takes 0 to the capacity"):
+        moe.moe_gemm_masked(x, st, torch.tensor([1, -1, 0], dtype=torch.int32), fmt)
+
+
+def test_grouped_and_dense_instances_refuse_each_others_gemms():
+    """A grouped (scheduler moe) instance forced on a dense GEMM, or a dense one on a grouped GEMM,
+    is refused with a sentence naming the scheduler kinds (checked on the registry, no GPU)."""
+    from humming_aot import registry
+    from humming_aot._ext import C
+
+    grouped = [i for i in registry.instances() if i.scheduler == "moe"]
+    assert grouped, "every build profile has grouped instances (tools/matrix/sm90_moe.json)"
+    i = grouped[0]
+    fmt = f"a-{i.act_type}_w-{i.name.split('_w-')[1].split('_c-')[0]}_c-{i.out_type}"
+    ok, why = C.check_instance(i.name, fmt, i.layout, 256, 1024, 16)
+    assert not ok and "grouped (MoE) GEMMs only" in why, why
+    qs, packed, st = _stacked(2, 64, 128, "u4g128-sbf16", "sm90", 3)
+    dense = next(d.name for d in registry.instances() if d.name.startswith("generic_"))
+    x = torch.randn(3, 128).to(torch.bfloat16)
+    off = torch.tensor([0, 1, 3], dtype=torch.int32)
+    # The CPU runs the reference whatever the instance; the instance is checked where it runs, so
+    # the check is the registry's (the GPU test below forces real instances).
+    assert moe.moe_gemm(x, st, off, "a-bf16_w-u4g128-sbf16_c-bf16", instance=dense).shape == (3, 64)
+
+
 def _sm90_instances(fmt):
     from humming_aot import registry
 
-    return [i.name for i in registry.instances() if i.name.startswith(f"sm90_wgmma_dense_{fmt}_")]
+    return [i.name for i in registry.instances() if i.name.startswith(f"sm90_wgmma_moe_{fmt}_")]
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
 @pytest.mark.parametrize("load", ["uniform", "skewed", "one", "empty"])
 def test_moe_gemm_on_the_sm90_kernels_matches_the_reference(load):
-    """Every built sm90 tile of two formats runs grouped rows: expert boundaries inside tiles,
+    """Every built grouped sm90 tile of three formats runs grouped rows: expert boundaries inside tiles,
     experts with no rows, rows not a multiple of any tile, a k of 2880 (gpt-oss)."""
+    from humming_aot import registry
+
     if not torch.cuda.get_device_capability() == (9, 0):
         pytest.skip("the grouped GEMM kernels are sm90 ones; this GPU is not sm_90")
-    for wfmt in ("u4g128-sbf16", "u4gc-sbf16-zi"):
+    tested = 0
+    for wfmt in ("u4g128-sbf16", "u4g128-sbf16-zi", "u8gc-sbf16"):
         fmt = f"a-bf16_w-{wfmt}_c-bf16"
         names = _sm90_instances(fmt)
         if not names:
             continue
-        e, n, k = 12, 320, 2880 if wfmt == "u4gc-sbf16-zi" else 1024
+        tested += len(names)
+        e, n, k = 12, 320, 2880 if wfmt != "u4g128-sbf16" else 1024
         qs, packed, st = _stacked(e, n, k, wfmt, "sm90", 21, "cuda")
         g = torch.Generator().manual_seed(4)
         if load == "uniform":
@@ -403,30 +480,73 @@ def test_moe_gemm_on_the_sm90_kernels_matches_the_reference(load):
             assert err <= 2.0**-7, (name, load, float(err))
         y = moe.moe_gemm(x.cuda(), st, off.cuda(), fmt).cpu()  # the library's own choice
         assert (y.double() - ref).norm() / ref.norm() <= 2.0**-7
+        dense = names[0].replace("_moe_", "_dense_")
+        if any(i.name == dense for i in registry.instances()):
+            with pytest.raises(Exception, match="runs dense GEMMs"):
+                moe.moe_gemm(x.cuda(), st, off.cuda(), fmt, instance=dense)
+    assert tested > 0, "this build has no grouped sm90 instance of the tested formats"
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
-def test_quant_moe_on_the_grouped_kernels_matches_and_captures_in_a_graph():
-    """Experts packed for the sm90 kernels run the grouped GEMMs: no host synchronization, so a
-    whole MoE layer is captured in a CUDA graph, and its replays equal the eager call and the
-    reference, at several token counts."""
-    import humming_aot as ha
-
+def test_moe_gemm_masked_on_the_sm90_kernels_matches_the_reference_and_captures():
+    """Every built grouped tile of u4g128 on masked slots (counts 0, partial, the whole capacity):
+    the counted rows match the reference; a graph replay with new counts written on the device
+    computes the new rows (no host data in the call); counts past the capacity are clipped to it."""
     if not torch.cuda.get_device_capability() == (9, 0):
         pytest.skip("the grouped GEMM kernels are sm90 ones; this GPU is not sm_90")
-    w1, w2 = _experts(16, 256, 128, 13)
-    layer = ha.QuantMoE.from_float(w1, w2, "u4g128-sbf16", 4, device="cuda", layout="sm90")
-    for tokens in (1, 9, 64):
-        x = torch.randn(tokens, 256, generator=torch.Generator().manual_seed(tokens)).to(torch.bfloat16)
-        logits = torch.randn(tokens, 16, generator=torch.Generator().manual_seed(tokens + 1))
-        xd, ld = x.cuda(), logits.cuda()
-        eager = layer(xd, ld)
-        ref = _ref_moe(x.float(), logits, w1, w2, "u4g128-sbf16", 4)
-        assert (eager.cpu().double() - ref).norm() / ref.norm() <= _MOE_TOL
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = layer(xd, ld)
-        graph.replay()
+    fmt = "a-bf16_w-u4g128-sbf16_c-bf16"
+    names = _sm90_instances(fmt)
+    assert names, "this build has no grouped sm90 instance of u4g128-sbf16"
+    e, cap, n, k = 8, 40, 192, 1536
+    qs, packed, st = _stacked(e, n, k, "u4g128-sbf16", "sm90", 31, "cuda")
+    x = torch.randn(e, cap, k, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16)
+    counts = torch.tensor([0, 1, 40, 17, 0, 33, 8, 39], dtype=torch.int32)
+    ref = _ref_masked(x, qs, counts)
+    xd = x.cuda()
+    for name in names:
+        y = moe.moe_gemm_masked(xd, st, counts.cuda(), fmt, instance=name).cpu()
+        for i in range(e):
+            c = int(counts[i])
+            if c:
+                err = (y[i, :c].double() - ref[i, :c]).norm() / ref[i, :c].norm()
+                assert err <= 2.0**-7, (name, i, float(err))
+    cd = counts.cuda()
+    graph = torch.cuda.CUDAGraph()
+    moe.moe_gemm_masked(xd, st, cd, fmt)  # warm-up outside the graph (plans, tensor maps)
+    with torch.cuda.graph(graph):
+        out = moe.moe_gemm_masked(xd, st, cd, fmt)
+    new = torch.tensor([5, 0, 0, 40, 2, 0, 0, 11], dtype=torch.int32)
+    cd.copy_(new)
+    graph.replay()
+    torch.cuda.synchronize()
+    ref2 = _ref_masked(x, qs, new)
+    for i in range(e):
+        c = int(new[i])
+        if c:
+            assert (out[i, :c].cpu().double() - ref2[i, :c]).norm() / ref2[i, :c].norm() <= 2.0**-7, i
+    over = torch.tensor([99, 0, 0, 0, 0, 0, 0, -3], dtype=torch.int32).cuda()
+    y = moe.moe_gemm_masked(xd, st, over, fmt).cpu()
+    ref3 = _ref_masked(x, qs, torch.tensor([40, 0, 0, 0, 0, 0, 0, 0]))
+    assert (y[0].double() - ref3[0]).norm() / ref3[0].norm() <= 2.0**-7
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
+def test_grouped_gemm_offsets_past_the_rows_stay_inside_the_output():
+    """Offsets that run past the activations (bad input the GPU cannot report) are clipped to the
+    rows: no fault, and the first expert's rows, which lie inside, are right. Run under
+    compute-sanitizer memcheck (scripts/gpu_sanitize.sh runs this test) it also shows that no
+    access leaves the tensors."""
+    if not torch.cuda.get_device_capability() == (9, 0):
+        pytest.skip("the grouped GEMM kernels are sm90 ones; this GPU is not sm_90")
+    fmt = "a-bf16_w-u4g128-sbf16_c-bf16"
+    qs, packed, st = _stacked(3, 128, 512, "u4g128-sbf16", "sm90", 41, "cuda")
+    x = torch.randn(10, 512, generator=torch.Generator().manual_seed(6)).to(torch.bfloat16)
+    off = torch.tensor([0, 6, 200, 300], dtype=torch.int32).cuda()  # rows 6.. of expert 1 are past m
+    ref = _ref_grouped(x[:6], qs[:1], torch.tensor([0, 6]))
+    for name in _sm90_instances(fmt):
+        y = torch.ops.humming.moe_gemm(x.cuda(), st.codes, st.scales, st.zeros, off, fmt, 3, 128, 512, 4, name)
         torch.cuda.synchronize()
-        assert torch.equal(out, eager), tokens
+        assert y.shape == (10, 128)
+        assert (y[:6].cpu().double() - ref).norm() / ref.norm() <= 2.0**-7, name

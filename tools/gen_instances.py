@@ -303,6 +303,8 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
             str(consumers),
             str(atoms),
             str(stages),
+            # The scheduler kind: "moe" instances walk the experts' tiles (scheduler/moe.h).
+            "true" if matrix["scheduler"] == "moe" else "false",
         )
         bits = F.dtype(code).bits
         rows = 0 if group == 0 else (1 if group >= bk else bk // group)

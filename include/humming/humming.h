@@ -125,14 +125,20 @@ struct GemmArgs {
   const void *bias = nullptr;          // [n] of the output type, or null
   void *out = nullptr;                 // [m][n], row stride ldo elements, type fmt.out
   int64_t ldo = 0;
-  // A mixture-of-experts (grouped) GEMM when experts > 0: expert e multiplies rows
-  // [expert_offsets[e], expert_offsets[e + 1]) of a by its own weight and writes those rows of
-  // out. Expert e's codes, scales and zero points start expert_*_stride bytes after expert e - 1's
-  // (the pointers above are expert 0's). expert_offsets holds experts + 1 values rising from 0 to
-  // m, in the memory of the device that runs the GEMM (the GPU may have written them: nothing
-  // reads them on the host). The sm90 weight-only kernels and the CPU reference run such GEMMs;
-  // no bias, global scale or quantized activations yet.
+  // A mixture-of-experts (grouped) GEMM when experts > 0: expert e multiplies its rows of a by its
+  // own weight and writes those rows of out. Its rows are either contiguous, rows
+  // [expert_offsets[e], expert_offsets[e + 1]) (experts + 1 offsets rising from 0 to m), or masked,
+  // rows [e * expert_capacity, e * expert_capacity + expert_counts[e]) with m = experts x capacity
+  // (a fixed slot per expert, the CUDA-graph-friendly decode layout; the rest of a slot is neither
+  // read into any sum nor written). Exactly one of expert_offsets and expert_counts is set; both live
+  // in the memory of the device that runs the GEMM (the GPU may have written them: nothing reads
+  // them on the host). Expert e's codes, scales and zero points start expert_*_stride bytes after
+  // expert e - 1's (the pointers above are expert 0's). The grouped instances (scheduler "moe") of
+  // the sm90 weight-only kernels and the CPU reference run such GEMMs; no bias, global scale or
+  // quantized activations yet.
   const int32_t *expert_offsets = nullptr;
+  const int32_t *expert_counts = nullptr;
+  int64_t expert_capacity = 0;
   int32_t experts = 0;
   int64_t expert_codes_stride = 0;  // bytes
   int64_t expert_scales_stride = 0; // bytes

@@ -15,6 +15,7 @@ Vocabulary: T tokens, E experts, ``top_k`` experts per token, A = T x top_k assi
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 
@@ -231,30 +232,39 @@ def stack_experts(weights) -> StackedExperts:
     )
 
 
-def moe_gemm(x: torch.Tensor, experts: StackedExperts, offsets: torch.Tensor, fmt, *, rows_per_expert=None,
-             instance: str = "") -> torch.Tensor:  # fmt: skip
-    """The grouped GEMM: out[r] = x[r] @ W_e.T for the rows r of expert e, ``offsets[e] <= r <
-    offsets[e + 1]`` (``offsets`` int32 [E + 1] from 0 to x's rows, on x's device; a GPU reads them
-    only in the kernel, so no host synchronization). ``fmt`` is the GEMM format (16-bit activations).
-    ``rows_per_expert`` (default rows / E) picks the instance as for a dense GEMM of that many rows.
-    On a GPU it runs on the sm90 weight-only kernels (weights packed for layout 3); on the CPU, on
-    the reference."""
+def _grouped_format(experts, fmt, op: str):
+    """The GEMM format of a grouped GEMM over ``experts`` (checked against their weight format)."""
     from . import formats as F
-    from .ops import activation_operand
 
     if not isinstance(experts, StackedExperts):
-        raise TypeError(f"moe_gemm takes the experts as StackedExperts (stack_experts), got {type(experts).__name__}")
+        raise TypeError(f"{op} takes the experts as StackedExperts (stack_experts), got {type(experts).__name__}")
+    g = F.parse_gemm_format(fmt)
+    if str(g.weight) != experts.first.fmt_text:
+        raise F.FormatError(
+            f"the GEMM format's weight part {g.weight} differs from the experts' format {experts.first.fmt_text}"
+        )
+    return g
+
+
+def moe_gemm(x: torch.Tensor, experts: StackedExperts, offsets: torch.Tensor, fmt, *, rows_per_expert=None,
+             instance: str = "") -> torch.Tensor:  # fmt: skip
+    """The grouped GEMM over contiguous rows: out[r] = x[r] @ W_e.T for the rows r of expert e,
+    ``offsets[e] <= r < offsets[e + 1]`` (``offsets`` int32 [E + 1] from 0 to x's rows, on x's
+    device; a GPU reads them only in the kernel, so no host synchronization). ``fmt`` is the GEMM
+    format (16-bit activations). ``rows_per_expert`` (default rows / E) picks the instance as for a
+    dense GEMM of that many rows. On a GPU it runs on the grouped instances of the sm90 weight-only
+    kernels (scheduler ``moe``, weights packed for layout 3); on the CPU, on the reference."""
+    from .ops import activation_operand
+
+    g = _grouped_format(experts, fmt, "moe_gemm")
     if not isinstance(x, torch.Tensor) or x.dim() != 2:
         raise ValueError(f"moe_gemm takes activations [rows, k], got {_describe(x)}")
-    g = F.parse_gemm_format(fmt)
-    w0 = experts.first
-    if str(g.weight) != w0.fmt_text:
-        raise F.FormatError(f"the GEMM format's weight part {g.weight} differs from the experts' format {w0.fmt_text}")
     if not isinstance(offsets, torch.Tensor) or offsets.shape != (experts.num_experts + 1,):
         raise ValueError(
             f"expert row offsets must be a tensor [{experts.num_experts + 1}] (one more than the experts), got "
             f"{_describe(offsets)}"
         )
+    w0 = experts.first
     rows = rows_per_expert if rows_per_expert is not None else max(1, x.shape[0] // experts.num_experts)
     x = activation_operand(x, x.is_cuda)
     return torch.ops.humming.moe_gemm(
@@ -263,8 +273,42 @@ def moe_gemm(x: torch.Tensor, experts: StackedExperts, offsets: torch.Tensor, fm
     )  # fmt: skip
 
 
+def moe_gemm_masked(x: torch.Tensor, experts: StackedExperts, counts: torch.Tensor, fmt, *, rows_per_expert=None,
+                    instance: str = "") -> torch.Tensor:  # fmt: skip
+    """The grouped GEMM over masked rows, the decode layout whose shapes never depend on the
+    routing: ``x`` [E, capacity, k] holds a slot per expert, of which expert e's rows are the first
+    ``counts[e]`` (``counts`` int32 [E] on x's device, read only by the kernel on a GPU). Returns
+    [E, capacity, n]: out[e, r] = x[e, r] @ W_e.T for r < counts[e]; on a GPU the rest of each slot
+    is left unwritten (undefined values; zeros on the CPU). A count outside [0, capacity] is an error on the CPU and
+    clipped to that range on a GPU (which cannot report it). ``rows_per_expert`` (default the
+    capacity) picks the instance as for a dense GEMM of that many rows."""
+    g = _grouped_format(experts, fmt, "moe_gemm_masked")
+    e = experts.num_experts
+    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[0] != e:
+        raise ValueError(f"moe_gemm_masked takes activations [{e} experts, capacity, k], got {_describe(x)}")
+    if not isinstance(counts, torch.Tensor) or counts.shape != (e,):
+        raise ValueError(f"expert row counts must be a tensor [{e}] (one per expert), got {_describe(counts)}")
+    w0 = experts.first
+    rows = rows_per_expert if rows_per_expert is not None else x.shape[1]
+    if not x.is_contiguous() or (x.is_cuda and x.data_ptr() % 16 != 0):
+        x = x.clone(memory_format=torch.contiguous_format)  # evenly spaced, aligned rows, as the kernels read
+    return torch.ops.humming.moe_gemm_masked(
+        x, experts.codes, experts.scales, experts.zeros, counts.to(device=x.device, dtype=torch.int32).contiguous(),
+        str(g), w0.layout, w0.n, w0.k, int(rows), instance,
+    )  # fmt: skip
+
+
 _WARNED_LOOP = False
-_WARNED_LOOP = False
+
+
+@functools.lru_cache(maxsize=256)
+def _has_grouped_instance(fmt: str) -> bool:
+    """Whether this build has a grouped (scheduler "moe") instance that computes GEMM format ``fmt``."""
+    from . import dispatch, registry
+    from . import formats as F
+
+    g = F.parse_gemm_format(fmt)
+    return any(i.scheduler == "moe" and dispatch._computes(i, g) for i in registry.instances())
 
 
 class QuantMoE(torch.nn.Module):
@@ -383,8 +427,10 @@ class QuantMoE(torch.nn.Module):
             return self._forward_grouped(x, router_logits)
         if x.is_cuda and torch.cuda.is_current_stream_capturing():
             raise RuntimeError(
-                "QuantMoE cannot be captured in a CUDA graph yet: it reads the per-expert token counts back "
-                "to the host (the grouped MoE kernels that would not are not built yet)"
+                "QuantMoE with these experts cannot be captured in a CUDA graph: it runs the per-expert loop, which "
+                "reads the per-expert token counts back to the host. The grouped MoE GEMMs, which do not, need the "
+                "experts packed for the sm90 kernels (layout 'sm90') in a format this build has grouped instances "
+                "for (humming_aot.registry.instances(), scheduler 'moe')"
             )
         if x.is_cuda and not _WARNED_LOOP:
             import warnings
@@ -421,10 +467,17 @@ class QuantMoE(torch.nn.Module):
 
     def _grouped_on(self, x: torch.Tensor) -> bool:
         """Whether this call runs the grouped GEMMs: on the CPU reference, or on a GPU with the
-        experts packed for the sm90 kernels (layout 3) and 16-bit activations."""
+        experts packed for the sm90 kernels (layout 3), 16-bit activations and grouped instances
+        of both formats in this build (others take the per-expert loop)."""
         if self._stacks is None or self.gate_up[0].fmt.act.quantized:
             return False
-        return x.device.type == "cpu" or (x.is_cuda and self._stacks[0].first.layout == 3)
+        if x.device.type == "cpu":
+            return True
+        return (
+            x.is_cuda
+            and self._stacks[0].first.layout == 3
+            and all(_has_grouped_instance(str(lin.fmt)) for lin in (self.gate_up[0], self.down[0]))
+        )
 
     def _forward_grouped(self, x: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
         # No host synchronization: the experts' rows are device offsets that the kernels read.

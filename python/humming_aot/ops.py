@@ -72,6 +72,15 @@ def _moe_gemm_fake(a, codes, scales, zeros, offsets, fmt, layout, n, k, rows_per
     return a.new_empty((a.shape[0], n), dtype=torch_dtype(g.out))
 
 
+@torch.library.register_fake("humming::moe_gemm_masked")
+def _moe_gemm_masked_fake(a, codes, scales, zeros, counts, fmt, layout, n, k, rows_per_expert, instance=""):
+    g = F.parse_gemm_format(fmt)
+    _check_same_device(a, "activations", packed_codes=codes, scales=scales, zero_points=zeros, expert_counts=counts)
+    torch._check(a.dim() == 3, lambda: f"masked activations must be 3-D [experts, capacity, k], got {a.dim()}-D")
+    torch._check(a.shape[2] == k, lambda: f"activations have {a.shape[2]} inputs but the weight has k={k}")
+    return a.new_empty((a.shape[0], a.shape[1], n), dtype=torch_dtype(g.out))
+
+
 def activation_operand(a: torch.Tensor, fast: bool) -> torch.Tensor:
     """``a`` [m, k] as the kernels read it: ``a`` itself where they can, otherwise a contiguous copy
     (so strided, transposed and unaligned activations work, copied only when needed). Every kernel

@@ -177,6 +177,7 @@ PYBIND11_MODULE(_C, m) {
           InstanceInfo info{};
           info.name = "";
           info.backend = backend.c_str();
+          info.scheduler = "dense";
           info.act_type = args.fmt.act.type.id();
           info.tile_m = tile_m, info.tile_n = tile_n, info.tile_k = tile_k;
           if (tile_m <= 0 || tile_n <= 0 || tile_k <= 0) throw py::value_error("tile extents must be positive");

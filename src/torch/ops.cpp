@@ -195,8 +195,9 @@ struct CallPlan {
   PackedDims dims;
   const InstanceInfo *named = nullptr;
   struct Choice {
-    int64_t m;
+    int64_t m; // rows (grouped GEMMs: the rows per expert the choice was made for)
     int device, cc, sms;
+    bool grouped;
     const InstanceInfo *inst;
   };
   std::vector<Choice> chosen;
@@ -294,15 +295,21 @@ bool output_or_cpu(GemmArgs &args, Tensor &out, const torch::stable::Device &dev
   return true;
 }
 
+// The arguments every GEMM of a call plan starts from: its format, layout and padded extents.
+GemmArgs plan_args(const CallPlan &plan) {
+  GemmArgs args;
+  args.fmt = plan.fmt;
+  args.layout = static_cast<int>(plan.layout);
+  args.dims = plan.dims;
+  return args;
+}
+
 Tensor gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &scales,
             const std::optional<Tensor> &zeros, const std::optional<Tensor> &global_scale,
             const std::optional<Tensor> &a_scales, const std::optional<Tensor> &bias, const std::string &fmt_text,
             int64_t layout, int64_t n, int64_t k, const std::string &instance) {
   CallPlan &plan = call_plan(fmt_text, layout, n, k, instance);
-  GemmArgs args;
-  args.fmt = plan.fmt;
-  args.layout = static_cast<int>(layout);
-  args.dims = plan.dims;
+  GemmArgs args = plan_args(plan);
   const PackedDims &d = args.dims;
   const torch::stable::Device dev = a.device();
   const WeightFormat &w = args.fmt.weight;
@@ -362,7 +369,7 @@ Tensor gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &s
   const InstanceInfo *inst = plan.named;
   if (inst == nullptr) {
     for (const auto &c : plan.chosen)
-      if (c.m == args.m && c.device == index && c.cc == cc && c.sms == args.num_sms) inst = c.inst;
+      if (c.m == args.m && c.device == index && c.cc == cc && c.sms == args.num_sms && !c.grouped) inst = c.inst;
     // A cached choice can still refuse this call's pointers or strides (alignment): choose again.
     if (inst != nullptr && !inst->can_implement(args)) {
       std::string why;
@@ -373,7 +380,7 @@ Tensor gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &s
       inst = select_instance(args, cc, args.num_sms, &why);
       require(inst != nullptr, why);
       if (plan.chosen.size() >= 64) plan.chosen.clear();
-      plan.chosen.push_back({args.m, index, cc, args.num_sms, inst});
+      plan.chosen.push_back({args.m, index, cc, args.num_sms, false, inst});
     }
   }
   const cudaStream_t stream = current_stream(index);
@@ -387,35 +394,21 @@ Tensor gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &s
   return out;
 }
 
-// Grouped (MoE) GEMM: rows [offsets[e], offsets[e + 1]) of `a` times expert e's weight. The
-// experts' packed weights are stacked: codes [E][n_pad][words_per_row], scales and zero points
-// [E][k_groups][n_groups]; offsets int32 [E + 1] on a's device (read only by the kernel on a GPU).
-// `rows_per_expert` (host-known, e.g. tokens x top_k / E) picks the instance as a dense GEMM of that
-// many rows would.
-Tensor moe_gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &scales,
-                const std::optional<Tensor> &zeros, const Tensor &offsets, const std::string &fmt_text, int64_t layout,
-                int64_t n, int64_t k, int64_t rows_per_expert, const std::string &instance) {
-  CallPlan &plan = call_plan(fmt_text, layout, n, k, instance);
-  GemmArgs args;
-  args.fmt = plan.fmt;
-  args.layout = static_cast<int>(layout);
-  args.dims = plan.dims;
+// The experts' stacked packed weights of a grouped (MoE) GEMM into args: codes
+// [E][n_pad][words_per_row], scales and zero points [E][k_groups][n_groups].
+void set_experts(GemmArgs &args, const Tensor &codes, const std::optional<Tensor> &scales,
+                 const std::optional<Tensor> &zeros, const torch::stable::Device &dev) {
   const PackedDims &d = args.dims;
-  const torch::stable::Device dev = a.device();
   const WeightFormat &w = args.fmt.weight;
-  set_activations(args, a, k);
   require(args.fmt.act.granularity == ActScale::kNone && !w.global_scale,
-          "grouped (MoE) GEMMs take 16-bit activations and no global scale yet, got ", fmt_text);
+          "grouped (MoE) GEMMs take 16-bit activations and no global scale yet, got ", to_string(args.fmt));
   require(codes.dim() == 3, "the experts' codes must be stacked [experts, n_pad, words], got shape ", codes.sizes());
   const int64_t experts = codes.size(0);
   require(experts >= 1 && experts <= 4096, "1 to 4096 experts, got ", experts);
   check_tensor(codes, "packed codes", ScalarType::Int, dev);
   check_shape(codes, "packed codes", {experts, d.n_pad, d.words_per_row});
-  check_tensor(offsets, "expert row offsets", ScalarType::Int, dev);
-  check_shape(offsets, "expert row offsets", {experts + 1});
   args.codes = static_cast<const uint32_t *>(codes.data_ptr());
   args.experts = static_cast<int32_t>(experts);
-  args.expert_offsets = static_cast<const int32_t *>(offsets.data_ptr());
   args.expert_codes_stride = d.n_pad * d.words_per_row * 4;
   if (w.has_scale()) {
     require(scales.has_value(), "weight format ", to_string(w), " needs scales");
@@ -436,23 +429,98 @@ Tensor moe_gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor
   } else {
     require(!zeros.has_value(), "weight format ", to_string(w), " takes no zero points");
   }
-  Tensor out;
-  if (output_or_cpu(args, out, dev, n) || args.m == 0) return out;
-  require(dev.is_cuda(), "humming.moe_gemm runs on CPU or CUDA tensors, got ", dev);
+}
+
+// Runs a grouped GEMM whose arguments are set (out allocated as [m, n] or a view of it): on the
+// CPU reference, or on the instance named in the plan, or else the one the library picks for a
+// dense GEMM of rows_per_expert rows among the grouped instances (cached per plan, as gemm's).
+void run_grouped(GemmArgs &args, CallPlan &plan, const torch::stable::Device &dev, int64_t rows_per_expert,
+                 const char *op) {
+  if (dev.is_cpu()) return check(gemm_cpu(args));
+  if (args.m == 0) return;
+  require(dev.is_cuda(), "humming.", op, " runs on CPU or CUDA tensors, got ", dev);
   const int index = static_cast<int>(dev.index());
   const torch::stable::accelerator::DeviceGuard guard(dev.index());
   const int cc = device_cc(index);
   args.num_sms = device_sms(index);
   const InstanceInfo *inst = plan.named;
+  const int64_t rows = std::max<int64_t>(1, rows_per_expert);
   if (inst == nullptr) {
-    // The choice for a dense GEMM of rows_per_expert rows among the instances that run experts.
-    GemmArgs like = args;
-    like.m = std::max<int64_t>(1, rows_per_expert);
-    std::string why;
-    inst = select_instance(like, cc, args.num_sms, &why);
-    require(inst != nullptr, why);
+    for (const auto &c : plan.chosen)
+      if (c.m == rows && c.device == index && c.cc == cc && c.sms == args.num_sms && c.grouped) inst = c.inst;
+    if (inst == nullptr || !inst->can_implement(args)) {
+      GemmArgs like = args;
+      like.m = rows;
+      std::string why;
+      inst = select_instance(like, cc, args.num_sms, &why);
+      require(inst != nullptr, why);
+      if (plan.chosen.size() >= 64) plan.chosen.clear();
+      plan.chosen.push_back({rows, index, cc, args.num_sms, true, inst});
+    }
   }
   check(humming::gemm(args, *inst, current_stream(index)));
+}
+
+// Grouped (MoE) GEMM, contiguous rows: rows [offsets[e], offsets[e + 1]) of `a` times expert e's
+// weight (set_experts); offsets int32 [E + 1] on a's device (read only by the kernel on a GPU).
+// `rows_per_expert` (host-known, e.g. tokens x top_k / E) picks the instance as a dense GEMM of that
+// many rows would.
+Tensor moe_gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &scales,
+                const std::optional<Tensor> &zeros, const Tensor &offsets, const std::string &fmt_text, int64_t layout,
+                int64_t n, int64_t k, int64_t rows_per_expert, const std::string &instance) {
+  CallPlan &plan = call_plan(fmt_text, layout, n, k, instance);
+  GemmArgs args = plan_args(plan);
+  const torch::stable::Device dev = a.device();
+  set_activations(args, a, k);
+  set_experts(args, codes, scales, zeros, dev);
+  check_tensor(offsets, "expert row offsets", ScalarType::Int, dev);
+  check_shape(offsets, "expert row offsets", {args.experts + 1});
+  args.expert_offsets = static_cast<const int32_t *>(offsets.data_ptr());
+  Tensor out = empty_on(dev, {args.m, n}, storage_type(args.fmt.out));
+  args.out = out.data_ptr();
+  args.ldo = n;
+  run_grouped(args, plan, dev, rows_per_expert, "moe_gemm");
+  return out;
+}
+
+// Grouped (MoE) GEMM, masked rows: `a` [E, capacity, k] holds a slot of `capacity` rows per expert,
+// of which the first counts[e] are expert e's (counts int32 [E] on a's device); out [E, capacity,
+// n] gets those rows; the rest of each slot is not written on a GPU (zeros on the CPU).
+Tensor moe_gemm_masked(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &scales,
+                       const std::optional<Tensor> &zeros, const Tensor &counts, const std::string &fmt_text,
+                       int64_t layout, int64_t n, int64_t k, int64_t rows_per_expert, const std::string &instance) {
+  CallPlan &plan = call_plan(fmt_text, layout, n, k, instance);
+  GemmArgs args = plan_args(plan);
+  const torch::stable::Device dev = a.device();
+  require(a.dim() == 3, "masked activations must be 3-D [experts, capacity, k], got ", a.dim(), "-D shape ", a.sizes());
+  const int64_t experts = a.size(0), capacity = a.size(1);
+  require(capacity >= 1, "masked activations need a capacity of at least one row per expert, got shape ", a.sizes());
+  require(experts == 1 || a.stride(0) == capacity * a.stride(1),
+          "masked activations must have evenly spaced rows (stride(0) = capacity x stride(1)), got strides ",
+          a.strides());
+  // The slots as the rows of one [E x capacity, k] matrix of row stride stride(1).
+  require(a.size(2) == k, "activations have ", a.size(2), " inputs but the weight has k=", k);
+  check_tensor(a, "activations", storage_type(args.fmt.act.type), dev);
+  require(a.stride(2) == 1 || k == 1, "activations must have unit stride along k, got strides ", a.strides());
+  require(a.stride(1) >= k, "activation row stride ", a.stride(1), " is below k=", k);
+  args.m = experts * capacity;
+  args.a = a.data_ptr();
+  args.lda = a.stride(1);
+  set_experts(args, codes, scales, zeros, dev);
+  require(codes.size(0) == experts, "the activations have slots for ", experts, " experts but the codes stack ",
+          codes.size(0));
+  check_tensor(counts, "expert row counts", ScalarType::Int, dev);
+  check_shape(counts, "expert row counts", {experts});
+  args.expert_counts = static_cast<const int32_t *>(counts.data_ptr());
+  args.expert_capacity = capacity;
+  Tensor out = empty_on(dev, {experts, capacity, n}, storage_type(args.fmt.out));
+  // The CPU reference leaves zeros past each count (so that its output is one well-defined
+  // tensor); the GPU leaves those rows as allocated (writing them would cost a decode step more
+  // than its GEMM, and no caller reads them).
+  if (dev.is_cpu()) torch::stable::zero_(out);
+  args.out = out.data_ptr();
+  args.ldo = n;
+  run_grouped(args, plan, dev, rows_per_expert, "moe_gemm_masked");
   return out;
 }
 
@@ -666,6 +734,8 @@ STABLE_TORCH_LIBRARY(humming, m) {
         "Tensor? bias, str fmt, int layout, int n, int k, str instance='') -> Tensor");
   m.def("moe_gemm(Tensor a, Tensor codes, Tensor? scales, Tensor? zeros, Tensor offsets, str fmt, int layout, int n, "
         "int k, int rows_per_expert, str instance='') -> Tensor");
+  m.def("moe_gemm_masked(Tensor a, Tensor codes, Tensor? scales, Tensor? zeros, Tensor counts, str fmt, int layout, "
+        "int n, int k, int rows_per_expert, str instance='') -> Tensor");
   m.def("pack_weight(Tensor codes, Tensor? scales, Tensor? zeros, str weight_format, int layout) -> "
         "(Tensor, Tensor, Tensor)");
   m.def("unpack_weight(Tensor codes, Tensor scales, Tensor zeros, str weight_format, int layout, int n, int k) -> "
@@ -676,6 +746,7 @@ STABLE_TORCH_LIBRARY(humming, m) {
 STABLE_TORCH_LIBRARY_IMPL(humming, CPU, m) {
   m.impl("gemm", TORCH_BOX(&humming::torch_ops::gemm));
   m.impl("moe_gemm", TORCH_BOX(&humming::torch_ops::moe_gemm));
+  m.impl("moe_gemm_masked", TORCH_BOX(&humming::torch_ops::moe_gemm_masked));
   m.impl("pack_weight", TORCH_BOX(&humming::torch_ops::pack_weight));
   m.impl("unpack_weight", TORCH_BOX(&humming::torch_ops::unpack_weight));
   m.impl("quantize_act", TORCH_BOX(&humming::torch_ops::quantize_act));
@@ -684,6 +755,7 @@ STABLE_TORCH_LIBRARY_IMPL(humming, CPU, m) {
 STABLE_TORCH_LIBRARY_IMPL(humming, CUDA, m) {
   m.impl("gemm", TORCH_BOX(&humming::torch_ops::gemm));
   m.impl("moe_gemm", TORCH_BOX(&humming::torch_ops::moe_gemm));
+  m.impl("moe_gemm_masked", TORCH_BOX(&humming::torch_ops::moe_gemm_masked));
   m.impl("pack_weight", TORCH_BOX(&humming::torch_ops::pack_weight));
   m.impl("unpack_weight", TORCH_BOX(&humming::torch_ops::unpack_weight));
   m.impl("quantize_act", TORCH_BOX(&humming::torch_ops::quantize_act));

@@ -58,7 +58,12 @@ namespace sm90 {
 // Consumers: consumer warpgroups, 64 channels each (BN = 64 x Consumers).
 // KAtoms:    64-input blocks per stage (BK = 64 x KAtoms; layout 3 pads K to 128, so 1 or 2).
 // Stages:    depth of the shared-memory ring.
-template <uint32_t ActId, uint32_t CodeId, int Zero, int GroupK, int BM, int Consumers, int KAtoms, int Stages>
+// Grouped:   the scheduler kind: false, the dense one (persistent, stream-K for the tail); true, the
+//            grouped mixture-of-experts one (scheduler/moe.h: every expert's rows against its own
+//            weight, whole tiles). A template parameter, so that the dense kernels hold no trace of
+//            the grouped walk.
+template <uint32_t ActId, uint32_t CodeId, int Zero, int GroupK, int BM, int Consumers, int KAtoms, int Stages,
+          bool Grouped>
 struct Dense {
   static constexpr bool kBf16 = ActId == dtypes::bf16.id();
   static constexpr DType kCode = DType::from_id(CodeId);
@@ -114,24 +119,27 @@ struct Dense {
     StreamKPlan plan;
     int64_t n_tiles;
     int64_t n_blocks;   // 64-channel blocks along the padded N (layout stride)
-    ExpertRows experts; // a grouped (MoE) GEMM's rows per expert (experts == 0: dense)
+    ExpertRows experts; // Grouped: the rows of each expert
   };
 
   using RingPos = sm90::RingPos<Stages>;
 
   // The work of this block, in order: f(m0, m_end, n0, expert, kt0, kt1, tile) per segment, K tiles
-  // [kt0, kt1) of the tile of rows [m0, m_end) and channels from n0. Dense: the stream-K plan's
+  // [kt0, kt1) of the tile of rows [m0, m_end) (-1: up to m) and channels from n0. Dense: the stream-K plan's
   // segments (tile: their index in it, for the fix-up). Grouped: every gridDim.x-th tile of the
-  // experts' order (scheduler/moe.h), whole (no fix-up). Producer and consumers walk it alike.
+  // experts' order (scheduler/moe.h), whole (no fix-up), its rows clipped to [0, m) so that offsets
+  // or counts past the activations never reach memory. Producer and consumers walk it alike.
   template <class F> static __device__ __forceinline__ void for_each_work(const Params &p, F f) {
-    if (p.experts.experts > 0) {
+    if constexpr (Grouped) {
       ExpertCursor cursor;
       ExpertTile et;
+      const int64_t m = p.args.m;
       for (int64_t t = blockIdx.x; expert_tile(p.experts, BM, p.n_tiles, t, &cursor, &et); t += gridDim.x)
-        f(et.m0, et.m_end, et.n_tile * BN, et.expert, int64_t{0}, p.plan.k_tiles, int64_t{-1});
+        if (et.m0 >= 0 && et.m0 < m)
+          f(et.m0, et.m_end < m ? et.m_end : m, et.n_tile * BN, et.expert, int64_t{0}, p.plan.k_tiles, int64_t{-1});
     } else {
       for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
-        f(tile / p.n_tiles * BM, p.args.m, tile % p.n_tiles * BN, 0, kt0, kt1, tile);
+        f(tile / p.n_tiles * BM, int64_t{-1}, tile % p.n_tiles * BN, 0, kt0, kt1, tile);
       });
     }
   }
@@ -316,7 +324,7 @@ struct Dense {
   // (src/registry.cpp, persistent_launch_facts, makes the same plan for the dispatcher's cost
   // model: change both together.)
   static StreamKPlan plan(const GemmArgs &args) {
-    if (args.experts > 0) {
+    if constexpr (Grouped) {
       // Grouped: whole tiles that each block finds itself (for_each_work); the plan sizes the grid
       // by a bound on the tile count that needs no expert's rows, and takes no workspace.
       StreamKPlan p;
@@ -332,8 +340,8 @@ struct Dense {
 };
 
 #define HUMMING_SM90_TARGS                                                                                             \
-  uint32_t ActId, uint32_t CodeId, int Zero, int GroupK, int BM, int Consumers, int KAtoms, int Stages
-#define HUMMING_SM90_ARGS ActId, CodeId, Zero, GroupK, BM, Consumers, KAtoms, Stages
+  uint32_t ActId, uint32_t CodeId, int Zero, int GroupK, int BM, int Consumers, int KAtoms, int Stages, bool Grouped
+#define HUMMING_SM90_ARGS ActId, CodeId, Zero, GroupK, BM, Consumers, KAtoms, Stages, Grouped
 
 template <HUMMING_SM90_TARGS> Status can_implement(const GemmArgs &args) {
   if (args.layout != kLayoutSm90)
@@ -366,8 +374,7 @@ template <HUMMING_SM90_TARGS> Status launch(const GemmArgs &args, void *stream) 
   typename K::Params p = base_params<K>(args);
   p.n_blocks = args.dims.n_pad / layout_sm90::kBlockN;
   p.experts = ExpertRows{};
-  p.experts.offsets = args.expert_offsets;
-  p.experts.experts = args.experts;
+  if constexpr (Grouped) p.experts = expert_rows(args);
   Status st =
       cached_rows_map(&p.act, args.a, K::kBf16 ? MapElem::kBf16 : MapElem::kF16, args.m, args.dims.k, args.lda, BM);
   if (!st) return st;

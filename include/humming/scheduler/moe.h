@@ -33,8 +33,11 @@ struct ExpertRows {
       *begin = offsets[e];
       *end = offsets[e + 1];
     } else {
+      // A count outside [0, capacity] (bad input; nothing on the GPU can report it) is clipped, so
+      // that an expert never reaches into the next one's slot.
+      const int64_t count = counts[e];
       *begin = static_cast<int64_t>(e) * capacity;
-      *end = *begin + counts[e];
+      *end = *begin + (count < 0 ? 0 : count > capacity ? capacity : count);
     }
   }
 };
@@ -75,6 +78,17 @@ HUMMING_HD bool expert_tile(const ExpertRows &g, int tile_m, int64_t n_tiles, in
     ++c->expert;
   }
   return false;
+}
+
+// The rows of each expert of a GEMM's arguments (GemmArgs: expert_offsets or expert_counts and
+// expert_capacity).
+template <class Args> HUMMING_HD ExpertRows expert_rows(const Args &a) {
+  ExpertRows g;
+  g.offsets = a.expert_offsets;
+  g.counts = a.expert_counts;
+  g.capacity = a.expert_capacity;
+  g.experts = a.experts;
+  return g;
 }
 
 // A bound on the tile count that needs no expert's rows: `rows` rows in all (contiguous: the

@@ -1,0 +1,162 @@
+"""Mixture-of-experts layers on the GPU: the experts' gate-up and down GEMMs of one MoE layer, per
+implementation, at several token counts, in one run (issue 14, item 6).
+
+Usage (on the GPU machine, after a build): python3 scripts/bench_moe.py OUT.json
+    [--models deepseek-v3,qwen3-30b-a3b,mixtral-8x7b,gpt-oss-120b] [--tokens 1,8,64,...]
+    [--impls humming-aot,torch-grouped-bf16,cublas-loop] [--format u4g128-sbf16] [--iters 10]
+
+Implementations, each on the same routing (router logits from a seeded generator, softmax top-k,
+every token's rows sorted by expert):
+- humming-aot: humming_aot.moe.moe_gemm (the grouped sm90 instances) on the format, the experts'
+  codes random (their values do not change the time), scales of a real quantization;
+- torch-grouped-bf16: torch._grouped_mm on bf16 experts (the unquantized baseline);
+- cublas-loop: one F.linear (cuBLAS bf16) per expert with rows, the loop a server without grouped
+  kernels runs (the counts read on the host when the graph is captured).
+Each point is the median CUDA-graph replay of the two GEMMs, after a read flush of 256 MiB
+(bench.Timer, as scripts/time_shapes.py --graph --flush read); the routing helpers (top-k, align,
+permute, combine: humming_aot.moe) are timed on their own the same way. For each point the bytes
+of the touched experts' weights give the weight bandwidth (GB/s).
+Writes JSON {"device", "format", "points": [{model, tokens, impl, us, us_gate_up, us_down,
+touched_experts, weight_gbs}], "routing": [{model, tokens, us}]} after every model, and prints one
+line per point.
+"""
+
+import argparse
+import json
+import statistics
+
+import torch
+import torch.nn.functional as Fn
+
+import humming_aot as ha
+from humming_aot import bench, moe
+from humming_aot import reference as R
+
+# (experts, top_k, hidden H, intermediate F): gate-up is [2F, H], down [H, F] per expert.
+MODELS = {
+    "deepseek-v3": (256, 8, 7168, 2048),
+    "qwen3-30b-a3b": (128, 8, 2048, 768),
+    "mixtral-8x7b": (8, 2, 4096, 14336),
+    "gpt-oss-120b": (128, 4, 2880, 2880),
+}
+
+ap = argparse.ArgumentParser()
+ap.add_argument("out")
+ap.add_argument("--models", default=",".join(MODELS))
+ap.add_argument("--tokens", default="1,8,64,256,1024,4096,16384")
+ap.add_argument("--impls", default="humming-aot,torch-grouped-bf16,cublas-loop")
+ap.add_argument("--format", default="u4g128-sbf16")
+ap.add_argument("--iters", type=int, default=10)
+args = ap.parse_args()
+impls = args.impls.split(",")
+timer = bench.Timer(256, "read")
+fmt = f"a-bf16_w-{args.format}_c-bf16"
+points, routing = [], []
+
+
+def median_graph_us(fn) -> float:
+    return statistics.median(timer.graph(fn, args.iters))
+
+
+def quantized_stack(e: int, n: int, k: int) -> moe.StackedExperts:
+    """E experts of [n, k] in the format, packed for the sm90 kernels: one real quantization for
+    the scales, random codes for every expert."""
+    g = torch.Generator().manual_seed(n * 7 + k)
+    q = R.quantize_weight(torch.randn(n, k, generator=g) * 0.02, args.format)
+    w = ha.pack_weight(q, layout="sm90").to("cuda")
+    codes = torch.randint(-(2**31), 2**31 - 1, (e, *w.codes.shape), dtype=torch.int32, device="cuda")
+    rep = lambda t: None if t is None else t.unsqueeze(0).expand(e, *t.shape).contiguous()  # noqa: E731
+    return moe.StackedExperts(codes, rep(w.scales), rep(w.zeros), w)
+
+
+def save() -> None:
+    with open(args.out, "w") as f:
+        json.dump(
+            {"device": torch.cuda.get_device_name(), "format": args.format, "points": points, "routing": routing},
+            f,
+            indent=0,
+        )
+
+
+for model in args.models.split(","):
+    e, top_k, h, f = MODELS[model]
+    stacks = bf16 = None
+    if "humming-aot" in impls:
+        stacks = (quantized_stack(e, 2 * f, h), quantized_stack(e, h, f))
+    if "torch-grouped-bf16" in impls or "cublas-loop" in impls:
+        # [E, N, K] per GEMM; _grouped_mm takes the transposed view [E, K, N].
+        bf16 = tuple(torch.randn(e, n, k, device="cuda", dtype=torch.bfloat16) * 0.02 for n, k in ((2 * f, h), (h, f)))
+    code_bytes = [None if stacks is None else s.codes[0].numel() * 4 + s.scales[0].numel() * 2 for s in stacks or ()]
+    for tokens in [int(t) for t in args.tokens.split(",")]:
+        gen = torch.Generator(device="cuda").manual_seed(tokens)
+        logits = torch.randn(tokens, e, device="cuda", generator=gen)
+        x = torch.randn(tokens, h, device="cuda", dtype=torch.bfloat16)
+        weights, ids = moe.topk_route(logits, top_k)
+        al = moe.moe_align(ids, e, 1)
+        rows = moe.permute(x, al)
+        counts = al.counts.tolist()
+        touched = sum(c > 0 for c in counts)
+        act = torch.randn(rows.shape[0], f, device="cuda", dtype=torch.bfloat16)
+
+        def route():
+            # What a layer adds around its GEMMs: choose, align, permute in, combine out.
+            w_, i_ = moe.topk_route(logits, top_k)
+            a_ = moe.moe_align(i_, e, 1)
+            return moe.combine(moe.permute(x, a_), a_, w_)
+
+        routing.append({"model": model, "tokens": tokens, "us": median_graph_us(route)})
+        per_expert = max(1, rows.shape[0] // e)
+        for impl in impls:
+            try:
+                if impl == "humming-aot":
+                    gu, dn = stacks
+                    parts = [
+                        lambda: moe.moe_gemm(rows, gu, al.offsets, fmt, rows_per_expert=per_expert),
+                        lambda: moe.moe_gemm(act, dn, al.offsets, fmt, rows_per_expert=per_expert),
+                    ]
+                    wbytes = touched * sum(code_bytes)
+                elif impl == "torch-grouped-bf16":
+                    ends = al.offsets[1:].contiguous()
+                    w1t, w2t = (w.transpose(1, 2) for w in bf16)
+                    parts = [
+                        lambda: torch._grouped_mm(rows, w1t, offs=ends),
+                        lambda: torch._grouped_mm(act, w2t, offs=ends),
+                    ]
+                    wbytes = touched * sum(w[0].numel() * 2 for w in bf16)
+                else:
+                    off = al.offsets.tolist()
+                    live = [i for i in range(e) if counts[i] > 0]
+
+                    def loop(inp, w):
+                        return [Fn.linear(inp[off[i] : off[i + 1]], w[i]) for i in live]
+
+                    parts = [lambda: loop(rows, bf16[0]), lambda: loop(act, bf16[1])]
+                    wbytes = touched * sum(w[0].numel() * 2 for w in bf16)
+                us_parts = [median_graph_us(p) for p in parts]
+                us = median_graph_us(lambda: [p() for p in parts])
+                row = {
+                    "model": model,
+                    "tokens": tokens,
+                    "impl": impl,
+                    "us": us,
+                    "us_gate_up": us_parts[0],
+                    "us_down": us_parts[1],
+                    "touched_experts": touched,
+                    "weight_gbs": wbytes / us / 1e3,
+                }
+            except Exception as ex:  # a peer that cannot run a shape: recorded, the run goes on
+                row = {"model": model, "tokens": tokens, "impl": impl, "error": f"{type(ex).__name__}: {ex}"[:300]}
+            points.append(row)
+            if "error" in row:
+                print(f"{model} T={tokens} {impl}: {row['error']}", flush=True)
+            else:
+                print(
+                    f"{model} T={tokens} {impl}: {row['us']:.1f} us (gate-up {us_parts[0]:.1f}, down "
+                    f"{us_parts[1]:.1f}); {touched} experts touched, weights at {row['weight_gbs']:.0f} GB/s; "
+                    f"routing {routing[-1]['us']:.1f} us",
+                    flush=True,
+                )
+    save()
+    del stacks, bf16
+    torch.cuda.empty_cache()
+save()
