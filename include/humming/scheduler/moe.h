@@ -92,10 +92,12 @@ template <class Args> HUMMING_HD ExpertRows expert_rows(const Args &a) {
 }
 
 // A bound on the tile count that needs no expert's rows: `rows` rows in all (contiguous: the
-// assignments, tokens x top_k; masked: experts x capacity) over `experts` experts give at most one
-// partial m tile per expert beyond the full ones. A persistent launch takes min(SMs, this) blocks.
+// assignments, tokens x top_k; masked: experts x capacity) fill at most rows / tile_m whole m tiles,
+// and each expert with rows (at most min(experts, rows) of them) at most one partial one. A
+// persistent launch takes min(SMs, this) blocks; at decode (few rows, many experts) the second
+// term keeps the bound near the tiles that exist.
 HUMMING_HD int64_t expert_tiles_at_most(int64_t rows, int32_t experts, int tile_m, int64_t n_tiles) {
-  return (rows / tile_m + experts) * n_tiles;
+  return (rows / tile_m + (rows < experts ? rows : experts)) * n_tiles;
 }
 
 } // namespace humming
