@@ -128,13 +128,14 @@ struct Dense {
   // [kt0, kt1) of the tile of rows [m0, m_end) (-1: up to m) and channels from n0. Dense: the stream-K plan's
   // segments (tile: their index in it, for the fix-up). Grouped: every gridDim.x-th tile of the
   // experts' order (scheduler/moe.h), whole (no fix-up), its rows clipped to [0, m) so that offsets
-  // or counts past the activations never reach memory. Producer and consumers walk it alike.
+  // or counts past the activations never reach memory; whole warps walk it (expert_tile_warp).
+  // Producer and consumers walk it alike.
   template <class F> static __device__ __forceinline__ void for_each_work(const Params &p, F f) {
     if constexpr (Grouped) {
       ExpertCursor cursor;
       ExpertTile et;
       const int64_t m = p.args.m;
-      for (int64_t t = blockIdx.x; expert_tile(p.experts, BM, p.n_tiles, t, &cursor, &et); t += gridDim.x)
+      for (int64_t t = blockIdx.x; expert_tile_warp(p.experts, BM, p.n_tiles, t, &cursor, &et); t += gridDim.x)
         if (et.m0 >= 0 && et.m0 < m)
           f(et.m0, et.m_end < m ? et.m_end : m, et.n_tile * BN, et.expert, int64_t{0}, p.plan.k_tiles, int64_t{-1});
     } else {
@@ -149,8 +150,12 @@ struct Dense {
   // The copies of a stage (backend/sm90/stage_loads.h).
   using Loads = StageLoads<Dense>;
 
-  // One thread: every stage of every segment of this block, in order.
-  static __device__ __forceinline__ void produce(const Params &p, uint32_t ring, uint32_t bars) {
+  // Threads that produce: one, or in grouped kernels the producer's first warp (for_each_work's
+  // walk takes a whole warp), of which one thread issues.
+  static constexpr int kProducers = Grouped ? 32 : 1;
+
+  // Every stage of every segment of this block, in order; thread `t` of the producers.
+  static __device__ __forceinline__ void produce(const Params &p, uint32_t ring, uint32_t bars, int t) {
     RingPos pos;
     for_each_work(p, [&](int64_t m0, int64_t, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t) {
       const int cols = Loads::columns(p.args, n0);
@@ -159,8 +164,10 @@ struct Dense {
         const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
                        empty = ring_bar<Stages>(bars, 1, pos.stage);
         mbar_wait(empty, pos.phase ^ 1u);
-        mbar_arrive_expect_tx(full, bytes);
-        Loads::issue(p, stage, full, kt, m0, n0, cols, expert);
+        if (kProducers == 1 || t == 0) {
+          mbar_arrive_expect_tx(full, bytes);
+          Loads::issue(p, stage, full, kt, m0, n0, cols, expert);
+        }
       }
     });
   }
@@ -312,7 +319,7 @@ struct Dense {
     run_block<Stages, Consumers, kRingBytes, 1, Split::kProducer>(
         smem, [&] { prefetch_tensor_map(&p.act); },
         [&](int t, uint32_t ring, char *, uint32_t bars) {
-          if (t == 0) produce(p, ring, bars);
+          if (t < kProducers) produce(p, ring, bars, t);
         },
         [&](uint32_t ring, char *ring_ptr, uint32_t bars, volatile int *flag) {
           consume(p, ring, ring_ptr, bars, flag);

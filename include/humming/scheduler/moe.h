@@ -80,6 +80,76 @@ HUMMING_HD bool expert_tile(const ExpertRows &g, int tile_m, int64_t n_tiles, in
   return false;
 }
 
+#if defined(__CUDACC__)
+// expert_tile for a whole warp (every lane active, the same arguments, the same answer in every
+// lane): the lanes look at kExpertsPerLane experts each, so one step covers 128 experts for one
+// L2 round trip (their row offsets or counts load together), where expert_tile takes one round
+// trip per expert. A block's cursor passes every expert once over its tiles (its last request
+// walks to the end to learn that no tile is left), so the scalar walk cost about 0.13 us per
+// expert: 33 us of a 45 us launch with 256 experts at decode (H200, 1536 x 2048, 8 experts with
+// rows). Same tiles, same order, same cursor as expert_tile.
+constexpr int kExpertsPerLane = 4;
+
+__device__ __forceinline__ bool expert_tile_warp(const ExpertRows &g, int tile_m, int64_t n_tiles, int64_t t,
+                                                 ExpertCursor *c, ExpertTile *out) {
+  constexpr unsigned kAll = 0xFFFFFFFFu;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  // Tiles of an expert's rows [b, e).
+  const auto tiles_of = [&](int64_t b, int64_t e) { return e > b ? (e - b + tile_m - 1) / tile_m * n_tiles : 0; };
+  while (c->expert < g.experts) {
+    const int32_t e0 = c->expert + lane * kExpertsPerLane;
+    // Row bounds as 32-bit values (rows < 2^31, as the kernels require): few registers, since the
+    // producer warp that walks too has few.
+    int32_t begin[kExpertsPerLane], end[kExpertsPerLane];
+    int64_t mine = 0;
+#pragma unroll
+    for (int j = 0; j < kExpertsPerLane; ++j) {
+      int64_t b = 0, e = 0;
+      if (e0 + j < g.experts) g.rows(e0 + j, &b, &e);
+      begin[j] = static_cast<int32_t>(b), end[j] = static_cast<int32_t>(e);
+      mine += tiles_of(b, e);
+    }
+    // Tiles of this lane's experts and of every lower lane's (inclusive scan over the warp).
+    int64_t upto = mine;
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const int64_t v = __shfl_up_sync(kAll, upto, d);
+      if (lane >= d) upto += v;
+    }
+    const unsigned hit = __ballot_sync(kAll, upto > t - c->first);
+    if (hit == 0) {
+      c->first += __shfl_sync(kAll, upto, 31);
+      c->expert += 32 * kExpertsPerLane;
+      continue;
+    }
+    // The lane whose experts hold tile t finds which one; every lane takes its answer.
+    const int src = __ffs(hit) - 1;
+    int64_t first = c->first + upto - mine;
+    int32_t expert = e0, e_begin = 0, e_end = 0;
+#pragma unroll
+    for (int j = 0; j < kExpertsPerLane; ++j) {
+      const int64_t n = tiles_of(begin[j], end[j]);
+      if (t < first + n) {
+        expert = e0 + j, e_begin = begin[j], e_end = end[j];
+        break;
+      }
+      first += n;
+    }
+    c->expert = __shfl_sync(kAll, expert, src);
+    c->first = __shfl_sync(kAll, first, src);
+    e_begin = __shfl_sync(kAll, e_begin, src);
+    e_end = __shfl_sync(kAll, e_end, src);
+    const int64_t m_tiles = (e_end - e_begin + tile_m - 1) / tile_m, at = t - c->first;
+    out->expert = c->expert;
+    out->m0 = e_begin + (at % m_tiles) * tile_m;
+    out->m_end = out->m0 + tile_m < e_end ? out->m0 + tile_m : e_end;
+    out->n_tile = at / m_tiles;
+    return true;
+  }
+  return false;
+}
+#endif
+
 // The rows of each expert of a GEMM's arguments (GemmArgs: expert_offsets or expert_counts and
 // expert_capacity).
 template <class Args> HUMMING_HD ExpertRows expert_rows(const Args &a) {
