@@ -308,6 +308,19 @@ def _opcheck_cases():
         "quantize_act": [(torch.randn(4, 64), "e4m3-g32"), (torch.randn(1, 40).to(torch.bfloat16), "i8-pt")],
         "moe_gemm": _moe_gemm_cases(),
         "moe_gemm_masked": _moe_gemm_masked_cases(),
+        "moe_topk": [
+            (torch.randn(5, 8), 2, "softmax", True, None),
+            (torch.randn(3, 16).to(torch.bfloat16), 4, "sigmoid", False, torch.randn(16)),
+        ],
+        "moe_align": [(torch.randint(0, 6, (10,), dtype=torch.int32), 6, 4), (torch.zeros(0, dtype=torch.int32), 3, 1)],
+        "moe_permute": [(torch.randn(3, 8), torch.tensor([1, 5, 6, 0, 2, 6], dtype=torch.int32), 2)],
+        "moe_combine": [
+            (
+                torch.randn(6, 8).to(torch.bfloat16),
+                torch.tensor([3, 0, 5, 1, 2, 4], dtype=torch.int32),
+                torch.rand(3, 2),
+            )
+        ],
     }
 
 

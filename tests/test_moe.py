@@ -550,3 +550,65 @@ def test_grouped_gemm_offsets_past_the_rows_stay_inside_the_output():
         torch.cuda.synchronize()
         assert y.shape == (10, 128)
         assert (y[:6].cpu().double() - ref).norm() / ref.norm() <= 2.0**-7, name
+
+
+# ---- the routing ops on the GPU against the CPU reference ------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
+@pytest.mark.parametrize(
+    "tokens,experts,top_k", [(1, 8, 2), (37, 128, 8), (64, 256, 8), (3000, 128, 4), (513, 4096, 6)]
+)
+def test_routing_ops_on_the_gpu_match_the_cpu_reference(tokens, experts, top_k):
+    """top-k (both scorings, with and without renormalization and a correction bias), align
+    (blocks of 1, 16 and 64 rows, loads from uniform to all on one expert, more than one chunk of
+    assignments), permute and combine: the GPU kernels give the CPU reference's experts, rows and
+    combined outputs bitwise, and its top-k weights to fp32 rounding."""
+    g = torch.Generator().manual_seed(tokens * 7 + experts)
+    logits = torch.randn(tokens, experts, generator=g)
+    bias = torch.randn(experts, generator=g) * 0.1
+    for scoring, renorm, b in (("softmax", True, None), ("sigmoid", False, bias), ("sigmoid", True, None)):
+        w_c, i_c = moe.topk_route(logits, top_k, scoring=scoring, renormalize=renorm, correction_bias=b)
+        w_g, i_g = moe.topk_route(logits.cuda(), top_k, scoring=scoring, renormalize=renorm, correction_bias=b)
+        assert torch.equal(i_g.cpu(), i_c), (scoring, renorm)
+        torch.testing.assert_close(w_g.cpu(), w_c, rtol=2e-6, atol=1e-7)
+    ids = i_c.clone()
+    ids[: tokens // 3] = experts - 1  # a skewed load: a third of the tokens on one expert
+    x = torch.randn(tokens, 192, generator=g).to(torch.bfloat16)
+    weights = w_c
+    for block_m in (1, 16, 64):
+        al_c = moe.moe_align(ids, experts, block_m)
+        al_g = moe.moe_align(ids.cuda(), experts, block_m)
+        for f in ("sorted_ids", "block_expert", "num_padded", "positions", "counts", "offsets"):
+            assert torch.equal(getattr(al_g, f).cpu(), getattr(al_c, f)), (block_m, f)
+        rows_c = moe.permute(x, al_c)
+        rows_g = moe.permute(x.cuda(), al_g)
+        assert torch.equal(rows_g.cpu(), rows_c), block_m
+        y = (rows_c.float() * 1.5 - 0.25).to(torch.bfloat16)
+        out_c = moe.combine(y, al_c, weights)
+        out_g = moe.combine(y.cuda(), al_g, weights.cuda())
+        assert torch.equal(out_g.cpu(), out_c), block_m
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
+def test_routing_is_captured_in_a_cuda_graph():
+    """The whole routing (top-k, align, permute, combine) replays from a CUDA graph with new
+    logits written in place, and gives what an eager call on those logits gives."""
+    logits = torch.randn(48, 64, device="cuda")
+    x = torch.randn(48, 128, device="cuda", dtype=torch.bfloat16)
+
+    def route():
+        w, i = moe.topk_route(logits, 6)
+        al = moe.moe_align(i, 64, 16)
+        return moe.combine(moe.permute(x, al), al, w)
+
+    route()  # warm-up outside the capture (moe_align checks the ids on the host there)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = route()
+    logits.copy_(torch.randn(48, 64, device="cuda"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, route())

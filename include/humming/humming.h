@@ -273,6 +273,65 @@ Status quantize_act_cpu(const ActFormat &fmt, DType x_type, const void *x, int64
 Status quantize_act_cuda(const ActFormat &fmt, DType x_type, const void *x, int64_t m, int64_t k, int64_t ldx,
                          void *codes, float *scales, void *stream);
 
+// ---- mixture-of-experts routing ------------------------------------------------------------------
+// T tokens routed to top_k of E experts each; assignment a = t * top_k + j is token t's j-th choice.
+// Each step has a CPU reference and a CUDA implementation (one stream, no host synchronization, no
+// allocation: CUDA-graph capturable) that agree: the same experts and rows, and bitwise the same
+// combine; the top-k weights agree to fp32 rounding (the two expf differ in the last bit).
+
+// Top-k selection from router logits [tokens][experts] (row stride ld elements; f32, f16 or bf16):
+// scores are the softmax over the experts or the sigmoid of each logit; experts rank by score
+// (plus `bias`, if given, for the choice only), ties to the lower id; weights [tokens][top_k] are
+// the chosen scores (divided by their sum with renormalize), ids [tokens][top_k] best first.
+struct MoeTopk {
+  const void *logits = nullptr;
+  DType logits_type;
+  int64_t tokens = 0, ld = 0;
+  int32_t experts = 0, top_k = 0;
+  bool sigmoid = false, renormalize = true;
+  const float *bias = nullptr; // [experts] or null
+  float *weights = nullptr;
+  int32_t *ids = nullptr;
+};
+Status moe_topk_cpu(const MoeTopk &args);
+Status moe_topk_cuda(const MoeTopk &args, void *stream);
+
+// Groups the assignments ids [assignments] (expert ids) by expert into blocks of block_m rows;
+// within an expert, assignments keep their order. Outputs (capacity = align_capacity, the most
+// rows any routing needs): sorted_ids [capacity] (the assignment of each row; `assignments` in
+// padding rows), block_expert [capacity / block_m] (-1 past the rows in use), num_padded [1] (rows
+// in use), positions [assignments] (the row of each assignment), counts [experts], offsets
+// [experts + 1] (each expert's first row). Ids outside [0, experts) count as the nearest expert
+// (callers check them where they can). The CUDA version needs moe_align_workspace_bytes of
+// scratch, whose contents need no initialization.
+struct MoeAlign {
+  const int32_t *ids = nullptr;
+  int64_t assignments = 0;
+  int32_t experts = 0, block_m = 1;
+  int32_t *sorted_ids = nullptr, *block_expert = nullptr, *num_padded = nullptr, *positions = nullptr;
+  int32_t *counts = nullptr, *offsets = nullptr;
+  void *workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+size_t moe_align_workspace_bytes(int64_t assignments, int32_t experts);
+Status moe_align_cpu(const MoeAlign &args);
+Status moe_align_cuda(const MoeAlign &args, void *stream);
+
+// out[r] = x[sorted_ids[r] / top_k] for the rows of an alignment (capacity rows of `hidden`
+// elements of `type`, x's row stride ldx), zeros in padding rows (sorted_ids[r] >= assignments).
+Status moe_permute_cpu(DType type, const void *x, int64_t hidden, int64_t ldx, const int32_t *sorted_ids,
+                       int64_t capacity, int64_t assignments, int32_t top_k, void *out);
+Status moe_permute_cuda(DType type, const void *x, int64_t hidden, int64_t ldx, const int32_t *sorted_ids,
+                        int64_t capacity, int64_t assignments, int32_t top_k, void *out, void *stream);
+
+// out[t] = sum over j of weights[t][j] x y[positions[t * top_k + j]], in fp32, j = 0 first (one
+// product, then one add per term: no fused multiply-add), rounded once to `type` (f32, f16 or
+// bf16; y and out contiguous rows of `hidden`).
+Status moe_combine_cpu(DType type, const void *y, int64_t hidden, const int32_t *positions, const float *weights,
+                       int64_t tokens, int32_t top_k, void *out);
+Status moe_combine_cuda(DType type, const void *y, int64_t hidden, const int32_t *positions, const float *weights,
+                        int64_t tokens, int32_t top_k, void *out, void *stream);
+
 // ---- build facts -----------------------------------------------------------------------------
 
 const char *version();

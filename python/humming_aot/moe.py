@@ -1,12 +1,13 @@
 """Mixture-of-experts routing helpers: top-k selection, alignment of token-to-expert assignments
 into per-expert blocks, and the permutations around the experts' GEMMs.
 
-``QuantMoE`` puts them together with the experts' GEMMs. The routing helpers are built from
-torch tensor operations with static output shapes and no host synchronization, so they
-run on the CPU and the GPU alike and can be captured in CUDA graphs (a graph captures the worst-case
-sizes; the real extents are device tensors). Deterministic: ties go to the lower expert id, and the
-assignments of one expert keep token order. Fused CUDA kernels for these are future work; the
-contract (shapes, dtypes, padding sentinel) is the one they will keep.
+``QuantMoE`` puts them together with the experts' GEMMs. Each helper is a torch op
+(``torch.ops.humming.moe_topk``, ``moe_align``, ``moe_permute``, ``moe_combine``) with a CPU
+reference and a CUDA kernel (src/moe_route_cpu.cpp, src/moe_route.cu): static output shapes and
+no host synchronization, so they can be captured in CUDA graphs (a graph captures the worst-case
+sizes; the real extents are device tensors). Deterministic: ties go to the lower expert id, and
+the assignments of one expert keep token order; the CPU and the GPU give the same experts, rows
+and combined outputs (bitwise), and top-k weights equal to fp32 rounding.
 
 Vocabulary: T tokens, E experts, ``top_k`` experts per token, A = T x top_k assignments numbered
 ``t * top_k + j`` (token t's j-th choice).
@@ -18,6 +19,8 @@ import dataclasses
 import functools
 
 import torch
+
+from . import ops as _ops  # noqa: F401  (loads the extension: torch.ops.humming.moe_* and their fakes)
 
 SCORINGS = ("softmax", "sigmoid")
 
@@ -47,22 +50,18 @@ def topk_route(
         raise ValueError(f"top_k must be an integer from 1 to the number of experts ({num_experts}), got {top_k!r}")
     if scoring not in SCORINGS:
         raise ValueError(f"scoring must be one of {', '.join(SCORINGS)}, got {scoring!r}")
-    x = logits.float()
-    scores = torch.softmax(x, dim=-1) if scoring == "softmax" else torch.sigmoid(x)
-    choice = scores
     if correction_bias is not None:
         if correction_bias.shape != (num_experts,):
             raise ValueError(
                 f"correction_bias must have shape ({num_experts},), one value per expert, got "
                 f"{tuple(correction_bias.shape)}"
             )
-        choice = scores + correction_bias.to(device=scores.device, dtype=torch.float32)
-    # A stable descending sort keeps equal scores in expert order: the lower id first.
-    ids = torch.sort(choice, dim=-1, descending=True, stable=True).indices[:, :top_k]
-    weights = scores.gather(1, ids)
-    if renormalize:
-        weights = weights / weights.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
-    return weights, ids.to(torch.int32)
+        correction_bias = correction_bias.to(device=logits.device, dtype=torch.float32).contiguous()
+    if logits.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        logits = logits.float()
+    if logits.stride(-1) != 1:
+        logits = logits.contiguous()
+    return torch.ops.humming.moe_topk(logits, top_k, scoring, renormalize, correction_bias)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,39 +117,8 @@ def moe_align(ids: torch.Tensor, num_experts: int, block_m: int) -> Alignment:
         lo, hi = int(flat.min()), int(flat.max())
         if lo < 0 or hi >= num_experts:
             raise ValueError(f"expert ids must lie in [0, {num_experts}), got values from {lo} to {hi}")
-    flat = flat.clamp(0, num_experts - 1)
-    counts = torch.zeros(num_experts, dtype=torch.int64, device=dev).scatter_add_(0, flat, torch.ones_like(flat))
-    padded = (counts + block_m - 1) // block_m * block_m
-    offsets = torch.zeros(num_experts + 1, dtype=torch.int64, device=dev)
-    offsets[1:] = torch.cumsum(padded, 0)
-    starts = torch.zeros(num_experts + 1, dtype=torch.int64, device=dev)
-    starts[1:] = torch.cumsum(counts, 0)
-    # Stable: the assignments of one expert in their order.
-    order = torch.sort(flat, stable=True).indices
-    sorted_experts = flat[order]
-    rank = torch.arange(a, device=dev) - starts[sorted_experts]
-    rows = offsets[sorted_experts] + rank
-    capacity = (a + num_experts * (block_m - 1) + block_m - 1) // block_m * block_m
-    sorted_ids = torch.full((capacity,), a, dtype=torch.int64, device=dev)
-    sorted_ids[rows] = order
-    positions = torch.empty(a, dtype=torch.int64, device=dev)
-    positions[order] = rows
-    # Each block's expert: the expert whose padded rows hold the block's first row.
-    block_start = torch.arange(0, capacity, block_m, device=dev)
-    block_expert = torch.searchsorted(offsets[1:], block_start, right=True)
-    block_expert = torch.where(block_start < offsets[-1], block_expert, torch.full_like(block_expert, -1))
-    i32 = torch.int32
-    return Alignment(
-        sorted_ids.to(i32),
-        block_expert.to(i32),
-        offsets[-1:].to(i32),
-        positions.to(i32),
-        counts.to(i32),
-        offsets.to(i32),
-        block_m,
-        a,
-        top_k,
-    )
+    out = torch.ops.humming.moe_align(ids.reshape(-1).to(torch.int32).contiguous(), num_experts, block_m)
+    return Alignment(*out, block_m, a, top_k)
 
 
 def permute(x: torch.Tensor, alignment: Alignment) -> torch.Tensor:
@@ -161,10 +129,10 @@ def permute(x: torch.Tensor, alignment: Alignment) -> torch.Tensor:
             f"activations must be [tokens, hidden] with tokens x top_k = {alignment.num_assignments} "
             f"assignments, got shape {tuple(x.shape)} (top_k {alignment.top_k})"
         )
-    ids = alignment.sorted_ids.to(device=x.device, dtype=torch.int64)
-    valid = ids < alignment.num_assignments
-    tokens = torch.where(valid, ids // alignment.top_k, torch.zeros_like(ids))
-    return x.index_select(0, tokens) * valid.unsqueeze(1).to(x.dtype)
+    ids = alignment.sorted_ids.to(device=x.device, dtype=torch.int32)
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"activations must be float32, float16 or bfloat16, got {x.dtype}")
+    return torch.ops.humming.moe_permute(x if x.stride(-1) == 1 else x.contiguous(), ids, alignment.top_k)
 
 
 def combine(y: torch.Tensor, alignment: Alignment, weights: torch.Tensor) -> torch.Tensor:
@@ -178,12 +146,12 @@ def combine(y: torch.Tensor, alignment: Alignment, weights: torch.Tensor) -> tor
         )
     if weights.shape != (t, alignment.top_k):
         raise ValueError(f"routing weights must be [{t}, {alignment.top_k}], got {tuple(weights.shape)}")
-    rows = y.index_select(0, alignment.positions.to(device=y.device, dtype=torch.int64)).float()
-    rows = rows.view(t, alignment.top_k, -1) * weights.to(device=y.device, dtype=torch.float32).unsqueeze(-1)
-    out = rows[:, 0]
-    for j in range(1, alignment.top_k):  # a fixed order: bitwise the same run to run
-        out = out + rows[:, j]
-    return out.to(y.dtype)
+    if y.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"expert outputs must be float32, float16 or bfloat16, got {y.dtype}")
+    pos = alignment.positions.to(device=y.device, dtype=torch.int32)
+    return torch.ops.humming.moe_combine(
+        y.contiguous(), pos, weights.to(device=y.device, dtype=torch.float32).contiguous()
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -81,6 +81,34 @@ def _moe_gemm_masked_fake(a, codes, scales, zeros, counts, fmt, layout, n, k, ro
     return a.new_empty((a.shape[0], a.shape[1], n), dtype=torch_dtype(g.out))
 
 
+@torch.library.register_fake("humming::moe_topk")
+def _moe_topk_fake(logits, top_k, scoring, renormalize, bias=None):
+    torch._check(logits.dim() == 2, lambda: f"router logits must be 2-D [tokens, experts], got {logits.dim()}-D")
+    t = logits.shape[0]
+    return logits.new_empty((t, top_k), dtype=torch.float32), logits.new_empty((t, top_k), dtype=torch.int32)
+
+
+@torch.library.register_fake("humming::moe_align")
+def _moe_align_fake(ids, num_experts, block_m):
+    a = ids.numel()
+    # scheduler/moe_route.h, align_capacity: every expert's partial block full of padding.
+    capacity = (a + num_experts * (block_m - 1) + block_m - 1) // block_m * block_m
+    i32 = lambda n: ids.new_empty((n,), dtype=torch.int32)  # noqa: E731
+    return i32(capacity), i32(capacity // block_m), i32(1), i32(a), i32(num_experts), i32(num_experts + 1)
+
+
+@torch.library.register_fake("humming::moe_permute")
+def _moe_permute_fake(x, sorted_ids, top_k):
+    torch._check(x.dim() == 2, lambda: f"activations must be 2-D [tokens, hidden], got {x.dim()}-D")
+    return x.new_empty((sorted_ids.shape[0], x.shape[1]))
+
+
+@torch.library.register_fake("humming::moe_combine")
+def _moe_combine_fake(y, positions, weights):
+    torch._check(y.dim() == 2, lambda: f"expert outputs must be 2-D [rows, hidden], got {y.dim()}-D")
+    return y.new_empty((weights.shape[0], y.shape[1]))
+
+
 def activation_operand(a: torch.Tensor, fast: bool) -> torch.Tensor:
     """``a`` [m, k] as the kernels read it: ``a`` itself where they can, otherwise a contiguous copy
     (so strided, transposed and unaligned activations work, copied only when needed). Every kernel

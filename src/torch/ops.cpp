@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "humming/humming.h"
+#include "humming/scheduler/moe_route.h"
 
 namespace humming {
 namespace torch_ops {
@@ -678,6 +679,136 @@ std::tuple<Tensor, Tensor> quantize_act(const Tensor &x, const std::string &afmt
   return {codes, scales};
 }
 
+// ---- mixture-of-experts routing (humming.h: moe_topk_*, moe_align_*, moe_permute_*, moe_combine_*) --
+
+// Runs the CPU reference on CPU tensors, the CUDA version on the tensors' device otherwise.
+template <class Cpu, class Cuda>
+void on_cpu_or_cuda(const torch::stable::Device &dev, const char *op, Cpu cpu, Cuda cuda) {
+  if (dev.is_cpu()) return check(cpu());
+  require(dev.is_cuda(), "humming.", op, " runs on CPU or CUDA tensors, got ", dev);
+  const OnDevice on(dev);
+  check(cuda(on.stream));
+}
+
+std::tuple<Tensor, Tensor> moe_topk(const Tensor &logits, int64_t top_k, const std::string &scoring, bool renormalize,
+                                    const std::optional<Tensor> &bias) {
+  require(logits.dim() == 2, "router logits must be 2-D [tokens, experts], got shape ", logits.sizes());
+  const DType lt = dtype_of(logits.scalar_type());
+  require(lt.id() != 0, "router logits must be float32, float16 or bfloat16, got ", logits.scalar_type());
+  require(logits.stride(1) == 1 || logits.size(1) == 1, "router logits must have unit stride along the experts");
+  require(scoring == "softmax" || scoring == "sigmoid", "scoring must be softmax or sigmoid, got ", scoring);
+  const int64_t tokens = logits.size(0), experts = logits.size(1);
+  require(experts >= 1 && experts <= 4096, "1 to 4096 experts, got ", experts);
+  require(top_k >= 1 && top_k <= experts, "top_k must lie in [1, ", experts, "], got ", top_k);
+  const torch::stable::Device dev = logits.device();
+  MoeTopk a;
+  a.logits = logits.data_ptr();
+  a.logits_type = lt;
+  a.tokens = tokens;
+  a.ld = tokens <= 1 ? experts : logits.stride(0);
+  a.experts = static_cast<int32_t>(experts);
+  a.top_k = static_cast<int32_t>(top_k);
+  a.sigmoid = scoring == "sigmoid";
+  a.renormalize = renormalize;
+  if (bias.has_value()) {
+    check_tensor(*bias, "correction bias", ScalarType::Float, dev, "the router logits");
+    check_shape(*bias, "correction bias", {experts});
+    a.bias = static_cast<const float *>(bias->data_ptr());
+  }
+  Tensor weights = empty_on(dev, {tokens, top_k}, ScalarType::Float);
+  Tensor ids = empty_on(dev, {tokens, top_k}, ScalarType::Int);
+  a.weights = static_cast<float *>(weights.data_ptr());
+  a.ids = static_cast<int32_t *>(ids.data_ptr());
+  on_cpu_or_cuda(
+      dev, "moe_topk", [&] { return moe_topk_cpu(a); }, [&](void *stream) { return moe_topk_cuda(a, stream); });
+  return {weights, ids};
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_align(const Tensor &ids, int64_t num_experts,
+                                                                     int64_t block_m) {
+  require(ids.scalar_type() == ScalarType::Int, "expert ids must have dtype int32, got ", ids.scalar_type());
+  require(ids.is_contiguous(), "expert ids must be contiguous");
+  require(num_experts >= 1 && num_experts <= 4096, "num_experts must lie in [1, 4096], got ", num_experts);
+  require(block_m >= 1 && block_m <= 4096, "block_m must lie in [1, 4096], got ", block_m);
+  const torch::stable::Device dev = ids.device();
+  MoeAlign a;
+  a.ids = static_cast<const int32_t *>(ids.data_ptr());
+  a.assignments = ids.numel();
+  require(a.assignments < (int64_t{1} << 30), "at most 2^30 assignments, got ", a.assignments);
+  a.experts = static_cast<int32_t>(num_experts);
+  a.block_m = static_cast<int32_t>(block_m);
+  const int64_t capacity = moe_route::align_capacity(a.assignments, a.experts, a.block_m);
+  const auto i32 = [&](int64_t n) { return empty_on(dev, {n}, ScalarType::Int); };
+  Tensor sorted_ids = i32(capacity), block_expert = i32(capacity / block_m), num_padded = i32(1),
+         positions = i32(a.assignments), counts = i32(num_experts), offsets = i32(num_experts + 1);
+  a.sorted_ids = static_cast<int32_t *>(sorted_ids.data_ptr());
+  a.block_expert = static_cast<int32_t *>(block_expert.data_ptr());
+  a.num_padded = static_cast<int32_t *>(num_padded.data_ptr());
+  a.positions = static_cast<int32_t *>(positions.data_ptr());
+  a.counts = static_cast<int32_t *>(counts.data_ptr());
+  a.offsets = static_cast<int32_t *>(offsets.data_ptr());
+  on_cpu_or_cuda(
+      dev, "moe_align", [&] { return moe_align_cpu(a); },
+      [&](void *stream) {
+        // Scratch from the caching allocator, on the stream (graph capture keeps it with the graph).
+        a.workspace_bytes = moe_align_workspace_bytes(a.assignments, a.experts);
+        Tensor scratch = empty_on(dev, {static_cast<int64_t>(a.workspace_bytes)}, ScalarType::Byte);
+        a.workspace = scratch.data_ptr();
+        return moe_align_cuda(a, stream);
+      });
+  return {sorted_ids, block_expert, num_padded, positions, counts, offsets};
+}
+
+Tensor moe_permute(const Tensor &x, const Tensor &sorted_ids, int64_t top_k) {
+  require(x.dim() == 2, "activations must be 2-D [tokens, hidden], got shape ", x.sizes());
+  require(x.stride(1) == 1 || x.size(1) == 1, "activations must have unit stride along hidden");
+  const DType t = dtype_of(x.scalar_type());
+  require(t.id() != 0, "activations must be float32, float16 or bfloat16, got ", x.scalar_type());
+  const torch::stable::Device dev = x.device();
+  check_tensor(sorted_ids, "sorted ids", ScalarType::Int, dev);
+  require(sorted_ids.dim() == 1 && sorted_ids.is_contiguous(), "sorted ids must be a contiguous 1-D tensor");
+  require(top_k >= 1, "top_k must be positive, got ", top_k);
+  const int64_t hidden = x.size(1), capacity = sorted_ids.size(0), assignments = x.size(0) * top_k;
+  const int64_t ldx = x.size(0) <= 1 ? hidden : x.stride(0);
+  Tensor out = empty_on(dev, {capacity, hidden}, x.scalar_type());
+  const auto *ids = static_cast<const int32_t *>(sorted_ids.data_ptr());
+  on_cpu_or_cuda(
+      dev, "moe_permute",
+      [&] { return moe_permute_cpu(t, x.data_ptr(), hidden, ldx, ids, capacity, assignments, top_k, out.data_ptr()); },
+      [&](void *stream) {
+        return moe_permute_cuda(t, x.data_ptr(), hidden, ldx, ids, capacity, assignments, top_k, out.data_ptr(),
+                                stream);
+      });
+  return out;
+}
+
+Tensor moe_combine(const Tensor &y, const Tensor &positions, const Tensor &weights) {
+  require(y.dim() == 2 && y.is_contiguous(),
+          "expert outputs must be a contiguous 2-D tensor [rows, hidden], got shape ", y.sizes());
+  const DType t = dtype_of(y.scalar_type());
+  require(t.id() != 0, "expert outputs must be float32, float16 or bfloat16, got ", y.scalar_type());
+  const torch::stable::Device dev = y.device();
+  require(weights.dim() == 2, "routing weights must be 2-D [tokens, top_k], got shape ", weights.sizes());
+  check_tensor(weights, "routing weights", ScalarType::Float, dev, "the expert outputs");
+  check_shape(weights, "routing weights", {weights.size(0), weights.size(1)});
+  const int64_t tokens = weights.size(0), top_k = weights.size(1), hidden = y.size(1);
+  check_tensor(positions, "positions", ScalarType::Int, dev, "the expert outputs");
+  check_shape(positions, "positions", {tokens * top_k});
+  Tensor out = empty_on(dev, {tokens, hidden}, y.scalar_type());
+  const auto *pos = static_cast<const int32_t *>(positions.data_ptr());
+  const auto *w = static_cast<const float *>(weights.data_ptr());
+  on_cpu_or_cuda(
+      dev, "moe_combine",
+      [&] {
+        return moe_combine_cpu(t, y.data_ptr(), hidden, pos, w, tokens, static_cast<int32_t>(top_k), out.data_ptr());
+      },
+      [&](void *stream) {
+        return moe_combine_cuda(t, y.data_ptr(), hidden, pos, w, tokens, static_cast<int32_t>(top_k), out.data_ptr(),
+                                stream);
+      });
+  return out;
+}
+
 } // namespace
 } // namespace torch_ops
 } // namespace humming
@@ -741,6 +872,13 @@ STABLE_TORCH_LIBRARY(humming, m) {
   m.def("unpack_weight(Tensor codes, Tensor scales, Tensor zeros, str weight_format, int layout, int n, int k) -> "
         "(Tensor, Tensor, Tensor)");
   m.def("quantize_act(Tensor x, str act_format) -> (Tensor, Tensor)");
+  // Mixture-of-experts routing (humming_aot.moe wraps them): top-k choice, alignment into
+  // per-expert blocks (sorted_ids, block_expert, num_padded, positions, counts, offsets), and the
+  // permutations around the experts' GEMMs.
+  m.def("moe_topk(Tensor logits, int top_k, str scoring, bool renormalize, Tensor? bias) -> (Tensor, Tensor)");
+  m.def("moe_align(Tensor ids, int num_experts, int block_m) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def("moe_permute(Tensor x, Tensor sorted_ids, int top_k) -> Tensor");
+  m.def("moe_combine(Tensor y, Tensor positions, Tensor weights) -> Tensor");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(humming, CPU, m) {
@@ -750,6 +888,10 @@ STABLE_TORCH_LIBRARY_IMPL(humming, CPU, m) {
   m.impl("pack_weight", TORCH_BOX(&humming::torch_ops::pack_weight));
   m.impl("unpack_weight", TORCH_BOX(&humming::torch_ops::unpack_weight));
   m.impl("quantize_act", TORCH_BOX(&humming::torch_ops::quantize_act));
+  m.impl("moe_topk", TORCH_BOX(&humming::torch_ops::moe_topk));
+  m.impl("moe_align", TORCH_BOX(&humming::torch_ops::moe_align));
+  m.impl("moe_permute", TORCH_BOX(&humming::torch_ops::moe_permute));
+  m.impl("moe_combine", TORCH_BOX(&humming::torch_ops::moe_combine));
 }
 
 STABLE_TORCH_LIBRARY_IMPL(humming, CUDA, m) {
@@ -759,4 +901,8 @@ STABLE_TORCH_LIBRARY_IMPL(humming, CUDA, m) {
   m.impl("pack_weight", TORCH_BOX(&humming::torch_ops::pack_weight));
   m.impl("unpack_weight", TORCH_BOX(&humming::torch_ops::unpack_weight));
   m.impl("quantize_act", TORCH_BOX(&humming::torch_ops::quantize_act));
+  m.impl("moe_topk", TORCH_BOX(&humming::torch_ops::moe_topk));
+  m.impl("moe_align", TORCH_BOX(&humming::torch_ops::moe_align));
+  m.impl("moe_permute", TORCH_BOX(&humming::torch_ops::moe_permute));
+  m.impl("moe_combine", TORCH_BOX(&humming::torch_ops::moe_combine));
 }

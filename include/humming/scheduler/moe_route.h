@@ -1,0 +1,41 @@
+// The arithmetic of mixture-of-experts routing that the CPU reference (src/moe_route_cpu.cpp) and
+// the GPU kernels (src/moe_route.cu) share, so that both choose the same experts and place the
+// same rows: scores, the order of choices, block padding and the combine's summation order.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "humming/format/dtype.h"
+
+namespace humming {
+namespace moe_route {
+
+// A router score: softmax numerator exp(logit - row max) (divided by the row's sum later), or
+// sigmoid(logit). fp32, as the torch references compute them.
+HUMMING_HD float score(float logit, float row_max, bool sigmoid) {
+  return sigmoid ? 1.0f / (1.0f + expf(-logit)) : expf(logit - row_max);
+}
+
+// The value experts are ranked by. Without a correction bias: the logit itself, which orders
+// softmax and sigmoid scores alike (both rise with it) without their rounding, so that the CPU and
+// the GPU, whose expf differ in the last bit, never rank two experts differently. With one (the
+// scores then matter, as DeepSeek-V3 adds the bias to sigmoid scores): the score plus the bias.
+HUMMING_HD float rank_value(float logit, float score_value, const float *bias, int32_t e) {
+  return bias == nullptr ? logit : score_value + bias[e];
+}
+
+// Whether expert a (rank value va) ranks before expert b (vb): the higher value, then the lower id.
+HUMMING_HD bool ranks_before(float va, int32_t a, float vb, int32_t b) { return va > vb || (va == vb && a < b); }
+
+// Rows an expert's assignments take once padded to whole blocks of block_m.
+HUMMING_HD int64_t padded_rows(int64_t count, int32_t block_m) { return (count + block_m - 1) / block_m * block_m; }
+
+// The most rows any routing of `assignments` over `experts` can take (every expert's partial
+// block full of padding), rounded up to a block: the alignment's fixed extent.
+HUMMING_HD int64_t align_capacity(int64_t assignments, int32_t experts, int32_t block_m) {
+  return padded_rows(assignments + static_cast<int64_t>(experts) * (block_m - 1), block_m);
+}
+
+} // namespace moe_route
+} // namespace humming

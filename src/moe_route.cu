@@ -1,0 +1,275 @@
+// Mixture-of-experts routing on the GPU (humming.h; the CPU reference is src/moe_route_cpu.cpp,
+// the shared arithmetic scheduler/moe_route.h). Each step is one to three small kernels on one
+// stream, with no host synchronization and no allocation, so a whole layer's routing can be
+// captured in a CUDA graph:
+// - top-k: one warp per token; the row's max and sum by warp reductions, then top_k rounds of a
+//   warp arg-max over the experts not yet chosen;
+// - align: counts of each chunk of kAlignChunk assignments per expert, then one block that turns
+//   them into the experts' offsets and each chunk's first row per expert, then each chunk places
+//   its assignments, ranked among the same expert's earlier ones of the chunk (stable, so the
+//   order never depends on thread timing);
+// - permute: one block per row, 16-byte copies where rows allow;
+// - combine: one thread per (token, channel), the terms in choice order.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "humming/humming.h"
+#include "humming/scheduler/moe_route.h"
+
+namespace humming {
+namespace {
+
+constexpr int kTopkWarps = 4;      // tokens per block of the top-k kernel
+constexpr int kMaxTopK = 32;       // choices a warp keeps in registers
+constexpr int kAlignChunk = 1024;  // assignments per block of the align kernels (its threads)
+constexpr int kScanThreads = 1024; // the one block of the align scan
+constexpr unsigned kAll = 0xFFFFFFFFu;
+
+Status launched(const char *what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return Status::Error(std::string(what) + ": " + cudaGetErrorString(e));
+  return Status::Ok();
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int d = 16; d > 0; d /= 2) v = fmaxf(v, __shfl_xor_sync(kAll, v, d));
+  return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int d = 16; d > 0; d /= 2) v += __shfl_xor_sync(kAll, v, d);
+  return v;
+}
+
+__global__ void topk_kernel(MoeTopk a) {
+  const int lane = threadIdx.x % 32;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kTopkWarps + threadIdx.x / 32;
+  if (t >= a.tokens) return;
+  const void *row = static_cast<const char *>(a.logits) + t * a.ld * a.logits_type.storage_bytes();
+  float row_max = -INFINITY;
+  for (int32_t e = lane; e < a.experts; e += 32) row_max = fmaxf(row_max, load_element(a.logits_type, row, e));
+  row_max = warp_max(row_max);
+  float sum = 0.0f;
+  if (!a.sigmoid) {
+    for (int32_t e = lane; e < a.experts; e += 32)
+      sum += moe_route::score(load_element(a.logits_type, row, e), row_max, false);
+    sum = warp_sum(sum);
+  }
+  // Every lane keeps the choices so far (the same in each lane).
+  int32_t chosen[kMaxTopK];
+  float weight[kMaxTopK];
+  float total = 0.0f;
+#pragma unroll 1
+  for (int j = 0; j < a.top_k; ++j) {
+    float best_v = -INFINITY, best_s = 0.0f;
+    int32_t best = a.experts; // none yet
+    for (int32_t e = lane; e < a.experts; e += 32) {
+      bool taken = false;
+      for (int i = 0; i < j; ++i) taken |= chosen[i] == e;
+      if (taken) continue;
+      const float logit = load_element(a.logits_type, row, e);
+      float s = moe_route::score(logit, row_max, a.sigmoid);
+      if (!a.sigmoid) s /= sum;
+      const float v = moe_route::rank_value(logit, s, a.bias, e);
+      if (best == a.experts || moe_route::ranks_before(v, e, best_v, best)) best_v = v, best_s = s, best = e;
+    }
+    for (int d = 16; d > 0; d /= 2) {
+      const float ov = __shfl_xor_sync(kAll, best_v, d), os = __shfl_xor_sync(kAll, best_s, d);
+      const int32_t oe = __shfl_xor_sync(kAll, best, d);
+      if (oe != a.experts && (best == a.experts || moe_route::ranks_before(ov, oe, best_v, best)))
+        best_v = ov, best_s = os, best = oe;
+    }
+    chosen[j] = best;
+    weight[j] = best_s;
+    total += best_s;
+  }
+  const float denom = a.renormalize ? fmaxf(total, 1.17549435e-38f) : 1.0f;
+  for (int j = lane; j < a.top_k; j += 32) {
+    // (chosen and weight are indexed by a lane-dependent j: they live in local memory, once per token.)
+    a.ids[t * a.top_k + j] = chosen[j];
+    a.weights[t * a.top_k + j] = weight[j] / denom;
+  }
+}
+
+__device__ __forceinline__ int32_t expert_of(const MoeAlign &a, int64_t i) {
+  return min(max(a.ids[i], 0), a.experts - 1);
+}
+
+// Counts of each chunk's assignments per expert: workspace[chunk][expert].
+__global__ void align_count_kernel(MoeAlign a, int32_t *chunk_counts) {
+  extern __shared__ int32_t hist[];
+  for (int32_t e = threadIdx.x; e < a.experts; e += blockDim.x) hist[e] = 0;
+  __syncthreads();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kAlignChunk + threadIdx.x;
+  if (i < a.assignments) atomicAdd(hist + expert_of(a, i), 1);
+  __syncthreads();
+  for (int32_t e = threadIdx.x; e < a.experts; e += blockDim.x)
+    chunk_counts[static_cast<int64_t>(blockIdx.x) * a.experts + e] = hist[e];
+}
+
+// One block: each expert's count and padded offset, each chunk's first row per expert (in place
+// of its counts), the padding rows' sentinel and the blocks' experts.
+__global__ void align_scan_kernel(MoeAlign a, int32_t *chunk_counts, int64_t chunks, int64_t capacity) {
+  __shared__ int32_t part[kScanThreads];
+  // Experts are split into kScanThreads contiguous runs; a thread sums its run's padded rows.
+  const int32_t per = (a.experts + kScanThreads - 1) / kScanThreads;
+  const int32_t e0 = min(a.experts, static_cast<int32_t>(threadIdx.x) * per), e1 = min(a.experts, e0 + per);
+  int32_t run = 0;
+  for (int32_t e = e0; e < e1; ++e) {
+    int32_t count = 0;
+    for (int64_t c = 0; c < chunks; ++c) count += chunk_counts[c * a.experts + e];
+    a.counts[e] = count;
+    run += static_cast<int32_t>(moe_route::padded_rows(count, a.block_m));
+  }
+  part[threadIdx.x] = run;
+  __syncthreads();
+  // Exclusive scan of the runs (Hillis-Steele on the block, then shift).
+  for (int d = 1; d < kScanThreads; d *= 2) {
+    const int32_t v = threadIdx.x >= d ? part[threadIdx.x - d] : 0;
+    __syncthreads();
+    part[threadIdx.x] += v;
+    __syncthreads();
+  }
+  int32_t row = threadIdx.x == 0 ? 0 : part[threadIdx.x - 1];
+  for (int32_t e = e0; e < e1; ++e) {
+    a.offsets[e] = row;
+    int32_t at = row;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int32_t n = chunk_counts[c * a.experts + e];
+      chunk_counts[c * a.experts + e] = at;
+      at += n;
+    }
+    row += static_cast<int32_t>(moe_route::padded_rows(a.counts[e], a.block_m));
+  }
+  if (threadIdx.x == kScanThreads - 1) {
+    a.offsets[a.experts] = part[kScanThreads - 1];
+    a.num_padded[0] = part[kScanThreads - 1];
+  }
+  __syncthreads(); // (global writes of offsets are read below by the same block)
+  const int32_t used = part[kScanThreads - 1];
+  for (int64_t r = threadIdx.x; r < capacity; r += kScanThreads)
+    if (r >= used) a.sorted_ids[r] = static_cast<int32_t>(a.assignments);
+  for (int64_t b = threadIdx.x; b < capacity / a.block_m; b += kScanThreads) {
+    const int64_t first = b * a.block_m;
+    int32_t e = -1;
+    if (first < used) { // the last expert whose offset is at most the block's first row
+      int32_t lo = 0, hi = a.experts - 1;
+      while (lo < hi) {
+        const int32_t mid = (lo + hi + 1) / 2;
+        if (a.offsets[mid] <= first)
+          lo = mid;
+        else
+          hi = mid - 1;
+      }
+      e = lo;
+    }
+    a.block_expert[b] = e;
+  }
+  // Rows padding each expert's last block (between its assignments and the next expert).
+  for (int32_t e = threadIdx.x; e < a.experts; e += kScanThreads)
+    for (int64_t r = a.offsets[e] + a.counts[e]; r < a.offsets[e + 1]; ++r)
+      a.sorted_ids[r] = static_cast<int32_t>(a.assignments);
+}
+
+// Each chunk places its assignments: row = the chunk's first row for the expert + the number of
+// the chunk's earlier assignments to the same expert.
+__global__ void align_place_kernel(MoeAlign a, const int32_t *chunk_first) {
+  __shared__ int32_t keys[kAlignChunk];
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * kAlignChunk;
+  const int64_t i = base + threadIdx.x;
+  const int64_t left = a.assignments - base;
+  const int32_t n = static_cast<int32_t>(left < kAlignChunk ? left : kAlignChunk);
+  const int32_t key = i < a.assignments ? expert_of(a, i) : -1;
+  keys[threadIdx.x] = key;
+  __syncthreads();
+  if (i >= a.assignments) return;
+  int32_t rank = 0;
+  for (int32_t j = 0; j < static_cast<int32_t>(threadIdx.x) && j < n; ++j) rank += keys[j] == key;
+  const int32_t row = chunk_first[static_cast<int64_t>(blockIdx.x) * a.experts + key] + rank;
+  a.sorted_ids[row] = static_cast<int32_t>(i);
+  a.positions[i] = row;
+}
+
+__global__ void permute_kernel(DType type, const char *x, int64_t hidden, int64_t ldx, const int32_t *sorted_ids,
+                               int64_t assignments, int32_t top_k, char *out) {
+  const int64_t r = blockIdx.x;
+  const int64_t bytes = hidden * type.storage_bytes();
+  char *dst = out + r * bytes;
+  const int64_t a = sorted_ids[r];
+  const bool pad = a < 0 || a >= assignments;
+  const char *src = x + (pad ? 0 : (a / top_k) * ldx * type.storage_bytes());
+  const bool wide =
+      bytes % 16 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 && reinterpret_cast<uintptr_t>(dst) % 16 == 0;
+  if (wide) {
+    for (int64_t o = threadIdx.x * 16; o < bytes; o += blockDim.x * 16)
+      *reinterpret_cast<int4 *>(dst + o) = pad ? make_int4(0, 0, 0, 0) : *reinterpret_cast<const int4 *>(src + o);
+  } else {
+    for (int64_t o = threadIdx.x; o < bytes; o += blockDim.x) dst[o] = pad ? 0 : src[o];
+  }
+}
+
+__global__ void combine_kernel(DType type, const void *y, int64_t hidden, const int32_t *positions,
+                               const float *weights, int64_t tokens, int32_t top_k, void *out) {
+  for (int64_t t = blockIdx.y; t < tokens; t += gridDim.y)
+    for (int64_t h = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; h < hidden;
+         h += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      float sum = 0.0f;
+      for (int32_t j = 0; j < top_k; ++j) {
+        const float product =
+            __fmul_rn(weights[t * top_k + j], load_element(type, y, positions[t * top_k + j] * hidden + h));
+        sum = j == 0 ? product : __fadd_rn(sum, product);
+      }
+      store_element(type, out, t * hidden + h, sum);
+    }
+}
+
+} // namespace
+
+Status moe_topk_cuda(const MoeTopk &a, void *stream) {
+  if (a.top_k < 1 || a.top_k > a.experts || a.top_k > kMaxTopK)
+    return Status::Error("top_k must lie in [1, min(experts=" + std::to_string(a.experts) + ", " +
+                         std::to_string(kMaxTopK) + ")] on the GPU, got " + std::to_string(a.top_k));
+  if (a.tokens == 0) return Status::Ok();
+  const int64_t blocks = (a.tokens + kTopkWarps - 1) / kTopkWarps;
+  topk_kernel<<<static_cast<unsigned>(blocks), 32 * kTopkWarps, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  return launched("moe_topk");
+}
+
+Status moe_align_cuda(const MoeAlign &a, void *stream) {
+  if (a.experts < 1 || a.block_m < 1)
+    return Status::Error("moe_align needs at least one expert and a block of at least one row");
+  if (a.workspace_bytes < moe_align_workspace_bytes(a.assignments, a.experts))
+    return Status::Error("moe_align needs " + std::to_string(moe_align_workspace_bytes(a.assignments, a.experts)) +
+                         " bytes of workspace, got " + std::to_string(a.workspace_bytes));
+  if (static_cast<size_t>(a.experts) * sizeof(int32_t) > 48 * 1024)
+    return Status::Error("moe_align on the GPU takes at most 12288 experts, got " + std::to_string(a.experts));
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int64_t capacity = moe_route::align_capacity(a.assignments, a.experts, a.block_m);
+  const int64_t chunks = (a.assignments + kAlignChunk - 1) / kAlignChunk;
+  int32_t *chunk_counts = static_cast<int32_t *>(a.workspace);
+  if (chunks > 0)
+    align_count_kernel<<<static_cast<unsigned>(chunks), kAlignChunk, a.experts * sizeof(int32_t), s>>>(a, chunk_counts);
+  align_scan_kernel<<<1, kScanThreads, 0, s>>>(a, chunk_counts, chunks, capacity);
+  if (chunks > 0) align_place_kernel<<<static_cast<unsigned>(chunks), kAlignChunk, 0, s>>>(a, chunk_counts);
+  return launched("moe_align");
+}
+
+Status moe_permute_cuda(DType type, const void *x, int64_t hidden, int64_t ldx, const int32_t *sorted_ids,
+                        int64_t capacity, int64_t assignments, int32_t top_k, void *out, void *stream) {
+  if (capacity == 0 || hidden == 0) return Status::Ok();
+  permute_kernel<<<static_cast<unsigned>(capacity), 128, 0, static_cast<cudaStream_t>(stream)>>>(
+      type, static_cast<const char *>(x), hidden, ldx, sorted_ids, assignments, top_k, static_cast<char *>(out));
+  return launched("moe_permute");
+}
+
+Status moe_combine_cuda(DType type, const void *y, int64_t hidden, const int32_t *positions, const float *weights,
+                        int64_t tokens, int32_t top_k, void *out, void *stream) {
+  if (tokens == 0 || hidden == 0) return Status::Ok();
+  const dim3 grid(static_cast<unsigned>((hidden + 255) / 256), static_cast<unsigned>(tokens < 65535 ? tokens : 65535));
+  combine_kernel<<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(type, y, hidden, positions, weights, tokens,
+                                                                      top_k, out);
+  return launched("moe_combine");
+}
+
+} // namespace humming
