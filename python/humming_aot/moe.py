@@ -93,10 +93,14 @@ class Alignment:
         return self.sorted_ids.shape[0]
 
 
-def moe_align(ids: torch.Tensor, num_experts: int, block_m: int) -> Alignment:
+def moe_align(ids: torch.Tensor, num_experts: int, block_m: int, *, check_ids: bool = True) -> Alignment:
     """Group the assignments ``ids`` [T, top_k] (expert ids, as ``topk_route`` gives) by expert
     into blocks of ``block_m`` rows (the block M of the MoE GEMM instance that will run them).
-    Within an expert, assignments keep their order (token-major). See :class:`Alignment`."""
+    Within an expert, assignments keep their order (token-major). See :class:`Alignment`.
+
+    ``check_ids``: refuse ids outside [0, num_experts) (on a GPU that reads them back to the host,
+    a synchronization, skipped inside a CUDA-graph capture); False skips it, for ids known to be
+    valid (``topk_route``'s), and an id out of range then counts as the nearest expert."""
     if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
         raise ValueError(f"expert ids must be a 2-D tensor [tokens, top_k], got {_describe(ids)}")
     if ids.dtype not in (torch.int32, torch.int64):
@@ -108,13 +112,12 @@ def moe_align(ids: torch.Tensor, num_experts: int, block_m: int) -> Alignment:
     dev = ids.device
     top_k = ids.shape[1]
     a = ids.numel()
-    flat = ids.reshape(-1).to(torch.int64)
     # An out-of-range id would land in another expert's rows: refused. Reading the values costs a
     # host synchronization on a GPU, so a call being captured into a CUDA graph skips the check
     # (its eager warm-up call, which graph capture needs anyway, has made it).
     capturing = dev.type == "cuda" and torch.cuda.is_current_stream_capturing()
-    if a > 0 and dev.type != "meta" and not capturing:
-        lo, hi = int(flat.min()), int(flat.max())
+    if check_ids and a > 0 and dev.type != "meta" and not capturing:
+        lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= num_experts:
             raise ValueError(f"expert ids must lie in [0, {num_experts}), got values from {lo} to {hi}")
     out = torch.ops.humming.moe_align(ids.reshape(-1).to(torch.int32).contiguous(), num_experts, block_m)
@@ -430,7 +433,7 @@ class QuantMoE(torch.nn.Module):
             router_logits, self.top_k, scoring=self.scoring, renormalize=self.renormalize,
             correction_bias=self.correction_bias,
         )  # fmt: skip
-        al = moe_align(ids, self.num_experts, 1)
+        al = moe_align(ids, self.num_experts, 1, check_ids=False)  # topk_route's ids are valid: no host sync
         return weights, al, permute(x, al)
 
     def _grouped_on(self, x: torch.Tensor) -> bool:
