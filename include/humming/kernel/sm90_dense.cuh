@@ -94,8 +94,10 @@ struct Dense {
   static constexpr int kRingBytes = Stages * kStageBytes;
   // Alignment slack, the ring, a full and an empty barrier per stage, the fix-up flag.
   static constexpr int kSmemTotal = 1024 + kRingBytes + Stages * 16 + 16;
-  // Registers per thread of the producer and the consumers (backend/sm90/pipeline.h).
-  using Split = RegSplit<Consumers>;
+  // Registers per thread of the producer and the consumers (backend/sm90/pipeline.h). The grouped
+  // kernels' producer warp also walks the experts (expert_tile_warp): with 40 registers its stage
+  // loop spilled, and launches of many tiles per block took up to 28% longer.
+  using Split = RegSplit<Consumers, Grouped ? 64 : 40>;
   static constexpr int kConsumerRegs = Split::kConsumer;
   // Group sums in fp32 where the registers allow them: kSets x kAcc more sums per thread (besides
   // two fragment sets of 4 x kSteps registers), so four-consumer tiles (96 registers) keep at most
@@ -151,11 +153,8 @@ struct Dense {
   using Loads = StageLoads<Dense>;
 
   // Threads that produce: one, or in grouped kernels the producer's first warp, which walks the
-  // experts together (expert_tile_warp) while one thread issues each tile's copies. The issuing
-  // stays with that one thread, the others waiting at the warp barrier: with the whole warp in
-  // the stage loop, launches of many tiles per block took up to 28% longer (H200, 4096 x 7168 with
-  // 8 experts at decode: 60.0 us against 46.9). The consumers' warps walk too (the scalar walk cost
-  // about 0.13 us per expert on every block).
+  // experts together (expert_tile_warp; the scalar walk cost about 0.13 us per expert on every
+  // block), while one thread issues each tile's copies and the others wait at the warp barrier.
   static constexpr int kProducers = Grouped ? 32 : 1;
 
   // Every stage of every segment of this block, in order; thread `t` of the producers.
