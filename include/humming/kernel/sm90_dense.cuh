@@ -95,8 +95,8 @@ struct Dense {
   // Alignment slack, the ring, a full and an empty barrier per stage, the fix-up flag.
   static constexpr int kSmemTotal = 1024 + kRingBytes + Stages * 16 + 16;
   // Registers per thread of the producer and the consumers (backend/sm90/pipeline.h). The grouped
-  // kernels' producer warp also walks the experts (expert_tile_warp): with 40 registers its stage
-  // loop spilled, and launches of many tiles per block took up to 28% longer.
+  // kernels' producer warp also walks the experts (expert_tile_warp), and with 40 registers ptxas
+  // spilled 52 bytes there; with 64, none.
   using Split = RegSplit<Consumers, Grouped ? 64 : 40>;
   static constexpr int kConsumerRegs = Split::kConsumer;
   // Group sums in fp32 where the registers allow them: kSets x kAcc more sums per thread (besides
@@ -155,6 +155,10 @@ struct Dense {
   // Threads that produce: one, or in grouped kernels the producer's first warp, which walks the
   // experts together (expert_tile_warp; the scalar walk cost about 0.13 us per expert on every
   // block), while one thread issues each tile's copies and the others wait at the warp barrier.
+  // Measured trade (H200, 4096 x 7168, 8 experts with one row each): a producer walking alone
+  // takes 47 us with 8 experts and 74 with 256; this warp 58-60 and 59-61. The warp walk wins at
+  // decode with many experts, the lone walk when blocks run many tiles (branch
+  // s17-moe-producer-scalar-unverified has it; not yet run through the GPU tests).
   static constexpr int kProducers = Grouped ? 32 : 1;
 
   // Every stage of every segment of this block, in order; thread `t` of the producers.
