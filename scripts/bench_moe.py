@@ -11,7 +11,11 @@ every token's rows sorted by expert):
   codes random (their values do not change the time), scales of a real quantization;
 - torch-grouped-bf16: torch._grouped_mm on bf16 experts (the unquantized baseline);
 - cublas-loop: one F.linear (cuBLAS bf16) per expert with rows, the loop a server without grouped
-  kernels runs (the counts read on the host when the graph is captured).
+  kernels runs (the counts read on the host when the graph is captured);
+- humming-jit: humming-kernels 0.1.20 (the JIT Humming library) HummingLayer with num_experts,
+  quantized from the bf16 experts (u4 g128, bench.JIT_CONFIGS["w4a16"]), its grouped-contiguous
+  GEMM on the same rows (expert_layout = the offsets); each new shape and row count compiles
+  first (about 13 s, outside the timing). Written in session 17 and not yet run.
 Each point is the median CUDA-graph replay of the two GEMMs, after a read flush of 256 MiB
 (bench.Timer, as scripts/time_shapes.py --graph --flush read); the routing helpers (top-k, align,
 permute, combine: humming_aot.moe) are timed on their own the same way. For each point the bytes
@@ -44,7 +48,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("out")
 ap.add_argument("--models", default=",".join(MODELS))
 ap.add_argument("--tokens", default="1,8,64,256,1024,4096,16384")
-ap.add_argument("--impls", default="humming-aot,torch-grouped-bf16,cublas-loop")
+ap.add_argument("--impls", default="humming-aot,torch-grouped-bf16,cublas-loop", help="add humming-jit for the peer")
 ap.add_argument("--format", default="u4g128-sbf16")
 ap.add_argument("--iters", type=int, default=10)
 args = ap.parse_args()
@@ -69,6 +73,23 @@ def quantized_stack(e: int, n: int, k: int) -> moe.StackedExperts:
     return moe.StackedExperts(codes, rep(w.scales), rep(w.zeros), w)
 
 
+def jit_layer(w: torch.Tensor):
+    """humming-kernels' MoE layer for experts w [E, N, K] (bf16), quantized by its own quantizer."""
+    from humming.layer import HummingLayer
+
+    e, n, k = w.shape
+    layer = HummingLayer(
+        shape_n=n, shape_k=k, weight_config=dict(bench.JIT_CONFIGS["w4a16"]), num_experts=e, torch_dtype=torch.bfloat16
+    ).to("cuda")
+    layer.load_from_unquantized(w)
+    layer.transform()
+    return layer
+
+
+def jit_bytes(layer) -> int:
+    return sum(t.numel() * t.element_size() for name, t in layer.state_dict().items() if name != "locks")
+
+
 def save() -> None:
     with open(args.out, "w") as f:
         json.dump(
@@ -83,10 +104,16 @@ for model in args.models.split(","):
     stacks = bf16 = None
     if "humming-aot" in impls:
         stacks = (quantized_stack(e, 2 * f, h), quantized_stack(e, h, f))
-    if "torch-grouped-bf16" in impls or "cublas-loop" in impls:
+    if {"torch-grouped-bf16", "cublas-loop", "humming-jit"} & set(impls):
         # [E, N, K] per GEMM; _grouped_mm takes the transposed view [E, K, N].
         bf16 = tuple(torch.randn(e, n, k, device="cuda", dtype=torch.bfloat16) * 0.02 for n, k in ((2 * f, h), (h, f)))
     code_bytes = [None if stacks is None else s.codes[0].numel() * 4 + s.scales[0].numel() * 2 for s in stacks or ()]
+    jit = None
+    if "humming-jit" in impls:
+        try:
+            jit = tuple(jit_layer(w) for w in bf16)
+        except Exception as ex:  # the peer missing or refusing the shape: every point says so
+            jit = f"{type(ex).__name__}: {ex}"[:300]
     for tokens in [int(t) for t in args.tokens.split(",")]:
         gen = torch.Generator(device="cuda").manual_seed(tokens)
         logits = torch.randn(tokens, e, device="cuda", generator=gen)
@@ -123,6 +150,16 @@ for model in args.models.split(","):
                         lambda: torch._grouped_mm(act, w2t, offs=ends),
                     ]
                     wbytes = touched * sum(w[0].numel() * 2 for w in bf16)
+                elif impl == "humming-jit":
+                    if isinstance(jit, str):
+                        raise RuntimeError(jit)
+                    layout = al.offsets.long()
+                    grouped = {"gemm_type": "grouped_contiguous"}
+                    parts = [
+                        lambda: jit[0](rows, expert_layout=layout, compute_config=grouped),
+                        lambda: jit[1](act, expert_layout=layout, compute_config=grouped),
+                    ]
+                    wbytes = touched * sum(jit_bytes(j) / e for j in jit)
                 else:
                     off = al.offsets.tolist()
                     live = [i for i in range(e) if counts[i] > 0]
@@ -157,6 +194,6 @@ for model in args.models.split(","):
                     flush=True,
                 )
     save()
-    del stacks, bf16
+    del stacks, bf16, jit
     torch.cuda.empty_cache()
 save()
