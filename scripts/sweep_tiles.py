@@ -8,7 +8,7 @@ flush that reads a 256 MiB buffer, as scripts/time_shapes.py --graph --flush rea
 (shape, M) the dispatcher's own choice is recorded too, so the file tells how far the table is from
 the fastest instance. Instances whose token tile is far from M are skipped (more than 16 token
 tiles, or a tile more than 4x taller than M): they are never the fastest and cost the most time.
-Writes JSON: {"device", "format", "points": [{"n", "k", "m", "instance", "us"}], "chosen":
+Writes JSON: {"device", "format", "act", "layout", "points": [{"n", "k", "m", "instance", "us"}], "chosen":
 [{"n", "k", "m", "instance"}]} and prints one line per (shape, M) with the fastest and the chosen.
 """
 
@@ -82,6 +82,7 @@ def save() -> None:
                 "device": torch.cuda.get_device_name(),
                 "format": args.format,
                 "act": args.act or "bf16",
+                "layout": args.layout,
                 "points": points,
                 "chosen": chosen,
             },

@@ -274,14 +274,17 @@ const TileCost *dispatch_cost_at(size_t i) {
 
 bool persistent_launch_facts(const InstanceInfo &info, const GemmArgs &args, int sms, int64_t *inputs,
                              int64_t *segments, bool *stream_k) {
+  const int act_bits = static_cast<int>(DType::from_id(info.act_type).bits);
   if (std::string(info.backend) != "sm90" || std::string(info.scheduler) != "dense" ||
-      DType::from_id(info.act_type).bits != 16)
+      (act_bits != 16 && act_bits != 8))
     return false;
-  // The plan kernel/sm90_dense.cuh launches (Kernel::plan): persistent, stream-K for the tail.
+  // The plan kernel/sm90_dense.cuh and sm90_a8_dense.cuh launch (Kernel::plan): persistent,
+  // stream-K for the tail, over whole K tiles (the weight-only kernels' padded K is a multiple of
+  // theirs; the 8-bit ones round up).
   const int64_t m_tiles = (args.m + info.tile_m - 1) / info.tile_m;
   const int64_t n_tiles = (args.dims.n_pad + info.tile_n - 1) / info.tile_n;
-  const StreamKPlan p =
-      plan_persistent(m_tiles * n_tiles, args.dims.k_pad / info.tile_k, info.tile_k, sms, info.tile_m, m_tiles);
+  const int64_t k_tiles = (args.dims.k_pad + info.tile_k - 1) / info.tile_k;
+  const StreamKPlan p = plan_persistent(m_tiles * n_tiles, k_tiles, info.tile_k, sms, info.tile_m, m_tiles);
   int64_t most = 0, segs = 0;
   for (int64_t b = 0; b < p.blocks; ++b) {
     int64_t len = 0, count = 0;
@@ -295,6 +298,31 @@ bool persistent_launch_facts(const InstanceInfo &info, const GemmArgs &args, int
   *segments = segs;
   *stream_k = p.sk_tiles > 0;
   return true;
+}
+
+namespace {
+
+// The stages per batch an instance's name ends with ("_b2"), or 1.
+int name_batch(const char *name) {
+  const std::string n(name);
+  const size_t at = n.rfind("_b");
+  if (at == std::string::npos || at + 2 >= n.size()) return 1;
+  int batch = 0;
+  for (size_t i = at + 2; i < n.size(); ++i) {
+    if (n[i] < '0' || n[i] > '9') return 1;
+    batch = batch * 10 + (n[i] - '0');
+  }
+  return batch > 0 ? batch : 1;
+}
+
+} // namespace
+
+bool tile_cost_covers(const TileCost &cost, const InstanceInfo &i) {
+  if (cost.tile_m != i.tile_m || cost.tile_n != i.tile_n || cost.tile_k != i.tile_k) return false;
+  if (cost.batch != name_batch(i.name)) return false;
+  const int act = static_cast<int>(DType::from_id(i.act_type).bits);
+  if (cost.act_bits == 0) return act == 16;
+  return cost.act_bits == act && cost.code_bits == static_cast<int>(DType::from_id(i.code_type).bits);
 }
 
 double estimated_us(const InstanceInfo &info, const GemmArgs &args, int sms, const TileCost &cost) {
@@ -349,13 +377,17 @@ const DispatchTable *table_for(int cc, int sms) {
   return nullptr;
 }
 
-// The table's cost of an instance's tile shape, or nullptr.
+// The table's cost of an instance: the one of its kernel class, else the weight-only one (for
+// 16-bit activations); nullptr where none covers it.
 const TileCost *tile_cost(const DispatchTable &t, const InstanceInfo &i) {
+  const TileCost *plain = nullptr;
   for (size_t c = t.first_cost; c < t.first_cost + t.cost_count; ++c) {
     const TileCost &tc = generated::kTileCosts[c];
-    if (tc.tile_m == i.tile_m && tc.tile_n == i.tile_n && tc.tile_k == i.tile_k) return &tc;
+    if (!tile_cost_covers(tc, i)) continue;
+    if (tc.act_bits != 0) return &tc;
+    plain = &tc;
   }
-  return nullptr;
+  return plain;
 }
 
 // Launches of more rows of tiles than this are outside what the tile costs were fitted to

@@ -604,12 +604,15 @@ def test_launch_facts_follow_the_persistent_plan():
     # less than a whole tile's K, in at most two segments (the ends of two tiles).
     inputs, segments, stream_k = C.persistent_launch_facts("sm90", 8, 128, 128, FMT90, 3, 100 * 128, 8192, 8, 132)
     assert stream_k and 8192 * 100 / 132 <= inputs < 8192 and 1 <= segments <= 2
+    # The 8-bit activation kernels plan the same way (generic layout, K tiles rounded up: k = 8192 + 32
+    # takes 65 K tiles of 128 inputs, as a weight-only k of 65 x 128 does).
+    a8 = "a-e4m3-pt_w-e4m3gc-sf32_c-bf16"
+    assert C.persistent_launch_facts("sm90", 64, 128, 128, a8, 1, 8192, 8192, 128, 132) == (8192, 1, False)
+    assert C.persistent_launch_facts("sm90", 64, 128, 128, a8, 1, 8192, 8192 + 32, 128, 132) == (
+        C.persistent_launch_facts("sm90", 64, 128, 128, FMT90, 3, 8192, 65 * 128, 128, 132)
+    )
     # Other kernels are not covered by the model.
     assert C.persistent_launch_facts("sm80", 64, 128, 128, FMT90, 2, 8192, 8192, 128, 132) is None
-    assert (
-        C.persistent_launch_facts("sm90", 64, 128, 128, "a-e4m3-pt_w-e4m3gc-sf32_c-bf16", 1, 8192, 8192, 128, 132)
-        is None
-    )
 
 
 def test_estimate_ranges_pick_the_lowest_estimate_and_keep_patterns_for_the_rest():
@@ -643,5 +646,45 @@ def test_estimate_ranges_pick_the_lowest_estimate_and_keep_patterns_for_the_rest
         dispatch._validate_table({"ranges": [{"m_max": None, "estimate": True, "prefer": []}]}, "bad")
     with pytest.raises(ValueError, match="tile_costs"):
         dispatch._validate_table(
+            {"tile_costs": {"a4w4:64x128x128": [1, 2, 3, 4]}, "ranges": [{"m_max": None, "prefer": []}]}, "bad"
+        )
+    with pytest.raises(ValueError, match="tile_costs"):
+        dispatch._validate_table(
             {"tile_costs": {"64x128": [1, 2, 3, 4]}, "ranges": [{"m_max": None, "prefer": []}]}, "bad"
         )
+
+
+def test_tile_costs_of_a_kernel_class_cover_only_it():
+    """A key without a class ("BMxBNxBK") covers the weight-only kernels (16-bit activations) of any
+    code width; "a8w4:..." only 8-bit activations with 4-bit codes, "a16w8:..." the weight-only ones
+    with 8-bit codes, ahead of the plain key; "_b2" a batch-2 tile and nothing else."""
+    import types
+
+    table = dispatch._validate_table(
+        {
+            "name": "t",
+            "tile_costs": {
+                "16x128x128": [1.0, 0.0, 0.0, 0.0],
+                "a16w8:16x128x128": [2.0, 0.0, 0.0, 0.0],
+                "a8w4:16x128x128": [3.0, 0.0, 0.0, 0.0],
+                "a8w4:16x128x128_b2": [4.0, 0.0, 0.0, 0.0],
+            },
+            "ranges": [{"m_max": None, "estimate": True, "prefer": []}],
+        },
+        "t",
+    )
+    costs = dispatch._tile_costs(table)
+
+    def cost(fmt, suffix=""):
+        name = f"sm90_wgmma_dense_{fmt}_t16x128x128_w1x2x1_s8{suffix}"
+        c = dispatch._cost_for(costs, types.SimpleNamespace(name=name, tile=(16, 128, 128)))
+        return None if c is None else c[0]
+
+    assert cost("a-bf16_w-u4g128-sbf16_c-bf16") == 1.0
+    assert cost("a-f16_w-u8gc-sf16-zi_c-f16") == 2.0
+    assert cost("a-e4m3-pt_w-u4g128-sbf16_c-bf16") == 3.0
+    assert cost("a-e4m3-pt_w-u4g128-sbf16_c-bf16", "_b2") == 4.0
+    assert cost("a-e4m3-pt_w-e4m3gc-sf32_c-bf16") is None  # a8w8: no cost of its class, none of another
+    assert cost("a-bf16_w-u4g128-sbf16_c-bf16", "_b2") is None
+    generic = types.SimpleNamespace(name="generic_dense_a-bf16_w-u4-sbf16_c-bf16", tile=(1, 1, 1))
+    assert dispatch._cost_for(costs, generic) is None

@@ -462,13 +462,24 @@ def _c_string(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def tile_costs(table: dict) -> list[tuple[int, int, int, list[float]]]:
-    """A table's "tile_costs" ({"BMxBNxBK": [c0, c1, c2, c3]}, keys starting with "_" are notes) as
-    (tile_m, tile_n, tile_k, coefficients), in key order."""
+# A tile cost's key: an optional kernel class (activation and code widths), the tile shape, an
+# optional batch (humming.h, TileCost).
+TILE_COST_KEY = re.compile(r"(?:a(8|16)w(4|8):)?(\d+)x(\d+)x(\d+)(?:_b(\d+))?")
+
+
+def tile_costs(table: dict) -> list[tuple[int, int, int, list[float], int, int, int]]:
+    """A table's "tile_costs" ({"[aAwC:]BMxBNxBK[_bB]": [c0, c1, c2, c3]}, keys starting with "_"
+    are notes) as (tile_m, tile_n, tile_k, coefficients, act_bits, code_bits, batch), in key order;
+    act_bits 0 for a key without a class (the weight-only kernels)."""
     out = []
     for key, c in sorted(table.get("tile_costs", {}).items()):
-        if not key.startswith("_"):
-            out.append((*(int(v) for v in key.split("x")), [float(v) for v in c]))
+        if key.startswith("_"):
+            continue
+        m = TILE_COST_KEY.fullmatch(key)
+        if m is None:
+            raise SystemExit(f"tile cost key {key!r} is not [a8w4:]BMxBNxBK[_bB]")
+        act, code, tm, tn, tk, batch = m.groups()
+        out.append((int(tm), int(tn), int(tk), [float(v) for v in c], int(act or 0), int(code or 0), int(batch or 1)))
     return out
 
 
@@ -484,8 +495,8 @@ def tables_code() -> list[str]:
             est = 1 if r.get("estimate") else 0
             ranges.append(f"    {{{m_max}, {n_min}, {k_max}, {_c_string('|'.join(r['prefer']))}, {est}}},")
         first_cost = len(costs)
-        for tm, tn, tk, c in tile_costs(t):
-            costs.append(f"    {{{tm}, {tn}, {tk}, {{{', '.join(repr(v) for v in c)}}}}},")
+        for tm, tn, tk, c, act, code, batch in tile_costs(t):
+            costs.append(f"    {{{tm}, {tn}, {tk}, {{{', '.join(repr(v) for v in c)}}}, {act}, {code}, {batch}}},")
         match = t.get("match", {})
         ccs = ";".join(str(c) for c in match.get("cc", []))
         sms = int(match.get("sms", -1))
@@ -500,7 +511,7 @@ def tables_code() -> list[str]:
     lines.append("};")
     lines.append(f"extern const size_t kTileCostCount = {len(costs)};")
     lines.append("extern const TileCost kTileCosts[] = {")
-    lines += costs or ["    {0, 0, 0, {0, 0, 0, 0}},"]
+    lines += costs or ["    {0, 0, 0, {0, 0, 0, 0}, 0, 0, 1},"]
     lines.append("};")
     lines.append(f"extern const size_t kDispatchTableCount = {len(entries)};")
     lines.append("extern const DispatchTable kDispatchTables[] = {")

@@ -68,12 +68,49 @@ class SlowPathError(DispatchError):
     """HUMMING_STRICT=1 and the dispatcher would run the format on the generic backend on a GPU."""
 
 
+# A tile cost's key: an optional kernel class (activation and code widths), the tile shape, an
+# optional batch (humming.h, TileCost; tools/gen_instances.py parses the same grammar).
+_TILE_COST_KEY = re.compile(r"(?:a(8|16)w(4|8):)?(\d+)x(\d+)x(\d+)(?:_b(\d+))?")
+
+
 def _tile_costs(table: dict) -> dict:
-    """{(tile_m, tile_n, tile_k): [c0, c1, c2, c3]} of a table's "tile_costs" (see humming.h's
-    TileCost: c0 + c1 per thousand inputs of the busiest block + c2 per segment of it + c3 with a
-    stream-K part)."""
-    costs = table.get("tile_costs", {})
-    return {tuple(int(v) for v in key.split("x")): c for key, c in costs.items() if not key.startswith("_")}
+    """{(kernel class or None, (tile_m, tile_n, tile_k), batch): [c0, c1, c2, c3]} of a table's
+    "tile_costs" (see humming.h's TileCost: c0 + c1 per thousand inputs of the busiest block + c2
+    per segment of it + c3 with a stream-K part). The class is "a{act bits}w{code bits}"; None for a
+    key without one, which covers the weight-only kernels (16-bit activations) of any code width."""
+    out = {}
+    for key, c in table.get("tile_costs", {}).items():
+        if key.startswith("_"):
+            continue
+        act, code, tm, tn, tk, batch = _TILE_COST_KEY.fullmatch(key).groups()
+        out[(f"a{act}w{code}" if act else None, (int(tm), int(tn), int(tk)), int(batch or 1))] = c
+    return out
+
+
+@functools.lru_cache(maxsize=8192)
+def _cost_class(name: str) -> tuple[str, int, int] | None:
+    """(kernel class "a{act bits}w{code bits}", activation bits, batch) of a tiled instance's name;
+    None for names without a tile (the generic backend's)."""
+    fmt = re.search(r"_(a-.*_c-[a-z0-9]+)_t\d", name)
+    if fmt is None:
+        return None
+    g = F.parse_gemm_format(fmt.group(1))
+    batch = re.search(r"_b(\d+)$", name)
+    return f"a{g.act.type.bits}w{g.weight.code.bits}", g.act.type.bits, int(batch.group(1)) if batch else 1
+
+
+def _cost_for(costs: dict, inst):
+    """The tile cost of an instance (humming::tile_cost_covers): its kernel class's, else (16-bit
+    activations) the weight-only one; None where none covers it."""
+    found = _cost_class(inst.name)
+    if found is None:
+        return None
+    cls, act_bits, batch = found
+    tile = tuple(inst.tile)
+    c = costs.get((cls, tile, batch))
+    if c is None and act_bits == 16:
+        c = costs.get((None, tile, batch))
+    return c
 
 
 def _validate_table(t: dict, origin: str) -> dict:
@@ -86,7 +123,7 @@ def _validate_table(t: dict, origin: str) -> dict:
     ok = isinstance(costs, dict) and all(
         key.startswith("_")
         or (
-            re.fullmatch(r"\d+x\d+x\d+", key)
+            _TILE_COST_KEY.fullmatch(key)
             and isinstance(c, list)
             and len(c) == 4
             and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in c)
@@ -95,8 +132,9 @@ def _validate_table(t: dict, origin: str) -> dict:
     )
     if not ok:
         raise ValueError(
-            f"dispatch table {origin}: 'tile_costs' maps tile shapes 'BMxBNxBK' to 4 finite numbers "
-            "(keys starting with '_' are notes)"
+            f"dispatch table {origin}: 'tile_costs' maps tile shapes '[a8w4:]BMxBNxBK[_b2]' (an optional "
+            "kernel class of activation and code widths, an optional batch) to 4 finite numbers (keys "
+            "starting with '_' are notes)"
         )
     last = 0  # m_max of the last range without n_min or k_max
     ranges = t["ranges"]
@@ -279,7 +317,7 @@ _ESTIMATE_MAX_TILE_ROWS = 16
 
 def _estimates(table: dict, candidates: list, problem: tuple) -> list[tuple[float, object]]:
     """(estimated us, instance) of the candidates an estimate range chooses among: those the
-    table's tile costs cover (the sm90 weight-only kernel's persistent launches) with at most
+    table's tile costs cover (the sm90 kernels' persistent launches, _cost_for) with at most
     _ESTIMATE_MAX_TILE_ROWS rows of tiles, none taller than the lowest of their tile heights that
     holds m, in candidate (name) order. humming::select_instance applies the same rule
     (registry.cpp, estimated_choice)."""
@@ -287,9 +325,9 @@ def _estimates(table: dict, candidates: list, problem: tuple) -> list[tuple[floa
     costs = _tile_costs(table)
     covered = []
     for inst in candidates:
-        c = costs.get(tuple(inst.tile))
         if -(-m // inst.tile[0]) > _ESTIMATE_MAX_TILE_ROWS:
             continue
+        c = _cost_for(costs, inst)
         us = None if c is None else estimated_us(c, inst.backend, inst.tile, g, n, k, m, sms, layout)
         if us is not None:
             covered.append((us, inst))
@@ -361,7 +399,9 @@ def choose_for(fmt, n: int, k: int, m: int, *, cc: int, sms: int, device_name: s
             # Candidates found at another m of the range: the estimate's own ones must run this m.
             costs = _tile_costs(table)
             candidates = [
-                i for i in candidates if i.tile not in costs or C.check_instance(i.name, str(g), layout, n, k, m)[0]
+                i
+                for i in candidates
+                if _cost_for(costs, i) is None or C.check_instance(i.name, str(g), layout, n, k, m)[0]
             ]
         name = _pick(table, idx, candidates, (g, n, k, m, sms, layout))[0].name
     if len(_cache) >= 65536:  # bounded: estimate ranges keep one choice per m

@@ -544,6 +544,39 @@ void test_nibble_fragments() {
   EXPECT(bad == 0, "%d fragment bytes wrong", bad);
 }
 
+// Tile costs cover the kernels of their class: a key without one the 16-bit activation
+// (weight-only) kernels of any code width, a class its activation and code widths, a batch only
+// the tiles of that batch (their names end with _b<batch>).
+void test_tile_cost_classes() {
+  const auto inst = [](const char *name, DType act, DType code) {
+    InstanceInfo i{};
+    i.name = name;
+    i.backend = "sm90";
+    i.scheduler = "dense";
+    i.act_type = act.id();
+    i.code_type = code.id();
+    i.tile_m = 16, i.tile_n = 128, i.tile_k = 128;
+    return i;
+  };
+  const InstanceInfo wo4 = inst("sm90_x_t16x128x128_w1x2x1_s8", dtypes::bf16, dtypes::uint_type(4));
+  const InstanceInfo wo8 = inst("sm90_x_t16x128x128_w1x2x1_s8", dtypes::f16, dtypes::uint_type(8));
+  const InstanceInfo a8w4 = inst("sm90_x_t16x128x128_w1x2x1_s8", dtypes::e4m3, dtypes::uint_type(4));
+  const InstanceInfo a8w4b2 = inst("sm90_x_t16x128x128_w1x2x1_s8_b2", dtypes::e4m3, dtypes::uint_type(4));
+  const InstanceInfo a8w8 = inst("sm90_x_t16x128x128_w1x2x1_s8", dtypes::e4m3, dtypes::e4m3);
+  TileCost plain{16, 128, 128, {1, 0, 0, 0}};
+  TileCost of_a8w4{16, 128, 128, {1, 0, 0, 0}, 8, 4, 1};
+  TileCost of_a8w4b2{16, 128, 128, {1, 0, 0, 0}, 8, 4, 2};
+  TileCost other_shape{16, 256, 128, {1, 0, 0, 0}};
+  EXPECT(tile_cost_covers(plain, wo4) && tile_cost_covers(plain, wo8), "a plain key covers the weight-only kernels");
+  EXPECT(!tile_cost_covers(plain, a8w4) && !tile_cost_covers(plain, a8w8), "but no 8-bit activation kernel");
+  EXPECT(tile_cost_covers(of_a8w4, a8w4) && !tile_cost_covers(of_a8w4, a8w8) && !tile_cost_covers(of_a8w4, wo4),
+         "a class covers its activation and code widths only");
+  EXPECT(!tile_cost_covers(of_a8w4, a8w4b2) && tile_cost_covers(of_a8w4b2, a8w4b2) &&
+             !tile_cost_covers(of_a8w4b2, a8w4),
+         "a batch covers the tiles of that batch only");
+  EXPECT(!tile_cost_covers(other_shape, wo4), "the tile shape must match");
+}
+
 int main() {
   test_nibble_operands();
   test_nibble_fragments();
@@ -557,6 +590,7 @@ int main() {
   test_gemm_cpu();
   test_slow_path_note();
   test_registry();
+  test_tile_cost_classes();
   std::printf("%s (%d failures)\n", failures ? "FAILED" : "OK", failures);
   return failures ? 1 : 0;
 }
