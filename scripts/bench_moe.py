@@ -21,8 +21,8 @@ Each point is the median CUDA-graph replay of the two GEMMs, after a read flush 
 permute, combine: humming_aot.moe) are timed on their own the same way. For each point the bytes
 of the touched experts' weights give the weight bandwidth (GB/s).
 Writes JSON {"device", "format", "points": [{model, tokens, impl, us, us_gate_up, us_down,
-touched_experts, weight_gbs}], "routing": [{model, tokens, us}]} after every model, and prints one
-line per point.
+touched_experts, weight_gbs}], "routing": [{model, tokens, us}]} and the same as a markdown table
+(OUT.md) after every model, and prints one line per point.
 """
 
 import argparse
@@ -90,6 +90,30 @@ def jit_bytes(layer) -> int:
     return sum(t.numel() * t.element_size() for name, t in layer.state_dict().items() if name != "locks")
 
 
+def table(points: list, routing: list) -> str:
+    """The run as a markdown table: per model and token count, each implementation's µs (gate-up +
+    down), humming-aot's speed-up over torch's bf16 grouped GEMM, its weight bandwidth and the
+    routing helpers' share of the layer."""
+    pts = {(p["model"], p["tokens"], p["impl"]): p for p in points}
+    rt = {(r["model"], r["tokens"]): r["us"] for r in routing}
+    names = list(dict.fromkeys(p["impl"] for p in points))
+    head = ["model", "tokens", *names, "aot / grouped bf16", "aot weight GB/s", "routing", "routing share"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
+    for model, tokens in dict.fromkeys((p["model"], p["tokens"]) for p in points):
+        row = [model, str(tokens)]
+        for impl in names:
+            p = pts.get((model, tokens, impl), {})
+            row.append(f"{p['us']:.1f}" if "us" in p else ("error" if p else "-"))
+        aot, bf16 = pts.get((model, tokens, "humming-aot"), {}), pts.get((model, tokens, "torch-grouped-bf16"), {})
+        row.append(f"{bf16['us'] / aot['us']:.2f}" if "us" in aot and "us" in bf16 else "-")
+        row.append(f"{aot['weight_gbs']:.0f}" if "us" in aot else "-")
+        r = rt.get((model, tokens))
+        row.append(f"{r:.1f}" if r is not None else "-")
+        row.append(f"{r / (r + aot['us']) * 100:.0f}%" if r is not None and "us" in aot else "-")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def save() -> None:
     with open(args.out, "w") as f:
         json.dump(
@@ -97,6 +121,8 @@ def save() -> None:
             f,
             indent=0,
         )
+    with open(args.out.removesuffix(".json") + ".md", "w") as f:
+        f.write(table(points, routing))
 
 
 for model in args.models.split(","):
