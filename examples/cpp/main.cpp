@@ -2,9 +2,11 @@
 //
 // Quantizes a small weight to u4 with one bf16 scale per 32 inputs, packs it for the generic
 // layout, runs out = a * w^T through the CPU reference and, when a CUDA device is usable, through
-// the instance the dispatcher picks, once on a stream and once replayed from a CUDA graph. Every
-// result is checked against a naive loop over the unpacked values. Exit status 0 when all checks
-// pass, 1 otherwise. The library reports errors as Status values; so does this program.
+// the instance the dispatcher picks, once on a stream and once replayed from a CUDA graph. Then a
+// mixture-of-experts layer's path on the CPU reference: routing (top-k, align, permute), one
+// grouped GEMM over the experts' stacked weights, the weighted combine. Every result is checked
+// against a naive loop over the unpacked values. Exit status 0 when all checks pass, 1 otherwise.
+// The library reports errors as Status values; so does this program.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,10 +31,11 @@ struct Problem {
   std::vector<uint16_t> a;       // [m][k] bf16 bit patterns
   std::vector<uint32_t> codes;   // packed codes (generic layout)
   std::vector<uint16_t> scales;  // packed [k_groups][n_groups] bf16
+  std::vector<double> weight;    // [n][k], the dequantized weight
   std::vector<double> reference; // [m][n], the naive loop's result
 };
 
-Status make_problem(int64_t m, int64_t n, int64_t k, Problem *p) {
+Status make_problem(int64_t m, int64_t n, int64_t k, Problem *p, unsigned seed = 7) {
   p->m = m;
   p->n = n;
   p->k = k;
@@ -44,7 +47,7 @@ Status make_problem(int64_t m, int64_t n, int64_t k, Problem *p) {
 
   // Logical operands. Values are drawn from small grids so that bf16 holds them exactly; the naive
   // loop then sees the very numbers the library reads.
-  std::mt19937 rng(7);
+  std::mt19937 rng(seed);
   std::vector<uint8_t> codes(static_cast<size_t>(n * k));
   for (auto &c : codes) c = static_cast<uint8_t>(rng() & 15u);
   std::vector<uint16_t> scales(static_cast<size_t>(d.n_groups_logical * d.k_groups_logical));
@@ -64,15 +67,17 @@ Status make_problem(int64_t m, int64_t n, int64_t k, Problem *p) {
   // The naive loop. Unsigned codes without zero points are symmetric around 2^(bits-1) (8 for
   // u4); logical scales are [n][k / 32].
   const int64_t group = p->fmt.weight.group_k;
+  p->weight.resize(static_cast<size_t>(n * k));
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t kk = 0; kk < k; ++kk)
+      p->weight[j * k + kk] = (static_cast<double>(codes[j * k + kk]) - 8.0) *
+                              decode(dtypes::bf16, scales[j * d.k_groups_logical + kk / group]);
   p->reference.assign(static_cast<size_t>(m * n), 0.0);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
       double acc = 0;
-      for (int64_t kk = 0; kk < k; ++kk) {
-        const double w = (static_cast<double>(codes[j * k + kk]) - 8.0) *
-                         decode(dtypes::bf16, scales[j * d.k_groups_logical + kk / group]);
-        acc += static_cast<double>(decode(dtypes::bf16, p->a[i * k + kk])) * w;
-      }
+      for (int64_t kk = 0; kk < k; ++kk)
+        acc += static_cast<double>(decode(dtypes::bf16, p->a[i * k + kk])) * p->weight[j * k + kk];
       p->reference[i * n + j] = acc;
     }
   return Status::Ok();
@@ -199,6 +204,86 @@ Status run_gpu(Problem &p, int cc) {
   return st;
 }
 
+// A mixture-of-experts layer's GEMM path on the CPU reference: T tokens routed to top_k of E
+// experts (softmax scores, renormalized), aligned (blocks of one row: the experts' rows back to
+// back), permuted, multiplied by their experts' weights in one grouped GEMM (the weights stacked,
+// one stride apart), combined with the routing weights. The GPU functions (moe_topk_cuda, ...,
+// gemm with a grouped "moe" instance on weights packed for layout 3) take the same arguments.
+Status run_moe_cpu() {
+  constexpr int32_t kExperts = 3, kTopK = 2;
+  constexpr int64_t kTokens = 5, n = 40, k = 128, kRows = kTokens * kTopK;
+  std::vector<Problem> experts(kExperts);
+  for (int32_t e = 0; e < kExperts; ++e) {
+    Status st = make_problem(kTokens, n, k, &experts[e], 11u + static_cast<unsigned>(e));
+    if (!st) return st;
+  }
+  const std::vector<uint16_t> &x = experts[0].a; // the tokens' activations [kTokens][k]
+
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  std::vector<float> logits(kTokens * kExperts), weights(kRows);
+  for (auto &v : logits) v = normal(rng);
+  std::vector<int32_t> ids(kRows);
+  MoeTopk topk;
+  topk.logits = logits.data(), topk.logits_type = dtypes::f32, topk.tokens = kTokens, topk.ld = kExperts;
+  topk.experts = kExperts, topk.top_k = kTopK, topk.weights = weights.data(), topk.ids = ids.data();
+  Status st = moe_topk_cpu(topk);
+  if (!st) return st;
+
+  // Blocks of one row pad nothing: the capacity is the assignments.
+  std::vector<int32_t> sorted(kRows), block_expert(kRows), num_padded(1), positions(kRows), counts(kExperts),
+      offsets(kExperts + 1);
+  MoeAlign align;
+  align.ids = ids.data(), align.assignments = kRows, align.experts = kExperts, align.block_m = 1;
+  align.sorted_ids = sorted.data(), align.block_expert = block_expert.data(), align.num_padded = num_padded.data();
+  align.positions = positions.data(), align.counts = counts.data(), align.offsets = offsets.data();
+  st = moe_align_cpu(align);
+  std::vector<uint16_t> rows(kRows * k);
+  if (st) st = moe_permute_cpu(dtypes::bf16, x.data(), k, k, sorted.data(), kRows, kRows, kTopK, rows.data());
+  if (!st) return st;
+
+  // The experts' packed weights back to back; expert e's start one stride after expert e - 1's.
+  std::vector<uint32_t> codes;
+  std::vector<uint16_t> scales;
+  for (const Problem &p : experts) {
+    codes.insert(codes.end(), p.codes.begin(), p.codes.end());
+    scales.insert(scales.end(), p.scales.begin(), p.scales.end());
+  }
+  std::vector<uint16_t> y(kRows * n), out(kTokens * n);
+  GemmArgs args = host_args(experts[0], y);
+  args.m = kRows, args.a = rows.data(), args.codes = codes.data(), args.scales = scales.data();
+  args.experts = kExperts, args.expert_offsets = offsets.data();
+  args.expert_codes_stride = static_cast<int64_t>(experts[0].codes.size() * sizeof(uint32_t));
+  args.expert_scales_stride = static_cast<int64_t>(experts[0].scales.size() * sizeof(uint16_t));
+  st = gemm_cpu(args);
+  if (st) st = moe_combine_cpu(dtypes::bf16, y.data(), n, positions.data(), weights.data(), kTokens, kTopK, out.data());
+  if (!st) return st;
+
+  // The naive loop: each token's chosen experts applied to its activations, weighted and summed.
+  // Two bf16 roundings, each at most 2^-8 of its value: the expert outputs before the combine and
+  // the result, so at most 2^-7 of the terms' size (measured against it, not the result's: a
+  // weighted sum of two outputs may cancel).
+  double worst = 0;
+  for (int64_t t = 0; t < kTokens; ++t)
+    for (int64_t c = 0; c < n; ++c) {
+      double want = 0, size = 1.0 / 64;
+      for (int32_t j = 0; j < kTopK; ++j) {
+        const Problem &e = experts[ids[t * kTopK + j]];
+        double dot = 0;
+        for (int64_t kk = 0; kk < k; ++kk)
+          dot += static_cast<double>(decode(dtypes::bf16, x[t * k + kk])) * e.weight[c * k + kk];
+        want += weights[t * kTopK + j] * dot;
+        size += std::fabs(weights[t * kTopK + j] * dot);
+      }
+      const double err = std::fabs(static_cast<double>(decode(dtypes::bf16, out[t * n + c])) - want) / size;
+      worst = err <= worst ? worst : (std::isnan(err) ? INFINITY : err);
+    }
+  std::printf("moe: %d experts, top %d, rows per expert %d %d %d; max error %.3g of the terms' size\n", kExperts, kTopK,
+              counts[0], counts[1], counts[2], worst);
+  if (worst <= 1.0 / 128) return Status::Ok();
+  return Status::Error("moe cpu reference: an output is off by " + std::to_string(worst) + " of its terms' size");
+}
+
 } // namespace
 
 int main() {
@@ -225,6 +310,7 @@ int main() {
     else
       std::printf("null codes rejected: %s\n", bad.message.c_str());
   }
+  if (st) st = run_moe_cpu();
   if (!st) {
     std::fprintf(stderr, "FAILED: %s\n", st.message.c_str());
     return 1;
