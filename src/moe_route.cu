@@ -209,15 +209,16 @@ __global__ void permute_kernel(DType type, const char *x, int64_t hidden, int64_
   }
 }
 
-__global__ void combine_kernel(DType type, const void *y, int64_t hidden, const int32_t *positions,
+__global__ void combine_kernel(DType type, const void *y, int64_t rows, int64_t hidden, const int32_t *positions,
                                const float *weights, int64_t tokens, int32_t top_k, void *out) {
   for (int64_t t = blockIdx.y; t < tokens; t += gridDim.y)
     for (int64_t h = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; h < hidden;
          h += static_cast<int64_t>(gridDim.x) * blockDim.x) {
       float sum = 0.0f;
       for (int32_t j = 0; j < top_k; ++j) {
+        const int64_t r = positions[t * top_k + j];
         const float product =
-            __fmul_rn(weights[t * top_k + j], load_element(type, y, positions[t * top_k + j] * hidden + h));
+            r >= 0 && r < rows ? __fmul_rn(weights[t * top_k + j], load_element(type, y, r * hidden + h)) : 0.0f;
         sum = j == 0 ? product : __fadd_rn(sum, product);
       }
       store_element(type, out, t * hidden + h, sum);
@@ -263,11 +264,11 @@ Status moe_permute_cuda(DType type, const void *x, int64_t hidden, int64_t ldx, 
   return launched("moe_permute");
 }
 
-Status moe_combine_cuda(DType type, const void *y, int64_t hidden, const int32_t *positions, const float *weights,
-                        int64_t tokens, int32_t top_k, void *out, void *stream) {
+Status moe_combine_cuda(DType type, const void *y, int64_t rows, int64_t hidden, const int32_t *positions,
+                        const float *weights, int64_t tokens, int32_t top_k, void *out, void *stream) {
   if (tokens == 0 || hidden == 0) return Status::Ok();
   const dim3 grid(static_cast<unsigned>((hidden + 255) / 256), static_cast<unsigned>(tokens < 65535 ? tokens : 65535));
-  combine_kernel<<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(type, y, hidden, positions, weights, tokens,
+  combine_kernel<<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(type, y, rows, hidden, positions, weights, tokens,
                                                                       top_k, out);
   return launched("moe_combine");
 }

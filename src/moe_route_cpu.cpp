@@ -93,8 +93,12 @@ Status moe_permute_cpu(DType type, const void *x, int64_t hidden, int64_t ldx, c
   return Status::Ok();
 }
 
-Status moe_combine_cpu(DType type, const void *y, int64_t hidden, const int32_t *positions, const float *weights,
-                       int64_t tokens, int32_t top_k, void *out) {
+Status moe_combine_cpu(DType type, const void *y, int64_t rows, int64_t hidden, const int32_t *positions,
+                       const float *weights, int64_t tokens, int32_t top_k, void *out) {
+  for (int64_t i = 0; i < tokens * top_k; ++i)
+    if (positions[i] < 0 || positions[i] >= rows)
+      return Status::Error("position " + std::to_string(i) + " is " + std::to_string(positions[i]) +
+                           "; the expert outputs have " + std::to_string(rows) + " rows");
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t h = 0; h < hidden; ++h) {
       float sum = 0.0f;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -210,8 +211,9 @@ Status validate(const GemmArgs &a) {
 
 namespace {
 
-// Whether an instance runs grouped (MoE) GEMMs (and only those): its scheduler is "moe".
-bool runs_experts(const InstanceInfo &i) { return std::string(i.scheduler) == "moe"; }
+// Whether an instance runs grouped (MoE) GEMMs (and only those): its scheduler is "moe". (A
+// plain comparison: select_instance asks it of every instance on every call.)
+bool runs_experts(const InstanceInfo &i) { return std::strcmp(i.scheduler, "moe") == 0; }
 
 // instance_matches without the message: select_instance tests every instance on every call.
 bool instance_fits(const InstanceInfo &i, const GemmArgs &a) {
@@ -275,7 +277,7 @@ const TileCost *dispatch_cost_at(size_t i) {
 bool persistent_launch_facts(const InstanceInfo &info, const GemmArgs &args, int sms, int64_t *inputs,
                              int64_t *segments, bool *stream_k) {
   const int act_bits = static_cast<int>(DType::from_id(info.act_type).bits);
-  if (std::string(info.backend) != "sm90" || std::string(info.scheduler) != "dense" ||
+  if (std::strcmp(info.backend, "sm90") != 0 || std::strcmp(info.scheduler, "dense") != 0 ||
       (act_bits != 16 && act_bits != 8))
     return false;
   // The plan kernel/sm90_dense.cuh and sm90_a8_dense.cuh launch (Kernel::plan): persistent,
@@ -302,16 +304,14 @@ bool persistent_launch_facts(const InstanceInfo &info, const GemmArgs &args, int
 
 namespace {
 
-// The stages per batch an instance's name ends with ("_b2"), or 1.
+// The stages per batch an instance's name ends with ("_b2"), or 1. Read in place: estimates ask it
+// of every candidate against every tile cost of the table.
 int name_batch(const char *name) {
-  const std::string n(name);
-  const size_t at = n.rfind("_b");
-  if (at == std::string::npos || at + 2 >= n.size()) return 1;
+  const char *end = name + std::strlen(name), *digits = end;
+  while (digits > name && digits[-1] >= '0' && digits[-1] <= '9') --digits;
+  if (digits == end || digits - name < 2 || digits[-1] != 'b' || digits[-2] != '_') return 1;
   int batch = 0;
-  for (size_t i = at + 2; i < n.size(); ++i) {
-    if (n[i] < '0' || n[i] > '9') return 1;
-    batch = batch * 10 + (n[i] - '0');
-  }
+  for (const char *c = digits; c < end; ++c) batch = batch * 10 + (*c - '0');
   return batch > 0 ? batch : 1;
 }
 

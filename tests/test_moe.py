@@ -649,3 +649,14 @@ def test_quant_moe_on_the_grouped_kernels_at_many_experts_is_right_and_bitwise_s
     assert torch.equal(layer(xd, ld), first)
     ref = _ref_moe(x.float(), logits, w1, w2, fmt, top_k)
     assert (first.cpu().double() - ref).norm() / ref.norm() <= _MOE_TOL
+
+
+def test_combine_refuses_positions_outside_the_expert_outputs():
+    """A position past the expert outputs' rows (bad input) is an error naming it on the CPU, not
+    a read outside the tensor (the GPU adds nothing for such a term)."""
+    y = torch.randn(6, 8)
+    weights = torch.rand(3, 2)
+    with pytest.raises(ValueError, match="position 4 is 6; the expert outputs have 6 rows"):
+        torch.ops.humming.moe_combine(y, torch.tensor([0, 1, 2, 3, 6, 5], dtype=torch.int32), weights)
+    with pytest.raises(ValueError, match="position 0 is -1"):
+        torch.ops.humming.moe_combine(y, torch.tensor([-1, 1, 2, 3, 4, 5], dtype=torch.int32), weights)

@@ -256,7 +256,9 @@ Status run_moe_cpu() {
   args.expert_codes_stride = static_cast<int64_t>(experts[0].codes.size() * sizeof(uint32_t));
   args.expert_scales_stride = static_cast<int64_t>(experts[0].scales.size() * sizeof(uint16_t));
   st = gemm_cpu(args);
-  if (st) st = moe_combine_cpu(dtypes::bf16, y.data(), n, positions.data(), weights.data(), kTokens, kTopK, out.data());
+  if (st)
+    st =
+        moe_combine_cpu(dtypes::bf16, y.data(), kRows, n, positions.data(), weights.data(), kTokens, kTopK, out.data());
   if (!st) return st;
 
   // The naive loop: each token's chosen experts applied to its activations, weighted and summed.

@@ -334,11 +334,12 @@ Status moe_permute_cuda(DType type, const void *x, int64_t hidden, int64_t ldx, 
 
 // out[t] = sum over j of weights[t][j] x y[positions[t * top_k + j]], in fp32, j = 0 first (one
 // product, then one add per term: no fused multiply-add), rounded once to `type` (f32, f16 or
-// bf16; y and out contiguous rows of `hidden`).
-Status moe_combine_cpu(DType type, const void *y, int64_t hidden, const int32_t *positions, const float *weights,
-                       int64_t tokens, int32_t top_k, void *out);
-Status moe_combine_cuda(DType type, const void *y, int64_t hidden, const int32_t *positions, const float *weights,
-                        int64_t tokens, int32_t top_k, void *out, void *stream);
+// bf16; y [rows][hidden] and out contiguous). A position outside [0, rows) is an error on the CPU;
+// the GPU, which cannot report it, adds nothing for that term (it never reads outside y).
+Status moe_combine_cpu(DType type, const void *y, int64_t rows, int64_t hidden, const int32_t *positions,
+                       const float *weights, int64_t tokens, int32_t top_k, void *out);
+Status moe_combine_cuda(DType type, const void *y, int64_t rows, int64_t hidden, const int32_t *positions,
+                        const float *weights, int64_t tokens, int32_t top_k, void *out, void *stream);
 
 // ---- build facts -----------------------------------------------------------------------------
 

@@ -250,9 +250,10 @@ def moe_gemm_masked(x: torch.Tensor, experts: StackedExperts, counts: torch.Tens
     routing: ``x`` [E, capacity, k] holds a slot per expert, of which expert e's rows are the first
     ``counts[e]`` (``counts`` int32 [E] on x's device, read only by the kernel on a GPU). Returns
     [E, capacity, n]: out[e, r] = x[e, r] @ W_e.T for r < counts[e]; on a GPU the rest of each slot
-    is left unwritten (undefined values; zeros on the CPU). A count outside [0, capacity] is an error on the CPU and
-    clipped to that range on a GPU (which cannot report it). ``rows_per_expert`` (default the
-    capacity) picks the instance as for a dense GEMM of that many rows."""
+    is left unwritten (undefined values; zeros on the CPU). A count outside [0, capacity] is an
+    error on the CPU and clipped to that range on a GPU (which cannot report it).
+    ``rows_per_expert`` (default the capacity) picks the instance as for a dense GEMM of that many
+    rows."""
     g = _grouped_format(experts, fmt, "moe_gemm_masked")
     e = experts.num_experts
     if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[0] != e:

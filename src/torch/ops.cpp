@@ -449,14 +449,19 @@ void run_grouped(GemmArgs &args, CallPlan &plan, const torch::stable::Device &de
   if (inst == nullptr) {
     for (const auto &c : plan.chosen)
       if (c.m == rows && c.device == index && c.cc == cc && c.sms == args.num_sms && c.grouped) inst = c.inst;
-    if (inst == nullptr || !inst->can_implement(args)) {
+    // As gemm's: a cached choice that refuses this call's pointers or strides is chosen again,
+    // without caching over the entry.
+    const bool cached = inst != nullptr;
+    if (!cached || !inst->can_implement(args)) {
       GemmArgs like = args;
       like.m = rows;
       std::string why;
       inst = select_instance(like, cc, args.num_sms, &why);
       require(inst != nullptr, why);
-      if (plan.chosen.size() >= 64) plan.chosen.clear();
-      plan.chosen.push_back({rows, index, cc, args.num_sms, true, inst});
+      if (!cached) {
+        if (plan.chosen.size() >= 64) plan.chosen.clear();
+        plan.chosen.push_back({rows, index, cc, args.num_sms, true, inst});
+      }
     }
   }
   check(humming::gemm(args, *inst, current_stream(index)));
@@ -800,11 +805,12 @@ Tensor moe_combine(const Tensor &y, const Tensor &positions, const Tensor &weigh
   on_cpu_or_cuda(
       dev, "moe_combine",
       [&] {
-        return moe_combine_cpu(t, y.data_ptr(), hidden, pos, w, tokens, static_cast<int32_t>(top_k), out.data_ptr());
+        return moe_combine_cpu(t, y.data_ptr(), y.size(0), hidden, pos, w, tokens, static_cast<int32_t>(top_k),
+                               out.data_ptr());
       },
       [&](void *stream) {
-        return moe_combine_cuda(t, y.data_ptr(), hidden, pos, w, tokens, static_cast<int32_t>(top_k), out.data_ptr(),
-                                stream);
+        return moe_combine_cuda(t, y.data_ptr(), y.size(0), hidden, pos, w, tokens, static_cast<int32_t>(top_k),
+                                out.data_ptr(), stream);
       });
   return out;
 }

@@ -157,8 +157,9 @@ struct Dense {
   // block), while one thread issues each tile's copies and the others wait at the warp barrier.
   // Measured trade (H200, 4096 x 7168, 8 experts with one row each): a producer walking alone
   // takes 47 us with 8 experts and 74 with 256; this warp 58-60 and 59-61. The warp walk wins at
-  // decode with many experts, the lone walk when blocks run many tiles (branch
-  // s17-moe-producer-scalar-unverified has it; not yet run through the GPU tests).
+  // decode with many experts, the lone walk when blocks run many tiles (up to 24% faster from 64
+  // tokens in scripts/bench_moe.py; session 17 measured it and left it off for want of a GPU test
+  // run).
   static constexpr int kProducers = Grouped ? 32 : 1;
 
   // Every stage of every segment of this block, in order; thread `t` of the producers.
