@@ -19,8 +19,8 @@ import math
 import pathlib
 import re
 
-# The layout the sweeps pack for each backend's instances (scripts/sweep_tiles.py packs for sm90).
-SWEEP_LAYOUT = {"sm90": 3, "sm80": 2, "generic": 1}
+# Layout ids by name (a sweep records the layout it packed for; sweeps older than that packed for sm90).
+LAYOUTS = {"generic": 1, "sm80": 2, "sm90": 3}
 DEFAULT_TABLE = pathlib.Path(__file__).resolve().parents[1] / "python/humming_aot/tables/h200.json"
 
 
@@ -32,7 +32,12 @@ def range_for(table: dict, m: int, n: int, k: int) -> dict:
     raise ValueError(f"no range of the table covers m={m}, n={n}, k={k}")
 
 
-def estimated_choice(table: dict, m: int, n: int, k: int, names: list[str], sms: int) -> str | None:
+def sweep_layout(sweep: dict) -> int:
+    """The layout id a sweep's weights were packed for."""
+    return LAYOUTS[sweep.get("layout", "sm90")]
+
+
+def estimated_choice(table: dict, m: int, n: int, k: int, names: list[str], sms: int, layout: int) -> str | None:
     """An estimate range's choice among instance names (of one format), by the dispatcher's own rule
     (dispatch._estimates), or None where the tile costs cover none. Needs the built package."""
     import types
@@ -45,15 +50,14 @@ def estimated_choice(table: dict, m: int, n: int, k: int, names: list[str], sms:
         tile = tuple(int(v) for v in re.search(r"_t(\d+)x(\d+)x(\d+)_", name).groups())
         cands.append(types.SimpleNamespace(name=name, backend=backend, tile=tile))
     fmt = re.search(r"_(a-.*_c-[a-z0-9]+)_t\d", names[0]).group(1)
-    layout = SWEEP_LAYOUT.get(cands[0].backend, 1)
     est = dispatch._estimates(table, cands, (fmt, n, k, m, sms, layout))
     return min(est, key=lambda e: e[0])[1].name if est else None
 
 
-def choose(table: dict, m: int, n: int, k: int, names: list[str], sms: int = 132) -> str | None:
+def choose(table: dict, m: int, n: int, k: int, names: list[str], sms: int = 132, layout: int = 3) -> str | None:
     r = range_for(table, m, n, k)
     if r.get("estimate"):
-        pick = estimated_choice(table, m, n, k, names, sms)
+        pick = estimated_choice(table, m, n, k, names, sms, layout)
         if pick is not None:
             return pick
     for pattern in r["prefer"]:
@@ -80,7 +84,7 @@ def main() -> None:
         by_m = collections.defaultdict(list)
         untimed, worst = 0, []
         for (n, k, m), here in sorted(times.items()):
-            pick = choose(table, m, n, k, names, args.sms)
+            pick = choose(table, m, n, k, names, args.sms, sweep_layout(sweep))
             if pick not in here:
                 untimed += 1
                 continue
