@@ -503,15 +503,16 @@ def test_h200_table_picks_the_measured_tile(n, k, m, best):
 # of M that no fit saw. (file, points, bound on the geometric mean of chosen / fastest, bound on
 # any point)
 # Session 18's sweeps of the 8-bit activation kernels (the corpus at 16 values of M, every tile of
-# one format each, activation quantization included): the a8w8 costs were fitted to e4m3gc and the
-# a8w4 ones to e2m1gc and u4g128; the block and i8 x i8 kernels take the a8w8 costs unfitted. Their
-# worst points are mid-M deep layers where the 64 x 192 tile is estimated faster than 128 x 128.
+# one format each, activation quantization included): the a8w8 costs were fitted to e4m3gc (with
+# the overlapped promotion of sm90_a8_dense.cuh) and the a8w4 ones to e2m1gc and u4g128; the block
+# and i8 x i8 kernels take the a8w8 costs unfitted (their sweeps predate the overlap). The worst
+# points are mid-M deep layers where the 64 x 192 tile is estimated faster than 128 x 128.
 # (file, points, tiles timed, bound on the geometric mean of chosen / fastest, bound on any point)
 H200_SWEEPS = [
     ("h200-2026-12-02-s16-sweep-u4g128.json", 400, 8, 1.01, 1.25),
     ("h200-2026-12-02-s16-sweep-u4g128-holdout.json", 200, 8, 1.01, 1.25),
     ("h200-2026-12-02-s16-sweep-u4g128-holdout3.json", 150, 8, 1.01, 1.25),
-    ("h200-2026-12-02-s18-sweep-a8-e4m3gc.json", 400, 8, 1.03, 1.5),
+    ("h200-2026-12-02-s18-sweep-a8-overlap-e4m3gc.json", 400, 8, 1.04, 1.7),
     ("h200-2026-12-02-s18-sweep-a8-e2m1gc.json", 400, 10, 1.01, 1.25),
     ("h200-2026-12-02-s18-sweep-a8-u4g128.json", 400, 10, 1.01, 1.25),
     ("h200-2026-12-02-s18-sweep-a8-blocks.json", 400, 7, 1.02, 1.5),

@@ -26,7 +26,8 @@
 // * 8-bit floats: each stage's group sums into fresh registers, which are added into the tile's
 //   fp32 sums once the group retires (two-level accumulation, promoted every 128 inputs: the FP8
 //   tensor cores' running sum is narrower than fp32); the other consumer warpgroups keep the
-//   tensor cores busy during the adds;
+//   tensor cores busy during the adds, and with 8-bit codes, where the registers hold a second set
+//   of stage sums, so does the warpgroup's own next group (mainloop_overlapped);
 // * integers: the s32 sums are exact and stay in the tensor cores' registers for the whole
 //   segment, one group kept in flight behind the next.
 // A stage goes back to the producer once its group has retired (and, with blocks, its scales have
@@ -66,6 +67,11 @@
 
 namespace humming {
 namespace sm90 {
+
+// Registers a consumer thread of the 8-bit activation kernels needs besides its sums and fragments
+// (addresses, descriptors, the loop, the scales of a stage), when it chooses to keep a second set
+// of stage sums (DenseA8::kOverlap).
+constexpr int kOverlapSpareRegs = 32;
 
 // ActId:     DType id of the activations: e4m3, e5m2 or i8, with fp32 scales (per token, or, for
 //            the floats, per token and K group).
@@ -124,6 +130,16 @@ struct DenseA8 {
   static constexpr int kRingBytes = Stages * kStageBytes;
   // Alignment slack, the ring, a full and an empty barrier per stage, the fix-up flag.
   static constexpr int kSmemTotal = 1024 + kRingBytes + Stages * 16 + 16;
+  // 8-bit floats x 8-bit codes, one stage per batch: whether the consumers keep a group in flight
+  // while they add up the stage before (mainloop_overlapped), which takes a second set of stage
+  // sums; where it fits the consumers' registers with room for the rest. Measured on the H200
+  // (session 18, every tile forced over the shape corpus, h200-2026-12-02-s18-sweep-a8-*.json
+  // against -overlap-*.json): e4m3 codes 2.3 % faster in t128 (3.5 % above m = 128), 2.4-2.8 % in
+  // t16 and t32 (7 % above m = 128), 1.5 % in the 64 x 192 tile, t64 and t8x256 within 0.6 %;
+  // 4-bit codes, which would also keep a second set of fragments, lost 7.5 % in t64 and 1.9 % in
+  // t32 (their fragment loads then wait behind the adds), so they keep mainloop_promoted.
+  static constexpr int kConsumerRegs = RegSplit<Consumers, kProducerRegs>::kConsumer;
+  static constexpr bool kOverlap = !kInt && !kFour && Batch == 1 && 3 * kAcc <= kConsumerRegs - kOverlapSpareRegs;
 
   static_assert(ActId == dtypes::e4m3.id() || ActId == dtypes::e5m2.id() || kInt, "activations are e4m3, e5m2 or i8");
   static_assert(CodeId == (kInt ? dtypes::i8.id() : dtypes::e4m3.id()) || CodeId == dtypes::uint_type(4).id() ||
@@ -245,52 +261,54 @@ struct DenseA8 {
     wgmma_commit();
   }
 
+  // 8-bit floats: adds the retired sums `part` of stage `at` into acc in fp32, with blocks times the
+  // product of the stage's weight block scale and each token's activation scale, with groups times
+  // each channel's scale of the stage's group; then gives the stage back. `col` is the thread's
+  // first channel in the tile, `wblock` its warpgroup's weight block among the stage's scales.
+  static __device__ __forceinline__ void promote(const char *ring_ptr, uint32_t bars, RingPos at, int wblock, int col,
+                                                 int lane, float (&part)[kAcc], float (&acc)[kAcc]) {
+    fence_regs(part);
+    const char *scales = ring_ptr + at.stage * kStageBytes + kWBytes + kABytes;
+    if constexpr (kBlocks) {
+      const float *sc = reinterpret_cast<const float *>(scales);
+      const float w = sc[BM + wblock];
+#pragma unroll
+      for (int jj = 0; jj < kAcc / 4; ++jj) {
+        // acc[4jj + e] is token 8jj + 2 (lane % 4) + e % 2 of the tile (epilogue/wgmma_store.h).
+        const float s0 = w * sc[8 * jj + 2 * (lane % 4)], s1 = w * sc[8 * jj + 2 * (lane % 4) + 1];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[4 * jj + e] = fmaf(part[4 * jj + e], e % 2 ? s1 : s0, acc[4 * jj + e]);
+      }
+    } else if constexpr (kGroups) {
+      // acc[i] is channel col + 8 ((i % 4) / 2) of the tile.
+      const float w[2] = {epilogue::load_out<ScaleId>(scales, col), epilogue::load_out<ScaleId>(scales, col + 8)};
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) acc[i] = fmaf(part[i], w[(i % 4) / 2], acc[i]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) acc[i] += part[i];
+    }
+    release_stage<Stages>(bars, at.stage);
+  }
+
   // 8-bit floats: the `n` stages of one segment from ring position `pos` (left one past the last)
   // into acc, each stage's sums (its four k32 steps, 128 inputs) made in fresh registers and then
-  // added into acc in fp32: with blocks times the product of the stage's weight block scale and each
-  // token's activation scale, with groups times each channel's scale of the stage's group. The FP8
-  // tensor cores keep fewer mantissa bits in their running sum than fp32 (measured on the H200: one
-  // long segment of 4224 inputs summed 85.8 as 85.4), so the per-channel mode promotes every stage
-  // too, as cuBLASLt does without its fast-accumulation flag. Stages go in batches of Batch: each
-  // stage's group is issued as soon as it is fetched (with 4-bit codes, loading the fragments of the
-  // next stage of the batch overlaps the group before), and the batch's groups retire together
-  // before they are added; the other consumer warpgroups keep the tensor cores busy meanwhile.
-  // (Fetching the next batch's fragments before this batch retires, into a second set, gained
-  // nothing at decode and cost 8% at m = 8192 in the 128-token tile: H200, session 11. Alternating
-  // two sets of stage sums, to keep a group in flight during the adds, makes ptxas serialize every
-  // WGMMA of the kernel: warning C7514 with CUDA 13.0.) `col` is the thread's first channel in the
-  // tile.
+  // added into acc in fp32 (promote). The FP8 tensor cores keep fewer mantissa bits in their
+  // running sum than fp32 (measured on the H200: one long segment of 4224 inputs summed 85.8 as
+  // 85.4), so the per-channel mode promotes every stage too, as cuBLASLt does without its
+  // fast-accumulation flag. Stages go in batches of Batch: each stage's group is issued as soon as
+  // it is fetched (with 4-bit codes, loading the fragments of the next stage of the batch overlaps
+  // the group before), and the batch's groups retire together before they are added; the other
+  // consumer warpgroups keep the tensor cores busy meanwhile. (Fetching the next batch's fragments
+  // before this batch retires, into a second set, gained nothing at decode and cost 8% at m = 8192
+  // in the 128-token tile: H200, session 11.) Tiles whose registers hold a second set of stage sums
+  // take mainloop_overlapped instead.
   static __device__ __forceinline__ void mainloop_promoted(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
                                                            int64_t n, int cw, int wblock, int col, int t,
                                                            float (&acc)[kAcc]) {
     const int lane = t % 32;
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
-    // Adds the retired sums of stage `at` into acc, then gives the stage back.
-    auto promote = [&](RingPos at, float (&part)[kAcc]) {
-      fence_regs(part);
-      const char *scales = ring_ptr + at.stage * kStageBytes + kWBytes + kABytes;
-      if constexpr (kBlocks) {
-        const float *sc = reinterpret_cast<const float *>(scales);
-        const float w = sc[BM + wblock];
-#pragma unroll
-        for (int jj = 0; jj < kAcc / 4; ++jj) {
-          // acc[4jj + e] is token 8jj + 2 (lane % 4) + e % 2 of the tile (epilogue/wgmma_store.h).
-          const float s0 = w * sc[8 * jj + 2 * (lane % 4)], s1 = w * sc[8 * jj + 2 * (lane % 4) + 1];
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[4 * jj + e] = fmaf(part[4 * jj + e], e % 2 ? s1 : s0, acc[4 * jj + e]);
-        }
-      } else if constexpr (kGroups) {
-        // acc[i] is channel col + 8 ((i % 4) / 2) of the tile.
-        const float w[2] = {epilogue::load_out<ScaleId>(scales, col), epilogue::load_out<ScaleId>(scales, col + 8)};
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) acc[i] = fmaf(part[i], w[(i % 4) / 2], acc[i]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) acc[i] += part[i];
-      }
-      release_stage<Stages>(bars, at.stage);
-    };
     float part[Batch][kAcc];
     Frags af[Batch];
     for (int64_t j = 0; j < n; j += Batch) {
@@ -306,9 +324,54 @@ struct DenseA8 {
 #pragma unroll
       for (int b = 0; b < Batch; ++b)
         if (b < count) {
-          promote(pos, part[b]);
+          promote(ring_ptr, bars, pos, wblock, col, lane, part[b], acc);
           pos.advance();
         }
+    }
+  }
+
+  // 8-bit floats, one stage per batch, where the registers hold two sets of stage sums (kOverlap):
+  // as mainloop_promoted, but stage j's group is issued (into the set stage j - 1 does not use)
+  // before stage j - 1's sums are added, so the tensor cores run this warpgroup's next group while
+  // it adds. Without it, the consumer warpgroups of a block, which take each stage together, all
+  // add at once after their groups retire, and the tensor cores wait. Two stages per trip, so that
+  // each set of sums and fragments has fixed registers (ptxas keeps the WGMMAs asynchronous only
+  // so).
+  static __device__ __forceinline__ void mainloop_overlapped(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
+                                                             int64_t n, int cw, int wblock, int col, int t,
+                                                             float (&acc)[kAcc]) {
+    const int lane = t % 32;
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+    if (n <= 0) return;
+    float part[2][kAcc];
+    Frags af[2];
+    RingPos prev = pos;
+    fetch(ring_ptr, bars, pos, cw, t, af[0]);
+    issue_stage<true>(ring, pos, cw, af[0], part[0]);
+    pos.advance();
+    int64_t j = 1;
+    // Issues stage j (if any) into set S, then adds stage j - 1's sums (set 1 - S) once its group
+    // has retired; true when stage j - 1 was the last. The two ways out each have their own wait
+    // and add: where they joined before the add, ptxas could not tell that no group is in flight
+    // after the last stage and serialized every WGMMA of the kernel (warnings C7517 and C7514).
+    auto step = [&](auto set) {
+      constexpr int S = decltype(set)::value;
+      if (j >= n) {
+        wgmma_wait<0>();
+        promote(ring_ptr, bars, prev, wblock, col, lane, part[1 - S], acc);
+        return true;
+      }
+      fetch(ring_ptr, bars, pos, cw, t, af[S]);
+      issue_stage<true>(ring, pos, cw, af[S], part[S]);
+      wgmma_wait<1>();
+      promote(ring_ptr, bars, prev, wblock, col, lane, part[1 - S], acc);
+      prev = pos;
+      pos.advance();
+      ++j;
+      return false;
+    };
+    while (!step(std::integral_constant<int, 1>()) && !step(std::integral_constant<int, 0>())) {
     }
   }
 
@@ -368,6 +431,8 @@ struct DenseA8 {
       const int wblock = static_cast<int>((n0 % 128 + cw * 64) / 128);
       if constexpr (kInt)
         mainloop_int(ring, ring_ptr, bars, pos, kt1 - kt0, cw, t, acc);
+      else if constexpr (kOverlap)
+        mainloop_overlapped(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, col, t, acc);
       else
         mainloop_promoted(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, col, t, acc);
       const StreamKPlan &plan = p.plan;
