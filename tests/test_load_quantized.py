@@ -79,13 +79,14 @@ def scales_like(shape, g, dtype):
     return ((torch.rand(shape, generator=g) + 0.05) * 0.02).to(dtype)
 
 
-def gptq_layer(N, K, gs, g):
-    """GPTQ v1, asymmetric 4-bit, act-order: (tensors, float32 weight [N, K])."""
+def gptq_layer(N, K, gs, g, act_order=True):
+    """GPTQ v1, asymmetric 4-bit, act-order (or not): (tensors, float32 weight [N, K])."""
     G = K // gs
     q = torch.randint(0, 16, (K, N), generator=g)
     z = torch.randint(1, 16, (G, N), generator=g)  # v1 stores z - 1, so z >= 1
     s = scales_like((G, N), g, torch.float16)
-    g_idx = (torch.randperm(K, generator=g) // gs).to(torch.int32)
+    order = torch.randperm(K, generator=g) if act_order else torch.arange(K)
+    g_idx = (order // gs).to(torch.int32)
     gi = g_idx.long()
     w = (s.float()[gi] * (q.float() - z.float()[gi])).t()
     return {
@@ -635,3 +636,135 @@ def test_quantize_model_errors_leave_the_model_untouched():
     assert "layers.1.up" not in got and len(got) == 5
     with pytest.raises(TypeError, match="torch.nn.Module"):
         ha.quantize_model("not a model", "u4g128-sbf16")
+
+
+# ---- mixture-of-experts layers (QuantMoE.from_checkpoint) -------------------------------------------
+
+MOE_H, MOE_F, MOE_E = 128, 64, 4  # hidden, intermediate, experts: gate-up [128, 128], down [128, 64]
+MOE_CONFIGS = {
+    "gptq": {"quant_method": "gptq", "bits": 4, "group_size": 64, "desc_act": False, "sym": False},
+    "awq": {"quant_method": "awq", "bits": 4, "group_size": 64, "zero_point": True, "version": "gemm"},
+    "compressed-tensors": {
+        "quant_method": "compressed-tensors",
+        "format": "pack-quantized",
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 64},
+            }
+        },
+    },
+}
+
+
+def moe_state_dict(method, prefix, names, seed=0, act_order=False):
+    """(tensors of one MoE layer's experts, their float32 weights [E, 2F, H] and [E, H, F]); the
+    router's float weight is in the tensors too, as checkpoints keep it."""
+    g = torch.Generator().manual_seed(seed)
+    make = {"gptq": lambda n, k: gptq_layer(n, k, 64, g, act_order), "awq": lambda n, k: awq_layer(n, k, 64, g)}.get(
+        method, lambda n, k: ct_layer(n, k, 64, g)
+    )
+    tensors = {f"{prefix}.gate.weight": torch.randn(MOE_E, MOE_H, generator=g).to(torch.bfloat16)}
+    gate_up, down = [], []
+    for e in range(MOE_E):
+        w = {}
+        for proj, (n, k) in zip(names, ((MOE_F, MOE_H), (MOE_F, MOE_H), (MOE_H, MOE_F))):
+            layer, w[proj] = make(n, k)
+            tensors.update({f"{prefix}.experts.{e}.{proj}.{key}": v for key, v in layer.items()})
+        gate_up.append(torch.cat([w[names[0]], w[names[1]]], 0))
+        down.append(w[names[2]])
+    return tensors, torch.stack(gate_up), torch.stack(down)
+
+
+def moe_reference(x, logits, gate_up, down, top_k):
+    """The layer in fp32 from the float experts: softmax scores, the top k renormalized, each
+    chosen expert's silu(gate) * up and down projection weighted by its score."""
+    x = x.float()
+    weights, ids = torch.softmax(logits.float(), -1).topk(top_k, -1)
+    weights = weights / weights.sum(-1, keepdim=True)
+    out = torch.zeros(x.shape[0], gate_up.shape[2])
+    for t in range(x.shape[0]):
+        for j in range(top_k):
+            e = int(ids[t, j])
+            h = gate_up[e] @ x[t]
+            gate, up = h[: h.shape[0] // 2], h[h.shape[0] // 2 :]
+            out[t] += weights[t, j] * (down[e] @ (torch.nn.functional.silu(gate) * up))
+    return out
+
+
+@pytest.mark.parametrize(
+    "method,prefix,names",
+    [
+        ("gptq", "model.layers.0.mlp", ("gate_proj", "up_proj", "down_proj")),
+        ("awq", "model.layers.3.mlp", ("gate_proj", "up_proj", "down_proj")),
+        ("compressed-tensors", "model.layers.1.block_sparse_moe", ("w1", "w3", "w2")),
+    ],
+)
+def test_moe_layer_from_a_checkpoint_matches_its_float_experts(method, prefix, names):
+    tensors, gate_up, down = moe_state_dict(method, prefix, names)
+    # another layer's experts and a dense layer beside them: only this layer's are read
+    other, _, _ = moe_state_dict(method, "model.layers.9.mlp", ("gate_proj", "up_proj", "down_proj"), seed=1)
+    tensors.update(other)
+    moe = ha.QuantMoE.from_checkpoint(tensors, prefix, 2, config={"quantization_config": MOE_CONFIGS[method]})
+    assert (moe.num_experts, moe.hidden, moe.intermediate) == (MOE_E, MOE_H, MOE_F)
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(9, MOE_H, generator=g).to(torch.bfloat16)
+    logits = torch.randn(9, MOE_E, generator=g)
+    got = moe(x, logits)
+    want = moe_reference(x, logits, gate_up, down, 2)
+    assert got.shape == (9, MOE_H)
+    assert rel_err(got, want) < 2e-2
+    # a wrong gate / up order (or expert order) is off by the size of the output
+    swapped = torch.cat([gate_up[:, MOE_F:], gate_up[:, :MOE_F]], 1)
+    assert rel_err(got, moe_reference(x, logits, swapped, down, 2)) > 0.3
+
+
+def test_moe_checkpoint_directory_is_read_like_a_state_dict(tmp_path):
+    tensors, gate_up, down = moe_state_dict("gptq", "model.layers.0.mlp", ("gate_proj", "up_proj", "down_proj"))
+    write_checkpoint(tmp_path, tensors, MOE_CONFIGS["gptq"])
+    moe = ha.QuantMoE.from_checkpoint(tmp_path, "model.layers.0.mlp", 1)
+    x, logits = torch.randn(5, MOE_H).to(torch.bfloat16), torch.randn(5, MOE_E)
+    assert rel_err(moe(x, logits), moe_reference(x, logits, gate_up, down, 1)) < 2e-2
+
+
+def test_moe_checkpoint_errors_name_the_expert():
+    names = ("gate_proj", "up_proj", "down_proj")
+    cfg = {"quantization_config": MOE_CONFIGS["gptq"]}
+    tensors, _, _ = moe_state_dict("gptq", "model.layers.0.mlp", names)
+    with pytest.raises(CheckpointError, match=r"no tensor starts with 'model\.layers\.0\.moe\.experts\.'"):
+        ha.QuantMoE.from_checkpoint(tensors, "model.layers.0.moe", 2, config=cfg)
+    partial = {k: v for k, v in tensors.items() if ".experts.2.down_proj." not in k}
+    with pytest.raises(CheckpointError, match=r"model\.layers\.0\.mlp\.experts\.2\.down_proj"):
+        ha.QuantMoE.from_checkpoint(partial, "model.layers.0.mlp", 2, config=cfg)
+    ordered, _, _ = moe_state_dict("gptq", "model.layers.0.mlp", names, act_order=True)
+    with pytest.raises(CheckpointError, match="act-order"):
+        ha.QuantMoE.from_checkpoint(ordered, "model.layers.0.mlp", 2, config=cfg)
+    renamed = {k.replace(".up_proj.", ".up."): v for k, v in tensors.items()}
+    with pytest.raises(CheckpointError, match="gate_proj/up_proj/down_proj"):
+        ha.QuantMoE.from_checkpoint(renamed, "model.layers.0.mlp", 2, config=cfg)
+    # gpt-oss keeps every expert in one tensor, and its experts are not silu(gate) * up
+    fused = {
+        "model.layers.0.mlp.experts.gate_up_proj_blocks": torch.zeros(4, 128, 4, 16, dtype=torch.uint8),
+        "model.layers.0.mlp.experts.gate_up_proj_scales": torch.full((4, 128, 4), 127, dtype=torch.uint8),
+    }
+    with pytest.raises(CheckpointError, match="gpt-oss"):
+        ha.QuantMoE.from_checkpoint(fused, "model.layers.0.mlp", 2, config={"quant_method": "mxfp4"})
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_moe_checkpoint_on_the_gpu_matches_its_float_experts():
+    import warnings
+
+    names = ("gate_proj", "up_proj", "down_proj")
+    tensors, gate_up, down = moe_state_dict("gptq", "model.layers.0.mlp", names)
+    cfg = {"quantization_config": MOE_CONFIGS["gptq"]}
+    with warnings.catch_warnings():
+        # GPTQ's f16 scales may be rounded to bf16 (warned), and the per-expert loop warns once
+        warnings.simplefilter("ignore")
+        moe = ha.QuantMoE.from_checkpoint(tensors, "model.layers.0.mlp", 2, config=cfg, device="cuda")
+        g = torch.Generator().manual_seed(5)
+        x = torch.randn(33, MOE_H, generator=g).to(torch.bfloat16)
+        logits = torch.randn(33, MOE_E, generator=g)
+        got = moe(x.cuda(), logits.cuda())
+    assert got.is_cuda and got.shape == (33, MOE_H)
+    assert rel_err(got.cpu(), moe_reference(x, logits, gate_up, down, 2)) < 2e-2

@@ -53,10 +53,12 @@ from .packed_checkpoint import PackedCheckpointError, PackedLayer, is_packed_che
 __all__ = [
     "load_quantized",
     "iter_quantized",
+    "load_experts",
     "replace_linears",
     "CheckpointError",
     "QUANT_METHODS",
     "FUSED_PROJECTIONS",
+    "EXPERT_PROJECTIONS",
 ]
 
 _EXTRA = "pip install 'humming-aot[convert]'"
@@ -433,6 +435,124 @@ def load_quantized(
     return dict(iter_quantized(source, config, progress=progress, layout=layout, device=device))
 
 
+# The names a mixture-of-experts layer's experts give their projections in checkpoints, as (gate,
+# up, down): Qwen2/3-MoE, DeepSeek-V2/V3 and OLMoE, and Mixtral's w1 / w3 / w2.
+EXPERT_PROJECTIONS: tuple[tuple[str, str, str], ...] = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"))
+
+
+def load_experts(
+    source: str | os.PathLike | Mapping[str, torch.Tensor],
+    prefix: str,
+    config: Any = None,
+    *,
+    progress: bool = False,
+) -> tuple[list[ConvertedWeight], list[ConvertedWeight]]:
+    """Import the quantized experts of one mixture-of-experts layer of a checkpoint, for
+    :meth:`humming_aot.moe.QuantMoE.from_checkpoint`: ``(gate_up, down)``, one ``ConvertedWeight``
+    per expert each, in expert order. ``gate_up`` [2F, H] stacks each expert's gate and up
+    projections exactly (:func:`humming_aot.convert.fuse`: gate rows first), ``down`` is [H, F].
+
+    ``prefix``: the layer's module, e.g. ``model.layers.3.mlp`` (Qwen-MoE, DeepSeek) or
+    ``model.layers.3.block_sparse_moe`` (Mixtral), whose experts are ``{prefix}.experts.{e}.{gate,
+    up, down}`` under one of the :data:`EXPERT_PROJECTIONS` spellings. Only that layer's tensors are
+    read. ``source`` / ``config`` as :func:`load_quantized`, whose importers these are (GPTQ, AWQ,
+    compressed-tensors, FP8 blocks, ...).
+
+    Errors (``CheckpointError``) name the expert and projection: no experts under the prefix, an
+    expert without one of its three projections (e.g. left unquantized by the quantization config's
+    ignore list), act-order weights (each expert would need its own permutation of the layer's
+    input: re-quantize without act-order), and gpt-oss's fused expert tensors (its experts compute a
+    clamped SwiGLU with biases, which QuantMoE does not).
+    """
+    from .convert import fuse
+
+    base = prefix.rstrip(".") + ".experts."
+    qcfg, tensors = _open_source(source, config, "load_experts")
+    where = os.fspath(source) if isinstance(source, (str, os.PathLike)) else "the state dict"
+    try:
+        names = [n for n in tensors.keys() if n.startswith(base)]
+        if not names:
+            raise CheckpointError(f"{where}: no tensor starts with {base!r} (prefix: the mixture-of-experts module)")
+        convert, layers = _quantized_layers(qcfg, names)
+        found: dict[tuple[int, str], str] = {}
+        for lp in layers:
+            index, _, proj = lp[len(base) :].partition(".")
+            if not index.isdigit():
+                raise CheckpointError(
+                    f"{where}: {lp} holds every expert in one tensor (gpt-oss style); its experts compute a "
+                    "clamped SwiGLU with biases, which QuantMoE does not (only silu(gate) * up experts, one "
+                    "tensor set per expert)"
+                )
+            found[(int(index), proj)] = lp
+        have = {proj for _, proj in found}
+        spelled = next((p for p in EXPERT_PROJECTIONS if set(p) <= have), None)
+        if spelled is None:
+            raise CheckpointError(
+                f"{where}: the quantized experts under {base!r} have projections {sorted(have) or 'none'}; "
+                f"expected one of {', '.join('/'.join(p) for p in EXPERT_PROJECTIONS)} (gate/up/down)"
+            )
+        experts = 1 + max(e for e, _ in found)
+        missing = [f"{base}{e}.{proj}" for e in range(experts) for proj in spelled if (e, proj) not in found]
+        if missing:
+            raise CheckpointError(
+                f"{where}: {len(missing)} expert projection(s) are missing or not quantized (first: {missing[0]}); "
+                f"every expert 0..{experts - 1} needs quantized {', '.join(spelled)}"
+            )
+        gate_up, down = [], []
+        for e in _progress(range(experts), experts, "importing experts", progress):
+            parts = []
+            for proj in spelled:
+                lp = found[(e, proj)]
+                cw = convert(_LayerTensors(tensors, layers[lp]), lp)
+                if cw.perm is not None:
+                    raise CheckpointError(
+                        f"{where}: {lp} is act-order (its inputs are permuted); QuantMoE's experts share the "
+                        "layer's input, so each would need its own permutation of it: quantize without act-order"
+                    )
+                parts.append(cw)
+            gate_up.append(fuse(parts[:2], f"{base}{e}.gate_up"))
+            down.append(parts[2])
+        return gate_up, down
+    finally:
+        if isinstance(tensors, _Shards):
+            tensors.close()
+
+
+def _pack_converted(q, a, out: str, layout, dev: torch.device):
+    """A converted weight packed for ``layout`` ("auto": the preferred one for the format with
+    activations ``a`` and output ``out`` on ``dev``) on ``dev``, and whether its scales were
+    rounded to the activation type for lack of a fast kernel taking them as stored (a GPU only,
+    :func:`_act_type_scale_format`)."""
+    from . import formats as F
+    from .dispatch import preferred_layout
+    from .pack import layout_id, pack_weight
+    from .reference import torch_dtype
+
+    fmt = _act_type_scale_format(q.fmt, a, out, dev, *q.codes.shape) if dev.type == "cuda" else None
+    if fmt is not None:
+        q = dataclasses.replace(q, fmt=fmt, scales=q.scales.to(torch_dtype(a.type)))
+    lid = layout
+    if layout == "auto":
+        lid = preferred_layout(F.GemmFormat(a, q.fmt, out), dev, n=q.codes.shape[0], k=q.codes.shape[1])
+    # pack where the layer will run: packing runs on the tensors' device
+    mv = lambda t: None if t is None else t.to(dev)  # noqa: E731
+    q = dataclasses.replace(
+        q, codes=q.codes.to(dev), scales=mv(q.scales), zeros=mv(q.zeros), global_scale=mv(q.global_scale)
+    )
+    return pack_weight(q, layout=layout_id(lid)), fmt is not None
+
+
+def _warn_rounded(caller: str, rounded: list[str]) -> None:
+    warnings.warn(
+        f"{caller}: {len(rounded)} layer(s) (first: {rounded[0]}) store their scales in another "
+        "floating type than the activations (e.g. GPTQ / AWQ f16 scales in a bf16 model), and no "
+        "compiled kernel on this GPU takes that pair, so their scales were rounded to the activation "
+        "type (relative error at most 2^-9 for f16 to bf16). Run the model in the scales' type "
+        "(act_format='f16' or a float16 model) to keep them exact.",
+        stacklevel=3,
+    )
+
+
 def load_unquantized(
     source: str | os.PathLike | Mapping[str, torch.Tensor], config: Any = None, *, dtype: torch.dtype | None = None
 ) -> dict[str, torch.Tensor]:
@@ -594,9 +714,8 @@ def replace_linears(
     an error leaves the model as it was. Returns ``{name: QuantLinear}`` of the swapped modules.
     """
     from . import formats as F
-    from .dispatch import preferred_layout
     from .layers import _FLOAT_ACT, QuantLinear
-    from .pack import layout_id, pack_weight
+    from .pack import layout_id
     from .reference import torch_dtype
 
     items = converted.items() if isinstance(converted, Mapping) else converted
@@ -652,38 +771,17 @@ def replace_linears(
             perm = None if cw.perm is None else cw.perm.to(dev)
             built[name] = QuantLinear.from_packed(packed, act, out_dtype, bias, in_perm=perm)
             continue
-        q = cw.weight
-        fmt = None
-        if dev.type == "cuda":
-            fmt = _act_type_scale_format(q.fmt, a, out, dev, *q.codes.shape)
-        if fmt is not None:
-            q = dataclasses.replace(q, fmt=fmt, scales=q.scales.to(torch_dtype(a.type)))
+        packed, was_rounded = _pack_converted(cw.weight, a, out, layout, dev)
+        if was_rounded:
             rounded.append(name)
-        lid = layout
-        if layout == "auto":
-            lid = preferred_layout(F.GemmFormat(a, q.fmt, out), dev, n=q.codes.shape[0], k=q.codes.shape[1])
-        # pack where the layer will run: packing runs on the tensors' device
-        mv = lambda t: None if t is None else t.to(dev)  # noqa: E731
-        q = dataclasses.replace(
-            q, codes=q.codes.to(dev), scales=mv(q.scales), zeros=mv(q.zeros), global_scale=mv(q.global_scale)
-        )
-        built[name] = QuantLinear.from_packed(
-            pack_weight(q, layout=layout_id(lid)), act, out_dtype, bias, in_perm=cw.perm
-        )
+        built[name] = QuantLinear.from_packed(packed, act, out_dtype, bias, in_perm=cw.perm)
     if problems and strict:
         raise ValueError(
             "replace_linears: these converted layers are not nn.Linear modules of the model of "
             "the same shape: " + "; ".join(problems) + " (strict=False leaves them out)"
         )
     if rounded:
-        warnings.warn(
-            f"replace_linears: {len(rounded)} layer(s) (first: {rounded[0]}) store their scales in another "
-            "floating type than the activations (e.g. GPTQ / AWQ f16 scales in a bf16 model), and no "
-            "compiled kernel on this GPU takes that pair, so their scales were rounded to the activation "
-            "type (relative error at most 2^-9 for f16 to bf16). Run the model in the scales' type "
-            "(act_format='f16' or a float16 model) to keep them exact.",
-            stacklevel=2,
-        )
+        _warn_rounded("replace_linears", rounded)
     for name, module in built.items():
         parent, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, child, module)

@@ -386,6 +386,53 @@ class QuantMoE(torch.nn.Module):
 
         return cls([pack(w) for w in w_gate_up], [pack(w) for w in w_down], top_k, **kwargs)
 
+    @classmethod
+    def from_checkpoint(
+        cls,
+        source,
+        prefix: str,
+        top_k: int,
+        *,
+        config=None,
+        layout="auto",
+        device=None,
+        progress: bool = False,
+        **kwargs,
+    ) -> "QuantMoE":
+        """The experts of one mixture-of-experts layer of a quantized checkpoint (a GPTQ, AWQ,
+        compressed-tensors, FP8-block, ... directory or state dict: :func:`humming_aot.loading.load_experts`,
+        which names what it accepts and refuses), each expert's gate and up projections stacked
+        exactly into one [2F, H] weight, packed for ``layout`` ("auto": the preferred layout of the
+        format on ``device``) on ``device`` (default: the CPU). ``prefix``: the layer's module,
+        e.g. ``model.layers.3.mlp``. The router is not part of it: ``forward`` takes its logits.
+
+        On a GPU, experts whose scales are in another float type than the activations (GPTQ's f16
+        scales with bf16 activations) and that no compiled kernel takes so have their scales
+        rounded to the activation type, with one warning, as ``replace_linears`` does. Other
+        arguments as the constructor (``act_format``, ``out_dtype``, ``scoring``, ...)."""
+        from . import formats as F
+        from .loading import _pack_converted, _warn_rounded, load_experts
+
+        gate_up, down = load_experts(source, prefix, config, progress=progress)
+        dev = torch.device(device) if device is not None else torch.device("cpu")
+        act = F.parse_activation_format(kwargs.get("act_format") or "bf16")
+        out = kwargs.get("out_dtype")
+        out = str(out) if out is not None else ("bf16" if act.quantized else str(act.type))
+        rounded = []
+
+        def pack(cw, name):
+            packed, was_rounded = _pack_converted(cw.weight, act, out, layout, dev)
+            if was_rounded:
+                rounded.append(name)
+            return packed
+
+        base = prefix.rstrip(".") + ".experts"
+        gu = [pack(cw, f"{base}.{e}.gate_up") for e, cw in enumerate(gate_up)]
+        dn = [pack(cw, f"{base}.{e}.down") for e, cw in enumerate(down)]
+        if rounded:
+            _warn_rounded("QuantMoE.from_checkpoint", rounded)
+        return cls(gu, dn, top_k, **kwargs)
+
     def forward(self, x: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
         global _WARNED_LOOP
         if x.dim() != 2 or x.shape[1] != self.hidden:

@@ -314,7 +314,7 @@ struct DenseA8 {
     // Defined once here, before any group, in tiles of 32 tokens and more: a short last batch
     // leaves sets unissued, and where their registers were first written inside the loop, ptxas
     // serialized every WGMMA of the 32-token batch-2 tiles (warning C7515, CUDA 13.0). Measured on
-    // the H200 (session 18, e2m1gc x e4m3-pt, 4 layers at m = 16..64): t32 batch 2 5-12 % faster
+    // the H200 (session 18, e2m1gc x e4m3-pt, 4 layers at m = 16..64): t32 batch 2 4-12 % faster
     // with it; t16 batch 2, never serialized, took 2-9 % longer with it than without (in the
     // corpus sweep before), so it goes without.
     if constexpr (Batch > 1 && kAcc >= 16)
