@@ -768,3 +768,41 @@ def test_moe_checkpoint_on_the_gpu_matches_its_float_experts():
         got = moe(x.cuda(), logits.cuda())
     assert got.is_cuda and got.shape == (33, MOE_H)
     assert rel_err(got.cpu(), moe_reference(x, logits, gate_up, down, 2)) < 2e-2
+
+
+def test_deepseek_fp8_block_experts_run_as_w8a8_blocks():
+    """DeepSeek-V3-style FP8 experts (e4m3 weights, a float32 scale per 128 x 128 block) with FP8
+    activations in 1 x 128 groups: the W8A8 block format through the per-expert loop on the CPU."""
+    g = torch.Generator().manual_seed(7)
+    E, H, Fi = 3, 256, 128  # gate and up [128, 256]: whole 128-row blocks each, so they stack
+    prefix = "model.layers.3.mlp"
+    tensors, gate_up, down = {}, [], []
+
+    def fp8_layer(n, k):
+        raw = torch.randint(0, 256, (n, k), generator=g, dtype=torch.int64)
+        raw[(raw & 0x7F) == 0x7F] = 0x38  # e4m3fn's NaN patterns -> 1.0
+        weight = raw.to(torch.uint8).view(torch.float8_e4m3fn)
+        s = torch.rand(n // 128, k // 128, generator=g) * 1e-2 + 1e-3
+        return weight, s, weight.float() * s.repeat_interleave(128, 0).repeat_interleave(128, 1)
+
+    for e in range(E):
+        w = []
+        for proj, (n, k) in zip(("gate_proj", "up_proj", "down_proj"), ((Fi, H), (Fi, H), (H, Fi))):
+            weight, s, dense = fp8_layer(n, k)
+            tensors[f"{prefix}.experts.{e}.{proj}.weight"] = weight
+            tensors[f"{prefix}.experts.{e}.{proj}.weight_scale_inv"] = s
+            w.append(dense)
+        gate_up.append(torch.cat(w[:2], 0))
+        down.append(w[2])
+    cfg = {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}
+    moe = ha.QuantMoE.from_checkpoint(tensors, prefix, 2, config=cfg, act_format="e4m3-g128")
+    assert str(moe.gate_up[0].fmt.weight) == "e4m3g128n128-sf32"
+    x = torch.randn(6, H, generator=g).to(torch.bfloat16)
+    logits = torch.randn(6, E, generator=g)
+    want = moe_reference(x, logits, torch.stack(gate_up), torch.stack(down), 2)
+    # FP8 activations round each input to 3 mantissa bits (before both GEMMs), so the bound is
+    # looser than for 16-bit activations (measured 0.039); a wrong order is off by far more
+    got = moe(x, logits)
+    assert rel_err(got, want) < 6e-2
+    swapped = [torch.cat([w[Fi:], w[:Fi]], 0) for w in gate_up]
+    assert rel_err(got, moe_reference(x, logits, torch.stack(swapped), torch.stack(down), 2)) > 0.3

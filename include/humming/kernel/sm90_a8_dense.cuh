@@ -346,8 +346,8 @@ struct DenseA8 {
   // before stage j - 1's sums are added, so the tensor cores run this warpgroup's next group while
   // it adds. Without it, the consumer warpgroups of a block, which take each stage together, all
   // add at once after their groups retire, and the tensor cores wait. Two stages per trip, so that
-  // each set of sums and fragments has fixed registers (ptxas keeps the WGMMAs asynchronous only
-  // so).
+  // each set of sums has fixed registers (ptxas keeps the WGMMAs asynchronous only so). 8-bit
+  // codes only (kOverlap): the fragment sets `af` stay empty.
   static __device__ __forceinline__ void mainloop_overlapped(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
                                                              int64_t n, int cw, int wblock, int col, int t,
                                                              float (&acc)[kAcc]) {
