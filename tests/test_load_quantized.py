@@ -720,11 +720,18 @@ def test_moe_layer_from_a_checkpoint_matches_its_float_experts(method, prefix, n
 
 
 def test_moe_checkpoint_directory_is_read_like_a_state_dict(tmp_path):
+    from humming_aot import cli
+
     tensors, gate_up, down = moe_state_dict("gptq", "model.layers.0.mlp", ("gate_proj", "up_proj", "down_proj"))
-    write_checkpoint(tmp_path, tensors, MOE_CONFIGS["gptq"])
-    moe = ha.QuantMoE.from_checkpoint(tmp_path, "model.layers.0.mlp", 1)
+    (tmp_path / "src").mkdir()
+    write_checkpoint(tmp_path / "src", tensors, MOE_CONFIGS["gptq"])
+    moe = ha.QuantMoE.from_checkpoint(tmp_path / "src", "model.layers.0.mlp", 1)
     x, logits = torch.randn(5, MOE_H).to(torch.bfloat16), torch.randn(5, MOE_E)
     assert rel_err(moe(x, logits), moe_reference(x, logits, gate_up, down, 1)) < 2e-2
+    # a packed checkpoint has each projection packed apart: refused, pointing at the source
+    assert cli.main(["convert", str(tmp_path / "src"), str(tmp_path / "out"), "--arch", "generic", "--quiet"]) == 0
+    with pytest.raises(CheckpointError, match="packed checkpoint .* read the experts from the source checkpoint"):
+        ha.QuantMoE.from_checkpoint(tmp_path / "out", "model.layers.0.mlp", 1)
 
 
 def test_moe_checkpoint_errors_name_the_expert():

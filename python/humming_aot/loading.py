@@ -466,6 +466,12 @@ def load_experts(
     """
     from .convert import fuse
 
+    if isinstance(source, (str, os.PathLike)) and is_packed_checkpoint(source):
+        raise CheckpointError(
+            f"{os.fspath(source)}: a packed checkpoint (humming-aot convert) holds its experts' projections "
+            "packed one by one, which cannot be stacked into gate-up weights without unpacking; read the "
+            "experts from the source checkpoint it was converted from"
+        )
     base = prefix.rstrip(".") + ".experts."
     qcfg, tensors = _open_source(source, config, "load_experts")
     where = os.fspath(source) if isinstance(source, (str, os.PathLike)) else "the state dict"
