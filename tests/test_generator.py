@@ -423,13 +423,29 @@ def test_sm90_names_spell_format_and_tile(all_names):
     for i in insts:
         m = SM90_RE.match(i.name)
         assert m, i.name
-        assert m["sched"] == i.scheduler and i.template_args[-1] == ("true" if i.scheduler == "moe" else "false")
+        sched = "sm90::kSchedGroupedWarp" if i.scheduler == "moe" else "sm90::kSchedDense"
+        assert m["sched"] == i.scheduler and i.template_args[-1] == sched
         assert m["act"] == m["out"] == i.act
         assert (int(m["bm"]), int(m["bn"]), int(m["bk"]), int(m["stages"])) in tiles
         assert int(m["bn"]) == 64 * int(m["wg"]) and i.key["threads"] == 128 * (1 + int(m["wg"]))
         # Stages start 1024-byte aligned; the ring plus barriers fits the 227 KiB of a block.
         assert i.key["smem_bytes"] <= 227 * 1024
     assert not any(i.backend == "sm90" for i in gen_mod.enumerate_instances(["80", "86", "89"], "full"))
+
+
+def test_lone_producer_moe_instances_are_experimental():
+    """The grouped tiles whose producer walks alone (names ending _lone) are built by experimental
+    profiles only, each the twin of a default grouped instance with the same tile."""
+    gen_mod = _load_generator()
+    dev = {i.name: i for i in gen_mod.enumerate_instances(["90a"], "dev")}
+    exp = {i.name: i for i in gen_mod.enumerate_instances(["90a"], "dev+experimental")}
+    lone = [i for n, i in exp.items() if n.endswith("_lone")]
+    assert lone and not any(n.endswith("_lone") for n in dev)
+    assert any(i.name.endswith("_lone") for i in gen_mod.enumerate_instances(["90a"], "ci+experimental"))
+    for i in lone:
+        twin = dev[i.name[: -len("_lone")]]
+        assert i.scheduler == twin.scheduler == "moe" and i.key == twin.key
+        assert i.template_args[:-1] == twin.template_args[:-1] and i.template_args[-1] == "sm90::kSchedGroupedLone"
 
 
 def test_h200_table_gives_every_sm90_format_an_sm90_instance_per_range():

@@ -293,7 +293,15 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
         bn, bk = 64 * consumers, 64 * atoms
         if group and group < bk and bk % group:
             continue
-        name = f"sm90_wgmma_{matrix['scheduler']}_a-{act}_w-{weight}_c-{act}_t{bm}x{bn}x{bk}_w1x{consumers}x1_s{stages}"
+        # A grouped tile's "producer": "warp" (default: the producer's first warp walks the experts'
+        # tiles) or "lone" (one producer thread walks them; named _lone).
+        lone = t.get("producer", "warp") == "lone"
+        if lone and matrix["scheduler"] != "moe":
+            raise SystemExit(f"tile {t}: only grouped (moe) tiles choose their producer's walk")
+        name = (
+            f"sm90_wgmma_{matrix['scheduler']}_a-{act}_w-{weight}_c-{act}_t{bm}x{bn}x{bk}_w1x{consumers}x1_s{stages}"
+            + ("_lone" if lone else "")
+        )
         targs = (
             f"{_dtype_id(act)}u",
             f"{_dtype_id(code)}u",
@@ -303,8 +311,9 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
             str(consumers),
             str(atoms),
             str(stages),
-            # The scheduler kind: "moe" instances walk the experts' tiles (scheduler/moe.h).
-            "true" if matrix["scheduler"] == "moe" else "false",
+            # The scheduler kind (kernel/sm90_dense.cuh, kSched*): "moe" instances walk the experts'
+            # tiles (scheduler/moe.h), with the producer's warp or one producer thread.
+            "sm90::kSchedDense" if matrix["scheduler"] != "moe" else f"sm90::kSchedGrouped{'Lone' if lone else 'Warp'}",
         )
         bits = F.dtype(code).bits
         rows = 0 if group == 0 else (1 if group >= bk else bk // group)

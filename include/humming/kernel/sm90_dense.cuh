@@ -50,6 +50,11 @@
 namespace humming {
 namespace sm90 {
 
+// The scheduler kinds of the weight-only kernel (its Sched template argument; tools/gen_instances.py
+// writes them): dense; grouped with the producer's warp walking the experts' tiles; grouped with
+// one producer thread walking them (experimental: not yet run on a GPU in this form).
+constexpr int kSchedDense = 0, kSchedGroupedWarp = 1, kSchedGroupedLone = 2;
+
 // ActId:     DType id of the activations, the operands, the scales and the output (f16 or bf16).
 // CodeId:    DType id of the weight codes: u4, i4, u8, i8 or e4m3.
 // Zero:      ZeroKind: none (unsigned codes are symmetric around 2^(bits-1)) or int (a byte per group).
@@ -58,13 +63,14 @@ namespace sm90 {
 // Consumers: consumer warpgroups, 64 channels each (BN = 64 x Consumers).
 // KAtoms:    64-input blocks per stage (BK = 64 x KAtoms; layout 3 pads K to 128, so 1 or 2).
 // Stages:    depth of the shared-memory ring.
-// Grouped:   the scheduler kind: false, the dense one (persistent, stream-K for the tail); true, the
-//            grouped mixture-of-experts one (scheduler/moe.h: every expert's rows against its own
-//            weight, whole tiles). A template parameter, so that the dense kernels hold no trace of
-//            the grouped walk.
+// Sched:     the scheduler kind (SchedKind): the dense one (persistent, stream-K for the tail), or
+//            the grouped mixture-of-experts one (scheduler/moe.h: every expert's rows against its
+//            own weight, whole tiles), whose producer walks the experts' tiles as a warp or alone.
+//            A template parameter, so that the dense kernels hold no trace of the grouped walk.
 template <uint32_t ActId, uint32_t CodeId, int Zero, int GroupK, int BM, int Consumers, int KAtoms, int Stages,
-          bool Grouped>
+          int Sched>
 struct Dense {
+  static constexpr bool Grouped = Sched != kSchedDense;
   static constexpr bool kBf16 = ActId == dtypes::bf16.id();
   static constexpr DType kCode = DType::from_id(CodeId);
   static constexpr int kBits = static_cast<int>(kCode.bits);
@@ -132,14 +138,22 @@ struct Dense {
   // experts' order (scheduler/moe.h), whole (no fix-up), its rows clipped to [0, m) so that offsets
   // or counts past the activations never reach memory; whole warps walk it (expert_tile_warp).
   // Producer and consumers walk it alike.
-  template <class F> static __device__ __forceinline__ void for_each_work(const Params &p, F f) {
+  // Lone: one thread walks (expert_tile) rather than the whole warp (grouped kernels only; the
+  // same tiles in the same order).
+  template <bool Lone = false, class F> static __device__ __forceinline__ void for_each_work(const Params &p, F f) {
     if constexpr (Grouped) {
       ExpertCursor cursor;
       ExpertTile et;
       const int64_t m = p.args.m;
-      for (int64_t t = blockIdx.x; expert_tile_warp(p.experts, BM, p.n_tiles, t, &cursor, &et); t += gridDim.x)
-        if (et.m0 >= 0 && et.m0 < m)
-          f(et.m0, et.m_end < m ? et.m_end : m, et.n_tile * BN, et.expert, int64_t{0}, p.plan.k_tiles, int64_t{-1});
+      const auto visit = [&](const ExpertTile &e) {
+        if (e.m0 >= 0 && e.m0 < m)
+          f(e.m0, e.m_end < m ? e.m_end : m, e.n_tile * BN, e.expert, int64_t{0}, p.plan.k_tiles, int64_t{-1});
+      };
+      if constexpr (Lone)
+        for (int64_t t = blockIdx.x; expert_tile(p.experts, BM, p.n_tiles, t, &cursor, &et); t += gridDim.x) visit(et);
+      else
+        for (int64_t t = blockIdx.x; expert_tile_warp(p.experts, BM, p.n_tiles, t, &cursor, &et); t += gridDim.x)
+          visit(et);
     } else {
       for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
         f(tile / p.n_tiles * BM, int64_t{-1}, tile % p.n_tiles * BN, 0, kt0, kt1, tile);
@@ -152,20 +166,21 @@ struct Dense {
   // The copies of a stage (backend/sm90/stage_loads.h).
   using Loads = StageLoads<Dense>;
 
-  // Threads that produce: one, or in grouped kernels the producer's first warp, which walks the
-  // experts together (expert_tile_warp; the scalar walk cost about 0.13 us per expert on every
-  // block), while one thread issues each tile's copies and the others wait at the warp barrier.
-  // Measured trade (H200, 4096 x 7168, 8 experts with one row each): a producer walking alone
-  // takes 47 us with 8 experts and 74 with 256; this warp 58-60 and 59-61. The warp walk wins at
-  // decode with many experts, the lone walk when blocks run many tiles (up to 24% faster from 64
-  // tokens in scripts/bench_moe.py; session 17 measured it and left it off for want of a GPU test
-  // run).
-  static constexpr int kProducers = Grouped ? 32 : 1;
+  // Threads that produce: one, or in grouped kernels of kSchedGroupedWarp the producer's first
+  // warp, which walks the experts together (expert_tile_warp; the scalar walk cost about 0.13 us
+  // per expert on every block), while one thread issues each tile's copies and the others wait at
+  // the warp barrier. In kSchedGroupedLone kernels one thread walks alone (expert_tile); the
+  // consumers' warps walk together in both. Measured trade (H200, session 17, 4096 x 7168, 8
+  // experts with one row each): a producer walking alone takes 47 us with 8 experts and 74 with
+  // 256, the warp 58-60 and 59-61; in scripts/bench_moe.py the lone walk was 14-24 % faster from
+  // 64 tokens (Qwen3-30B-A3B, DeepSeek-V3) and up to 2x slower at one token.
+  static constexpr bool kLoneWalk = Sched == kSchedGroupedLone;
+  static constexpr int kProducers = Grouped && !kLoneWalk ? 32 : 1;
 
   // Every stage of every segment of this block, in order; thread `t` of the producers.
   static __device__ __forceinline__ void produce(const Params &p, uint32_t ring, uint32_t bars, int t) {
     RingPos pos;
-    for_each_work(p, [&](int64_t m0, int64_t, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t) {
+    for_each_work<kLoneWalk>(p, [&](int64_t m0, int64_t, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t) {
       if (kProducers == 1 || t == 0) {
         const int cols = Loads::columns(p.args, n0);
         const uint32_t bytes = Loads::bytes(cols);
@@ -356,8 +371,8 @@ struct Dense {
 };
 
 #define HUMMING_SM90_TARGS                                                                                             \
-  uint32_t ActId, uint32_t CodeId, int Zero, int GroupK, int BM, int Consumers, int KAtoms, int Stages, bool Grouped
-#define HUMMING_SM90_ARGS ActId, CodeId, Zero, GroupK, BM, Consumers, KAtoms, Stages, Grouped
+  uint32_t ActId, uint32_t CodeId, int Zero, int GroupK, int BM, int Consumers, int KAtoms, int Stages, int Sched
+#define HUMMING_SM90_ARGS ActId, CodeId, Zero, GroupK, BM, Consumers, KAtoms, Stages, Sched
 
 template <HUMMING_SM90_TARGS> Status can_implement(const GemmArgs &args) {
   if (args.layout != kLayoutSm90)
@@ -390,7 +405,7 @@ template <HUMMING_SM90_TARGS> Status launch(const GemmArgs &args, void *stream) 
   typename K::Params p = base_params<K>(args);
   p.n_blocks = args.dims.n_pad / layout_sm90::kBlockN;
   p.experts = ExpertRows{};
-  if constexpr (Grouped) p.experts = expert_rows(args);
+  if constexpr (K::Grouped) p.experts = expert_rows(args);
   Status st =
       cached_rows_map(&p.act, args.a, K::kBf16 ? MapElem::kBf16 : MapElem::kF16, args.m, args.dims.k, args.lda, BM);
   if (!st) return st;
