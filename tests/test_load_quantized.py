@@ -749,12 +749,12 @@ def test_moe_checkpoint_errors_name_the_expert():
     renamed = {k.replace(".up_proj.", ".up."): v for k, v in tensors.items()}
     with pytest.raises(CheckpointError, match="gate_proj/up_proj/down_proj"):
         ha.QuantMoE.from_checkpoint(renamed, "model.layers.0.mlp", 2, config=cfg)
-    # gpt-oss keeps every expert in one tensor, and its experts are not silu(gate) * up
+    # gpt-oss keeps every expert in one tensor per projection: both projections are needed
     fused = {
         "model.layers.0.mlp.experts.gate_up_proj_blocks": torch.zeros(4, 128, 4, 16, dtype=torch.uint8),
         "model.layers.0.mlp.experts.gate_up_proj_scales": torch.full((4, 128, 4), 127, dtype=torch.uint8),
     }
-    with pytest.raises(CheckpointError, match="gpt-oss"):
+    with pytest.raises(CheckpointError, match=r"experts\.down_proj is missing .* gpt-oss experts need"):
         ha.QuantMoE.from_checkpoint(fused, "model.layers.0.mlp", 2, config={"quant_method": "mxfp4"})
 
 
@@ -813,3 +813,65 @@ def test_deepseek_fp8_block_experts_run_as_w8a8_blocks():
     assert rel_err(got, want) < 6e-2
     swapped = [torch.cat([w[Fi:], w[:Fi]], 0) for w in gate_up]
     assert rel_err(got, moe_reference(x, logits, torch.stack(swapped), torch.stack(down), 2)) > 0.3
+
+
+FP4 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+
+
+def mxfp4_experts(E, N, K, g):
+    """gpt-oss MXFP4 tensors of E experts' [N, K] weights (blocks [E, N, K / 32, 16]: input 32 g + 2 j
+    the low nibble of byte j of group g, 32 g + 2 j + 1 its high nibble; e8m0 scales [E, N, K / 32])
+    and their float values [E, N, K]."""
+    codes = torch.randint(0, 16, (E, N, K), generator=g)
+    scales = torch.randint(120, 130, (E, N, K // 32), generator=g)
+    pairs = codes.reshape(E, N, K // 32, 16, 2)
+    blocks = (pairs[..., 0] | (pairs[..., 1] << 4)).to(torch.uint8)
+    values = torch.tensor(FP4)[codes] * torch.exp2(scales.float() - 127).repeat_interleave(32, -1)
+    return blocks, scales.to(torch.uint8), values
+
+
+def test_gpt_oss_experts_with_their_biases_and_clamped_swiglu():
+    """gpt-oss's experts: every expert in one MXFP4 tensor per projection, gate and up rows
+    interleaved, biases, and its SwiGLU ((up + 1) * gate * sigmoid(1.702 gate), gate clamped at 7,
+    up to [-7, 7]); the reference below applies all of it in the checkpoint's own row order."""
+    g = torch.Generator().manual_seed(11)
+    E, H, Fi, p = 4, 64, 32, "model.layers.0.mlp"
+    gu_blocks, gu_scales, gu = mxfp4_experts(E, 2 * Fi, H, g)
+    dn_blocks, dn_scales, dn = mxfp4_experts(E, H, Fi, g)
+    gu_bias = (torch.randn(E, 2 * Fi, generator=g) * 4).to(torch.bfloat16)  # some gates past the clamp
+    dn_bias = torch.randn(E, H, generator=g).to(torch.bfloat16)
+    tensors = {
+        f"{p}.experts.gate_up_proj_blocks": gu_blocks,
+        f"{p}.experts.gate_up_proj_scales": gu_scales,
+        f"{p}.experts.gate_up_proj_bias": gu_bias,
+        f"{p}.experts.down_proj_blocks": dn_blocks,
+        f"{p}.experts.down_proj_scales": dn_scales,
+        f"{p}.experts.down_proj_bias": dn_bias,
+        f"{p}.router.weight": torch.randn(E, H, generator=g).to(torch.bfloat16),
+    }
+    moe = ha.QuantMoE.from_checkpoint(tensors, p, 2, config={"quant_method": "mxfp4"})
+    assert moe.activation == "swiglu-oai" and str(moe.gate_up[0].fmt.weight) == "e2m1g32-se8m0"
+    x = torch.randn(7, H, generator=g).to(torch.bfloat16)
+    logits = torch.randn(7, E, generator=g)
+    top, ids = logits.topk(2, -1)
+    weights = torch.softmax(top, -1)  # gpt-oss: softmax over the chosen logits
+    want = torch.zeros(7, H)
+    for t in range(7):
+        for j in range(2):
+            e = int(ids[t, j])
+            h = gu[e] @ x[t].float() + gu_bias[e].float()
+            gate, up = h[0::2].clamp(max=7.0), h[1::2].clamp(-7.0, 7.0)
+            act = (up + 1) * gate * torch.sigmoid(1.702 * gate)
+            want[t] += weights[t, j] * (dn[e] @ act.to(torch.bfloat16).float() + dn_bias[e].float())
+    got = moe(x, logits)
+    assert rel_err(got, want) < 2e-2
+    # the per-expert loop (what a GPU without grouped kernels for the format runs) adds the same biases
+    moe._grouped_on = lambda x: False
+    assert rel_err(moe(x, logits), want) < 2e-2
+    # with the plain silu it is another function
+    plain = ha.QuantMoE.from_checkpoint(tensors, p, 2, config={"quant_method": "mxfp4"}, activation="silu")
+    assert rel_err(plain(x, logits), want) > 0.1
+    with pytest.raises(ValueError, match="activation must be one of silu, swiglu-oai"):
+        ha.QuantMoE.from_checkpoint(tensors, p, 2, config={"quant_method": "mxfp4"}, activation="gelu")
+    with pytest.raises(ValueError, match=r"gate_up_bias must be a tensor \[experts, outputs\] = \[4, 64\]"):
+        ha.QuantMoE.from_checkpoint(tensors, p, 2, config={"quant_method": "mxfp4"}, gate_up_bias=torch.zeros(4, 32))

@@ -54,6 +54,7 @@ __all__ = [
     "load_quantized",
     "iter_quantized",
     "load_experts",
+    "CheckpointExperts",
     "replace_linears",
     "CheckpointError",
     "QUANT_METHODS",
@@ -440,29 +441,50 @@ def load_quantized(
 EXPERT_PROJECTIONS: tuple[tuple[str, str, str], ...] = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"))
 
 
+@dataclasses.dataclass
+class CheckpointExperts:
+    """The experts of one mixture-of-experts layer of a checkpoint (:func:`load_experts`).
+
+    ``gate_up`` / ``down``: one ``ConvertedWeight`` per expert, [2F, H] (the F gate rows first,
+    then the F up rows) and [H, F]. ``gate_up_bias`` [E, 2F] (gate first too) and ``down_bias``
+    [E, H]: the experts' biases where the checkpoint has them (gpt-oss), else None.
+    ``activation``: the activation between the GEMMs the model applies (``QuantMoE``'s names:
+    "silu", or gpt-oss's "swiglu-oai").
+    """
+
+    gate_up: list
+    down: list
+    gate_up_bias: torch.Tensor | None = None
+    down_bias: torch.Tensor | None = None
+    activation: str = "silu"
+
+
 def load_experts(
     source: str | os.PathLike | Mapping[str, torch.Tensor],
     prefix: str,
     config: Any = None,
     *,
     progress: bool = False,
-) -> tuple[list[ConvertedWeight], list[ConvertedWeight]]:
+) -> CheckpointExperts:
     """Import the quantized experts of one mixture-of-experts layer of a checkpoint, for
-    :meth:`humming_aot.moe.QuantMoE.from_checkpoint`: ``(gate_up, down)``, one ``ConvertedWeight``
-    per expert each, in expert order. ``gate_up`` [2F, H] stacks each expert's gate and up
-    projections exactly (:func:`humming_aot.convert.fuse`: gate rows first), ``down`` is [H, F].
+    :meth:`humming_aot.moe.QuantMoE.from_checkpoint` (:class:`CheckpointExperts`: each expert's
+    gate and up projections stacked exactly into one [2F, H] weight, :func:`humming_aot.convert.fuse`,
+    gate rows first; its down projection [H, F]; biases; the activation).
 
-    ``prefix``: the layer's module, e.g. ``model.layers.3.mlp`` (Qwen-MoE, DeepSeek) or
-    ``model.layers.3.block_sparse_moe`` (Mixtral), whose experts are ``{prefix}.experts.{e}.{gate,
-    up, down}`` under one of the :data:`EXPERT_PROJECTIONS` spellings. Only that layer's tensors are
-    read. ``source`` / ``config`` as :func:`load_quantized`, whose importers these are (GPTQ, AWQ,
-    compressed-tensors, FP8 blocks, ...).
+    ``prefix``: the layer's module, e.g. ``model.layers.3.mlp`` (Qwen-MoE, DeepSeek, gpt-oss) or
+    ``model.layers.3.block_sparse_moe`` (Mixtral). Its experts are either
+    ``{prefix}.experts.{e}.{gate, up, down}`` under one of the :data:`EXPERT_PROJECTIONS` spellings,
+    or gpt-oss's tensors of all experts at once (``{prefix}.experts.gate_up_proj`` with its gate and
+    up rows interleaved, which are put in order here, ``down_proj``, and their ``_bias``
+    tensors; activation "swiglu-oai"). Only that layer's tensors are read. ``source`` / ``config``
+    as :func:`load_quantized`, whose importers these are (GPTQ, AWQ, compressed-tensors, FP8
+    blocks, MXFP4, ...).
 
     Errors (``CheckpointError``) name the expert and projection: no experts under the prefix, an
     expert without one of its three projections (e.g. left unquantized by the quantization config's
-    ignore list), act-order weights (each expert would need its own permutation of the layer's
-    input: re-quantize without act-order), and gpt-oss's fused expert tensors (its experts compute a
-    clamped SwiGLU with biases, which QuantMoE does not).
+    ignore list), and act-order weights (each expert would need its own permutation of the layer's
+    input: re-quantize without act-order). A packed checkpoint is refused (its projections are
+    packed one by one).
     """
     from .convert import fuse
 
@@ -480,14 +502,15 @@ def load_experts(
         if not names:
             raise CheckpointError(f"{where}: no tensor starts with {base!r} (prefix: the mixture-of-experts module)")
         convert, layers = _quantized_layers(qcfg, names)
+        if f"{base}gate_up_proj" in layers or f"{base}down_proj" in layers:
+            return _gpt_oss_experts(where, base, tensors, convert, layers)
         found: dict[tuple[int, str], str] = {}
         for lp in layers:
             index, _, proj = lp[len(base) :].partition(".")
             if not index.isdigit():
                 raise CheckpointError(
-                    f"{where}: {lp} holds every expert in one tensor (gpt-oss style); its experts compute a "
-                    "clamped SwiGLU with biases, which QuantMoE does not (only silu(gate) * up experts, one "
-                    "tensor set per expert)"
+                    f"{where}: {lp} is neither an expert's projection ({base}{{e}}.{{proj}}) nor gpt-oss's "
+                    f"fused {base}gate_up_proj / down_proj"
                 )
             found[(int(index), proj)] = lp
         have = {proj for _, proj in found}
@@ -518,10 +541,54 @@ def load_experts(
                 parts.append(cw)
             gate_up.append(fuse(parts[:2], f"{base}{e}.gate_up"))
             down.append(parts[2])
-        return gate_up, down
+        return CheckpointExperts(gate_up, down)
     finally:
         if isinstance(tensors, _Shards):
             tensors.close()
+
+
+def _gpt_oss_experts(where: str, base: str, tensors, convert, layers) -> CheckpointExperts:
+    """gpt-oss's experts (load_experts): one tensor set per projection for all experts, the gate
+    and up rows of gate_up_proj interleaved (even rows gate, odd rows up, as its SwiGLU reads them),
+    put here in QuantMoE's order (the F gate rows, then the F up rows: a permutation of whole rows,
+    exact), with their biases."""
+    out = {}
+    for proj in ("gate_up_proj", "down_proj"):
+        lp = base + proj
+        if lp not in layers:
+            raise CheckpointError(
+                f"{where}: {lp} is missing or not quantized; gpt-oss experts need gate_up_proj and down_proj"
+            )
+        got = convert(_LayerTensors(tensors, layers[lp]), lp)
+        out[proj] = got if isinstance(got, list) else [got]
+    gate_up, down = out["gate_up_proj"], out["down_proj"]
+    if len(gate_up) != len(down):
+        raise CheckpointError(f"{where}: {base}gate_up_proj has {len(gate_up)} experts, down_proj {len(down)}")
+    n2 = gate_up[0].weight.codes.shape[0]
+    order = torch.cat([torch.arange(0, n2, 2), torch.arange(1, n2, 2)])
+
+    def rows(cw):
+        w = cw.weight
+        pick = lambda t: None if t is None else t.index_select(0, order)  # noqa: E731
+        return ConvertedWeight(
+            dataclasses.replace(w, codes=pick(w.codes), scales=pick(w.scales), zeros=pick(w.zeros)), cw.perm, cw.source
+        )
+
+    def bias(name, shape):
+        t = tensors[name] if name in tensors.keys() else None
+        if t is not None and tuple(t.shape) != shape:
+            raise CheckpointError(f"{where}: {name} has shape {list(t.shape)}, expected {list(shape)}")
+        return t
+
+    e, h = len(gate_up), down[0].weight.codes.shape[0]
+    gu_bias = bias(f"{base}gate_up_proj_bias", (e, n2))
+    return CheckpointExperts(
+        [rows(cw) for cw in gate_up],
+        down,
+        None if gu_bias is None else gu_bias.index_select(1, order),
+        bias(f"{base}down_proj_bias", (e, h)),
+        "swiglu-oai",
+    )
 
 
 def _pack_converted(q, a, out: str, layout, dev: torch.device):

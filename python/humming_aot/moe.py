@@ -23,6 +23,10 @@ import torch
 from . import ops as _ops  # noqa: F401  (loads the extension: torch.ops.humming.moe_* and their fakes)
 
 SCORINGS = ("softmax", "sigmoid")
+# The experts' activations between their two GEMMs: "silu", silu(gate) * up (Mixtral, Qwen-MoE,
+# DeepSeek); "swiglu-oai", gpt-oss's clamped SwiGLU, (up + 1) * gate * sigmoid(alpha * gate) with
+# gate clamped to at most `limit` and up to [-limit, limit].
+ACTIVATIONS = ("silu", "swiglu-oai")
 
 
 def topk_route(
@@ -291,6 +295,9 @@ class QuantMoE(torch.nn.Module):
     ``gate_up``: one ``PackedWeight`` [2F, H] per expert, the F gate rows first, then the F up rows
     (the fused w1 / w3 of Mixtral- and Qwen-style experts); ``down``: one [H, F] per expert, all in
     one format each. ``scoring`` / ``renormalize`` / ``correction_bias`` as :func:`topk_route`.
+    ``activation``: one of :data:`ACTIVATIONS` (``swiglu_alpha`` / ``swiglu_limit`` for
+    "swiglu-oai", gpt-oss's 1.702 and 7.0 by default). ``gate_up_bias`` [E, 2F] (gate first, as the
+    weight) and ``down_bias`` [E, H]: each expert's biases, added to its GEMMs' outputs in fp32.
 
     With 16-bit activations on the CPU, or on a GPU with the experts packed for the sm90 kernels
     (layout 3), the two GEMMs are grouped ones (:func:`moe_gemm`) over the expert-sorted rows: no
@@ -312,6 +319,11 @@ class QuantMoE(torch.nn.Module):
         scoring: str = "softmax",
         renormalize: bool = True,
         correction_bias: torch.Tensor | None = None,
+        activation: str = "silu",
+        swiglu_alpha: float = 1.702,
+        swiglu_limit: float = 7.0,
+        gate_up_bias: torch.Tensor | None = None,
+        down_bias: torch.Tensor | None = None,
     ):
         from .layers import QuantLinear
         from .pack import PackedWeight
@@ -335,6 +347,14 @@ class QuantMoE(torch.nn.Module):
             raise ValueError(f"top_k must be an integer from 1 to the {len(gate_up)} experts, got {top_k!r}")
         if scoring not in SCORINGS:
             raise ValueError(f"scoring must be one of {', '.join(SCORINGS)}, got {scoring!r}")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+        for name, bias, shape in (
+            ("gate_up_bias", gate_up_bias, (len(gate_up), f2)),
+            ("down_bias", down_bias, (len(gate_up), h)),
+        ):
+            if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != shape):
+                raise ValueError(f"{name} must be a tensor [experts, outputs] = {list(shape)}, got {_describe(bias)}")
         act = act_format if act_format is not None else "bf16"
         # Stacked once for the grouped GEMM; the per-expert layers are views of the stacks (no copy).
         grouped = all(w.global_scale is None for w in gate_up + down) and len({w.layout for w in gate_up + down}) == 1
@@ -346,7 +366,12 @@ class QuantMoE(torch.nn.Module):
         self.down = torch.nn.ModuleList(QuantLinear.from_packed(w, act, out_dtype) for w in down)
         self.num_experts, self.top_k, self.hidden, self.intermediate = len(gate_up), top_k, h, f2 // 2
         self.scoring, self.renormalize = scoring, renormalize
+        self.activation, self.swiglu_alpha, self.swiglu_limit = activation, float(swiglu_alpha), float(swiglu_limit)
         self.register_buffer("correction_bias", correction_bias, persistent=False)
+        dev = gate_up[0].codes.device
+        f32 = lambda b: None if b is None else b.detach().to(device=dev, dtype=torch.float32)  # noqa: E731
+        self.register_buffer("gate_up_bias", f32(gate_up_bias), persistent=False)
+        self.register_buffer("down_bias", f32(down_bias), persistent=False)
 
     @classmethod
     def from_float(
@@ -400,11 +425,14 @@ class QuantMoE(torch.nn.Module):
         **kwargs,
     ) -> "QuantMoE":
         """The experts of one mixture-of-experts layer of a quantized checkpoint (a GPTQ, AWQ,
-        compressed-tensors, FP8-block, ... directory or state dict: :func:`humming_aot.loading.load_experts`,
-        which names what it accepts and refuses), each expert's gate and up projections stacked
-        exactly into one [2F, H] weight, packed for ``layout`` ("auto": the preferred layout of the
-        format on ``device``) on ``device`` (default: the CPU). ``prefix``: the layer's module,
-        e.g. ``model.layers.3.mlp``. The router is not part of it: ``forward`` takes its logits.
+        compressed-tensors, FP8-block, gpt-oss MXFP4, ... directory or state dict:
+        :func:`humming_aot.loading.load_experts`, which names what it accepts and refuses), each
+        expert's gate and up projections stacked exactly into one [2F, H] weight, packed for
+        ``layout`` ("auto": the preferred layout of the format on ``device``) on ``device``
+        (default: the CPU), with the checkpoint's expert biases and activation (gpt-oss's
+        "swiglu-oai") unless given. ``prefix``: the layer's module, e.g. ``model.layers.3.mlp``.
+        The router is not part of it: ``forward`` takes its logits (gpt-oss: softmax over the
+        top-k logits, which is ``scoring="softmax"`` with ``renormalize=True``, the default).
 
         On a GPU, experts whose scales are in another float type than the activations (GPTQ's f16
         scales with bf16 activations) and that no compiled kernel takes so have their scales
@@ -413,7 +441,7 @@ class QuantMoE(torch.nn.Module):
         from . import formats as F
         from .loading import _pack_converted, _warn_rounded, load_experts
 
-        gate_up, down = load_experts(source, prefix, config, progress=progress)
+        experts = load_experts(source, prefix, config, progress=progress)
         dev = torch.device(device) if device is not None else torch.device("cpu")
         act = F.parse_activation_format(kwargs.get("act_format") or "bf16")
         out = kwargs.get("out_dtype")
@@ -427,10 +455,13 @@ class QuantMoE(torch.nn.Module):
             return packed
 
         base = prefix.rstrip(".") + ".experts"
-        gu = [pack(cw, f"{base}.{e}.gate_up") for e, cw in enumerate(gate_up)]
-        dn = [pack(cw, f"{base}.{e}.down") for e, cw in enumerate(down)]
+        gu = [pack(cw, f"{base}.{e}.gate_up") for e, cw in enumerate(experts.gate_up)]
+        dn = [pack(cw, f"{base}.{e}.down") for e, cw in enumerate(experts.down)]
         if rounded:
             _warn_rounded("QuantMoE.from_checkpoint", rounded)
+        kwargs.setdefault("activation", experts.activation)
+        kwargs.setdefault("gate_up_bias", experts.gate_up_bias)
+        kwargs.setdefault("down_bias", experts.down_bias)
         return cls(gu, dn, top_k, **kwargs)
 
     def forward(self, x: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
@@ -468,11 +499,32 @@ class QuantMoE(torch.nn.Module):
         for e, c in enumerate(al.counts.tolist()):
             if c == 0:
                 continue
-            h = self.gate_up[e](rows[start : start + c])
-            gate, up = h[:, : self.intermediate].float(), h[:, self.intermediate :].float()
-            y[start : start + c] = self.down[e]((torch.nn.functional.silu(gate) * up).to(x.dtype))
+            biased = self.gate_up_bias is not None or self.down_bias is not None
+            expert = torch.full((c,), e, dtype=torch.int64, device=x.device) if biased else None
+            act = self._activate(self.gate_up[e](rows[start : start + c]), expert, x.dtype)
+            y[start : start + c] = self._biased(self.down[e](act), self.down_bias, expert)
             start += c
         return combine(y, al, weights)
+
+    @staticmethod
+    def _biased(h: torch.Tensor, bias, expert: torch.Tensor) -> torch.Tensor:
+        """``h`` plus each row's expert's bias (fp32, then h's type); ``h`` itself without one."""
+        return h if bias is None else (h.float() + bias.index_select(0, expert)).to(h.dtype)
+
+    def _activate(self, h: torch.Tensor, expert: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The experts' activation of gate-up outputs ``h`` [rows, 2F] whose rows belong to experts
+        ``expert`` [rows] (for the biases), in fp32, returned in ``dtype`` for the down GEMM."""
+        h = h.float()
+        if self.gate_up_bias is not None:
+            h = h + self.gate_up_bias.index_select(0, expert)
+        gate, up = h[:, : self.intermediate], h[:, self.intermediate :]
+        if self.activation == "silu":
+            out = torch.nn.functional.silu(gate) * up
+        else:  # swiglu-oai
+            gate = gate.clamp(max=self.swiglu_limit)
+            up = up.clamp(-self.swiglu_limit, self.swiglu_limit)
+            out = gate * torch.sigmoid(self.swiglu_alpha * gate) * (up + 1)
+        return out.to(dtype)
 
     def _route(self, x: torch.Tensor, router_logits: torch.Tensor):
         """Routing weights, the alignment (blocks of one row: the experts' rows back to back) and
@@ -503,16 +555,22 @@ class QuantMoE(torch.nn.Module):
         weights, al, rows = self._route(x, router_logits)
         per_expert = max(1, al.capacity // self.num_experts)
         gu, dn = self._stacks
+        expert = None
+        if self.gate_up_bias is not None or self.down_bias is not None:
+            # each sorted row's expert, from the device offsets (no host synchronization)
+            r = torch.arange(al.capacity, device=x.device, dtype=torch.int32)
+            expert = torch.searchsorted(al.offsets[1:].to(x.device), r, right=True).clamp_(max=self.num_experts - 1)
         h = moe_gemm(rows, gu, al.offsets, self.gate_up[0].fmt, rows_per_expert=per_expert)
-        gate, up = h[:, : self.intermediate].float(), h[:, self.intermediate :].float()
-        act = (torch.nn.functional.silu(gate) * up).to(x.dtype)
-        y = moe_gemm(act, dn, al.offsets, self.down[0].fmt, rows_per_expert=per_expert)
+        act = self._activate(h, expert, x.dtype)
+        y = self._biased(
+            moe_gemm(act, dn, al.offsets, self.down[0].fmt, rows_per_expert=per_expert), self.down_bias, expert
+        )
         return combine(y, al, weights)
 
     def extra_repr(self) -> str:
         return (
             f"experts={self.num_experts}, top_k={self.top_k}, hidden={self.hidden}, intermediate={self.intermediate}, "
-            f"format={self.gate_up[0].fmt.weight}, scoring={self.scoring}"
+            f"format={self.gate_up[0].fmt.weight}, scoring={self.scoring}, activation={self.activation}"
         )
 
 
