@@ -802,8 +802,13 @@ def test_deepseek_fp8_block_experts_run_as_w8a8_blocks():
         gate_up.append(torch.cat(w[:2], 0))
         down.append(w[2])
     cfg = {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}
-    moe = ha.QuantMoE.from_checkpoint(tensors, prefix, 2, config=cfg, act_format="e4m3-g128")
-    assert str(moe.gate_up[0].fmt.weight) == "e4m3g128n128-sf32"
+    bias = torch.randn(E, generator=g)
+    tensors[f"{prefix}.gate.e_score_correction_bias"] = bias  # the router's, read with the experts
+    routed = ha.QuantMoE.from_checkpoint(tensors, prefix, 2, config=cfg, act_format="e4m3-g128", scoring="sigmoid")
+    assert torch.equal(routed.correction_bias, bias)
+    # the reference below routes by softmax without the correction: given as None, none is taken
+    moe = ha.QuantMoE.from_checkpoint(tensors, prefix, 2, config=cfg, act_format="e4m3-g128", correction_bias=None)
+    assert moe.correction_bias is None and str(moe.gate_up[0].fmt.weight) == "e4m3g128n128-sf32"
     x = torch.randn(6, H, generator=g).to(torch.bfloat16)
     logits = torch.randn(6, E, generator=g)
     want = moe_reference(x, logits, torch.stack(gate_up), torch.stack(down), 2)

@@ -660,3 +660,49 @@ def test_combine_refuses_positions_outside_the_expert_outputs():
         torch.ops.humming.moe_combine(y, torch.tensor([0, 1, 2, 3, 6, 5], dtype=torch.int32), weights)
     with pytest.raises(ValueError, match="position 0 is -1"):
         torch.ops.humming.moe_combine(y, torch.tensor([-1, 1, 2, 3, 4, 5], dtype=torch.int32), weights)
+
+
+def test_group_limited_routing_as_deepseek_v3():
+    """DeepSeek-V3's routing (noaux_tc): sigmoid scores, the correction bias for the choice only,
+    groups ranked by their two best biased scores, experts of the best topk_group groups only,
+    weights renormalized and scaled; against a per-token reference written out here."""
+    import math
+
+    g = torch.Generator().manual_seed(3)
+    t, e, n_group, topk_group, k, size = 6, 32, 8, 3, 4, 4
+    logits = torch.randn(t, e, generator=g)
+    logits[0, 0], logits[0, 1] = 6.0, -6.0  # a lone best expert in a group whose pair sums low
+    logits[0, 8:16] = 1.5
+    bias = torch.randn(e, generator=g) * 0.1
+    w, ids = moe.topk_route(
+        logits, k, scoring="sigmoid", correction_bias=bias, n_group=n_group, topk_group=topk_group, scaling=2.5
+    )
+    assert ids.dtype == torch.int32 and w.shape == ids.shape == (t, k)
+    for i in range(t):
+        s = [1 / (1 + math.exp(-v)) for v in logits[i].tolist()]
+        c = [s[j] + float(bias[j]) for j in range(e)]
+        pair = [sum(sorted(c[q * size : (q + 1) * size], reverse=True)[:2]) for q in range(n_group)]
+        keep = sorted(range(n_group), key=lambda q: -pair[q])[:topk_group]
+        chosen = sorted((j for j in range(e) if j // size in keep), key=lambda j: -c[j])[:k]
+        assert ids[i].tolist() == chosen, i
+        total = sum(s[j] for j in chosen)
+        want = torch.tensor([2.5 * s[j] / total for j in chosen])
+        assert torch.allclose(w[i], want, rtol=1e-5), i
+    assert 0 not in ids[0].tolist()  # the best single expert's group is not among the best three
+    with pytest.raises(ValueError, match="n_group must divide the 32 experts"):
+        moe.topk_route(logits, k, scoring="sigmoid", n_group=5, topk_group=2)
+    with pytest.raises(ValueError, match="topk_group must be from 1 to n_group"):
+        moe.topk_route(logits, k, scoring="sigmoid", n_group=8, topk_group=9)
+    with pytest.raises(ValueError, match="scaling must be a finite number"):
+        moe.topk_route(logits, k, scaling=float("nan"))
+    # QuantMoE routes with them too
+    layer = moe.QuantMoE.from_float(
+        torch.randn(e, 64, 128, generator=g), torch.randn(e, 128, 32, generator=g), "u4g128-sbf16", k,
+        scoring="sigmoid", correction_bias=bias, n_group=n_group, topk_group=topk_group, routed_scaling=2.5,
+    )  # fmt: skip
+    lw, _, _ = layer._route(torch.randn(t, 128, generator=g).to(torch.bfloat16), logits)
+    assert torch.equal(lw, w)
+    with pytest.raises(ValueError, match="n_group must divide"):
+        moe.QuantMoE.from_float(
+            torch.randn(e, 64, 128), torch.randn(e, 128, 32), "u4g128-sbf16", k, n_group=5, topk_group=1
+        )

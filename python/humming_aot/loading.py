@@ -449,7 +449,8 @@ class CheckpointExperts:
     then the F up rows) and [H, F]. ``gate_up_bias`` [E, 2F] (gate first too) and ``down_bias``
     [E, H]: the experts' biases where the checkpoint has them (gpt-oss), else None.
     ``activation``: the activation between the GEMMs the model applies (``QuantMoE``'s names:
-    "silu", or gpt-oss's "swiglu-oai").
+    "silu", or gpt-oss's "swiglu-oai"). ``correction_bias`` [E]: the router's score correction
+    (DeepSeek-V3's ``{prefix}.gate.e_score_correction_bias``) where the checkpoint has one.
     """
 
     gate_up: list
@@ -457,6 +458,7 @@ class CheckpointExperts:
     gate_up_bias: torch.Tensor | None = None
     down_bias: torch.Tensor | None = None
     activation: str = "silu"
+    correction_bias: torch.Tensor | None = None
 
 
 def load_experts(
@@ -541,7 +543,11 @@ def load_experts(
                 parts.append(cw)
             gate_up.append(fuse(parts[:2], f"{base}{e}.gate_up"))
             down.append(parts[2])
-        return CheckpointExperts(gate_up, down)
+        bias_name = prefix.rstrip(".") + ".gate.e_score_correction_bias"
+        bias = tensors[bias_name] if bias_name in tensors.keys() else None
+        if bias is not None and tuple(bias.shape) != (experts,):
+            raise CheckpointError(f"{where}: {bias_name} has shape {list(bias.shape)}, expected [{experts}]")
+        return CheckpointExperts(gate_up, down, correction_bias=bias)
     finally:
         if isinstance(tensors, _Shards):
             tensors.close()

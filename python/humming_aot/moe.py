@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import torch
 
@@ -36,6 +37,9 @@ def topk_route(
     scoring: str = "softmax",
     renormalize: bool = True,
     correction_bias: torch.Tensor | None = None,
+    n_group: int | None = None,
+    topk_group: int | None = None,
+    scaling: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each token's ``top_k`` experts from router logits [T, E].
 
@@ -44,6 +48,13 @@ def topk_route(
     scores for the choice only, not to the weights. ``renormalize``: the chosen weights are divided
     by their sum (``norm_topk_prob``). Returns (weights fp32 [T, top_k], expert ids int32
     [T, top_k]), best first; equal scores go to the lower expert id.
+
+    ``n_group`` / ``topk_group``: DeepSeek-V3's group-limited choice (its ``noaux_tc``): the experts
+    form ``n_group`` equal groups, each group is ranked by the sum of its two best biased scores,
+    and only the experts of the ``topk_group`` best groups may be chosen (the others' biased scores
+    count as 0, as there). This path is plain torch ops (capturable, no host synchronization;
+    equal scores in torch.topk's order). ``scaling``: the weights are multiplied by it after the
+    renormalization (``routed_scaling_factor``).
     """
     if not isinstance(logits, torch.Tensor) or logits.dim() != 2:
         raise ValueError(f"router logits must be a 2-D tensor [tokens, experts], got {_describe(logits)}")
@@ -61,11 +72,46 @@ def topk_route(
                 f"{tuple(correction_bias.shape)}"
             )
         correction_bias = correction_bias.to(device=logits.device, dtype=torch.float32).contiguous()
-    if logits.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        logits = logits.float()
-    if logits.stride(-1) != 1:
-        logits = logits.contiguous()
-    return torch.ops.humming.moe_topk(logits, top_k, scoring, renormalize, correction_bias)
+    if not isinstance(scaling, (int, float)) or isinstance(scaling, bool) or not math.isfinite(scaling):
+        raise ValueError(f"scaling must be a finite number, got {scaling!r}")
+    if n_group is not None or topk_group is not None:
+        weights, ids = _group_limited(logits, top_k, scoring, renormalize, correction_bias, n_group, topk_group)
+    else:
+        if logits.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            logits = logits.float()
+        if logits.stride(-1) != 1:
+            logits = logits.contiguous()
+        weights, ids = torch.ops.humming.moe_topk(logits, top_k, scoring, renormalize, correction_bias)
+    return (weights * scaling if scaling != 1.0 else weights), ids
+
+
+def _group_limited(logits, top_k, scoring, renormalize, bias, n_group, topk_group):
+    """topk_route's group-limited choice (DeepSeek-V3, noaux_tc), in torch."""
+    num_experts = logits.shape[1]
+    ok = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+    if not (ok(n_group) and ok(topk_group) and n_group >= 1 and num_experts % n_group == 0):
+        raise ValueError(
+            f"n_group must divide the {num_experts} experts into equal groups and topk_group be given with it, "
+            f"got n_group={n_group!r}, topk_group={topk_group!r}"
+        )
+    size = num_experts // n_group
+    if not 1 <= topk_group <= n_group or top_k > topk_group * size:
+        raise ValueError(
+            f"topk_group must be from 1 to n_group ({n_group}) and its groups hold at least top_k ({top_k}) "
+            f"experts ({size} per group), got {topk_group!r}"
+        )
+    scores = torch.sigmoid(logits.float()) if scoring == "sigmoid" else torch.softmax(logits.float(), -1)
+    choice = scores if bias is None else scores + bias
+    t = logits.shape[0]
+    ranked = choice.view(t, n_group, size).topk(min(2, size), -1).values.sum(-1)
+    groups = ranked.topk(topk_group, -1).indices
+    allowed = torch.zeros(t, n_group, dtype=torch.bool, device=logits.device).scatter_(1, groups, True)
+    choice = choice.masked_fill(~allowed.repeat_interleave(size, 1), 0.0)
+    ids = choice.topk(top_k, -1).indices
+    weights = scores.gather(1, ids)
+    if renormalize:
+        weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
+    return weights, ids.to(torch.int32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -295,6 +341,8 @@ class QuantMoE(torch.nn.Module):
     ``gate_up``: one ``PackedWeight`` [2F, H] per expert, the F gate rows first, then the F up rows
     (the fused w1 / w3 of Mixtral- and Qwen-style experts); ``down``: one [H, F] per expert, all in
     one format each. ``scoring`` / ``renormalize`` / ``correction_bias`` as :func:`topk_route`.
+    ``n_group`` / ``topk_group`` / ``routed_scaling``: DeepSeek-V3's group-limited routing and
+    weight scale (:func:`topk_route`'s ``n_group``, ``topk_group``, ``scaling``).
     ``activation``: one of :data:`ACTIVATIONS` (``swiglu_alpha`` / ``swiglu_limit`` for
     "swiglu-oai", gpt-oss's 1.702 and 7.0 by default). ``gate_up_bias`` [E, 2F] (gate first, as the
     weight) and ``down_bias`` [E, H]: each expert's biases, added to its GEMMs' outputs in fp32.
@@ -324,6 +372,9 @@ class QuantMoE(torch.nn.Module):
         swiglu_limit: float = 7.0,
         gate_up_bias: torch.Tensor | None = None,
         down_bias: torch.Tensor | None = None,
+        n_group: int | None = None,
+        topk_group: int | None = None,
+        routed_scaling: float = 1.0,
     ):
         from .layers import QuantLinear
         from .pack import PackedWeight
@@ -366,6 +417,12 @@ class QuantMoE(torch.nn.Module):
         self.down = torch.nn.ModuleList(QuantLinear.from_packed(w, act, out_dtype) for w in down)
         self.num_experts, self.top_k, self.hidden, self.intermediate = len(gate_up), top_k, h, f2 // 2
         self.scoring, self.renormalize = scoring, renormalize
+        self.n_group, self.topk_group, self.routed_scaling = n_group, topk_group, routed_scaling
+        if n_group is not None or topk_group is not None or routed_scaling != 1.0:  # checked once, here
+            topk_route(
+                torch.zeros(1, len(gate_up)), top_k, scoring=scoring, n_group=n_group, topk_group=topk_group,
+                scaling=routed_scaling,
+            )  # fmt: skip
         self.activation, self.swiglu_alpha, self.swiglu_limit = activation, float(swiglu_alpha), float(swiglu_limit)
         self.register_buffer("correction_bias", correction_bias, persistent=False)
         dev = gate_up[0].codes.device
@@ -429,10 +486,13 @@ class QuantMoE(torch.nn.Module):
         :func:`humming_aot.loading.load_experts`, which names what it accepts and refuses), each
         expert's gate and up projections stacked exactly into one [2F, H] weight, packed for
         ``layout`` ("auto": the preferred layout of the format on ``device``) on ``device``
-        (default: the CPU), with the checkpoint's expert biases and activation (gpt-oss's
-        "swiglu-oai") unless given. ``prefix``: the layer's module, e.g. ``model.layers.3.mlp``.
-        The router is not part of it: ``forward`` takes its logits (gpt-oss: softmax over the
-        top-k logits, which is ``scoring="softmax"`` with ``renormalize=True``, the default).
+        (default: the CPU), with the checkpoint's expert biases, activation (gpt-oss's
+        "swiglu-oai") and router score correction (DeepSeek-V3's ``e_score_correction_bias``)
+        unless given. ``prefix``: the layer's module, e.g. ``model.layers.3.mlp``. The router's
+        weight is not part of it: ``forward`` takes its logits. The routing settings are the
+        model config's, given here: gpt-oss: the defaults (softmax over the top-k logits is
+        ``scoring="softmax"`` with ``renormalize=True``); DeepSeek-V3: ``scoring="sigmoid"``,
+        ``n_group=8``, ``topk_group=4``, ``routed_scaling=2.5``.
 
         On a GPU, experts whose scales are in another float type than the activations (GPTQ's f16
         scales with bf16 activations) and that no compiled kernel takes so have their scales
@@ -462,6 +522,7 @@ class QuantMoE(torch.nn.Module):
         kwargs.setdefault("activation", experts.activation)
         kwargs.setdefault("gate_up_bias", experts.gate_up_bias)
         kwargs.setdefault("down_bias", experts.down_bias)
+        kwargs.setdefault("correction_bias", experts.correction_bias)
         return cls(gu, dn, top_k, **kwargs)
 
     def forward(self, x: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
@@ -531,7 +592,8 @@ class QuantMoE(torch.nn.Module):
         the activations in its expert-sorted order."""
         weights, ids = topk_route(
             router_logits, self.top_k, scoring=self.scoring, renormalize=self.renormalize,
-            correction_bias=self.correction_bias,
+            correction_bias=self.correction_bias, n_group=self.n_group, topk_group=self.topk_group,
+            scaling=self.routed_scaling,
         )  # fmt: skip
         al = moe_align(ids, self.num_experts, 1, check_ids=False)  # topk_route's ids are valid: no host sync
         return weights, al, permute(x, al)
