@@ -571,6 +571,8 @@ def _gpt_oss_experts(where: str, base: str, tensors, convert, layers) -> Checkpo
     if len(gate_up) != len(down):
         raise CheckpointError(f"{where}: {base}gate_up_proj has {len(gate_up)} experts, down_proj {len(down)}")
     n2 = gate_up[0].weight.codes.shape[0]
+    if gate_up[0].weight.group_shape()[0] != 1:  # scales shared by rows would not follow the rows
+        raise CheckpointError(f"{where}: {base}gate_up_proj has scales shared along N; its rows cannot be reordered")
     order = torch.cat([torch.arange(0, n2, 2), torch.arange(1, n2, 2)])
 
     def rows(cw):
