@@ -12,6 +12,10 @@ every token's rows sorted by expert):
 - torch-grouped-bf16: torch._grouped_mm on bf16 experts (the unquantized baseline);
 - cublas-loop: one F.linear (cuBLAS bf16) per expert with rows, the loop a server without grouped
   kernels runs (the counts read on the host when the graph is captured);
+- humming-aot-warp / humming-aot-lone: the same GEMMs on a forced grouped instance of the format,
+  the default one (its producer warp walks the experts' tiles) or its experimental twin ending
+  _lone (one producer thread walks them; built by dev+experimental), of the same tile: the
+  lowest built tile height that holds the rows per expert. For an A/B of the two walks in one build;
 - humming-jit: humming-kernels 0.1.20 (the JIT Humming library) HummingLayer with num_experts,
   quantized from the bf16 experts (u4 g128, bench.JIT_CONFIGS["w4a16"]), its grouped-contiguous
   GEMM on the same rows (expert_layout = the offsets); each new shape and row count compiles
@@ -48,7 +52,11 @@ ap = argparse.ArgumentParser()
 ap.add_argument("out")
 ap.add_argument("--models", default=",".join(MODELS))
 ap.add_argument("--tokens", default="1,8,64,256,1024,4096,16384")
-ap.add_argument("--impls", default="humming-aot,torch-grouped-bf16,cublas-loop", help="add humming-jit for the peer")
+ap.add_argument(
+    "--impls",
+    default="humming-aot,torch-grouped-bf16,cublas-loop",
+    help="add humming-jit for the peer; humming-aot-warp,humming-aot-lone compare the grouped kernels' walks",
+)
 ap.add_argument("--format", default="u4g128-sbf16")
 ap.add_argument("--iters", type=int, default=10)
 args = ap.parse_args()
@@ -56,6 +64,22 @@ impls = args.impls.split(",")
 timer = bench.Timer(256, "read")
 fmt = f"a-bf16_w-{args.format}_c-bf16"
 points, routing = [], []
+
+
+def grouped_instance(rows_per_expert: int, lone: bool) -> str:
+    """The built grouped instance of the format with the lowest tile height that holds
+    rows_per_expert (else the tallest), its producer walking alone (names ending _lone) or not."""
+    from humming_aot import registry
+
+    built = [
+        i
+        for i in registry.instances()
+        if i.name.startswith(f"sm90_wgmma_moe_{fmt}_") and i.name.endswith("_lone") == lone
+    ]
+    if not built:
+        raise RuntimeError(f"this build has no grouped instance of {fmt} {'ending _lone' if lone else ''}")
+    fits = [i for i in built if i.tile[0] >= rows_per_expert]
+    return (min(fits, key=lambda i: i.tile[0]) if fits else max(built, key=lambda i: i.tile[0])).name
 
 
 def median_graph_us(fn) -> float:
@@ -128,7 +152,7 @@ def save() -> None:
 for model in args.models.split(","):
     e, top_k, h, f = MODELS[model]
     stacks = bf16 = None
-    if "humming-aot" in impls:
+    if any(i.startswith("humming-aot") for i in impls):
         stacks = (quantized_stack(e, 2 * f, h), quantized_stack(e, h, f))
     if {"torch-grouped-bf16", "cublas-loop", "humming-jit"} & set(impls):
         # [E, N, K] per GEMM; _grouped_mm takes the transposed view [E, K, N].
@@ -161,11 +185,12 @@ for model in args.models.split(","):
         per_expert = max(1, rows.shape[0] // e)
         for impl in impls:
             try:
-                if impl == "humming-aot":
+                if impl in ("humming-aot", "humming-aot-warp", "humming-aot-lone"):
                     gu, dn = stacks
+                    name = "" if impl == "humming-aot" else grouped_instance(per_expert, impl.endswith("lone"))
                     parts = [
-                        lambda: moe.moe_gemm(rows, gu, al.offsets, fmt, rows_per_expert=per_expert),
-                        lambda: moe.moe_gemm(act, dn, al.offsets, fmt, rows_per_expert=per_expert),
+                        lambda: moe.moe_gemm(rows, gu, al.offsets, fmt, rows_per_expert=per_expert, instance=name),
+                        lambda: moe.moe_gemm(act, dn, al.offsets, fmt, rows_per_expert=per_expert, instance=name),
                     ]
                     wbytes = touched * sum(code_bytes)
                 elif impl == "torch-grouped-bf16":
