@@ -72,8 +72,7 @@ def topk_route(
                 f"{tuple(correction_bias.shape)}"
             )
         correction_bias = correction_bias.to(device=logits.device, dtype=torch.float32).contiguous()
-    if not isinstance(scaling, (int, float)) or isinstance(scaling, bool) or not math.isfinite(scaling):
-        raise ValueError(f"scaling must be a finite number, got {scaling!r}")
+    _check_group_routing(num_experts, top_k, n_group, topk_group, scaling)
     if n_group is not None or topk_group is not None:
         weights, ids = _group_limited(logits, top_k, scoring, renormalize, correction_bias, n_group, topk_group)
     else:
@@ -85,9 +84,12 @@ def topk_route(
     return (weights * scaling if scaling != 1.0 else weights), ids
 
 
-def _group_limited(logits, top_k, scoring, renormalize, bias, n_group, topk_group):
-    """topk_route's group-limited choice (DeepSeek-V3, noaux_tc), in torch."""
-    num_experts = logits.shape[1]
+def _check_group_routing(num_experts: int, top_k: int, n_group, topk_group, scaling) -> None:
+    """ValueError naming the bad one of topk_route's n_group / topk_group / scaling."""
+    if not isinstance(scaling, (int, float)) or isinstance(scaling, bool) or not math.isfinite(scaling):
+        raise ValueError(f"scaling must be a finite number, got {scaling!r}")
+    if n_group is None and topk_group is None:
+        return
     ok = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
     if not (ok(n_group) and ok(topk_group) and n_group >= 1 and num_experts % n_group == 0):
         raise ValueError(
@@ -100,6 +102,11 @@ def _group_limited(logits, top_k, scoring, renormalize, bias, n_group, topk_grou
             f"topk_group must be from 1 to n_group ({n_group}) and its groups hold at least top_k ({top_k}) "
             f"experts ({size} per group), got {topk_group!r}"
         )
+
+
+def _group_limited(logits, top_k, scoring, renormalize, bias, n_group, topk_group):
+    """topk_route's group-limited choice (DeepSeek-V3, noaux_tc), in torch (arguments checked)."""
+    size = logits.shape[1] // n_group
     scores = torch.sigmoid(logits.float()) if scoring == "sigmoid" else torch.softmax(logits.float(), -1)
     choice = scores if bias is None else scores + bias
     t = logits.shape[0]
@@ -418,11 +425,7 @@ class QuantMoE(torch.nn.Module):
         self.num_experts, self.top_k, self.hidden, self.intermediate = len(gate_up), top_k, h, f2 // 2
         self.scoring, self.renormalize = scoring, renormalize
         self.n_group, self.topk_group, self.routed_scaling = n_group, topk_group, routed_scaling
-        if n_group is not None or topk_group is not None or routed_scaling != 1.0:  # checked once, here
-            topk_route(
-                torch.zeros(1, len(gate_up)), top_k, scoring=scoring, n_group=n_group, topk_group=topk_group,
-                scaling=routed_scaling,
-            )  # fmt: skip
+        _check_group_routing(len(gate_up), top_k, n_group, topk_group, routed_scaling)
         self.activation, self.swiglu_alpha, self.swiglu_limit = activation, float(swiglu_alpha), float(swiglu_limit)
         self.register_buffer("correction_bias", correction_bias, persistent=False)
         dev = gate_up[0].codes.device
@@ -557,10 +560,10 @@ class QuantMoE(torch.nn.Module):
         # Blocks of one row pad nothing: every row belongs to an expert and is written below.
         y = x.new_empty(al.capacity, self.hidden, dtype=self.down[0]._out_dtype)
         start = 0
+        biased = self.gate_up_bias is not None or self.down_bias is not None
         for e, c in enumerate(al.counts.tolist()):
             if c == 0:
                 continue
-            biased = self.gate_up_bias is not None or self.down_bias is not None
             expert = torch.full((c,), e, dtype=torch.int64, device=x.device) if biased else None
             act = self._activate(self.gate_up[e](rows[start : start + c]), expert, x.dtype)
             y[start : start + c] = self._biased(self.down[e](act), self.down_bias, expert)
@@ -568,13 +571,14 @@ class QuantMoE(torch.nn.Module):
         return combine(y, al, weights)
 
     @staticmethod
-    def _biased(h: torch.Tensor, bias, expert: torch.Tensor) -> torch.Tensor:
+    def _biased(h: torch.Tensor, bias, expert: torch.Tensor | None) -> torch.Tensor:
         """``h`` plus each row's expert's bias (fp32, then h's type); ``h`` itself without one."""
         return h if bias is None else (h.float() + bias.index_select(0, expert)).to(h.dtype)
 
-    def _activate(self, h: torch.Tensor, expert: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    def _activate(self, h: torch.Tensor, expert: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
         """The experts' activation of gate-up outputs ``h`` [rows, 2F] whose rows belong to experts
-        ``expert`` [rows] (for the biases), in fp32, returned in ``dtype`` for the down GEMM."""
+        ``expert`` [rows] (for the biases; None without them), in fp32, returned in ``dtype`` for
+        the down GEMM."""
         h = h.float()
         if self.gate_up_bias is not None:
             h = h + self.gate_up_bias.index_select(0, expert)

@@ -63,7 +63,7 @@ constexpr int kSchedDense = 0, kSchedGroupedWarp = 1, kSchedGroupedLone = 2;
 // Consumers: consumer warpgroups, 64 channels each (BN = 64 x Consumers).
 // KAtoms:    64-input blocks per stage (BK = 64 x KAtoms; layout 3 pads K to 128, so 1 or 2).
 // Stages:    depth of the shared-memory ring.
-// Sched:     the scheduler kind (SchedKind): the dense one (persistent, stream-K for the tail), or
+// Sched:     the scheduler kind (kSched* above): the dense one (persistent, stream-K for the tail), or
 //            the grouped mixture-of-experts one (scheduler/moe.h: every expert's rows against its
 //            own weight, whole tiles), whose producer walks the experts' tiles as a warp or alone.
 //            A template parameter, so that the dense kernels hold no trace of the grouped walk.
