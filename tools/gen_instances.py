@@ -225,11 +225,12 @@ def _weight_only_key(act, code, zero, group, layout, tile, stages, threads, smem
     return _tensor_core_key(act, 0, code, group, act, zero, act, layout, tile, stages, threads, smem)
 
 
-def _sm90_smem(stage_bytes: int, stages: int) -> int:
+def _sm90_smem(stage_bytes: int, stages: int, barrier_sets: int = 2) -> int:
     """Dynamic shared memory of an sm90 kernel (its kSmemTotal; each instance's translation unit
-    asserts the two agree): alignment slack, the ring, a full and an empty mbarrier per stage, the
-    stream-K fix-up flag."""
-    return 1024 + stage_bytes * stages + stages * 16 + 16
+    asserts the two agree): alignment slack, the ring, a full and an empty mbarrier per stage (and a
+    "converted" one where the producer converts the codes: barrier_sets 3), the stream-K fix-up
+    flag."""
+    return 1024 + stage_bytes * stages + stages * 8 * barrier_sets + 16
 
 
 def _weight_only_instance(name, backend, matrix, archs, act, code, zero, targs, key) -> Instance:
@@ -340,8 +341,13 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
     for _, (act, code, scale, group, o, tile_name) in combos:
         t = matrix["tiles"][tile_name]
         bm, consumers, stages, batch = t["bm"], t["consumers"], t["stages"], t.get("batch", 1)
+        # "convert": "producer": the producer warpgroup's idle warps convert 4-bit codes into an
+        # 8-bit box in each stage (names end _pc); else each consumer thread in registers.
+        staged = t.get("convert", "registers") == "producer"
         bn, bk = 64 * consumers, 128
         four = F.dtype(code).bits == 4
+        if staged and not four:  # 8-bit codes need no conversion
+            continue
         # Batches of stages (8-bit floats): their sums fit, the ring holds them and one more.
         if batch > 1 and (act == "i8" or batch * bm // 2 > 64 or stages < batch + 1):
             continue
@@ -360,18 +366,24 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
             weight = f"{code}g{group}n{group}-s{scale}" if blocks else f"{code}g{group}-s{scale}"
         act_name = f"{act}-g{group}" if blocks else f"{act}-pt"
         name = (
-            f"sm90_wgmma_{matrix['scheduler']}_a-{act_name}_w-{weight}_c-{o}_t{bm}x{bn}x{bk}_w1x{consumers}x1_s{stages}"
-        ) + (f"_b{batch}" if batch > 1 else "")
+            (
+                f"sm90_wgmma_{matrix['scheduler']}_a-{act_name}_w-{weight}_c-{o}_t{bm}x{bn}x{bk}_w1x{consumers}x1_s{stages}"
+            )
+            + (f"_b{batch}" if batch > 1 else "")
+            + ("_pc" if staged else "")
+        )
         group_n = group if blocks else 1
         targs = tuple(f"{_dtype_id(v)}u" for v in (act, code, scale)) + (str(group), str(group_n), f"{_dtype_id(o)}u")
-        targs += (str(bm), str(consumers), str(stages), str(batch))
+        targs += (str(bm), str(consumers), str(stages), str(batch), "1" if staged else "0")
         # A box of weights (bn rows of bk codes: 64 bytes each with 4-bit codes) and one of
         # activations per stage. Then the scales: with blocks, fp32, bm of the activations and one per
         # 128-channel weight block the tile touches; with groups, the bn channels' in their type.
         wblocks = ((64 if bn % 128 else 0) + bn + 127) // 128
         scales = (bm + wblocks) * 4 if blocks else (bn * F.dtype(scale).bits // 8 if group else 0)
         stage = bn * bk * F.dtype(code).bits // 8 + bm * bk + scales
-        smem = _sm90_smem((stage + 1023) // 1024 * 1024, stages)
+        # With the producer's conversion, the 8-bit box (bn rows of bk bytes) after them.
+        stage = (stage + 1023) // 1024 * 1024 + (bn * bk if staged else 0)
+        smem = _sm90_smem(stage, stages, barrier_sets=3 if staged else 2)
         if smem > SM90_MAX_SMEM:
             continue
         # act_granularity 1: ActScale::kToken; 2: ActScale::kGroup

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "humming/backend/sm90/operand_convert.h"
+#include "humming/backend/sm90/stage_convert.h"
 #include "humming/humming.h"
 #include "humming/numeric/nibble_lut.h"
 #include "humming/scheduler/moe.h"
@@ -544,6 +545,40 @@ void test_nibble_fragments() {
   EXPECT(bad == 0, "%d fragment bytes wrong", bad);
 }
 
+// The W4A8 stage conversion of the producer's converter warps (backend/sm90/stage_convert.h): a box
+// of random codes in the TMA's 64-byte swizzle, converted by three threads' shares (a count that
+// does not divide the units, as the three converter warps' 96 threads do not divide a 128-row box's
+// 512), must give every code's operand byte at its place in the 128-byte swizzle the WGMMA
+// descriptors read (input k of row r at byte (k % 16) of unit (k / 16) ^ (r % 8) of the row's 128).
+void test_stage_conversion() {
+  std::mt19937 rng(12);
+  for (const DType code : {dtypes::e2m1, dtypes::int_type(4), dtypes::uint_type(4)}) {
+    const numeric::NibbleTable table = numeric::nibble_table(code, false);
+    constexpr int kRows = 128, kCodes = 128;
+    std::vector<uint8_t> codes(kRows * kCodes);
+    for (auto &c : codes) c = static_cast<uint8_t>(rng() & 0xFu);
+    alignas(16) static uint8_t box[kRows * 64], out[kRows * 128];
+    std::memset(box, 0, sizeof(box));
+    std::memset(out, 0xAB, sizeof(out));
+    for (int r = 0; r < kRows; ++r)
+      for (int k = 0; k < kCodes; ++k) {
+        const int byte = k / 2, unit = byte / 16, swizzled = unit ^ ((r / 2) % 4);
+        box[r * 64 + swizzled * 16 + byte % 16] |= static_cast<uint8_t>(codes[r * kCodes + k] << (4 * (k % 2)));
+      }
+    for (int i = 0; i < 3; ++i)
+      sm90::convert_stage_codes<kRows, 3>(reinterpret_cast<const char *>(box), reinterpret_cast<char *>(out), i, table);
+    int bad = 0;
+    for (int r = 0; r < kRows; ++r)
+      for (int k = 0; k < kCodes; ++k) {
+        const float want = decode(code, codes[r * kCodes + k]) - (code.kind == kUInt ? 8.0f : 0.0f);
+        const float got = decode(dtypes::e4m3, out[r * 128 + 16 * ((k / 16) ^ (r % 8)) + k % 16]);
+        if (got != want && bad++ < 5)
+          EXPECT(false, "code type %u.%u, row %d input %d: %g, not %g", code.kind, code.bits, r, k, got, want);
+      }
+    EXPECT(bad == 0, "%d converted bytes wrong", bad);
+  }
+}
+
 // Tile costs cover the kernels of their class: a key without one the 16-bit activation
 // (weight-only) kernels of any code width, a class its activation and code widths, a batch only
 // the tiles of that batch (their names end with _b<batch>).
@@ -580,6 +615,7 @@ void test_tile_cost_classes() {
 int main() {
   test_nibble_operands();
   test_nibble_fragments();
+  test_stage_conversion();
   test_stream_k_policy();
   test_persistent_plans();
   test_grouped_raster();

@@ -15,7 +15,12 @@
 // tensor cores run the other warpgroups' stages (and, in a batch, its own stage before); the
 // WGMMAs then take A from registers. Nothing is
 // written back to shared memory, so no proxy fence or barrier sits between the conversion and
-// the tensor cores. The values of these codes are exact in the 8-bit operand, so their scales stay
+// the tensor cores. Or, in the tiles with StagedCodes, the producer warpgroup's idle warps convert
+// each stage's codes into an 8-bit box beside them in the stage (backend/sm90/stage_convert.h),
+// fence them for the async proxy and arrive on the stage's "converted" barrier; the consumers wait
+// on that barrier instead of "full" and run exactly the 8-bit codes' loop, both operands through
+// descriptors, so the conversion runs beside the tensor cores instead of between a warpgroup's
+// groups. The values of these codes are exact in the 8-bit operand, so their scales stay
 // on the sums as for 8-bit codes. The roles are those
 // of the weight-only kernel (sm90_dense.cuh): the weights are the instruction's M (64 channels per consumer warpgroup)
 // and the tokens its N (BM: 8 to 128 for 8-bit floats, to 256 for integers), so a decode launch of one token runs m64n8
@@ -57,6 +62,7 @@
 #include "humming/backend/sm90/operand_convert.h"
 #include "humming/backend/sm90/pipeline.h"
 #include "humming/backend/sm90/ptx.h"
+#include "humming/backend/sm90/stage_convert.h"
 #include "humming/backend/sm90/tensor_map.h"
 #include "humming/epilogue/store.h"
 #include "humming/epilogue/streamk_fixup.h"
@@ -90,19 +96,31 @@ constexpr int kOverlapSpareRegs = 32;
 //            before it waits for them. Small tiles run short groups, and a stage's chain (wait,
 //            issue, retire, add, hand back) rather than bytes bounds decode: a batch of stages pays
 //            it once. Each stage of a batch is held until the batch retires.
+// StagedCodes: 4-bit codes only: 1 where the producer warpgroup's idle warps convert each stage's
+//            codes into an 8-bit box in the stage (the consumers then read both operands from
+//            shared memory), 0 where each consumer thread converts its own fragments in registers.
 template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, int GroupN, uint32_t OutId, int BM,
-          int Consumers, int Stages, int Batch = 1>
+          int Consumers, int Stages, int Batch = 1, int StagedCodes = 0>
 struct DenseA8 {
   static constexpr bool kE5m2 = ActId == dtypes::e5m2.id();
   static constexpr bool kInt = ActId == dtypes::i8.id();
   static constexpr DType kCode = DType::from_id(CodeId);
-  // 4-bit codes, turned into 8-bit register A fragments by the consumers.
+  // 4-bit codes: turned into 8-bit operands in the stage by the producer's converter warps
+  // (kStaged), or into register A fragments by the consumers (kRegFrags).
   static constexpr bool kFour = kCode.bits == 4;
+  static constexpr bool kStaged = kFour && StagedCodes != 0;
+  static constexpr bool kRegFrags = kFour && !kStaged;
+  // The producer warpgroup's converter warps (kStaged): those that neither copy (warp 0) nor, with
+  // scales per 128 inputs, load scales (warp 1).
+  static constexpr int kConvWarps = kStaged ? (GroupK != 0 ? 2 : 3) : 0;
+  static constexpr int kConvThreads = 32 * kConvWarps;
   // The tensor cores' sums: fp32 for 8-bit floats, s32 for integers.
   using Sum = std::conditional_t<kInt, int32_t, float>;
   static constexpr bool kBlocks = GroupK != 0 && GroupN != 1;
   static constexpr bool kGroups = GroupK != 0 && GroupN == 1;
-  // Registers of a producer thread: the scale warp computes addresses per stage.
+  // Registers of a producer thread: the scale warp computes addresses per stage (the converter
+  // warps of kStaged fit 40: a unit's 4 words of codes and 8 of operands, two units unrolled; with
+  // 56 for them, the consumers of the 128-token tile spilled).
   static constexpr int kProducerRegs = GroupK != 0 ? 56 : 40;
   static constexpr int kTileM = BM;
   static constexpr int BN = 64 * Consumers;
@@ -126,10 +144,16 @@ struct DenseA8 {
   static constexpr int kSBytes = kBlocks ? (BM + kWeightBlocks) * 4 : (kGroups ? BN * kScaleBytes : 0);
   // Arrivals of the scale warp on each stage's full barrier (one per lane, produce_scales).
   static constexpr int kScaleArrivals = GroupK != 0 ? 32 : 0;
-  static constexpr int kStageBytes = (kWBytes + kABytes + kSBytes + 1023) / 1024 * 1024;
+  // kStaged: the converted box (BN rows of 128 operand bytes, 128-byte swizzle) after the scales,
+  // where its swizzle repeats. The consumers' weight operand: that box, or the TMA's box of 8-bit
+  // codes at the stage's start.
+  static constexpr int kCvtOffset = kStaged ? (kWBytes + kABytes + kSBytes + 1023) / 1024 * 1024 : 0;
+  static constexpr int kCvtBytes = kStaged ? BN * BK : 0;
+  static constexpr int kStageBytes = (kWBytes + kABytes + kSBytes + 1023) / 1024 * 1024 + kCvtBytes;
   static constexpr int kRingBytes = Stages * kStageBytes;
-  // Alignment slack, the ring, a full and an empty barrier per stage, the fix-up flag.
-  static constexpr int kSmemTotal = 1024 + kRingBytes + Stages * 16 + 16;
+  // Alignment slack, the ring, its barriers (a full and an empty one per stage, and a converted one
+  // when kStaged), the fix-up flag.
+  static constexpr int kSmemTotal = 1024 + kRingBytes + ring_barrier_bytes<Stages, kConvThreads>() + 16;
   // 8-bit floats x 8-bit codes, one stage per batch: whether the consumers keep a group in flight
   // while they add up the stage before (mainloop_overlapped), which takes a second set of stage
   // sums; where it fits the consumers' registers with room for the rest. Measured on the H200
@@ -139,7 +163,10 @@ struct DenseA8 {
   // 4-bit codes, which would also keep a second set of fragments, lost 7.5 % in t64 and 1.9 % in
   // t32 (their fragment loads then wait behind the adds), so they keep mainloop_promoted.
   static constexpr int kConsumerRegs = RegSplit<Consumers, kProducerRegs>::kConsumer;
-  static constexpr bool kOverlap = !kInt && !kFour && Batch == 1 && 3 * kAcc <= kConsumerRegs - kOverlapSpareRegs;
+  // Scales per channel and 128 inputs (4-bit codes converted in the stage) take 8 registers more
+  // in the adds: the 128-token tile spilled 8 bytes without them (ptxas, CUDA 13.0).
+  static constexpr bool kOverlap =
+      !kInt && !kRegFrags && Batch == 1 && 3 * kAcc <= kConsumerRegs - kOverlapSpareRegs - (kGroups ? 8 : 0);
 
   static_assert(ActId == dtypes::e4m3.id() || ActId == dtypes::e5m2.id() || kInt, "activations are e4m3, e5m2 or i8");
   static_assert(CodeId == (kInt ? dtypes::i8.id() : dtypes::e4m3.id()) || CodeId == dtypes::uint_type(4).id() ||
@@ -162,6 +189,7 @@ struct DenseA8 {
   static_assert(Batch == 1 || (Batch > 1 && !kInt && Batch * kAcc <= 64),
                 "batches of stages for 8-bit floats, whose sums fit the registers");
   static_assert(Stages >= Batch + 1, "the ring holds the batch and more");
+  static_assert(StagedCodes == 0 || kFour, "only 4-bit codes are converted in the stage");
 
   struct Params {
     CUtensorMap act;    // activations [m][k] bytes, boxes of BM rows x 128
@@ -217,16 +245,35 @@ struct DenseA8 {
     });
   }
 
+  // Converter thread i of the producer warpgroup (kStaged): every stage of every segment of this
+  // block, in order, once its copies have landed: its share of the codes turned into the stage's
+  // 8-bit box (backend/sm90/stage_convert.h), fenced for the WGMMAs' reads (async proxy), then
+  // one arrival on the stage's converted barrier. The stage's next fill waits for the consumers'
+  // release, which comes after they waited on this barrier, so nothing overwrites the box early.
+  static __device__ __forceinline__ void produce_converted(const Params &p, char *ring_ptr, uint32_t bars, int i) {
+    constexpr numeric::NibbleTable table = numeric::nibble_table(kCode, kInt);
+    RingPos pos;
+    for_each_segment(p.plan, blockIdx.x, [&](int64_t, int64_t kt0, int64_t kt1) {
+      for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
+        mbar_wait(ring_bar<Stages>(bars, 0, pos.stage), pos.phase);
+        char *stage = ring_ptr + pos.stage * kStageBytes;
+        convert_stage_codes<BN, kConvThreads>(stage, stage + kCvtOffset, i, table);
+        fence_proxy_async_smem();
+        mbar_arrive(ring_bar<Stages>(bars, 2, pos.stage));
+      }
+    });
+  }
+
   // This thread's A fragments of one stage with 4-bit codes (frag[step][r]: register r of k32
   // step `step`, backend/sm90/operand_convert.h); unused with 8-bit codes.
   using Frags = uint32_t[kSteps][4];
 
-  // Waits for stage `pos`; with 4-bit codes, reads this thread's fragments of warpgroup cw's 64
-  // rows out of it.
+  // Waits for stage `pos` (kStaged: for its converted box); with fragments in registers, reads
+  // this thread's fragments of warpgroup cw's 64 rows out of it.
   static __device__ __forceinline__ void fetch(const char *ring_ptr, uint32_t bars, RingPos pos, int cw, int t,
                                                Frags &af) {
-    mbar_wait(ring_bar<Stages>(bars, 0, pos.stage), pos.phase);
-    if constexpr (kFour) {
+    mbar_wait(ring_bar<Stages>(bars, kStaged ? 2 : 0, pos.stage), pos.phase);
+    if constexpr (kRegFrags) {
       // Operand bytes of the codes (numeric/nibble_lut.h), as immediates.
       constexpr numeric::NibbleTable table = numeric::nibble_table(kCode, kInt);
       nibble_fragments(ring_ptr + pos.stage * kStageBytes, cw * 64, t, table, af);
@@ -234,14 +281,14 @@ struct DenseA8 {
   }
 
   // Issues the four k32 steps of stage `pos` (fetched) into `d` as one group (the first starting
-  // `d` afresh when Fresh): the weights from fragments `af` (4-bit codes) or from consumer cw's
-  // rows of the stage's box, 64 x 128 bytes in. The fragments and sums are final before the fence
-  // (the compiler may not sink their writes past it).
+  // `d` afresh when Fresh): the weights from fragments `af` (kRegFrags) or from consumer cw's
+  // rows of the stage's 8-bit box (the TMA's, or the converted one), 64 x 128 bytes in. The
+  // fragments and sums are final before the fence (the compiler may not sink their writes past it).
   template <bool Fresh>
   static __device__ __forceinline__ void issue_stage(uint32_t ring, RingPos pos, int cw, Frags &af, Sum (&d)[kAcc]) {
     const uint32_t stage = ring + pos.stage * kStageBytes;
-    const uint64_t da = desc_sw128(stage + cw * 64 * BK), db = desc_sw128(stage + kWBytes);
-    if constexpr (kFour)
+    const uint64_t da = desc_sw128(stage + kCvtOffset + cw * 64 * BK), db = desc_sw128(stage + kWBytes);
+    if constexpr (kRegFrags)
 #pragma unroll
       for (int step = 0; step < kSteps; ++step) fence_regs(af[step]);
     fence_regs(d);
@@ -249,11 +296,11 @@ struct DenseA8 {
 #pragma unroll
     for (int step = 0; step < kSteps; ++step) {
       const int accumulate = Fresh && step == 0 ? 0 : 1;
-      if constexpr (kInt && kFour)
+      if constexpr (kInt && kRegFrags)
         WgmmaS8<BM>::run(d, af[step], db + 2 * step, accumulate);
       else if constexpr (kInt)
         WgmmaS8<BM>::run(d, da + 2 * step, db + 2 * step, accumulate);
-      else if constexpr (kFour)
+      else if constexpr (kRegFrags)
         WgmmaFp8<BM, kE5m2>::run(d, af[step], db + 2 * step, accumulate);
       else
         WgmmaFp8<BM, kE5m2>::run(d, da + 2 * step, db + 2 * step, accumulate);
@@ -347,7 +394,7 @@ struct DenseA8 {
   // it adds. Without it, the consumer warpgroups of a block, which take each stage together, all
   // add at once after their groups retire, and the tensor cores wait. Two stages per trip, so that
   // each set of sums has fixed registers (ptxas keeps the WGMMAs asynchronous only so). 8-bit
-  // codes only (kOverlap): the fragment sets `af` stay empty.
+  // codes only, or 4-bit ones converted in the stage (kOverlap): the fragment sets `af` stay empty.
   static __device__ __forceinline__ void mainloop_overlapped(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
                                                              int64_t n, int cw, int wblock, int col, int t,
                                                              float (&acc)[kAcc]) {
@@ -471,7 +518,7 @@ struct DenseA8 {
   }
 
   static __device__ __forceinline__ void run(const Params &p, char *smem) {
-    run_block<Stages, Consumers, kRingBytes, 1 + kScaleArrivals, kProducerRegs>(
+    run_block<Stages, Consumers, kRingBytes, 1 + kScaleArrivals, kProducerRegs, kConvThreads>(
         smem,
         [&] {
           prefetch_tensor_map(&p.act);
@@ -480,6 +527,7 @@ struct DenseA8 {
         [&](int t, uint32_t ring, char *ring_ptr, uint32_t bars) {
           if (t == 0) produce(p, ring, bars);
           if (GroupK != 0 && t / 32 == 1) produce_scales(p, ring, bars, t % 32);
+          if (kStaged && t >= 128 - kConvThreads) produce_converted(p, ring_ptr, bars, t - (128 - kConvThreads));
         },
         [&](uint32_t ring, char *ring_ptr, uint32_t bars, volatile int *flag) {
           consume(p, ring, ring_ptr, bars, flag);
@@ -496,8 +544,8 @@ struct DenseA8 {
 
 #define HUMMING_SM90_A8_TARGS                                                                                          \
   uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, int GroupN, uint32_t OutId, int BM, int Consumers,    \
-      int Stages, int Batch
-#define HUMMING_SM90_A8_ARGS ActId, CodeId, ScaleId, GroupK, GroupN, OutId, BM, Consumers, Stages, Batch
+      int Stages, int Batch, int StagedCodes
+#define HUMMING_SM90_A8_ARGS ActId, CodeId, ScaleId, GroupK, GroupN, OutId, BM, Consumers, Stages, Batch, StagedCodes
 
 template <HUMMING_SM90_A8_TARGS> Status can_implement_a8(const GemmArgs &args) {
   using K = DenseA8<HUMMING_SM90_A8_ARGS>;

@@ -42,17 +42,28 @@ template <int Consumers, int Producer = 40> struct RegSplit {
   static_assert(kConsumer >= kStart, "the consumers never give registers back");
 };
 
-// Barrier `stage` of the ring's "full" (i = 0) or "empty" (i = 1) set, from the first barrier.
+// Barrier `stage` of the ring's "full" (i = 0), "empty" (i = 1) or "converted" (i = 2: kernels
+// whose producer warpgroup converts each stage's codes in place before the consumers read them)
+// set, from the first barrier.
 template <int Stages> __device__ __forceinline__ uint32_t ring_bar(uint32_t bars, int i, uint32_t stage) {
   return bars + 8 * (i * Stages + stage);
 }
 
+// Bytes of the ring's barriers: the full and empty sets, and the converted one where the producer
+// converts (ConvertArrivals > 0).
+template <int Stages, int ConvertArrivals = 0> __host__ __device__ constexpr int ring_barrier_bytes() {
+  return 8 * Stages * (ConvertArrivals > 0 ? 3 : 2);
+}
+
 // One thread: every stage's "full" barrier waits for `FullArrivals` producer arrivals (and the
-// bytes of their copies), every "empty" one for one arrival per consumer thread.
-template <int Stages, int Consumers, int FullArrivals = 1> __device__ __forceinline__ void init_ring(uint32_t bars) {
+// bytes of their copies), every "empty" one for one arrival per consumer thread, every "converted"
+// one (where ConvertArrivals > 0) for ConvertArrivals arrivals of the converting threads.
+template <int Stages, int Consumers, int FullArrivals = 1, int ConvertArrivals = 0>
+__device__ __forceinline__ void init_ring(uint32_t bars) {
   for (int s = 0; s < Stages; ++s) {
     mbar_init(ring_bar<Stages>(bars, 0, s), FullArrivals);
     mbar_init(ring_bar<Stages>(bars, 1, s), 128 * Consumers);
+    if constexpr (ConvertArrivals > 0) mbar_init(ring_bar<Stages>(bars, 2, s), ConvertArrivals);
   }
   mbar_init_fence();
 }
@@ -83,22 +94,25 @@ inline bool allow_smem(const void *kernel, int bytes) {
 }
 
 // A block's dynamic shared memory: the ring (1024-byte aligned, where the 128-byte swizzle
-// repeats), then the full and empty barriers, then the stream-K fix-up flag. The caller runs
+// repeats), then the full and empty barriers (and the converted ones), then the stream-K fix-up
+// flag. The caller runs
 // `prefetch` on thread 0 while it sets up the barriers, then the producer warpgroup gives registers
 // back and each of its threads runs produce(t, ring, ring_ptr, bars) with t its index (the kernel
 // picks which work); the consumers take the registers and run consume(ring, ring_ptr, bars, flag).
 // Stages: ring depth; Consumers: consumer warpgroups; RingBytes: bytes of the ring;
-// FullArrivals: producer arrivals each fill of a stage makes (init_ring); ProducerRegs: RegSplit's.
-template <int Stages, int Consumers, int RingBytes, int FullArrivals, int ProducerRegs, class Prefetch, class Produce,
-          class Consume>
+// FullArrivals: producer arrivals each fill of a stage makes (init_ring); ProducerRegs: RegSplit's;
+// ConvertArrivals: arrivals of the producer's converting threads per stage (0: none convert).
+template <int Stages, int Consumers, int RingBytes, int FullArrivals, int ProducerRegs, int ConvertArrivals = 0,
+          class Prefetch, class Produce, class Consume>
 __device__ __forceinline__ void run_block(char *smem, Prefetch prefetch, Produce produce, Consume consume) {
   const uint32_t raw = smem_addr(smem);
   const uint32_t ring = (raw + 1023u) & ~1023u;
   char *ring_ptr = smem + (ring - raw);
   const uint32_t bars = ring + RingBytes;
-  volatile int *flag = reinterpret_cast<volatile int *>(ring_ptr + RingBytes + Stages * 16);
+  volatile int *flag =
+      reinterpret_cast<volatile int *>(ring_ptr + RingBytes + ring_barrier_bytes<Stages, ConvertArrivals>());
   if (threadIdx.x == 0) {
-    init_ring<Stages, Consumers, FullArrivals>(bars);
+    init_ring<Stages, Consumers, FullArrivals, ConvertArrivals>(bars);
     prefetch();
   }
   __syncthreads();

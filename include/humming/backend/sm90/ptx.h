@@ -48,6 +48,13 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
                : "memory");
 }
 
+// Orders this thread's generic-proxy writes to shared memory before later async-proxy reads of it
+// (the WGMMAs' descriptors): a thread that stored operands runs it before it arrives on the barrier
+// the WGMMAs' warpgroups wait on.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 // ---- small asynchronous copies ---------------------------------------------------------------
 
 // Four bytes from global memory into shared memory without waiting for them (cp.async): zeros
