@@ -188,9 +188,14 @@ for model in args.models.split(","):
                 if impl in ("humming-aot", "humming-aot-warp", "humming-aot-lone"):
                     gu, dn = stacks
                     name = "" if impl == "humming-aot" else grouped_instance(per_expert, impl.endswith("lone"))
+                    routed = tokens * top_k  # picks the producer's walk where no instance is forced
                     parts = [
-                        lambda: moe.moe_gemm(rows, gu, al.offsets, fmt, rows_per_expert=per_expert, instance=name),
-                        lambda: moe.moe_gemm(act, dn, al.offsets, fmt, rows_per_expert=per_expert, instance=name),
+                        lambda: moe.moe_gemm(
+                            rows, gu, al.offsets, fmt, rows_per_expert=per_expert, instance=name, assignments=routed
+                        ),
+                        lambda: moe.moe_gemm(
+                            act, dn, al.offsets, fmt, rows_per_expert=per_expert, instance=name, assignments=routed
+                        ),
                     ]
                     wbytes = touched * sum(code_bytes)
                 elif impl == "torch-grouped-bf16":

@@ -2,6 +2,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -421,6 +422,38 @@ const InstanceInfo *estimated_choice(const DispatchTable &t, const std::vector<c
 
 } // namespace
 
+bool grouped_walk_alone(int64_t assignments, int32_t experts, int64_t n, int tile_m, int tile_n, int sms) {
+  if (assignments <= 0 || experts <= 0 || tile_m <= 0 || tile_n <= 0 || sms <= 0) return false;
+  // Experts a uniform routing of `assignments` rows touches, on average.
+  const double e = experts;
+  const double touched = e * (1.0 - std::pow(1.0 - 1.0 / e, static_cast<double>(assignments)));
+  const double row_tiles = std::max(touched, std::ceil(static_cast<double>(assignments) / tile_m));
+  const double tiles = row_tiles * static_cast<double>((n + tile_n - 1) / tile_n);
+  return tiles >= kLoneTilesPerSm * sms;
+}
+
+namespace {
+
+// The grouped instance to run in place of `chosen`: its twin of the same tile with the other walk
+// over the experts' tiles (names ending "_lone", or not), where the candidates have it and
+// grouped_walk_alone asks for that walk; else `chosen`.
+const InstanceInfo *grouped_walk_choice(const InstanceInfo *chosen, const std::vector<const InstanceInfo *> &candidates,
+                                        const GemmArgs &args, int sms) {
+  if (args.experts <= 0 || chosen == nullptr || !runs_experts(*chosen)) return chosen;
+  static const std::string kLone = "_lone";
+  const std::string name = chosen->name;
+  const bool is_lone = name.size() > kLone.size() && name.compare(name.size() - kLone.size(), kLone.size(), kLone) == 0;
+  const bool alone =
+      grouped_walk_alone(args.expert_assignments, args.experts, args.dims.n, chosen->tile_m, chosen->tile_n, sms);
+  if (alone == is_lone) return chosen;
+  const std::string twin = is_lone ? name.substr(0, name.size() - kLone.size()) : name + kLone;
+  for (const InstanceInfo *c : candidates)
+    if (twin == c->name) return c;
+  return chosen;
+}
+
+} // namespace
+
 const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::string *why) {
   std::string reasons;
   std::vector<const InstanceInfo *> candidates;
@@ -447,26 +480,30 @@ const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::
              (reasons.empty() ? "" : ": " + reasons);
     return nullptr;
   }
-  if (const DispatchTable *t = table_for(cc, sms)) {
-    size_t r = t->first_range;
-    const size_t last = t->first_range + t->range_count - 1;
-    const auto covers = [&](const DispatchRange &d) {
-      return (d.m_max < 0 || args.m <= d.m_max) && args.dims.n >= d.n_min && (d.k_max <= 0 || args.dims.k <= d.k_max);
-    };
-    while (r < last && !covers(generated::kDispatchRanges[r])) ++r;
-    if (generated::kDispatchRanges[r].estimate)
-      if (const InstanceInfo *c = estimated_choice(*t, candidates, args, sms)) return c;
-    std::stringstream prefs(generated::kDispatchRanges[r].prefer);
-    std::string pattern;
-    while (std::getline(prefs, pattern, '|'))
-      for (const InstanceInfo *c : candidates)
-        if (glob_match(pattern.c_str(), c->name)) return c;
-    // (The binding caches choices per problem, so this string work is not on its hot path.)
-  }
-  // Registry order is name order; fast backends first.
-  for (const InstanceInfo *c : candidates)
-    if (std::string(c->backend) != "generic") return c;
-  return candidates.front();
+  // The table's choice (or the registry's order), then the walk a grouped GEMM's size asks for.
+  const auto pick = [&]() -> const InstanceInfo * {
+    if (const DispatchTable *t = table_for(cc, sms)) {
+      size_t r = t->first_range;
+      const size_t last = t->first_range + t->range_count - 1;
+      const auto covers = [&](const DispatchRange &d) {
+        return (d.m_max < 0 || args.m <= d.m_max) && args.dims.n >= d.n_min && (d.k_max <= 0 || args.dims.k <= d.k_max);
+      };
+      while (r < last && !covers(generated::kDispatchRanges[r])) ++r;
+      if (generated::kDispatchRanges[r].estimate)
+        if (const InstanceInfo *c = estimated_choice(*t, candidates, args, sms)) return c;
+      std::stringstream prefs(generated::kDispatchRanges[r].prefer);
+      std::string pattern;
+      while (std::getline(prefs, pattern, '|'))
+        for (const InstanceInfo *c : candidates)
+          if (glob_match(pattern.c_str(), c->name)) return c;
+      // (The binding caches choices per problem, so this string work is not on its hot path.)
+    }
+    // Registry order is name order; fast backends first.
+    for (const InstanceInfo *c : candidates)
+      if (std::string(c->backend) != "generic") return c;
+    return candidates.front();
+  };
+  return grouped_walk_choice(pick(), candidates, args, sms);
 }
 
 namespace {

@@ -407,7 +407,7 @@ def test_full_matrix_gives_every_sm80_format_a_fast_instance_per_range(cc):
 
 SM90_RE = re.compile(
     r"sm90_wgmma_(?P<sched>dense|moe)_a-(?P<act>[^_]+)_w-(?P<weight>[^_]+)_c-(?P<out>[^_]+)"
-    r"_t(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w1x(?P<wg>\d)x1_s(?P<stages>\d+)$"
+    r"_t(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w1x(?P<wg>\d)x1_s(?P<stages>\d+)(?P<lone>_lone)?$"
 )
 
 
@@ -423,8 +423,11 @@ def test_sm90_names_spell_format_and_tile(all_names):
     for i in insts:
         m = SM90_RE.match(i.name)
         assert m, i.name
-        sched = "sm90::kSchedGroupedWarp" if i.scheduler == "moe" else "sm90::kSchedDense"
+        # grouped instances ending _lone walk the experts' tiles with one producer thread
+        walk = "Lone" if m["lone"] else "Warp"
+        sched = f"sm90::kSchedGrouped{walk}" if i.scheduler == "moe" else "sm90::kSchedDense"
         assert m["sched"] == i.scheduler and i.template_args[-1] == sched
+        assert not m["lone"] or i.scheduler == "moe"
         assert m["act"] == m["out"] == i.act
         assert (int(m["bm"]), int(m["bn"]), int(m["bk"]), int(m["stages"])) in tiles
         assert int(m["bn"]) == 64 * int(m["wg"]) and i.key["threads"] == 128 * (1 + int(m["wg"]))
@@ -433,17 +436,23 @@ def test_sm90_names_spell_format_and_tile(all_names):
     assert not any(i.backend == "sm90" for i in gen_mod.enumerate_instances(["80", "86", "89"], "full"))
 
 
-def test_lone_producer_moe_instances_are_experimental():
-    """The grouped tiles whose producer walks alone (names ending _lone) are built by experimental
-    profiles only, each the twin of a default grouped instance with the same tile."""
+def test_lone_producer_moe_instances_are_twins_of_default_ones():
+    """The grouped tiles whose producer walks alone (names ending _lone) are each the twin of a
+    default grouped instance with the same tile and key (so the dispatcher can swap one for the
+    other per call). dev and ci build those GPU-tested on the H200 (bf16 u4 g128); the f16 and u8
+    twins, not yet run on a GPU, only experimental profiles."""
     gen_mod = _load_generator()
     dev = {i.name: i for i in gen_mod.enumerate_instances(["90a"], "dev")}
     exp = {i.name: i for i in gen_mod.enumerate_instances(["90a"], "dev+experimental")}
-    lone = [i for n, i in exp.items() if n.endswith("_lone")]
-    assert lone and not any(n.endswith("_lone") for n in dev)
-    assert any(i.name.endswith("_lone") for i in gen_mod.enumerate_instances(["90a"], "ci+experimental"))
-    for i in lone:
-        twin = dev[i.name[: -len("_lone")]]
+    lone_dev = [n for n in dev if n.endswith("_lone")]
+    assert lone_dev and all(n.startswith("sm90_wgmma_moe_a-bf16_w-u4g128-") for n in lone_dev)
+    assert any(n.endswith("_lone") for n in (i.name for i in gen_mod.enumerate_instances(["90a"], "ci")))
+    only_exp = [n for n in exp if n.endswith("_lone") and n not in dev]
+    assert only_exp and all("_a-f16_" in n or "_w-u8gc-" in n for n in only_exp)
+    for name, i in exp.items():
+        if not name.endswith("_lone"):
+            continue
+        twin = exp[name[: -len("_lone")]]
         assert i.scheduler == twin.scheduler == "moe" and i.key == twin.key
         assert i.template_args[:-1] == twin.template_args[:-1] and i.template_args[-1] == "sm90::kSchedGroupedLone"
 

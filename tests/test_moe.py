@@ -339,6 +339,8 @@ def test_moe_gemm_on_the_cpu_is_each_experts_gemm(fmt):
     ref = _ref_grouped(x, qs, off)
     assert (y.double() - ref).norm() / ref.norm() <= 2.0**-7
     assert moe.moe_gemm(x[:0], st, torch.zeros(7, dtype=torch.int32), gemm_fmt).shape == (0, 80)
+    # the routed-row count only picks the GPU kernel's walk over the experts' tiles
+    assert torch.equal(moe.moe_gemm(x, st, off, gemm_fmt, assignments=17), y)
 
 
 def test_moe_gemm_bad_input_is_named():
@@ -355,6 +357,9 @@ def test_moe_gemm_bad_input_is_named():
         moe.moe_gemm(x, st, _offsets([1, 2, 2]), "a-bf16_w-u4g64-sbf16_c-bf16")
     with pytest.raises(TypeError, match="StackedExperts"):
         moe.moe_gemm(x, packed, _offsets([1, 2, 2]), fmt)
+    for bad in (-3, 2.5, True):
+        with pytest.raises(ValueError, match="assignments must be a non-negative int"):
+            moe.moe_gemm(x, st, _offsets([1, 2, 2]), fmt, assignments=bad)
     import humming_aot as ha
     from humming_aot import reference as R
 
@@ -478,8 +483,10 @@ def test_moe_gemm_on_the_sm90_kernels_matches_the_reference(load):
             y = moe.moe_gemm(x.cuda(), st, off.cuda(), fmt, instance=name).cpu()
             err = (y.double() - ref).norm() / ref.norm()
             assert err <= 2.0**-7, (name, load, float(err))
-        y = moe.moe_gemm(x.cuda(), st, off.cuda(), fmt).cpu()  # the library's own choice
-        assert (y.double() - ref).norm() / ref.norm() <= 2.0**-7
+        # the library's own choice, and with routed-row counts that pick either walk over the tiles
+        for routed in (None, 1, sum(counts), 10**6):
+            y = moe.moe_gemm(x.cuda(), st, off.cuda(), fmt, assignments=routed).cpu()
+            assert (y.double() - ref).norm() / ref.norm() <= 2.0**-7, routed
         dense = names[0].replace("_moe_", "_dense_")
         if any(i.name == dense for i in registry.instances()):
             with pytest.raises(Exception, match="runs dense GEMMs"):

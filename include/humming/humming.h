@@ -143,6 +143,10 @@ struct GemmArgs {
   int64_t expert_codes_stride = 0;  // bytes
   int64_t expert_scales_stride = 0; // bytes
   int64_t expert_zeros_stride = 0;  // bytes
+  // Host-side hint for choosing the instance of a grouped GEMM (select_instance; no kernel reads it):
+  // the rows routed to experts in all, before any padding (tokens x top_k), where the caller knows
+  // it; -1 where it does not (the producer warp's walk over the experts' tiles is then kept).
+  int64_t expert_assignments = -1;
   // Scratch for stream-K (InstanceInfo::workspace_bytes). Its first kWorkspaceZeroBytes bytes (or
   // all of it, if smaller) must be zero before its first use; launches leave them zero again (tile
   // counters back at zero), so one buffer per stream can be zeroed once and reused. The rest needs
@@ -260,6 +264,16 @@ const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::
 // format, the device and the formats with fast kernels there (empty for a fast choice); with
 // HUMMING_STRICT=1 in the environment such a choice is refused instead (nullptr, `why` says so).
 const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::string *why, std::string *note);
+// Whether a grouped GEMM of `assignments` rows routed over `experts` experts, n output channels,
+// should walk the experts' tiles with one producer thread (instances ending "_lone") rather than
+// the producer's first warp, for tiles of tile_m x tile_n on `sms` multiprocessors: true where the
+// launch is expected to have at least kLoneTilesPerSm tiles per multiprocessor (the experts a
+// uniform routing touches, each in whole tiles of rows, times the channel tiles). Measured on the
+// H200 (session 19, Qwen3-30B-A3B and DeepSeek-V3 experts, u4g128, 1 to 16384 tokens): the lone
+// walk takes 0.77-0.88x the time from 11 tiles per multiprocessor up, and 1.07-2x below 7 (a thread
+// walking the experts alone adds latency when each block has only a few tiles).
+constexpr double kLoneTilesPerSm = 8;
+bool grouped_walk_alone(int64_t assignments, int32_t experts, int64_t n, int tile_m, int tile_n, int sms);
 // The note select_instance gives for `chosen` (empty unless it belongs to the generic backend).
 std::string slow_path_note(const InstanceInfo &chosen, const GemmArgs &args, int cc);
 

@@ -275,13 +275,17 @@ def _grouped_format(experts, fmt, op: str):
 
 
 def moe_gemm(x: torch.Tensor, experts: StackedExperts, offsets: torch.Tensor, fmt, *, rows_per_expert=None,
-             instance: str = "") -> torch.Tensor:  # fmt: skip
+             instance: str = "", assignments=None) -> torch.Tensor:  # fmt: skip
     """The grouped GEMM over contiguous rows: out[r] = x[r] @ W_e.T for the rows r of expert e,
     ``offsets[e] <= r < offsets[e + 1]`` (``offsets`` int32 [E + 1] from 0 to x's rows, on x's
     device; a GPU reads them only in the kernel, so no host synchronization). ``fmt`` is the GEMM
     format (16-bit activations). ``rows_per_expert`` (default rows / E) picks the instance as for a
-    dense GEMM of that many rows. On a GPU it runs on the grouped instances of the sm90 weight-only
-    kernels (scheduler ``moe``, weights packed for layout 3); on the CPU, on the reference."""
+    dense GEMM of that many rows. ``assignments`` (the rows routed in all before padding, tokens x
+    top_k, where the caller knows it) picks how the kernel's producer walks the experts' tiles: one
+    thread where the launch is expected to have many tiles per multiprocessor (instances ending
+    ``_lone``), its first warp otherwise and where it is not given. On a GPU it runs on the grouped
+    instances of the sm90 weight-only kernels (scheduler ``moe``, weights packed for layout 3); on
+    the CPU, on the reference."""
     from .ops import activation_operand
 
     g = _grouped_format(experts, fmt, "moe_gemm")
@@ -297,12 +301,23 @@ def moe_gemm(x: torch.Tensor, experts: StackedExperts, offsets: torch.Tensor, fm
     x = activation_operand(x, x.is_cuda)
     return torch.ops.humming.moe_gemm(
         x, experts.codes, experts.scales, experts.zeros, offsets.to(device=x.device, dtype=torch.int32).contiguous(),
-        str(g), w0.layout, w0.n, w0.k, int(rows), instance,
+        str(g), w0.layout, w0.n, w0.k, int(rows), instance, _assignments(assignments),
     )  # fmt: skip
 
 
+def _assignments(assignments) -> int:
+    """The ops' ``assignments`` argument: a count of at least 0, or -1 for unknown (None)."""
+    if assignments is None:
+        return -1
+    if isinstance(assignments, torch.SymInt):  # traced (torch.compile): the op takes it as it is
+        return assignments
+    if isinstance(assignments, bool) or not isinstance(assignments, int) or assignments < 0:
+        raise ValueError(f"assignments must be a non-negative int (tokens x top_k) or None, got {assignments!r}")
+    return assignments
+
+
 def moe_gemm_masked(x: torch.Tensor, experts: StackedExperts, counts: torch.Tensor, fmt, *, rows_per_expert=None,
-                    instance: str = "") -> torch.Tensor:  # fmt: skip
+                    instance: str = "", assignments=None) -> torch.Tensor:  # fmt: skip
     """The grouped GEMM over masked rows, the decode layout whose shapes never depend on the
     routing: ``x`` [E, capacity, k] holds a slot per expert, of which expert e's rows are the first
     ``counts[e]`` (``counts`` int32 [E] on x's device, read only by the kernel on a GPU). Returns
@@ -310,7 +325,7 @@ def moe_gemm_masked(x: torch.Tensor, experts: StackedExperts, counts: torch.Tens
     is left unwritten (undefined values; zeros on the CPU). A count outside [0, capacity] is an
     error on the CPU and clipped to that range on a GPU (which cannot report it).
     ``rows_per_expert`` (default the capacity) picks the instance as for a dense GEMM of that many
-    rows."""
+    rows, ``assignments`` the producer's walk as for :func:`moe_gemm`."""
     g = _grouped_format(experts, fmt, "moe_gemm_masked")
     e = experts.num_experts
     if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[0] != e:
@@ -323,7 +338,7 @@ def moe_gemm_masked(x: torch.Tensor, experts: StackedExperts, counts: torch.Tens
         x = x.clone(memory_format=torch.contiguous_format)  # evenly spaced, aligned rows, as the kernels read
     return torch.ops.humming.moe_gemm_masked(
         x, experts.codes, experts.scales, experts.zeros, counts.to(device=x.device, dtype=torch.int32).contiguous(),
-        str(g), w0.layout, w0.n, w0.k, int(rows), instance,
+        str(g), w0.layout, w0.n, w0.k, int(rows), instance, _assignments(assignments),
     )  # fmt: skip
 
 
@@ -626,10 +641,13 @@ class QuantMoE(torch.nn.Module):
             # each sorted row's expert, from the device offsets (no host synchronization)
             r = torch.arange(al.capacity, device=x.device, dtype=torch.int32)
             expert = torch.searchsorted(al.offsets[1:].to(x.device), r, right=True).clamp_(max=self.num_experts - 1)
-        h = moe_gemm(rows, gu, al.offsets, self.gate_up[0].fmt, rows_per_expert=per_expert)
+        routed = x.shape[0] * self.top_k
+        h = moe_gemm(rows, gu, al.offsets, self.gate_up[0].fmt, rows_per_expert=per_expert, assignments=routed)
         act = self._activate(h, expert, x.dtype)
         y = self._biased(
-            moe_gemm(act, dn, al.offsets, self.down[0].fmt, rows_per_expert=per_expert), self.down_bias, expert
+            moe_gemm(act, dn, al.offsets, self.down[0].fmt, rows_per_expert=per_expert, assignments=routed),
+            self.down_bias,
+            expert,
         )
         return combine(y, al, weights)
 

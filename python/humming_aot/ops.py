@@ -64,7 +64,7 @@ def _gemm_fake(a, codes, scales, zeros, global_scale, a_scales, bias, fmt, layou
 
 
 @torch.library.register_fake("humming::moe_gemm")
-def _moe_gemm_fake(a, codes, scales, zeros, offsets, fmt, layout, n, k, rows_per_expert, instance=""):
+def _moe_gemm_fake(a, codes, scales, zeros, offsets, fmt, layout, n, k, rows_per_expert, instance="", assignments=-1):
     g = F.parse_gemm_format(fmt)
     _check_same_device(a, "activations", packed_codes=codes, scales=scales, zero_points=zeros, expert_offsets=offsets)
     torch._check(a.dim() == 2, lambda: f"activations must be 2-D [rows, k], got {a.dim()}-D")
@@ -73,7 +73,9 @@ def _moe_gemm_fake(a, codes, scales, zeros, offsets, fmt, layout, n, k, rows_per
 
 
 @torch.library.register_fake("humming::moe_gemm_masked")
-def _moe_gemm_masked_fake(a, codes, scales, zeros, counts, fmt, layout, n, k, rows_per_expert, instance=""):
+def _moe_gemm_masked_fake(
+    a, codes, scales, zeros, counts, fmt, layout, n, k, rows_per_expert, instance="", assignments=-1
+):
     g = F.parse_gemm_format(fmt)
     _check_same_device(a, "activations", packed_codes=codes, scales=scales, zero_points=zeros, expert_counts=counts)
     torch._check(a.dim() == 3, lambda: f"masked activations must be 3-D [experts, capacity, k], got {a.dim()}-D")

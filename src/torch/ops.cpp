@@ -200,6 +200,9 @@ struct CallPlan {
     int device, cc, sms;
     bool grouped;
     const InstanceInfo *inst;
+    // Grouped GEMMs: inst's twin whose producer walks the experts' tiles alone (name + "_lone"), where
+    // the build has it; each call then picks the walk (grouped_walk_alone).
+    const InstanceInfo *lone = nullptr;
   };
   std::vector<Choice> chosen;
 };
@@ -434,7 +437,10 @@ void set_experts(GemmArgs &args, const Tensor &codes, const std::optional<Tensor
 
 // Runs a grouped GEMM whose arguments are set (out allocated as [m, n] or a view of it): on the
 // CPU reference, or on the instance named in the plan, or else the one the library picks for a
-// dense GEMM of rows_per_expert rows among the grouped instances (cached per plan, as gemm's).
+// dense GEMM of rows_per_expert rows among the grouped instances (cached per plan, as gemm's), or
+// its twin with the other walk over the experts' tiles where args.expert_assignments asks for it
+// (grouped_walk_alone; a plain comparison on every call, so that the cache keeps one entry per
+// rows_per_expert).
 void run_grouped(GemmArgs &args, CallPlan &plan, const torch::stable::Device &dev, int64_t rows_per_expert,
                  const char *op) {
   if (dev.is_cpu()) return check(gemm_cpu(args));
@@ -447,22 +453,30 @@ void run_grouped(GemmArgs &args, CallPlan &plan, const torch::stable::Device &de
   const InstanceInfo *inst = plan.named;
   const int64_t rows = std::max<int64_t>(1, rows_per_expert);
   if (inst == nullptr) {
+    const InstanceInfo *lone = nullptr;
     for (const auto &c : plan.chosen)
-      if (c.m == rows && c.device == index && c.cc == cc && c.sms == args.num_sms && c.grouped) inst = c.inst;
+      if (c.m == rows && c.device == index && c.cc == cc && c.sms == args.num_sms && c.grouped)
+        inst = c.inst, lone = c.lone;
     // As gemm's: a cached choice that refuses this call's pointers or strides is chosen again,
     // without caching over the entry.
     const bool cached = inst != nullptr;
     if (!cached || !inst->can_implement(args)) {
       GemmArgs like = args;
       like.m = rows;
+      like.expert_assignments = -1; // the producer warp's walk; the twin is picked below
       std::string why;
       inst = select_instance(like, cc, args.num_sms, &why);
       require(inst != nullptr, why);
+      lone = find_instance(std::string(inst->name) + "_lone");
+      if (lone != nullptr && (!instance_runs_on(*lone, cc) || !lone->can_implement(args))) lone = nullptr;
       if (!cached) {
         if (plan.chosen.size() >= 64) plan.chosen.clear();
-        plan.chosen.push_back({rows, index, cc, args.num_sms, true, inst});
+        plan.chosen.push_back({rows, index, cc, args.num_sms, true, inst, lone});
       }
     }
+    if (lone != nullptr && grouped_walk_alone(args.expert_assignments, args.experts, args.dims.n, inst->tile_m,
+                                              inst->tile_n, args.num_sms))
+      inst = lone;
   }
   check(humming::gemm(args, *inst, current_stream(index)));
 }
@@ -470,10 +484,11 @@ void run_grouped(GemmArgs &args, CallPlan &plan, const torch::stable::Device &de
 // Grouped (MoE) GEMM, contiguous rows: rows [offsets[e], offsets[e + 1]) of `a` times expert e's
 // weight (set_experts); offsets int32 [E + 1] on a's device (read only by the kernel on a GPU).
 // `rows_per_expert` (host-known, e.g. tokens x top_k / E) picks the instance as a dense GEMM of that
-// many rows would.
+// many rows would; `assignments` (tokens x top_k, or -1 where unknown) the producer's walk over the
+// experts' tiles (humming.h, grouped_walk_alone).
 Tensor moe_gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &scales,
                 const std::optional<Tensor> &zeros, const Tensor &offsets, const std::string &fmt_text, int64_t layout,
-                int64_t n, int64_t k, int64_t rows_per_expert, const std::string &instance) {
+                int64_t n, int64_t k, int64_t rows_per_expert, const std::string &instance, int64_t assignments) {
   CallPlan &plan = call_plan(fmt_text, layout, n, k, instance);
   GemmArgs args = plan_args(plan);
   const torch::stable::Device dev = a.device();
@@ -482,6 +497,7 @@ Tensor moe_gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor
   check_tensor(offsets, "expert row offsets", ScalarType::Int, dev);
   check_shape(offsets, "expert row offsets", {args.experts + 1});
   args.expert_offsets = static_cast<const int32_t *>(offsets.data_ptr());
+  args.expert_assignments = assignments;
   Tensor out = empty_on(dev, {args.m, n}, storage_type(args.fmt.out));
   args.out = out.data_ptr();
   args.ldo = n;
@@ -494,7 +510,8 @@ Tensor moe_gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor
 // n] gets those rows; the rest of each slot is not written on a GPU (zeros on the CPU).
 Tensor moe_gemm_masked(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &scales,
                        const std::optional<Tensor> &zeros, const Tensor &counts, const std::string &fmt_text,
-                       int64_t layout, int64_t n, int64_t k, int64_t rows_per_expert, const std::string &instance) {
+                       int64_t layout, int64_t n, int64_t k, int64_t rows_per_expert, const std::string &instance,
+                       int64_t assignments) {
   CallPlan &plan = call_plan(fmt_text, layout, n, k, instance);
   GemmArgs args = plan_args(plan);
   const torch::stable::Device dev = a.device();
@@ -519,6 +536,7 @@ Tensor moe_gemm_masked(const Tensor &a, const Tensor &codes, const std::optional
   check_shape(counts, "expert row counts", {experts});
   args.expert_counts = static_cast<const int32_t *>(counts.data_ptr());
   args.expert_capacity = capacity;
+  args.expert_assignments = assignments;
   Tensor out = empty_on(dev, {experts, capacity, n}, storage_type(args.fmt.out));
   // The CPU reference leaves zeros past each count (so that its output is one well-defined
   // tensor); the GPU leaves those rows as allocated (writing them would cost a decode step more
@@ -870,9 +888,9 @@ STABLE_TORCH_LIBRARY(humming, m) {
   m.def("gemm(Tensor a, Tensor codes, Tensor? scales, Tensor? zeros, Tensor? global_scale, Tensor? a_scales, "
         "Tensor? bias, str fmt, int layout, int n, int k, str instance='') -> Tensor");
   m.def("moe_gemm(Tensor a, Tensor codes, Tensor? scales, Tensor? zeros, Tensor offsets, str fmt, int layout, int n, "
-        "int k, int rows_per_expert, str instance='') -> Tensor");
+        "int k, int rows_per_expert, str instance='', int assignments=-1) -> Tensor");
   m.def("moe_gemm_masked(Tensor a, Tensor codes, Tensor? scales, Tensor? zeros, Tensor counts, str fmt, int layout, "
-        "int n, int k, int rows_per_expert, str instance='') -> Tensor");
+        "int n, int k, int rows_per_expert, str instance='', int assignments=-1) -> Tensor");
   m.def("pack_weight(Tensor codes, Tensor? scales, Tensor? zeros, str weight_format, int layout) -> "
         "(Tensor, Tensor, Tensor)");
   m.def("unpack_weight(Tensor codes, Tensor scales, Tensor zeros, str weight_format, int layout, int n, int k) -> "

@@ -579,6 +579,39 @@ void test_stage_conversion() {
   }
 }
 
+// The producer's walk over a grouped GEMM's expert tiles (humming.h, grouped_walk_alone) on the
+// H200 points measured in session 19 (132 multiprocessors, 128-channel tiles; the tile heights the
+// dispatcher chose): one thread where the lone walk was faster, the warp where it was slower.
+void test_grouped_walk_rule() {
+  struct Point {
+    int64_t assignments;
+    int32_t experts;
+    int64_t n;
+    int tile_m;
+    bool lone_faster;
+  };
+  const Point points[] = {
+      {8, 128, 1536, 8, false},    // Qwen3-30B-A3B gate-up, 1 token: 44.8 vs 23.1 us (both GEMMs)
+      {64, 128, 1536, 8, false},   // 8 tokens: gate-up 51.4 vs 49.9
+      {64, 128, 2048, 8, false},   // 8 tokens, down: 40.5 vs 36.2
+      {512, 128, 1536, 8, true},   // 64 tokens: gate-up 95.6 vs 109.8
+      {512, 128, 2048, 8, true},   // down: 68.4 vs 75.0
+      {2048, 128, 1536, 16, true}, // 256 tokens: 133.3 vs 159.9
+      {8, 256, 4096, 8, false},    // DeepSeek-V3 gate-up, 1 token: 72.9 vs 59.1
+      {8, 256, 7168, 8, false},    // down: 57.6 vs 41.3
+      {64, 256, 4096, 8, true},    // 8 tokens: gate-up 325.9 vs 396.1
+      {64, 256, 7168, 8, true},    // down: 196.1 vs 230.9
+      {8192, 256, 4096, 32, true}, // 1024 tokens: 2015.2 vs 2666.4
+  };
+  for (const Point &p : points)
+    EXPECT(grouped_walk_alone(p.assignments, p.experts, p.n, p.tile_m, 128, 132) == p.lone_faster,
+           "%lld rows over %d experts, n=%lld, tile %d: the %s walk was faster", static_cast<long long>(p.assignments),
+           p.experts, static_cast<long long>(p.n), p.tile_m, p.lone_faster ? "lone" : "warp");
+  EXPECT(!grouped_walk_alone(-1, 256, 7168, 8, 128, 132), "an unknown count keeps the warp's walk");
+  EXPECT(!grouped_walk_alone(0, 256, 7168, 8, 128, 132) && !grouped_walk_alone(100000, 0, 7168, 8, 128, 132),
+         "no rows or no experts: the warp's walk");
+}
+
 // Tile costs cover the kernels of their class: a key without one the 16-bit activation
 // (weight-only) kernels of any code width, a class its activation and code widths, a batch only
 // the tiles of that batch (their names end with _b<batch>).
@@ -616,6 +649,7 @@ int main() {
   test_nibble_operands();
   test_nibble_fragments();
   test_stage_conversion();
+  test_grouped_walk_rule();
   test_stream_k_policy();
   test_persistent_plans();
   test_grouped_raster();
