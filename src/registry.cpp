@@ -434,11 +434,15 @@ bool grouped_walk_alone(int64_t assignments, int32_t experts, int64_t n, int til
 
 namespace {
 
+// Whether `info` could be chosen for `args` on `cc` (the filters of select_instance).
+bool candidate(const InstanceInfo &info, const GemmArgs &args, int cc) {
+  return instance_fits(info, args) && instance_runs_on(info, cc, nullptr) && info.can_implement(args);
+}
+
 // The grouped instance to run in place of `chosen`: its twin of the same tile with the other walk
-// over the experts' tiles (names ending "_lone", or not), where the candidates have it and
+// over the experts' tiles (names ending "_lone", or not), where the build has it for `args` and
 // grouped_walk_alone asks for that walk; else `chosen`.
-const InstanceInfo *grouped_walk_choice(const InstanceInfo *chosen, const std::vector<const InstanceInfo *> &candidates,
-                                        const GemmArgs &args, int sms) {
+const InstanceInfo *grouped_walk_choice(const InstanceInfo *chosen, const GemmArgs &args, int cc, int sms) {
   if (args.experts <= 0 || chosen == nullptr || !runs_experts(*chosen)) return chosen;
   static const std::string kLone = "_lone";
   const std::string name = chosen->name;
@@ -446,10 +450,8 @@ const InstanceInfo *grouped_walk_choice(const InstanceInfo *chosen, const std::v
   const bool alone =
       grouped_walk_alone(args.expert_assignments, args.experts, args.dims.n, chosen->tile_m, chosen->tile_n, sms);
   if (alone == is_lone) return chosen;
-  const std::string twin = is_lone ? name.substr(0, name.size() - kLone.size()) : name + kLone;
-  for (const InstanceInfo *c : candidates)
-    if (twin == c->name) return c;
-  return chosen;
+  const InstanceInfo *twin = find_instance(is_lone ? name.substr(0, name.size() - kLone.size()) : name + kLone);
+  return twin != nullptr && candidate(*twin, args, cc) ? twin : chosen;
 }
 
 } // namespace
@@ -503,7 +505,23 @@ const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::
       if (std::string(c->backend) != "generic") return c;
     return candidates.front();
   };
-  return grouped_walk_choice(pick(), candidates, args, sms);
+  return grouped_walk_choice(pick(), args, cc, sms);
+}
+
+const InstanceInfo *select_grouped_instance(const GemmArgs &args, int64_t rows_per_expert, int cc, int sms,
+                                            std::string *why) {
+  GemmArgs like = args;
+  like.m = std::max<int64_t>(1, rows_per_expert);
+  const InstanceInfo *chosen = select_instance(like, cc, sms, why);
+  if (chosen == nullptr || like.m <= kGroupedLowestTileFrom || like.m > kGroupedLowestTileTo) return chosen;
+  const InstanceInfo *lowest = nullptr;
+  for (size_t i = 0; i < generated::kInstanceCount; ++i) {
+    const InstanceInfo &info = generated::kInstances[i];
+    if (info.tile_m < like.m || (lowest != nullptr && info.tile_m >= lowest->tile_m)) continue;
+    if (std::string(info.name).find("_lone") != std::string::npos || !candidate(info, like, cc)) continue;
+    lowest = &info;
+  }
+  return lowest != nullptr ? grouped_walk_choice(lowest, like, cc, sms) : chosen;
 }
 
 namespace {

@@ -274,6 +274,20 @@ const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::
 // walking the experts alone adds latency when each block has only a few tiles).
 constexpr double kLoneTilesPerSm = 8;
 bool grouped_walk_alone(int64_t assignments, int32_t experts, int64_t n, int tile_m, int tile_n, int sms);
+// The default instance of a grouped GEMM whose experts hold about rows_per_expert rows each (host
+// knowledge, e.g. tokens x top_k / E): select_instance's choice for a dense GEMM of that many rows
+// among the grouped instances, except from kGroupedLowestTileFrom + 1 to kGroupedLowestTileTo rows
+// per expert, where it is the lowest tile height that holds them; then the producer's walk
+// (grouped_walk_alone, from args.expert_assignments). The dense estimates see one layer's tiles
+// fill the GPU and pick lower tiles there, where a grouped launch has every touched expert's
+// tiles: measured on the H200 (session 19, u4g128 bf16, gate-up + down, graph us), the lowest
+// holding tile took 0.83x (Qwen3-30B-A3B, 1024 tokens: 64 rows per expert), 0.85x (4096: 256 rows)
+// and 0.86x (DeepSeek-V3, 4096 tokens: 128 rows) the time of the dense choice, and 1.015x at 32
+// rows (DeepSeek-V3, 1024 tokens); at 512 and 1024 rows it was 1.045x and 0.96x, so the dense
+// choice stays there; up to 16 rows both choices were the same tile.
+constexpr int64_t kGroupedLowestTileFrom = 16, kGroupedLowestTileTo = 256;
+const InstanceInfo *select_grouped_instance(const GemmArgs &args, int64_t rows_per_expert, int cc, int sms,
+                                            std::string *why);
 // The note select_instance gives for `chosen` (empty unless it belongs to the generic backend).
 std::string slow_path_note(const InstanceInfo &chosen, const GemmArgs &args, int cc);
 

@@ -437,7 +437,7 @@ void set_experts(GemmArgs &args, const Tensor &codes, const std::optional<Tensor
 
 // Runs a grouped GEMM whose arguments are set (out allocated as [m, n] or a view of it): on the
 // CPU reference, or on the instance named in the plan, or else the one the library picks for a
-// dense GEMM of rows_per_expert rows among the grouped instances (cached per plan, as gemm's), or
+// grouped GEMM of rows_per_expert rows per expert (select_grouped_instance; cached per plan, as gemm's), or
 // its twin with the other walk over the experts' tiles where args.expert_assignments asks for it
 // (grouped_walk_alone; a plain comparison on every call, so that the cache keeps one entry per
 // rows_per_expert).
@@ -462,10 +462,9 @@ void run_grouped(GemmArgs &args, CallPlan &plan, const torch::stable::Device &de
     const bool cached = inst != nullptr;
     if (!cached || !inst->can_implement(args)) {
       GemmArgs like = args;
-      like.m = rows;
       like.expert_assignments = -1; // the producer warp's walk; the twin is picked below
       std::string why;
-      inst = select_instance(like, cc, args.num_sms, &why);
+      inst = select_grouped_instance(like, rows, cc, args.num_sms, &why);
       require(inst != nullptr, why);
       lone = find_instance(std::string(inst->name) + "_lone");
       if (lone != nullptr && (!instance_runs_on(*lone, cc) || !lone->can_implement(args))) lone = nullptr;
