@@ -7,7 +7,8 @@
 // - align: counts of each chunk of kAlignChunk assignments per expert, then one block that turns
 //   them into the experts' offsets and each chunk's first row per expert, then each chunk places
 //   its assignments, ranked among the same expert's earlier ones of the chunk (stable, so the
-//   order never depends on thread timing);
+//   order never depends on thread timing); with one chunk (decode), one block runs the three steps
+//   in one launch;
 // - permute: one block per row, 16-byte copies where rows allow;
 // - combine: one thread per (token, channel), the terms in choice order.
 #include <cuda_runtime.h>
@@ -96,21 +97,28 @@ __device__ __forceinline__ int32_t expert_of(const MoeAlign &a, int64_t i) {
   return min(max(a.ids[i], 0), a.experts - 1);
 }
 
-// Counts of each chunk's assignments per expert: workspace[chunk][expert].
-__global__ void align_count_kernel(MoeAlign a, int32_t *chunk_counts) {
-  extern __shared__ int32_t hist[];
+// The three steps of the align below, each the body of a kernel (or, where all assignments fit one
+// chunk, of one block in turn: align_one_block_kernel). Every thread of the block calls each.
+
+// Chunk `chunk`'s counts of assignments per expert: workspace[chunk][expert] (hist: shared, one
+// word per expert).
+__device__ __forceinline__ void align_count(const MoeAlign &a, int32_t *chunk_counts, int64_t chunk, int32_t *hist) {
   for (int32_t e = threadIdx.x; e < a.experts; e += blockDim.x) hist[e] = 0;
   __syncthreads();
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * kAlignChunk + threadIdx.x;
+  const int64_t i = chunk * kAlignChunk + threadIdx.x;
   if (i < a.assignments) atomicAdd(hist + expert_of(a, i), 1);
   __syncthreads();
-  for (int32_t e = threadIdx.x; e < a.experts; e += blockDim.x)
-    chunk_counts[static_cast<int64_t>(blockIdx.x) * a.experts + e] = hist[e];
+  for (int32_t e = threadIdx.x; e < a.experts; e += blockDim.x) chunk_counts[chunk * a.experts + e] = hist[e];
+}
+
+__global__ void align_count_kernel(MoeAlign a, int32_t *chunk_counts) {
+  extern __shared__ int32_t hist[];
+  align_count(a, chunk_counts, blockIdx.x, hist);
 }
 
 // One block: each expert's count and padded offset, each chunk's first row per expert (in place
 // of its counts), the padding rows' sentinel and the blocks' experts.
-__global__ void align_scan_kernel(MoeAlign a, int32_t *chunk_counts, int64_t chunks, int64_t capacity) {
+__device__ __forceinline__ void align_scan(const MoeAlign &a, int32_t *chunk_counts, int64_t chunks, int64_t capacity) {
   __shared__ int32_t part[kScanThreads];
   // Experts are split into kScanThreads contiguous runs; a thread sums its run's padded rows.
   const int32_t per = (a.experts + kScanThreads - 1) / kScanThreads;
@@ -172,11 +180,16 @@ __global__ void align_scan_kernel(MoeAlign a, int32_t *chunk_counts, int64_t chu
       a.sorted_ids[r] = static_cast<int32_t>(a.assignments);
 }
 
-// Each chunk places its assignments: row = the chunk's first row for the expert + the number of
-// the chunk's earlier assignments to the same expert.
-__global__ void align_place_kernel(MoeAlign a, const int32_t *chunk_first) {
+__global__ void align_scan_kernel(MoeAlign a, int32_t *chunk_counts, int64_t chunks, int64_t capacity) {
+  align_scan(a, chunk_counts, chunks, capacity);
+}
+
+// Chunk `chunk` places its assignments: row = the chunk's first row for the expert + the number of
+// the chunk's earlier assignments to the same expert. (Threads past the assignments return: the
+// last step.)
+__device__ __forceinline__ void align_place(const MoeAlign &a, const int32_t *chunk_first, int64_t chunk) {
   __shared__ int32_t keys[kAlignChunk];
-  const int64_t base = static_cast<int64_t>(blockIdx.x) * kAlignChunk;
+  const int64_t base = chunk * kAlignChunk;
   const int64_t i = base + threadIdx.x;
   const int64_t left = a.assignments - base;
   const int32_t n = static_cast<int32_t>(left < kAlignChunk ? left : kAlignChunk);
@@ -186,9 +199,25 @@ __global__ void align_place_kernel(MoeAlign a, const int32_t *chunk_first) {
   if (i >= a.assignments) return;
   int32_t rank = 0;
   for (int32_t j = 0; j < static_cast<int32_t>(threadIdx.x) && j < n; ++j) rank += keys[j] == key;
-  const int32_t row = chunk_first[static_cast<int64_t>(blockIdx.x) * a.experts + key] + rank;
+  const int32_t row = chunk_first[chunk * a.experts + key] + rank;
   a.sorted_ids[row] = static_cast<int32_t>(i);
   a.positions[i] = row;
+}
+
+__global__ void align_place_kernel(MoeAlign a, const int32_t *chunk_first) { align_place(a, chunk_first, blockIdx.x); }
+
+// All three steps in one block where the assignments fit one chunk (decode: up to kAlignChunk
+// tokens x top_k): the same code in the same order, each step's global writes visible to the next
+// after the block barrier, so the results are those of the three kernels, for one launch instead
+// of three.
+__global__ void __launch_bounds__(kAlignChunk)
+    align_one_block_kernel(MoeAlign a, int32_t *chunk_counts, int64_t capacity) {
+  extern __shared__ int32_t hist[];
+  align_count(a, chunk_counts, 0, hist);
+  __syncthreads();
+  align_scan(a, chunk_counts, 1, capacity);
+  __syncthreads();
+  align_place(a, chunk_counts, 0);
 }
 
 __global__ void permute_kernel(DType type, const char *x, int64_t hidden, int64_t ldx, const int32_t *sorted_ids,
@@ -249,6 +278,12 @@ Status moe_align_cuda(const MoeAlign &a, void *stream) {
   const int64_t capacity = moe_route::align_capacity(a.assignments, a.experts, a.block_m);
   const int64_t chunks = (a.assignments + kAlignChunk - 1) / kAlignChunk;
   int32_t *chunk_counts = static_cast<int32_t *>(a.workspace);
+  static_assert(kAlignChunk == kScanThreads, "one block runs all three steps");
+  // (One block's shared memory: the counts beside the scan's and the ranks' kAlignChunk words each.)
+  if (chunks == 1 && (a.experts + 2 * kAlignChunk) * sizeof(int32_t) <= 48 * 1024) {
+    align_one_block_kernel<<<1, kAlignChunk, a.experts * sizeof(int32_t), s>>>(a, chunk_counts, capacity);
+    return launched("moe_align");
+  }
   if (chunks > 0)
     align_count_kernel<<<static_cast<unsigned>(chunks), kAlignChunk, a.experts * sizeof(int32_t), s>>>(a, chunk_counts);
   align_scan_kernel<<<1, kScanThreads, 0, s>>>(a, chunk_counts, chunks, capacity);
