@@ -3,7 +3,7 @@ implementation, at several token counts, in one run (issue 14, item 6).
 
 Usage (on the GPU machine, after a build): python3 scripts/bench_moe.py OUT.json
     [--models deepseek-v3,qwen3-30b-a3b,mixtral-8x7b,gpt-oss-120b] [--tokens 1,8,64,...]
-    [--impls humming-aot,torch-grouped-bf16,cublas-loop] [--format u4g128-sbf16] [--iters 10]
+    [--impls humming-aot,torch-grouped-bf16,cublas-loop] [--format u4g128-sbf16] [--iters 10] [--routing-parts]
 
 Implementations, each on the same routing (router logits from a seeded generator, softmax top-k,
 every token's rows sorted by expert):
@@ -25,7 +25,7 @@ Each point is the median CUDA-graph replay of the two GEMMs, after a read flush 
 permute, combine: humming_aot.moe) are timed on their own the same way. For each point the bytes
 of the touched experts' weights give the weight bandwidth (GB/s).
 Writes JSON {"device", "format", "points": [{model, tokens, impl, us, us_gate_up, us_down,
-touched_experts, weight_gbs}], "routing": [{model, tokens, us}]} and the same as a markdown table
+touched_experts, weight_gbs}], "routing": [{model, tokens, us[, parts]}]} and the same as a markdown table
 (OUT.md) after every model, and prints one line per point.
 """
 
@@ -58,6 +58,7 @@ ap.add_argument(
     help="add humming-jit for the peer; humming-aot-warp,humming-aot-lone compare the grouped kernels' walks",
 )
 ap.add_argument("--format", default="u4g128-sbf16")
+ap.add_argument("--routing-parts", action="store_true", help="also time top-k, align, permute and combine apart")
 ap.add_argument("--iters", type=int, default=10)
 args = ap.parse_args()
 impls = args.impls.split(",")
@@ -181,7 +182,18 @@ for model in args.models.split(","):
             a_ = moe.moe_align(i_, e, 1, check_ids=False)
             return moe.combine(moe.permute(x, a_), a_, w_)
 
-        routing.append({"model": model, "tokens": tokens, "us": median_graph_us(route)})
+        entry = {"model": model, "tokens": tokens, "us": median_graph_us(route)}
+        if args.routing_parts:  # each helper on its own (graph replay after the flush, as above)
+            y_rows = rows
+            entry["parts"] = {
+                "topk": median_graph_us(lambda: moe.topk_route(logits, top_k)),
+                "align": median_graph_us(lambda: moe.moe_align(ids, e, 1, check_ids=False)),
+                "permute": median_graph_us(lambda: moe.permute(x, al)),
+                "combine": median_graph_us(lambda: moe.combine(y_rows, al, weights)),
+            }
+            print(f"{model} T={tokens} routing {entry['us']:.1f} us: "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in entry["parts"].items()), flush=True)  # fmt: skip
+        routing.append(entry)
         per_expert = max(1, rows.shape[0] // e)
         for impl in impls:
             try:

@@ -568,10 +568,12 @@ def test_grouped_gemm_offsets_past_the_rows_stay_inside_the_output():
     "tokens,experts,top_k", [(1, 8, 2), (37, 128, 8), (64, 256, 8), (3000, 128, 4), (513, 4096, 6)]
 )
 def test_routing_ops_on_the_gpu_match_the_cpu_reference(tokens, experts, top_k):
-    """top-k (both scorings, with and without renormalization and a correction bias), align
-    (blocks of 1, 16 and 64 rows, loads from uniform to all on one expert, more than one chunk of
-    assignments), permute and combine: the GPU kernels give the CPU reference's experts, rows and
-    combined outputs bitwise, and its top-k weights to fp32 rounding."""
+    """top-k (both scorings, with and without renormalization and a correction bias; rows held in
+    registers up to 256 experts, read in every round beyond), align (blocks of 1, 16 and 64 rows,
+    loads from uniform to all on one expert, one chunk of assignments and more), permute and
+    combine (16-bit rows of whole 16-byte units and others): the GPU kernels give the CPU
+    reference's experts, rows and combined outputs bitwise, and its top-k weights to fp32
+    rounding."""
     g = torch.Generator().manual_seed(tokens * 7 + experts)
     logits = torch.randn(tokens, experts, generator=g)
     bias = torch.randn(experts, generator=g) * 0.1
@@ -596,6 +598,11 @@ def test_routing_ops_on_the_gpu_match_the_cpu_reference(tokens, experts, top_k):
         out_c = moe.combine(y, al_c, weights)
         out_g = moe.combine(y.cuda(), al_g, weights.cuda())
         assert torch.equal(out_g.cpu(), out_c), block_m
+        # rows not of whole 16-byte units (190 channels), and fp32 ones: the kernel's narrow path
+        for narrow in (y[:, :190].contiguous(), y[:, :20].float()):
+            assert torch.equal(
+                moe.combine(narrow.cuda(), al_g, weights.cuda()).cpu(), moe.combine(narrow, al_c, weights)
+            )
 
 
 @pytest.mark.gpu
