@@ -184,12 +184,11 @@ for model in args.models.split(","):
 
         entry = {"model": model, "tokens": tokens, "us": median_graph_us(route)}
         if args.routing_parts:  # each helper on its own (graph replay after the flush, as above)
-            y_rows = rows
             entry["parts"] = {
                 "topk": median_graph_us(lambda: moe.topk_route(logits, top_k)),
                 "align": median_graph_us(lambda: moe.moe_align(ids, e, 1, check_ids=False)),
                 "permute": median_graph_us(lambda: moe.permute(x, al)),
-                "combine": median_graph_us(lambda: moe.combine(y_rows, al, weights)),
+                "combine": median_graph_us(lambda: moe.combine(rows, al, weights)),
             }
             print(f"{model} T={tokens} routing {entry['us']:.1f} us: "
                   + ", ".join(f"{k} {v:.1f}" for k, v in entry["parts"].items()), flush=True)  # fmt: skip

@@ -439,22 +439,21 @@ bool candidate(const InstanceInfo &info, const GemmArgs &args, int cc) {
   return instance_fits(info, args) && instance_runs_on(info, cc, nullptr) && info.can_implement(args);
 }
 
-// The grouped instance to run in place of `chosen`: its twin of the same tile with the other walk
-// over the experts' tiles (names ending "_lone", or not), where the build has it for `args` and
-// grouped_walk_alone asks for that walk; else `chosen`.
+// `chosen`, or where grouped_walk_alone asks for the lone walk, its lone twin (lone_twin).
 const InstanceInfo *grouped_walk_choice(const InstanceInfo *chosen, const GemmArgs &args, int cc, int sms) {
   if (args.experts <= 0 || chosen == nullptr || !runs_experts(*chosen)) return chosen;
-  static const std::string kLone = "_lone";
-  const std::string name = chosen->name;
-  const bool is_lone = name.size() > kLone.size() && name.compare(name.size() - kLone.size(), kLone.size(), kLone) == 0;
-  const bool alone =
-      grouped_walk_alone(args.expert_assignments, args.experts, args.dims.n, chosen->tile_m, chosen->tile_n, sms);
-  if (alone == is_lone) return chosen;
-  const InstanceInfo *twin = find_instance(is_lone ? name.substr(0, name.size() - kLone.size()) : name + kLone);
-  return twin != nullptr && candidate(*twin, args, cc) ? twin : chosen;
+  if (!grouped_walk_alone(args.expert_assignments, args.experts, args.dims.n, chosen->tile_m, chosen->tile_n, sms))
+    return chosen;
+  const InstanceInfo *twin = lone_twin(*chosen, args, cc);
+  return twin != nullptr ? twin : chosen;
 }
 
 } // namespace
+
+const InstanceInfo *lone_twin(const InstanceInfo &grouped, const GemmArgs &args, int cc) {
+  const InstanceInfo *twin = find_instance(std::string(grouped.name) + "_lone");
+  return twin != nullptr && candidate(*twin, args, cc) ? twin : nullptr;
+}
 
 const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::string *why) {
   std::string reasons;
@@ -512,16 +511,17 @@ const InstanceInfo *select_grouped_instance(const GemmArgs &args, int64_t rows_p
                                             std::string *why) {
   GemmArgs like = args;
   like.m = std::max<int64_t>(1, rows_per_expert);
-  const InstanceInfo *chosen = select_instance(like, cc, sms, why);
-  if (chosen == nullptr || like.m <= kGroupedLowestTileFrom || like.m > kGroupedLowestTileTo) return chosen;
-  const InstanceInfo *lowest = nullptr;
-  for (size_t i = 0; i < generated::kInstanceCount; ++i) {
-    const InstanceInfo &info = generated::kInstances[i];
-    if (info.tile_m < like.m || (lowest != nullptr && info.tile_m >= lowest->tile_m)) continue;
-    if (std::string(info.name).find("_lone") != std::string::npos || !candidate(info, like, cc)) continue;
-    lowest = &info;
+  if (like.m > kGroupedLowestTileFrom && like.m <= kGroupedLowestTileTo) {
+    // The lowest holding tile, first in name order (so the warp walk's name before its _lone twin).
+    const InstanceInfo *lowest = nullptr;
+    for (size_t i = 0; i < generated::kInstanceCount; ++i) {
+      const InstanceInfo &info = generated::kInstances[i];
+      if (info.tile_m < like.m || (lowest != nullptr && info.tile_m >= lowest->tile_m)) continue;
+      if (candidate(info, like, cc)) lowest = &info;
+    }
+    if (lowest != nullptr) return grouped_walk_choice(lowest, like, cc, sms);
   }
-  return lowest != nullptr ? grouped_walk_choice(lowest, like, cc, sms) : chosen;
+  return select_instance(like, cc, sms, why);
 }
 
 namespace {

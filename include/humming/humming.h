@@ -286,6 +286,9 @@ bool grouped_walk_alone(int64_t assignments, int32_t experts, int64_t n, int til
 // rows (DeepSeek-V3, 1024 tokens); at 512 and 1024 rows it was 1.045x and 0.96x, so the dense
 // choice stays there; up to 16 rows both choices were the same tile.
 constexpr int64_t kGroupedLowestTileFrom = 16, kGroupedLowestTileTo = 256;
+// The twin of grouped instance `grouped` whose producer walks the experts' tiles alone (its name +
+// "_lone"), where the build has it and it can run `args` on `cc`; nullptr otherwise.
+const InstanceInfo *lone_twin(const InstanceInfo &grouped, const GemmArgs &args, int cc);
 const InstanceInfo *select_grouped_instance(const GemmArgs &args, int64_t rows_per_expert, int cc, int sms,
                                             std::string *why);
 // The note select_instance gives for `chosen` (empty unless it belongs to the generic backend).

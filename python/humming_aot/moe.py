@@ -279,8 +279,9 @@ def moe_gemm(x: torch.Tensor, experts: StackedExperts, offsets: torch.Tensor, fm
     """The grouped GEMM over contiguous rows: out[r] = x[r] @ W_e.T for the rows r of expert e,
     ``offsets[e] <= r < offsets[e + 1]`` (``offsets`` int32 [E + 1] from 0 to x's rows, on x's
     device; a GPU reads them only in the kernel, so no host synchronization). ``fmt`` is the GEMM
-    format (16-bit activations). ``rows_per_expert`` (default rows / E) picks the instance as for a
-    dense GEMM of that many rows. ``assignments`` (the rows routed in all before padding, tokens x
+    format (16-bit activations). ``rows_per_expert`` (default rows / E) picks the tile: from 17 to
+    256 the lowest tile height that holds them, else as for a dense GEMM of that many rows (humming.h,
+    select_grouped_instance). ``assignments`` (the rows routed in all before padding, tokens x
     top_k, where the caller knows it) picks how the kernel's producer walks the experts' tiles: one
     thread where the launch is expected to have many tiles per multiprocessor (instances ending
     ``_lone``), its first warp otherwise and where it is not given. On a GPU it runs on the grouped
@@ -324,8 +325,8 @@ def moe_gemm_masked(x: torch.Tensor, experts: StackedExperts, counts: torch.Tens
     [E, capacity, n]: out[e, r] = x[e, r] @ W_e.T for r < counts[e]; on a GPU the rest of each slot
     is left unwritten (undefined values; zeros on the CPU). A count outside [0, capacity] is an
     error on the CPU and clipped to that range on a GPU (which cannot report it).
-    ``rows_per_expert`` (default the capacity) picks the instance as for a dense GEMM of that many
-    rows, ``assignments`` the producer's walk as for :func:`moe_gemm`."""
+    ``rows_per_expert`` (default the capacity) picks the tile and ``assignments`` the producer's
+    walk, as for :func:`moe_gemm`."""
     g = _grouped_format(experts, fmt, "moe_gemm_masked")
     e = experts.num_experts
     if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[0] != e:

@@ -466,8 +466,7 @@ void run_grouped(GemmArgs &args, CallPlan &plan, const torch::stable::Device &de
       std::string why;
       inst = select_grouped_instance(like, rows, cc, args.num_sms, &why);
       require(inst != nullptr, why);
-      lone = find_instance(std::string(inst->name) + "_lone");
-      if (lone != nullptr && (!instance_runs_on(*lone, cc) || !lone->can_implement(args))) lone = nullptr;
+      lone = lone_twin(*inst, args, cc);
       if (!cached) {
         if (plan.chosen.size() >= 64) plan.chosen.clear();
         plan.chosen.push_back({rows, index, cc, args.num_sms, true, inst, lone});
@@ -482,8 +481,8 @@ void run_grouped(GemmArgs &args, CallPlan &plan, const torch::stable::Device &de
 
 // Grouped (MoE) GEMM, contiguous rows: rows [offsets[e], offsets[e + 1]) of `a` times expert e's
 // weight (set_experts); offsets int32 [E + 1] on a's device (read only by the kernel on a GPU).
-// `rows_per_expert` (host-known, e.g. tokens x top_k / E) picks the instance as a dense GEMM of that
-// many rows would; `assignments` (tokens x top_k, or -1 where unknown) the producer's walk over the
+// `rows_per_expert` (host-known, e.g. tokens x top_k / E) picks the tile (select_grouped_instance);
+// `assignments` (tokens x top_k, or -1 where unknown) the producer's walk over the
 // experts' tiles (humming.h, grouped_walk_alone).
 Tensor moe_gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &scales,
                 const std::optional<Tensor> &zeros, const Tensor &offsets, const std::string &fmt_text, int64_t layout,

@@ -52,7 +52,8 @@ namespace sm90 {
 
 // The scheduler kinds of the weight-only kernel (its Sched template argument; tools/gen_instances.py
 // writes them): dense; grouped with the producer's warp walking the experts' tiles; grouped with
-// one producer thread walking them (experimental: not yet run on a GPU in this form).
+// one producer thread walking them (instances ending _lone; the dispatcher picks the walk per call,
+// humming.h grouped_walk_alone).
 constexpr int kSchedDense = 0, kSchedGroupedWarp = 1, kSchedGroupedLone = 2;
 
 // ActId:     DType id of the activations, the operands, the scales and the output (f16 or bf16).
