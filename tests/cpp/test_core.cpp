@@ -505,6 +505,19 @@ void test_nibble_operands() {
       }
     }
   }
+  // e2m1 by bit moves: each byte is the e4m3 code of 2^-6 times the code's value.
+  for (int trial = 0; trial < 400; ++trial) {
+    uint32_t w = static_cast<uint32_t>(rng());
+    if (trial < 16) w = 0x11111111u * static_cast<uint32_t>(trial);
+    uint32_t out[2];
+    numeric::e2m1_to_shifted_e4m3(w, out[0], out[1]);
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t c = (w >> (4 * i)) & 0xFu;
+      const float got = decode(dtypes::e4m3, (out[i / 4] >> (8 * (i % 4))) & 0xFFu) * numeric::kE2m1ShiftScale;
+      EXPECT(got == decode(dtypes::e2m1, c), "shifted e2m1: code %u (word %08x, place %d) gave %g x 64, not %g", c, w,
+             i, got, decode(dtypes::e2m1, c));
+    }
+  }
 }
 
 // The W4A8 register fragments (backend/sm90/operand_convert.h): a box of random codes, laid out as
@@ -512,37 +525,47 @@ void test_nibble_operands() {
 // read by every thread of both warpgroups of a 128-row box; register r of k32 step s of thread t
 // must hold the operands of channel 16 (t / 32) + (t % 32) / 4 + 8 (r % 2) and inputs
 // 32 s + 4 (t % 4) + 16 (r / 2) + {0 .. 3} (the PTX ISA's m64nNk32 A fragment of 8-bit types).
+// Both conversions run: u4 by lookup, e2m1 by bit moves (operands of 2^-6 the values).
 void test_nibble_fragments() {
-  std::mt19937 rng(11);
-  const DType code = dtypes::uint_type(4);
-  const numeric::NibbleTable table = numeric::nibble_table(code, false);
-  constexpr int kRows = 128, kCodes = 128;
-  std::vector<uint8_t> codes(kRows * kCodes);
-  for (auto &c : codes) c = static_cast<uint8_t>(rng() & 0xFu);
-  std::vector<uint8_t> box(kRows * 64, 0);
-  for (int r = 0; r < kRows; ++r)
-    for (int k = 0; k < kCodes; ++k) {
-      const int byte = k / 2, unit = byte / 16, swizzled = unit ^ ((r / 2) % 4);
-      box[r * 64 + swizzled * 16 + byte % 16] |= static_cast<uint8_t>(codes[r * kCodes + k] << (4 * (k % 2)));
-    }
-  int bad = 0;
-  for (int row0 = 0; row0 < kRows; row0 += 64)
-    for (int t = 0; t < 128; ++t) {
-      uint32_t af[4][4];
-      sm90::nibble_fragments(reinterpret_cast<const char *>(box.data()), row0, t, table, af);
-      for (int s = 0; s < 4; ++s)
-        for (int r = 0; r < 4; ++r)
-          for (int i = 0; i < 4; ++i) {
-            const int row = row0 + 16 * (t / 32) + (t % 32) / 4 + 8 * (r % 2);
-            const int k = 32 * s + 4 * (t % 4) + 16 * (r / 2) + i;
-            const float want = decode(code, codes[row * kCodes + k]) - 8.0f;
-            const float got = decode(dtypes::e4m3, (af[s][r] >> (8 * i)) & 0xFFu);
-            if (got != want && bad++ < 5)
-              EXPECT(false, "thread %d of rows %d.., step %d register %d byte %d: %g, not %g (row %d, input %d)", t,
-                     row0, s, r, i, got, want, row, k);
-          }
-    }
-  EXPECT(bad == 0, "%d fragment bytes wrong", bad);
+  for (const bool shifted : {false, true}) {
+    std::mt19937 rng(11);
+    const DType code = shifted ? dtypes::e2m1 : dtypes::uint_type(4);
+    const numeric::NibbleTable table = numeric::nibble_table(code, false);
+    const auto convert = [&](uint32_t w, uint32_t &lo, uint32_t &hi) {
+      if (shifted)
+        numeric::e2m1_to_shifted_e4m3(w, lo, hi);
+      else
+        numeric::nibbles_to_bytes(w, table, lo, hi);
+    };
+    constexpr int kRows = 128, kCodes = 128;
+    std::vector<uint8_t> codes(kRows * kCodes);
+    for (auto &c : codes) c = static_cast<uint8_t>(rng() & 0xFu);
+    std::vector<uint8_t> box(kRows * 64, 0);
+    for (int r = 0; r < kRows; ++r)
+      for (int k = 0; k < kCodes; ++k) {
+        const int byte = k / 2, unit = byte / 16, swizzled = unit ^ ((r / 2) % 4);
+        box[r * 64 + swizzled * 16 + byte % 16] |= static_cast<uint8_t>(codes[r * kCodes + k] << (4 * (k % 2)));
+      }
+    int bad = 0;
+    for (int row0 = 0; row0 < kRows; row0 += 64)
+      for (int t = 0; t < 128; ++t) {
+        uint32_t af[4][4];
+        sm90::nibble_fragments(reinterpret_cast<const char *>(box.data()), row0, t, convert, af);
+        for (int s = 0; s < 4; ++s)
+          for (int r = 0; r < 4; ++r)
+            for (int i = 0; i < 4; ++i) {
+              const int row = row0 + 16 * (t / 32) + (t % 32) / 4 + 8 * (r % 2);
+              const int k = 32 * s + 4 * (t % 4) + 16 * (r / 2) + i;
+              const float want = decode(code, codes[row * kCodes + k]) - (shifted ? 0.0f : 8.0f);
+              const float got =
+                  decode(dtypes::e4m3, (af[s][r] >> (8 * i)) & 0xFFu) * (shifted ? numeric::kE2m1ShiftScale : 1.0f);
+              if (got != want && bad++ < 5)
+                EXPECT(false, "thread %d of rows %d.., step %d register %d byte %d: %g, not %g (row %d, input %d)", t,
+                       row0, s, r, i, got, want, row, k);
+            }
+      }
+    EXPECT(bad == 0, "%s: %d fragment bytes wrong", shifted ? "shifted e2m1" : "u4 lookup", bad);
+  }
 }
 
 // The W4A8 stage conversion of the producer's converter warps (backend/sm90/stage_convert.h): a box

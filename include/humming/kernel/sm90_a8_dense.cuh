@@ -11,7 +11,8 @@
 // 4-bit codes (rows of k_pad / 2 bytes, code k at bits 4 (k % 8) of word k / 8) land as a box of
 // BN rows x 64 bytes in the 64-byte swizzle, and each consumer thread reads its WGMMA A fragments
 // from it into registers, turning the codes into e4m3 or s8 operands on the way
-// (backend/sm90/operand_convert.h; numeric/nibble_lut.h: exact values, by table lookup), while the
+// (backend/sm90/operand_convert.h; numeric/nibble_lut.h: exact values, by table lookup, or for e2m1
+// by bit moves into operands of 2^-6 their values, scaled back on the sums), while the
 // tensor cores run the other warpgroups' stages (and, in a batch, its own stage before); the
 // WGMMAs then take A from registers. Nothing is
 // written back to shared memory, so no proxy fence or barrier sits between the conversion and
@@ -113,6 +114,12 @@ struct DenseA8 {
   static constexpr bool kFour = kCode.bits == 4;
   static constexpr bool kStaged = kFour && StagedCodes != 0;
   static constexpr bool kRegFrags = kFour && !kStaged;
+  // e2m1 codes in register fragments go into e4m3 operands of 2^-6 their values by bit moves
+  // (numeric/nibble_lut.h; 7 instructions per 8 codes, the lookup 12), so promote scales every
+  // stage's sums back by kSumScale (exact). u4 and i4 take the lookup: their values are not a bit
+  // move away from e4m3 codes.
+  static constexpr bool kShiftedE2m1 = kRegFrags && CodeId == dtypes::e2m1.id();
+  static constexpr float kSumScale = kShiftedE2m1 ? numeric::kE2m1ShiftScale : 1.0f;
   // The producer warpgroup's converter warps (kStaged): those that neither copy (warp 0) nor, with
   // scales per 128 inputs, load scales (warp 1).
   static constexpr int kConvWarps = kStaged ? (GroupK != 0 ? 2 : 3) : 0;
@@ -170,6 +177,14 @@ struct DenseA8 {
   // in the adds: the 128-token tile spilled 8 bytes without them (ptxas, CUDA 13.0).
   static constexpr bool kOverlap =
       !kInt && !kRegFrags && Batch == 1 && 3 * kAcc <= kConsumerRegs - kOverlapSpareRegs - (kGroups ? 8 : 0);
+  // 4-bit codes into register fragments, one stage per batch: whether a consumer fetches the next
+  // stage's fragments while its own group runs (mainloop_prefetched), with a second fragment set.
+  // Measured on the H200 (session 20, t128x128, graph us at m = 2048 / 8192): e2m1gc 28672x8192
+  // 1058 -> 1013 and 8192x8192 1266 -> 1206 at 8192; u4g128 1234 -> 1182 and 1461 -> 1394. The
+  // 64-token tile at m = 64 went both ways (-1.5 % to +4 %): a fetch that waits for the next stage
+  // holds back the release of this one, and small tiles are bound by the ring, so they keep
+  // mainloop_promoted.
+  static constexpr bool kPrefetch = kRegFrags && !kInt && Batch == 1 && BM >= 128;
 
   static_assert(ActId == dtypes::e4m3.id() || ActId == dtypes::e5m2.id() || kInt, "activations are e4m3, e5m2 or i8");
   static_assert(CodeId == (kInt ? dtypes::i8.id() : dtypes::e4m3.id()) || CodeId == dtypes::uint_type(4).id() ||
@@ -276,10 +291,16 @@ struct DenseA8 {
   static __device__ __forceinline__ void fetch(const char *ring_ptr, uint32_t bars, RingPos pos, int cw, int t,
                                                Frags &af) {
     mbar_wait(ring_bar<Stages>(bars, kStaged ? 2 : 0, pos.stage), pos.phase);
-    if constexpr (kRegFrags) {
+    if constexpr (kShiftedE2m1) {
+      nibble_fragments(
+          ring_ptr + pos.stage * kStageBytes, cw * 64, t,
+          [](uint32_t w, uint32_t &lo, uint32_t &hi) { numeric::e2m1_to_shifted_e4m3(w, lo, hi); }, af);
+    } else if constexpr (kRegFrags) {
       // Operand bytes of the codes (numeric/nibble_lut.h), as immediates.
       constexpr numeric::NibbleTable table = numeric::nibble_table(kCode, kInt);
-      nibble_fragments(ring_ptr + pos.stage * kStageBytes, cw * 64, t, table, af);
+      nibble_fragments(
+          ring_ptr + pos.stage * kStageBytes, cw * 64, t,
+          [&](uint32_t w, uint32_t &lo, uint32_t &hi) { numeric::nibbles_to_bytes(w, table, lo, hi); }, af);
     }
   }
 
@@ -331,9 +352,13 @@ struct DenseA8 {
       }
     } else if constexpr (kGroups) {
       // acc[i] is channel col + 8 ((i % 4) / 2) of the tile.
-      const float w[2] = {epilogue::load_out<ScaleId>(scales, col), epilogue::load_out<ScaleId>(scales, col + 8)};
+      const float w[2] = {kSumScale * epilogue::load_out<ScaleId>(scales, col),
+                          kSumScale * epilogue::load_out<ScaleId>(scales, col + 8)};
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[i] = fmaf(part[i], w[(i % 4) / 2], acc[i]);
+    } else if constexpr (kSumScale != 1.0f) {
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) acc[i] = fmaf(part[i], kSumScale, acc[i]);
     } else {
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[i] += part[i];
@@ -351,8 +376,9 @@ struct DenseA8 {
   // the group before), and the batch's groups retire together before they are added; the other
   // consumer warpgroups keep the tensor cores busy meanwhile. (Fetching the next batch's fragments
   // before this batch retires, into a second set, gained nothing at decode and cost 8% at m = 8192
-  // in the 128-token tile: H200, session 11.) Tiles whose registers hold a second set of stage sums
-  // take mainloop_overlapped instead.
+  // in the 128-token tile in session 11; in session 20, one stage per batch, it gained 4-5 % there,
+  // with lookups and with bit moves alike: mainloop_prefetched, kPrefetch.) Tiles whose registers hold a
+  // second set of stage sums take mainloop_overlapped instead.
   static __device__ __forceinline__ void mainloop_promoted(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
                                                            int64_t n, int cw, int wblock, int col, int t,
                                                            float (&acc)[kAcc]) {
@@ -388,6 +414,36 @@ struct DenseA8 {
           promote(ring_ptr, bars, pos, wblock, col, lane, part[b], acc);
           pos.advance();
         }
+    }
+  }
+
+  // 4-bit codes in register fragments, one stage per batch: as mainloop_promoted, but stage j + 1's
+  // fragments are fetched into the other set while stage j's group runs, so the conversion of the
+  // next stage overlaps this warpgroup's own tensor-core work (two stages per trip, so that each
+  // fragment set has fixed registers).
+  static __device__ __forceinline__ void mainloop_prefetched(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
+                                                             int64_t n, int cw, int wblock, int col, int t,
+                                                             float (&acc)[kAcc]) {
+    const int lane = t % 32;
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+    if (n <= 0) return;
+    float part[kAcc];
+    Frags af[2];
+    int64_t j = 0;
+    fetch(ring_ptr, bars, pos, cw, t, af[0]);
+    auto step = [&](auto set) {
+      constexpr int S = decltype(set)::value;
+      issue_stage<true>(ring, pos, cw, af[S], part);
+      const RingPos cur = pos;
+      pos.advance();
+      const bool last = ++j >= n;
+      if (!last) fetch(ring_ptr, bars, pos, cw, t, af[1 - S]);
+      wgmma_wait<0>();
+      promote(ring_ptr, bars, cur, wblock, col, lane, part, acc);
+      return last;
+    };
+    while (!step(std::integral_constant<int, 0>()) && !step(std::integral_constant<int, 1>())) {
     }
   }
 
@@ -494,6 +550,8 @@ struct DenseA8 {
         mainloop_int(ring, ring_ptr, bars, pos, kt1 - kt0, cw, t, acc);
       else if constexpr (kOverlap)
         mainloop_overlapped(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, col, t, acc);
+      else if constexpr (kPrefetch)
+        mainloop_prefetched(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, col, t, acc);
       else
         mainloop_promoted(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, col, t, acc);
       const StreamKPlan &plan = p.plan;

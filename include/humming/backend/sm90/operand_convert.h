@@ -22,12 +22,13 @@ namespace humming {
 namespace sm90 {
 
 // Thread t of the warpgroup whose 64 rows start at row `row0` (a multiple of 16) of the codes' box
-// `codes`: its A fragments of the stage's four k32 steps, af[step][r], converted by `table`
-// (numeric/nibble_lut.h). Sixteen 2-byte loads and eight lookups of eight codes; nothing is
+// `codes`: its A fragments of the stage's four k32 steps, af[step][r], each word of eight codes
+// turned into two fragment registers by `convert(word, lo, hi)` (numeric/nibble_lut.h: a lookup,
+// or e2m1's bit moves). Sixteen 2-byte loads and eight conversions of eight codes; nothing is
 // stored, so the operands need no proxy fence or barrier before the WGMMAs read them. (Host code
 // runs it too: tests/cpp checks the fragments against the WGMMA layout.)
-HUMMING_HD void nibble_fragments(const char *codes, int row0, int t, const numeric::NibbleTable &table,
-                                 uint32_t (&af)[4][4]) {
+template <typename Convert>
+HUMMING_HD void nibble_fragments(const char *codes, int row0, int t, const Convert &convert, uint32_t (&af)[4][4]) {
   const int lane = t % 32, q = lane % 4;
   const int row = row0 + 16 * (t / 32) + lane / 4;
   // (row / 2) % 4, the same for row + 8.
@@ -46,7 +47,7 @@ HUMMING_HD void nibble_fragments(const char *codes, int row0, int t, const numer
 #pragma unroll
   for (int s = 0; s < 4; ++s)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) numeric::nibbles_to_bytes(w[h][s], table, af[s][h], af[s][2 + h]);
+    for (int h = 0; h < 2; ++h) convert(w[h][s], af[s][h], af[s][2 + h]);
 }
 
 } // namespace sm90
