@@ -396,9 +396,9 @@ const TileCost *tile_cost(const DispatchTable &t, const InstanceInfo &i) {
 constexpr int64_t kEstimateMaxTileRows = 16;
 
 // An estimate range's choice (humming_aot.dispatch._estimates follows the same rule): among the
-// candidates the table's tile costs cover and whose launch has at most kEstimateMaxTileRows rows of
-// tiles, none taller than the lowest of their tile heights that holds args.m (no padding a lower
-// tile avoids), the lowest estimate; ties to the first in name order. nullptr when none qualifies.
+// candidates the table's tile costs cover with a positive estimate and whose launch has at most
+// kEstimateMaxTileRows rows of tiles, none taller than the lowest of their tile heights that holds args.m (no padding a
+// lower tile avoids), the lowest estimate; ties to the first in name order. nullptr when none qualifies.
 const InstanceInfo *estimated_choice(const DispatchTable &t, const std::vector<const InstanceInfo *> &candidates,
                                      const GemmArgs &args, int sms) {
   std::vector<std::pair<const InstanceInfo *, double>> covered; // with their estimates
@@ -407,7 +407,9 @@ const InstanceInfo *estimated_choice(const DispatchTable &t, const std::vector<c
     const TileCost *tc = tile_cost(t, *c);
     if (tc == nullptr || (args.m + c->tile_m - 1) / c->tile_m > kEstimateMaxTileRows) continue;
     const double us = estimated_us(*c, args, sms, *tc);
-    if (us < 0) continue; // a kernel the model does not cover
+    // A kernel the model does not cover (-1), or a fit extrapolated past its points to a time that
+    // is not positive (a8w8 8x256x128 at m = 64 on 4160 x 4096: -5.2 us): outside the model.
+    if (!(us > 0)) continue;
     covered.push_back({c, us});
     if (c->tile_m >= args.m && (cap == 0 || c->tile_m < cap)) cap = c->tile_m;
     tallest = std::max<int64_t>(tallest, c->tile_m);

@@ -642,6 +642,15 @@ def test_estimate_ranges_pick_the_lowest_estimate_and_keep_patterns_for_the_rest
     assert dispatch._pick(table, 0, [t128, t64], (g, 132 * 128, 8192, 64, 132, 3))[0] is t64
     # No covered candidate: the patterns decide.
     assert dispatch._pick(table, 0, [sm80], (g, 8192, 8192, 128, 132, 3))[0] is sm80
+    # A fit that extrapolates to a time that is not positive leaves its tile out (as registry.cpp's
+    # estimated_choice does; a negative estimate once won there in Python only): t64's -1.8 us
+    # (-10 + 1 per thousand inputs, 8192 of them) loses to t128's 8.2.
+    neg = dispatch._validate_table(
+        dict(table, tile_costs={"64x128x128": [-10.0, 1.0, 0.0, 0.0], "128x128x128": [0.0, 1.0, 0.0, 0.0]}), "neg"
+    )
+    est = dispatch._estimates(neg, [t128, t64], (g, 8192, 8192, 128, 132, 3))
+    assert [i for _, i in est] == [t128] and est[0][0] == pytest.approx(8.192)
+    assert dispatch._pick(neg, 0, [t64, t128], (g, 8192, 8192, 128, 132, 3))[0] is t128
     with pytest.raises(ValueError, match="tile_costs"):
         dispatch._validate_table({"ranges": [{"m_max": None, "estimate": True, "prefer": []}]}, "bad")
     with pytest.raises(ValueError, match="tile_costs"):

@@ -317,7 +317,8 @@ _ESTIMATE_MAX_TILE_ROWS = 16
 
 def _estimates(table: dict, candidates: list, problem: tuple) -> list[tuple[float, object]]:
     """(estimated us, instance) of the candidates an estimate range chooses among: those the
-    table's tile costs cover (the sm90 kernels' persistent launches, _cost_for) with at most
+    table's tile costs cover (the sm90 kernels' persistent launches, _cost_for) with a positive
+    estimate and at most
     _ESTIMATE_MAX_TILE_ROWS rows of tiles, none taller than the lowest of their tile heights that
     holds m, in candidate (name) order. humming::select_instance applies the same rule
     (registry.cpp, estimated_choice)."""
@@ -329,7 +330,8 @@ def _estimates(table: dict, candidates: list, problem: tuple) -> list[tuple[floa
             continue
         c = _cost_for(costs, inst)
         us = None if c is None else estimated_us(c, inst.backend, inst.tile, g, n, k, m, sms, layout)
-        if us is not None:
+        # A time that is not positive is a fit extrapolated past its points: outside the model.
+        if us is not None and us > 0:
             covered.append((us, inst))
     heights = [i.tile[0] for _, i in covered]
     cap = min([h for h in heights if h >= m], default=max(heights, default=0))
