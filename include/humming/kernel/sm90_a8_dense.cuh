@@ -184,7 +184,10 @@ struct DenseA8 {
   // 64-token tile at m = 64 went both ways (-1.5 % to +4 %): a fetch that waits for the next stage
   // holds back the release of this one, and small tiles are bound by the ring, so they keep
   // mainloop_promoted.
-  static constexpr bool kPrefetch = kRegFrags && !kInt && Batch == 1 && BM >= 128;
+  // (Where the registers hold the second set: the three-consumer 128-token tile spilled 820 bytes
+  // with it, ptxas, CUDA 13.0.)
+  static constexpr bool kPrefetch = kRegFrags && !kInt && Batch == 1 && BM >= 128 &&
+                                    2 * kAcc + 2 * kSteps * 4 <= kConsumerRegs - kOverlapSpareRegs;
 
   static_assert(ActId == dtypes::e4m3.id() || ActId == dtypes::e5m2.id() || kInt, "activations are e4m3, e5m2 or i8");
   static_assert(CodeId == (kInt ? dtypes::i8.id() : dtypes::e4m3.id()) || CodeId == dtypes::uint_type(4).id() ||
