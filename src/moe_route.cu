@@ -45,6 +45,17 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// The warp's best of its lanes' candidates (rank value v, score s, expert e; e == none where a lane
+// has none), in every lane: ranks_before is a total order, so the butterfly's pairings do not
+// change which one wins.
+__device__ __forceinline__ void warp_best(int32_t none, float &v, float &s, int32_t &e) {
+  for (int d = 16; d > 0; d /= 2) {
+    const float ov = __shfl_xor_sync(kAll, v, d), os = __shfl_xor_sync(kAll, s, d);
+    const int32_t oe = __shfl_xor_sync(kAll, e, d);
+    if (oe != none && (e == none || moe_route::ranks_before(ov, oe, v, e))) v = ov, s = os, e = oe;
+  }
+}
+
 __global__ void topk_kernel(MoeTopk a) {
   const int lane = threadIdx.x % 32;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kTopkWarps + threadIdx.x / 32;
@@ -77,12 +88,7 @@ __global__ void topk_kernel(MoeTopk a) {
       const float v = moe_route::rank_value(logit, s, a.bias, e);
       if (best == a.experts || moe_route::ranks_before(v, e, best_v, best)) best_v = v, best_s = s, best = e;
     }
-    for (int d = 16; d > 0; d /= 2) {
-      const float ov = __shfl_xor_sync(kAll, best_v, d), os = __shfl_xor_sync(kAll, best_s, d);
-      const int32_t oe = __shfl_xor_sync(kAll, best, d);
-      if (oe != a.experts && (best == a.experts || moe_route::ranks_before(ov, oe, best_v, best)))
-        best_v = ov, best_s = os, best = oe;
-    }
+    warp_best(a.experts, best_v, best_s, best);
     chosen[j] = best;
     weight[j] = best_s;
     total += best_s;
@@ -140,12 +146,7 @@ template <int P> __global__ void topk_registers_kernel(MoeTopk a) {
     for (int p = 0; p < P; ++p)
       if ((open >> p & 1u) && (best == a.experts || moe_route::ranks_before(v[p], lane + 32 * p, best_v, best)))
         best_v = v[p], best_s = s[p], best = lane + 32 * p, best_p = p;
-    for (int d = 16; d > 0; d /= 2) {
-      const float ov = __shfl_xor_sync(kAll, best_v, d), os = __shfl_xor_sync(kAll, best_s, d);
-      const int32_t oe = __shfl_xor_sync(kAll, best, d);
-      if (oe != a.experts && (best == a.experts || moe_route::ranks_before(ov, oe, best_v, best)))
-        best_v = ov, best_s = os, best = oe;
-    }
+    warp_best(a.experts, best_v, best_s, best);
     if (best_p >= 0 && lane + 32 * best_p == best) open &= ~(1u << best_p);
     if (lane == j) mine = best, mine_w = best_s;
     total += best_s;

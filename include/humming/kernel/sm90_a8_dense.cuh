@@ -28,7 +28,8 @@
 // and wastes nothing on rows that do not exist.
 //
 // One producer thread fills the ring as in sm90_dense.cuh. A consumer warpgroup only issues
-// WGMMAs (the four k32 steps of a stage as one group) and adds up their sums:
+// WGMMAs (the four k32 steps of a stage as one group) and adds up their sums, in one of the main
+// loops of backend/sm90/a8_mainloops.h (this file holds the steps they take per stage):
 // * 8-bit floats: each stage's group sums into fresh registers, which are added into the tile's
 //   fp32 sums once the group retires (two-level accumulation, promoted every 128 inputs: the FP8
 //   tensor cores' running sum is narrower than fp32); the other consumer warpgroups keep the
@@ -60,6 +61,7 @@
 #include <type_traits>
 
 #include "humming/backend/sm90/a8_stage_loads.h"
+#include "humming/backend/sm90/a8_mainloops.h"
 #include "humming/backend/sm90/operand_convert.h"
 #include "humming/backend/sm90/pipeline.h"
 #include "humming/backend/sm90/ptx.h"
@@ -133,6 +135,7 @@ struct DenseA8 {
   // 56 for them, the consumers of the 128-token tile spilled).
   static constexpr int kProducerRegs = GroupK != 0 ? 56 : 40;
   static constexpr int kTileM = BM;
+  static constexpr int kBatch = Batch, kStages = Stages;
   static constexpr int BN = 64 * Consumers;
   static constexpr int BK = 128; // one row of the 128-byte swizzle
   static constexpr int kSteps = BK / 32;
@@ -186,8 +189,8 @@ struct DenseA8 {
   // mainloop_promoted.
   // (Where the registers hold the second set: the three-consumer 128-token tile spilled 820 bytes
   // with it, ptxas, CUDA 13.0.)
-  static constexpr bool kPrefetch = kRegFrags && !kInt && Batch == 1 && BM >= 128 &&
-                                    2 * kAcc + 2 * kSteps * 4 <= kConsumerRegs - kOverlapSpareRegs;
+  static constexpr bool kPrefetch =
+      kRegFrags && !kInt && Batch == 1 && BM >= 128 && 2 * kAcc + 2 * kSteps * 4 <= kConsumerRegs - kOverlapSpareRegs;
 
   static_assert(ActId == dtypes::e4m3.id() || ActId == dtypes::e5m2.id() || kInt, "activations are e4m3, e5m2 or i8");
   static_assert(CodeId == (kInt ? dtypes::i8.id() : dtypes::e4m3.id()) || CodeId == dtypes::uint_type(4).id() ||
@@ -229,6 +232,8 @@ struct DenseA8 {
 
   // The copies of a stage (backend/sm90/a8_stage_loads.h).
   using Loads = A8StageLoads<DenseA8>;
+  // The consumers' walks over a segment's stages (backend/sm90/a8_mainloops.h).
+  using Loops = A8Mainloops<DenseA8>;
 
   // Warp 1 of the producer warpgroup, with scales per 128 inputs: the scales of every stage of
   // every segment of this block (zeros past the matrices) by cp.async, each lane's copies then
@@ -369,173 +374,6 @@ struct DenseA8 {
     release_stage<Stages>(bars, at.stage);
   }
 
-  // 8-bit floats: the `n` stages of one segment from ring position `pos` (left one past the last)
-  // into acc, each stage's sums (its four k32 steps, 128 inputs) made in fresh registers and then
-  // added into acc in fp32 (promote). The FP8 tensor cores keep fewer mantissa bits in their
-  // running sum than fp32 (measured on the H200: one long segment of 4224 inputs summed 85.8 as
-  // 85.4), so the per-channel mode promotes every stage too, as cuBLASLt does without its
-  // fast-accumulation flag. Stages go in batches of Batch: each stage's group is issued as soon as
-  // it is fetched (with 4-bit codes, loading the fragments of the next stage of the batch overlaps
-  // the group before), and the batch's groups retire together before they are added; the other
-  // consumer warpgroups keep the tensor cores busy meanwhile. (Fetching the next batch's fragments
-  // before this batch retires, into a second set, gained nothing at decode and cost 8% at m = 8192
-  // in the 128-token tile in session 11; in session 20, one stage per batch, it gained 4-5 % there,
-  // with lookups and with bit moves alike: mainloop_prefetched, kPrefetch.) Tiles whose registers hold a
-  // second set of stage sums take mainloop_overlapped instead.
-  static __device__ __forceinline__ void mainloop_promoted(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
-                                                           int64_t n, int cw, int wblock, int col, int t,
-                                                           float (&acc)[kAcc]) {
-    const int lane = t % 32;
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
-    float part[Batch][kAcc];
-    Frags af[Batch];
-    // Defined once here, before any group, in tiles of 32 tokens and more: a short last batch
-    // leaves sets unissued, and where their registers were first written inside the loop, ptxas
-    // serialized every WGMMA of the 32-token batch-2 tiles (warning C7515, CUDA 13.0). Measured on
-    // the H200 (session 18, e2m1gc x e4m3-pt, 4 layers at m = 16..64): t32 batch 2 4-12 % faster
-    // with it; t16 batch 2, never serialized, took 2-9 % longer with it than without (in the
-    // corpus sweep before), so it goes without.
-    if constexpr (Batch > 1 && kAcc >= 16)
-#pragma unroll
-      for (int b = 0; b < Batch; ++b)
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) part[b][i] = 0.0f;
-    for (int64_t j = 0; j < n; j += Batch) {
-      const int64_t count = n - j < Batch ? n - j : Batch; // a short last batch
-      RingPos at = pos;
-#pragma unroll
-      for (int b = 0; b < Batch; ++b, at.advance())
-        if (b < count) {
-          fetch(ring_ptr, bars, at, cw, t, af[b]);
-          issue_stage<true>(ring, at, cw, af[b], part[b]);
-        }
-      wgmma_wait<0>();
-#pragma unroll
-      for (int b = 0; b < Batch; ++b)
-        if (b < count) {
-          promote(ring_ptr, bars, pos, wblock, col, lane, part[b], acc);
-          pos.advance();
-        }
-    }
-  }
-
-  // 4-bit codes in register fragments, one stage per batch: as mainloop_promoted, but stage j + 1's
-  // fragments are fetched into the other set while stage j's group runs, so the conversion of the
-  // next stage overlaps this warpgroup's own tensor-core work (two stages per trip, so that each
-  // fragment set has fixed registers).
-  static __device__ __forceinline__ void mainloop_prefetched(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
-                                                             int64_t n, int cw, int wblock, int col, int t,
-                                                             float (&acc)[kAcc]) {
-    const int lane = t % 32;
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
-    if (n <= 0) return;
-    float part[kAcc];
-    Frags af[2];
-    int64_t j = 0;
-    fetch(ring_ptr, bars, pos, cw, t, af[0]);
-    auto step = [&](auto set) {
-      constexpr int S = decltype(set)::value;
-      issue_stage<true>(ring, pos, cw, af[S], part);
-      const RingPos cur = pos;
-      pos.advance();
-      const bool last = ++j >= n;
-      if (!last) fetch(ring_ptr, bars, pos, cw, t, af[1 - S]);
-      wgmma_wait<0>();
-      promote(ring_ptr, bars, cur, wblock, col, lane, part, acc);
-      return last;
-    };
-    while (!step(std::integral_constant<int, 0>()) && !step(std::integral_constant<int, 1>())) {
-    }
-  }
-
-  // 8-bit floats, one stage per batch, where the registers hold two sets of stage sums (kOverlap):
-  // as mainloop_promoted, but stage j's group is issued (into the set stage j - 1 does not use)
-  // before stage j - 1's sums are added, so the tensor cores run this warpgroup's next group while
-  // it adds. Without it, the consumer warpgroups of a block, which take each stage together, all
-  // add at once after their groups retire, and the tensor cores wait. Two stages per trip, so that
-  // each set of sums has fixed registers (ptxas keeps the WGMMAs asynchronous only so). 8-bit
-  // codes only, or 4-bit ones converted in the stage (kOverlap): the fragment sets `af` stay empty.
-  static __device__ __forceinline__ void mainloop_overlapped(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
-                                                             int64_t n, int cw, int wblock, int col, int t,
-                                                             float (&acc)[kAcc]) {
-    const int lane = t % 32;
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
-    if (n <= 0) return;
-    float part[2][kAcc];
-    Frags af[2];
-    RingPos prev = pos;
-    fetch(ring_ptr, bars, pos, cw, t, af[0]);
-    issue_stage<true>(ring, pos, cw, af[0], part[0]);
-    pos.advance();
-    int64_t j = 1;
-    // Issues stage j (if any) into set S, then adds stage j - 1's sums (set 1 - S) once its group
-    // has retired; true when stage j - 1 was the last. The two ways out each have their own wait
-    // and add: where they joined before the add, ptxas could not tell that no group is in flight
-    // after the last stage and serialized every WGMMA of the kernel (warnings C7517 and C7514).
-    auto step = [&](auto set) {
-      constexpr int S = decltype(set)::value;
-      if (j >= n) {
-        wgmma_wait<0>();
-        promote(ring_ptr, bars, prev, wblock, col, lane, part[1 - S], acc);
-        return true;
-      }
-      fetch(ring_ptr, bars, pos, cw, t, af[S]);
-      issue_stage<true>(ring, pos, cw, af[S], part[S]);
-      wgmma_wait<1>();
-      promote(ring_ptr, bars, prev, wblock, col, lane, part[1 - S], acc);
-      prev = pos;
-      pos.advance();
-      ++j;
-      return false;
-    };
-    while (!step(std::integral_constant<int, 1>()) && !step(std::integral_constant<int, 0>())) {
-    }
-  }
-
-  // Integers: the `n` stages of one segment from ring position `pos` (left one past the last) into
-  // acc. The s32 sums are exact, so they stay in the tensor cores' registers for the whole segment
-  // (one group in flight behind the next) and are rounded to fp32 once, at the end. With 4-bit
-  // codes, each stage's fragments are loaded while the group before runs, into the fragment set
-  // the group before that used (two stages per trip, so that each set has fixed registers).
-  static __device__ __forceinline__ void mainloop_int(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
-                                                      int64_t n, int cw, int t, float (&out)[kAcc]) {
-    Sum acc[kAcc];
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) acc[i] = Sum(0);
-    Frags af[2];
-    RingPos prev = pos;
-    int64_t j = 0;
-    // Issues stage j (fetched into set S), retires the group before it, and fetches stage j + 1
-    // into set 1 - S; true when stage j was the last.
-    auto step = [&](auto set) {
-      constexpr int S = decltype(set)::value;
-      issue_stage<false>(ring, pos, cw, af[S], acc);
-      if (j > 0) {
-        // The group of the stage before has retired: its shared memory and fragments are free.
-        wgmma_wait<1>();
-        release_stage<Stages>(bars, prev.stage);
-      }
-      prev = pos;
-      pos.advance();
-      if (++j >= n) return true;
-      fetch(ring_ptr, bars, pos, cw, t, af[1 - S]);
-      return false;
-    };
-    if (n > 0) {
-      fetch(ring_ptr, bars, pos, cw, t, af[0]);
-      while (!step(std::integral_constant<int, 0>()) && !step(std::integral_constant<int, 1>())) {
-      }
-    }
-    wgmma_wait<0>();
-    fence_regs(acc);
-    if (n > 0) release_stage<Stages>(bars, prev.stage);
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) out[i] = static_cast<float>(acc[i]);
-  }
-
   static __device__ __forceinline__ void consume(const Params &p, uint32_t ring, char *ring_ptr, uint32_t bars,
                                                  volatile int *flag) {
     const GemmArgs &a = p.args;
@@ -550,13 +388,13 @@ struct DenseA8 {
       // With blocks: this warpgroup's weight block among the stage's scales.
       const int wblock = static_cast<int>((n0 % 128 + cw * 64) / 128);
       if constexpr (kInt)
-        mainloop_int(ring, ring_ptr, bars, pos, kt1 - kt0, cw, t, acc);
+        Loops::mainloop_int(ring, ring_ptr, bars, pos, kt1 - kt0, cw, t, acc);
       else if constexpr (kOverlap)
-        mainloop_overlapped(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, col, t, acc);
+        Loops::mainloop_overlapped(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, col, t, acc);
       else if constexpr (kPrefetch)
-        mainloop_prefetched(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, col, t, acc);
+        Loops::mainloop_prefetched(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, col, t, acc);
       else
-        mainloop_promoted(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, col, t, acc);
+        Loops::mainloop_promoted(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, col, t, acc);
       const StreamKPlan &plan = p.plan;
       if (!(kt0 == 0 && kt1 == plan.k_tiles)) {
         const bool last =

@@ -1,0 +1,203 @@
+// The consumer warpgroups' main loops of the sm90 8-bit activation kernel
+// (kernel/sm90_a8_dense.cuh): how a warpgroup walks the stages of one segment, in which order it
+// waits for a stage, fetches its fragments, issues its group, retires it and adds its sums, for
+// each kind of sums the kernel keeps (fp32 stage sums promoted every stage, with or without a
+// second set in flight or a fetch ahead; exact s32 sums kept for the whole segment).
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "humming/backend/sm90/pipeline.h"
+#include "humming/backend/sm90/ptx.h"
+
+namespace humming {
+namespace sm90 {
+
+// K: the kernel (sm90::DenseA8): its per-stage steps fetch (wait for a stage and, with 4-bit
+//    codes, read this thread's fragments of it), issue_stage<Fresh> (one group of a stage's k32
+//    steps into a set of sums) and promote (a retired stage's fp32 sums added into the tile's, with
+//    its scales, and the stage handed back); its ring (kStages, RingPos), its sums (kAcc per
+//    thread, Sum) and fragments (Frags), and kBatch, the stages per batch of mainloop_promoted.
+template <class K> struct A8Mainloops {
+  static constexpr int kAcc = K::kAcc, Batch = K::kBatch;
+  using RingPos = typename K::RingPos;
+  using Frags = typename K::Frags;
+  using Sum = typename K::Sum;
+
+  template <class T> static __device__ __forceinline__ void zero(T (&v)[kAcc]) {
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) v[i] = T(0);
+  }
+
+  // step(set) for sets First, 1 - First, First, ... until it returns true: each call's set a
+  // compile-time constant, so that each set of sums or fragments stays in fixed registers (the
+  // loops that keep two sets take two stages per trip this way).
+  template <int First, class Step> static __device__ __forceinline__ void alternate(Step &step) {
+    while (!step(std::integral_constant<int, First>()) && !step(std::integral_constant<int, 1 - First>())) {
+    }
+  }
+
+  // 8-bit floats: the `n` stages of one segment from ring position `pos` (left one past the last)
+  // into acc, each stage's sums (its four k32 steps, 128 inputs) made in fresh registers and then
+  // added into acc in fp32 (promote). The FP8 tensor cores keep fewer mantissa bits in their
+  // running sum than fp32 (measured on the H200: one long segment of 4224 inputs summed 85.8 as
+  // 85.4), so the per-channel mode promotes every stage too, as cuBLASLt does without its
+  // fast-accumulation flag. Stages go in batches of Batch: each stage's group is issued as soon as
+  // it is fetched (with 4-bit codes, loading the fragments of the next stage of the batch overlaps
+  // the group before), and the batch's groups retire together before they are added; the other
+  // consumer warpgroups keep the tensor cores busy meanwhile. (Fetching the next batch's fragments
+  // before this batch retires, into a second set, gained nothing at decode and cost 8% at m = 8192
+  // in the 128-token tile in session 11; in session 20, one stage per batch, it gained 4-5 % there,
+  // with lookups and with bit moves alike: mainloop_prefetched, DenseA8::kPrefetch.) Tiles whose registers hold a
+  // second set of stage sums take mainloop_overlapped instead.
+  static __device__ __forceinline__ void mainloop_promoted(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
+                                                           int64_t n, int cw, int wblock, int col, int t,
+                                                           float (&acc)[kAcc]) {
+    const int lane = t % 32;
+    zero(acc);
+    float part[Batch][kAcc];
+    Frags af[Batch];
+    // Defined once here, before any group, in tiles of 32 tokens and more: a short last batch
+    // leaves sets unissued, and where their registers were first written inside the loop, ptxas
+    // serialized every WGMMA of the 32-token batch-2 tiles (warning C7515, CUDA 13.0). Measured on
+    // the H200 (session 18, e2m1gc x e4m3-pt, 4 layers at m = 16..64): t32 batch 2 4-12 % faster
+    // with it; t16 batch 2, never serialized, took 2-9 % longer with it than without (in the
+    // corpus sweep before), so it goes without.
+    if constexpr (Batch > 1 && kAcc >= 16)
+#pragma unroll
+      for (int b = 0; b < Batch; ++b)
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) part[b][i] = 0.0f;
+    for (int64_t j = 0; j < n; j += Batch) {
+      const int64_t count = n - j < Batch ? n - j : Batch; // a short last batch
+      RingPos at = pos;
+#pragma unroll
+      for (int b = 0; b < Batch; ++b, at.advance())
+        if (b < count) {
+          K::fetch(ring_ptr, bars, at, cw, t, af[b]);
+          K::template issue_stage<true>(ring, at, cw, af[b], part[b]);
+        }
+      wgmma_wait<0>();
+#pragma unroll
+      for (int b = 0; b < Batch; ++b)
+        if (b < count) {
+          K::promote(ring_ptr, bars, pos, wblock, col, lane, part[b], acc);
+          pos.advance();
+        }
+    }
+  }
+
+  // 4-bit codes in register fragments, one stage per batch: as mainloop_promoted, but stage j + 1's
+  // fragments are fetched into the other set while stage j's group runs, so the conversion of the
+  // next stage overlaps this warpgroup's own tensor-core work (two stages per trip, so that each
+  // fragment set has fixed registers).
+  static __device__ __forceinline__ void mainloop_prefetched(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
+                                                             int64_t n, int cw, int wblock, int col, int t,
+                                                             float (&acc)[kAcc]) {
+    const int lane = t % 32;
+    zero(acc);
+    if (n <= 0) return;
+    float part[kAcc];
+    Frags af[2];
+    int64_t j = 0;
+    K::fetch(ring_ptr, bars, pos, cw, t, af[0]);
+    auto step = [&](auto set) {
+      constexpr int S = decltype(set)::value;
+      K::template issue_stage<true>(ring, pos, cw, af[S], part);
+      const RingPos cur = pos;
+      pos.advance();
+      const bool last = ++j >= n;
+      if (!last) K::fetch(ring_ptr, bars, pos, cw, t, af[1 - S]);
+      wgmma_wait<0>();
+      K::promote(ring_ptr, bars, cur, wblock, col, lane, part, acc);
+      return last;
+    };
+    alternate<0>(step);
+  }
+
+  // 8-bit floats, one stage per batch, where the registers hold two sets of stage sums (kOverlap):
+  // as mainloop_promoted, but stage j's group is issued (into the set stage j - 1 does not use)
+  // before stage j - 1's sums are added, so the tensor cores run this warpgroup's next group while
+  // it adds. Without it, the consumer warpgroups of a block, which take each stage together, all
+  // add at once after their groups retire, and the tensor cores wait. Two stages per trip, so that
+  // each set of sums has fixed registers (ptxas keeps the WGMMAs asynchronous only so). 8-bit
+  // codes only, or 4-bit ones converted in the stage (kOverlap): the fragment sets `af` stay empty.
+  static __device__ __forceinline__ void mainloop_overlapped(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
+                                                             int64_t n, int cw, int wblock, int col, int t,
+                                                             float (&acc)[kAcc]) {
+    const int lane = t % 32;
+    zero(acc);
+    if (n <= 0) return;
+    float part[2][kAcc];
+    Frags af[2];
+    RingPos prev = pos;
+    K::fetch(ring_ptr, bars, pos, cw, t, af[0]);
+    K::template issue_stage<true>(ring, pos, cw, af[0], part[0]);
+    pos.advance();
+    int64_t j = 1;
+    // Issues stage j (if any) into set S, then adds stage j - 1's sums (set 1 - S) once its group
+    // has retired; true when stage j - 1 was the last. The two ways out each have their own wait
+    // and add: where they joined before the add, ptxas could not tell that no group is in flight
+    // after the last stage and serialized every WGMMA of the kernel (warnings C7517 and C7514).
+    auto step = [&](auto set) {
+      constexpr int S = decltype(set)::value;
+      if (j >= n) {
+        wgmma_wait<0>();
+        K::promote(ring_ptr, bars, prev, wblock, col, lane, part[1 - S], acc);
+        return true;
+      }
+      K::fetch(ring_ptr, bars, pos, cw, t, af[S]);
+      K::template issue_stage<true>(ring, pos, cw, af[S], part[S]);
+      wgmma_wait<1>();
+      K::promote(ring_ptr, bars, prev, wblock, col, lane, part[1 - S], acc);
+      prev = pos;
+      pos.advance();
+      ++j;
+      return false;
+    };
+    alternate<1>(step);
+  }
+
+  // Integers: the `n` stages of one segment from ring position `pos` (left one past the last) into
+  // acc. The s32 sums are exact, so they stay in the tensor cores' registers for the whole segment
+  // (one group in flight behind the next) and are rounded to fp32 once, at the end. With 4-bit
+  // codes, each stage's fragments are loaded while the group before runs, into the fragment set
+  // the group before that used (two stages per trip, so that each set has fixed registers).
+  static __device__ __forceinline__ void mainloop_int(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
+                                                      int64_t n, int cw, int t, float (&out)[kAcc]) {
+    Sum acc[kAcc];
+    zero(acc);
+    Frags af[2];
+    RingPos prev = pos;
+    int64_t j = 0;
+    // Issues stage j (fetched into set S), retires the group before it, and fetches stage j + 1
+    // into set 1 - S; true when stage j was the last.
+    auto step = [&](auto set) {
+      constexpr int S = decltype(set)::value;
+      K::template issue_stage<false>(ring, pos, cw, af[S], acc);
+      if (j > 0) {
+        // The group of the stage before has retired: its shared memory and fragments are free.
+        wgmma_wait<1>();
+        release_stage<K::kStages>(bars, prev.stage);
+      }
+      prev = pos;
+      pos.advance();
+      if (++j >= n) return true;
+      K::fetch(ring_ptr, bars, pos, cw, t, af[1 - S]);
+      return false;
+    };
+    if (n > 0) {
+      K::fetch(ring_ptr, bars, pos, cw, t, af[0]);
+      alternate<0>(step);
+    }
+    wgmma_wait<0>();
+    fence_regs(acc);
+    if (n > 0) release_stage<K::kStages>(bars, prev.stage);
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) out[i] = static_cast<float>(acc[i]);
+  }
+};
+
+} // namespace sm90
+} // namespace humming
