@@ -218,6 +218,50 @@ def test_eager_calls_skip_the_dispatcher_with_the_same_result(direct, monkeypatc
     assert direct.calls == 2
 
 
+def test_quantized_activations_take_one_direct_call_with_the_ops_result(monkeypatch):
+    """Eager layers with 8-bit activations quantize and multiply in one call without the dispatcher
+    (humming_aot._eager.quantize_gemm_eager) where the build's torch runs; the result equals
+    quantize_act then gemm through torch.ops, bitwise, and bad input gets the ops' errors."""
+    from humming_aot import layers
+
+    layer = QuantLinear.from_linear(linear(256, 72, bias=True), "e4m3gc-sf32", act_format="e4m3-pt")
+    x = acts((5, 256), 41)
+    b = layer._buffers
+    a, a_scales = torch.ops.humming.quantize_act(x, "e4m3-pt")
+    via_ops = torch.ops.humming.gemm(
+        a, b["codes"], b["scales"], b["zeros"], b["global_scale"], a_scales, b["bias"],
+        layer._fmt_str, layer.layout, 72, 256, "",
+    )  # fmt: skip
+    fused = layers._DIRECT_QUANTIZE
+    calls = []
+
+    def counting(*args):
+        calls.append(args[0])
+        return (fused or _ops_pair)(*args)
+
+    monkeypatch.setattr(layers, "_DIRECT_QUANTIZE", counting)
+    y = layer(x)
+    assert calls and calls[-1] is x and torch.equal(y, via_ops)
+    y3 = layer(x.reshape(5, 1, 256))
+    assert y3.shape == (5, 1, 72) and torch.equal(y3.reshape(5, 72), via_ops)
+    monkeypatch.setattr(layers, "_DIRECT_QUANTIZE", None)  # the two ops, as HUMMING_EAGER_OPS=1
+    assert torch.equal(layer(x), via_ops)
+    if fused is not None:  # the direct call's own errors
+        with pytest.raises(ValueError, match="activations to quantize must be float32, float16 or bfloat16"):
+            fused(x.to(torch.int32), b["codes"], b["scales"], b["zeros"], b["global_scale"], b["bias"],
+                  "e4m3-pt", layer._fmt_str, layer.layout, 72, 256, "")  # fmt: skip
+        with pytest.raises(ValueError, match="not quantized"):
+            fused(x, b["codes"], b["scales"], b["zeros"], b["global_scale"], b["bias"],
+                  "bf16", layer._fmt_str, layer.layout, 72, 256, "")  # fmt: skip
+
+
+def _ops_pair(a, codes, scales, zeros, global_scale, bias, act, fmt, layout, n, k, instance):
+    """quantize_act then gemm through torch.ops: what quantize_gemm_eager does in one call, standing
+    in where the running torch has no direct path."""
+    q, s = torch.ops.humming.quantize_act(a, act)
+    return torch.ops.humming.gemm(q, codes, scales, zeros, global_scale, s, bias, fmt, layout, n, k, instance)
+
+
 def test_dispatch_modes_and_autograd_still_see_the_op(direct):
     from torch.utils._python_dispatch import TorchDispatchMode
 

@@ -62,22 +62,24 @@ def _warm_workspace(device: int) -> None:
 C.warm_workspace = _warm_workspace
 
 
-def _eager_gemm():
-    """The GEMM without the dispatcher (humming_aot._eager), where the running torch is the exact one
-    the package was built with (that module takes at::Tensor); None elsewhere, and then QuantLinear
-    calls torch.ops.humming.gemm, the same implementation."""
+def _eager_module():
+    """humming_aot._eager (the GEMM, and quantize_act + GEMM, without the dispatcher), where the
+    running torch is the exact one the package was built with (that module takes at::Tensor); None
+    elsewhere, and then QuantLinear calls torch.ops.humming.quantize_act and .gemm, the same
+    implementation."""
     if C.build_info()["torch_version"] != torch.__version__:
         return None
     try:
         from . import _eager  # type: ignore[attr-defined]
     except ImportError:  # pragma: no cover - a build without it
         return None
-    return _eager.gemm_eager
+    return _eager
 
 
-_direct = _eager_gemm()
-if _direct is not None:
-    C.gemm_eager = _direct
+_eager_mod = _eager_module()
+if _eager_mod is not None:
+    C.gemm_eager = _eager_mod.gemm_eager
+    C.quantize_gemm_eager = _eager_mod.quantize_gemm_eager
 
 # The fake (meta) kernels of torch.ops.humming and the op defined in Python (auto_gemm) are
 # registered with the compiled ops, whichever module loads them first: without fake kernels

@@ -20,6 +20,8 @@ _FLOAT_ACT = {torch.bfloat16: "bf16", torch.float16: "f16"}
 # nothing; HUMMING_EAGER_OPS=1 always goes through torch.ops (for example so that torch.profiler
 # lists humming::gemm).
 _DIRECT = None if os.environ.get("HUMMING_EAGER_OPS", "0") not in ("", "0") else getattr(C, "gemm_eager", None)
+# Quantized activations: quantize_act and the GEMM in one direct call (same switch).
+_DIRECT_QUANTIZE = None if _DIRECT is None else getattr(C, "quantize_gemm_eager", None)
 
 
 def _direct_call_ok(x: torch.Tensor) -> bool:
@@ -202,15 +204,34 @@ class QuantLinear(torch.nn.Module):
             # (The CPU kernels take m = 0 as it is; traced graphs see m = 0 as a constant.)
             out = a.new_empty((0, self.out_features), dtype=self._out_dtype)
             return out if flat else out.reshape(*x.shape[:-1], self.out_features)
-        if self._act_quantized:
-            # quantize_act reads rows of unit stride; its output is a fresh contiguous tensor
-            if not a.is_contiguous():
-                a = activation_operand(a, False)
-            a, a_scales = torch.ops.humming.quantize_act(a, self._act_str)
         # Buffers straight from the dict: nn.Module's attribute fallback costs about a microsecond
         # per buffer per call (7 us for these five on the CI machine).
         b = self._buffers
         instance = self.instance
+        if self._act_quantized:
+            # quantize_act reads rows of unit stride; its output is a fresh contiguous tensor
+            if not a.is_contiguous():
+                a = activation_operand(a, False)
+            if _DIRECT_QUANTIZE is not None and _direct_call_ok(a):
+                # Eager: quantize and GEMM in one call (the codes are fresh, contiguous and aligned).
+                if a.is_cuda:
+                    instance = instance or self._plan.instance_at(a.shape[0], a.get_device())
+                out = _DIRECT_QUANTIZE(
+                    a,
+                    b["codes"],
+                    b["scales"],
+                    b["zeros"],
+                    b["global_scale"],
+                    b["bias"],
+                    self._act_str,
+                    self._fmt_str,
+                    self.layout,
+                    self.out_features,
+                    self.in_features,
+                    instance if a.is_cuda else "",
+                )
+                return out if flat else out.reshape(*x.shape[:-1], self.out_features)
+            a, a_scales = torch.ops.humming.quantize_act(a, self._act_str)
         if torch.compiler.is_compiling():
             # Traced (torch.compile, export): the instance choice depends on M and is host-side
             # Python, so auto_gemm makes it inside the op at run time, on every device alike.

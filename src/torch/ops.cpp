@@ -862,6 +862,33 @@ humming_gemm_direct(AtenTensorHandle a, AtenTensorHandle codes, AtenTensorHandle
   }
 }
 
+// humming_gemm_direct for a format with quantized activations, from the 16-bit activations `a`:
+// quantize_act (format `act`, which must be the format's) and then the GEMM with its codes and
+// scales, in one call from Python instead of two dispatcher calls (QuantLinear's eager path).
+// The same results, checks and errors as the two ops one after the other.
+extern "C" __attribute__((visibility("default"))) int
+humming_quantize_gemm_direct(AtenTensorHandle a, AtenTensorHandle codes, AtenTensorHandle scales,
+                             AtenTensorHandle zeros, AtenTensorHandle global_scale, AtenTensorHandle bias,
+                             const char *act, size_t act_size, const char *fmt, size_t fmt_size, int64_t layout,
+                             int64_t n, int64_t k, const char *instance, size_t instance_size, AtenTensorHandle *out,
+                             char *error, size_t error_size) {
+  using namespace humming::torch_ops;
+  try {
+    auto [a_codes, a_scales] = quantize_act(*borrowed(a), std::string(act, act_size));
+    Tensor result =
+        gemm(a_codes, *borrowed(codes), borrowed(scales), borrowed(zeros), borrowed(global_scale), a_scales,
+             borrowed(bias), std::string(fmt, fmt_size), layout, n, k, std::string(instance, instance_size));
+    ensure(aoti_torch_new_tensor_handle(result.get(), out) == AOTI_TORCH_SUCCESS, "cannot return the output");
+    return 0;
+  } catch (const std::invalid_argument &e) {
+    report(error, error_size, e.what());
+    return 1;
+  } catch (const std::exception &e) {
+    report(error, error_size, e.what());
+    return 2;
+  }
+}
+
 // The stream-K scratch of CUDA device `device`'s current stream, allocated and zeroed now (the
 // buffer the GEMM op keeps per stream), so that a first GEMM call pays neither the allocation nor
 // the fill (humming_aot.dispatch's preload calls it through ctypes). 0 on success; otherwise 2 with
