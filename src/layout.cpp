@@ -5,6 +5,7 @@
 #include "humming/layout/generic.h"
 #include "humming/layout/sm80.h"
 #include "humming/layout/sm90.h"
+#include "humming/layout/sm90_a8.h"
 
 namespace humming {
 
@@ -16,9 +17,15 @@ const char *layout_name(int layout) {
     return "sm80";
   case kLayoutSm90:
     return "sm90";
+  case kLayoutSm90A8:
+    return "sm90a8";
   default:
     return "unknown";
   }
+}
+
+bool known_layout(int layout) {
+  return layout == kLayoutGeneric || layout == kLayoutSm80 || layout == kLayoutSm90 || layout == kLayoutSm90A8;
 }
 
 namespace {
@@ -27,9 +34,9 @@ int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
 } // namespace
 
 Status packed_dims(int layout, const WeightFormat &fmt, int64_t n, int64_t k, PackedDims *out) {
-  if (layout != kLayoutGeneric && layout != kLayoutSm80 && layout != kLayoutSm90)
+  if (!known_layout(layout))
     return Status::Error("unknown weight layout id " + std::to_string(layout) +
-                         "; this build knows layouts 1 (generic), 2 (sm80) and 3 (sm90)");
+                         "; this build knows layouts 1 (generic), 2 (sm80), 3 (sm90) and 4 (sm90a8)");
   if (n <= 0 || k <= 0)
     return Status::Error("weight extents must be positive, got n=" + std::to_string(n) + ", k=" + std::to_string(k));
   if (n > (int64_t{1} << 31) || k > (int64_t{1} << 31))
@@ -49,6 +56,14 @@ Status packed_dims(int layout, const WeightFormat &fmt, int64_t n, int64_t k, Pa
                            std::to_string(bits) + " bits (use layout 1, generic)");
     align_k = layout_sm90::kAlignK;
     align_n = layout_sm90::kAlignN;
+  } else if (layout == kLayoutSm90A8) {
+    if (!layout_sm90_a8::supports_bits(bits))
+      return Status::Error("layout 4 (sm90a8) holds 4-bit codes; " + to_string(fmt.code) + " has " +
+                           std::to_string(bits) +
+                           " bits (use layout 1, generic, which the 8-bit activation "
+                           "kernels read for 8-bit codes)");
+    align_k = layout_sm90_a8::kAlignK;
+    align_n = layout_sm90_a8::kAlignN;
   }
   PackedDims d;
   d.n = n;
@@ -73,6 +88,7 @@ Status packed_dims(int layout, const WeightFormat &fmt, int64_t n, int64_t k, Pa
 uint32_t packed_code(int layout, const PackedDims &d, int bits, const uint32_t *packed, int64_t n, int64_t k) {
   if (layout == kLayoutSm80) return layout_sm80::code_at(packed, n, k, bits, d.k_pad / layout_sm80::kBlockK);
   if (layout == kLayoutSm90) return layout_sm90::code_at(packed, n, k, bits, d.n_pad / layout_sm90::kBlockN);
+  if (layout == kLayoutSm90A8) return layout_sm90_a8::code_at(packed + n * d.words_per_row, k);
   return layout_generic::code_at(packed + n * d.words_per_row, k, bits);
 }
 
@@ -89,17 +105,20 @@ Status pack_codes_cpu(int layout, const WeightFormat &fmt, const PackedDims &d, 
     for (int64_t w = 0; w < d.code_words; ++w) packed[w] = layout_sm90::pack_word(codes, d.n, d.k, bits, n_blocks, w);
     return Status::Ok();
   }
-  if (layout != kLayoutGeneric) return Status::Error("unknown weight layout id " + std::to_string(layout));
+  if (layout != kLayoutGeneric && layout != kLayoutSm90A8)
+    return Status::Error("unknown weight layout id " + std::to_string(layout));
+  const bool chunks = layout == kLayoutSm90A8;
   for (int64_t r = 0; r < d.n_pad; ++r)
     for (int64_t w = 0; w < d.words_per_row; ++w)
-      packed[r * d.words_per_row + w] = r < d.n ? layout_generic::pack_word(codes + r * d.k, d.k, bits, w) : 0u;
+      packed[r * d.words_per_row + w] = r >= d.n ? 0u
+                                        : chunks ? layout_sm90_a8::pack_word(codes + r * d.k, d.k, w)
+                                                 : layout_generic::pack_word(codes + r * d.k, d.k, bits, w);
   return Status::Ok();
 }
 
 Status unpack_codes_cpu(int layout, const WeightFormat &fmt, const PackedDims &d, const uint32_t *packed,
                         uint8_t *codes) {
-  if (layout != kLayoutGeneric && layout != kLayoutSm80 && layout != kLayoutSm90)
-    return Status::Error("unknown weight layout id " + std::to_string(layout));
+  if (!known_layout(layout)) return Status::Error("unknown weight layout id " + std::to_string(layout));
   const int bits = static_cast<int>(fmt.code.bits);
   for (int64_t r = 0; r < d.n; ++r)
     for (int64_t c = 0; c < d.k; ++c)

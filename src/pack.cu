@@ -8,6 +8,7 @@
 #include "humming/layout/generic.h"
 #include "humming/layout/sm80.h"
 #include "humming/layout/sm90.h"
+#include "humming/layout/sm90_a8.h"
 
 namespace humming {
 namespace {
@@ -31,6 +32,20 @@ __global__ void pack_codes_sm90_kernel(PackedDims d, int bits, const uint8_t *co
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= d.code_words) return;
   packed[i] = layout_sm90::pack_word(codes, d.n, d.k, bits, d.n_pad / layout_sm90::kBlockN, i);
+}
+
+__global__ void pack_codes_sm90_a8_kernel(PackedDims d, const uint8_t *codes, uint32_t *packed) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= d.code_words) return;
+  const int64_t r = i / d.words_per_row, w = i % d.words_per_row;
+  packed[i] = r < d.n ? layout_sm90_a8::pack_word(codes + r * d.k, d.k, w) : 0u;
+}
+
+__global__ void unpack_codes_sm90_a8_kernel(PackedDims d, const uint32_t *packed, uint8_t *codes) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= d.n * d.k) return;
+  const int64_t r = i / d.k, c = i % d.k;
+  codes[i] = static_cast<uint8_t>(layout_sm90_a8::code_at(packed + r * d.words_per_row, c));
 }
 
 __global__ void unpack_codes_sm90_kernel(PackedDims d, int bits, const uint32_t *packed, uint8_t *codes) {
@@ -78,9 +93,13 @@ Status launched(const char *what) {
 
 Status pack_codes_cuda(int layout, const WeightFormat &fmt, const PackedDims &d, const uint8_t *codes, uint32_t *packed,
                        void *stream) {
-  if (layout != kLayoutGeneric && layout != kLayoutSm80 && layout != kLayoutSm90)
-    return Status::Error("unknown weight layout id " + std::to_string(layout));
+  if (!known_layout(layout)) return Status::Error("unknown weight layout id " + std::to_string(layout));
   if (d.code_words == 0) return Status::Ok();
+  if (layout == kLayoutSm90A8) {
+    pack_codes_sm90_a8_kernel<<<blocks_for(d.code_words), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(d, codes,
+                                                                                                            packed);
+    return launched("packing codes on the GPU");
+  }
   if (layout == kLayoutSm90) {
     pack_codes_sm90_kernel<<<blocks_for(d.code_words), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
         d, static_cast<int>(fmt.code.bits), codes, packed);
@@ -98,9 +117,13 @@ Status pack_codes_cuda(int layout, const WeightFormat &fmt, const PackedDims &d,
 
 Status unpack_codes_cuda(int layout, const WeightFormat &fmt, const PackedDims &d, const uint32_t *packed,
                          uint8_t *codes, void *stream) {
-  if (layout != kLayoutGeneric && layout != kLayoutSm80 && layout != kLayoutSm90)
-    return Status::Error("unknown weight layout id " + std::to_string(layout));
+  if (!known_layout(layout)) return Status::Error("unknown weight layout id " + std::to_string(layout));
   if (d.n * d.k == 0) return Status::Ok();
+  if (layout == kLayoutSm90A8) {
+    unpack_codes_sm90_a8_kernel<<<blocks_for(d.n * d.k), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(d, packed,
+                                                                                                           codes);
+    return launched("unpacking codes on the GPU");
+  }
   if (layout == kLayoutSm90) {
     unpack_codes_sm90_kernel<<<blocks_for(d.n * d.k), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
         d, static_cast<int>(fmt.code.bits), packed, codes);

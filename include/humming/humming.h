@@ -66,6 +66,7 @@ enum LayoutId : int {
   kLayoutGeneric = 1, // codes as a bit stream per output channel; read by the generic backend
   kLayoutSm80 = 2,    // mma.sync B fragments, one vector load per lane (4- and 8-bit codes)
   kLayoutSm90 = 3,    // WGMMA register A fragments, one vector load per thread (4- and 8-bit codes)
+  kLayoutSm90A8 = 4,  // generic rows, 128-input chunks in the FP8 / s8 WGMMA fragment order (4-bit codes)
 };
 
 // Logical and padded extents of a weight packed for one layout. Scales and zero points are stored
@@ -82,6 +83,7 @@ struct PackedDims {
 };
 
 const char *layout_name(int layout);
+bool known_layout(int layout); // one of the LayoutId values
 Status packed_dims(int layout, const WeightFormat &fmt, int64_t n, int64_t k, PackedDims *out);
 
 // Bits of one code of layout `layout` in the packed codes (the CPU reference and tests read codes

@@ -16,7 +16,7 @@ from . import formats as F
 from ._ext import C
 from .reference import QuantizedWeight
 
-LAYOUTS = {"generic": 1, "sm80": 2, "sm90": 3}
+LAYOUTS = {"generic": 1, "sm80": 2, "sm90": 3, "sm90a8": 4}
 LAYOUT_NAMES = {v: k for k, v in LAYOUTS.items()}
 
 

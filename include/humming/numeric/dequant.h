@@ -13,19 +13,21 @@
 #include "humming/layout/generic.h"
 #include "humming/layout/sm80.h"
 #include "humming/layout/sm90.h"
+#include "humming/layout/sm90_a8.h"
 
 namespace humming {
 
-// Value of weight element (n, k) of a packed weight (generic, sm80 or sm90 layout). `code_t` and `scale_t` are
+// Value of weight element (n, k) of a packed weight (generic, sm80, sm90 or sm90a8 layout). `code_t` and `scale_t` are
 // passed by value so that a kernel handing in compile-time constants gets the decode folded.
 HUMMING_HD float weight_value_generic(const GemmArgs &args, DType code_t, DType scale_t, int zero, float global,
                                       int64_t n, int64_t k) {
   const PackedDims &d = args.dims;
   const int bits = static_cast<int>(code_t.bits);
   const uint32_t code =
-      args.layout == kLayoutSm80   ? layout_sm80::code_at(args.codes, n, k, bits, d.k_pad / layout_sm80::kBlockK)
-      : args.layout == kLayoutSm90 ? layout_sm90::code_at(args.codes, n, k, bits, d.n_pad / layout_sm90::kBlockN)
-                                   : layout_generic::code_at(args.codes + n * d.words_per_row, k, bits);
+      args.layout == kLayoutSm80     ? layout_sm80::code_at(args.codes, n, k, bits, d.k_pad / layout_sm80::kBlockK)
+      : args.layout == kLayoutSm90   ? layout_sm90::code_at(args.codes, n, k, bits, d.n_pad / layout_sm90::kBlockN)
+      : args.layout == kLayoutSm90A8 ? layout_sm90_a8::code_at(args.codes + n * d.words_per_row, k)
+                                     : layout_generic::code_at(args.codes + n * d.words_per_row, k, bits);
   float v = decode(code_t, code);
   // Unsigned codes without zero points are symmetric around the middle of their range (GPTQ
   // symmetric "uint4b8"): the zero point is implied, 2^(bits-1).
