@@ -57,9 +57,10 @@ def test_c_module_has_no_torch():
 
 def test_direct_path_only_under_the_build_torch():
     built = ha.registry.build_info()["torch_version"]
-    direct = _ext._eager_gemm()
+    direct = _ext._eager_module()
     if built == torch.__version__:
         assert direct is not None, "the build's own torch takes the GEMM without the dispatcher"
+        assert _ext.C.gemm_eager is direct.gemm_eager and _ext.C.quantize_gemm_eager is direct.quantize_gemm_eager
     else:
         assert direct is None, f"humming_aot._eager is built for torch {built}, not {torch.__version__}"
     assert ha.registry.build_info()["torch_abi"].startswith("stable")

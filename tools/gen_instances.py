@@ -344,9 +344,14 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
         # "convert": "producer": the producer warpgroup's idle warps convert 4-bit codes into an
         # 8-bit box in each stage (names end _pc); else each consumer thread in registers.
         staged = t.get("convert", "registers") == "producer"
+        # "layout": 4: 4-bit codes read into register fragments from layout 4 (sm90a8, names end
+        # _l4); else the matrix's layout (the generic one).
+        layout = t.get("layout", matrix["layout"])
         bn, bk = 64 * consumers, 128
         four = F.dtype(code).bits == 4
         if staged and not four:  # 8-bit codes need no conversion
+            continue
+        if layout != matrix["layout"] and (not four or staged):  # layout 4: register fragments of 4-bit codes
             continue
         # Batches of stages (8-bit floats): their sums fit, the ring holds them and one more.
         if batch > 1 and (act == "i8" or batch * bm // 2 > 64 or stages < batch + 1):
@@ -371,10 +376,11 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
             )
             + (f"_b{batch}" if batch > 1 else "")
             + ("_pc" if staged else "")
+            + (f"_l{layout}" if layout != matrix["layout"] else "")
         )
         group_n = group if blocks else 1
         targs = tuple(f"{_dtype_id(v)}u" for v in (act, code, scale)) + (str(group), str(group_n), f"{_dtype_id(o)}u")
-        targs += (str(bm), str(consumers), str(stages), str(batch), "1" if staged else "0")
+        targs += (str(bm), str(consumers), str(stages), str(batch), "1" if staged else "0", str(layout))
         # A box of weights (bn rows of bk codes: 64 bytes each with 4-bit codes) and one of
         # activations per stage. Then the scales: with blocks, fp32, bm of the activations and one per
         # 128-channel weight block the tile touches; with groups, the bn channels' in their type.
@@ -389,7 +395,7 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
         # act_granularity 1: ActScale::kToken; 2: ActScale::kGroup
         tile = (bm, bn, bk)
         key = _tensor_core_key(
-            act, 2 if blocks else 1, code, group, scale, "none", o, matrix["layout"], tile, stages,
+            act, 2 if blocks else 1, code, group, scale, "none", o, layout, tile, stages,
             128 * (1 + consumers), smem, group_n=group_n,
         )  # fmt: skip
         out.append(
@@ -403,7 +409,7 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
                 scale,
                 "none",
                 o,
-                matrix["layout"],
+                layout,
                 "humming/kernel/sm90_a8_dense.cuh",
                 targs,
                 key,

@@ -12,6 +12,7 @@
 #include "humming/backend/sm90/operand_convert.h"
 #include "humming/backend/sm90/stage_convert.h"
 #include "humming/humming.h"
+#include "humming/layout/sm90_a8.h"
 #include "humming/numeric/nibble_lut.h"
 #include "humming/scheduler/moe.h"
 #include "humming/scheduler/raster.h"
@@ -526,46 +527,62 @@ void test_nibble_operands() {
 // must hold the operands of channel 16 (t / 32) + (t % 32) / 4 + 8 (r % 2) and inputs
 // 32 s + 4 (t % 4) + 16 (r / 2) + {0 .. 3} (the PTX ISA's m64nNk32 A fragment of 8-bit types).
 // Both conversions run: u4 by lookup, e2m1 by bit moves (operands of 2^-6 the values).
+// The same for a box in layout 4 (layout/sm90_a8.h: rows packed by its pack_word, then swizzled as
+// the TMA leaves them), read by chunk_fragments.
 void test_nibble_fragments() {
-  for (const bool shifted : {false, true}) {
-    std::mt19937 rng(11);
-    const DType code = shifted ? dtypes::e2m1 : dtypes::uint_type(4);
-    const numeric::NibbleTable table = numeric::nibble_table(code, false);
-    const auto convert = [&](uint32_t w, uint32_t &lo, uint32_t &hi) {
-      if (shifted)
-        numeric::e2m1_to_shifted_e4m3(w, lo, hi);
-      else
-        numeric::nibbles_to_bytes(w, table, lo, hi);
-    };
-    constexpr int kRows = 128, kCodes = 128;
-    std::vector<uint8_t> codes(kRows * kCodes);
-    for (auto &c : codes) c = static_cast<uint8_t>(rng() & 0xFu);
-    std::vector<uint8_t> box(kRows * 64, 0);
-    for (int r = 0; r < kRows; ++r)
-      for (int k = 0; k < kCodes; ++k) {
-        const int byte = k / 2, unit = byte / 16, swizzled = unit ^ ((r / 2) % 4);
-        box[r * 64 + swizzled * 16 + byte % 16] |= static_cast<uint8_t>(codes[r * kCodes + k] << (4 * (k % 2)));
+  for (const bool chunked : {false, true})
+    for (const bool shifted : {false, true}) {
+      std::mt19937 rng(11);
+      const DType code = shifted ? dtypes::e2m1 : dtypes::uint_type(4);
+      const numeric::NibbleTable table = numeric::nibble_table(code, false);
+      const auto convert = [&](uint32_t w, uint32_t &lo, uint32_t &hi) {
+        if (shifted)
+          numeric::e2m1_to_shifted_e4m3(w, lo, hi);
+        else
+          numeric::nibbles_to_bytes(w, table, lo, hi);
+      };
+      constexpr int kRows = 128, kCodes = 128;
+      std::vector<uint8_t> codes(kRows * kCodes);
+      for (auto &c : codes) c = static_cast<uint8_t>(rng() & 0xFu);
+      alignas(16) static uint8_t box[kRows * 64];
+      std::memset(box, 0, sizeof(box));
+      for (int r = 0; r < kRows; ++r) {
+        if (chunked) {
+          for (int w = 0; w < 16; ++w) {
+            const uint32_t word = layout_sm90_a8::pack_word(codes.data() + r * kCodes, kCodes, w);
+            std::memcpy(box + r * 64 + 16 * ((w / 4) ^ ((r / 2) % 4)) + 4 * (w % 4), &word, 4);
+          }
+          continue;
+        }
+        for (int k = 0; k < kCodes; ++k) {
+          const int byte = k / 2, unit = byte / 16, swizzled = unit ^ ((r / 2) % 4);
+          box[r * 64 + swizzled * 16 + byte % 16] |= static_cast<uint8_t>(codes[r * kCodes + k] << (4 * (k % 2)));
+        }
       }
-    int bad = 0;
-    for (int row0 = 0; row0 < kRows; row0 += 64)
-      for (int t = 0; t < 128; ++t) {
-        uint32_t af[4][4];
-        sm90::nibble_fragments(reinterpret_cast<const char *>(box.data()), row0, t, convert, af);
-        for (int s = 0; s < 4; ++s)
-          for (int r = 0; r < 4; ++r)
-            for (int i = 0; i < 4; ++i) {
-              const int row = row0 + 16 * (t / 32) + (t % 32) / 4 + 8 * (r % 2);
-              const int k = 32 * s + 4 * (t % 4) + 16 * (r / 2) + i;
-              const float want = decode(code, codes[row * kCodes + k]) - (shifted ? 0.0f : 8.0f);
-              const float got =
-                  decode(dtypes::e4m3, (af[s][r] >> (8 * i)) & 0xFFu) * (shifted ? numeric::kE2m1ShiftScale : 1.0f);
-              if (got != want && bad++ < 5)
-                EXPECT(false, "thread %d of rows %d.., step %d register %d byte %d: %g, not %g (row %d, input %d)", t,
-                       row0, s, r, i, got, want, row, k);
-            }
-      }
-    EXPECT(bad == 0, "%s: %d fragment bytes wrong", shifted ? "shifted e2m1" : "u4 lookup", bad);
-  }
+      int bad = 0;
+      for (int row0 = 0; row0 < kRows; row0 += 64)
+        for (int t = 0; t < 128; ++t) {
+          uint32_t af[4][4];
+          if (chunked)
+            sm90::chunk_fragments(reinterpret_cast<const char *>(box), row0, t, convert, af);
+          else
+            sm90::nibble_fragments(reinterpret_cast<const char *>(box), row0, t, convert, af);
+          for (int s = 0; s < 4; ++s)
+            for (int r = 0; r < 4; ++r)
+              for (int i = 0; i < 4; ++i) {
+                const int row = row0 + 16 * (t / 32) + (t % 32) / 4 + 8 * (r % 2);
+                const int k = 32 * s + 4 * (t % 4) + 16 * (r / 2) + i;
+                const float want = decode(code, codes[row * kCodes + k]) - (shifted ? 0.0f : 8.0f);
+                const float got =
+                    decode(dtypes::e4m3, (af[s][r] >> (8 * i)) & 0xFFu) * (shifted ? numeric::kE2m1ShiftScale : 1.0f);
+                if (got != want && bad++ < 5)
+                  EXPECT(false, "thread %d of rows %d.., step %d register %d byte %d: %g, not %g (row %d, input %d)", t,
+                         row0, s, r, i, got, want, row, k);
+              }
+        }
+      EXPECT(bad == 0, "%s, layout %d: %d fragment bytes wrong", shifted ? "shifted e2m1" : "u4 lookup",
+             chunked ? 4 : 1, bad);
+    }
 }
 
 // The W4A8 stage conversion of the producer's converter warps (backend/sm90/stage_convert.h): a box

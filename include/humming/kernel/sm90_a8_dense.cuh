@@ -8,7 +8,8 @@
 // its 8-bit codes are the row-major bytes of the weight (rows k_pad bytes long), so they go by TMA
 // like the activations. Each stage of the ring holds one box of BN weight rows and one of BM
 // activation rows, 128 inputs (bytes) wide, in the 128-byte swizzle the descriptors read.
-// 4-bit codes (rows of k_pad / 2 bytes, code k at bits 4 (k % 8) of word k / 8) land as a box of
+// 4-bit codes (rows of k_pad / 2 bytes, code k at bits 4 (k % 8) of word k / 8; or in layout 4,
+// layout/sm90_a8.h, each 128-input chunk of a row in the fragments' order) land as a box of
 // BN rows x 64 bytes in the 64-byte swizzle, and each consumer thread reads its WGMMA A fragments
 // from it into registers, turning the codes into e4m3 or s8 operands on the way
 // (backend/sm90/operand_convert.h; numeric/nibble_lut.h: exact values, by table lookup, or for e2m1
@@ -105,8 +106,10 @@ constexpr int kOverlapSpareRegs = 32;
 //            Measured on the H200 (session 19, t128x128 e2m1gc): 1.7x slower than 0 at m = 2048,
 //            bound by the converter warps' lookups and copies (without them: 0.7x the time of 0),
 //            so only experimental tiles use 1.
+// Layout:    LayoutId of the weights: 1 (generic), or for 4-bit codes in register fragments 4
+//            (sm90a8, layout/sm90_a8.h: each stage's codes of a thread in one 16-byte unit per row).
 template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, int GroupN, uint32_t OutId, int BM,
-          int Consumers, int Stages, int Batch = 1, int StagedCodes = 0>
+          int Consumers, int Stages, int Batch = 1, int StagedCodes = 0, int Layout = kLayoutGeneric>
 struct DenseA8 {
   static constexpr bool kE5m2 = ActId == dtypes::e5m2.id();
   static constexpr bool kInt = ActId == dtypes::i8.id();
@@ -214,6 +217,8 @@ struct DenseA8 {
                 "batches of stages for 8-bit floats, whose sums fit the registers");
   static_assert(Stages >= Batch + 1, "the ring holds the batch and more");
   static_assert(StagedCodes == 0 || kFour, "only 4-bit codes are converted in the stage");
+  static_assert(Layout == kLayoutGeneric || (Layout == kLayoutSm90A8 && kRegFrags),
+                "weights in layout 1, or 4-bit codes read into register fragments from layout 4");
 
   struct Params {
     CUtensorMap act;    // activations [m][k] bytes, boxes of BM rows x 128
@@ -294,19 +299,30 @@ struct DenseA8 {
   // step `step`, backend/sm90/operand_convert.h); unused with 8-bit codes.
   using Frags = uint32_t[kSteps][4];
 
+  // The fragments of warpgroup rows row0.. of a stage's box of 4-bit codes, each word of eight
+  // codes converted by `convert`: read in the layout's order (backend/sm90/operand_convert.h).
+  template <typename Convert>
+  static __device__ __forceinline__ void read_fragments(const char *codes, int row0, int t, const Convert &convert,
+                                                        Frags &af) {
+    if constexpr (Layout == kLayoutSm90A8)
+      chunk_fragments(codes, row0, t, convert, af);
+    else
+      nibble_fragments(codes, row0, t, convert, af);
+  }
+
   // Waits for stage `pos` (kStaged: for its converted box); with fragments in registers, reads
   // this thread's fragments of warpgroup cw's 64 rows out of it.
   static __device__ __forceinline__ void fetch(const char *ring_ptr, uint32_t bars, RingPos pos, int cw, int t,
                                                Frags &af) {
     mbar_wait(ring_bar<Stages>(bars, kStaged ? 2 : 0, pos.stage), pos.phase);
     if constexpr (kShiftedE2m1) {
-      nibble_fragments(
+      read_fragments(
           ring_ptr + pos.stage * kStageBytes, cw * 64, t,
           [](uint32_t w, uint32_t &lo, uint32_t &hi) { numeric::e2m1_to_shifted_e4m3(w, lo, hi); }, af);
     } else if constexpr (kRegFrags) {
       // Operand bytes of the codes (numeric/nibble_lut.h), as immediates.
       constexpr numeric::NibbleTable table = numeric::nibble_table(kCode, kInt);
-      nibble_fragments(
+      read_fragments(
           ring_ptr + pos.stage * kStageBytes, cw * 64, t,
           [&](uint32_t w, uint32_t &lo, uint32_t &hi) { numeric::nibbles_to_bytes(w, table, lo, hi); }, af);
     }
@@ -446,15 +462,16 @@ struct DenseA8 {
 
 #define HUMMING_SM90_A8_TARGS                                                                                          \
   uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, int GroupN, uint32_t OutId, int BM, int Consumers,    \
-      int Stages, int Batch, int StagedCodes
-#define HUMMING_SM90_A8_ARGS ActId, CodeId, ScaleId, GroupK, GroupN, OutId, BM, Consumers, Stages, Batch, StagedCodes
+      int Stages, int Batch, int StagedCodes, int Layout
+#define HUMMING_SM90_A8_ARGS                                                                                           \
+  ActId, CodeId, ScaleId, GroupK, GroupN, OutId, BM, Consumers, Stages, Batch, StagedCodes, Layout
 
 template <HUMMING_SM90_A8_TARGS> Status can_implement_a8(const GemmArgs &args) {
   using K = DenseA8<HUMMING_SM90_A8_ARGS>;
   const GemmFormat &f = args.fmt;
-  if (args.layout != kLayoutGeneric)
-    return Status::Error(std::string("the sm90 8-bit activation kernels read weights packed for layout 1 (generic), "
-                                     "not layout ") +
+  if (args.layout != Layout)
+    return Status::Error(std::string("this sm90 8-bit activation instance reads weights packed for layout ") +
+                         std::to_string(Layout) + " (" + layout_name(Layout) + "), not layout " +
                          std::to_string(args.layout) + " (" + layout_name(args.layout) + ")");
   if (K::kBlocks) {
     if (f.act.granularity != ActScale::kGroup || f.act.group_k != GroupK)

@@ -21,6 +21,11 @@
 namespace humming {
 namespace sm90 {
 
+// Four words moved as one 16-byte shared-memory access.
+struct alignas(16) Words4 {
+  uint32_t w[4];
+};
+
 // Thread t of the warpgroup whose 64 rows start at row `row0` (a multiple of 16) of the codes' box
 // `codes`: its A fragments of the stage's four k32 steps, af[step][r], each word of eight codes
 // turned into two fragment registers by `convert(word, lo, hi)` (numeric/nibble_lut.h: a lookup,
@@ -48,6 +53,24 @@ HUMMING_HD void nibble_fragments(const char *codes, int row0, int t, const Conve
   for (int s = 0; s < 4; ++s)
 #pragma unroll
     for (int h = 0; h < 2; ++h) convert(w[h][s], af[s][h], af[s][2 + h]);
+}
+
+// The same fragments from a box of codes in layout 4 (layout/sm90_a8.h), which orders each row's
+// 128 codes of a stage so that lane quad q's eight words (the words `w` above, in the same bit
+// order) are its 16-byte unit q: two 16-byte loads (one per row) instead of sixteen 2-byte loads
+// and eight permutes. The eight lanes of a quarter warp read two rows' four units each, 128
+// distinct bytes: no bank conflicts, whatever the swizzle.
+template <typename Convert>
+HUMMING_HD void chunk_fragments(const char *codes, int row0, int t, const Convert &convert, uint32_t (&af)[4][4]) {
+  const int lane = t % 32, q = lane % 4;
+  const int row = row0 + 16 * (t / 32) + lane / 4;
+  const int x = (row >> 1) & 3; // the same for row + 8
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const Words4 unit = *reinterpret_cast<const Words4 *>(codes + (row + 8 * h) * 64 + 16 * (q ^ x));
+#pragma unroll
+    for (int s = 0; s < 4; ++s) convert(unit.w[s], af[s][h], af[s][2 + h]);
+  }
 }
 
 } // namespace sm90

@@ -18,15 +18,11 @@
 #include <cstdint>
 
 #include "humming/format/dtype.h"
+#include "humming/backend/sm90/operand_convert.h" // Words4
 #include "humming/numeric/nibble_lut.h"
 
 namespace humming {
 namespace sm90 {
-
-// Four words moved as one 16-byte shared-memory access.
-struct alignas(16) Words4 {
-  uint32_t w[4];
-};
 
 // Converter thread i of Threads: its units (i, i + Threads, ...) of the Rows x 4 units of `codes`
 // into `out`, by `table`. (Host code runs it too: tests/cpp checks the box against the layouts.)
