@@ -831,6 +831,22 @@ Tensor moe_combine(const Tensor &y, const Tensor &positions, const Tensor &weigh
   return out;
 }
 
+// A direct entry's result: `make()`'s tensor as a new handle in *out (0), or its error in `error`:
+// 1 for an argument error (ValueError), 2 for any other failure (RuntimeError).
+template <class Make> int direct_result(Make &&make, AtenTensorHandle *out, char *error, size_t error_size) {
+  try {
+    Tensor result = make();
+    ensure(aoti_torch_new_tensor_handle(result.get(), out) == AOTI_TORCH_SUCCESS, "cannot return the output");
+    return 0;
+  } catch (const std::invalid_argument &e) {
+    report(error, error_size, e.what());
+    return 1;
+  } catch (const std::exception &e) {
+    report(error, error_size, e.what());
+    return 2;
+  }
+}
+
 } // namespace
 } // namespace torch_ops
 } // namespace humming
@@ -847,19 +863,13 @@ humming_gemm_direct(AtenTensorHandle a, AtenTensorHandle codes, AtenTensorHandle
                     size_t fmt_size, int64_t layout, int64_t n, int64_t k, const char *instance, size_t instance_size,
                     AtenTensorHandle *out, char *error, size_t error_size) {
   using namespace humming::torch_ops;
-  try {
-    Tensor result = gemm(*borrowed(a), *borrowed(codes), borrowed(scales), borrowed(zeros), borrowed(global_scale),
-                         borrowed(a_scales), borrowed(bias), std::string(fmt, fmt_size), layout, n, k,
-                         std::string(instance, instance_size));
-    ensure(aoti_torch_new_tensor_handle(result.get(), out) == AOTI_TORCH_SUCCESS, "cannot return the output");
-    return 0;
-  } catch (const std::invalid_argument &e) {
-    report(error, error_size, e.what());
-    return 1;
-  } catch (const std::exception &e) {
-    report(error, error_size, e.what());
-    return 2;
-  }
+  return direct_result(
+      [&] {
+        return gemm(*borrowed(a), *borrowed(codes), borrowed(scales), borrowed(zeros), borrowed(global_scale),
+                    borrowed(a_scales), borrowed(bias), std::string(fmt, fmt_size), layout, n, k,
+                    std::string(instance, instance_size));
+      },
+      out, error, error_size);
 }
 
 // humming_gemm_direct for a format with quantized activations, from the 16-bit activations `a`:
@@ -873,20 +883,13 @@ humming_quantize_gemm_direct(AtenTensorHandle a, AtenTensorHandle codes, AtenTen
                              int64_t n, int64_t k, const char *instance, size_t instance_size, AtenTensorHandle *out,
                              char *error, size_t error_size) {
   using namespace humming::torch_ops;
-  try {
-    auto [a_codes, a_scales] = quantize_act(*borrowed(a), std::string(act, act_size));
-    Tensor result =
-        gemm(a_codes, *borrowed(codes), borrowed(scales), borrowed(zeros), borrowed(global_scale), a_scales,
-             borrowed(bias), std::string(fmt, fmt_size), layout, n, k, std::string(instance, instance_size));
-    ensure(aoti_torch_new_tensor_handle(result.get(), out) == AOTI_TORCH_SUCCESS, "cannot return the output");
-    return 0;
-  } catch (const std::invalid_argument &e) {
-    report(error, error_size, e.what());
-    return 1;
-  } catch (const std::exception &e) {
-    report(error, error_size, e.what());
-    return 2;
-  }
+  return direct_result(
+      [&] {
+        auto [a_codes, a_scales] = quantize_act(*borrowed(a), std::string(act, act_size));
+        return gemm(a_codes, *borrowed(codes), borrowed(scales), borrowed(zeros), borrowed(global_scale), a_scales,
+                    borrowed(bias), std::string(fmt, fmt_size), layout, n, k, std::string(instance, instance_size));
+      },
+      out, error, error_size);
 }
 
 // The stream-K scratch of CUDA device `device`'s current stream, allocated and zeroed now (the
