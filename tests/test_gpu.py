@@ -386,10 +386,18 @@ def test_w8a8_layer_runs_on_the_fp8_kernels(wfmt, act):
     assert torch.equal(out, eager)
 
 
-@pytest.mark.parametrize("fmt", ["u4g128-sbf16-zi", "u3g32-sbf16", "e2m1g16-se4m3-gs", "i8gc-sf32", "u7g64-sf16-zf"])
-def test_gpu_pack_equals_cpu_pack(fmt):
+_PACK_CASES = [
+    (fmt, lay)
+    for fmt in ["u4g128-sbf16-zi", "u3g32-sbf16", "e2m1g16-se4m3-gs", "i8gc-sf32", "u7g64-sf16-zf"]
+    for lay, bits in (("generic", (1, 2, 3, 4, 5, 6, 7, 8)), ("sm80", (4, 8)), ("sm90", (4, 8)), ("sm90a8", (4,)))
+    if F.parse_weight_format(fmt).code.bits in bits
+]
+
+
+@pytest.mark.parametrize("fmt,layout", _PACK_CASES)
+def test_gpu_pack_equals_cpu_pack(fmt, layout):
     q = R.quantize_weight(torch.randn(100, 300) * 0.1, fmt)
-    cpu = ha.pack_weight(q)
+    cpu = ha.pack_weight(q, layout=layout)
     qg = R.QuantizedWeight(
         q.fmt,
         q.codes.cuda(),
@@ -397,8 +405,8 @@ def test_gpu_pack_equals_cpu_pack(fmt):
         None if q.zeros is None else q.zeros.cuda(),
         None if q.global_scale is None else q.global_scale.cuda(),
     )
-    gpu = ha.pack_weight(qg)
-    assert gpu.codes.is_cuda
+    gpu = ha.pack_weight(qg, layout=layout)
+    assert gpu.codes.is_cuda and gpu.layout == cpu.layout
     assert torch.equal(gpu.codes.cpu(), cpu.codes)
     assert torch.equal(gpu.scales.cpu().view(torch.uint8), cpu.scales.view(torch.uint8))
     back = ha.unpack_weight(gpu)
