@@ -22,7 +22,14 @@ if [ -n "${SKIP_CPP:-}" ]; then echo "ctest skipped (SKIP_CPP)" | tee -a "$OUT/s
 cmake -S . -B build/gpu-cpp -G Ninja -DHUMMING_BUILD_TORCH=OFF -DHUMMING_FILTER='^generic_dense_a-bf16_w-u4' > "$OUT/cpp.log" 2>&1 \
   && cmake --build build/gpu-cpp -j 16 >> "$OUT/cpp.log" 2>&1 && ctest --test-dir build/gpu-cpp --output-on-failure >> "$OUT/cpp.log" 2>&1
 echo "ctest rc=$?" | tee -a "$OUT/summary.txt"; fi
-timeout 420 python3 -m pytest -q ${TESTS:-tests} -p no:cacheprovider --junitxml="$OUT/junit.xml" -rs "$@" > "$OUT/pytest.log" 2>&1
+# tests/test_convert_ct_library.py imports the compressed-tensors library at collection (CI installs
+# it); the lent GPU machine has none, and one module that cannot be collected stops the whole run.
+ignore=()
+if [ -z "${TESTS:-}" ] && ! python3 -c "import compressed_tensors" > /dev/null 2>&1; then
+  ignore=(--ignore=tests/test_convert_ct_library.py)
+  echo "tests/test_convert_ct_library.py left out: no compressed_tensors on this machine" | tee -a "$OUT/summary.txt"
+fi
+timeout 420 python3 -m pytest -q ${TESTS:-tests} "${ignore[@]}" -p no:cacheprovider --junitxml="$OUT/junit.xml" -rs "$@" > "$OUT/pytest.log" 2>&1
 rc=$?
 tail -25 "$OUT/pytest.log"
 echo "pytest rc=$rc after $(( $(date +%s) - start )) s" | tee -a "$OUT/summary.txt"
