@@ -391,7 +391,7 @@ def m_act_format_mismatch(b, rng, op):
 
 def m_layout_unknown(b, rng, op):
     args = b.op_args()
-    args["layout"] = rng.choice([0, 4, -1, 99, 2**40])
+    args["layout"] = rng.choice([0, 5, -1, 99, 2**40])
     return Call(_op(op, args), ("layout",))
 
 
@@ -586,7 +586,7 @@ def p_layout(b, rng):
     args = _pack_args(b)
     bits = b.spec.w.code.bits
     # An unknown id, or a fast layout for codes it has no packing for.
-    args["layout"] = rng.choice([0, 4, -7, 2**33] + ([2, 3] if bits not in (4, 8) else []))
+    args["layout"] = rng.choice([0, 5, -7, 2**33] + ([2, 3] if bits not in (4, 8) else []))
     return Call(_op("pack_weight", args), ("layout",))
 
 
