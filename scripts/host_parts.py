@@ -1,12 +1,13 @@
 """Where the host time of one eager humming-aot call goes, against plain torch calls, on the GPU machine.
 
-Usage: python3 scripts/host_parts.py [N K M]   (default 8192 8192 1, u4g128-sbf16)
+Usage: python3 scripts/host_parts.py [N K M [FORMAT [ACT]]]   (default 8192 8192 1 u4g128-sbf16 bf16)
 Prints the CPU wall time per call (median of 7 rounds of 200 back-to-back calls, no synchronization
 inside a round) of: a QuantLinear call (which skips the dispatcher where it can), the same call
 through torch.ops, its forward alone, _C.gemm_eager and torch.ops.humming.gemm with the instance
 named (the packet, and its .default overload) and with the C++ dispatcher choosing, the Python
 dispatcher's cached choice alone, and for scale two torch calls (an empty allocation, F.linear on
-cuBLAS).
+cuBLAS). With 8-bit activations (ACT e4m3-pt, i8-pt) it also times the layer without its one-call
+quantize + GEMM path (quantize_act, then the GEMM) and quantize_act alone.
 """
 
 import statistics
@@ -18,18 +19,23 @@ import torch
 import humming_aot as ha
 
 n, k, m = (int(v) for v in sys.argv[1:4]) if len(sys.argv) >= 4 else (8192, 8192, 1)
+fmt = sys.argv[4] if len(sys.argv) >= 5 else "u4g128-sbf16"
+act = sys.argv[5] if len(sys.argv) >= 6 else "bf16"
 lin = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
-layer = ha.QuantLinear.from_linear(lin, "u4g128-sbf16", device="cuda")
+layer = ha.QuantLinear.from_linear(lin, fmt, act, device="cuda")
 x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
 inst = layer.instance_for(m)
 b = layer._buffers
+quantized = layer._act_quantized
+# The GEMM's own operands: with 8-bit activations, the codes and per-token scales of x.
+a, a_scales = torch.ops.humming.quantize_act(x, layer._act_str) if quantized else (x, None)
 args = (
-    x,
+    a,
     b["codes"],
     b["scales"],
     b["zeros"],
     b["global_scale"],
-    None,
+    a_scales,
     b["bias"],
     layer._fmt_str,
     layer.layout,
@@ -67,6 +73,15 @@ def via_ops():
         layers._DIRECT = direct
 
 
+def unfused():
+    saved = layers._DIRECT_QUANTIZE
+    layers._DIRECT_QUANTIZE = None
+    try:
+        return layer(x)
+    finally:
+        layers._DIRECT_QUANTIZE = saved
+
+
 parts = {
     "QuantLinear call": lambda: layer(x),
     "QuantLinear call through torch.ops": via_ops,
@@ -79,6 +94,9 @@ parts = {
     "torch.empty(m, n)": lambda: torch.empty((m, n), device="cuda", dtype=torch.bfloat16),
     "F.linear (cuBLAS bf16)": lambda: torch.nn.functional.linear(x, lin.weight),
 }
-print(f"{n}x{k} m={m} instance {inst}")
+if quantized:
+    parts["QuantLinear call, quantize_act then GEMM"] = unfused
+    parts["quantize_act alone"] = lambda: torch.ops.humming.quantize_act(x, layer._act_str)
+print(f"{n}x{k} m={m} {fmt} x {act} instance {inst}")
 for name, fn in parts.items():
     print(f"{name:45s} {per_call(fn):8.2f} us")
