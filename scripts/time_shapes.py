@@ -71,7 +71,7 @@ for n, k in shapes:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             try:
                 layer(x)
-            except RuntimeError as e:
+            except (RuntimeError, ValueError) as e:  # ValueError: the weight is packed for another layout
                 print(f"{n}x{k} m={m}: {name}: {str(e).splitlines()[0]}", flush=True)
                 continue
             us = timed(lambda: layer(x))

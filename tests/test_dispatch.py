@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from humming_aot import dispatch, registry
+from humming_aot import dispatch, pack, registry
 from humming_aot import formats as F
 
 
@@ -535,15 +535,16 @@ def test_h200_ranges_say_why_and_explain_repeats_it(monkeypatch):
 # ---- the layout a layer packs for -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("wfmt", ["u4g128-sbf16", "u8gc-sf16-zi"])
-def test_preferred_layout_needs_an_instance_for_the_shape(wfmt):
+@pytest.mark.parametrize("wfmt,act", [("u4g128-sbf16", "bf16"), ("u8gc-sf16-zi", "f16"), ("e2m1gc-sbf16", "e4m3-pt")])
+def test_preferred_layout_needs_an_instance_for_the_shape(wfmt, act):
     """On an H200 (described, no GPU needed) a layer packs for the first layout of the table's
     order that a fast instance of this build reads, computes the format with and can run the
-    layer's shape with; a shape no fast instance takes (77 inputs) gets the generic layout."""
-    act = "f16" if "-sf16" in wfmt else "bf16"
-    g = F.parse_gemm_format(f"a-{act}_w-{wfmt}_c-{act}")
+    layer's shape with; a shape no fast instance takes (77 inputs) gets the generic layout.
+    Formats with 8-bit activations count too: W4A8 packs for layout 4 (sm90a8) where this build
+    has such an instance (the ci build has one, for e2m1gc x e4m3-pt)."""
+    g = F.parse_gemm_format(f"a-{act}_w-{wfmt}_c-{'bf16' if act == 'e4m3-pt' else act}")
     table = dispatch._table_for(90, 132, "NVIDIA H200")
-    ids = {"sm80": 2, "sm90": 3}
+    ids = pack.LAYOUTS
 
     def fast_layouts(n, k):
         return {

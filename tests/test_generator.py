@@ -636,7 +636,7 @@ def test_arch_without_matrix_entries_is_warned_about(gen):
 
 A8_RE = re.compile(
     r"sm90_wgmma_dense_a-(?P<act>e4m3|e5m2|i8)-(?P<agran>pt|g128)_w-(?P<code>e4m3|i8|u4|i4|e2m1)(?P<wgran>gc|g128n128|g128)"
-    r"-s(?P<scale>f32|bf16|f16)_c-(?P<out>[^_]+)_t(?P<bm>\d+)x(?P<bn>\d+)x128_w1x(?P<wg>\d)x1_s(?P<stages>\d+)(_b(?P<batch>\d))?$"
+    r"-s(?P<scale>f32|bf16|f16)_c-(?P<out>[^_]+)_t(?P<bm>\d+)x(?P<bn>\d+)x128_w1x(?P<wg>\d)x1_s(?P<stages>\d+)(_b(?P<batch>\d))?(_l(?P<layout>4))?$"
 )
 
 
@@ -670,8 +670,9 @@ def test_a8_instances_keys_and_entry_points(gen, tmp_path):
     """The sm90 8-bit activation instances take per-token activation scales and per-channel weight
     scales; or, with 4-bit codes, a weight scale per channel and 128 inputs; or activation scales per
     token and 128 inputs and 128 x 128 weight blocks (fp32, 8-bit codes); 8-bit float tiles of at
-    most 128 tokens, on the generic layout, with the shared memory of their ring (4-bit codes: rows
-    of 64 bytes in the weights' box); their translation units call the FP8 kernel's entry points."""
+    most 128 tokens, on the generic layout (4-bit codes also on layout 4), with the shared memory
+    of their ring (4-bit codes: rows of 64 bytes in the weights' box); their translation units call
+    the FP8 kernel's entry points."""
     gen_mod = _load_generator()
     insts = [i for i in gen_mod.enumerate_instances(["90a"], "full+experimental") if A8_RE.match(i.name)]
     assert insts and any("-g128_" in i.name for i in insts) and any("-pt_" in i.name for i in insts)
@@ -689,7 +690,9 @@ def test_a8_instances_keys_and_entry_points(gen, tmp_path):
         assert (m["wgran"] == "g128n128") == blocks, i.name
         assert groups <= four, "scales per channel and group: 4-bit codes"
         want = (2, 128, 128) if blocks else ((1, 128, 1) if groups else (1, 0, 1))
-        assert (k["act_granularity"], k["group_k"], k["group_n"], k["zero"], k["layout"]) == (*want, 0, 1)
+        layout = int(m["layout"] or 1)  # _l4: 4-bit codes in layout 4 (sm90a8)
+        assert layout == 1 or four, i.name
+        assert (k["act_granularity"], k["group_k"], k["group_n"], k["zero"], k["layout"]) == (*want, 0, layout)
         assert (k["tile_m"], k["tile_n"], k["tile_k"], k["stages"]) == (bm, bn, 128, stages)
         assert k["threads"] == 128 * (1 + int(m["wg"])) and bn == 64 * int(m["wg"])
         wblocks = ((64 if bn % 128 else 0) + bn + 127) // 128  # the 128-channel blocks a tile touches

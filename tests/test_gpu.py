@@ -346,7 +346,7 @@ def test_w8a8_layer_runs_on_the_fp8_kernels(wfmt, act):
     """A W8A8 layer (e4m3 activations per token, or per token and 128 inputs, with e4m3 weights with
     per-channel scales or DeepSeek's 128 x 128 blocks; i8 x i8 per token and channel), or a W4A8
     one (u4, e2m1 or i4 weights with e4m3 or i8 activations), packs for the generic layout, which
-    the sm90 8-bit activation kernels read as it is; on the H200 every M range picks one of them
+    the sm90 8-bit activation kernels read as it is, or W4A8 for layout 4; on the H200 every M range picks one of them
     (not the generic backend), including in a CUDA graph, and matches the reference across the
     tile heights."""
     if not A8_INSTANCES:
@@ -358,7 +358,10 @@ def test_w8a8_layer_runs_on_the_fp8_kernels(wfmt, act):
         pytest.skip(f"this build has no FP8 instance for {fmt}")
     lin = torch.nn.Linear(3072 + 64, 520, bias=True)  # 520: a partial last tile; K: a partial last group
     layer = ha.QuantLinear.from_linear(lin, wfmt, act, device="cuda")
-    assert layer.layout == 1
+    # 4-bit codes pack for layout 4 (sm90a8) where this build has such an instance for the format;
+    # everything else in the generic layout, which the kernels read as it is.
+    l4 = any(i.layout == 4 and f"_{fmt}_" in i.name for i in A8_INSTANCES)
+    assert layer.layout == (4 if l4 else 1)
     q = R.quantize_weight(lin.weight.detach(), wfmt)
     w = R.dequantize_weight(q)
     bias = lin.bias.detach().to(torch.bfloat16).double()
@@ -384,6 +387,27 @@ def test_w8a8_layer_runs_on_the_fp8_kernels(wfmt, act):
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, eager)
+
+
+@pytest.mark.parametrize("wfmt,act", [("u4g128-sbf16", "e4m3-pt"), ("e2m1gc-sbf16", "e4m3-pt"), ("u4gc-sbf16", "i8-pt")])
+def test_w4a8_weight_in_the_generic_layout_still_runs_on_the_fp8_kernels(wfmt, act):
+    """A W4A8 weight packed for the generic layout (layout 4 is the sm90 default) is not left to
+    the generic backend: every M range picks an sm90 8-bit activation instance that reads it, and
+    the result matches the reference."""
+    fmt = f"a-{act}_w-{wfmt}_c-bf16"
+    if not any(i.layout == 1 and f"_{fmt}_" in i.name for i in A8_INSTANCES):
+        pytest.skip(f"this build has no sm90 instance for {fmt} in the generic layout")
+    lin = torch.nn.Linear(2048, 384, bias=False)
+    layer = ha.QuantLinear.from_linear(lin, wfmt, act, device="cuda", layout="generic")
+    assert layer.layout == 1
+    w = R.dequantize_weight(R.quantize_weight(lin.weight.detach(), wfmt))
+    for m in (1, 40, 300, 2500):
+        x = torch.randn(m, 2048, generator=torch.Generator().manual_seed(m)).to("cuda", torch.bfloat16)
+        name = layer.instance_for(m, "cuda")
+        assert name.startswith(f"sm90_wgmma_dense_a-{act}_") and not name.endswith("_l4"), name
+        a, s = ha.quantize_act(x, act)
+        a_deq = R.dequantize_activation(a, s, F.parse_activation_format(act)).cpu()
+        assert_gemm_close(layer(x), a_deq.double() @ w.double().T, a_deq, w, f"{name} m={m}")
 
 
 _PACK_CASES = [

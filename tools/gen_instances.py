@@ -338,15 +338,15 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
     128 x 128 weight blocks."""
     backend_archs, combos = _entries(matrix, profile, archs, ("act", "code", "scale", "group", "out", "tile"))
     out = []
-    for _, (act, code, scale, group, o, tile_name) in combos:
+    for entry, (act, code, scale, group, o, tile_name) in combos:
         t = matrix["tiles"][tile_name]
         bm, consumers, stages, batch = t["bm"], t["consumers"], t["stages"], t.get("batch", 1)
         # "convert": "producer": the producer warpgroup's idle warps convert 4-bit codes into an
         # 8-bit box in each stage (names end _pc); else each consumer thread in registers.
         staged = t.get("convert", "registers") == "producer"
-        # "layout": 4: 4-bit codes read into register fragments from layout 4 (sm90a8, names end
-        # _l4); else the matrix's layout (the generic one).
-        layout = t.get("layout", matrix["layout"])
+        # An entry's "layout": 4: 4-bit codes read into register fragments from layout 4 (sm90a8,
+        # names end _l4); else the matrix's layout (the generic one).
+        layout = entry.get("layout", matrix["layout"])
         bn, bk = 64 * consumers, 128
         four = F.dtype(code).bits == 4
         if staged and not four:  # 8-bit codes need no conversion

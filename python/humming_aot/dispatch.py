@@ -772,7 +772,7 @@ def _fast_layouts_cached(g: F.GemmFormat, cc: int, n: int | None, k: int | None)
     for inst in registry.instances():
         if inst.layout == 1 or inst.layout in found or not _computes(inst, g):
             continue
-        if g.act.quantized or not registry.runs_on(inst.name, cc)[0]:
+        if not registry.runs_on(inst.name, cc)[0]:
             continue
         if n is not None and k is not None and not C.check_instance(inst.name, text, inst.layout, n, k, 1)[0]:
             continue
