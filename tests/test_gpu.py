@@ -389,7 +389,9 @@ def test_w8a8_layer_runs_on_the_fp8_kernels(wfmt, act):
     assert torch.equal(out, eager)
 
 
-@pytest.mark.parametrize("wfmt,act", [("u4g128-sbf16", "e4m3-pt"), ("e2m1gc-sbf16", "e4m3-pt"), ("u4gc-sbf16", "i8-pt")])
+@pytest.mark.parametrize(
+    "wfmt,act", [("u4g128-sbf16", "e4m3-pt"), ("e2m1gc-sbf16", "e4m3-pt"), ("u4gc-sbf16", "i8-pt")]
+)
 def test_w4a8_weight_in_the_generic_layout_still_runs_on_the_fp8_kernels(wfmt, act):
     """A W4A8 weight packed for the generic layout (layout 4 is the sm90 default) is not left to
     the generic backend: every M range picks an sm90 8-bit activation instance that reads it, and
