@@ -194,6 +194,17 @@ struct DenseA8 {
   // with it, ptxas, CUDA 13.0.)
   static constexpr bool kPrefetch =
       kRegFrags && !kInt && Batch == 1 && BM >= 128 && 2 * kAcc + 2 * kSteps * 4 <= kConsumerRegs - kOverlapSpareRegs;
+  // Stages whose sums the tensor cores add up before they are promoted into fp32 (the loops with
+  // one stage per batch: mainloop_prefetched, mainloop_overlapped). Scales per group or block
+  // apply to each stage's sums, so those promote every stage; with per-channel scales the window
+  // only bounds the error of the tensor cores' narrower running sum, which grows with the adds in
+  // it. Measured on the H200 (session 21, scripts/a8_error.py: 4096 x 8192 and x 28672, m = 512,
+  // relative RMS error against the exact product of the quantized operands, bf16 rounding alone
+  // 1.659e-3): 4-bit codes x e4m3 1.659-1.661e-3 in windows of 1, 2 and 4 stages (e2m1gc), and
+  // the 128-token tile 7-19 % faster with 4 (28672x8192 e2m1gc at m = 2048 1002 -> 931 us, 8192 x
+  // 28672 at 8192 4552 -> 3703; u4gc within 2 % but for 9 % at m = 8192); e4m3 codes 1.664e-3 with
+  // 1 stage, 1.673e-3 with 2, 1.694e-3 with 4, and no faster, so they keep 1.
+  static constexpr int kPromoteStages = (kGroups || kBlocks || kInt || !kFour) ? 1 : 4;
 
   static_assert(ActId == dtypes::e4m3.id() || ActId == dtypes::e5m2.id() || kInt, "activations are e4m3, e5m2 or i8");
   static_assert(CodeId == (kInt ? dtypes::i8.id() : dtypes::e4m3.id()) || CodeId == dtypes::uint_type(4).id() ||
@@ -334,6 +345,11 @@ struct DenseA8 {
   // fragments and sums are final before the fence (the compiler may not sink their writes past it).
   template <bool Fresh>
   static __device__ __forceinline__ void issue_stage(uint32_t ring, RingPos pos, int cw, Frags &af, Sum (&d)[kAcc]) {
+    issue_stage(ring, pos, cw, af, d, Fresh);
+  }
+  // The same with `fresh` known at run time only (the first stage of a promotion window).
+  static __device__ __forceinline__ void issue_stage(uint32_t ring, RingPos pos, int cw, Frags &af, Sum (&d)[kAcc],
+                                                     bool fresh) {
     const uint32_t stage = ring + pos.stage * kStageBytes;
     const uint64_t da = desc_sw128(stage + kCvtOffset + cw * 64 * BK), db = desc_sw128(stage + kWBytes);
     if constexpr (kRegFrags)
@@ -343,7 +359,7 @@ struct DenseA8 {
     wgmma_fence();
 #pragma unroll
     for (int step = 0; step < kSteps; ++step) {
-      const int accumulate = Fresh && step == 0 ? 0 : 1;
+      const int accumulate = fresh && step == 0 ? 0 : 1;
       if constexpr (kInt && kRegFrags)
         WgmmaS8<BM>::run(d, af[step], db + 2 * step, accumulate);
       else if constexpr (kInt)

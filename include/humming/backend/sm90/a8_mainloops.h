@@ -20,7 +20,7 @@ namespace sm90 {
 //    its scales, and the stage handed back); its ring (kStages, RingPos), its sums (kAcc per
 //    thread, Sum) and fragments (Frags), and kBatch, the stages per batch of mainloop_promoted.
 template <class K> struct A8Mainloops {
-  static constexpr int kAcc = K::kAcc, Batch = K::kBatch;
+  static constexpr int kAcc = K::kAcc, Batch = K::kBatch, kPromote = K::kPromoteStages;
   using RingPos = typename K::RingPos;
   using Frags = typename K::Frags;
   using Sum = typename K::Sum;
@@ -91,7 +91,8 @@ template <class K> struct A8Mainloops {
   // 4-bit codes in register fragments, one stage per batch: as mainloop_promoted, but stage j + 1's
   // fragments are fetched into the other set while stage j's group runs, so the conversion of the
   // next stage overlaps this warpgroup's own tensor-core work (two stages per trip, so that each
-  // fragment set has fixed registers).
+  // fragment set has fixed registers). The stage sums run over kPromote stages before they are
+  // added into acc; each stage goes back to the producer as soon as its group has retired.
   static __device__ __forceinline__ void mainloop_prefetched(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
                                                              int64_t n, int cw, int wblock, int col, int t,
                                                              float (&acc)[kAcc]) {
@@ -104,13 +105,16 @@ template <class K> struct A8Mainloops {
     K::fetch(ring_ptr, bars, pos, cw, t, af[0]);
     auto step = [&](auto set) {
       constexpr int S = decltype(set)::value;
-      K::template issue_stage<true>(ring, pos, cw, af[S], part);
+      K::issue_stage(ring, pos, cw, af[S], part, j % kPromote == 0);
       const RingPos cur = pos;
       pos.advance();
       const bool last = ++j >= n;
       if (!last) K::fetch(ring_ptr, bars, pos, cw, t, af[1 - S]);
       wgmma_wait<0>();
-      K::promote(ring_ptr, bars, cur, wblock, col, lane, part, acc);
+      if (last || j % kPromote == 0)
+        K::promote(ring_ptr, bars, cur, wblock, col, lane, part, acc);
+      else
+        release_stage<K::kStages>(bars, cur.stage);
       return last;
     };
     alternate<0>(step);
@@ -119,7 +123,8 @@ template <class K> struct A8Mainloops {
   // 8-bit floats, one stage per batch, where the registers hold two sets of stage sums (kOverlap):
   // as mainloop_promoted, but stage j's group is issued (into the set stage j - 1 does not use)
   // before stage j - 1's sums are added, so the tensor cores run this warpgroup's next group while
-  // it adds. Without it, the consumer warpgroups of a block, which take each stage together, all
+  // it adds (with a window of kPromote stages per set: the first stage of a window before the
+  // window before is added). Without it, the consumer warpgroups of a block, which take each stage together, all
   // add at once after their groups retire, and the tensor cores wait. Two stages per trip, so that
   // each set of sums has fixed registers (ptxas keeps the WGMMAs asynchronous only so). 8-bit
   // codes only, or 4-bit ones converted in the stage (kOverlap): the fragment sets `af` stay empty.
@@ -136,10 +141,33 @@ template <class K> struct A8Mainloops {
     K::template issue_stage<true>(ring, pos, cw, af[0], part[0]);
     pos.advance();
     int64_t j = 1;
-    // Issues stage j (if any) into set S, then adds stage j - 1's sums (set 1 - S) once its group
-    // has retired; true when stage j - 1 was the last. The two ways out each have their own wait
-    // and add: where they joined before the add, ptxas could not tell that no group is in flight
-    // after the last stage and serialized every WGMMA of the kernel (warnings C7517 and C7514).
+    // The sums of a window of kPromote stages share one set. The window's stages after its first
+    // (set S): each issued into the set, then the stage before given back once its group has
+    // retired; true where the segment ended inside the window (its sums added).
+    auto rest = [&](auto set) {
+      constexpr int S = decltype(set)::value;
+#pragma unroll
+      for (int q = 1; q < kPromote; ++q) {
+        if (j >= n) {
+          wgmma_wait<0>();
+          K::promote(ring_ptr, bars, prev, wblock, col, lane, part[S], acc);
+          return true;
+        }
+        K::fetch(ring_ptr, bars, pos, cw, t, af[S]);
+        K::template issue_stage<false>(ring, pos, cw, af[S], part[S]);
+        wgmma_wait<1>();
+        release_stage<K::kStages>(bars, prev.stage);
+        prev = pos;
+        pos.advance();
+        ++j;
+      }
+      return false;
+    };
+    // Issues stage j (if any) into set S, the first of a window, then adds the window before's sums
+    // (set 1 - S) once its last group has retired, then the rest of this window; true when the
+    // segment has ended. The ways out each have their own wait and add: where they joined before
+    // the add, ptxas could not tell that no group is in flight after the last stage and serialized
+    // every WGMMA of the kernel (warnings C7517 and C7514).
     auto step = [&](auto set) {
       constexpr int S = decltype(set)::value;
       if (j >= n) {
@@ -154,9 +182,9 @@ template <class K> struct A8Mainloops {
       prev = pos;
       pos.advance();
       ++j;
-      return false;
+      return rest(set);
     };
-    alternate<1>(step);
+    if (!rest(std::integral_constant<int, 0>())) alternate<1>(step);
   }
 
   // Integers: the `n` stages of one segment from ring position `pos` (left one past the last) into
