@@ -704,7 +704,9 @@ def test_a8_instances_keys_and_entry_points(gen, tmp_path):
         if blocks:
             assert m["scale"] == "f32" and m["act"] != "i8" and m["code"] == "e4m3"
         if m["act"] != "i8":
-            assert bm <= 128, "8-bit floats keep each stage's sums apart: at most 128 tokens"
+            # 8-bit floats keep each stage's sums apart: at most 128 tokens, or 192 where the codes
+            # are 4-bit (register fragments, two consumers)
+            assert bm <= (192 if four and m["wg"] == "2" else 128), i.name
         if m["act"] == "i8":
             assert m["code"] in ("i8", "u4", "i4") and not groups, "integer WGMMA: integer codes, per channel"
         else:

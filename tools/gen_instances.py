@@ -363,7 +363,9 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
             continue
         if blocks and scale != "f32":  # what the kernel's block path takes
             continue
-        if act != "i8" and bm > 128:  # 8-bit floats keep each stage's sums apart: at most 128 tokens
+        # 8-bit floats keep each stage's sums apart: at most 128 tokens, or 192 with 4-bit codes
+        # in register fragments and two consumers
+        if act != "i8" and bm > (192 if four and not staged and consumers == 2 else 128):
             continue
         if group == 0:
             weight = f"{code}gc-s{scale}"

@@ -25,8 +25,8 @@
 // groups. The values of these codes are exact in the 8-bit operand, so their scales stay
 // on the sums as for 8-bit codes. The roles are those
 // of the weight-only kernel (sm90_dense.cuh): the weights are the instruction's M (64 channels per consumer warpgroup)
-// and the tokens its N (BM: 8 to 128 for 8-bit floats, to 256 for integers), so a decode launch of one token runs m64n8
-// and wastes nothing on rows that do not exist.
+// and the tokens its N (BM: 8 to 128 for 8-bit floats, 192 for 4-bit codes, to 256 for integers), so a decode launch of
+// one token runs m64n8 and wastes nothing on rows that do not exist.
 //
 // One producer thread fills the ring as in sm90_dense.cuh. A consumer warpgroup only issues
 // WGMMAs (the four k32 steps of a stage as one group) and adds up their sums, in one of the main
@@ -93,7 +93,9 @@ constexpr int kOverlapSpareRegs = 32;
 // GroupN:    with GroupK 128, channels per weight scale: 1 (per-token activation scales) or 128
 //            (128 x 128 blocks with 1 x 128 activation groups).
 // OutId:     DType id of the output: bf16, f16 or f32.
-// BM:        tokens per tile: the WGMMA's N (8, 16, 32, 64, 128, or 256 for integers).
+// BM:        tokens per tile: the WGMMA's N (8, 16, 32, 64, 128, or 256 for integers; 160 or 192
+//            for 4-bit codes in register fragments with two consumers, experimental: taller tiles
+//            share each converted fragment among more tokens).
 // Consumers: consumer warpgroups, 64 channels each (BN = 64 x Consumers).
 // Stages:    depth of the shared-memory ring (128 inputs per stage).
 // Batch:     8-bit floats: stages whose groups a consumer warpgroup issues (each into its own sums)
@@ -205,6 +207,10 @@ struct DenseA8 {
   // 28672 at 8192 4552 -> 3703; u4gc within 2 % but for 9 % at m = 8192); e4m3 codes 1.664e-3 with
   // 1 stage, 1.673e-3 with 2, 1.694e-3 with 4, and no faster, so they keep 1.
   static constexpr int kPromoteStages = (kGroups || kBlocks || kInt || !kFour) ? 1 : 4;
+  // The same window in batches for mainloop_promoted: only in the experimental tiles of more than
+  // 128 tokens so far (whose second fragment set does not fit, so they take that loop); the
+  // smaller tiles' promoted loop has not been measured with it.
+  static constexpr int kPromoteBatches = BM > 128 ? kPromoteStages : 1;
 
   static_assert(ActId == dtypes::e4m3.id() || ActId == dtypes::e5m2.id() || kInt, "activations are e4m3, e5m2 or i8");
   static_assert(CodeId == (kInt ? dtypes::i8.id() : dtypes::e4m3.id()) || CodeId == dtypes::uint_type(4).id() ||
@@ -215,15 +221,18 @@ struct DenseA8 {
                 "per-channel scales are f32, bf16 or f16");
   static_assert(OutId == dtypes::bf16.id() || OutId == dtypes::f16.id() || OutId == dtypes::f32.id(),
                 "the output is bf16, f16 or f32");
-  static_assert(BM == 8 || BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 256, "a WGMMA N of this backend");
+  static_assert(BM == 8 || BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 256 ||
+                    ((BM == 160 || BM == 192) && kRegFrags && !kInt && Consumers == 2),
+                "a WGMMA N of this backend (160 and 192: 4-bit codes in fragments, two consumers)");
   static_assert(Consumers >= 1 && Consumers <= 4, "one to four consumer warpgroups (a box has at most 256 rows)");
   static_assert(kSmemTotal <= 227 * 1024, "the ring fits a block's shared memory");
   static_assert(GroupK == 0 || GroupK == 128, "weight scales per channel or per 128 inputs");
   static_assert(GroupK == 0 ? GroupN == 1 : (GroupN == 1 || GroupN == 128), "scales per channel or per 128 channels");
   static_assert(!kBlocks || (ScaleId == dtypes::f32.id() && !kFour),
                 "blocks are 128 x 128 with fp32 scales, of 8-bit codes");
-  static_assert(kInt || BM <= 128, "8-bit floats take tiles of at most 128 tokens (a stage's sums take as many "
-                                   "registers as the tile's, mainloop_promoted)");
+  static_assert(kInt || BM <= 128 || (kRegFrags && BM <= 192),
+                "8-bit floats take tiles of at most 128 tokens (a stage's sums take as many registers as the "
+                "tile's, mainloop_promoted), 192 with 4-bit codes in fragments and two consumers");
   static_assert(Batch == 1 || (Batch > 1 && !kInt && Batch * kAcc <= 64),
                 "batches of stages for 8-bit floats, whose sums fit the registers");
   static_assert(Stages >= Batch + 1, "the ring holds the batch and more");

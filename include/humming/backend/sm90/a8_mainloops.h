@@ -71,18 +71,27 @@ template <class K> struct A8Mainloops {
         for (int i = 0; i < kAcc; ++i) part[b][i] = 0.0f;
     for (int64_t j = 0; j < n; j += Batch) {
       const int64_t count = n - j < Batch ? n - j : Batch; // a short last batch
+      // Windows of K::kPromoteBatches batches: their sums start afresh in the first and are added
+      // after the last (or the segment's last batch); the stages in between go back as their
+      // groups retire.
+      const int64_t w = j / Batch;
+      constexpr int P = K::kPromoteBatches;
+      const bool fresh = w % P == 0, add = (w + 1) % P == 0 || j + Batch >= n;
       RingPos at = pos;
 #pragma unroll
       for (int b = 0; b < Batch; ++b, at.advance())
         if (b < count) {
           K::fetch(ring_ptr, bars, at, cw, t, af[b]);
-          K::template issue_stage<true>(ring, at, cw, af[b], part[b]);
+          K::issue_stage(ring, at, cw, af[b], part[b], fresh);
         }
       wgmma_wait<0>();
 #pragma unroll
       for (int b = 0; b < Batch; ++b)
         if (b < count) {
-          K::promote(ring_ptr, bars, pos, wblock, col, lane, part[b], acc);
+          if (add)
+            K::promote(ring_ptr, bars, pos, wblock, col, lane, part[b], acc);
+          else
+            release_stage<K::kStages>(bars, pos.stage);
           pos.advance();
         }
     }
