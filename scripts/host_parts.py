@@ -66,11 +66,12 @@ direct = layers._DIRECT
 
 
 def via_ops():
-    layers._DIRECT = None  # as HUMMING_EAGER_OPS=1
+    saved = layers._DIRECT_QUANTIZE
+    layers._DIRECT = layers._DIRECT_QUANTIZE = None  # as HUMMING_EAGER_OPS=1
     try:
         return layer(x)
     finally:
-        layers._DIRECT = direct
+        layers._DIRECT, layers._DIRECT_QUANTIZE = direct, saved
 
 
 def unfused():

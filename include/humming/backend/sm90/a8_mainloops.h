@@ -30,6 +30,16 @@ template <class K> struct A8Mainloops {
     for (int i = 0; i < kAcc; ++i) v[i] = T(0);
   }
 
+  // A retired stage `at`: at the end of a promotion window its sums `part` are added into acc and
+  // the stage given back (K::promote), else the stage is only given back.
+  static __device__ __forceinline__ void retire(bool add, const char *ring_ptr, uint32_t bars, RingPos at, int wblock,
+                                                int col, int lane, float (&part)[kAcc], float (&acc)[kAcc]) {
+    if (add)
+      K::promote(ring_ptr, bars, at, wblock, col, lane, part, acc);
+    else
+      release_stage<K::kStages>(bars, at.stage);
+  }
+
   // step(set) for sets First, 1 - First, First, ... until it returns true: each call's set a
   // compile-time constant, so that each set of sums or fragments stays in fixed registers (the
   // loops that keep two sets take two stages per trip this way).
@@ -88,10 +98,7 @@ template <class K> struct A8Mainloops {
 #pragma unroll
       for (int b = 0; b < Batch; ++b)
         if (b < count) {
-          if (add)
-            K::promote(ring_ptr, bars, pos, wblock, col, lane, part[b], acc);
-          else
-            release_stage<K::kStages>(bars, pos.stage);
+          retire(add, ring_ptr, bars, pos, wblock, col, lane, part[b], acc);
           pos.advance();
         }
     }
@@ -120,10 +127,7 @@ template <class K> struct A8Mainloops {
       const bool last = ++j >= n;
       if (!last) K::fetch(ring_ptr, bars, pos, cw, t, af[1 - S]);
       wgmma_wait<0>();
-      if (last || j % kPromote == 0)
-        K::promote(ring_ptr, bars, cur, wblock, col, lane, part, acc);
-      else
-        release_stage<K::kStages>(bars, cur.stage);
+      retire(last || j % kPromote == 0, ring_ptr, bars, cur, wblock, col, lane, part, acc);
       return last;
     };
     alternate<0>(step);
