@@ -1,9 +1,12 @@
 """Activation quantization on the GPU against torch's own, in one run: GB/s of HBM traffic.
 
-Usage: python3 scripts/bench_quantize_act.py [--out results.json] [--iters 20]
+Usage: python3 scripts/bench_quantize_act.py [--out results.json] [--iters 20] [--impls humming-aot,torch,torch-cast]
+    [--formats e4m3-pt,...] [--shapes 8192x8192,...]
 For each [m, k] bf16 input and activation format: torch.ops.humming.quantize_act, and the same rule
 written in torch (amax per token or group, scale = amax / max, x / scale clipped and cast), which
-is what a serving stack without a quantize kernel runs. Both are timed by CUDA-graph replay after
+is what a serving stack without a quantize kernel runs; torch-cast is a plain cast of the input to
+the code type (x.to(float8_e4m3fn) or int8: the same reads and code writes, no amax or scales), the
+streaming ceiling for the same traffic. Both are timed by CUDA-graph replay after
 an L2 flush (humming_aot.bench.Timer). Traffic = the input read once plus the codes and scales
 written; GB/s = traffic / time. Prints one JSON line per point and writes them all to --out.
 """
@@ -44,23 +47,32 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None)
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--impls", default="humming-aot,torch,torch-cast")
+    ap.add_argument("--formats", default=",".join(FORMATS))
+    ap.add_argument("--shapes", default=",".join(f"{m}x{k}" for m, k in SHAPES), help="MxK,...")
     args = ap.parse_args()
+    impls = args.impls.split(",")
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     timer = Timer(flush_mib=256)
     rows = []
-    for m, k in SHAPES:
+    for m, k in shapes:
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         TOPS.update({(kind, x.device): torch.tensor(v, device=x.device) for kind, v in MAX.items()})
-        for act in FORMATS:
+        for act in args.formats.split(","):
             g = k if act.endswith("-pt") else int(act.rpartition("-g")[2])
             traffic = m * k * 2 + m * k + m * (k // g) * 4
             ours, theirs = ha.quantize_act(x, act), torch_rule(x, act)
             same = torch.equal(ours[0].view(torch.uint8), theirs[0].view(torch.uint8)) and torch.equal(
                 ours[1], theirs[1]
             )
+            code_dtype = torch.int8 if act.startswith("i8") else torch.float8_e4m3fn
             for impl, fn in (
                 ("humming-aot", lambda: torch.ops.humming.quantize_act(x, act)),
                 ("torch", lambda: torch_rule(x, act)),
+                ("torch-cast", lambda: x.to(code_dtype)),
             ):
+                if impl not in impls:
+                    continue
                 us = statistics.median(timer.graph(fn, args.iters))
                 row = {"impl": impl, "format": act, "m": m, "k": k, "us": us, "gb_s": traffic / us / 1e3}
                 row["same_codes_as_torch"] = same

@@ -26,6 +26,14 @@
 namespace humming {
 namespace {
 
+// Lets a GEMM launched after this kernel with programmatic serialization (HUMMING_PDL=1) start its
+// prologue now; it still waits for this whole grid before it reads the codes (no-op before sm_90).
+__device__ __forceinline__ void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 constexpr int kScalarThreads = 128;
 constexpr int kGroupThreads = 256;
 constexpr int kGroupRows = 4;            // rows a thread of the group kernel loads at once
@@ -33,6 +41,7 @@ constexpr int kMaxRowsPerLaunch = 65535; // grid.y; larger batches loop over row
 
 __global__ void quantize_act_scalar(ActFormat fmt, DType x_t, const void *x, int64_t m, int64_t k, int64_t ldx,
                                     int64_t group, int64_t cols, uint8_t *codes, float *scales) {
+  allow_dependents();
   const int64_t g = blockIdx.x;
   const int64_t begin = g * group, end = min(k, begin + group);
   __shared__ float partial[kScalarThreads];
@@ -127,48 +136,73 @@ template <uint32_t ActId> __device__ __forceinline__ void encode8(const float (&
 }
 
 // The scale of a row from each thread's amax over its share (blockDim.x a multiple of 32), stored
-// at `out` by thread 0; every thread gets it.
-template <uint32_t ActId> __device__ __forceinline__ float row_scale(float amax, float *out) {
+// at `out` by thread 0; every thread gets it. `slot` (0 or 1) picks the shared buffer of the warps'
+// maxima: a block that encodes several rows alternates it, so that no warp overwrites the maxima
+// of the row before while another warp still reads them (the warps meet at this row's barrier
+// before any of them reaches the row after, which writes the same slot again).
+template <uint32_t ActId> __device__ __forceinline__ float row_scale(float amax, float *out, int slot = 0) {
 #pragma unroll
   for (int s = 16; s > 0; s >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, s));
-  __shared__ float warp_max[32];
-  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
+  __shared__ float warp_max[2][32];
+  if (threadIdx.x % 32 == 0) warp_max[slot][threadIdx.x / 32] = amax;
   __syncthreads();
   amax = 0.0f;
-  for (unsigned w = 0; w < blockDim.x / 32; ++w) amax = fmaxf(amax, warp_max[w]);
+  for (unsigned w = 0; w < blockDim.x / 32; ++w) amax = fmaxf(amax, warp_max[slot][w]);
   const float scale = act_scale_from_amax(DType::from_id(ActId), amax);
   if (threadIdx.x == 0) *out = scale;
   return scale;
 }
 
-// Per token, rows of at most V x blockDim.x vectors: block r encodes row r, thread i holding
-// vectors i, i + blockDim.x, ... in registers, so the row is read from memory once and all of a
-// thread's loads are in flight together.
-template <class X, uint32_t ActId, int V>
+// Per token, rows of at most V x blockDim.x vectors: block b encodes rows b, b + gridDim.x, ...,
+// thread i holding vectors i, i + blockDim.x, ... of a row in registers, so the row is read from
+// memory once and all of a thread's loads are in flight together. With Stream, the grid holds only
+// as many blocks as the SMs take at once and each block, before this row's amax, barrier and
+// stores, asks L2 for the next row of its share (prefetch.global.L2: no registers), so the memory
+// stays busy through them. That pays where a block is large and an SM holds only two or three:
+// measured on the H200 (session 22, bf16, e4m3-pt, graph us after an L2 flush), 8192 x 28672 rows
+// (896 threads) 298 -> 246 us (a plain cast of the same bytes in torch: 220); rows of 8192 (256
+// threads, eight blocks per SM) went 65.3 -> 71.4 (the cast: 65.1) and 16384 x 4096 65.5 -> 70.3,
+// so those keep a block per row. (A second set of registers for the next row instead was slower
+// still: 75.9 us for 8192 x 8192.)
+template <class X, uint32_t ActId, int V, bool Stream>
 __global__ void __launch_bounds__(1024)
-    quantize_act_rows(const X *x, int64_t k, int64_t ldx, uint8_t *codes, float *scales) {
-  const int64_t r = blockIdx.x;
-  const X *row = x + r * ldx;
+    quantize_act_rows(const X *x, int64_t m, int64_t k, int64_t ldx, uint8_t *codes, float *scales) {
+  allow_dependents();
   const int64_t vecs = k / 8;
-  Raw8<X> raw[V];
-  float amax = 0.0f;
+  auto load_row = [&](int64_t r, Raw8<X>(&raw)[V]) {
+    const X *row = x + r * ldx;
 #pragma unroll
-  for (int j = 0; j < V; ++j) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
-    if (i < vecs) raw[j] = load_raw8(row + 8 * i);
-  }
-#pragma unroll
-  for (int j = 0; j < V; ++j)
-    if (threadIdx.x + static_cast<int64_t>(j) * blockDim.x < vecs) amax = amax8(raw[j], amax);
-  const float scale = row_scale<ActId>(amax, scales + r);
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
-    if (i < vecs) {
-      float v[8];
-      to_float8(raw[j], v);
-      encode8<ActId>(v, scale, codes + r * k + 8 * i);
+    for (int j = 0; j < V; ++j) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+      if (i < vecs) raw[j] = load_raw8(row + 8 * i);
     }
+  };
+  Raw8<X> raw[V];
+  int64_t r = blockIdx.x;
+  if (r < m) load_row(r, raw);
+  for (int slot = 0; r < m; r += gridDim.x, slot ^= 1) {
+    const int64_t after = r + gridDim.x;
+    if (Stream && after < m) {
+      const char *row = reinterpret_cast<const char *>(x + after * ldx);
+      for (int64_t line = threadIdx.x; line * 128 < k * static_cast<int64_t>(sizeof(X)); line += blockDim.x)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(row + line * 128));
+    }
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      if (threadIdx.x + static_cast<int64_t>(j) * blockDim.x < vecs) amax = amax8(raw[j], amax);
+    const float scale = row_scale<ActId>(amax, scales + r, slot);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+      if (i < vecs) {
+        float v[8];
+        to_float8(raw[j], v);
+        encode8<ActId>(v, scale, codes + r * k + 8 * i);
+      }
+    }
+    if (!Stream) break;
+    if (after < m) load_row(after, raw);
   }
 }
 
@@ -177,6 +211,7 @@ __global__ void __launch_bounds__(1024)
 template <class X, uint32_t ActId>
 __global__ void __launch_bounds__(1024)
     quantize_act_long_rows(const X *x, int64_t k, int64_t ldx, uint8_t *codes, float *scales) {
+  allow_dependents();
   const int64_t r = blockIdx.x;
   const X *row = x + r * ldx;
   const int64_t vecs = k / 8;
@@ -197,6 +232,7 @@ __global__ void __launch_bounds__(1024)
 template <class X, uint32_t ActId>
 __global__ void quantize_act_groups(const X *x, int64_t m, int64_t k, int64_t ldx, int group, int64_t cols,
                                     uint8_t *codes, float *scales) {
+  allow_dependents();
   const int64_t vec = static_cast<int64_t>(blockIdx.x) * kGroupThreads + threadIdx.x;
   const bool in = vec < k / 8;
   const int lanes = group / 8; // a power of two that divides 32
@@ -238,17 +274,33 @@ void launch_vector(const ActFormat &fmt, const void *x, int64_t m, int64_t k, in
   // Vectors a thread holds at most: eight of 16-bit inputs, four of floats (64 registers).
   constexpr int kMaxV = sizeof(X) == 2 ? 8 : 4;
   if (fmt.granularity == ActScale::kToken) {
-    // Rows go on grid.x (up to 2^31 - 1 of them). Few rows (decode) get a thread per vector,
-    // many rows four or eight per thread (fewer, fuller blocks).
-    const auto grid = static_cast<unsigned>(m);
+    // Few rows (decode) get a thread per vector, many rows four or eight per thread (fewer,
+    // fuller blocks). Blocks of more than 512 threads stream rows (see quantize_act_rows); the
+    // others take one row each (rows on grid.x: up to 2^31 - 1 of them).
+    auto rows = [&](auto v, unsigned threads) {
+      constexpr int V = decltype(v)::value;
+      // Streaming blocks of eight vectors per thread would spill (28 bytes, CUDA 13.0): rows of
+      // more than 32768 16-bit inputs keep a block per row.
+      if constexpr (V <= 4) {
+        const int sms = threads > 512 ? current_device_sms() : 0; // 0 (or unknown): a block per row
+        const int64_t resident = static_cast<int64_t>(sms) * (2048 / threads);
+        if (sms > 0 && resident < m) {
+          quantize_act_rows<X, ActId, V, true>
+              <<<static_cast<unsigned>(resident), threads, 0, stream>>>(xp, m, k, ldx, codes, scales);
+          return;
+        }
+      }
+      quantize_act_rows<X, ActId, V, false>
+          <<<static_cast<unsigned>(m), threads, 0, stream>>>(xp, m, k, ldx, codes, scales);
+    };
     if (m <= 256 && vecs <= 1024)
-      quantize_act_rows<X, ActId, 1><<<grid, row_threads(vecs, 1), 0, stream>>>(xp, k, ldx, codes, scales);
+      rows(std::integral_constant<int, 1>{}, row_threads(vecs, 1));
     else if (vecs <= 4 * 1024)
-      quantize_act_rows<X, ActId, 4><<<grid, row_threads(vecs, 4), 0, stream>>>(xp, k, ldx, codes, scales);
+      rows(std::integral_constant<int, 4>{}, row_threads(vecs, 4));
     else if (vecs <= kMaxV * 1024)
-      quantize_act_rows<X, ActId, kMaxV><<<grid, row_threads(vecs, kMaxV), 0, stream>>>(xp, k, ldx, codes, scales);
+      rows(std::integral_constant<int, kMaxV>{}, row_threads(vecs, kMaxV));
     else
-      quantize_act_long_rows<X, ActId><<<grid, 1024, 0, stream>>>(xp, k, ldx, codes, scales);
+      quantize_act_long_rows<X, ActId><<<static_cast<unsigned>(m), 1024, 0, stream>>>(xp, k, ldx, codes, scales);
   } else {
     const int64_t cols = (k + fmt.group_k - 1) / fmt.group_k;
     const dim3 grid(static_cast<unsigned>((vecs + kGroupThreads - 1) / kGroupThreads),

@@ -440,8 +440,10 @@ def test_gpu_pack_equals_cpu_pack(fmt, layout):
 
 
 # (rows, k, stride): the vector kernels' rows of whole 16-byte units, one long decode row, a row
-# stride wider than k, and k = 1000 - 4 (not a multiple of 8: the scalar kernel).
-QUANT_SHAPES = [(37, 1000, 1000), (1, 28672, 28672), (5, 512, 640), (3, 996, 996)]
+# stride wider than k, k = 1000 - 4 (not a multiple of 8: the scalar kernel), and rows of 17408
+# inputs (blocks of 544 threads, which stream rows) more than the H200 holds such blocks at once
+# (132 SMs x 3), so that blocks take several rows each and prefetch the next.
+QUANT_SHAPES = [(37, 1000, 1000), (1, 28672, 28672), (5, 512, 640), (3, 996, 996), (600, 17408, 17416)]
 
 
 @pytest.mark.parametrize(

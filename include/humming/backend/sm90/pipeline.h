@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "humming/backend/sm90/ptx.h"
@@ -115,6 +116,11 @@ __device__ __forceinline__ void run_block(char *smem, Prefetch prefetch, Produce
     init_ring<Stages, Consumers, FullArrivals, ConvertArrivals>(bars);
     prefetch();
   }
+  // With HUMMING_PDL=1 this block may start while the kernel before it still runs: everything
+  // above touches only shared memory and the kernel's parameters; no global memory is read or
+  // written before the kernel before has finished (it may have written the weights, the
+  // activations or the workspace, or still read memory that this kernel's output reuses).
+  grid_dependency_wait();
   __syncthreads();
   if (threadIdx.x < 128) {
     regs_dealloc<RegSplit<Consumers, ProducerRegs>::kProducer>();
@@ -185,6 +191,16 @@ template <class K> Status prepare_launch(const char *what) {
   return prepare_blocks<K>(what);
 }
 
+// HUMMING_PDL=1 (read once): sm90 GEMMs launch with programmatic stream serialization, so that
+// they may start while the kernel before them (quantize_act, which lets them) finishes.
+inline bool programmatic_launch() {
+  static const bool on = [] {
+    const char *v = std::getenv("HUMMING_PDL");
+    return v != nullptr && v[0] != '\0' && std::string(v) != "0";
+  }();
+  return on;
+}
+
 // Host side of a launch of K with parameters `p` (p.plan made): the workspace its plan needs, the
 // shared-memory limit raised once per process, p.plan.blocks blocks on `stream`. `what` names the
 // kernels in messages.
@@ -196,9 +212,21 @@ Status launch_blocks(const typename K::Params &p, const GemmArgs &args, void *st
                          " bytes of workspace (its first 64 KiB zeroed), got " + std::to_string(args.workspace_bytes));
   Status st = prepare_blocks<K>(what);
   if (!st) return st;
-  dense_kernel<K>
-      <<<static_cast<unsigned>(p.plan.blocks), K::kThreads, K::kSmemTotal, static_cast<cudaStream_t>(stream)>>>(p);
-  const cudaError_t e = cudaGetLastError();
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(p.plan.blocks));
+  config.blockDim = dim3(K::kThreads);
+  config.dynamicSmemBytes = K::kSmemTotal;
+  config.stream = static_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute attr[1];
+  if (programmatic_launch()) {
+    // The block's prologue (barriers, tensor-map prefetch) overlaps the tail of the kernel before.
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attr;
+    config.numAttrs = 1;
+  }
+  cudaError_t e = cudaLaunchKernelEx(&config, dense_kernel<K>, p);
+  if (e == cudaSuccess) e = cudaGetLastError();
   if (e != cudaSuccess) return Status::Error(std::string(what) + " failed to launch: " + cudaGetErrorString(e));
   return Status::Ok();
 }
