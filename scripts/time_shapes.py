@@ -26,6 +26,12 @@ ap.add_argument("--instances", default="")
 ap.add_argument("--match", default="", help="time every built instance whose name matches this regular expression")
 ap.add_argument("--graph", action="store_true")
 ap.add_argument("--layout", default="auto")
+ap.add_argument(
+    "--prequant",
+    action="store_true",
+    help="with a quantized --act: quantize the activations once, before timing, and time the GEMM alone "
+    "(torch.ops.humming.gemm, as the benchmark's humming-aot-gemm rows)",
+)
 ap.add_argument("--iters", type=int, default=15)
 ap.add_argument(
     "--flush",
@@ -62,6 +68,16 @@ def timed(fn):
     return statistics.median(times)
 
 
+def gemm_only(layer, x, name):
+    """The layer's GEMM on activations quantized here, once (its instance: `name` or the dispatcher's)."""
+    a, a_scales = torch.ops.humming.quantize_act(x.contiguous(), str(layer.fmt.act))
+    b = layer._buffers
+    inst = name or layer.instance_for(x.shape[0], x.device)
+    args = (b["codes"], b["scales"], b["zeros"], b["global_scale"], a_scales, b["bias"], str(layer.fmt))
+    shape = (layer.layout, layer.out_features, layer.in_features, inst)
+    return lambda: torch.ops.humming.gemm(a, *args, *shape)
+
+
 for n, k in shapes:
     lin = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
     layer = ha.QuantLinear.from_linear(lin, args.format, args.act, device="cuda", layout=args.layout)
@@ -74,17 +90,18 @@ for n, k in shapes:
             except (RuntimeError, ValueError) as e:  # ValueError: the weight is packed for another layout
                 print(f"{n}x{k} m={m}: {name}: {str(e).splitlines()[0]}", flush=True)
                 continue
-            us = timed(lambda: layer(x))
+            call = (lambda: layer(x)) if not args.prequant else gemm_only(layer, x, name)
+            us = timed(call)
             line = f"{n}x{k} m={m}: eager {us:8.1f} us"
             if args.graph:
                 g = torch.cuda.CUDAGraph()
                 s = torch.cuda.Stream()
                 s.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(s):
-                    layer(x)
+                    call()
                 torch.cuda.current_stream().wait_stream(s)
                 with torch.cuda.graph(g):
-                    layer(x)
+                    call()
                 line += f"  graph {timed(g.replay):8.1f} us"
                 del g
             print(f"{line}  {layer.instance_for(m, 'cuda')}", flush=True)
