@@ -233,6 +233,15 @@ def _sm90_smem(stage_bytes: int, stages: int, barrier_sets: int = 2) -> int:
     return 1024 + stage_bytes * stages + stages * 8 * barrier_sets + 16
 
 
+def _sm90_out_boxes(smem: int, bm: int, consumers: int, out: str) -> int:
+    """Bytes of the output boxes an sm90 kernel keeps after its ring (epilogue/staged_store.h; the
+    kernels' kStagedStore): one of bm rows x 128 bytes per consumer warpgroup, in tiles of 64 tokens
+    and more with a 16-bit output, where they fit beside the ring."""
+    boxes = consumers * bm * 128
+    fits = F.dtype(out).bits == 16 and bm >= 64 and bm % 32 == 0 and smem + boxes <= SM90_MAX_SMEM
+    return boxes if fits else 0
+
+
 def _weight_only_instance(name, backend, matrix, archs, act, code, zero, targs, key) -> Instance:
     """An instance of a weight-only tensor-core backend (kernel/<backend>_dense.cuh): scales and
     output in the activation type."""
@@ -394,6 +403,7 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
         smem = _sm90_smem(stage, stages, barrier_sets=3 if staged else 2)
         if smem > SM90_MAX_SMEM:
             continue
+        smem += _sm90_out_boxes(smem, bm, consumers, o)
         # act_granularity 1: ActScale::kToken; 2: ActScale::kGroup
         tile = (bm, bn, bk)
         key = _tensor_core_key(

@@ -68,6 +68,7 @@
 #include "humming/backend/sm90/ptx.h"
 #include "humming/backend/sm90/stage_convert.h"
 #include "humming/backend/sm90/tensor_map.h"
+#include "humming/epilogue/staged_store.h"
 #include "humming/epilogue/store.h"
 #include "humming/epilogue/streamk_fixup.h"
 #include "humming/epilogue/wgmma_store.h"
@@ -171,7 +172,15 @@ struct DenseA8 {
   static constexpr int kRingBytes = Stages * kStageBytes;
   // Alignment slack, the ring, its barriers (a full and an empty one per stage, and a converted one
   // when kStaged), the fix-up flag.
-  static constexpr int kSmemTotal = 1024 + kRingBytes + ring_barrier_bytes<Stages, kConvThreads>() + 16;
+  static constexpr int kSmemRing = 1024 + kRingBytes + ring_barrier_bytes<Stages, kConvThreads>() + 16;
+  // Output boxes, one per consumer warpgroup, after the ring (epilogue/staged_store.h): in tiles of
+  // 64 tokens and more with a 16-bit output, where they fit beside the ring. Smaller tiles store
+  // little per tile, and the box's barriers would sit on decode's critical path.
+  static constexpr int kBoxBytes = epilogue::staged_box_bytes<BM>();
+  static constexpr bool kStagedStore = DType::from_id(OutId).bits == 16 && BM >= 64 && BM % 32 == 0 &&
+                                       kSmemRing + Consumers * kBoxBytes <= 227 * 1024;
+  static constexpr int kOutBytes = kStagedStore ? Consumers * kBoxBytes : 0;
+  static constexpr int kSmemTotal = kSmemRing + kOutBytes;
   // 8-bit floats x 8-bit codes, one stage per batch: whether the consumers keep a group in flight
   // while they add up the stage before (mainloop_overlapped), which takes a second set of stage
   // sums; where it fits the consumers' registers with room for the rest. Measured on the H200
@@ -245,6 +254,8 @@ struct DenseA8 {
   struct Params {
     CUtensorMap act;    // activations [m][k] bytes, boxes of BM rows x 128
     CUtensorMap weight; // codes [n_pad][k_pad] bytes, boxes of BN rows x 128 (4-bit: k_pad / 2, x 64, 64-byte swizzle)
+    CUtensorMap out;    // kStagedStore: the output [m][n], boxes of BM rows x 64 channels (when `staged`)
+    int staged;         // kStagedStore: 1 where the boxes go out by TMA through `out`, 0 where the threads copy them
     GemmArgs args;
     StreamKPlan plan;
     int64_t n_tiles;
@@ -445,29 +456,37 @@ struct DenseA8 {
                                                             acc, flag, [] { consumer_sync<kConsumerThreads>(); });
         if (!last) return;
       }
-      store(a, m0, n0 + col, lane, acc);
+      float f[2];
+      channel_factors(a, n0 + col, f);
+      if constexpr (kStagedStore)
+        epilogue::stage_wgmma_sums<OutId, kAcc, !kBlocks>(a, p.staged != 0, &p.out, ring + kRingBytes + cw * kBoxBytes,
+                                                          2 + cw, m0, n0 + cw * 64, t, acc, f);
+      else
+        epilogue::store_wgmma_sums<OutId, kAcc, !kBlocks>(a, m0, n0 + col, lane, acc, f);
     });
+    if (kStagedStore && p.staged) epilogue::finish_staged_stores(t);
   }
 
-  // The weight's per-channel and global scales, then the stores with each token's scale (with
-  // blocks or groups, the sums carry the weight's scales already: the global scale only; with
-  // blocks, the tokens' too).
-  static __device__ __forceinline__ void store(const GemmArgs &a, int64_t m0, int64_t n, int lane, float (&acc)[kAcc]) {
+  // The factors of the sums of channels n and n + 8 in the stores: the weight's per-channel and
+  // global scales (with blocks or groups, the sums carry the weight's scales already: the global
+  // scale only). The stores multiply each token's scale in (with blocks, the sums carry those too).
+  static __device__ __forceinline__ void channel_factors(const GemmArgs &a, int64_t n, float (&f)[2]) {
     const float global = a.global_scale != nullptr ? *a.global_scale : 1.0f;
-    float f[2] = {global, global};
+    f[0] = f[1] = global;
     if constexpr (GroupK == 0)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         f[h] = n + 8 * h < a.dims.n_pad ? global * epilogue::load_out<ScaleId>(a.scales, n + 8 * h) : 0.0f;
-    epilogue::store_wgmma_sums<OutId, kAcc, !kBlocks>(a, m0, n, lane, acc, f);
   }
 
   static __device__ __forceinline__ void run(const Params &p, char *smem) {
-    run_block<Stages, Consumers, kRingBytes, 1 + kScaleArrivals, kProducerRegs, kConvThreads>(
+    // The boxes sit between the ring and its barriers.
+    run_block<Stages, Consumers, kRingBytes + kOutBytes, 1 + kScaleArrivals, kProducerRegs, kConvThreads>(
         smem,
         [&] {
           prefetch_tensor_map(&p.act);
           prefetch_tensor_map(&p.weight);
+          if (kStagedStore && p.staged) prefetch_tensor_map(&p.out);
         },
         [&](int t, uint32_t ring, char *ring_ptr, uint32_t bars) {
           if (t == 0) produce(p, ring, bars);
@@ -553,6 +572,12 @@ template <HUMMING_SM90_A8_TARGS> Status launch_a8(const GemmArgs &args, void *st
   st = cached_weight_map(&p.weight, args.codes, MapElem::kByte, args.dims.n_pad, row_bytes, row_bytes, K::BN,
                          K::kFour ? 64 : 128);
   if (!st) return st;
+  p.staged = K::kStagedStore && epilogue::staged_store_fits(args) ? 1 : 0;
+  if (p.staged) {
+    st = cached_rows_map(&p.out, args.out, OutId == dtypes::bf16.id() ? MapElem::kBf16 : MapElem::kF16, args.m,
+                         args.dims.n, args.ldo, BM);
+    if (!st) return st;
+  }
   return launch_blocks<K>(p, args, stream, "the sm90 8-bit activation kernels");
 }
 

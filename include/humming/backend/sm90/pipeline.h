@@ -100,7 +100,8 @@ inline bool allow_smem(const void *kernel, int bytes) {
 // `prefetch` on thread 0 while it sets up the barriers, then the producer warpgroup gives registers
 // back and each of its threads runs produce(t, ring, ring_ptr, bars) with t its index (the kernel
 // picks which work); the consumers take the registers and run consume(ring, ring_ptr, bars, flag).
-// Stages: ring depth; Consumers: consumer warpgroups; RingBytes: bytes of the ring;
+// Stages: ring depth; Consumers: consumer warpgroups; RingBytes: bytes of the ring (with what the
+// kernel keeps right after it, such as its output boxes);
 // FullArrivals: producer arrivals each fill of a stage makes (init_ring); ProducerRegs: RegSplit's;
 // ConvertArrivals: arrivals of the producer's converting threads per stage (0: none convert).
 template <int Stages, int Consumers, int RingBytes, int FullArrivals, int ProducerRegs, int ConvertArrivals = 0,

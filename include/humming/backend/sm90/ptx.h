@@ -90,6 +90,38 @@ __device__ __forceinline__ void tensor_copy_2d(uint32_t dst, const void *map, in
       : "memory");
 }
 
+// The shared-memory box at `src` into a 2-D tensor map at element coordinates (c0 innermost, c1),
+// in this thread's current bulk group (elements outside the tensor are not written). The
+// generic-proxy writes of the box must be fenced for the async proxy first.
+__device__ __forceinline__ void tensor_store_2d(const void *map, int c0, int c1, uint32_t src) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(map), "r"(c0),
+               "r"(c1), "r"(src)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's bulk groups still read their shared memory (Read) or
+// still run at all.
+template <int N, bool Read> __device__ __forceinline__ void bulk_wait() {
+  if constexpr (Read)
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+  else
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Four 8 x 8 matrices of 16-bit elements from registers into shared memory, transposed: register q
+// of lane l holds row l / 4, columns 2 (l % 4) and + 1 of matrix q (a WGMMA sums fragment), and
+// lane 8q + r gives the address of matrix q's row r in memory, which receives its column r.
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
+// Named barrier `id` of `threads` threads (a multiple of 32).
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 __device__ __forceinline__ void prefetch_tensor_map(const void *map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
 }

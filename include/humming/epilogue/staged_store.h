@@ -1,0 +1,136 @@
+// Output stores of the sm90 kernels through shared memory and one TMA copy per warpgroup: the
+// warpgroup writes its 64 channels x BM tokens, scaled and rounded, into a box of its own, and one of
+// its threads copies the box into the output with a single bulk tensor store, which runs while the
+// warpgroup goes on to its next tile.
+//
+// Why: the direct stores (epilogue/wgmma_store.h) write each token's channels in 16-byte pieces,
+// 32 stores per thread of a 128-token tile that each touch 8 rows, and the tensor cores wait for
+// every consumer warpgroup to issue them. Here each thread issues BM / 16 matrix stores
+// (stmatrix, transposed, so that a token's 64 channels become one 128-byte row of the box), and the
+// copy to global memory leaves the warpgroup's path.
+//
+// The box is BM rows of 128 bytes in the 128-byte swizzle (16-byte chunk c of row r at chunk
+// c ^ (r % 8)), which the tensor map of the output undoes; the eight rows one matrix store writes
+// then fall in eight different bank groups. Rows past m and channels past n are clipped by the
+// copy, so edge tiles need no checks.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "humming/backend/sm90/ptx.h"
+#include "humming/epilogue/store.h"
+#include "humming/humming.h"
+
+namespace humming {
+namespace epilogue {
+
+// Bytes of one warpgroup's box for a tile of BM tokens (BM rows of 64 16-bit outputs).
+template <int BM> constexpr int staged_box_bytes() { return BM * 128; }
+
+// Whether a launch's boxes may go out by TMA: a 16-bit output whose rows start 16-byte aligned (the
+// tensor map's requirement).
+inline bool staged_store_fits(const GemmArgs &a) {
+  return reinterpret_cast<uintptr_t>(a.out) % 16 == 0 && (a.m == 1 || (a.ldo * 2) % 16 == 0) && a.ldo >= a.dims.n;
+}
+
+// OutId:       DType id of the output (bf16 or f16).
+// Acc:         sums per thread (BM / 2 for a tile of BM tokens; BM a multiple of 16).
+// TokenScales: multiply each token's sums by its fp32 activation scale, a_scales[token * cols].
+// The sums acc[4j + e] of thread t (of its warpgroup's 128) are channel n (e < 2) or n + 8 and
+// token m0 + 8j + 2 (t % 4) + e % 2, with n = wg_n0 + 16 (t / 32) + (t % 32) / 4 (the WGMMA's
+// fragment); `f[h]` multiplies those of channel n + 8h. `box`: the warpgroup's box (1024-byte
+// aligned); `bar`: a named barrier of the warpgroup's 128 threads only. With `tma`, `out_map` is
+// the output's tensor map (boxes of 64 channels x BM tokens) and thread 0 of the warpgroup owns the
+// copies: it waits for the previous one to have read the box before anyone writes it again, and the
+// kernel's end waits for the last (finish_staged_stores). Without, the threads copy the box out.
+template <uint32_t OutId, int Acc, bool TokenScales>
+__device__ __forceinline__ void stage_wgmma_sums(const GemmArgs &a, bool tma, const void *out_map, uint32_t box, int bar,
+                                                 int64_t m0, int64_t wg_n0, int t, const float (&acc)[Acc],
+                                                 const float (&f)[2]) {
+  static_assert(DType::from_id(OutId).bits == 16, "boxes hold 16-bit outputs");
+  static_assert(Acc % 16 == 0, "whole 32-token blocks (BM a multiple of 32)");
+  // The thread's index through an opaque move, so that nothing derived from it (shuffle lanes, box
+  // addresses) is hoisted out of the kernel's tile loop and held across the main loop: in the
+  // 192-token tile that cost 140 bytes of spills.
+  asm volatile("mov.b32 %0, %0;\n" : "+r"(t));
+  const int lane = t % 32, warp = t / 32;
+  // Each lane loads one token scale of every 32 tokens of the tile, and the lanes that need one
+  // take it by a shuffle: 6 registers in a 192-token tile, where a load per sum pair took 48 and
+  // made ptxas spill.
+  constexpr int kBlocks32 = Acc / 16;
+  float tok[kBlocks32];
+#pragma unroll
+  for (int i = 0; i < kBlocks32; ++i) {
+    const int64_t m = m0 + 32 * i + lane;
+    tok[i] = !TokenScales ? 1.0f : m < a.m ? a.a_scales[m * a.a_scale_cols] : 0.0f;
+  }
+  const int64_t n = wg_n0 + 16 * warp + lane / 4;
+  float bias[2] = {-0.0f, -0.0f}; // x + -0 is x, zeros' signs too
+  if (a.bias != nullptr)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) bias[h] = n + 8 * h < a.dims.n ? load_out<OutId>(a.bias, n + 8 * h) : 0.0f;
+  if (t == 0) sm90::bulk_wait<0, true>();
+  sm90::named_sync(bar, 128);
+  // Lane 8q + r addresses row r of matrix q of each store: token 8 (2 jj + q / 2) + r of the tile,
+  // the 16 bytes of channels 16 warp + 8 (q % 2) .. + 7 of the warpgroup's 64 (chunk 2 warp + q % 2).
+  const int q = lane / 8, r = lane % 8;
+  const uint32_t chunk = static_cast<uint32_t>((2 * warp + q % 2) ^ r) << 4;
+#pragma unroll
+  for (int jj = 0; jj < Acc / 8; ++jj) {
+    // The shuffles of this pair of blocks after the matrix store before (ordered asm statements):
+    // hoisted all at once, their results spilled in the 192-token tile.
+    if constexpr (TokenScales) sm90::fence_regs(tok);
+    uint32_t v[4];
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      const int j = 2 * jj + b;
+      float ts[2] = {1.0f, 1.0f};
+      if constexpr (TokenScales)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) ts[e] = __shfl_sync(0xFFFFFFFFu, tok[j / 4], 8 * (j % 4) + 2 * (lane % 4) + e);
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        v[2 * b + h] = numeric::Operand<OutId == dtypes::bf16.id()>::pair(acc[4 * j + 2 * h] * f[h] * ts[0] + bias[h],
+                                                                          acc[4 * j + 2 * h + 1] * f[h] * ts[1] + bias[h]);
+    }
+    const uint32_t row = static_cast<uint32_t>(8 * (2 * jj + q / 2) + r);
+    sm90::stmatrix_x4_trans(box + row * 128 + chunk, v[0], v[1], v[2], v[3]);
+  }
+  if (tma) sm90::fence_proxy_async_smem();
+  sm90::named_sync(bar, 128);
+  if (tma) {
+    if (t == 0) {
+      sm90::tensor_store_2d(out_map, static_cast<int>(wg_n0), static_cast<int>(m0), box);
+      sm90::bulk_commit();
+    }
+    return;
+  }
+  // Outputs a tensor map cannot address (rows not 16-byte aligned): the warpgroup copies the box
+  // out itself, 16 bytes (8 channels of one token) per thread and row, element by element. The
+  // barrier at the next tile's start keeps the box until every thread has read its part.
+  const uint32_t c = static_cast<uint32_t>(t % 8);
+  uint16_t *o = static_cast<uint16_t *>(a.out);
+  for (int row = t / 8; row < 2 * Acc; row += 16) {
+    const int64_t m = m0 + row, n8 = wg_n0 + 8 * c;
+    if (m >= a.m) break;
+    uint32_t w[4];
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                 : "r"(box + static_cast<uint32_t>(row) * 128 + ((c ^ static_cast<uint32_t>(row % 8)) << 4))
+                 : "memory");
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      if (n8 + i < a.dims.n) o[m * a.ldo + n8 + i] = static_cast<uint16_t>(w[i / 2] >> (16 * (i % 2)));
+  }
+}
+
+// The end of a block that stored through boxes: thread 0 of each warpgroup waits for its last copy
+// (the block's shared memory must outlive the copy's reads).
+__device__ __forceinline__ void finish_staged_stores(int t) {
+  if (t == 0) sm90::bulk_wait<0, false>();
+}
+
+} // namespace epilogue
+} // namespace humming
