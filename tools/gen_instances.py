@@ -332,6 +332,8 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
         smem = _sm90_smem(stage, stages)
         if smem > SM90_MAX_SMEM:  # e.g. the 256-channel decode tiles with 8-bit codes
             continue
+        if matrix["scheduler"] != "moe":  # the grouped tiles store directly
+            smem += _sm90_out_boxes(smem, bm, consumers, act)
         key = _weight_only_key(
             act, code, zero, group, matrix["layout"], (bm, bn, bk), stages, 128 * (1 + consumers), smem
         )

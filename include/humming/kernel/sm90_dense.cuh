@@ -39,6 +39,7 @@
 #include "humming/backend/sm90/stage_loads.h"
 #include "humming/backend/sm90/tensor_map.h"
 #include "humming/epilogue/store.h"
+#include "humming/epilogue/staged_store.h"
 #include "humming/epilogue/streamk_fixup.h"
 #include "humming/epilogue/wgmma_store.h"
 #include "humming/humming.h"
@@ -100,7 +101,15 @@ struct Dense {
   static constexpr int kStageBytes = (kABytes + kWBytes + kSBytes + kZBytes + 1023) / 1024 * 1024;
   static constexpr int kRingBytes = Stages * kStageBytes;
   // Alignment slack, the ring, a full and an empty barrier per stage, the fix-up flag.
-  static constexpr int kSmemTotal = 1024 + kRingBytes + Stages * 16 + 16;
+  static constexpr int kSmemRing = 1024 + kRingBytes + Stages * 16 + 16;
+  // Output boxes, one per consumer warpgroup, after the ring (epilogue/staged_store.h): dense
+  // tiles of 64 tokens and more, where they fit beside the ring (the grouped kernels' tiles end at
+  // their expert's last row, which a box's copy would write past).
+  static constexpr int kBoxBytes = epilogue::staged_box_bytes<BM>();
+  static constexpr bool kStagedStore =
+      !Grouped && BM >= 64 && BM % 32 == 0 && kSmemRing + Consumers * kBoxBytes <= 227 * 1024;
+  static constexpr int kOutBytes = kStagedStore ? Consumers * kBoxBytes : 0;
+  static constexpr int kSmemTotal = kSmemRing + kOutBytes;
   // Registers per thread of the producer and the consumers (backend/sm90/pipeline.h). The grouped
   // kernels' producer warp also walks the experts (expert_tile_warp), and with 40 registers ptxas
   // spilled 52 bytes there; with 64, none.
@@ -124,6 +133,8 @@ struct Dense {
 
   struct Params {
     CUtensorMap act; // activations [m][k], boxes of BM rows x 64 inputs (64-byte aligned by its type)
+    CUtensorMap out; // kStagedStore: the output [m][n], boxes of BM rows x 64 channels (when `staged`)
+    int staged;      // kStagedStore: 1 where the boxes go out by TMA through `out`, 0 where the threads copy them
     GemmArgs args;
     StreamKPlan plan;
     int64_t n_tiles;
@@ -320,29 +331,40 @@ struct Dense {
                                                             r.acc, flag, [] { consumer_sync<kConsumerThreads>(); });
         if (!last) return;
       }
-      store(a, m0, m_end, n0 + col, lane, expert, r.acc);
+      float f[2];
+      channel_factors(a, n0 + col, expert, f);
+      if constexpr (kStagedStore)
+        epilogue::stage_wgmma_sums<ActId, kAcc, false>(a, p.staged != 0, &p.out, ring + kRingBytes + cw * kBoxBytes,
+                                                       2 + cw, m0, n0 + cw * 64, t, r.acc, f);
+      else
+        epilogue::store_wgmma_sums<ActId, kAcc, false>(a, m0, n0 + col, lane, r.acc, f, m_end);
     });
+    if (kStagedStore && p.staged) epilogue::finish_staged_stores(t);
   }
 
-  // Per-channel and global scales on the fp32 sums, then the stores of rows below m_end
-  // (epilogue/wgmma_store.h).
-  static __device__ __forceinline__ void store(const GemmArgs &a, int64_t m0, int64_t m_end, int64_t n, int lane,
-                                               int expert, float (&acc)[kAcc]) {
+  // The factors of the fp32 sums of channels n and n + 8 in the stores (rows below m_end;
+  // epilogue/wgmma_store.h, or the boxes of epilogue/staged_store.h): the per-channel and global
+  // scales.
+  static __device__ __forceinline__ void channel_factors(const GemmArgs &a, int64_t n, int expert, float (&f)[2]) {
     using Op = numeric::Operand<kBf16>;
     const float global = a.global_scale != nullptr ? *a.global_scale : 1.0f;
-    float f[2] = {global, global};
+    f[0] = f[1] = global;
     if constexpr (GroupK == 0) {
       const auto *scales =
           reinterpret_cast<const uint16_t *>(static_cast<const char *>(a.scales) + expert * a.expert_scales_stride);
 #pragma unroll
       for (int h = 0; h < 2; ++h) f[h] *= n + 8 * h < a.dims.n_pad ? Op::to_float(scales[n + 8 * h]) : 0.0f;
     }
-    epilogue::store_wgmma_sums<ActId, kAcc, false>(a, m0, n, lane, acc, f, m_end);
   }
 
   static __device__ __forceinline__ void run(const Params &p, char *smem) {
-    run_block<Stages, Consumers, kRingBytes, 1, Split::kProducer>(
-        smem, [&] { prefetch_tensor_map(&p.act); },
+    // The boxes sit between the ring and its barriers.
+    run_block<Stages, Consumers, kRingBytes + kOutBytes, 1, Split::kProducer>(
+        smem,
+        [&] {
+          prefetch_tensor_map(&p.act);
+          if (kStagedStore && p.staged) prefetch_tensor_map(&p.out);
+        },
         [&](int t, uint32_t ring, char *, uint32_t bars) {
           if (t < kProducers) produce(p, ring, bars, t);
         },
@@ -410,6 +432,12 @@ template <HUMMING_SM90_TARGS> Status launch(const GemmArgs &args, void *stream) 
   Status st =
       cached_rows_map(&p.act, args.a, K::kBf16 ? MapElem::kBf16 : MapElem::kF16, args.m, args.dims.k, args.lda, BM);
   if (!st) return st;
+  p.staged = K::kStagedStore && epilogue::staged_store_fits(args) ? 1 : 0;
+  if (p.staged) {
+    st = cached_rows_map(&p.out, args.out, K::kBf16 ? MapElem::kBf16 : MapElem::kF16, args.m, args.dims.n, args.ldo,
+                         BM);
+    if (!st) return st;
+  }
   return launch_blocks<K>(p, args, stream, "the sm90 weight-only kernels");
 }
 
