@@ -109,6 +109,27 @@ def test_instance_against_reference(inst):
 
 FAST = [i for i in INSTANCES if i.backend != "generic"]
 
+# sm90 tiles that store through shared-memory boxes (epilogue/staged_store.h: 64 tokens and more,
+# 16-bit outputs; the matrix's smallest such tiles fit them beside the ring).
+STAGED = [i for i in FAST if i.backend == "sm90" and i.tile[0] >= 64 and i.out_type in ("bf16", "f16")]
+
+
+@pytest.mark.parametrize("inst", STAGED, ids=[i.name for i in STAGED])
+def test_sm90_output_rows_a_tensor_map_cannot_take(inst):
+    """An output of 260 16-bit channels has rows of 520 bytes, not a multiple of 16: its boxes
+    cannot go out by TMA, so the warpgroups copy them out themselves. Same reference, with the
+    tile's partial last rows and channels."""
+    fmt = _format_for(inst)
+    n, k = 260, 1024 + 128
+    p, w_deq = _weight(inst, fmt, n, k, 3)
+    for m in (1, 65, 130):
+        a, s, a_deq = _act(fmt, m, k, "cuda", m + 100)
+        bias = torch.randn(n, generator=torch.Generator().manual_seed(8)).to("cuda", R.torch_dtype(fmt.out))
+        out = ha.gemm(a, p, fmt, a_scales=s, bias=bias, instance=inst.name)
+        torch.cuda.synchronize()
+        ref = a_deq.double().cpu() @ w_deq.double().T + bias.double().cpu()
+        assert_gemm_close(out, ref, a_deq.cpu(), w_deq, f"{inst.name} m={m} n={n}", **_operand(inst, fmt))
+
 
 # K long enough for stream-K to spread few tiles over many blocks (each keeps at least 2048
 # inputs), not a multiple of any tile's K.
