@@ -46,8 +46,8 @@ inline bool staged_store_fits(const GemmArgs &a) {
 // copies: it waits for the previous one to have read the box before anyone writes it again, and the
 // kernel's end waits for the last (finish_staged_stores). Without, the threads copy the box out.
 template <uint32_t OutId, int Acc, bool TokenScales>
-__device__ __forceinline__ void stage_wgmma_sums(const GemmArgs &a, bool tma, const void *out_map, uint32_t box, int bar,
-                                                 int64_t m0, int64_t wg_n0, int t, const float (&acc)[Acc],
+__device__ __forceinline__ void stage_wgmma_sums(const GemmArgs &a, bool tma, const void *out_map, uint32_t box,
+                                                 int bar, int64_t m0, int64_t wg_n0, int t, const float (&acc)[Acc],
                                                  const float (&f)[2]) {
   static_assert(DType::from_id(OutId).bits == 16, "boxes hold 16-bit outputs");
   static_assert(Acc % 16 == 0, "whole 32-token blocks (BM a multiple of 32)");
@@ -92,8 +92,8 @@ __device__ __forceinline__ void stage_wgmma_sums(const GemmArgs &a, bool tma, co
         for (int e = 0; e < 2; ++e) ts[e] = __shfl_sync(0xFFFFFFFFu, tok[j / 4], 8 * (j % 4) + 2 * (lane % 4) + e);
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        v[2 * b + h] = numeric::Operand<OutId == dtypes::bf16.id()>::pair(acc[4 * j + 2 * h] * f[h] * ts[0] + bias[h],
-                                                                          acc[4 * j + 2 * h + 1] * f[h] * ts[1] + bias[h]);
+        v[2 * b + h] = numeric::Operand<OutId == dtypes::bf16.id()>::pair(
+            acc[4 * j + 2 * h] * f[h] * ts[0] + bias[h], acc[4 * j + 2 * h + 1] * f[h] * ts[1] + bias[h]);
     }
     const uint32_t row = static_cast<uint32_t>(8 * (2 * jj + q / 2) + r);
     sm90::stmatrix_x4_trans(box + row * 128 + chunk, v[0], v[1], v[2], v[3]);

@@ -177,8 +177,8 @@ struct DenseA8 {
   // 64 tokens and more with a 16-bit output, where they fit beside the ring. Smaller tiles store
   // little per tile, and the box's barriers would sit on decode's critical path.
   static constexpr int kBoxBytes = epilogue::staged_box_bytes<BM>();
-  static constexpr bool kStagedStore = DType::from_id(OutId).bits == 16 && BM >= 64 && BM % 32 == 0 &&
-                                       kSmemRing + Consumers * kBoxBytes <= 227 * 1024;
+  static constexpr bool kStagedStore =
+      DType::from_id(OutId).bits == 16 && BM >= 64 && BM % 32 == 0 && kSmemRing + Consumers * kBoxBytes <= 227 * 1024;
   static constexpr int kOutBytes = kStagedStore ? Consumers * kBoxBytes : 0;
   static constexpr int kSmemTotal = kSmemRing + kOutBytes;
   // 8-bit floats x 8-bit codes, one stage per batch: whether the consumers keep a group in flight

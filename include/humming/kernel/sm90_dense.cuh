@@ -434,8 +434,8 @@ template <HUMMING_SM90_TARGS> Status launch(const GemmArgs &args, void *stream) 
   if (!st) return st;
   p.staged = K::kStagedStore && epilogue::staged_store_fits(args) ? 1 : 0;
   if (p.staged) {
-    st = cached_rows_map(&p.out, args.out, K::kBf16 ? MapElem::kBf16 : MapElem::kF16, args.m, args.dims.n, args.ldo,
-                         BM);
+    st =
+        cached_rows_map(&p.out, args.out, K::kBf16 ? MapElem::kBf16 : MapElem::kF16, args.m, args.dims.n, args.ldo, BM);
     if (!st) return st;
   }
   return launch_blocks<K>(p, args, stream, "the sm90 weight-only kernels");

@@ -112,8 +112,8 @@ template <int N, bool Read> __device__ __forceinline__ void bulk_wait() {
 // of lane l holds row l / 4, columns 2 (l % 4) and + 1 of matrix q (a WGMMA sums fragment), and
 // lane 8q + r gives the address of matrix q's row r in memory, which receives its column r.
 __device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
-               "r"(r1), "r"(r2), "r"(r3)
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
                : "memory");
 }
 
