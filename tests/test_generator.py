@@ -700,6 +700,12 @@ def test_a8_instances_keys_and_entry_points(gen, tmp_path):
         scales = (bm + wblocks) * 4 if blocks else (bn * scale_bytes if groups else 0)
         stage = bn * (64 if four else 128) + bm * 128 + scales
         smem = 1024 + -(-stage // 1024) * 1024 * stages + 16 * stages + 16
+        # The output boxes of the staged stores (epilogue/staged_store.h): one of bm rows x 128
+        # bytes per consumer warpgroup, for 16-bit outputs in tiles of 64 tokens and more where
+        # they fit beside the ring.
+        boxes = int(m["wg"]) * bm * 128
+        if m["out"] in ("bf16", "f16") and bm >= 64 and bm % 32 == 0 and smem + boxes <= 227 * 1024:
+            smem += boxes
         assert k["smem_bytes"] == smem <= 227 * 1024, i.name
         if blocks:
             assert m["scale"] == "f32" and m["act"] != "i8" and m["code"] == "e4m3"
