@@ -91,11 +91,12 @@ struct MapEntry {
   MapKey key;
 };
 
-// encode_rows_map through a small per-thread cache of the last maps it encoded (activations:
-// eager decode calls, which reuse their activation buffers, skip the driver call).
+// encode_rows_map through a small per-thread cache of the last maps it encoded (activations, and
+// the outputs of the tiles with staged stores: eager calls, which reuse their buffers, skip the
+// driver call; 16 entries, as a launch with staged stores takes two).
 inline Status cached_rows_map(CUtensorMap *map, const void *base, MapElem elem, int64_t rows, int64_t cols, int64_t ld,
                               int box_rows) {
-  constexpr int kEntries = 8;
+  constexpr int kEntries = 16;
   thread_local MapEntry cache[kEntries];
   thread_local int next = 0;
   const MapKey key{base, rows, cols, ld, box_rows, 128, elem};
