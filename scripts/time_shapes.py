@@ -16,6 +16,7 @@ import statistics
 import torch
 
 import humming_aot as ha
+from humming_aot.bench import prequantized_gemm
 
 ap = argparse.ArgumentParser()
 ap.add_argument("shapes")
@@ -68,16 +69,6 @@ def timed(fn):
     return statistics.median(times)
 
 
-def gemm_only(layer, x, name):
-    """The layer's GEMM on activations quantized here, once (its instance: `name` or the dispatcher's)."""
-    a, a_scales = torch.ops.humming.quantize_act(x.contiguous(), str(layer.fmt.act))
-    b = layer._buffers
-    inst = name or layer.instance_for(x.shape[0], x.device)
-    args = (b["codes"], b["scales"], b["zeros"], b["global_scale"], a_scales, b["bias"], str(layer.fmt))
-    shape = (layer.layout, layer.out_features, layer.in_features, inst)
-    return lambda: torch.ops.humming.gemm(a, *args, *shape)
-
-
 for n, k in shapes:
     lin = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
     layer = ha.QuantLinear.from_linear(lin, args.format, args.act, device="cuda", layout=args.layout)
@@ -90,7 +81,7 @@ for n, k in shapes:
             except (RuntimeError, ValueError) as e:  # ValueError: the weight is packed for another layout
                 print(f"{n}x{k} m={m}: {name}: {str(e).splitlines()[0]}", flush=True)
                 continue
-            call = (lambda: layer(x)) if not args.prequant else gemm_only(layer, x, name)
+            call = (lambda: layer(x)) if not args.prequant else prequantized_gemm(layer, x, name)
             us = timed(call)
             line = f"{n}x{k} m={m}: eager {us:8.1f} us"
             if args.graph:

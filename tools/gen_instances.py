@@ -234,9 +234,9 @@ def _sm90_smem(stage_bytes: int, stages: int, barrier_sets: int = 2) -> int:
 
 
 def _sm90_out_boxes(smem: int, bm: int, consumers: int, out: str) -> int:
-    """Bytes of the output boxes an sm90 kernel keeps after its ring (epilogue/staged_store.h; the
-    kernels' kStagedStore): one of bm rows x 128 bytes per consumer warpgroup, in tiles of 64 tokens
-    and more with a 16-bit output, where they fit beside the ring."""
+    """Bytes of the output boxes an sm90 kernel keeps after its ring (epilogue/staged_store.h,
+    staged_store_bytes, the same rule): one of bm rows x 128 bytes per consumer warpgroup, in tiles
+    of 64 tokens and more with a 16-bit output, where they fit beside the ring."""
     boxes = consumers * bm * 128
     fits = F.dtype(out).bits == 16 and bm >= 64 and bm % 32 == 0 and smem + boxes <= SM90_MAX_SMEM
     return boxes if fits else 0

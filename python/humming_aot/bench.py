@@ -1004,15 +1004,21 @@ class HummingAotGemm(HummingAot):
     name = "humming-aot-gemm"
 
     def call(self, x):
-        import torch
+        return prequantized_gemm(self.layer, x)
 
-        layer = self.layer
-        a, a_scales = torch.ops.humming.quantize_act(x.contiguous(), str(layer.fmt.act))
-        b = layer._buffers
-        inst = layer.instance_for(x.shape[0], x.device)
-        args = (b["codes"], b["scales"], b["zeros"], b["global_scale"], a_scales, b["bias"], str(layer.fmt))
-        shape = (layer.layout, layer.out_features, layer.in_features, inst)
-        return lambda: torch.ops.humming.gemm(a, *args, *shape)
+
+def prequantized_gemm(layer, x, instance: str = ""):
+    """A call of ``layer``'s GEMM alone (torch.ops.humming.gemm, instance ``instance`` or the
+    dispatcher's) on ``x`` quantized here, once, by the kernel QuantLinear uses (a format with
+    quantized activations). Also scripts/time_shapes.py --prequant."""
+    import torch
+
+    a, a_scales = torch.ops.humming.quantize_act(x.contiguous(), str(layer.fmt.act))
+    b = layer._buffers
+    inst = instance or layer.instance_for(x.shape[0], x.device)
+    args = (b["codes"], b["scales"], b["zeros"], b["global_scale"], a_scales, b["bias"], str(layer.fmt))
+    shape = (layer.layout, layer.out_features, layer.in_features, inst)
+    return lambda: torch.ops.humming.gemm(a, *args, *shape)
 
 
 class HummingJit(Impl):

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "humming/backend/sm90/ptx.h"
+#include "humming/backend/sm90/tensor_map.h"
 #include "humming/epilogue/store.h"
 #include "humming/humming.h"
 
@@ -29,14 +30,28 @@ namespace epilogue {
 // Bytes of one warpgroup's box for a tile of BM tokens (BM rows of 64 16-bit outputs).
 template <int BM> constexpr int staged_box_bytes() { return BM * 128; }
 
-// Whether a launch's boxes may go out by TMA: a 16-bit output whose rows start 16-byte aligned (the
-// tensor map's requirement).
-inline bool staged_store_fits(const GemmArgs &a) {
-  return reinterpret_cast<uintptr_t>(a.out) % 16 == 0 && (a.m == 1 || (a.ldo * 2) % 16 == 0) && a.ldo >= a.dims.n;
+// Bytes of the boxes a kernel keeps after its ring (shared memory `smem_ring` without them), 0
+// where it stores directly: tiles of 64 tokens and more (smaller tiles store little per tile, and
+// the boxes' barriers would sit on decode's critical path) with a 16-bit output (Out16), where the
+// boxes fit beside the ring. tools/gen_instances.py (_sm90_out_boxes) mirrors this rule.
+template <int BM, int Consumers, bool Out16> constexpr int staged_store_bytes(int smem_ring) {
+  return Out16 && BM >= 64 && BM % 32 == 0 && smem_ring + Consumers * staged_box_bytes<BM>() <= 227 * 1024
+             ? Consumers * staged_box_bytes<BM>()
+             : 0;
+}
+
+// Host side, for a kernel with boxes (Params with `out` and `staged`): where the output's rows
+// start 16-byte aligned (the tensor map's requirement), the output's map, boxes of BM rows x 64
+// channels, and staged = 1; else staged = 0 (the threads copy the boxes out).
+template <int BM, class Params> Status prepare_staged_store(Params *p, const GemmArgs &a, sm90::MapElem elem) {
+  const bool tma =
+      reinterpret_cast<uintptr_t>(a.out) % 16 == 0 && (a.m == 1 || (a.ldo * 2) % 16 == 0) && a.ldo >= a.dims.n;
+  p->staged = tma ? 1 : 0;
+  return tma ? sm90::cached_rows_map(&p->out, a.out, elem, a.m, a.dims.n, a.ldo, BM) : Status::Ok();
 }
 
 // OutId:       DType id of the output (bf16 or f16).
-// Acc:         sums per thread (BM / 2 for a tile of BM tokens; BM a multiple of 16).
+// Acc:         sums per thread (BM / 2 for a tile of BM tokens; BM a multiple of 32).
 // TokenScales: multiply each token's sums by its fp32 activation scale, a_scales[token * cols].
 // The sums acc[4j + e] of thread t (of its warpgroup's 128) are channel n (e < 2) or n + 8 and
 // token m0 + 8j + 2 (t % 4) + e % 2, with n = wg_n0 + 16 (t / 32) + (t % 32) / 4 (the WGMMA's

@@ -173,13 +173,12 @@ struct DenseA8 {
   // Alignment slack, the ring, its barriers (a full and an empty one per stage, and a converted one
   // when kStaged), the fix-up flag.
   static constexpr int kSmemRing = 1024 + kRingBytes + ring_barrier_bytes<Stages, kConvThreads>() + 16;
-  // Output boxes, one per consumer warpgroup, after the ring (epilogue/staged_store.h): in tiles of
-  // 64 tokens and more with a 16-bit output, where they fit beside the ring. Smaller tiles store
-  // little per tile, and the box's barriers would sit on decode's critical path.
+  // Output boxes, one per consumer warpgroup, after the ring, where the tile takes them
+  // (epilogue/staged_store.h).
   static constexpr int kBoxBytes = epilogue::staged_box_bytes<BM>();
-  static constexpr bool kStagedStore =
-      DType::from_id(OutId).bits == 16 && BM >= 64 && BM % 32 == 0 && kSmemRing + Consumers * kBoxBytes <= 227 * 1024;
-  static constexpr int kOutBytes = kStagedStore ? Consumers * kBoxBytes : 0;
+  static constexpr int kOutBytes =
+      epilogue::staged_store_bytes<BM, Consumers, DType::from_id(OutId).bits == 16>(kSmemRing);
+  static constexpr bool kStagedStore = kOutBytes > 0;
   static constexpr int kSmemTotal = kSmemRing + kOutBytes;
   // 8-bit floats x 8-bit codes, one stage per batch: whether the consumers keep a group in flight
   // while they add up the stage before (mainloop_overlapped), which takes a second set of stage
@@ -572,10 +571,9 @@ template <HUMMING_SM90_A8_TARGS> Status launch_a8(const GemmArgs &args, void *st
   st = cached_weight_map(&p.weight, args.codes, MapElem::kByte, args.dims.n_pad, row_bytes, row_bytes, K::BN,
                          K::kFour ? 64 : 128);
   if (!st) return st;
-  p.staged = K::kStagedStore && epilogue::staged_store_fits(args) ? 1 : 0;
-  if (p.staged) {
-    st = cached_rows_map(&p.out, args.out, OutId == dtypes::bf16.id() ? MapElem::kBf16 : MapElem::kF16, args.m,
-                         args.dims.n, args.ldo, BM);
+  p.staged = 0;
+  if constexpr (K::kStagedStore) {
+    st = epilogue::prepare_staged_store<BM>(&p, args, OutId == dtypes::bf16.id() ? MapElem::kBf16 : MapElem::kF16);
     if (!st) return st;
   }
   return launch_blocks<K>(p, args, stream, "the sm90 8-bit activation kernels");

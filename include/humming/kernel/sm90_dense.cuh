@@ -102,13 +102,12 @@ struct Dense {
   static constexpr int kRingBytes = Stages * kStageBytes;
   // Alignment slack, the ring, a full and an empty barrier per stage, the fix-up flag.
   static constexpr int kSmemRing = 1024 + kRingBytes + Stages * 16 + 16;
-  // Output boxes, one per consumer warpgroup, after the ring (epilogue/staged_store.h): dense
-  // tiles of 64 tokens and more, where they fit beside the ring (the grouped kernels' tiles end at
-  // their expert's last row, which a box's copy would write past).
+  // Output boxes, one per consumer warpgroup, after the ring, where the tile takes them
+  // (epilogue/staged_store.h; the output is 16-bit). Not in the grouped kernels: their tiles end at
+  // their expert's last row, which a box's copy would write past.
   static constexpr int kBoxBytes = epilogue::staged_box_bytes<BM>();
-  static constexpr bool kStagedStore =
-      !Grouped && BM >= 64 && BM % 32 == 0 && kSmemRing + Consumers * kBoxBytes <= 227 * 1024;
-  static constexpr int kOutBytes = kStagedStore ? Consumers * kBoxBytes : 0;
+  static constexpr int kOutBytes = Grouped ? 0 : epilogue::staged_store_bytes<BM, Consumers, true>(kSmemRing);
+  static constexpr bool kStagedStore = kOutBytes > 0;
   static constexpr int kSmemTotal = kSmemRing + kOutBytes;
   // Registers per thread of the producer and the consumers (backend/sm90/pipeline.h). The grouped
   // kernels' producer warp also walks the experts (expert_tile_warp), and with 40 registers ptxas
@@ -432,10 +431,9 @@ template <HUMMING_SM90_TARGS> Status launch(const GemmArgs &args, void *stream) 
   Status st =
       cached_rows_map(&p.act, args.a, K::kBf16 ? MapElem::kBf16 : MapElem::kF16, args.m, args.dims.k, args.lda, BM);
   if (!st) return st;
-  p.staged = K::kStagedStore && epilogue::staged_store_fits(args) ? 1 : 0;
-  if (p.staged) {
-    st =
-        cached_rows_map(&p.out, args.out, K::kBf16 ? MapElem::kBf16 : MapElem::kF16, args.m, args.dims.n, args.ldo, BM);
+  p.staged = 0;
+  if constexpr (K::kStagedStore) {
+    st = epilogue::prepare_staged_store<BM>(&p, args, K::kBf16 ? MapElem::kBf16 : MapElem::kF16);
     if (!st) return st;
   }
   return launch_blocks<K>(p, args, stream, "the sm90 weight-only kernels");
