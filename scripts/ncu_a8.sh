@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the lent GPU machine: ncu of the 8-bit activation kernels (W4A8 against W8A8, decode and large M),
 # with a build of only the instances it profiles. Writes ncu_<tag>.txt and build.log to $OUT.
-# Usage: [NCU_RUNS=w4a8_m1,w4a8_big] [SKIP_BUILD=1] bash scripts/ncu_a8.sh
+# Usage: [NCU_RUNS=w4a8_m1,w4a8_big] [NCU_SPEC="N K M WFMT INSTANCE TAG [ACT];..."] [SKIP_BUILD=1] bash scripts/ncu_a8.sh
+# NCU_SPEC replaces the runs below (ACT defaults to e4m3-pt), e.g. the block-scaled W8A8 with ACT e4m3-g128.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -13,6 +14,7 @@ runs=(
   "28672 8192 8192 e2m1gc-sbf16 ${P}e2m1gc-sbf16_c-bf16_t128x128x128_w1x2x1_s6 w4a8_big"
   "28672 8192 8192 e4m3gc-sf32 ${P}e4m3gc-sf32_c-bf16_t128x128x128_w1x2x1_s6 w8a8_big"
 )
+if [ -n "${NCU_SPEC:-}" ]; then IFS=';' read -r -a runs <<< "$NCU_SPEC"; fi
 # NCU_RUNS: which of them (tags, comma-separated; default all). SKIP_BUILD=1 profiles the installed
 # build (which must hold the instances).
 if [ -n "${NCU_RUNS:-}" ]; then
@@ -20,7 +22,7 @@ if [ -n "${NCU_RUNS:-}" ]; then
   for r in "${runs[@]}"; do [[ ",$NCU_RUNS," == *",${r##* },"* ]] && keep+=("$r"); done
   runs=("${keep[@]}")
 fi
-filter=$(printf '%s\n' "${runs[@]}" | awk '{print $5}' | paste -sd'|')
+filter=$(printf '%s\n' "${runs[@]}" | awk '{print $5}' | sort -u | paste -sd'|')
 if [ "${SKIP_BUILD:-0}" = "0" ]; then
   HUMMING_PROFILE=dev HUMMING_FILTER="^($filter)\$" CMAKE_BUILD_PARALLEL_LEVEL=16 \
     python3 -m pip install --no-build-isolation --no-deps -v . > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
@@ -28,8 +30,8 @@ fi
 for r in "${runs[@]}"; do
   set -- $r
   timeout 120 ncu --kernel-name regex:dense_kernel --launch-skip 2 --launch-count 1 \
-    --section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
-    python3 scripts/profile_one.py "$1" "$2" "$3" "$4" generic e4m3-pt "$5" > "$OUT/ncu_$6.txt" 2>&1
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section InstructionStats --section SchedulerStats --section WarpStateStats \
+    python3 scripts/profile_one.py "$1" "$2" "$3" "$4" generic "${7:-e4m3-pt}" "$5" > "$OUT/ncu_$6.txt" 2>&1
   echo "ncu $6 rc=$?"
   grep -E "DRAM Throughput|Memory Throughput|Duration|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Stall|Warp Cycles Per Issued" "$OUT/ncu_$6.txt" | head -14
 done

@@ -407,7 +407,11 @@ struct DenseA8 {
 #pragma unroll
       for (int jj = 0; jj < kAcc / 4; ++jj) {
         // acc[4jj + e] is token 8jj + 2 (lane % 4) + e % 2 of the tile (epilogue/wgmma_store.h).
-        const float s0 = w * sc[8 * jj + 2 * (lane % 4)], s1 = w * sc[8 * jj + 2 * (lane % 4) + 1];
+        // The two tokens' scales in one 8-byte load: measured on the H200 (session 24, GEMM alone,
+        // t128x192 s4, 7168x16384 / 36864x7168 / 7168x18432 at m = 4096 and 8192), 4-11 % faster
+        // than two 4-byte loads. (Runs of each lane's tokens in 16-byte loads were 55 % slower.)
+        const float2 sa = *reinterpret_cast<const float2 *>(sc + 8 * jj + 2 * (lane % 4));
+        const float s0 = w * sa.x, s1 = w * sa.y;
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[4 * jj + e] = fmaf(part[4 * jj + e], e % 2 ? s1 : s0, acc[4 * jj + e]);
       }
