@@ -636,7 +636,7 @@ def test_arch_without_matrix_entries_is_warned_about(gen):
 
 A8_RE = re.compile(
     r"sm90_wgmma_dense_a-(?P<act>e4m3|e5m2|i8)-(?P<agran>pt|g128)_w-(?P<code>e4m3|i8|u4|i4|e2m1)(?P<wgran>gc|g128n128|g128)"
-    r"-s(?P<scale>f32|bf16|f16)_c-(?P<out>[^_]+)_t(?P<bm>\d+)x(?P<bn>\d+)x128_w1x(?P<wg>\d)x1_s(?P<stages>\d+)(_b(?P<batch>\d))?(_l(?P<layout>4))?$"
+    r"-s(?P<scale>f32|bf16|f16)_c-(?P<out>[^_]+)_t(?P<bm>\d+)x(?P<bn>\d+)x128_(w1x(?P<wg>\d)x1|w(?P<wgm>\d)x1x1)_s(?P<stages>\d+)(_b(?P<batch>\d))?(_l(?P<layout>4))?$"
 )
 
 
@@ -694,7 +694,16 @@ def test_a8_instances_keys_and_entry_points(gen, tmp_path):
         assert layout == 1 or four, i.name
         assert (k["act_granularity"], k["group_k"], k["group_n"], k["zero"], k["layout"]) == (*want, 0, layout)
         assert (k["tile_m"], k["tile_n"], k["tile_k"], k["stages"]) == (bm, bn, 128, stages)
-        assert k["threads"] == 128 * (1 + int(m["wg"])) and bn == 64 * int(m["wg"])
+        # _w<c>x1x1: the tokens on the WGMMA's M side, 64 per consumer warpgroup, e4m3 x e4m3 (with
+        # blocks, tiles of 128-channel multiples); _w1x<c>x1: the channels, 64 per warpgroup.
+        tokens_m = m["wgm"] is not None
+        consumers = int(m["wgm"] or m["wg"])
+        assert k["threads"] == 128 * (1 + consumers)
+        if tokens_m:
+            assert bm == 64 * consumers and (m["act"], m["code"]) == ("e4m3", "e4m3") and bn <= 192, i.name
+            assert not blocks or bn % 128 == 0, i.name
+        else:
+            assert bn == 64 * consumers
         wblocks = ((64 if bn % 128 else 0) + bn + 127) // 128  # the 128-channel blocks a tile touches
         scale_bytes = {"f32": 4, "bf16": 2, "f16": 2}[m["scale"]]
         scales = (bm + wblocks) * 4 if blocks else (bn * scale_bytes if groups else 0)
@@ -703,13 +712,15 @@ def test_a8_instances_keys_and_entry_points(gen, tmp_path):
         # The output boxes of the staged stores (epilogue/staged_store.h): one of bm rows x 128
         # bytes per consumer warpgroup, for 16-bit outputs in tiles of 64 tokens and more where
         # they fit beside the ring.
-        boxes = int(m["wg"]) * bm * 128
-        if m["out"] in ("bf16", "f16") and bm >= 64 and bm % 32 == 0 and smem + boxes <= 227 * 1024:
+        # Tiles with the tokens on M store directly.
+        boxes = consumers * bm * 128
+        fits = smem + boxes <= 227 * 1024
+        if not tokens_m and m["out"] in ("bf16", "f16") and bm >= 64 and bm % 32 == 0 and fits:
             smem += boxes
         assert k["smem_bytes"] == smem <= 227 * 1024, i.name
         if blocks:
             assert m["scale"] == "f32" and m["act"] != "i8" and m["code"] == "e4m3"
-        if m["act"] != "i8":
+        if m["act"] != "i8" and not tokens_m:
             # 8-bit floats keep each stage's sums apart: at most 128 tokens, or 192 where the codes
             # are 4-bit (register fragments, two consumers)
             assert bm <= (192 if four and m["wg"] == "2" else 128), i.name

@@ -358,8 +358,17 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
         # An entry's "layout": 4: 4-bit codes read into register fragments from layout 4 (sm90a8,
         # names end _l4); else the matrix's layout (the generic one).
         layout = entry.get("layout", matrix["layout"])
-        bn, bk = 64 * consumers, 128
+        # "bn": the tokens on the WGMMA's M side (64 per consumer warpgroup, bm = 64 x consumers)
+        # and bn channels on its N side (kernel template ChannelsN; names _w<consumers>x1x1):
+        # e4m3 x e4m3 with per-channel scales or blocks (then bn a multiple of 128). Else the
+        # weights are the M (64 channels per consumer warpgroup; names _w1x<consumers>x1).
+        channels_n = t.get("bn", 0)
+        bn, bk = channels_n or 64 * consumers, 128
         four = F.dtype(code).bits == 4
+        if channels_n and (
+            (act, code) != ("e4m3", "e4m3") or bm != 64 * consumers or batch > 1 or (group and bn % 128)
+        ):
+            continue
         if staged and not four:  # 8-bit codes need no conversion
             continue
         if layout != matrix["layout"] and (not four or staged):  # layout 4: register fragments of 4-bit codes
@@ -376,7 +385,7 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
             continue
         # 8-bit floats keep each stage's sums apart: at most 128 tokens, or 192 with 4-bit codes
         # in register fragments and two consumers
-        if act != "i8" and bm > (192 if four and not staged and consumers == 2 else 128):
+        if act != "i8" and not channels_n and bm > (192 if four and not staged and consumers == 2 else 128):
             continue
         if group == 0:
             weight = f"{code}gc-s{scale}"
@@ -385,7 +394,9 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
         act_name = f"{act}-g{group}" if blocks else f"{act}-pt"
         name = (
             (
-                f"sm90_wgmma_{matrix['scheduler']}_a-{act_name}_w-{weight}_c-{o}_t{bm}x{bn}x{bk}_w1x{consumers}x1_s{stages}"
+                f"sm90_wgmma_{matrix['scheduler']}_a-{act_name}_w-{weight}_c-{o}_t{bm}x{bn}x{bk}_"
+                + (f"w{consumers}x1x1" if channels_n else f"w1x{consumers}x1")
+                + f"_s{stages}"
             )
             + (f"_b{batch}" if batch > 1 else "")
             + ("_pc" if staged else "")
@@ -393,7 +404,15 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
         )
         group_n = group if blocks else 1
         targs = tuple(f"{_dtype_id(v)}u" for v in (act, code, scale)) + (str(group), str(group_n), f"{_dtype_id(o)}u")
-        targs += (str(bm), str(consumers), str(stages), str(batch), "1" if staged else "0", str(layout))
+        targs += (
+            str(bm),
+            str(consumers),
+            str(stages),
+            str(batch),
+            "1" if staged else "0",
+            str(layout),
+            str(channels_n),
+        )
         # A box of weights (bn rows of bk codes: 64 bytes each with 4-bit codes) and one of
         # activations per stage. Then the scales: with blocks, fp32, bm of the activations and one per
         # 128-channel weight block the tile touches; with groups, the bn channels' in their type.
@@ -405,7 +424,8 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
         smem = _sm90_smem(stage, stages, barrier_sets=3 if staged else 2)
         if smem > SM90_MAX_SMEM:
             continue
-        smem += _sm90_out_boxes(smem, bm, consumers, o)
+        if not channels_n:  # tokens on M store directly
+            smem += _sm90_out_boxes(smem, bm, consumers, o)
         # act_granularity 1: ActScale::kToken; 2: ActScale::kGroup
         tile = (bm, bn, bk)
         key = _tensor_core_key(

@@ -71,5 +71,46 @@ __device__ __forceinline__ void store_wgmma_sums(const GemmArgs &a, int64_t m0, 
   }
 }
 
+// The same for the sm90 kernels that put the tokens on the WGMMA's M side and the channels on its
+// N side (sm90::DenseA8 with ChannelsN): acc[4j + e] is token m + 8 (e / 2) and channel
+// n0 + 8j + 2 (lane % 4) + e % 2, where m is the thread's first token (warp * 16 + lane / 4 inside
+// its warpgroup's 64) and n0 the tile's first channel. Each thread holds adjacent channel pairs of
+// its own two tokens, so each pair goes out as one access with no exchange.
+// OutId, Acc, TokenScales: as store_wgmma_sums.
+// ScaleId:  DType id of the weight's per-channel scales (scales[n], n_pad of them), which multiply
+//           each channel's sums; 0: none (block scales are on the sums already).
+// `global` multiplies every sum (the weight's global scale, 1 without one).
+template <uint32_t OutId, int Acc, bool TokenScales, uint32_t ScaleId>
+__device__ __forceinline__ void store_token_rows(const GemmArgs &a, int64_t m, int64_t n0, int lane,
+                                                 const float (&acc)[Acc], float global) {
+  constexpr int kOutBytes = static_cast<int>(DType::from_id(OutId).bits) / 8;
+  const int64_t c0 = n0 + 2 * (lane % 4);
+  const bool inside = m + 8 < a.m && n0 + 2 * Acc <= a.dims.n && a.ldo % 2 == 0 &&
+                      reinterpret_cast<uintptr_t>(a.out) % (2 * kOutBytes) == 0;
+  float ts[2] = {global, global};
+  if constexpr (TokenScales)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) ts[h] = m + 8 * h < a.m ? global * a.a_scales[(m + 8 * h) * a.a_scale_cols] : 0.0f;
+#pragma unroll
+  for (int j = 0; j < Acc / 4; ++j) {
+    const int64_t c = c0 + 8 * j;
+    float f[2] = {1.0f, 1.0f};
+    if constexpr (ScaleId != 0)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) f[e] = c + e < a.dims.n_pad ? load_out<ScaleId>(a.scales, c + e) : 0.0f;
+    float2 bias = make_float2(-0.0f, -0.0f); // x + -0 is x, zeros' signs too
+    if (inside && a.bias != nullptr) bias = make_float2(load_out<OutId>(a.bias, c), load_out<OutId>(a.bias, c + 1));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float2 v = make_float2(acc[4 * j + 2 * h] * f[0] * ts[h], acc[4 * j + 2 * h + 1] * f[1] * ts[h]);
+      const int64_t row = m + 8 * h;
+      if (inside)
+        store_out_pair_aligned<OutId>(a.out, row * a.ldo + c, make_float2(v.x + bias.x, v.y + bias.y));
+      else if (row < a.m && c < a.dims.n)
+        write_pair<OutId>(a, row, c, v);
+    }
+  }
+}
+
 } // namespace epilogue
 } // namespace humming

@@ -26,7 +26,10 @@
 // on the sums as for 8-bit codes. The roles are those
 // of the weight-only kernel (sm90_dense.cuh): the weights are the instruction's M (64 channels per consumer warpgroup)
 // and the tokens its N (BM: 8 to 128 for 8-bit floats, 192 for 4-bit codes, to 256 for integers), so a decode launch of
-// one token runs m64n8 and wastes nothing on rows that do not exist.
+// one token runs m64n8 and wastes nothing on rows that do not exist. Tiles with ChannelsN (e4m3
+// x e4m3 only, both operands by descriptor) swap the two: 64 tokens per consumer warpgroup on M,
+// the tile's channels on N, which puts a block-scaled stage's activation scales on the sums' rows
+// (two per thread) instead of on their columns.
 //
 // One producer thread fills the ring as in sm90_dense.cuh. A consumer warpgroup only issues
 // WGMMAs (the four k32 steps of a stage as one group) and adds up their sums, in one of the main
@@ -111,8 +114,16 @@ constexpr int kOverlapSpareRegs = 32;
 //            so only experimental tiles use 1.
 // Layout:    LayoutId of the weights: 1 (generic), or for 4-bit codes in register fragments 4
 //            (sm90a8, layout/sm90_a8.h: each stage's codes of a thread in one 16-byte unit per row).
+// ChannelsN: 0: the weights are the WGMMA's M (64 channels per consumer warpgroup) and the tokens
+//            its N, as above. Else (e4m3 x e4m3, both operands from shared memory) the other way
+//            round: the tokens are the M (64 per consumer warpgroup, BM = 64 x Consumers) and
+//            the tile's ChannelsN channels the N (BN = ChannelsN, 128 with blocks). A thread's sums
+//            then cover 2 tokens instead of BM / 4, so a block-scaled stage's promotion reads 2
+//            activation scales instead of BM / 4: measured on the H200 (session 24, ncu,
+//            7168x16384 at m = 4096), the tensor pipe was 52 % busy with the BM / 4 loads and
+//            multiplies between the groups, 78 % with per-channel scales in the same tile.
 template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, int GroupN, uint32_t OutId, int BM,
-          int Consumers, int Stages, int Batch = 1, int StagedCodes = 0, int Layout = kLayoutGeneric>
+          int Consumers, int Stages, int Batch = 1, int StagedCodes = 0, int Layout = kLayoutGeneric, int ChannelsN = 0>
 struct DenseA8 {
   static constexpr bool kE5m2 = ActId == dtypes::e5m2.id();
   static constexpr bool kInt = ActId == dtypes::i8.id();
@@ -142,12 +153,16 @@ struct DenseA8 {
   static constexpr int kProducerRegs = GroupK != 0 ? 56 : 40;
   static constexpr int kTileM = BM;
   static constexpr int kBatch = Batch, kStages = Stages;
-  static constexpr int BN = 64 * Consumers;
+  // Tokens on the WGMMA's M side (ChannelsN != 0): the consumer warpgroups split the tile's tokens.
+  static constexpr bool kTokensM = ChannelsN != 0;
+  static constexpr int BN = kTokensM ? ChannelsN : 64 * Consumers;
+  // The WGMMA's N: the tile's tokens, or with kTokensM its channels.
+  static constexpr int kWgmmaN = kTokensM ? BN : BM;
   static constexpr int BK = 128; // one row of the 128-byte swizzle
   static constexpr int kSteps = BK / 32;
   static constexpr int kConsumerThreads = 128 * Consumers;
   static constexpr int kThreads = 128 + kConsumerThreads;
-  static constexpr int kAcc = BM / 2; // fp32 sums per consumer thread (its warpgroup's 64 x BM)
+  static constexpr int kAcc = kWgmmaN / 2; // fp32 sums per consumer thread (its warpgroup's 64 x kWgmmaN)
   // A stage: the weights' box (per consumer 64 rows of 128 bytes in the 128-byte swizzle, or of 64
   // bytes of 4-bit codes in the 64-byte swizzle), then the activations' box. Both sizes are
   // multiples of 1024 (BM and BN are multiples of 8, BN of 64), so every box starts where its
@@ -176,8 +191,9 @@ struct DenseA8 {
   // Output boxes, one per consumer warpgroup, after the ring, where the tile takes them
   // (epilogue/staged_store.h).
   static constexpr int kBoxBytes = epilogue::staged_box_bytes<BM>();
+  // (Not yet with kTokensM, whose sums store directly: epilogue::store_token_rows.)
   static constexpr int kOutBytes =
-      epilogue::staged_store_bytes<BM, Consumers, DType::from_id(OutId).bits == 16>(kSmemRing);
+      kTokensM ? 0 : epilogue::staged_store_bytes<BM, Consumers, DType::from_id(OutId).bits == 16>(kSmemRing);
   static constexpr bool kStagedStore = kOutBytes > 0;
   static constexpr int kSmemTotal = kSmemRing + kOutBytes;
   // 8-bit floats x 8-bit codes, one stage per batch: whether the consumers keep a group in flight
@@ -231,16 +247,20 @@ struct DenseA8 {
                 "per-channel scales are f32, bf16 or f16");
   static_assert(OutId == dtypes::bf16.id() || OutId == dtypes::f16.id() || OutId == dtypes::f32.id(),
                 "the output is bf16, f16 or f32");
-  static_assert(BM == 8 || BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 256 ||
+  static_assert(kTokensM || BM == 8 || BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 256 ||
                     ((BM == 160 || BM == 192) && kRegFrags && !kInt && Consumers == 2),
                 "a WGMMA N of this backend (160 and 192: 4-bit codes in fragments, two consumers)");
+  static_assert(!kTokensM || (BM == 64 * Consumers && (BN == 64 || BN == 128 || BN == 192) && !kInt && !kFour &&
+                              !kE5m2 && !kGroups && Batch == 1 && (!kBlocks || BN % 128 == 0)),
+                "tokens on M: 64 per consumer warpgroup, 64, 128 or 192 channels (128 with blocks), e4m3 x e4m3, "
+                "scales per channel or per block, one stage per batch");
   static_assert(Consumers >= 1 && Consumers <= 4, "one to four consumer warpgroups (a box has at most 256 rows)");
   static_assert(kSmemTotal <= 227 * 1024, "the ring fits a block's shared memory");
   static_assert(GroupK == 0 || GroupK == 128, "weight scales per channel or per 128 inputs");
   static_assert(GroupK == 0 ? GroupN == 1 : (GroupN == 1 || GroupN == 128), "scales per channel or per 128 channels");
   static_assert(!kBlocks || (ScaleId == dtypes::f32.id() && !kFour),
                 "blocks are 128 x 128 with fp32 scales, of 8-bit codes");
-  static_assert(kInt || BM <= 128 || (kRegFrags && BM <= 192),
+  static_assert(kInt || kWgmmaN <= 128 || (kRegFrags && BM <= 192) || (kTokensM && BN <= 192),
                 "8-bit floats take tiles of at most 128 tokens (a stage's sums take as many registers as the "
                 "tile's, mainloop_promoted), 192 with 4-bit codes in fragments and two consumers");
   static_assert(Batch == 1 || (Batch > 1 && !kInt && Batch * kAcc <= 64),
@@ -372,7 +392,11 @@ struct DenseA8 {
   static __device__ __forceinline__ void issue_stage(uint32_t ring, RingPos pos, int cw, Frags &af, Sum (&d)[kAcc],
                                                      bool fresh) {
     const uint32_t stage = ring + pos.stage * kStageBytes;
-    const uint64_t da = desc_sw128(stage + kCvtOffset + cw * 64 * BK), db = desc_sw128(stage + kWBytes);
+    // M: this warpgroup's 64 weight rows (or with kTokensM its 64 token rows); N: the stage's
+    // tokens (or its channels).
+    const uint64_t da = kTokensM ? desc_sw128(stage + kWBytes + cw * 64 * BK)
+                                 : desc_sw128(stage + kCvtOffset + cw * 64 * BK),
+                   db = kTokensM ? desc_sw128(stage) : desc_sw128(stage + kWBytes);
     if constexpr (kRegFrags)
 #pragma unroll
       for (int step = 0; step < kSteps; ++step) fence_regs(af[step]);
@@ -388,7 +412,7 @@ struct DenseA8 {
       else if constexpr (kRegFrags)
         WgmmaFp8<BM, kE5m2>::run(d, af[step], db + 2 * step, accumulate);
       else
-        WgmmaFp8<BM, kE5m2>::run(d, da + 2 * step, db + 2 * step, accumulate);
+        WgmmaFp8<kWgmmaN, kE5m2>::run(d, da + 2 * step, db + 2 * step, accumulate);
     }
     wgmma_commit();
   }
@@ -401,7 +425,19 @@ struct DenseA8 {
                                                  int lane, float (&part)[kAcc], float (&acc)[kAcc]) {
     fence_regs(part);
     const char *scales = ring_ptr + at.stage * kStageBytes + kWBytes + kABytes;
-    if constexpr (kBlocks) {
+    if constexpr (kBlocks && kTokensM) {
+      // acc[4jj + e] is token row + 8 (e / 2) of the tile, where row = cw * 64 + warp * 16 +
+      // lane / 4 is passed as `col`, and channel 8jj + 2 (lane % 4) + e % 2 (a tile starts at a
+      // multiple of 128 channels, so channels 128 b .. 128 b + 127 are weight block b of the stage).
+      const float *sc = reinterpret_cast<const float *>(scales);
+      const float a0 = sc[col], a1 = sc[col + 8];
+#pragma unroll
+      for (int b = 0; b < BN / 128; ++b) {
+        const float w = sc[BM + b], s0 = w * a0, s1 = w * a1;
+#pragma unroll
+        for (int i = b * 64; i < b * 64 + 64; ++i) acc[i] = fmaf(part[i], (i % 4) / 2 ? s1 : s0, acc[i]);
+      }
+    } else if constexpr (kBlocks) {
       const float *sc = reinterpret_cast<const float *>(scales);
       const float w = sc[BM + wblock];
 #pragma unroll
@@ -436,7 +472,8 @@ struct DenseA8 {
     const GemmArgs &a = p.args;
     const int ct = static_cast<int>(threadIdx.x) - 128; // thread among the consumers
     const int cw = ct / 128, t = ct % 128, warp = t / 32, lane = t % 32;
-    const int col = cw * 64 + warp * 16 + lane / 4; // first channel of this thread inside the tile
+    // This thread's first channel inside the tile (with kTokensM: its first token).
+    const int col = cw * 64 + warp * 16 + lane / 4;
     RingPos pos;
     float acc[kAcc];
     for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
@@ -458,6 +495,12 @@ struct DenseA8 {
             epilogue::streamk_fixup<kAcc, kConsumerThreads>(plan, a.workspace, blockIdx.x, tile - plan.dp_tiles(), ct,
                                                             acc, flag, [] { consumer_sync<kConsumerThreads>(); });
         if (!last) return;
+      }
+      if constexpr (kTokensM) {
+        const float global = a.global_scale != nullptr ? *a.global_scale : 1.0f;
+        epilogue::store_token_rows<OutId, kAcc, !kBlocks, GroupK == 0 ? ScaleId : 0u>(a, m0 + col, n0, lane, acc,
+                                                                                      global);
+        return;
       }
       float f[2];
       channel_factors(a, n0 + col, f);
@@ -511,9 +554,9 @@ struct DenseA8 {
 
 #define HUMMING_SM90_A8_TARGS                                                                                          \
   uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, int GroupN, uint32_t OutId, int BM, int Consumers,    \
-      int Stages, int Batch, int StagedCodes, int Layout
+      int Stages, int Batch, int StagedCodes, int Layout, int ChannelsN
 #define HUMMING_SM90_A8_ARGS                                                                                           \
-  ActId, CodeId, ScaleId, GroupK, GroupN, OutId, BM, Consumers, Stages, Batch, StagedCodes, Layout
+  ActId, CodeId, ScaleId, GroupK, GroupN, OutId, BM, Consumers, Stages, Batch, StagedCodes, Layout, ChannelsN
 
 template <HUMMING_SM90_A8_TARGS> Status can_implement_a8(const GemmArgs &args) {
   using K = DenseA8<HUMMING_SM90_A8_ARGS>;
