@@ -233,10 +233,15 @@ def _sm90_smem(stage_bytes: int, stages: int, barrier_sets: int = 2) -> int:
     return 1024 + stage_bytes * stages + stages * 8 * barrier_sets + 16
 
 
-def _sm90_out_boxes(smem: int, bm: int, consumers: int, out: str) -> int:
+def _sm90_out_boxes(smem: int, bm: int, consumers: int, out: str, channels_n: int = 0) -> int:
     """Bytes of the output boxes an sm90 kernel keeps after its ring (epilogue/staged_store.h,
     staged_store_bytes, the same rule): one of bm rows x 128 bytes per consumer warpgroup, in tiles
-    of 64 tokens and more with a 16-bit output, where they fit beside the ring."""
+    of 64 tokens and more with a 16-bit output, where they fit beside the ring. With the tokens on
+    the WGMMA's M side (channels_n, staged_token_rows_store_bytes): 64 tokens x channels_n 16-bit
+    outputs per consumer warpgroup, where they fit."""
+    if channels_n:
+        boxes = consumers * 64 * channels_n * 2
+        return boxes if F.dtype(out).bits == 16 and smem + boxes <= SM90_MAX_SMEM else 0
     boxes = consumers * bm * 128
     fits = F.dtype(out).bits == 16 and bm >= 64 and bm % 32 == 0 and smem + boxes <= SM90_MAX_SMEM
     return boxes if fits else 0
@@ -424,8 +429,7 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
         smem = _sm90_smem(stage, stages, barrier_sets=3 if staged else 2)
         if smem > SM90_MAX_SMEM:
             continue
-        if not channels_n:  # tokens on M store directly
-            smem += _sm90_out_boxes(smem, bm, consumers, o)
+        smem += _sm90_out_boxes(smem, bm, consumers, o, channels_n)
         # act_granularity 1: ActScale::kToken; 2: ActScale::kGroup
         tile = (bm, bn, bk)
         key = _tensor_core_key(

@@ -141,6 +141,101 @@ __device__ __forceinline__ void stage_wgmma_sums(const GemmArgs &a, bool tma, co
   }
 }
 
+// Tiles with the tokens on the WGMMA's M side (sm90::DenseA8 with ChannelsN = BN): a warpgroup's
+// 64 tokens x BN channels, row-major, as BN / 64 boxes of 64 rows x 128 bytes (128-byte swizzle),
+// one after the other: 64 x BN x 2 bytes per warpgroup.
+template <int BN> constexpr int staged_token_rows_bytes() { return 64 * BN * 2; }
+
+// Bytes of those boxes after the ring (`smem_ring` without them), 0 where the tile stores directly
+// (store_token_rows): 16-bit outputs (Out16) where the boxes fit beside the ring.
+// tools/gen_instances.py (_sm90_out_boxes) mirrors this rule.
+template <int BN, int Consumers, bool Out16> constexpr int staged_token_rows_store_bytes(int smem_ring) {
+  return Out16 && smem_ring + Consumers * staged_token_rows_bytes<BN>() <= 227 * 1024
+             ? Consumers * staged_token_rows_bytes<BN>()
+             : 0;
+}
+
+// The sums of such a tile through its boxes. OutId, Acc (BN / 2), TokenScales and ScaleId as
+// store_token_rows (epilogue/wgmma_store.h): acc[4j + e] of thread t (of its warpgroup's 128) is
+// token m_wg + 16 (t / 32) + (t % 32) / 4 + 8 (e / 2) and channel n0 + 8j + 2 (t % 4) + e % 2.
+// `box`, `bar`, `tma` and `out_map` as stage_wgmma_sums, with the map's boxes 64 channels x 64
+// tokens: the matrix stores are not transposed, since the sums' rows are the output's rows, and
+// thread 0 of the warpgroup copies the BN / 64 boxes out.
+template <uint32_t OutId, int Acc, bool TokenScales, uint32_t ScaleId>
+__device__ __forceinline__ void stage_token_rows(const GemmArgs &a, bool tma, const void *out_map, uint32_t box,
+                                                 int bar, int64_t m_wg, int64_t n0, int t, const float (&acc)[Acc],
+                                                 float global) {
+  static_assert(DType::from_id(OutId).bits == 16, "boxes hold 16-bit outputs");
+  static_assert(Acc % 32 == 0, "whole boxes of 64 channels");
+  constexpr int kBoxes = Acc / 32;
+  // Opaque, as in stage_wgmma_sums: nothing derived from the thread index is held across the main loop.
+  asm volatile("mov.b32 %0, %0;\n" : "+r"(t));
+  const int lane = t % 32, warp = t / 32;
+  const int64_t m = m_wg + 16 * warp + lane / 4;
+  float ts[2] = {global, global};
+  if constexpr (TokenScales)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) ts[h] = m + 8 * h < a.m ? global * a.a_scales[(m + 8 * h) * a.a_scale_cols] : 0.0f;
+  if (t == 0) sm90::bulk_wait<0, true>();
+  sm90::named_sync(bar, 128);
+  // Lane 8q + r addresses row r of matrix q of each store: token row 16 warp + 8 (q % 2) + r of the
+  // warpgroup's 64 and the 16 bytes of channel block 2 jj + q / 2 (chunk (2 jj + q / 2) % 8 of box
+  // (2 jj + q / 2) / 8), whose swizzled chunk is that ^ r (the row's index mod 8).
+  const int q = lane / 8, r = lane % 8;
+  const uint32_t row_addr = box + static_cast<uint32_t>(16 * warp + 8 * (q % 2) + r) * 128;
+#pragma unroll
+  for (int jj = 0; jj < Acc / 8; ++jj) {
+    uint32_t v[4];
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      const int j = 2 * jj + b;
+      const int64_t c = n0 + 8 * j + 2 * (lane % 4);
+      float f[2] = {1.0f, 1.0f}, bias[2] = {-0.0f, -0.0f}; // x + -0 is x, zeros' signs too
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        if constexpr (ScaleId != 0) f[e] = c + e < a.dims.n_pad ? load_out<ScaleId>(a.scales, c + e) : 0.0f;
+        if (a.bias != nullptr && c + e < a.dims.n) bias[e] = load_out<OutId>(a.bias, c + e);
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        v[2 * b + h] = numeric::Operand<OutId == dtypes::bf16.id()>::pair(
+            acc[4 * j + 2 * h] * f[0] * ts[h] + bias[0], acc[4 * j + 2 * h + 1] * f[1] * ts[h] + bias[1]);
+    }
+    const int block = 2 * jj + q / 2; // channel block of 8 this lane's row address is in
+    sm90::stmatrix_x4(row_addr + (block / 8) * (64 * 128) + (static_cast<uint32_t>((block % 8) ^ r) << 4), v[0], v[1],
+                      v[2], v[3]);
+  }
+  if (tma) sm90::fence_proxy_async_smem();
+  sm90::named_sync(bar, 128);
+  if (tma) {
+    if (t == 0) {
+#pragma unroll
+      for (int i = 0; i < kBoxes; ++i)
+        sm90::tensor_store_2d(out_map, static_cast<int>(n0 + 64 * i), static_cast<int>(m_wg), box + i * 64 * 128);
+      sm90::bulk_commit();
+    }
+    return;
+  }
+  // Outputs a tensor map cannot address: the warpgroup copies the boxes out itself, as
+  // stage_wgmma_sums does (16 bytes, 8 channels of one token, per thread and row).
+  const uint32_t c = static_cast<uint32_t>(t % 8);
+  uint16_t *o = static_cast<uint16_t *>(a.out);
+  for (int i = 0; i < kBoxes; ++i)
+    for (int row = t / 8; row < 64; row += 16) {
+      const int64_t mm = m_wg + row, n8 = n0 + 64 * i + 8 * c;
+      if (mm >= a.m) break;
+      uint32_t w[4];
+      asm volatile(
+          "ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+          : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+          : "r"(box + i * 64 * 128 + static_cast<uint32_t>(row) * 128 + ((c ^ static_cast<uint32_t>(row % 8)) << 4))
+          : "memory");
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        if (n8 + e < a.dims.n) o[mm * a.ldo + n8 + e] = static_cast<uint16_t>(w[e / 2] >> (16 * (e % 2)));
+    }
+}
+
 // The end of a block that stored through boxes: thread 0 of each warpgroup waits for its last copy
 // (the block's shared memory must outlive the copy's reads).
 __device__ __forceinline__ void finish_staged_stores(int t) {

@@ -190,10 +190,12 @@ struct DenseA8 {
   static constexpr int kSmemRing = 1024 + kRingBytes + ring_barrier_bytes<Stages, kConvThreads>() + 16;
   // Output boxes, one per consumer warpgroup, after the ring, where the tile takes them
   // (epilogue/staged_store.h).
-  static constexpr int kBoxBytes = epilogue::staged_box_bytes<BM>();
-  // (Not yet with kTokensM, whose sums store directly: epilogue::store_token_rows.)
-  static constexpr int kOutBytes =
-      kTokensM ? 0 : epilogue::staged_store_bytes<BM, Consumers, DType::from_id(OutId).bits == 16>(kSmemRing);
+  // (With kTokensM: each warpgroup's 64 tokens x BN channels, epilogue::stage_token_rows.)
+  static constexpr bool kOut16 = DType::from_id(OutId).bits == 16;
+  static constexpr int kBoxBytes =
+      kTokensM ? epilogue::staged_token_rows_bytes<BN>() : epilogue::staged_box_bytes<BM>();
+  static constexpr int kOutBytes = kTokensM ? epilogue::staged_token_rows_store_bytes<BN, Consumers, kOut16>(kSmemRing)
+                                            : epilogue::staged_store_bytes<BM, Consumers, kOut16>(kSmemRing);
   static constexpr bool kStagedStore = kOutBytes > 0;
   static constexpr int kSmemTotal = kSmemRing + kOutBytes;
   // 8-bit floats x 8-bit codes, one stage per batch: whether the consumers keep a group in flight
@@ -273,8 +275,8 @@ struct DenseA8 {
   struct Params {
     CUtensorMap act;    // activations [m][k] bytes, boxes of BM rows x 128
     CUtensorMap weight; // codes [n_pad][k_pad] bytes, boxes of BN rows x 128 (4-bit: k_pad / 2, x 64, 64-byte swizzle)
-    CUtensorMap out;    // kStagedStore: the output [m][n], boxes of BM rows x 64 channels (when `staged`)
-    int staged;         // kStagedStore: 1 where the boxes go out by TMA through `out`, 0 where the threads copy them
+    CUtensorMap out; // kStagedStore: the output [m][n], boxes of BM (kTokensM: 64) rows x 64 channels (when `staged`)
+    int staged;      // kStagedStore: 1 where the boxes go out by TMA through `out`, 0 where the threads copy them
     GemmArgs args;
     StreamKPlan plan;
     int64_t n_tiles;
@@ -498,8 +500,12 @@ struct DenseA8 {
       }
       if constexpr (kTokensM) {
         const float global = a.global_scale != nullptr ? *a.global_scale : 1.0f;
-        epilogue::store_token_rows<OutId, kAcc, !kBlocks, GroupK == 0 ? ScaleId : 0u>(a, m0 + col, n0, lane, acc,
-                                                                                      global);
+        constexpr uint32_t kChannelScales = GroupK == 0 ? ScaleId : 0u;
+        if constexpr (kStagedStore)
+          epilogue::stage_token_rows<OutId, kAcc, !kBlocks, kChannelScales>(
+              a, p.staged != 0, &p.out, ring + kRingBytes + cw * kBoxBytes, 2 + cw, m0 + cw * 64, n0, t, acc, global);
+        else
+          epilogue::store_token_rows<OutId, kAcc, !kBlocks, kChannelScales>(a, m0 + col, n0, lane, acc, global);
         return;
       }
       float f[2];
@@ -620,7 +626,9 @@ template <HUMMING_SM90_A8_TARGS> Status launch_a8(const GemmArgs &args, void *st
   if (!st) return st;
   p.staged = 0;
   if constexpr (K::kStagedStore) {
-    st = epilogue::prepare_staged_store<BM>(&p, args, OutId == dtypes::bf16.id() ? MapElem::kBf16 : MapElem::kF16);
+    // Boxes of BM tokens, or with the tokens on M of a warpgroup's 64.
+    st = epilogue::prepare_staged_store<K::kTokensM ? 64 : BM>(
+        &p, args, OutId == dtypes::bf16.id() ? MapElem::kBf16 : MapElem::kF16);
     if (!st) return st;
   }
   return launch_blocks<K>(p, args, stream, "the sm90 8-bit activation kernels");
