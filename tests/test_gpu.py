@@ -132,6 +132,26 @@ def test_sm90_output_rows_a_tensor_map_cannot_take(inst):
         assert_gemm_close(out, ref, a_deq.cpu(), w_deq, f"{inst.name} m={m} n={n}", **_operand(inst, fmt))
 
 
+BLOCK_SCALED = [i for i in FAST if i.backend == "sm90" and i.act_granularity == 2]
+
+
+@pytest.mark.parametrize("inst", BLOCK_SCALED, ids=[i.name for i in BLOCK_SCALED])
+def test_block_scaled_rows_of_scales_a_tensor_map_takes(inst):
+    """The block-scaled FP8 kernels copy the activation scales ([m][k / 128] fp32) by TMA where
+    their rows are 16-byte aligned (k a multiple of 512) and by cp.async otherwise (the test above,
+    k = 4224). Here k = 4608 (36 groups, the last box of 4 groups past none, partial last tiles of
+    rows): the same reference."""
+    fmt = _format_for(inst)
+    n, k = 264, 4096 + 512
+    p, w_deq = _weight(inst, fmt, n, k, 4)
+    for m in (1, 65, 130, 257):
+        a, s, a_deq = _act(fmt, m, k, "cuda", m + 200)
+        out = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
+        torch.cuda.synchronize()
+        ref = a_deq.double().cpu() @ w_deq.double().T
+        assert_gemm_close(out, ref, a_deq.cpu(), w_deq, f"{inst.name} m={m} k={k}", **_operand(inst, fmt))
+
+
 # K long enough for stream-K to spread few tiles over many blocks (each keeps at least 2048
 # inputs), not a multiple of any tile's K.
 SPLIT_K = 14336 + 128
