@@ -137,10 +137,10 @@ BLOCK_SCALED = [i for i in FAST if i.backend == "sm90" and i.act_granularity == 
 
 @pytest.mark.parametrize("inst", BLOCK_SCALED, ids=[i.name for i in BLOCK_SCALED])
 def test_block_scaled_rows_of_scales_a_tensor_map_takes(inst):
-    """The block-scaled FP8 kernels copy the activation scales ([m][k / 128] fp32) by TMA where
-    their rows are 16-byte aligned (k a multiple of 512) and by cp.async otherwise (the test above,
-    k = 4224). Here k = 4608 (36 groups, the last box of 4 groups past none, partial last tiles of
-    rows): the same reference."""
+    """The block-scaled FP8 kernels at k = 4608: 36 K groups, so that each token's row of
+    activation scales ([m][k / 128] fp32) is 16-byte aligned (the test above has k = 4224, 33
+    groups), with partial last tiles of rows: the same reference. (A copy of the scales by TMA,
+    which needs such rows, is being tried: session 24's note.)"""
     fmt = _format_for(inst)
     n, k = 264, 4096 + 512
     p, w_deq = _weight(inst, fmt, n, k, 4)
