@@ -50,6 +50,27 @@ template <int BM, class Params> Status prepare_staged_store(Params *p, const Gem
   return tma ? sm90::cached_rows_map(&p->out, a.out, elem, a.m, a.dims.n, a.ldo, BM) : Status::Ok();
 }
 
+// Outputs a tensor map cannot address (rows not 16-byte aligned): the warpgroup's threads copy
+// `rows` rows of a box (64 16-bit channels each, 128-byte swizzle) to output rows m0.. and channels
+// n0.., 16 bytes (8 channels of one token) per thread and row, element by element. The barrier at
+// the next tile's start keeps the box until every thread has read its part.
+__device__ __forceinline__ void copy_box_out(const GemmArgs &a, uint32_t box, int rows, int64_t m0, int64_t n0, int t) {
+  const uint32_t c = static_cast<uint32_t>(t % 8);
+  uint16_t *o = static_cast<uint16_t *>(a.out);
+  for (int row = t / 8; row < rows; row += 16) {
+    const int64_t m = m0 + row, n8 = n0 + 8 * c;
+    if (m >= a.m) break;
+    uint32_t w[4];
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                 : "r"(box + static_cast<uint32_t>(row) * 128 + ((c ^ static_cast<uint32_t>(row % 8)) << 4))
+                 : "memory");
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      if (n8 + i < a.dims.n) o[m * a.ldo + n8 + i] = static_cast<uint16_t>(w[i / 2] >> (16 * (i % 2)));
+  }
+}
+
 // OutId:       DType id of the output (bf16 or f16).
 // Acc:         sums per thread (BM / 2 for a tile of BM tokens; BM a multiple of 32).
 // TokenScales: multiply each token's sums by its fp32 activation scale, a_scales[token * cols].
@@ -122,23 +143,7 @@ __device__ __forceinline__ void stage_wgmma_sums(const GemmArgs &a, bool tma, co
     }
     return;
   }
-  // Outputs a tensor map cannot address (rows not 16-byte aligned): the warpgroup copies the box
-  // out itself, 16 bytes (8 channels of one token) per thread and row, element by element. The
-  // barrier at the next tile's start keeps the box until every thread has read its part.
-  const uint32_t c = static_cast<uint32_t>(t % 8);
-  uint16_t *o = static_cast<uint16_t *>(a.out);
-  for (int row = t / 8; row < 2 * Acc; row += 16) {
-    const int64_t m = m0 + row, n8 = wg_n0 + 8 * c;
-    if (m >= a.m) break;
-    uint32_t w[4];
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
-                 : "r"(box + static_cast<uint32_t>(row) * 128 + ((c ^ static_cast<uint32_t>(row % 8)) << 4))
-                 : "memory");
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-      if (n8 + i < a.dims.n) o[m * a.ldo + n8 + i] = static_cast<uint16_t>(w[i / 2] >> (16 * (i % 2)));
-  }
+  copy_box_out(a, box, 2 * Acc, m0, wg_n0, t);
 }
 
 // Tiles with the tokens on the WGMMA's M side (sm90::DenseA8 with ChannelsN = BN): a warpgroup's
@@ -172,10 +177,8 @@ __device__ __forceinline__ void stage_token_rows(const GemmArgs &a, bool tma, co
   asm volatile("mov.b32 %0, %0;\n" : "+r"(t));
   const int lane = t % 32, warp = t / 32;
   const int64_t m = m_wg + 16 * warp + lane / 4;
-  float ts[2] = {global, global};
-  if constexpr (TokenScales)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) ts[h] = m + 8 * h < a.m ? global * a.a_scales[(m + 8 * h) * a.a_scale_cols] : 0.0f;
+  float ts[2];
+  token_row_factors<TokenScales>(a, m, global, ts);
   if (t == 0) sm90::bulk_wait<0, true>();
   sm90::named_sync(bar, 128);
   // Lane 8q + r addresses row r of matrix q of each store: token row 16 warp + 8 (q % 2) + r of the
@@ -190,12 +193,11 @@ __device__ __forceinline__ void stage_token_rows(const GemmArgs &a, bool tma, co
     for (int b = 0; b < 2; ++b) {
       const int j = 2 * jj + b;
       const int64_t c = n0 + 8 * j + 2 * (lane % 4);
-      float f[2] = {1.0f, 1.0f}, bias[2] = {-0.0f, -0.0f}; // x + -0 is x, zeros' signs too
+      float f[2], bias[2] = {-0.0f, -0.0f}; // x + -0 is x, zeros' signs too
+      channel_pair_factors<ScaleId>(a, c, f);
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        if constexpr (ScaleId != 0) f[e] = c + e < a.dims.n_pad ? load_out<ScaleId>(a.scales, c + e) : 0.0f;
+      for (int e = 0; e < 2; ++e)
         if (a.bias != nullptr && c + e < a.dims.n) bias[e] = load_out<OutId>(a.bias, c + e);
-      }
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         v[2 * b + h] = numeric::Operand<OutId == dtypes::bf16.id()>::pair(
@@ -216,24 +218,8 @@ __device__ __forceinline__ void stage_token_rows(const GemmArgs &a, bool tma, co
     }
     return;
   }
-  // Outputs a tensor map cannot address: the warpgroup copies the boxes out itself, as
-  // stage_wgmma_sums does (16 bytes, 8 channels of one token, per thread and row).
-  const uint32_t c = static_cast<uint32_t>(t % 8);
-  uint16_t *o = static_cast<uint16_t *>(a.out);
-  for (int i = 0; i < kBoxes; ++i)
-    for (int row = t / 8; row < 64; row += 16) {
-      const int64_t mm = m_wg + row, n8 = n0 + 64 * i + 8 * c;
-      if (mm >= a.m) break;
-      uint32_t w[4];
-      asm volatile(
-          "ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-          : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
-          : "r"(box + i * 64 * 128 + static_cast<uint32_t>(row) * 128 + ((c ^ static_cast<uint32_t>(row % 8)) << 4))
-          : "memory");
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        if (n8 + e < a.dims.n) o[mm * a.ldo + n8 + e] = static_cast<uint16_t>(w[e / 2] >> (16 * (e % 2)));
-    }
+  // Outputs a tensor map cannot address: the warpgroup copies the boxes out itself.
+  for (int i = 0; i < kBoxes; ++i) copy_box_out(a, box + i * 64 * 128, 64, m_wg, n0 + 64 * i, t);
 }
 
 // The end of a block that stored through boxes: thread 0 of each warpgroup waits for its last copy

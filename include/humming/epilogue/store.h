@@ -60,5 +60,26 @@ __device__ __forceinline__ void write_pair(const GemmArgs &a, int64_t m, int64_t
   store_out_pair<OutId>(a.out, m * a.ldo + n, v, both);
 }
 
+// Factors of the rows of a thread whose sums hold tokens m and m + 8 (the WGMMA fragment with the
+// tokens on M): `global` times each token's fp32 activation scale with TokenScales (0 past a.m),
+// else `global`.
+template <bool TokenScales>
+__device__ __forceinline__ void token_row_factors(const GemmArgs &a, int64_t m, float global, float (&ts)[2]) {
+  ts[0] = ts[1] = global;
+  if constexpr (TokenScales)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) ts[h] = m + 8 * h < a.m ? global * a.a_scales[(m + 8 * h) * a.a_scale_cols] : 0.0f;
+}
+
+// The weight's per-channel scales of channels c and c + 1 (ScaleId: their DType id; 0 past n_pad),
+// or 1 where ScaleId is 0 (no per-channel scales).
+template <uint32_t ScaleId>
+__device__ __forceinline__ void channel_pair_factors(const GemmArgs &a, int64_t c, float (&f)[2]) {
+  f[0] = f[1] = 1.0f;
+  if constexpr (ScaleId != 0)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) f[e] = c + e < a.dims.n_pad ? load_out<ScaleId>(a.scales, c + e) : 0.0f;
+}
+
 } // namespace epilogue
 } // namespace humming

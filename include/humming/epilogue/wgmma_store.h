@@ -87,17 +87,13 @@ __device__ __forceinline__ void store_token_rows(const GemmArgs &a, int64_t m, i
   const int64_t c0 = n0 + 2 * (lane % 4);
   const bool inside = m + 8 < a.m && n0 + 2 * Acc <= a.dims.n && a.ldo % 2 == 0 &&
                       reinterpret_cast<uintptr_t>(a.out) % (2 * kOutBytes) == 0;
-  float ts[2] = {global, global};
-  if constexpr (TokenScales)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) ts[h] = m + 8 * h < a.m ? global * a.a_scales[(m + 8 * h) * a.a_scale_cols] : 0.0f;
+  float ts[2];
+  token_row_factors<TokenScales>(a, m, global, ts);
 #pragma unroll
   for (int j = 0; j < Acc / 4; ++j) {
     const int64_t c = c0 + 8 * j;
-    float f[2] = {1.0f, 1.0f};
-    if constexpr (ScaleId != 0)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) f[e] = c + e < a.dims.n_pad ? load_out<ScaleId>(a.scales, c + e) : 0.0f;
+    float f[2];
+    channel_pair_factors<ScaleId>(a, c, f);
     float2 bias = make_float2(-0.0f, -0.0f); // x + -0 is x, zeros' signs too
     if (inside && a.bias != nullptr) bias = make_float2(load_out<OutId>(a.bias, c), load_out<OutId>(a.bias, c + 1));
 #pragma unroll

@@ -66,6 +66,7 @@
 
 #include "humming/backend/sm90/a8_stage_loads.h"
 #include "humming/backend/sm90/a8_mainloops.h"
+#include "humming/backend/sm90/a8_promote.h"
 #include "humming/backend/sm90/operand_convert.h"
 #include "humming/backend/sm90/pipeline.h"
 #include "humming/backend/sm90/ptx.h"
@@ -174,6 +175,7 @@ struct DenseA8 {
   // BN, so at a multiple of 64 channels: one block more where BN is not a multiple of 128). With
   // groups: the BN channels' scales of the stage's group, in their own type.
   static constexpr int kWeightBlocks = ((BN % 128 != 0 ? 64 : 0) + BN + 127) / 128;
+  static constexpr uint32_t kScaleId = ScaleId;
   static constexpr int kScaleBytes = DType::from_id(ScaleId).storage_bytes();
   static constexpr int kSBytes = kBlocks ? (BM + kWeightBlocks) * 4 : (kGroups ? BN * kScaleBytes : 0);
   // Arrivals of the scale warp on each stage's full barrier (one per lane, produce_scales).
@@ -419,53 +421,14 @@ struct DenseA8 {
     wgmma_commit();
   }
 
-  // 8-bit floats: adds the retired sums `part` of stage `at` into acc in fp32, with blocks times the
-  // product of the stage's weight block scale and each token's activation scale, with groups times
-  // each channel's scale of the stage's group; then gives the stage back. `col` is the thread's
-  // first channel in the tile, `wblock` its warpgroup's weight block among the stage's scales.
+  // 8-bit floats: adds the retired sums `part` of stage `at` into acc in fp32, with the stage's
+  // scales where they apply (backend/sm90/a8_promote.h); then gives the stage back. `col` is the
+  // thread's first channel in the tile (kTokensM: its first token), `wblock` its warpgroup's weight
+  // block among the stage's scales.
   static __device__ __forceinline__ void promote(const char *ring_ptr, uint32_t bars, RingPos at, int wblock, int col,
                                                  int lane, float (&part)[kAcc], float (&acc)[kAcc]) {
     fence_regs(part);
-    const char *scales = ring_ptr + at.stage * kStageBytes + kWBytes + kABytes;
-    if constexpr (kBlocks && kTokensM) {
-      // acc[4jj + e] is token row + 8 (e / 2) of the tile, where row = cw * 64 + warp * 16 +
-      // lane / 4 is passed as `col`, and channel 8jj + 2 (lane % 4) + e % 2 (a tile starts at a
-      // multiple of 128 channels, so channels 128 b .. 128 b + 127 are weight block b of the stage).
-      const float *sc = reinterpret_cast<const float *>(scales);
-      const float a0 = sc[col], a1 = sc[col + 8];
-#pragma unroll
-      for (int b = 0; b < BN / 128; ++b) {
-        const float w = sc[BM + b], s0 = w * a0, s1 = w * a1;
-#pragma unroll
-        for (int i = b * 64; i < b * 64 + 64; ++i) acc[i] = fmaf(part[i], (i % 4) / 2 ? s1 : s0, acc[i]);
-      }
-    } else if constexpr (kBlocks) {
-      const float *sc = reinterpret_cast<const float *>(scales);
-      const float w = sc[BM + wblock];
-#pragma unroll
-      for (int jj = 0; jj < kAcc / 4; ++jj) {
-        // acc[4jj + e] is token 8jj + 2 (lane % 4) + e % 2 of the tile (epilogue/wgmma_store.h).
-        // The two tokens' scales in one 8-byte load: measured on the H200 (session 24, GEMM alone,
-        // t128x192 s4, 7168x16384 / 36864x7168 / 7168x18432 at m = 4096 and 8192), 4-11 % faster
-        // than two 4-byte loads. (Runs of each lane's tokens in 16-byte loads were 55 % slower.)
-        const float2 sa = *reinterpret_cast<const float2 *>(sc + 8 * jj + 2 * (lane % 4));
-        const float s0 = w * sa.x, s1 = w * sa.y;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[4 * jj + e] = fmaf(part[4 * jj + e], e % 2 ? s1 : s0, acc[4 * jj + e]);
-      }
-    } else if constexpr (kGroups) {
-      // acc[i] is channel col + 8 ((i % 4) / 2) of the tile.
-      const float w[2] = {kSumScale * epilogue::load_out<ScaleId>(scales, col),
-                          kSumScale * epilogue::load_out<ScaleId>(scales, col + 8)};
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i) acc[i] = fmaf(part[i], w[(i % 4) / 2], acc[i]);
-    } else if constexpr (kSumScale != 1.0f) {
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i) acc[i] = fmaf(part[i], kSumScale, acc[i]);
-    } else {
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i) acc[i] += part[i];
-    }
+    A8Promote<DenseA8>::add(ring_ptr + at.stage * kStageBytes + kWBytes + kABytes, wblock, col, lane, part, acc);
     release_stage<Stages>(bars, at.stage);
   }
 
