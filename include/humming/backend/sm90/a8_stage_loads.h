@@ -5,13 +5,41 @@
 // one warp (zeros past the matrices), then counted as one arrival per lane on the same barrier.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
+#include <string>
 
 #include "humming/backend/sm90/ptx.h"
 #include "humming/humming.h"
 
 namespace humming {
 namespace sm90 {
+
+// Block-scaled tiles of 64 tokens and more take the activation scales transposed, [cols][m_pad]
+// (m_pad: m rounded up to the tile's BM, zeros past m), so that a stage's BM scales are one
+// contiguous run that the producer copies with one bulk copy. Measured on the H200 (session 24),
+// the 128 scattered 4-byte cp.async per stage that read them from [m][cols] took 11-33 % of the
+// GEMM (7168x16384 at m = 4096 with no scale copies at all: 993 -> 876 us in t128x192 s4).
+// (A template, so that each translation unit that launches it may hold a copy.)
+template <class T>
+__global__ void transpose_act_scales_kernel(const T *src, int64_t m, int64_t cols, int64_t m_pad, T *dst) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; // element of dst
+  if (i >= cols * m_pad) return;
+  const int64_t c = i / m_pad, r = i % m_pad;
+  dst[i] = r < m ? src[r * cols + c] : T(0);
+}
+
+inline Status transpose_act_scales(const float *src, int64_t m, int64_t cols, int64_t m_pad, float *dst, void *stream) {
+  const int64_t n = cols * m_pad;
+  if (n == 0) return Status::Ok();
+  transpose_act_scales_kernel<float>
+      <<<static_cast<unsigned>((n + 255) / 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(src, m, cols, m_pad, dst);
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess
+             ? Status::Ok()
+             : Status::Error(std::string("transposing the activation scales failed: ") + cudaGetErrorString(e));
+}
 
 // K: the kernel (sm90::DenseA8): its tile (kTileM tokens, BN channels, BK inputs), its codes
 //    (kCode), its stage layout (kWBytes of weights, then kABytes of activations, then the scales)
@@ -34,13 +62,14 @@ template <class K> struct A8StageLoads {
   }
 
   // Lane `lane`'s cp.async copies of the scales of K tile kt of the tile at (m0, n0) to shared
-  // address `dst` (the stage's scales).
+  // address `dst` (the stage's scales). With blocks: the weight blocks' scales, and the tokens'
+  // unless the producer copies them from the transposed scales (K::kScalesT).
   static __device__ __forceinline__ void scales(const GemmArgs &a, uint32_t dst, int64_t kt, int64_t m0, int64_t n0,
                                                 int lane) {
     if constexpr (kBlocks) {
       const int64_t nb0 = n0 / 128;
       const auto *ws = static_cast<const float *>(a.scales);
-      for (int i = lane; i < BM; i += 32) {
+      for (int i = lane; i < BM && !K::kScalesT; i += 32) {
         const bool in = m0 + i < a.m && kt < a.a_scale_cols;
         cp_async4(dst + 4 * i, in ? a.a_scales + (m0 + i) * a.a_scale_cols + kt : a.a_scales, in);
       }
