@@ -585,11 +585,16 @@ template <class K> size_t scales_t_offset(const GemmArgs &args) {
 template <class K> int64_t scales_t_rows(const GemmArgs &args) {
   return (args.m + K::kTileM - 1) / K::kTileM * K::kTileM;
 }
+// Its rows: one per K tile of the launch (at least a_scale_cols).
+template <class K> int64_t scales_t_groups(const GemmArgs &args) {
+  const int64_t tiles = (args.dims.k_pad + K::BK - 1) / K::BK;
+  return tiles > args.a_scale_cols ? tiles : args.a_scale_cols;
+}
 
 template <HUMMING_SM90_A8_TARGS> size_t workspace_bytes_a8(const GemmArgs &args) {
   using K = DenseA8<HUMMING_SM90_A8_ARGS>;
   if constexpr (K::kScalesT)
-    return scales_t_offset<K>(args) + static_cast<size_t>(args.a_scale_cols * scales_t_rows<K>(args)) * 4;
+    return scales_t_offset<K>(args) + static_cast<size_t>(scales_t_groups<K>(args) * scales_t_rows<K>(args)) * 4;
   return workspace_of<K>(args);
 }
 
@@ -618,7 +623,7 @@ template <HUMMING_SM90_A8_TARGS> Status launch_a8(const GemmArgs &args, void *st
                            std::to_string(args.workspace_bytes));
     p.m_pad = scales_t_rows<K>(args);
     float *t = reinterpret_cast<float *>(static_cast<char *>(args.workspace) + scales_t_offset<K>(args));
-    st = transpose_act_scales(args.a_scales, args.m, args.a_scale_cols, p.m_pad, t, stream);
+    st = transpose_act_scales(args.a_scales, args.m, args.a_scale_cols, scales_t_groups<K>(args), p.m_pad, t, stream);
     if (!st) return st;
     p.scales_t = t;
   }

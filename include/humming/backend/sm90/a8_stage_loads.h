@@ -16,25 +16,29 @@
 namespace humming {
 namespace sm90 {
 
-// Block-scaled tiles of 64 tokens and more take the activation scales transposed, [cols][m_pad]
-// (m_pad: m rounded up to the tile's BM, zeros past m), so that a stage's BM scales are one
-// contiguous run that the producer copies with one bulk copy. Measured on the H200 (session 24),
-// the 128 scattered 4-byte cp.async per stage that read them from [m][cols] took 11-33 % of the
-// GEMM (7168x16384 at m = 4096 with no scale copies at all: 993 -> 876 us in t128x192 s4).
+// Block-scaled tiles of 64 tokens and more take the activation scales transposed, [rows][m_pad]
+// (m_pad: m rounded up to the tile's BM; rows: the launch's K tiles, at least cols; zeros past m
+// and past cols), so that a stage's BM scales are one contiguous run that the producer copies with
+// one bulk copy. Measured on the H200 (session 24), the 128 scattered 4-byte cp.async per stage
+// that read them from [m][cols] took 11-33 % of the GEMM (7168x16384 at m = 4096 with no scale
+// copies at all: 993 -> 876 us in t128x192 s4).
 // (A template, so that each translation unit that launches it may hold a copy.)
 template <class T>
-__global__ void transpose_act_scales_kernel(const T *src, int64_t m, int64_t cols, int64_t m_pad, T *dst) {
+__global__ void transpose_act_scales_kernel(const T *src, int64_t m, int64_t cols, int64_t rows, int64_t m_pad,
+                                            T *dst) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; // element of dst
-  if (i >= cols * m_pad) return;
+  if (i >= rows * m_pad) return;
   const int64_t c = i / m_pad, r = i % m_pad;
-  dst[i] = r < m ? src[r * cols + c] : T(0);
+  dst[i] = r < m && c < cols ? src[r * cols + c] : T(0);
 }
 
-inline Status transpose_act_scales(const float *src, int64_t m, int64_t cols, int64_t m_pad, float *dst, void *stream) {
-  const int64_t n = cols * m_pad;
+inline Status transpose_act_scales(const float *src, int64_t m, int64_t cols, int64_t rows, int64_t m_pad, float *dst,
+                                   void *stream) {
+  const int64_t n = rows * m_pad;
   if (n == 0) return Status::Ok();
   transpose_act_scales_kernel<float>
-      <<<static_cast<unsigned>((n + 255) / 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(src, m, cols, m_pad, dst);
+      <<<static_cast<unsigned>((n + 255) / 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(src, m, cols, rows, m_pad,
+                                                                                              dst);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess
              ? Status::Ok()
