@@ -7,7 +7,8 @@ Each point is the median CUDA-graph replay time (GPU time only) of single calls,
 flush that reads a 256 MiB buffer, as scripts/time_shapes.py --graph --flush read. For every
 (shape, M) the dispatcher's own choice is recorded too, so the file tells how far the table is from
 the fastest instance. Instances whose token tile is far from M are skipped (more than 16 token
-tiles, or a tile more than 4x taller than M): they are never the fastest and cost the most time.
+tiles, or a tile more than 4x taller than M): they are never the fastest and cost the most time
+(--max-tile-rows raises the first limit, for sweeps of large M).
 Writes JSON: {"device", "format", "act", "layout", "points": [{"n", "k", "m", "instance", "us"}], "chosen":
 [{"n", "k", "m", "instance"}]} and prints one line per (shape, M) with the fastest and the chosen.
 """
@@ -31,6 +32,9 @@ ap.add_argument("--match", default=r"^sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-b
 ap.add_argument("--ms", default="1,8,16,24,32,48,64,96,128,192,256,384,512,768,1024,2048,4096")
 ap.add_argument("--shapes", default="corpus")
 ap.add_argument("--iters", type=int, default=10)
+ap.add_argument(
+    "--max-tile-rows", type=int, default=16, help="skip instances that need more rows of token tiles than this"
+)
 args = ap.parse_args()
 
 if args.shapes == "corpus":
@@ -102,7 +106,7 @@ for n, k in shapes:
         here = []
         for name in names:
             bm = token_tile(name)
-            if -(-m // bm) > 16 or bm > 4 * max(m, 8):
+            if -(-m // bm) > args.max_tile_rows or bm > 4 * max(m, 8):
                 continue
             layer.instance = name
             try:

@@ -226,13 +226,13 @@ CallPlan &call_plan(const std::string &fmt_text, int64_t layout, int64_t n, int6
   return *plans.back();
 }
 
-// Stream-K scratch. The kernels need its first kWorkspaceZeroBytes zeroed only before first use
-// (they return their tile counters to zero), so outside graph capture each (device, stream) keeps
-// one buffer and reuses it: no memset launch per call. Kernels on one stream run in order, so they
-// may share it. The kept buffers come from CUDA's stream-ordered allocator, not torch's: a first
-// call on a new stream can happen while torch routes the thread's allocations to a graph pool
-// (torch.compile's reduce-overhead warm-up runs eagerly on its own stream with the pool active), and
-// a kept tensor allocated there is a persistent pool tensor that torch rejects ("tensor(s) in the
+// Stream-K scratch (and, past it, the block-scaled sm90 kernels' transposed activation scales,
+// which each launch writes before it reads them). The kernels need its first kWorkspaceZeroBytes zeroed only before
+// first use (they return their tile counters to zero), so outside graph capture each (device, stream) keeps one buffer
+// and reuses it: no memset launch per call. Kernels on one stream run in order, so they may share it. The kept buffers
+// come from CUDA's stream-ordered allocator, not torch's: a first call on a new stream can happen while torch routes
+// the thread's allocations to a graph pool (torch.compile's reduce-overhead warm-up runs eagerly on its own stream with
+// the pool active), and a kept tensor allocated there is a persistent pool tensor that torch rejects ("tensor(s) in the
 // cudagraph pool not tracked as outputs"). Growing frees the old buffer in stream order. Under graph
 // capture a fresh buffer comes from torch's allocator, that is from the graph's pool (only its
 // counter region zeroed), so a graph never points at a buffer that eager calls or another replay
