@@ -178,10 +178,6 @@ struct DenseA8 {
   static constexpr uint32_t kScaleId = ScaleId;
   static constexpr int kScaleBytes = DType::from_id(ScaleId).storage_bytes();
   static constexpr int kSBytes = kBlocks ? (BM + kWeightBlocks) * 4 : (kGroups ? BN * kScaleBytes : 0);
-  // With blocks, in tiles of 64 tokens and more: the activation scales come transposed in the
-  // workspace (backend/sm90/a8_stage_loads.h, transpose_act_scales), a stage's BM of them by one
-  // bulk copy from the producer.
-  static constexpr bool kScalesT = kBlocks && BM >= 64;
   // Arrivals of the scale warp on each stage's full barrier (one per lane, produce_scales).
   static constexpr int kScaleArrivals = GroupK != 0 ? 32 : 0;
   // kStaged: the converted box (BN rows of 128 operand bytes, 128-byte swizzle) after the scales,
@@ -283,8 +279,8 @@ struct DenseA8 {
     CUtensorMap weight; // codes [n_pad][k_pad] bytes, boxes of BN rows x 128 (4-bit: k_pad / 2, x 64, 64-byte swizzle)
     CUtensorMap out; // kStagedStore: the output [m][n], boxes of BM (kTokensM: 64) rows x 64 channels (when `staged`)
     int staged;      // kStagedStore: 1 where the boxes go out by TMA through `out`, 0 where the threads copy them
-    const float *scales_t; // kScalesT: the activation scales [a_scale_cols][m_pad] (zeros past m)
-    int64_t m_pad;
+    const float *scales_t; // Loads::kScalesT: the activation scales transposed, [K tile][m_pad]
+    int64_t m_pad;         // (zeros past m and past the scales' columns)
     GemmArgs args;
     StreamKPlan plan;
     int64_t n_tiles;
@@ -332,9 +328,8 @@ struct DenseA8 {
         const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
                        empty = ring_bar<Stages>(bars, 1, pos.stage);
         mbar_wait(empty, pos.phase ^ 1u);
-        mbar_arrive_expect_tx(full, kWBytes + kABytes + (kScalesT ? BM * 4 : 0));
+        mbar_arrive_expect_tx(full, Loads::kTxBytes);
         Loads::boxes(p, stage, full, kt, m0, n0);
-        if constexpr (kScalesT) bulk_copy(stage + kWBytes + kABytes, p.scales_t + kt * p.m_pad + m0, BM * 4, full);
       }
     });
   }
@@ -576,26 +571,9 @@ template <HUMMING_SM90_A8_TARGS> Status can_implement_a8(const GemmArgs &args) {
   return Status::Ok();
 }
 
-// With transposed activation scales (kScalesT): where they start in the workspace (after the
-// stream-K scratch and the bytes that must stay zero), and their rows' length.
-template <class K> size_t scales_t_offset(const GemmArgs &args) {
-  const size_t sk = (workspace_of<K>(args) + 255) / 256 * 256;
-  return sk > kWorkspaceZeroBytes ? sk : kWorkspaceZeroBytes;
-}
-template <class K> int64_t scales_t_rows(const GemmArgs &args) {
-  return (args.m + K::kTileM - 1) / K::kTileM * K::kTileM;
-}
-// Its rows: one per K tile of the launch (at least a_scale_cols).
-template <class K> int64_t scales_t_groups(const GemmArgs &args) {
-  const int64_t tiles = (args.dims.k_pad + K::BK - 1) / K::BK;
-  return tiles > args.a_scale_cols ? tiles : args.a_scale_cols;
-}
-
 template <HUMMING_SM90_A8_TARGS> size_t workspace_bytes_a8(const GemmArgs &args) {
   using K = DenseA8<HUMMING_SM90_A8_ARGS>;
-  if constexpr (K::kScalesT)
-    return scales_t_offset<K>(args) + static_cast<size_t>(scales_t_groups<K>(args) * scales_t_rows<K>(args)) * 4;
-  return workspace_of<K>(args);
+  return K::Loads::workspace_bytes(args, workspace_of<K>(args));
 }
 
 template <HUMMING_SM90_A8_TARGS> Status prepare_a8() {
@@ -613,20 +591,8 @@ template <HUMMING_SM90_A8_TARGS> Status launch_a8(const GemmArgs &args, void *st
                          K::kFour ? 64 : 128);
   if (!st) return st;
   p.staged = 0;
-  p.scales_t = nullptr;
-  p.m_pad = 0;
-  if constexpr (K::kScalesT) {
-    const size_t need = workspace_bytes_a8<HUMMING_SM90_A8_ARGS>(args);
-    if (args.workspace == nullptr || args.workspace_bytes < need)
-      return Status::Error("the block-scaled sm90 kernels need " + std::to_string(need) +
-                           " bytes of workspace (the activation scales transposed), got " +
-                           std::to_string(args.workspace_bytes));
-    p.m_pad = scales_t_rows<K>(args);
-    float *t = reinterpret_cast<float *>(static_cast<char *>(args.workspace) + scales_t_offset<K>(args));
-    st = transpose_act_scales(args.a_scales, args.m, args.a_scale_cols, scales_t_groups<K>(args), p.m_pad, t, stream);
-    if (!st) return st;
-    p.scales_t = t;
-  }
+  st = K::Loads::prepare_scales(p, args, workspace_of<K>(args), stream);
+  if (!st) return st;
   if constexpr (K::kStagedStore) {
     // Boxes of BM tokens, or with the tokens on M of a warpgroup's 64.
     st = epilogue::prepare_staged_store<K::kTokensM ? 64 : BM>(

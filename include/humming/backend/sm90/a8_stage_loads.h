@@ -17,9 +17,9 @@ namespace humming {
 namespace sm90 {
 
 // Block-scaled tiles of 64 tokens and more take the activation scales transposed, [rows][m_pad]
-// (m_pad: m rounded up to the tile's BM; rows: the launch's K tiles, at least cols; zeros past m
-// and past cols), so that a stage's BM scales are one contiguous run that the producer copies with
-// one bulk copy. Measured on the H200 (session 24), the 128 scattered 4-byte cp.async per stage
+// (A8StageLoads: m_pad is m rounded up to the tile's BM, rows the launch's K tiles, at least cols;
+// zeros past m and past cols), so that a stage's BM scales are one contiguous run that the
+// producer copies with one bulk copy. Measured on the H200 (session 24), the 128 scattered 4-byte cp.async per stage
 // that read them from [m][cols] took 11-33 % of the GEMM (7168x16384 at m = 4096 with no scale
 // copies at all: 993 -> 876 us in t128x192 s4).
 // (A template, so that each translation unit that launches it may hold a copy.)
@@ -57,23 +57,72 @@ template <class K> struct A8StageLoads {
   static constexpr int kWeightBlocks = K::kWeightBlocks;
   static constexpr bool kBlocks = K::kBlocks;
   static constexpr int kCodeBits = static_cast<int>(K::kCode.bits);
+  // With blocks, in tiles of 64 tokens and more: a stage's BM activation scales come by one bulk
+  // copy from the transposed scales (Params scales_t, m_pad; prepare_scales) with the boxes.
+  // Smaller tiles keep the scale warp's copies: there the transposition's launch would cost more
+  // than the copies it saves.
+  static constexpr bool kScalesT = kBlocks && BM >= 64;
+  // The bytes the producer's copies bring into a stage (the transactions of its full barrier).
+  static constexpr int kTxBytes = kWBytes + kABytes + (kScalesT ? BM * 4 : 0);
 
-  // The boxes of K tile kt of the tile at (m0, n0) into the stage at shared address `stage`.
+  // The boxes of K tile kt of the tile at (m0, n0) into the stage at shared address `stage`
+  // (with kScalesT, and its activation scales after them).
   static __device__ __forceinline__ void boxes(const Params &p, uint32_t stage, uint32_t full, int64_t kt, int m0,
                                                int n0) {
     tensor_copy_2d(stage, &p.weight, static_cast<int>(kt * BK * kCodeBits / 8), n0, full);
     tensor_copy_2d(stage + kWBytes, &p.act, static_cast<int>(kt * BK), m0, full);
+    if constexpr (kScalesT) bulk_copy(stage + kWBytes + kABytes, p.scales_t + kt * p.m_pad + m0, BM * 4, full);
+  }
+
+  // Host, with kScalesT: the transposed scales' rows (m rounded up to BM, so that every tile's
+  // run of BM is inside its row) and their count (every K tile of the launch, at least the
+  // scales' columns: the padded K tiles read zeros).
+  static int64_t m_pad(const GemmArgs &args) { return (args.m + BM - 1) / BM * BM; }
+  static int64_t k_tiles(const GemmArgs &args) {
+    const int64_t tiles = (args.dims.k_pad + BK - 1) / BK;
+    return tiles > args.a_scale_cols ? tiles : args.a_scale_cols;
+  }
+  // Their offset in the workspace: after the `scratch` bytes of stream-K and never inside the
+  // first kWorkspaceZeroBytes, which must stay zero between launches.
+  static size_t scales_offset(size_t scratch) {
+    const size_t at = (scratch + 255) / 256 * 256;
+    return at > kWorkspaceZeroBytes ? at : kWorkspaceZeroBytes;
+  }
+  // The workspace a launch needs, given the stream-K scratch it needs.
+  static size_t workspace_bytes(const GemmArgs &args, size_t scratch) {
+    if constexpr (!kScalesT) return scratch;
+    return scales_offset(scratch) + static_cast<size_t>(k_tiles(args) * m_pad(args)) * 4;
+  }
+  // Host, before the launch on `stream`: with kScalesT, writes the transposed scales into the
+  // workspace and points p at them (else sets p's fields to none).
+  static Status prepare_scales(Params &p, const GemmArgs &args, size_t scratch, void *stream) {
+    p.scales_t = nullptr;
+    p.m_pad = 0;
+    if constexpr (kScalesT) {
+      const size_t need = workspace_bytes(args, scratch);
+      if (args.workspace == nullptr || args.workspace_bytes < need)
+        return Status::Error("the block-scaled sm90 kernels need " + std::to_string(need) +
+                             " bytes of workspace (with the activation scales transposed), got " +
+                             std::to_string(args.workspace_bytes));
+      p.m_pad = m_pad(args);
+      float *t = reinterpret_cast<float *>(static_cast<char *>(args.workspace) + scales_offset(scratch));
+      const Status st =
+          transpose_act_scales(args.a_scales, args.m, args.a_scale_cols, k_tiles(args), p.m_pad, t, stream);
+      if (!st) return st;
+      p.scales_t = t;
+    }
+    return Status::Ok();
   }
 
   // Lane `lane`'s cp.async copies of the scales of K tile kt of the tile at (m0, n0) to shared
   // address `dst` (the stage's scales). With blocks: the weight blocks' scales, and the tokens'
-  // unless the producer copies them from the transposed scales (K::kScalesT).
+  // unless the producer copies them from the transposed scales (kScalesT).
   static __device__ __forceinline__ void scales(const GemmArgs &a, uint32_t dst, int64_t kt, int64_t m0, int64_t n0,
                                                 int lane) {
     if constexpr (kBlocks) {
       const int64_t nb0 = n0 / 128;
       const auto *ws = static_cast<const float *>(a.scales);
-      for (int i = lane; i < BM && !K::kScalesT; i += 32) {
+      for (int i = lane; i < BM && !kScalesT; i += 32) {
         const bool in = m0 + i < a.m && kt < a.a_scale_cols;
         cp_async4(dst + 4 * i, in ? a.a_scales + (m0 + i) * a.a_scale_cols + kt : a.a_scales, in);
       }
