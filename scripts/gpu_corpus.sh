@@ -18,7 +18,7 @@ if [ -z "${SKIP_BUILD:-}" ]; then
   echo "build rc=$rc after $(( $(date +%s) - start )) s" | tee -a "$OUT/summary.txt"
   [ $rc -eq 0 ] || { tail -30 "$OUT/build.log"; exit $rc; }
 fi
-humming-aot info | head -8 | tee -a "$OUT/summary.txt"
+humming-aot info 2>&1 | tee -a "$OUT/summary.txt"
 bash scripts/gpu_bench.sh "$@" > "$OUT/bench.out" 2>&1
 rc=$?
 tail -5 "$OUT/bench.out"

@@ -287,7 +287,8 @@ bool persistent_launch_facts(const InstanceInfo &info, const GemmArgs &args, int
   const int64_t m_tiles = (args.m + info.tile_m - 1) / info.tile_m;
   const int64_t n_tiles = (args.dims.n_pad + info.tile_n - 1) / info.tile_n;
   const int64_t k_tiles = (args.dims.k_pad + info.tile_k - 1) / info.tile_k;
-  const StreamKPlan p = plan_persistent(m_tiles * n_tiles, k_tiles, info.tile_k, sms, info.tile_m, m_tiles);
+  const StreamKPlan p =
+      plan_persistent(m_tiles * n_tiles, k_tiles, info.tile_k, sms, info.tile_m, m_tiles, act_bits == 16);
   int64_t most = 0, segs = 0;
   for (int64_t b = 0; b < p.blocks; ++b) {
     int64_t len = 0, count = 0;

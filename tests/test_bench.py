@@ -740,61 +740,6 @@ def test_jit_child_process_is_killed_at_its_budget(tmp_path, monkeypatch):
     assert "killed after 5 s" in skipped[0]["reason"]
 
 
-def test_jit_warm_up_splits_the_shapes_and_defaults_by_shape_count():
-    shapes = [(64 * i, 128) for i in range(1, 8)]
-    groups = B.warm_groups(shapes, 3)
-    assert [len(g) for g in groups] == [3, 2, 2] and sorted(sum(groups, [])) == sorted(shapes)
-    assert groups[0] == [shapes[0], shapes[3], shapes[6]]
-    assert B.warm_groups(shapes[:2], 8) == [[shapes[0]], [shapes[1]]]  # no empty process
-    assert B.parse_args(["--shapes", "64x128"]).jit_warm_procs == 0  # one shape: nothing to share
-    assert 1 <= B.parse_args(["--suite", "models"]).jit_warm_procs <= 8
-    assert B.parse_args(["--suite", "models", "--jit-warm-procs", "0"]).jit_warm_procs == 0
-    with pytest.raises(SystemExit):
-        B.parse_args(["--jit-warm-procs", "-1"])
-
-
-class _CompileOnce(B.Impl):
-    """Stands in for humming-jit in the warm-up: records its calls; setup fails for one shape."""
-
-    name = "stand-in"
-
-    def __init__(self):
-        super().__init__("w4a16")
-        self.calls = []
-
-    def setup(self, w):
-        if w.shape[0] == 96:
-            raise RuntimeError("stand-in: no kernel for this shape")
-        self.n = w.shape[0]
-
-    def call(self, x):
-        return lambda: self.calls.append((self.n, x.shape[0]))
-
-
-def test_jit_warm_up_calls_each_shape_once_per_m_and_keeps_failures():
-    args = B.parse_args(["--shapes", "64x128,96x128,32x256", "--ms", "1,17,64"])
-    impl = _CompileOnce()
-    seen = []
-    warm = B.warm_jit([impl], args, FakeTimer(), B.Log(stream=open(os.devnull, "w")), 1e18, seen.append)
-    assert impl.calls == [(64, 1), (64, 17), (64, 64), (32, 1), (32, 17), (32, 64)]
-    assert [(e["n"], e["k"]) for e in warm] == [(64, 128), (96, 128), (32, 256)]
-    assert set(warm[0]["first_call_ms"]) == {"1", "17", "64"} and warm[0]["setup_s"] >= 0
-    assert "no kernel for this shape" in warm[1]["error"] and "first_call_ms" not in warm[1]
-    assert len(seen) == 3  # written after each shape, so a killed process leaves what it compiled
-
-
-def test_jit_warm_up_processes_are_killed_at_their_budget(tmp_path, monkeypatch):
-    (tmp_path / "humming").mkdir()
-    (tmp_path / "humming" / "__init__.py").write_text("import time\ntime.sleep(600)\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + str(PKG_PARENT))
-    args = B.parse_args(["--shapes", "64x128,96x128,32x256", "--ms", "1", "--jit-warm-procs", "2"])
-    warm = B.run_jit_warm(args, B.Log(stream=open(os.devnull, "w")), 5.0)
-    assert warm["procs"] == 2 and warm["shapes"] == [] and warm["wall_s"] < 60
-    assert [f["shapes"] for f in warm["failed"]] == [["64x128", "32x256"], ["96x128"]]
-    assert all("killed after" in f["status"] for f in warm["failed"])
-
-
 # ---- entry points without a GPU -------------------------------------------------------------------
 
 

@@ -332,6 +332,41 @@ def test_sm90_rings_wrap_over_waves_of_tiles(inst):
     assert torch.equal(ha.gemm(a, p, fmt, a_scales=s, instance=inst.name), first)
 
 
+# Weight-only sm90 tiles of 128 tokens: launches of at most two thirds as many tiles as
+# multiprocessors with K >= 4096 spread over K (scheduler/streamk.h, spread_heavy), one row of
+# tiles (m = 100) and two (m = 200).
+HEAVY_INSTANCES = [
+    i
+    for i in FAST
+    if i.backend == "sm90" and i.scheduler == "dense" and i.tile[0] == 128 and i.act_type in ("bf16", "f16")
+]
+
+
+@pytest.mark.parametrize("inst", HEAVY_INSTANCES, ids=[i.name for i in HEAVY_INSTANCES])
+def test_sm90_heavy_tiles_spread_over_k(inst):
+    """A few 128-token tiles over a deep K take partials from several blocks each; the result
+    matches the reference and reruns and a second stream give the same bits."""
+    from humming_aot import registry
+
+    fmt = _format_for(inst)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    n, k = (sms // 4) * inst.tile[1] - 40, 4096 + 128  # a third of the SMs' tiles per row; a partial last tile
+    p, w_deq, w_ref = _ring_weight(inst.layout, fmt, n, k)
+    for m in (100, 200):
+        assert registry.workspace_bytes(inst.name, fmt, inst.layout, n, k, m) > 0, "this case must use partials"
+        a, s, a_deq = _act(fmt, m, k, "cuda", 10)
+        first = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
+        ref = (a_deq.double() @ w_ref.T).cpu()
+        assert_gemm_close(first, ref, a_deq.cpu(), w_deq, f"{inst.name} n={n} m={m}", **_operand(inst, fmt))
+        for _ in range(2):
+            assert torch.equal(ha.gemm(a, p, fmt, a_scales=s, instance=inst.name), first)
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            other = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
+        torch.cuda.synchronize()
+        assert torch.equal(other, first)
+
+
 def test_dispatch_crosses_ranges_with_fast_instances():
     """The default layout for a format with fast instances is that of a fast backend (sm90 first
     where the device's table says so and the build has sm90 instances for the format, else sm80),

@@ -118,10 +118,7 @@ METHOD = {
     "peers": "cublas-bf16: F.linear; torch-int4: torch._weight_int4pack_mm (group 128, innerKTiles 8); "
     "cublaslt-fp8: torch._scaled_mm with row-wise scales, bf16 out (torch picks the backend); "
     "humming-jit: humming-kernels HummingLayer, warmed up (its first call per layer compiles), "
-    "run in a child process because it registers the same torch.ops.humming namespace; with "
-    "--jit-warm-procs its kernels are compiled first by parallel processes into its disk cache, so "
-    "the setup_s and first_call_ms of its rows are then warm-cache figures and the cold ones are under "
-    "jit_warm",
+    "run in a child process because it registers the same torch.ops.humming namespace",
 }
 
 
@@ -343,15 +340,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="wall-clock limit of the humming-jit child process (default: half the time budget)",
     )
-    ap.add_argument(
-        "--jit-warm-procs",
-        type=int,
-        default=None,
-        help="before timing humming-jit, compile its kernels for every shape and M in this many parallel "
-        "processes (its kernel cache is on disk and shared), so that a corpus run does not spend about "
-        "13 s of serial compilation per shape; 0 turns it off (default: min(8, CPUs / 2) with two or more "
-        "shapes, else 0). The cold setup times are kept in the JSON under jit_warm",
-    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
         "--out-dir", type=pathlib.Path, default=None, help="output directory (default benchmarks/results/<device>)"
@@ -366,7 +354,6 @@ def build_parser() -> argparse.ArgumentParser:
     # Internal: the parent runs humming-jit in a child process with these.
     ap.add_argument("--worker", choices=["humming-jit"], default=None, help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", type=pathlib.Path, default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--worker-warm", action="store_true", help=argparse.SUPPRESS)
     return ap
 
 
@@ -416,19 +403,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.jit_timeout_s = args.time_budget_s / 2
     if args.worker and args.worker_out is None:
         ap.error("--worker needs --worker-out")
-    if args.jit_warm_procs is None:
-        args.jit_warm_procs = min(8, max(1, (os.cpu_count() or 2) // 2)) if len(args.shapes) > 1 else 0
-    if args.jit_warm_procs < 0:
-        ap.error(f"--jit-warm-procs must be 0 or more, got {args.jit_warm_procs}")
     return args
 
 
-def worker_argv(args: argparse.Namespace, out: pathlib.Path, budget_s: float, shapes=None) -> list[str]:
-    """Arguments that make a child process measure humming-jit with the parent's settings (on
-    ``shapes``, default all of the parent's)."""
+def worker_argv(args: argparse.Namespace, out: pathlib.Path, budget_s: float) -> list[str]:
+    """Arguments that make a child process measure humming-jit with the parent's settings."""
     return [
         "--shapes",
-        ",".join(f"{n}x{k}" for n, k in (args.shapes if shapes is None else shapes)),
+        ",".join(f"{n}x{k}" for n, k in args.shapes),
         "--ms",
         ",".join(map(str, args.ms)),
         "--jit-formats",
@@ -1465,102 +1447,49 @@ def _jit_version() -> str | None:
         return None
 
 
-def _start_jit_child(args, out: pathlib.Path, budget_s: float, shapes=None, warm: bool = False):
-    """A child process running humming-jit (timing, or with ``warm`` compiling only) on ``shapes``."""
-    cmd = [sys.executable, "-m", "humming_aot.bench", *worker_argv(args, out, 0.8 * budget_s, shapes)]
-    if warm:
-        cmd.append("--worker-warm")
-    # The child must find this very copy of humming_aot (a checkout's python/ dir included).
-    env = dict(os.environ)
-    here = str(pathlib.Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    # A session of its own, so that a timeout also ends the compiler processes it may have started
-    # (they would otherwise keep its output pipe open and communicate() would wait for them).
-    return subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
-    )
-
-
-def _wait_jit_child(proc, timeout_s: float) -> tuple[str, object]:
-    """(output, exit status) of a child from _start_jit_child, killed with its compilers after
-    ``timeout_s``; the status is then a sentence saying so."""
-    try:
-        text, _ = proc.communicate(timeout=max(timeout_s, 0.0))
-        return text or "", proc.returncode
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        text, _ = proc.communicate()
-        return text or "", f"killed after {timeout_s:.0f} s"
-
-
-def _no_jit_reason() -> str | None:
-    if importlib.util.find_spec("humming") is None:
-        return (
-            "humming-kernels is not importable (pip install --no-deps humming-kernels==0.1.20, or the "
-            "carried wheel: scripts/gpu_bench.sh installs .peer/*.whl)"
-        )
-    return None
-
-
-def warm_groups(shapes: list, procs: int) -> list[list]:
-    """The shapes of each warm-up process: round robin, so that each gets large and small ones alike
-    (the corpus lists each model's layers together)."""
-    return [g for g in (shapes[i::procs] for i in range(max(procs, 1))) if g]
-
-
-def run_jit_warm(args, log: Log, budget_s: float) -> dict | None:
-    """Compile humming-jit's kernels for every shape and M in ``args.jit_warm_procs`` parallel child
-    processes, so that the timing child finds them in humming-kernels' disk cache (it locks each
-    entry, so the processes share it safely). Returns what the JSON keeps under ``jit_warm``: the
-    cold setup time and first calls per shape, which the timing child no longer sees; None when off.
-    """
-    procs_n = min(args.jit_warm_procs, len(args.shapes))
-    if procs_n <= 0 or _no_jit_reason() is not None:
-        return None
-    groups = warm_groups(args.shapes, procs_n)
-    t0 = time.perf_counter()
-    log(f"humming-jit: compiling for {len(args.shapes)} shapes in {procs_n} processes, budget {budget_s:.0f} s")
-    shapes, failed = [], []
-    with tempfile.TemporaryDirectory() as tmp:
-        outs = [pathlib.Path(tmp) / f"warm{i}.json" for i in range(procs_n)]
-        procs = [_start_jit_child(args, o, budget_s, g, warm=True) for o, g in zip(outs, groups)]
-        for i, (proc, out) in enumerate(zip(procs, outs)):
-            text, rc = _wait_jit_child(proc, budget_s - (time.perf_counter() - t0))
-            for line in text.splitlines():
-                log(f"  [jit-warm {i}] " + line)
-            if out.is_file():
-                shapes += json.loads(out.read_text()).get("warm", [])
-            if rc != 0:
-                failed.append({"process": i, "shapes": [f"{n}x{k}" for n, k in groups[i]], "status": str(rc)})
-    wall_s = round(time.perf_counter() - t0, 1)
-    log(f"humming-jit: compiled in {wall_s} s")
-    return {"procs": procs_n, "wall_s": wall_s, "shapes": shapes, "failed": failed}
-
-
 def run_jit_worker(args, log: Log, budget_s: float) -> tuple[list, list]:
     """humming-jit rows from a child process (the namespaces clash, see the module doc).
 
     The child stops starting points at 80% of ``budget_s`` and is killed at ``budget_s``; it writes
     its results after each shape, so a kill loses at most the shape in progress.
     """
-    reason = _no_jit_reason()
-    if reason is not None:
+    if importlib.util.find_spec("humming") is None:
+        reason = (
+            "humming-kernels is not importable (pip install --no-deps humming-kernels==0.1.20, or the "
+            "carried wheel: scripts/gpu_bench.sh installs .peer/*.whl)"
+        )
         return [], [{"impl": "humming-jit", "format": f, "reason": reason} for f in args.jit_formats]
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / "jit.json"
+        cmd = [sys.executable, "-m", "humming_aot.bench", *worker_argv(args, out, 0.8 * budget_s)]
+        # The child must find this very copy of humming_aot (a checkout's python/ dir included).
+        env = dict(os.environ)
+        here = str(pathlib.Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         log(f"humming-jit: child process, budget {budget_s:.0f} s")
-        text, rc = _wait_jit_child(_start_jit_child(args, out, budget_s), budget_s)
-        for line in text.splitlines():
+        # A session of its own, so that a timeout also ends the compiler processes it may have started
+        # (they would otherwise keep its output pipe open and communicate() would wait for them).
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+        )
+        try:
+            text, _ = proc.communicate(timeout=budget_s)
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            text, _ = proc.communicate()
+            rc = f"killed after {budget_s:.0f} s"
+        for line in (text or "").splitlines():
             log("  [jit] " + line)
         rows, skipped = [], []
         if out.is_file():
             data = json.loads(out.read_text())
             rows, skipped = data.get("rows", []), data.get("skipped", [])
         if rc != 0:
-            tail = " | ".join(text.strip().splitlines()[-3:])
+            tail = " | ".join((text or "").strip().splitlines()[-3:])
             skipped += [
                 {
                     "impl": "humming-jit",
@@ -1573,46 +1502,6 @@ def run_jit_worker(args, log: Log, budget_s: float) -> tuple[list, list]:
         return rows, skipped
 
 
-def warm_jit(impls: list[Impl], args, timer: Timer, log: Log, deadline: float, on_shape) -> list[dict]:
-    """Child process of run_jit_warm: set up each implementation on each shape and call it once per M
-    (which is where humming-kernels compiles), timing nothing but that. Same weights and activations
-    as measure_impls."""
-    import torch
-
-    warm = []
-    dev = timer.device
-    for n, k in args.shapes:
-        if time.perf_counter() > deadline:
-            break
-        gen = torch.Generator(device=dev).manual_seed(args.seed)
-        w = torch.randn(n, k, generator=gen, device=dev, dtype=torch.bfloat16)
-        x_all = torch.randn(max(args.ms), k, generator=gen, device=dev, dtype=torch.bfloat16)
-        for impl in impls:
-            entry = {"impl": impl.name, "format": impl.format, "n": n, "k": k}
-            t0 = time.perf_counter()
-            try:
-                impl.setup(w)
-                timer.sync()
-                entry["setup_s"] = round(time.perf_counter() - t0, 2)
-                entry["first_call_ms"] = {}
-                for m in args.ms:
-                    t1 = time.perf_counter()
-                    impl.call(x_all[:m])()
-                    timer.sync()
-                    entry["first_call_ms"][str(m)] = round((time.perf_counter() - t1) * 1e3, 1)
-                log(f"  {impl.name} {impl.format} {n}x{k}: compiled, setup {entry['setup_s']} s")
-            except Exception as e:  # noqa: BLE001  (the timing child records the failure as data)
-                entry["error"] = _short(e)
-                log(f"  {impl.name} {impl.format} {n}x{k}: {entry['error']}")
-                _recover(timer)
-            impl.teardown()
-            warm.append(entry)
-        del w, x_all
-        torch.cuda.empty_cache()
-        on_shape(warm)
-    return warm
-
-
 def worker_main(args) -> int:
     """Child process: measure humming-jit only, write rows and skipped entries to --worker-out."""
     log = Log()
@@ -1623,19 +1512,17 @@ def worker_main(args) -> int:
 
         timer = Timer(args.flush_mib, args.flush)
 
-        impls = [HummingJit(f, "humming-kernels HummingLayer " + json.dumps(JIT_CONFIGS[f])) for f in args.jit_formats]
-        if args.worker_warm:
-
-            def on_warm(w):
-                _write_atomic(args.worker_out, {"warm": w})
-
-            warm_jit(impls, args, timer, log, deadline, on_warm)
-            return 0
-
         def on_shape(r, s):
             _write_atomic(args.worker_out, {"rows": r, "skipped": s})
 
-        rows, skipped = measure_impls(impls, args, timer, log, deadline, on_shape)
+        rows, skipped = measure_impls(
+            [HummingJit(f, "humming-kernels HummingLayer " + json.dumps(JIT_CONFIGS[f])) for f in args.jit_formats],
+            args,
+            timer,
+            log,
+            deadline,
+            on_shape,
+        )
     except Exception as e:  # noqa: BLE001
         log(f"humming-jit unavailable: {_short(e)}")
         skipped = [{"impl": "humming-jit", "format": f, "reason": _short(e)} for f in args.jit_formats]
@@ -1703,7 +1590,6 @@ def run(args, log: Log, repo_root: pathlib.Path | None = None, checkpoint=None) 
             "check_m": args.check_m,
             "seed": args.seed,
             "time_budget_s": args.time_budget_s,
-            "jit_warm_procs": args.jit_warm_procs,
         },
         "peers": {"humming-kernels": _jit_version()},
         "rows": [],
@@ -1719,14 +1605,7 @@ def run(args, log: Log, repo_root: pathlib.Path | None = None, checkpoint=None) 
     if "humming-jit" in args.impls:
         # First, while this process holds little GPU memory; it gets at most half the budget. It must
         # run before this process loads humming_aot._C only in the sense that it is a separate process.
-        jit_budget_s = min(args.jit_timeout_s, args.time_budget_s / 2)
-        # The compilation in parallel takes at most 60% of it; the timing child gets what is left (and
-        # compiles itself what the warm-up did not reach).
-        warm = run_jit_warm(args, log, 0.6 * jit_budget_s)
-        if warm is not None:
-            result["jit_warm"] = warm
-            jit_budget_s -= warm["wall_s"]
-        jit_rows, jit_skipped = run_jit_worker(args, log, jit_budget_s)
+        jit_rows, jit_skipped = run_jit_worker(args, log, min(args.jit_timeout_s, args.time_budget_s / 2))
         rows += jit_rows
         skipped += jit_skipped
     # Loads humming_aot._C (its build facts go into the JSON even when humming-aot is not run).

@@ -211,10 +211,28 @@ constexpr int64_t kPersistentMaxWaves = 8;
 // backend) spread a launch of fewer tiles than multiprocessors only while each tile has at least
 // kPersistentHeavySlotsPerTile of them: with more tiles, the partials of such tiles (64 fp32 sums a
 // thread) cost more than the idle multiprocessors. H200, u4g128 t128x128x128 at m = 256 (graph us,
-// spread / one block per tile): 3584 x 3584 (56 tiles) 32.1 / 25.5, 4096 x 4096 (64) 33.8 / 28.4,
-// 6144 x 4096 (96) 38.1 / 28.5, while 1536 x 7168 (24 tiles) took 32.8 spread and 42.4 plain.
+// spread / one block per tile, session 13): 3584 x 3584 (56 tiles) 32.1 / 25.5, 4096 x 4096 (64)
+// 33.8 / 28.4, 6144 x 4096 (96) 38.1 / 28.5, while 1536 x 7168 (24 tiles) took 32.8 spread and
+// 42.4 plain.
 constexpr int64_t kPersistentHeavyTileM = 128;
 constexpr int64_t kPersistentHeavySlotsPerTile = 4;
+// Except, where the caller asks (`spread_heavy`: the weight-only kernels, where it was measured),
+// for tiles of kPersistentHeavyTileM to 2 kPersistentHeavyTileM - 1 tokens (t128) in a launch of at
+// most half as many tiles as slots with at least kPersistentHeavySpreadMinK inputs, or at most
+// two thirds as many with at least kPersistentHeavySpreadWideMinK: there a third of the
+// multiprocessors or more would idle through a long K while the partials cost the same. H200,
+// session 26, u4g128 t128x128x128 (graph us after a read flush, spread / one block per tile): one
+// row of 64 tiles, 8192 x 28672 at m = 100 87.1 / 141.9 and 8192 x 8192 33.0 / 45.4; 40 tiles of
+// 5120 x 13824 35.8 / 71.1; 48 of 6144 x 4096 22.3 / 25.7; two rows at m = 256, 64 tiles of
+// 4096 x 14336 48.9 / 74.1 and of 4096 x 4096 23.0 / 25.9; 80 tiles gained over K = 13824 (5120 x
+// 13824 at m = 256, 61.7 / 72.6) and 8192 (10240 x 8192 at m = 100, 43.4 / 45.9) but lost over
+// 5120 (5120 x 5120 at m = 256, 31.8 / 30.8; 10240 x 5120 at m = 80 39.5 spread, 33.9 plain in
+// session 16's sweep); 96 to 128 tiles lost (6144 x 4096 30.6 / 26.4, 7168 x 5120 38.7 / 31.7,
+// 8192 x 8192 57.9 / 48.5 at m = 256). The kernel has changed since session 13's figures above:
+// 4096 x 4096 at m = 256 now gains. K below 4096 (3584 x 3584) was not measured again and keeps
+// one block per tile.
+constexpr int64_t kPersistentHeavySpreadMinK = 4096;
+constexpr int64_t kPersistentHeavySpreadWideMinK = 8192;
 // Tiles of kPersistentMidTileM to kPersistentHeavyTileM - 1 tokens (t32, t64) spread such a launch
 // only while each tile has at least kPersistentMidSlotsPerTile multiprocessors. H200, u4g128 bf16,
 // session 13 (graph us after a read flush, spread / one block per tile, 8 layers of 1536 to 7168
@@ -235,9 +253,10 @@ constexpr int64_t kPersistentMidMaxK = 8192;
 
 // `tiles`: output tiles of the launch; `k_tiles`: K tiles of one (`tile_k` inputs each); `sms`:
 // multiprocessors; `tile_m`: tokens per tile (0: not known, as for a decode tile); `m_tiles`: rows
-// of tiles along M (0: not known).
+// of tiles along M (0: not known); `spread_heavy`: the exception for t128 launches above (the
+// weight-only kernels; the 8-bit kernels' tiles and tile costs were tuned without it).
 inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_k, int sms, int64_t tile_m = 0,
-                                   int64_t m_tiles = 0) {
+                                   int64_t m_tiles = 0, bool spread_heavy = false) {
   StreamKPlan p;
   p.tiles = tiles;
   p.k_tiles = k_tiles;
@@ -252,7 +271,11 @@ inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_
       : tile_m >= kPersistentMidTileM && k_tiles * tile_k <= kPersistentMidMaxK && m_tiles >= 2
           ? kPersistentMidSlotsPerTile
           : 1;
-  const bool crowded = full == 0 && tiles * slots_per_tile > slots;
+  const int64_t depth = k_tiles * tile_k;
+  const bool heavy_spread = spread_heavy && tile_m >= kPersistentHeavyTileM && tile_m < 2 * kPersistentHeavyTileM &&
+                            ((2 * tiles <= slots && depth >= kPersistentHeavySpreadMinK) ||
+                             (3 * tiles <= 2 * slots && depth >= kPersistentHeavySpreadWideMinK));
+  const bool crowded = full == 0 && tiles * slots_per_tile > slots && !heavy_spread;
   const bool spread = stream_k_mode() != 0 && rem != 0 && full < kPersistentMaxWaves && k_tiles >= 2 &&
                       (stream_k_mode() == 2 || !crowded);
   if (!spread) {
