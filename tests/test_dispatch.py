@@ -633,10 +633,14 @@ def test_estimate_ranges_pick_the_lowest_estimate_and_keep_patterns_for_the_rest
     t128 = inst(f"sm90_wgmma_dense_{FMT90}_t128x128x128", "sm90", (128, 128, 128))
     sm80 = inst(f"sm80_mma_dense_{FMT90}_t64x128x64", "sm80", (64, 128, 64))
     g = F.parse_gemm_format(FMT90)
-    # m = 128 on 8192 x 8192: t64 has 128 tiles of one block each (8192 inputs per block), t128 64;
-    # equal costs per input: a tie, which goes to the first in name order (t128 sorts first).
-    pick, why = dispatch._pick(table, 0, [t128, t64, sm80], (g, 8192, 8192, 128, 132, 3))
+    # m = 128 on 12288 x 8192: t64 has 192 tiles (a wave and a spread tail: 8192 + 3840 inputs for
+    # the busiest block), t128 96 of one block each (8192); equal costs per input: t128.
+    pick, why = dispatch._pick(table, 0, [t64, t128, sm80], (g, 12288, 8192, 128, 132, 3))
     assert pick is t128 and "estimated" in why
+    # 8192 x 8192 at m = 128: t128's 64 tiles spread over K (scheduler/streamk.h, spread_heavy:
+    # 4096 inputs per block) where t64's 128 tiles take one block each (8192 inputs).
+    est = dict((i.tile[0], us) for us, i in dispatch._estimates(table, [t128, t64], (g, 8192, 8192, 128, 132, 3)))
+    assert est == {128: pytest.approx(4.096), 64: pytest.approx(8.192)}
     # 264 tiles of t64 (two waves) against 132 of t128 (one): the estimate takes t128.
     assert dispatch._pick(table, 0, [t64, t128], (g, 132 * 128, 8192, 128, 132, 3))[0] is t128
     # m = 64: t128 would pad, so only t64 is considered, whatever its estimate.
@@ -645,12 +649,12 @@ def test_estimate_ranges_pick_the_lowest_estimate_and_keep_patterns_for_the_rest
     assert dispatch._pick(table, 0, [sm80], (g, 8192, 8192, 128, 132, 3))[0] is sm80
     # A fit that extrapolates to a time that is not positive leaves its tile out (as registry.cpp's
     # estimated_choice does; a negative estimate once won there in Python only): t64's -1.8 us
-    # (-10 + 1 per thousand inputs, 8192 of them) loses to t128's 8.2.
+    # (-10 + 1 per thousand inputs, 8192 of them) loses to t128's 4.1.
     neg = dispatch._validate_table(
         dict(table, tile_costs={"64x128x128": [-10.0, 1.0, 0.0, 0.0], "128x128x128": [0.0, 1.0, 0.0, 0.0]}), "neg"
     )
     est = dispatch._estimates(neg, [t128, t64], (g, 8192, 8192, 128, 132, 3))
-    assert [i for _, i in est] == [t128] and est[0][0] == pytest.approx(8.192)
+    assert [i for _, i in est] == [t128] and est[0][0] == pytest.approx(4.096)
     assert dispatch._pick(neg, 0, [t64, t128], (g, 8192, 8192, 128, 132, 3))[0] is t128
     with pytest.raises(ValueError, match="tile_costs"):
         dispatch._validate_table({"ranges": [{"m_max": None, "estimate": True, "prefer": []}]}, "bad")

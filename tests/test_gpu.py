@@ -152,6 +152,18 @@ def test_block_scaled_rows_of_scales_a_tensor_map_takes(inst):
         assert_gemm_close(out, ref, a_deq.cpu(), w_deq, f"{inst.name} m={m} k={k}", **_operand(inst, fmt))
 
 
+def _assert_same_bits_again(first, a, p, fmt, s, inst, reruns: int):
+    """Reruns of the GEMM, and one on a second stream, give the bits of `first` (the stream-K
+    fix-up adds the partials in block order)."""
+    for _ in range(reruns):
+        assert torch.equal(ha.gemm(a, p, fmt, a_scales=s, instance=inst.name), first)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        other = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
+    torch.cuda.synchronize()
+    assert torch.equal(other, first)
+
+
 # K long enough for stream-K to spread few tiles over many blocks (each keeps at least 2048
 # inputs), not a multiple of any tile's K.
 SPLIT_K = 14336 + 128
@@ -174,13 +186,7 @@ def test_split_k_matches_reference_and_is_deterministic(inst):
         torch.cuda.synchronize()
         ref = a_deq.double().cpu() @ w_deq.double().T
         assert_gemm_close(first, ref, a_deq.cpu(), w_deq, f"{inst.name} m={m} split-K", **_operand(inst, fmt))
-        for _ in range(3):
-            assert torch.equal(ha.gemm(a, p, fmt, a_scales=s, instance=inst.name), first)
-        side = torch.cuda.Stream()
-        with torch.cuda.stream(side):
-            other = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
-        torch.cuda.synchronize()
-        assert torch.equal(other, first)
+        _assert_same_bits_again(first, a, p, fmt, s, inst, reruns=3)
 
 
 E4M3_INSTANCES = [i for i in FAST if i.code_type == "e4m3"]
@@ -358,13 +364,7 @@ def test_sm90_heavy_tiles_spread_over_k(inst):
         first = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
         ref = (a_deq.double() @ w_ref.T).cpu()
         assert_gemm_close(first, ref, a_deq.cpu(), w_deq, f"{inst.name} n={n} m={m}", **_operand(inst, fmt))
-        for _ in range(2):
-            assert torch.equal(ha.gemm(a, p, fmt, a_scales=s, instance=inst.name), first)
-        side = torch.cuda.Stream()
-        with torch.cuda.stream(side):
-            other = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
-        torch.cuda.synchronize()
-        assert torch.equal(other, first)
+        _assert_same_bits_again(first, a, p, fmt, s, inst, reruns=2)
 
 
 def test_dispatch_crosses_ranges_with_fast_instances():
