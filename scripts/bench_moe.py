@@ -17,9 +17,13 @@ every token's rows sorted by expert):
   _lone (one producer thread walks them; built by dev+experimental), of the same tile: the
   lowest built tile height that holds the rows per expert. For an A/B of the two walks in one build;
 - humming-jit: humming-kernels 0.1.20 (the JIT Humming library) HummingLayer with num_experts,
-  quantized from the bf16 experts (u4 g128, bench.JIT_CONFIGS["w4a16"]), its grouped-contiguous
-  GEMM on the same rows (expert_layout = the offsets); each new shape and row count compiles
-  first (about 13 s, outside the timing). Written in session 17 and not yet run.
+  quantized from bf16 experts (u4 g128, bench.JIT_CONFIGS["w4a16"]), its grouped-contiguous GEMM
+  (expert_layout = the offsets of the rows sorted by expert). It registers ops in the same
+  torch.ops.humming namespace as humming-aot, so it runs in a child process of this script
+  (--jit-worker) that never loads humming_aot._C, within --jit-budget-s; the child routes the same
+  seeded logits with torch.topk (the experts softmax top-k picks) and times the GEMMs the same way.
+  Each new shape and row count compiles first (about 11 s, outside the timing). Never run on a GPU
+  yet (session 26 moved it into the child; before, both libraries in one process could not load).
 Each point is the median CUDA-graph replay of the two GEMMs, after a read flush of 256 MiB
 (bench.Timer, as scripts/time_shapes.py --graph --flush read); the routing helpers (top-k, align,
 permute, combine: humming_aot.moe) are timed on their own the same way. For each point the bytes
@@ -31,14 +35,18 @@ touched_experts, weight_gbs}], "routing": [{model, tokens, us[, parts]}]} and th
 
 import argparse
 import json
+import os
+import pathlib
 import statistics
+import subprocess
+import sys
+import tempfile
+import time
 
 import torch
 import torch.nn.functional as Fn
 
-import humming_aot as ha
-from humming_aot import bench, moe
-from humming_aot import reference as R
+from humming_aot import bench  # no humming_aot._C: the humming-jit child imports this too
 
 # (experts, top_k, hidden H, intermediate F): gate-up is [2F, H], down [H, F] per expert.
 MODELS = {
@@ -60,6 +68,10 @@ ap.add_argument(
 ap.add_argument("--format", default="u4g128-sbf16")
 ap.add_argument("--routing-parts", action="store_true", help="also time top-k, align, permute and combine apart")
 ap.add_argument("--iters", type=int, default=10)
+ap.add_argument(
+    "--jit-budget-s", type=float, default=600.0, help="wall-clock limit of the humming-jit child process (default 600)"
+)
+ap.add_argument("--jit-worker", action="store_true", help=argparse.SUPPRESS)  # the child: OUT gets its points
 args = ap.parse_args()
 impls = args.impls.split(",")
 timer = bench.Timer(256, "read")
@@ -87,17 +99,6 @@ def median_graph_us(fn) -> float:
     return statistics.median(timer.graph(fn, args.iters))
 
 
-def quantized_stack(e: int, n: int, k: int) -> moe.StackedExperts:
-    """E experts of [n, k] in the format, packed for the sm90 kernels: one real quantization for
-    the scales, random codes for every expert."""
-    g = torch.Generator().manual_seed(n * 7 + k)
-    q = R.quantize_weight(torch.randn(n, k, generator=g) * 0.02, args.format)
-    w = ha.pack_weight(q, layout="sm90").to("cuda")
-    codes = torch.randint(-(2**31), 2**31 - 1, (e, *w.codes.shape), dtype=torch.int32, device="cuda")
-    rep = lambda t: None if t is None else t.unsqueeze(0).expand(e, *t.shape).contiguous()  # noqa: E731
-    return moe.StackedExperts(codes, rep(w.scales), rep(w.zeros), w)
-
-
 def jit_layer(w: torch.Tensor):
     """humming-kernels' MoE layer for experts w [E, N, K] (bf16), quantized by its own quantizer."""
     from humming.layer import HummingLayer
@@ -113,6 +114,115 @@ def jit_layer(w: torch.Tensor):
 
 def jit_bytes(layer) -> int:
     return sum(t.numel() * t.element_size() for name, t in layer.state_dict().items() if name != "locks")
+
+
+def jit_worker() -> None:
+    """The humming-jit child (--jit-worker): every model and token count of the arguments, the
+    rows routed by torch.topk of the parent's seeded logits, written to args.out after each model.
+    Imports humming-kernels but never humming_aot._C."""
+    deadline = time.perf_counter() + 0.9 * args.jit_budget_s
+    out = []
+
+    def write():
+        pathlib.Path(args.out).write_text(json.dumps(out))
+
+    for model in args.models.split(","):
+        e, top_k, h, f = MODELS[model]
+        w = tuple(torch.randn(e, n, k, device="cuda", dtype=torch.bfloat16) * 0.02 for n, k in ((2 * f, h), (h, f)))
+        try:
+            jit = tuple(jit_layer(x) for x in w)
+        except Exception as ex:  # the peer missing or refusing the shape: every point says so
+            jit = f"{type(ex).__name__}: {ex}"[:300]
+        del w
+        for tokens in [int(t) for t in args.tokens.split(",")]:
+            point = {"model": model, "tokens": tokens, "impl": "humming-jit"}
+            if isinstance(jit, str) or time.perf_counter() > deadline:
+                point["error"] = (
+                    jit
+                    if isinstance(jit, str)
+                    else f"the child's budget (--jit-budget-s {args.jit_budget_s:g}) ran out"
+                )
+                out.append(point)
+                continue
+            try:
+                gen = torch.Generator(device="cuda").manual_seed(tokens)
+                logits = torch.randn(tokens, e, device="cuda", generator=gen)
+                counts = torch.bincount(torch.topk(logits, top_k, dim=1).indices.flatten(), minlength=e)
+                layout = torch.cat([counts.new_zeros(1), counts.cumsum(0)]).long()
+                rows = torch.randn(tokens * top_k, h, device="cuda", dtype=torch.bfloat16)
+                act = torch.randn(tokens * top_k, f, device="cuda", dtype=torch.bfloat16)
+                grouped = {"gemm_type": "grouped_contiguous"}
+                parts = [
+                    lambda: jit[0](rows, expert_layout=layout, compute_config=grouped),
+                    lambda: jit[1](act, expert_layout=layout, compute_config=grouped),
+                ]
+                for part in parts:  # its first call of a row count compiles: outside the timing
+                    part()
+                torch.cuda.synchronize()
+                us_parts = [median_graph_us(p) for p in parts]
+                us = median_graph_us(lambda: [p() for p in parts])
+                touched = int((counts > 0).sum())
+                wbytes = touched * sum(jit_bytes(j) / e for j in jit)
+                point.update(us=us, us_gate_up=us_parts[0], us_down=us_parts[1], touched_experts=touched)
+                point["weight_gbs"] = wbytes / us / 1e3
+            except Exception as ex:  # a point the peer cannot run: recorded, the run goes on
+                point["error"] = f"{type(ex).__name__}: {ex}"[:300]
+            out.append(point)
+            print(
+                f"{model} T={tokens} humming-jit: " + (f"{point['us']:.1f} us" if "us" in point else point["error"]),
+                flush=True,
+            )
+            write()
+        jit = None  # the layers' memory goes before the next model's
+        torch.cuda.empty_cache()
+    write()
+
+
+def jit_points() -> tuple[dict, str]:
+    """humming-jit's points by (model, tokens), measured by a child process of this script (see
+    the module doc); a child that fails or runs out of time leaves its reason on the points it
+    did not reach."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = pathlib.Path(tmp) / "jit.json"
+        cmd = [sys.executable, __file__, str(out), "--jit-worker", "--models", args.models, "--tokens", args.tokens]
+        cmd += ["--iters", str(args.iters), "--jit-budget-s", str(args.jit_budget_s)]
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
+        try:
+            text, _ = proc.communicate(timeout=args.jit_budget_s)
+            status = f"exit status {proc.returncode}"
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)  # its compilers too
+            text, _ = proc.communicate()
+            status = f"killed after {args.jit_budget_s:g} s"
+        for line in (text or "").splitlines():
+            print("  [jit] " + line, flush=True)
+        got = {(p["model"], p["tokens"]): p for p in json.loads(out.read_text())} if out.is_file() else {}
+    tail = " | ".join((text or "").strip().splitlines()[-2:])[-300:]
+    return got, f"the humming-jit child ended ({status}) before this point. Last output: {tail}"
+
+
+if args.jit_worker:
+    jit_worker()
+    sys.exit(0)
+
+import humming_aot as ha  # noqa: E402  (after the child's exit: it must not load humming_aot._C)
+from humming_aot import moe  # noqa: E402
+from humming_aot import reference as R  # noqa: E402
+
+jit_measured, jit_missing = jit_points() if "humming-jit" in impls else ({}, "")
+
+
+def quantized_stack(e: int, n: int, k: int) -> moe.StackedExperts:
+    """E experts of [n, k] in the format, packed for the sm90 kernels: one real quantization for
+    the scales, random codes for every expert."""
+    g = torch.Generator().manual_seed(n * 7 + k)
+    q = R.quantize_weight(torch.randn(n, k, generator=g) * 0.02, args.format)
+    w = ha.pack_weight(q, layout="sm90").to("cuda")
+    codes = torch.randint(-(2**31), 2**31 - 1, (e, *w.codes.shape), dtype=torch.int32, device="cuda")
+    rep = lambda t: None if t is None else t.unsqueeze(0).expand(e, *t.shape).contiguous()  # noqa: E731
+    return moe.StackedExperts(codes, rep(w.scales), rep(w.zeros), w)
 
 
 def table(points: list, routing: list) -> str:
@@ -155,16 +265,10 @@ for model in args.models.split(","):
     stacks = bf16 = None
     if any(i.startswith("humming-aot") for i in impls):
         stacks = (quantized_stack(e, 2 * f, h), quantized_stack(e, h, f))
-    if {"torch-grouped-bf16", "cublas-loop", "humming-jit"} & set(impls):
+    if {"torch-grouped-bf16", "cublas-loop"} & set(impls):
         # [E, N, K] per GEMM; _grouped_mm takes the transposed view [E, K, N].
         bf16 = tuple(torch.randn(e, n, k, device="cuda", dtype=torch.bfloat16) * 0.02 for n, k in ((2 * f, h), (h, f)))
     code_bytes = [None if stacks is None else s.codes[0].numel() * 4 + s.scales[0].numel() * 2 for s in stacks or ()]
-    jit = None
-    if "humming-jit" in impls:
-        try:
-            jit = tuple(jit_layer(w) for w in bf16)
-        except Exception as ex:  # the peer missing or refusing the shape: every point says so
-            jit = f"{type(ex).__name__}: {ex}"[:300]
     for tokens in [int(t) for t in args.tokens.split(",")]:
         gen = torch.Generator(device="cuda").manual_seed(tokens)
         logits = torch.randn(tokens, e, device="cuda", generator=gen)
@@ -195,6 +299,14 @@ for model in args.models.split(","):
         routing.append(entry)
         per_expert = max(1, rows.shape[0] // e)
         for impl in impls:
+            if impl == "humming-jit":  # measured by the child process (jit_points)
+                jp = jit_measured.get((model, tokens), {"model": model, "tokens": tokens, "impl": impl})
+                jp = jp if "us" in jp or "error" in jp else dict(jp, error=jit_missing)
+                points.append(jp)
+                print(
+                    f"{model} T={tokens} {impl}: " + (f"{jp['us']:.1f} us" if "us" in jp else jp["error"]), flush=True
+                )
+                continue
             try:
                 if impl in ("humming-aot", "humming-aot-warp", "humming-aot-lone"):
                     gu, dn = stacks
@@ -217,16 +329,6 @@ for model in args.models.split(","):
                         lambda: torch._grouped_mm(act, w2t, offs=ends),
                     ]
                     wbytes = touched * sum(w[0].numel() * 2 for w in bf16)
-                elif impl == "humming-jit":
-                    if isinstance(jit, str):
-                        raise RuntimeError(jit)
-                    layout = al.offsets.long()
-                    grouped = {"gemm_type": "grouped_contiguous"}
-                    parts = [
-                        lambda: jit[0](rows, expert_layout=layout, compute_config=grouped),
-                        lambda: jit[1](act, expert_layout=layout, compute_config=grouped),
-                    ]
-                    wbytes = touched * sum(jit_bytes(j) / e for j in jit)
                 else:
                     off = al.offsets.tolist()
                     live = [i for i in range(e) if counts[i] > 0]
@@ -261,6 +363,6 @@ for model in args.models.split(","):
                     flush=True,
                 )
     save()
-    del stacks, bf16, jit
+    del stacks, bf16
     torch.cuda.empty_cache()
 save()
