@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import pathlib
+import signal
 import statistics
 import subprocess
 import sys
@@ -193,7 +194,10 @@ def jit_points() -> tuple[dict, str]:
             text, _ = proc.communicate(timeout=args.jit_budget_s)
             status = f"exit status {proc.returncode}"
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)  # its compilers too
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # its compilers too
+            except ProcessLookupError:
+                pass
             text, _ = proc.communicate()
             status = f"killed after {args.jit_budget_s:g} s"
         for line in (text or "").splitlines():

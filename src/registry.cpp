@@ -283,7 +283,8 @@ bool persistent_launch_facts(const InstanceInfo &info, const GemmArgs &args, int
     return false;
   // The plan kernel/sm90_dense.cuh and sm90_a8_dense.cuh launch (Kernel::plan): persistent,
   // stream-K for the tail, over whole K tiles (the weight-only kernels' padded K is a multiple of
-  // theirs; the 8-bit ones round up).
+  // theirs; the 8-bit ones round up); the weight-only ones (16-bit activations) spread t128 as
+  // plan_persistent's spread_heavy says.
   const int64_t m_tiles = (args.m + info.tile_m - 1) / info.tile_m;
   const int64_t n_tiles = (args.dims.n_pad + info.tile_n - 1) / info.tile_n;
   const int64_t k_tiles = (args.dims.k_pad + info.tile_k - 1) / info.tile_k;

@@ -71,6 +71,19 @@ __device__ __forceinline__ void token_row_factors(const GemmArgs &a, int64_t m, 
     for (int h = 0; h < 2; ++h) ts[h] = m + 8 * h < a.m ? global * a.a_scales[(m + 8 * h) * a.a_scale_cols] : 0.0f;
 }
 
+// Factors of the rows of a thread whose sums hold channels n and n + 8 (the WGMMA fragment with the
+// channels on M): the global scale (1 without one) times, with PerChannel, each channel's scale from
+// `scales` (ScaleId: their DType id; 0 past n_pad); without, the sums carry the weight's scales
+// already (K groups or blocks) and only the global scale is left.
+template <uint32_t ScaleId, bool PerChannel>
+__device__ __forceinline__ void channel_row_factors(const GemmArgs &a, const void *scales, int64_t n, float (&f)[2]) {
+  const float global = a.global_scale != nullptr ? *a.global_scale : 1.0f;
+  f[0] = f[1] = global;
+  if constexpr (PerChannel)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) f[h] = n + 8 * h < a.dims.n_pad ? global * load_out<ScaleId>(scales, n + 8 * h) : 0.0f;
+}
+
 // The weight's per-channel scales of channels c and c + 1 (ScaleId: their DType id; 0 past n_pad),
 // or 1 where ScaleId is 0 (no per-channel scales).
 template <uint32_t ScaleId>

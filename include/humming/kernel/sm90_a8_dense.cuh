@@ -357,30 +357,19 @@ struct DenseA8 {
   // step `step`, backend/sm90/operand_convert.h); unused with 8-bit codes.
   using Frags = uint32_t[kSteps][4];
 
-  // The fragments of warpgroup rows row0.. of a stage's box of 4-bit codes, each word of eight
-  // codes converted by `convert`: read in the layout's order (backend/sm90/operand_convert.h).
-  template <typename Convert>
-  static __device__ __forceinline__ void read_fragments(const char *codes, int row0, int t, const Convert &convert,
-                                                        Frags &af) {
-    if constexpr (Layout == kLayoutSm90A8)
-      chunk_fragments(codes, row0, t, convert, af);
-    else
-      nibble_fragments(codes, row0, t, convert, af);
-  }
-
   // Waits for stage `pos` (kStaged: for its converted box); with fragments in registers, reads
   // this thread's fragments of warpgroup cw's 64 rows out of it.
   static __device__ __forceinline__ void fetch(const char *ring_ptr, uint32_t bars, RingPos pos, int cw, int t,
                                                Frags &af) {
     mbar_wait(ring_bar<Stages>(bars, kStaged ? 2 : 0, pos.stage), pos.phase);
     if constexpr (kShiftedE2m1) {
-      read_fragments(
+      layout_fragments<Layout>(
           ring_ptr + pos.stage * kStageBytes, cw * 64, t,
           [](uint32_t w, uint32_t &lo, uint32_t &hi) { numeric::e2m1_to_shifted_e4m3(w, lo, hi); }, af);
     } else if constexpr (kRegFrags) {
       // Operand bytes of the codes (numeric/nibble_lut.h), as immediates.
       constexpr numeric::NibbleTable table = numeric::nibble_table(kCode, kInt);
-      read_fragments(
+      layout_fragments<Layout>(
           ring_ptr + pos.stage * kStageBytes, cw * 64, t,
           [&](uint32_t w, uint32_t &lo, uint32_t &hi) { numeric::nibbles_to_bytes(w, table, lo, hi); }, af);
     }
@@ -474,7 +463,8 @@ struct DenseA8 {
         return;
       }
       float f[2];
-      channel_factors(a, n0 + col, f);
+      // The stores multiply each token's scale in (with blocks, the sums carry those too).
+      epilogue::channel_row_factors<ScaleId, GroupK == 0>(a, a.scales, n0 + col, f);
       if constexpr (kStagedStore)
         epilogue::stage_wgmma_sums<OutId, kAcc, !kBlocks>(a, p.staged != 0, &p.out, ring + kRingBytes + cw * kBoxBytes,
                                                           2 + cw, m0, n0 + cw * 64, t, acc, f);
@@ -482,18 +472,6 @@ struct DenseA8 {
         epilogue::store_wgmma_sums<OutId, kAcc, !kBlocks>(a, m0, n0 + col, lane, acc, f);
     });
     if (kStagedStore && p.staged) epilogue::finish_staged_stores(t);
-  }
-
-  // The factors of the sums of channels n and n + 8 in the stores: the weight's per-channel and
-  // global scales (with blocks or groups, the sums carry the weight's scales already: the global
-  // scale only). The stores multiply each token's scale in (with blocks, the sums carry those too).
-  static __device__ __forceinline__ void channel_factors(const GemmArgs &a, int64_t n, float (&f)[2]) {
-    const float global = a.global_scale != nullptr ? *a.global_scale : 1.0f;
-    f[0] = f[1] = global;
-    if constexpr (GroupK == 0)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        f[h] = n + 8 * h < a.dims.n_pad ? global * epilogue::load_out<ScaleId>(a.scales, n + 8 * h) : 0.0f;
   }
 
   static __device__ __forceinline__ void run(const Params &p, char *smem) {

@@ -330,8 +330,11 @@ struct Dense {
                                                             r.acc, flag, [] { consumer_sync<kConsumerThreads>(); });
         if (!last) return;
       }
+      // The per-channel (the expert's) and global scales of the rows' fp32 sums (16-bit scales of
+      // the activations' type; with K groups the sums carry the group scales already).
       float f[2];
-      channel_factors(a, n0 + col, expert, f);
+      epilogue::channel_row_factors<ActId, GroupK == 0>(
+          a, static_cast<const char *>(a.scales) + expert * a.expert_scales_stride, n0 + col, f);
       if constexpr (kStagedStore)
         epilogue::stage_wgmma_sums<ActId, kAcc, false>(a, p.staged != 0, &p.out, ring + kRingBytes + cw * kBoxBytes,
                                                        2 + cw, m0, n0 + cw * 64, t, r.acc, f);
@@ -339,21 +342,6 @@ struct Dense {
         epilogue::store_wgmma_sums<ActId, kAcc, false>(a, m0, n0 + col, lane, r.acc, f, m_end);
     });
     if (kStagedStore && p.staged) epilogue::finish_staged_stores(t);
-  }
-
-  // The factors of the fp32 sums of channels n and n + 8 in the stores (rows below m_end;
-  // epilogue/wgmma_store.h, or the boxes of epilogue/staged_store.h): the per-channel and global
-  // scales.
-  static __device__ __forceinline__ void channel_factors(const GemmArgs &a, int64_t n, int expert, float (&f)[2]) {
-    using Op = numeric::Operand<kBf16>;
-    const float global = a.global_scale != nullptr ? *a.global_scale : 1.0f;
-    f[0] = f[1] = global;
-    if constexpr (GroupK == 0) {
-      const auto *scales =
-          reinterpret_cast<const uint16_t *>(static_cast<const char *>(a.scales) + expert * a.expert_scales_stride);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) f[h] *= n + 8 * h < a.dims.n_pad ? Op::to_float(scales[n + 8 * h]) : 0.0f;
-    }
   }
 
   static __device__ __forceinline__ void run(const Params &p, char *smem) {

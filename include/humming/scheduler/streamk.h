@@ -266,12 +266,11 @@ inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_
   const int64_t min_units = (persistent_min_slice_k() + tile_k - 1) / tile_k;
   const int64_t min_tail_units = (persistent_min_tail_k() + tile_k - 1) / tile_k;
   const int64_t full = tiles / slots, rem = tiles % slots;
-  const int64_t slots_per_tile =
-      tile_m >= kPersistentHeavyTileM ? kPersistentHeavySlotsPerTile
-      : tile_m >= kPersistentMidTileM && k_tiles * tile_k <= kPersistentMidMaxK && m_tiles >= 2
-          ? kPersistentMidSlotsPerTile
-          : 1;
   const int64_t depth = k_tiles * tile_k;
+  const int64_t slots_per_tile = tile_m >= kPersistentHeavyTileM ? kPersistentHeavySlotsPerTile
+                                 : tile_m >= kPersistentMidTileM && depth <= kPersistentMidMaxK && m_tiles >= 2
+                                     ? kPersistentMidSlotsPerTile
+                                     : 1;
   const bool heavy_spread = spread_heavy && tile_m >= kPersistentHeavyTileM && tile_m < 2 * kPersistentHeavyTileM &&
                             ((2 * tiles <= slots && depth >= kPersistentHeavySpreadMinK) ||
                              (3 * tiles <= 2 * slots && depth >= kPersistentHeavySpreadWideMinK));

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "humming/format/dtype.h"
+#include "humming/humming.h"
 #include "humming/numeric/nibble_lut.h"
 
 namespace humming {
@@ -71,6 +72,16 @@ HUMMING_HD void chunk_fragments(const char *codes, int row0, int t, const Conver
 #pragma unroll
     for (int s = 0; s < 4; ++s) convert(unit.w[s], af[s][h], af[s][2 + h]);
   }
+}
+
+// The fragments of a stage's box of 4-bit codes in the weight's layout (Layout: kLayoutSm90A8 reads
+// chunk_fragments, the generic layout nibble_fragments).
+template <int Layout, typename Convert>
+HUMMING_HD void layout_fragments(const char *codes, int row0, int t, const Convert &convert, uint32_t (&af)[4][4]) {
+  if constexpr (Layout == kLayoutSm90A8)
+    chunk_fragments(codes, row0, t, convert, af);
+  else
+    nibble_fragments(codes, row0, t, convert, af);
 }
 
 } // namespace sm90
