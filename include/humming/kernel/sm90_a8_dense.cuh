@@ -279,6 +279,8 @@ struct DenseA8 {
     CUtensorMap weight; // codes [n_pad][k_pad] bytes, boxes of BN rows x 128 (4-bit: k_pad / 2, x 64, 64-byte swizzle)
     CUtensorMap out; // kStagedStore: the output [m][n], boxes of BM (kTokensM: 64) rows x 64 channels (when `staged`)
     int staged;      // kStagedStore: 1 where the boxes go out by TMA through `out`, 0 where the threads copy them
+    CUtensorMap act_tail;  // where tail_rows: the activations in boxes of tail_rows rows (a8_stage_loads.h)
+    int tail_rows;         // rows of the last row of tiles' activation boxes (rounded up to 8), 0: whole boxes
     const float *scales_t; // Loads::kScalesT: the activation scales transposed, [K tile][m_pad]
     int64_t m_pad;         // (zeros past m and past the scales' columns)
     GemmArgs args;
@@ -324,12 +326,13 @@ struct DenseA8 {
     for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
       const TileCoord c = coord(p, tile);
       const int m0 = static_cast<int>(c.row * BM), n0 = static_cast<int>(c.col * BN);
+      const int rows = Loads::box_rows(p, m0);
       for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
         const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
                        empty = ring_bar<Stages>(bars, 1, pos.stage);
         mbar_wait(empty, pos.phase ^ 1u);
-        mbar_arrive_expect_tx(full, Loads::kTxBytes);
-        Loads::boxes(p, stage, full, kt, m0, n0);
+        mbar_arrive_expect_tx(full, Loads::tx_bytes(rows));
+        Loads::boxes(p, stage, full, kt, m0, n0, rows);
       }
     });
   }
@@ -480,6 +483,7 @@ struct DenseA8 {
         smem,
         [&] {
           prefetch_tensor_map(&p.act);
+          if (p.tail_rows != 0) prefetch_tensor_map(&p.act_tail);
           prefetch_tensor_map(&p.weight);
           if (kStagedStore && p.staged) prefetch_tensor_map(&p.out);
         },
@@ -564,6 +568,11 @@ template <HUMMING_SM90_A8_TARGS> Status launch_a8(const GemmArgs &args, void *st
   typename K::Params p = base_params<K>(args);
   Status st = cached_rows_map(&p.act, args.a, MapElem::kByte, args.m, args.dims.k, args.lda, BM);
   if (!st) return st;
+  p.tail_rows = tail_box_rows(args.m, BM);
+  if (p.tail_rows != 0) {
+    st = cached_rows_map(&p.act_tail, args.a, MapElem::kByte, args.m, args.dims.k, args.lda, p.tail_rows);
+    if (!st) return st;
+  }
   const int64_t row_bytes = args.dims.k_pad * static_cast<int64_t>(K::kCode.bits) / 8;
   st = cached_weight_map(&p.weight, args.codes, MapElem::kByte, args.dims.n_pad, row_bytes, row_bytes, K::BN,
                          K::kFour ? 64 : 128);

@@ -131,9 +131,11 @@ struct Dense {
   static_assert(kSmemTotal <= 227 * 1024, "the ring fits a block's shared memory");
 
   struct Params {
-    CUtensorMap act; // activations [m][k], boxes of BM rows x 64 inputs (64-byte aligned by its type)
-    CUtensorMap out; // kStagedStore: the output [m][n], boxes of BM rows x 64 channels (when `staged`)
-    int staged;      // kStagedStore: 1 where the boxes go out by TMA through `out`, 0 where the threads copy them
+    CUtensorMap act;      // activations [m][k], boxes of BM rows x 64 inputs (64-byte aligned by its type)
+    CUtensorMap out;      // kStagedStore: the output [m][n], boxes of BM rows x 64 channels (when `staged`)
+    int staged;           // kStagedStore: 1 where the boxes go out by TMA through `out`, 0 where the threads copy them
+    CUtensorMap act_tail; // where tail_rows: the activations in boxes of tail_rows rows (stage_loads.h)
+    int tail_rows;        // rows of the last row of tiles' boxes (rounded up to 8), 0: whole boxes
     GemmArgs args;
     StreamKPlan plan;
     int64_t n_tiles;
@@ -193,14 +195,14 @@ struct Dense {
     RingPos pos;
     for_each_work<kLoneWalk>(p, [&](int64_t m0, int64_t, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t) {
       if (kProducers == 1 || t == 0) {
-        const int cols = Loads::columns(p.args, n0);
-        const uint32_t bytes = Loads::bytes(cols);
+        const int cols = Loads::columns(p.args, n0), rows = Loads::box_rows(p, m0);
+        const uint32_t bytes = Loads::bytes(cols, rows);
         for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
           const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
                          empty = ring_bar<Stages>(bars, 1, pos.stage);
           mbar_wait(empty, pos.phase ^ 1u);
           mbar_arrive_expect_tx(full, bytes);
-          Loads::issue(p, stage, full, kt, m0, n0, cols, expert);
+          Loads::issue(p, stage, full, kt, m0, n0, cols, rows, expert);
         }
       }
       if constexpr (kProducers > 1) __syncwarp();
@@ -350,6 +352,7 @@ struct Dense {
         smem,
         [&] {
           prefetch_tensor_map(&p.act);
+          if (p.tail_rows != 0) prefetch_tensor_map(&p.act_tail);
           if (kStagedStore && p.staged) prefetch_tensor_map(&p.out);
         },
         [&](int t, uint32_t ring, char *, uint32_t bars) {
@@ -416,9 +419,16 @@ template <HUMMING_SM90_TARGS> Status launch(const GemmArgs &args, void *stream) 
   p.n_blocks = args.dims.n_pad / layout_sm90::kBlockN;
   p.experts = ExpertRows{};
   if constexpr (K::Grouped) p.experts = expert_rows(args);
-  Status st =
-      cached_rows_map(&p.act, args.a, K::kBf16 ? MapElem::kBf16 : MapElem::kF16, args.m, args.dims.k, args.lda, BM);
+  const MapElem elem = K::kBf16 ? MapElem::kBf16 : MapElem::kF16;
+  Status st = cached_rows_map(&p.act, args.a, elem, args.m, args.dims.k, args.lda, BM);
   if (!st) return st;
+  // The grouped kernels' tiles end at their expert's last row, mostly inside the activations:
+  // their boxes stay whole.
+  p.tail_rows = K::Grouped ? 0 : tail_box_rows(args.m, BM);
+  if (p.tail_rows != 0) {
+    st = cached_rows_map(&p.act_tail, args.a, elem, args.m, args.dims.k, args.lda, p.tail_rows);
+    if (!st) return st;
+  }
   p.staged = 0;
   if constexpr (K::kStagedStore) {
     st = epilogue::prepare_staged_store<BM>(&p, args, K::kBf16 ? MapElem::kBf16 : MapElem::kF16);

@@ -1,8 +1,10 @@
 // What the producer warpgroup of the sm90 8-bit activation kernel (kernel/sm90_a8_dense.cuh)
 // copies into one ring stage: the weights' box and the activations' box through their tensor
 // maps (boxes past the matrices land as zeros and count their full size on the stage's "full"
-// mbarrier), and, where the kernel has scales per 128 inputs, the stage's scales by cp.async from
-// one warp (zeros past the matrices), then counted as one arrival per lane on the same barrier.
+// mbarrier; the last row of tiles' activations, where BM does not divide m, in a box of only its
+// rows, Params::act_tail, as backend/sm90/stage_loads.h says why), and, where the kernel has scales per 128 inputs, the
+// stage's scales by cp.async from one warp (zeros past the matrices), then counted as one arrival per lane on the same
+// barrier.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -49,7 +51,7 @@ inline Status transpose_act_scales(const float *src, int64_t m, int64_t cols, in
 //    (kCode), its stage layout (kWBytes of weights, then kABytes of activations, then the scales)
 //    and its scales (kBlocks: BM activation scales and the kWeightBlocks 128 x 128 weight blocks'
 //    fp32 scales; otherwise a row of BN channel scales of kScaleBytes each per 128 inputs), and
-//    its Params (tensor maps `weight` and `act`, `args`).
+//    its Params (tensor maps `weight`, `act` and, where `tail_rows`, `act_tail`; `args`).
 template <class K> struct A8StageLoads {
   using Params = typename K::Params;
   static constexpr int BM = K::kTileM, BN = K::BN, BK = K::BK;
@@ -62,15 +64,24 @@ template <class K> struct A8StageLoads {
   // Smaller tiles keep the scale warp's copies: there the transposition's launch would cost more
   // than the copies it saves.
   static constexpr bool kScalesT = kBlocks && BM >= 64;
-  // The bytes the producer's copies bring into a stage (the transactions of its full barrier).
-  static constexpr int kTxBytes = kWBytes + kABytes + (kScalesT ? BM * 4 : 0);
+  // Rows of the activation box of the tile at m0: BM, or the tail box's where the tile's rows end
+  // before BM and the launch has one.
+  static __device__ __forceinline__ int box_rows(const Params &p, int64_t m0) {
+    return p.tail_rows != 0 && p.args.m - m0 < BM ? p.tail_rows : BM;
+  }
+
+  // The bytes the producer's copies bring into a stage (the transactions of its full barrier),
+  // with an activation box of `rows` rows (box_rows; kABytes is BM rows of 128 bytes).
+  static __device__ __forceinline__ uint32_t tx_bytes(int rows) {
+    return kWBytes + rows * 128 + (kScalesT ? BM * 4 : 0);
+  }
 
   // The boxes of K tile kt of the tile at (m0, n0) into the stage at shared address `stage`
-  // (with kScalesT, and its activation scales after them).
+  // (with kScalesT, and its activation scales after them); `rows`: box_rows.
   static __device__ __forceinline__ void boxes(const Params &p, uint32_t stage, uint32_t full, int64_t kt, int m0,
-                                               int n0) {
+                                               int n0, int rows) {
     tensor_copy_2d(stage, &p.weight, static_cast<int>(kt * BK * kCodeBits / 8), n0, full);
-    tensor_copy_2d(stage + kWBytes, &p.act, static_cast<int>(kt * BK), m0, full);
+    tensor_copy_2d(stage + kWBytes, rows == BM ? &p.act : &p.act_tail, static_cast<int>(kt * BK), m0, full);
     if constexpr (kScalesT) bulk_copy(stage + kWBytes + kABytes, p.scales_t + kt * p.m_pad + m0, BM * 4, full);
   }
 

@@ -202,6 +202,19 @@ inline bool programmatic_launch() {
   return on;
 }
 
+// The rows of the activations' tail box of a dense launch of m rows in tiles of BM (why:
+// backend/sm90/stage_loads.h): the last row of tiles' rows rounded up to 8, which keeps the stage's
+// 128-byte swizzle whole (it repeats every 8 rows); 0 where that is BM or more, or where
+// HUMMING_TAIL_BOXES=0 (read once) asks for whole boxes everywhere, for A/B measurements.
+inline int tail_box_rows(int64_t m, int bm) {
+  static const bool on = [] {
+    const char *v = std::getenv("HUMMING_TAIL_BOXES");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  const int64_t left = m % bm, rows = (left + 7) / 8 * 8;
+  return !on || left == 0 || rows >= bm ? 0 : static_cast<int>(rows);
+}
+
 // Host side of a launch of K with parameters `p` (p.plan made): the workspace its plan needs, the
 // shared-memory limit raised once per process, p.plan.blocks blocks on `stream`. `what` names the
 // kernels in messages.

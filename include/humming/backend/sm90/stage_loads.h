@@ -3,6 +3,15 @@
 // the tensor map (rows past m and inputs past k land as zeros), the weight's layout-3 blocks of
 // the stage (contiguous per 64-input block: one bulk copy each), and the stage's scale and
 // zero-point rows. The stage layout is the one backend/sm90/stage_fragments.h reads.
+//
+// A tile whose rows end before BM (the last row of tiles, where BM does not divide m) loads its
+// activations in one box per 64 inputs of only its rows, rounded up to 8 (Params::tail_rows),
+// through a second map (Params::act_tail): a BM-row box mostly past m cost the copy engine more
+// than a whole one in bounds (H200, u4g128 t128x128x128 forced, graph us: 12288 x 4096 at m = 144,
+// 16 rows past 128, 64.0, at m = 240 46.2; 8192 x 8192 70.8 and 47.5), and boxes of 8 rows, as
+// many as the rows need, cost more again from 32 rows (at m = 240, 78.2 and 90.8). The stage's
+// rows past the tail box keep what an earlier stage left there; they meet only the sums of tokens
+// past m, which nothing stores.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +25,8 @@ namespace sm90 {
 // K: the kernel (sm90::Dense): its tile (kTileM tokens, BN channels of kConsumers 64-channel
 //    columns, BK inputs in kKAtoms 64-input blocks), its stage layout (kAtomBytes per activation
 //    box, kABytes, kBlockBytes per weight block, kWBytes, kSBytes), its groups (kGroupK,
-//    kScaleRows, kIntZero) and its Params (the activations' tensor map `act`, `args`, n_blocks).
+//    kScaleRows, kIntZero) and its Params (the activations' tensor maps `act` and, where
+//    `tail_rows`, `act_tail`; `args`, n_blocks).
 template <class K> struct StageLoads {
   using Params = typename K::Params;
   static constexpr int BM = K::kTileM, BN = K::BN, BK = K::BK, KAtoms = K::kKAtoms, Consumers = K::kConsumers;
@@ -32,22 +42,31 @@ template <class K> struct StageLoads {
     return static_cast<int>(left < Consumers ? left : Consumers);
   }
 
-  // Bytes that arrive on the stage's barrier for a tile of `cols` channel blocks.
-  static __device__ __forceinline__ uint32_t bytes(int cols) {
-    return kABytes + KAtoms * cols * kBlockBytes + kScaleRows * cols * 64 * (2 + (kIntZero ? 1 : 0));
+  // Rows of the activation boxes of the tile at m0: BM, or the tail box's where the tile's rows
+  // end before BM and the launch has one.
+  static __device__ __forceinline__ int box_rows(const Params &p, int64_t m0) {
+    return p.tail_rows != 0 && p.args.m - m0 < BM ? p.tail_rows : BM;
+  }
+
+  // Bytes that arrive on the stage's barrier for a tile of `cols` channel blocks whose activation
+  // boxes hold `rows` rows (box_rows).
+  static __device__ __forceinline__ uint32_t bytes(int cols, int rows) {
+    return KAtoms * rows * 128 + KAtoms * cols * kBlockBytes + kScaleRows * cols * 64 * (2 + (kIntZero ? 1 : 0));
   }
 
   // The copies of K tile kt of the tile at (m0, n0) into the stage at shared address `stage`, from
-  // the weight of `expert` (0 but in grouped GEMMs: GemmArgs::expert_*_stride).
+  // the weight of `expert` (0 but in grouped GEMMs: GemmArgs::expert_*_stride); `rows`: box_rows.
   static __device__ __forceinline__ void issue(const Params &p, uint32_t stage, uint32_t full, int64_t kt, int64_t m0,
-                                               int64_t n0, int cols, int expert) {
+                                               int64_t n0, int cols, int rows, int expert) {
     const GemmArgs &a = p.args;
     const char *codes = reinterpret_cast<const char *>(a.codes) + expert * a.expert_codes_stride;
     const char *scales = static_cast<const char *>(a.scales) + expert * a.expert_scales_stride;
     const char *zeros = static_cast<const char *>(a.zeros) + expert * a.expert_zeros_stride;
 #pragma unroll
-    for (int at = 0; at < KAtoms; ++at)
-      tensor_copy_2d(stage + at * kAtomBytes, &p.act, static_cast<int>(kt * BK + at * 64), static_cast<int>(m0), full);
+    for (int at = 0; at < KAtoms; ++at) {
+      const int k0 = static_cast<int>(kt * BK + at * 64);
+      tensor_copy_2d(stage + at * kAtomBytes, rows == BM ? &p.act : &p.act_tail, k0, static_cast<int>(m0), full);
+    }
 #pragma unroll
     for (int at = 0; at < KAtoms; ++at) {
       const int64_t kb = kt * KAtoms + at;
