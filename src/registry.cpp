@@ -276,7 +276,7 @@ const TileCost *dispatch_cost_at(size_t i) {
 }
 
 bool persistent_launch_facts(const InstanceInfo &info, const GemmArgs &args, int sms, int64_t *inputs,
-                             int64_t *segments, bool *stream_k) {
+                             int64_t *segments, bool *stream_k, int64_t *partials) {
   const int act_bits = static_cast<int>(DType::from_id(info.act_type).bits);
   if (std::strcmp(info.backend, "sm90") != 0 || std::strcmp(info.scheduler, "dense") != 0 ||
       (act_bits != 16 && act_bits != 8))
@@ -302,6 +302,13 @@ bool persistent_launch_facts(const InstanceInfo &info, const GemmArgs &args, int
   *inputs = most * info.tile_k;
   *segments = segs;
   *stream_k = p.sk_tiles > 0;
+  if (partials != nullptr) {
+    // A stream-K tile's contributors: the owners of its first and last units and every block between.
+    int64_t most_partials = 0;
+    for (int64_t t = 0; t < p.sk_tiles; ++t)
+      most_partials = std::max(most_partials, p.sk_owner((t + 1) * p.units - 1) - p.sk_owner(t * p.units));
+    *partials = most_partials;
+  }
   return true;
 }
 
@@ -329,11 +336,11 @@ bool tile_cost_covers(const TileCost &cost, const InstanceInfo &i) {
 }
 
 double estimated_us(const InstanceInfo &info, const GemmArgs &args, int sms, const TileCost &cost) {
-  int64_t inputs = 0, segments = 0;
+  int64_t inputs = 0, segments = 0, partials = 0;
   bool stream_k = false;
-  if (!persistent_launch_facts(info, args, sms, &inputs, &segments, &stream_k)) return -1;
+  if (!persistent_launch_facts(info, args, sms, &inputs, &segments, &stream_k, &partials)) return -1;
   return cost.c[0] + cost.c[1] * static_cast<double>(inputs) / 1000 + cost.c[2] * static_cast<double>(segments) +
-         (stream_k ? cost.c[3] : 0);
+         (stream_k ? cost.c[3] : 0) + cost.c[4] * static_cast<double>(partials);
 }
 
 namespace {

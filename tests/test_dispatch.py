@@ -598,17 +598,24 @@ def test_launch_facts_follow_the_persistent_plan():
 
     # 2 x 64 = 128 tiles of 64 x 128 on 132 multiprocessors, K = 8192: too many 64-token tiles to
     # split K (two multiprocessors per tile would be needed), so each block takes one whole tile.
-    assert C.persistent_launch_facts("sm90", 64, 128, 128, FMT90, 3, 8192, 8192, 128, 132) == (8192, 1, False)
+    assert C.persistent_launch_facts("sm90", 64, 128, 128, FMT90, 3, 8192, 8192, 128, 132) == (8192, 1, False, 0)
     # 264 such tiles (n = 132 x 128): exactly two waves, each block two whole tiles.
-    assert C.persistent_launch_facts("sm90", 64, 128, 128, FMT90, 3, 132 * 128, 8192, 128, 132) == (16384, 2, False)
+    assert C.persistent_launch_facts("sm90", 64, 128, 128, FMT90, 3, 132 * 128, 8192, 128, 132) == (16384, 2, False, 0)
     # 100 decode tiles: spread over the multiprocessors by K (stream-K), so the busiest block takes
-    # less than a whole tile's K, in at most two segments (the ends of two tiles).
-    inputs, segments, stream_k = C.persistent_launch_facts("sm90", 8, 128, 128, FMT90, 3, 100 * 128, 8192, 8, 132)
-    assert stream_k and 8192 * 100 / 132 <= inputs < 8192 and 1 <= segments <= 2
+    # less than a whole tile's K, in at most two segments (the ends of two tiles); a block's share
+    # (48 or 49 of the 6400 K tiles) is shorter than a tile's 64, so some tile has three
+    # contributors, none four: its last one adds two partials.
+    inputs, segments, stream_k, partials = C.persistent_launch_facts(
+        "sm90", 8, 128, 128, FMT90, 3, 100 * 128, 8192, 8, 132
+    )
+    assert stream_k and 8192 * 100 / 132 <= inputs < 8192 and 1 <= segments <= 2 and partials == 2
+    # 1536 x 7168 at m = 100 in t128: 12 tiles of 56 K tiles, each split evenly over 132 / 12 = 11
+    # blocks (5 or 6 K tiles each, above the 512-input minimum): the last of 11 adds 10 partials.
+    assert C.persistent_launch_facts("sm90", 128, 128, 128, FMT90, 3, 1536, 7168, 100, 132) == (768, 1, True, 10)
     # The 8-bit activation kernels plan the same way (generic layout, K tiles rounded up: k = 8192 + 32
     # takes 65 K tiles of 128 inputs, as a weight-only k of 65 x 128 does).
     a8 = "a-e4m3-pt_w-e4m3gc-sf32_c-bf16"
-    assert C.persistent_launch_facts("sm90", 64, 128, 128, a8, 1, 8192, 8192, 128, 132) == (8192, 1, False)
+    assert C.persistent_launch_facts("sm90", 64, 128, 128, a8, 1, 8192, 8192, 128, 132) == (8192, 1, False, 0)
     assert C.persistent_launch_facts("sm90", 64, 128, 128, a8, 1, 8192, 8192 + 32, 128, 132) == (
         C.persistent_launch_facts("sm90", 64, 128, 128, FMT90, 3, 8192, 65 * 128, 128, 132)
     )
@@ -665,6 +672,20 @@ def test_estimate_ranges_pick_the_lowest_estimate_and_keep_patterns_for_the_rest
     with pytest.raises(ValueError, match="tile_costs"):
         dispatch._validate_table(
             {"tile_costs": {"64x128": [1, 2, 3, 4]}, "ranges": [{"m_max": None, "prefer": []}]}, "bad"
+        )
+    # A fifth number prices each partial of the most split tile's fix-up: 1536 x 7168 at m = 100,
+    # t128's 12 tiles over 11 blocks each (768 inputs for the busiest, 10 partials for a tile's last
+    # contributor); t64's 24 tiles over 5 blocks each (1536 inputs, 4 partials).
+    five = dispatch._validate_table(
+        dict(table, tile_costs={"64x128x128": [0.0, 1.0, 0.0, 0.0, 0.5], "128x128x128": [0.0, 1.0, 0.0, 0.0, 0.5]}),
+        "five",
+    )
+    est = dict((i.tile[0], us) for us, i in dispatch._estimates(five, [t128, t64], (g, 1536, 7168, 100, 132, 3)))
+    assert est == {128: pytest.approx(0.768 + 5.0), 64: pytest.approx(1.536 + 2.0)}
+    assert dispatch._pick(five, 0, [t128, t64], (g, 1536, 7168, 100, 132, 3))[0] is t64
+    with pytest.raises(ValueError, match="4 or 5"):
+        dispatch._validate_table(
+            {"tile_costs": {"64x128x128": [1, 2, 3, 4, 5, 6]}, "ranges": [{"m_max": None, "prefer": []}]}, "bad"
         )
 
 

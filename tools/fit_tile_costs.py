@@ -4,6 +4,7 @@ TileCost) to sweeps made by scripts/sweep_tiles.py on the GPU machine.
 Usage: python3 tools/fit_tile_costs.py SWEEP.json [SWEEP.json ...] [--sms 132]
 For each tile shape (and kernel class, cost_key) of the sweeps, a least-squares fit of its measured times to
     c0 + c1 * (inputs of the busiest block / 1000) + c2 * (segments of that block) + c3 * (stream-K part)
+       + c4 * (partials the most split tile's last contributor adds up)
 with the launch facts the dispatcher computes (humming_aot.dispatch.estimated_us), each point weighted
 by 1 / its time (relative error). Prints the "tile_costs" object to paste into the table, and the
 median and largest relative error per tile shape. Needs the built package (for the launch facts), no GPU.
@@ -51,9 +52,9 @@ def main() -> None:
             facts = _ext.C.persistent_launch_facts(backend, *tile, str(fmt), layout, p["n"], p["k"], p["m"], args.sms)
             if facts is None:
                 raise SystemExit(f"{name}: the cost model does not cover this kernel")
-            inputs, segments, stream_k = facts
+            inputs, segments, stream_k, partials = facts
             rows[cost_key(name, tile, fmt)].append(
-                ([1.0, inputs / 1000, float(segments), 1.0 if stream_k else 0.0], p["us"])
+                ([1.0, inputs / 1000, float(segments), 1.0 if stream_k else 0.0, float(partials)], p["us"])
             )
     costs = {"_doc": "fitted by tools/fit_tile_costs.py to " + ", ".join(pathlib.Path(p).name for p in args.sweeps)}
     for key, pts in sorted(rows.items()):

@@ -533,8 +533,8 @@ TILE_COST_KEY = re.compile(r"(?:a(8|16)w(4|8):)?(\d+)x(\d+)x(\d+)(?:_b(\d+))?")
 
 
 def tile_costs(table: dict) -> list[tuple[int, int, int, list[float], int, int, int]]:
-    """A table's "tile_costs" ({"[aAwC:]BMxBNxBK[_bB]": [c0, c1, c2, c3]}, keys starting with "_"
-    are notes) as (tile_m, tile_n, tile_k, coefficients, act_bits, code_bits, batch), in key order;
+    """A table's "tile_costs" ({"[aAwC:]BMxBNxBK[_bB]": [c0, c1, c2, c3] or [c0, ..., c4]}, keys
+    starting with "_" are notes) as (tile_m, tile_n, tile_k, coefficients, act_bits, code_bits, batch), in key order;
     act_bits 0 for a key without a class (the weight-only kernels)."""
     out = []
     for key, c in sorted(table.get("tile_costs", {}).items()):
@@ -543,6 +543,8 @@ def tile_costs(table: dict) -> list[tuple[int, int, int, list[float], int, int, 
         m = TILE_COST_KEY.fullmatch(key)
         if m is None:
             raise SystemExit(f"tile cost key {key!r} is not [a8w4:]BMxBNxBK[_bB]")
+        if not isinstance(c, list) or len(c) not in (4, 5):
+            raise SystemExit(f"tile cost {key!r} needs 4 or 5 numbers (humming.h, TileCost), got {c!r}")
         act, code, tm, tn, tk, batch = m.groups()
         out.append((int(tm), int(tn), int(tk), [float(v) for v in c], int(act or 0), int(code or 0), int(batch or 1)))
     return out

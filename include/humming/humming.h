@@ -207,15 +207,16 @@ struct DispatchRange {
   int estimate; // 1: choose by estimated_us among the instances the table's tile costs cover
 };
 // A table's measured cost of a persistent launch of one tile shape: estimated_us adds c[0], c[1]
-// per thousand inputs of the busiest block, c[2] per segment of that block and c[3] when the
-// launch has a stream-K part. Which kernels it covers (tile_cost_covers): act_bits 0, the
+// per thousand inputs of the busiest block, c[2] per segment of that block, c[3] when the
+// launch has a stream-K part and c[4] per partial that the most split tile's last contributor
+// adds up (a table may give four numbers: c[4] is then 0). Which kernels it covers (tile_cost_covers): act_bits 0, the
 // weight-only ones (16-bit activations) of any code width (a table key "BMxBNxBK"); otherwise those
 // of these activation and code widths (a key "a8w4:BMxBNxBK"), which a table gives where their
 // costs differ. batch: the stages per batch of the 8-bit activation kernels' tiles ("_b2" in their
 // names and in the key), 1 for every other tile.
 struct TileCost {
   int tile_m, tile_n, tile_k;
-  double c[4];
+  double c[5];
   int act_bits = 0, code_bits = 0, batch = 1;
 };
 // Whether `cost` applies to `instance` (its tile shape, batch and kernel class match).
@@ -237,9 +238,11 @@ const TileCost *dispatch_cost_at(size_t i);
 // The launch facts the cost model reads, for an instance that the model covers (backend sm90 with
 // the dense scheduler: the persistent weight-only and 8-bit activation kernels) on `sms`
 // multiprocessors: inputs of the busiest block, its segments, whether the launch has a stream-K
-// part. False for other instances.
+// part, and (where `partials` is given) the most partials one tile's last contributor adds up
+// (the most blocks that share a tile, less one; 0 without a stream-K part). False for other
+// instances.
 bool persistent_launch_facts(const InstanceInfo &info, const GemmArgs &args, int sms, int64_t *inputs,
-                             int64_t *segments, bool *stream_k);
+                             int64_t *segments, bool *stream_k, int64_t *partials = nullptr);
 // `cost`'s estimate of that launch in microseconds (negative for an instance the model does not
 // cover).
 double estimated_us(const InstanceInfo &info, const GemmArgs &args, int sms, const TileCost &cost);

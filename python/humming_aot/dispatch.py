@@ -74,9 +74,9 @@ _TILE_COST_KEY = re.compile(r"(?:a(8|16)w(4|8):)?(\d+)x(\d+)x(\d+)(?:_b(\d+))?")
 
 
 def _tile_costs(table: dict) -> dict:
-    """{(kernel class or None, (tile_m, tile_n, tile_k), batch): [c0, c1, c2, c3]} of a table's
-    "tile_costs" (see humming.h's TileCost: c0 + c1 per thousand inputs of the busiest block + c2
-    per segment of it + c3 with a stream-K part). The class is "a{act bits}w{code bits}"; None for a
+    """{(kernel class or None, (tile_m, tile_n, tile_k), batch): [c0, c1, c2, c3(, c4)]} of a
+    table's "tile_costs" (see humming.h's TileCost: c0 + c1 per thousand inputs of the busiest block
+    + c2 per segment of it + c3 with a stream-K part + c4 per partial of the most split tile). The class is "a{act bits}w{code bits}"; None for a
     key without one, which covers the weight-only kernels (16-bit activations) of any code width."""
     out = {}
     for key, c in table.get("tile_costs", {}).items():
@@ -125,7 +125,7 @@ def _validate_table(t: dict, origin: str) -> dict:
         or (
             _TILE_COST_KEY.fullmatch(key)
             and isinstance(c, list)
-            and len(c) == 4
+            and len(c) in (4, 5)
             and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in c)
         )
         for key, c in (costs.items() if isinstance(costs, dict) else [])
@@ -133,7 +133,7 @@ def _validate_table(t: dict, origin: str) -> dict:
     if not ok:
         raise ValueError(
             f"dispatch table {origin}: 'tile_costs' maps tile shapes '[a8w4:]BMxBNxBK[_b2]' (an optional "
-            "kernel class of activation and code widths, an optional batch) to 4 finite numbers (keys "
+            "kernel class of activation and code widths, an optional batch) to 4 or 5 finite numbers (keys "
             "starting with '_' are notes)"
         )
     last = 0  # m_max of the last range without n_min or k_max
@@ -306,8 +306,9 @@ def estimated_us(cost, backend: str, tile, fmt, n: int, k: int, m: int, sms: int
     facts = C.persistent_launch_facts(backend, *tile, str(fmt), layout, n, k, m, sms)
     if facts is None:
         return None
-    inputs, segments, stream_k = facts
-    return cost[0] + cost[1] * inputs / 1000 + cost[2] * segments + (cost[3] if stream_k else 0.0)
+    inputs, segments, stream_k, partials = facts
+    extra = cost[4] * partials if len(cost) > 4 else 0.0  # a four-number cost has no partials term
+    return cost[0] + cost[1] * inputs / 1000 + cost[2] * segments + (cost[3] if stream_k else 0.0) + extra
 
 
 # Launches of more rows of tiles are outside what tile costs are fitted to (scripts/sweep_tiles.py

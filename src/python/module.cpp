@@ -167,7 +167,8 @@ PYBIND11_MODULE(_C, m) {
         });
   // What the cost model of an estimate range reads (humming::persistent_launch_facts) for a
   // kernel of `backend` with this tile shape on a described problem and `sms` multiprocessors:
-  // (inputs of the busiest block, its segments, stream-K part or not), or None where the model does
+  // (inputs of the busiest block, its segments, stream-K part or not, the most partials of a tile's
+  // fix-up), or None where the model does
   // not cover the kernel. By tile shape, not instance name, so that a sweep of instances this build
   // lacks can be scored (tools/table_regret.py).
   m.def("persistent_launch_facts",
@@ -181,10 +182,10 @@ PYBIND11_MODULE(_C, m) {
           info.act_type = args.fmt.act.type.id();
           info.tile_m = tile_m, info.tile_n = tile_n, info.tile_k = tile_k;
           if (tile_m <= 0 || tile_n <= 0 || tile_k <= 0) throw py::value_error("tile extents must be positive");
-          int64_t inputs = 0, segments = 0;
+          int64_t inputs = 0, segments = 0, partials = 0;
           bool stream_k = false;
-          if (!persistent_launch_facts(info, args, sms, &inputs, &segments, &stream_k)) return py::none();
-          return py::make_tuple(inputs, segments, stream_k);
+          if (!persistent_launch_facts(info, args, sms, &inputs, &segments, &stream_k, &partials)) return py::none();
+          return py::make_tuple(inputs, segments, stream_k, partials);
         });
   // The C++ default choice (humming::select_instance) for a described device: kept equal to
   // humming_aot.dispatch.choose_for by a test.
