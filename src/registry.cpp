@@ -406,8 +406,16 @@ constexpr int64_t kEstimateMaxTileRows = 16;
 
 // An estimate range's choice (humming_aot.dispatch._estimates follows the same rule): among the
 // candidates the table's tile costs cover with a positive estimate and whose launch has at most
-// kEstimateMaxTileRows rows of tiles, none taller than the lowest of their tile heights that holds args.m (no padding a
-// lower tile avoids), the lowest estimate; ties to the first in name order. nullptr when none qualifies.
+// kEstimateMaxTileRows rows of tiles, none taller than kEstimateMaxPad times the lowest of their
+// tile heights that holds args.m, the lowest estimate; ties to the first in name order. nullptr
+// when none qualifies.
+// A taller tile pads its last rows' tensor work only (their activations are loaded as far as m
+// reaches, backend/sm90/stage_loads.h), so where fewer, taller tiles keep more multiprocessors busy
+// it may be the faster: H200 session 27, 16384 x 2048 at m = 40, t128 16.8 us against t64 21.2
+// (16384 x 3072: 21.7 against 24.9). Twice the height was the widest the sweeps timed everywhere
+// (scripts/sweep_tiles.py skips tiles more than 4x taller than m); over session 27's three sweeps
+// it changed only those four choices (tests/test_generator.py).
+constexpr int64_t kEstimateMaxPad = 2;
 const InstanceInfo *estimated_choice(const DispatchTable &t, const std::vector<const InstanceInfo *> &candidates,
                                      const GemmArgs &args, int sms) {
   std::vector<std::pair<const InstanceInfo *, double>> covered; // with their estimates
@@ -427,7 +435,7 @@ const InstanceInfo *estimated_choice(const DispatchTable &t, const std::vector<c
   const InstanceInfo *best = nullptr;
   double best_us = 0;
   for (const auto &[c, us] : covered)
-    if (c->tile_m <= cap && (best == nullptr || us < best_us)) best = c, best_us = us;
+    if (c->tile_m <= kEstimateMaxPad * cap && (best == nullptr || us < best_us)) best = c, best_us = us;
   return best;
 }
 

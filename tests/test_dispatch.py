@@ -650,8 +650,20 @@ def test_estimate_ranges_pick_the_lowest_estimate_and_keep_patterns_for_the_rest
     assert est == {128: pytest.approx(4.096), 64: pytest.approx(8.192)}
     # 264 tiles of t64 (two waves) against 132 of t128 (one): the estimate takes t128.
     assert dispatch._pick(table, 0, [t64, t128], (g, 132 * 128, 8192, 128, 132, 3))[0] is t128
-    # m = 64: t128 would pad, so only t64 is considered, whatever its estimate.
-    assert dispatch._pick(table, 0, [t128, t64], (g, 132 * 128, 8192, 64, 132, 3))[0] is t64
+    # Candidates at most twice as tall as the lowest tile that holds m (registry.cpp,
+    # kEstimateMaxPad): with t128 estimated far cheaper than the others, at m = 32 (t32 holds it)
+    # it is still left out and t64 stays in; at m = 64 (t64 holds it) it is in, and chosen.
+    t32 = inst(f"sm90_wgmma_dense_{FMT90}_t32x128x128", "sm90", (32, 128, 128))
+    pad = dispatch._validate_table(
+        dict(
+            table,
+            tile_costs={"32x128x128": [0, 1, 0, 0], "64x128x128": [0, 1, 0, 0], "128x128x128": [0, 0.001, 0, 0]},
+        ),
+        "pad",
+    )
+    est = dispatch._estimates(pad, [t32, t64, t128], (g, 132 * 128, 8192, 32, 132, 3))
+    assert [i.tile[0] for _, i in est] == [32, 64]
+    assert dispatch._pick(pad, 0, [t32, t64, t128], (g, 132 * 128, 8192, 64, 132, 3))[0] is t128
     # No covered candidate: the patterns decide.
     assert dispatch._pick(table, 0, [sm80], (g, 8192, 8192, 128, 132, 3))[0] is sm80
     # A fit that extrapolates to a time that is not positive leaves its tile out (as registry.cpp's

@@ -314,15 +314,18 @@ def estimated_us(cost, backend: str, tile, fmt, n: int, k: int, m: int, sms: int
 # Launches of more rows of tiles are outside what tile costs are fitted to (scripts/sweep_tiles.py
 # times none), so estimates leave them out (registry.cpp: kEstimateMaxTileRows).
 _ESTIMATE_MAX_TILE_ROWS = 16
+# How much taller than the lowest tile that holds m an estimate's candidates may be
+# (registry.cpp: kEstimateMaxPad).
+_ESTIMATE_MAX_PAD = 2
 
 
 def _estimates(table: dict, candidates: list, problem: tuple) -> list[tuple[float, object]]:
     """(estimated us, instance) of the candidates an estimate range chooses among: those the
     table's tile costs cover (the sm90 kernels' persistent launches, _cost_for) with a positive
-    estimate and at most
-    _ESTIMATE_MAX_TILE_ROWS rows of tiles, none taller than the lowest of their tile heights that
-    holds m, in candidate (name) order. humming::select_instance applies the same rule
-    (registry.cpp, estimated_choice)."""
+    estimate and at most _ESTIMATE_MAX_TILE_ROWS rows of tiles, none taller than
+    _ESTIMATE_MAX_PAD times the lowest of their tile heights that holds m, in candidate (name)
+    order. humming::select_instance applies the same rule (registry.cpp, estimated_choice, which
+    says why)."""
     g, n, k, m, sms, layout = problem
     costs = _tile_costs(table)
     covered = []
@@ -336,7 +339,7 @@ def _estimates(table: dict, candidates: list, problem: tuple) -> list[tuple[floa
             covered.append((us, inst))
     heights = [i.tile[0] for _, i in covered]
     cap = min([h for h in heights if h >= m], default=max(heights, default=0))
-    return [(us, i) for us, i in covered if i.tile[0] <= cap]
+    return [(us, i) for us, i in covered if i.tile[0] <= _ESTIMATE_MAX_PAD * cap]
 
 
 def _pick(table: dict, idx: int, candidates: list, problem: tuple | None = None) -> tuple[object, str]:
