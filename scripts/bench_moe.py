@@ -22,8 +22,10 @@ every token's rows sorted by expert):
   torch.ops.humming namespace as humming-aot, so it runs in a child process of this script
   (--jit-worker) that never loads humming_aot._C, within --jit-budget-s; the child routes the same
   seeded logits with torch.topk (the experts softmax top-k picks) and times the GEMMs the same way.
-  Each new shape and row count compiles first (about 11 s, outside the timing). Never run on a GPU
-  yet (session 26 moved it into the child; before, both libraries in one process could not load).
+  Each new shape and row count compiles first (about 11 s, outside the timing). First run in
+  session 27 (carry .peer; the child needs PYTHONPATH to the unpacked wheel, as scripts/gpu_bench.sh
+  sets it): it timed Qwen3-30B-A3B, and failed on gpt-oss-120b's K = 2880 in its own launcher
+  (22 scale groups where it checks for 23), recorded as an error.
 Each point is the median CUDA-graph replay of the two GEMMs, after a read flush of 256 MiB
 (bench.Timer, as scripts/time_shapes.py --graph --flush read); the routing helpers (top-k, align,
 permute, combine: humming_aot.moe) are timed on their own the same way. For each point the bytes
