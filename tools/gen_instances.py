@@ -534,8 +534,8 @@ TILE_COST_KEY = re.compile(r"(?:a(8|16)w(4|8):)?(\d+)x(\d+)x(\d+)(?:_b(\d+))?")
 
 def tile_costs(table: dict) -> list[tuple[int, int, int, list[float], int, int, int]]:
     """A table's "tile_costs" ({"[aAwC:]BMxBNxBK[_bB]": [c0, c1, c2, c3] or [c0, ..., c4]}, keys
-    starting with "_" are notes) as (tile_m, tile_n, tile_k, coefficients, act_bits, code_bits, batch), in key order;
-    act_bits 0 for a key without a class (the weight-only kernels)."""
+    starting with "_" are notes) as (tile_m, tile_n, tile_k, coefficients, act_bits, code_bits,
+    batch), in key order; act_bits 0 for a key without a class (the weight-only kernels)."""
     out = []
     for key, c in sorted(table.get("tile_costs", {}).items()):
         if key.startswith("_"):

@@ -209,11 +209,11 @@ struct DispatchRange {
 // A table's measured cost of a persistent launch of one tile shape: estimated_us adds c[0], c[1]
 // per thousand inputs of the busiest block, c[2] per segment of that block, c[3] when the
 // launch has a stream-K part and c[4] per partial that the most split tile's last contributor
-// adds up (a table may give four numbers: c[4] is then 0). Which kernels it covers (tile_cost_covers): act_bits 0, the
-// weight-only ones (16-bit activations) of any code width (a table key "BMxBNxBK"); otherwise those
-// of these activation and code widths (a key "a8w4:BMxBNxBK"), which a table gives where their
-// costs differ. batch: the stages per batch of the 8-bit activation kernels' tiles ("_b2" in their
-// names and in the key), 1 for every other tile.
+// adds up (a table may give four numbers: c[4] is then 0). Which kernels it covers
+// (tile_cost_covers): act_bits 0, the weight-only ones (16-bit activations) of any code width (a table key "BMxBNxBK");
+// otherwise those of these activation and code widths (a key "a8w4:BMxBNxBK"), which a table gives where their costs
+// differ. batch: the stages per batch of the 8-bit activation kernels' tiles ("_b2" in their names and in the key), 1
+// for every other tile.
 struct TileCost {
   int tile_m, tile_n, tile_k;
   double c[5];

@@ -76,8 +76,9 @@ _TILE_COST_KEY = re.compile(r"(?:a(8|16)w(4|8):)?(\d+)x(\d+)x(\d+)(?:_b(\d+))?")
 def _tile_costs(table: dict) -> dict:
     """{(kernel class or None, (tile_m, tile_n, tile_k), batch): [c0, c1, c2, c3(, c4)]} of a
     table's "tile_costs" (see humming.h's TileCost: c0 + c1 per thousand inputs of the busiest block
-    + c2 per segment of it + c3 with a stream-K part + c4 per partial of the most split tile). The class is "a{act bits}w{code bits}"; None for a
-    key without one, which covers the weight-only kernels (16-bit activations) of any code width."""
+    + c2 per segment of it + c3 with a stream-K part + c4 per partial of the most split tile).
+    The class is "a{act bits}w{code bits}"; None for a key without one, which covers the
+    weight-only kernels (16-bit activations) of any code width."""
     out = {}
     for key, c in table.get("tile_costs", {}).items():
         if key.startswith("_"):

@@ -168,9 +168,8 @@ PYBIND11_MODULE(_C, m) {
   // What the cost model of an estimate range reads (humming::persistent_launch_facts) for a
   // kernel of `backend` with this tile shape on a described problem and `sms` multiprocessors:
   // (inputs of the busiest block, its segments, stream-K part or not, the most partials of a tile's
-  // fix-up), or None where the model does
-  // not cover the kernel. By tile shape, not instance name, so that a sweep of instances this build
-  // lacks can be scored (tools/table_regret.py).
+  // fix-up), or None where the model does not cover the kernel. By tile shape, not instance name, so
+  // that a sweep of instances this build lacks can be scored (tools/table_regret.py).
   m.def("persistent_launch_facts",
         [](const std::string &backend, int tile_m, int tile_n, int tile_k, const std::string &fmt, int layout,
            int64_t n, int64_t k, int64_t m, int sms) -> py::object {

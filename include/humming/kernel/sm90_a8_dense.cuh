@@ -326,7 +326,7 @@ struct DenseA8 {
     for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
       const TileCoord c = coord(p, tile);
       const int m0 = static_cast<int>(c.row * BM), n0 = static_cast<int>(c.col * BN);
-      const int rows = Loads::box_rows(p, m0);
+      const int rows = box_rows<BM>(p, m0);
       for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
         const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
                        empty = ring_bar<Stages>(bars, 1, pos.stage);
@@ -568,11 +568,8 @@ template <HUMMING_SM90_A8_TARGS> Status launch_a8(const GemmArgs &args, void *st
   typename K::Params p = base_params<K>(args);
   Status st = cached_rows_map(&p.act, args.a, MapElem::kByte, args.m, args.dims.k, args.lda, BM);
   if (!st) return st;
-  p.tail_rows = tail_box_rows(args.m, BM);
-  if (p.tail_rows != 0) {
-    st = cached_rows_map(&p.act_tail, args.a, MapElem::kByte, args.m, args.dims.k, args.lda, p.tail_rows);
-    if (!st) return st;
-  }
+  st = prepare_tail_box<BM>(&p, args, MapElem::kByte);
+  if (!st) return st;
   const int64_t row_bytes = args.dims.k_pad * static_cast<int64_t>(K::kCode.bits) / 8;
   st = cached_weight_map(&p.weight, args.codes, MapElem::kByte, args.dims.n_pad, row_bytes, row_bytes, K::BN,
                          K::kFour ? 64 : 128);

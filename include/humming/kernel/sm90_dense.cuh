@@ -195,7 +195,7 @@ struct Dense {
     RingPos pos;
     for_each_work<kLoneWalk>(p, [&](int64_t m0, int64_t, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t) {
       if (kProducers == 1 || t == 0) {
-        const int cols = Loads::columns(p.args, n0), rows = Loads::box_rows(p, m0);
+        const int cols = Loads::columns(p.args, n0), rows = box_rows<BM>(p, m0);
         const uint32_t bytes = Loads::bytes(cols, rows);
         for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
           const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
@@ -424,9 +424,9 @@ template <HUMMING_SM90_TARGS> Status launch(const GemmArgs &args, void *stream) 
   if (!st) return st;
   // The grouped kernels' tiles end at their expert's last row, mostly inside the activations:
   // their boxes stay whole.
-  p.tail_rows = K::Grouped ? 0 : tail_box_rows(args.m, BM);
-  if (p.tail_rows != 0) {
-    st = cached_rows_map(&p.act_tail, args.a, elem, args.m, args.dims.k, args.lda, p.tail_rows);
+  p.tail_rows = 0;
+  if constexpr (!K::Grouped) {
+    st = prepare_tail_box<BM>(&p, args, elem);
     if (!st) return st;
   }
   p.staged = 0;

@@ -2,9 +2,9 @@
 // copies into one ring stage: the weights' box and the activations' box through their tensor
 // maps (boxes past the matrices land as zeros and count their full size on the stage's "full"
 // mbarrier; the last row of tiles' activations, where BM does not divide m, in a box of only its
-// rows, Params::act_tail, as backend/sm90/stage_loads.h says why), and, where the kernel has scales per 128 inputs, the
-// stage's scales by cp.async from one warp (zeros past the matrices), then counted as one arrival per lane on the same
-// barrier.
+// rows, Params::act_tail, as backend/sm90/stage_loads.h says why), and, where the kernel has
+// scales per 128 inputs, the stage's scales by cp.async from one warp (zeros past the matrices),
+// then counted as one arrival per lane on the same barrier.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -64,14 +64,9 @@ template <class K> struct A8StageLoads {
   // Smaller tiles keep the scale warp's copies: there the transposition's launch would cost more
   // than the copies it saves.
   static constexpr bool kScalesT = kBlocks && BM >= 64;
-  // Rows of the activation box of the tile at m0: BM, or the tail box's where the tile's rows end
-  // before BM and the launch has one.
-  static __device__ __forceinline__ int box_rows(const Params &p, int64_t m0) {
-    return p.tail_rows != 0 && p.args.m - m0 < BM ? p.tail_rows : BM;
-  }
-
   // The bytes the producer's copies bring into a stage (the transactions of its full barrier),
-  // with an activation box of `rows` rows (box_rows; kABytes is BM rows of 128 bytes).
+  // with an activation box of `rows` rows (box_rows, backend/sm90/pipeline.h; kABytes is BM rows
+  // of 128 bytes).
   static __device__ __forceinline__ uint32_t tx_bytes(int rows) {
     return kWBytes + rows * 128 + (kScalesT ? BM * 4 : 0);
   }

@@ -215,6 +215,20 @@ inline int tail_box_rows(int64_t m, int bm) {
   return !on || left == 0 || rows >= bm ? 0 : static_cast<int>(rows);
 }
 
+// Host: p->tail_rows for a launch of BM-row tiles over args.a (elements of type `elem`), and where
+// it is not 0, p->act_tail, the activations' map in boxes of that many rows.
+template <int BM, class Params> Status prepare_tail_box(Params *p, const GemmArgs &args, MapElem elem) {
+  p->tail_rows = tail_box_rows(args.m, BM);
+  return p->tail_rows == 0 ? Status::Ok()
+                           : cached_rows_map(&p->act_tail, args.a, elem, args.m, args.dims.k, args.lda, p->tail_rows);
+}
+
+// Device: the rows of the activation boxes of the tile at row m0 (prepare_tail_box): BM, or the
+// tail box's where the tile's rows end before BM and the launch has one.
+template <int BM, class Params> __device__ __forceinline__ int box_rows(const Params &p, int64_t m0) {
+  return p.tail_rows != 0 && p.args.m - m0 < BM ? p.tail_rows : BM;
+}
+
 // Host side of a launch of K with parameters `p` (p.plan made): the workspace its plan needs, the
 // shared-memory limit raised once per process, p.plan.blocks blocks on `stream`. `what` names the
 // kernels in messages.

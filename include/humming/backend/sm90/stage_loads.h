@@ -42,14 +42,8 @@ template <class K> struct StageLoads {
     return static_cast<int>(left < Consumers ? left : Consumers);
   }
 
-  // Rows of the activation boxes of the tile at m0: BM, or the tail box's where the tile's rows
-  // end before BM and the launch has one.
-  static __device__ __forceinline__ int box_rows(const Params &p, int64_t m0) {
-    return p.tail_rows != 0 && p.args.m - m0 < BM ? p.tail_rows : BM;
-  }
-
   // Bytes that arrive on the stage's barrier for a tile of `cols` channel blocks whose activation
-  // boxes hold `rows` rows (box_rows).
+  // boxes hold `rows` rows (box_rows, backend/sm90/pipeline.h).
   static __device__ __forceinline__ uint32_t bytes(int cols, int rows) {
     return KAtoms * rows * 128 + KAtoms * cols * kBlockBytes + kScaleRows * cols * 64 * (2 + (kIntZero ? 1 : 0));
   }
