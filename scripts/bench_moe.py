@@ -13,9 +13,11 @@ every token's rows sorted by expert):
 - cublas-loop: one F.linear (cuBLAS bf16) per expert with rows, the loop a server without grouped
   kernels runs (the counts read on the host when the graph is captured);
 - humming-aot-warp / humming-aot-lone: the same GEMMs on a forced grouped instance of the format,
-  the default one (its producer warp walks the experts' tiles) or its experimental twin ending
-  _lone (one producer thread walks them; built by dev+experimental), of the same tile: the
-  lowest built tile height that holds the rows per expert. For an A/B of the two walks in one build;
+  its producer warp walking the experts' tiles or its twin ending _lone (one producer thread walks
+  them), of the same tile: the lowest built tile height that holds the rows per expert, its
+  narrowest channel tile; humming-aot-wide / humming-aot-wide-lone the widest channel tile of that
+  height (t8x256 where built). For an A/B of the walks and widths in one build (humming-aot's
+  points record the instances its default choice ran, "instances": [gate-up, down]);
 - humming-jit: humming-kernels 0.1.20 (the JIT Humming library) HummingLayer with num_experts,
   quantized from bf16 experts (u4 g128, bench.JIT_CONFIGS["w4a16"]), its grouped-contiguous GEMM
   (expert_layout = the offsets of the rows sorted by expert). It registers ops in the same
@@ -77,14 +79,22 @@ ap.add_argument(
 ap.add_argument("--jit-worker", action="store_true", help=argparse.SUPPRESS)  # the child: OUT gets its points
 args = ap.parse_args()
 impls = args.impls.split(",")
+# Forced grouped instances: (lone walk, wide tile) of grouped_instance.
+FORCED = {
+    "humming-aot-warp": (False, False),
+    "humming-aot-lone": (True, False),
+    "humming-aot-wide": (False, True),
+    "humming-aot-wide-lone": (True, True),
+}
 timer = bench.Timer(256, "read")
 fmt = f"a-bf16_w-{args.format}_c-bf16"
 points, routing = [], []
 
 
-def grouped_instance(rows_per_expert: int, lone: bool) -> str:
+def grouped_instance(rows_per_expert: int, lone: bool, wide: bool = False) -> str:
     """The built grouped instance of the format with the lowest tile height that holds
-    rows_per_expert (else the tallest), its producer walking alone (names ending _lone) or not."""
+    rows_per_expert (else the tallest), its producer walking alone (names ending _lone) or not, of
+    the narrowest channel tile of that height (or with wide, the widest)."""
     from humming_aot import registry
 
     built = [
@@ -95,7 +105,18 @@ def grouped_instance(rows_per_expert: int, lone: bool) -> str:
     if not built:
         raise RuntimeError(f"this build has no grouped instance of {fmt} {'ending _lone' if lone else ''}")
     fits = [i for i in built if i.tile[0] >= rows_per_expert]
-    return (min(fits, key=lambda i: i.tile[0]) if fits else max(built, key=lambda i: i.tile[0])).name
+    height = min(i.tile[0] for i in fits) if fits else max(i.tile[0] for i in built)
+    same = [i for i in built if i.tile[0] == height]
+    return (max if wide else min)(same, key=lambda i: i.tile[1]).name
+
+
+def default_instance(n: int, k: int, rows_per_expert: int, experts: int, assignments: int) -> str:
+    """The instance humming-aot's default choice runs for one grouped GEMM on this device."""
+    from humming_aot import _C as C
+
+    cc, _ = C.device_cc()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    return C.select_grouped_instance(fmt, 3, n, k, rows_per_expert, experts, assignments, cc, sms)
 
 
 def median_graph_us(fn) -> float:
@@ -314,9 +335,9 @@ for model in args.models.split(","):
                 )
                 continue
             try:
-                if impl in ("humming-aot", "humming-aot-warp", "humming-aot-lone"):
+                if impl in FORCED or impl == "humming-aot":
                     gu, dn = stacks
-                    name = "" if impl == "humming-aot" else grouped_instance(per_expert, impl.endswith("lone"))
+                    name = "" if impl == "humming-aot" else grouped_instance(per_expert, *FORCED[impl])
                     routed = tokens * top_k  # picks the producer's walk where no instance is forced
                     parts = [
                         lambda: moe.moe_gemm(
@@ -327,6 +348,11 @@ for model in args.models.split(","):
                         ),
                     ]
                     wbytes = touched * sum(code_bytes)
+                    ran = (
+                        [name, name]
+                        if name
+                        else [default_instance(n_, k_, per_expert, e, routed) for n_, k_ in ((2 * f, h), (h, f))]
+                    )
                 elif impl == "torch-grouped-bf16":
                     ends = al.offsets[1:].contiguous()
                     w1t, w2t = (w.transpose(1, 2) for w in bf16)
@@ -356,6 +382,8 @@ for model in args.models.split(","):
                     "touched_experts": touched,
                     "weight_gbs": wbytes / us / 1e3,
                 }
+                if impl in FORCED or impl == "humming-aot":
+                    row["instances"] = ran  # gate-up, down
             except Exception as ex:  # a peer that cannot run a shape: recorded, the run goes on
                 row = {"model": model, "tokens": tokens, "impl": impl, "error": f"{type(ex).__name__}: {ex}"[:300]}
             points.append(row)

@@ -441,14 +441,30 @@ const InstanceInfo *estimated_choice(const DispatchTable &t, const std::vector<c
 
 } // namespace
 
-bool grouped_walk_alone(int64_t assignments, int32_t experts, int64_t n, int tile_m, int tile_n, int sms) {
-  if (assignments <= 0 || experts <= 0 || tile_m <= 0 || tile_n <= 0 || sms <= 0) return false;
-  // Experts a uniform routing of `assignments` rows touches, on average.
+namespace {
+
+// The tiles of tile_m x tile_n a grouped GEMM of `assignments` rows routed over `experts` experts
+// is expected to launch: the experts a uniform routing touches on average, each in whole tiles of
+// rows (at least as many row tiles as the rows fill), times the channel tiles of n. 0 where a count
+// is unknown or not positive.
+double expected_grouped_tiles(int64_t assignments, int32_t experts, int64_t n, int tile_m, int tile_n) {
+  if (assignments <= 0 || experts <= 0 || tile_m <= 0 || tile_n <= 0) return 0;
   const double e = experts;
   const double touched = e * (1.0 - std::pow(1.0 - 1.0 / e, static_cast<double>(assignments)));
   const double row_tiles = std::max(touched, std::ceil(static_cast<double>(assignments) / tile_m));
-  const double tiles = row_tiles * static_cast<double>((n + tile_n - 1) / tile_n);
-  return tiles >= kLoneTilesPerSm * sms;
+  return row_tiles * static_cast<double>((n + tile_n - 1) / tile_n);
+}
+
+} // namespace
+
+bool grouped_walk_alone(int64_t assignments, int32_t experts, int64_t n, int tile_m, int tile_n, int sms) {
+  const double tiles = expected_grouped_tiles(assignments, experts, n, tile_m, tile_n);
+  return sms > 0 && tiles > 0 && tiles >= kLoneTilesPerSm * sms;
+}
+
+bool grouped_tiles_wide(int64_t assignments, int32_t experts, int64_t n, int tile_m, int tile_n, int sms) {
+  const double tiles = expected_grouped_tiles(assignments, experts, n, tile_m, tile_n);
+  return sms > 0 && tiles > kWideFromTilesPerSm * sms;
 }
 
 namespace {
@@ -458,13 +474,10 @@ bool candidate(const InstanceInfo &info, const GemmArgs &args, int cc) {
   return instance_fits(info, args) && instance_runs_on(info, cc, nullptr) && info.can_implement(args);
 }
 
-// `chosen`, or where grouped_walk_alone asks for the lone walk, its lone twin (lone_twin).
-const InstanceInfo *grouped_walk_choice(const InstanceInfo *chosen, const GemmArgs &args, int cc, int sms) {
-  if (args.experts <= 0 || chosen == nullptr || !runs_experts(*chosen)) return chosen;
-  if (!grouped_walk_alone(args.expert_assignments, args.experts, args.dims.n, chosen->tile_m, chosen->tile_n, sms))
-    return chosen;
-  const InstanceInfo *twin = lone_twin(*chosen, args, cc);
-  return twin != nullptr ? twin : chosen;
+// Whether the producer of grouped instance `i` walks the experts' tiles alone (its name ends _lone).
+bool walks_alone(const InstanceInfo &i) {
+  const std::string name = i.name;
+  return name.size() >= 5 && name.compare(name.size() - 5, 5, "_lone") == 0;
 }
 
 } // namespace
@@ -473,6 +486,57 @@ const InstanceInfo *lone_twin(const InstanceInfo &grouped, const GemmArgs &args,
   const InstanceInfo *twin = find_instance(std::string(grouped.name) + "_lone");
   return twin != nullptr && candidate(*twin, args, cc) ? twin : nullptr;
 }
+
+const InstanceInfo *wide_twin(const InstanceInfo &grouped, const GemmArgs &args, int cc) {
+  if (!runs_experts(grouped)) return nullptr;
+  for (size_t i = 0; i < generated::kInstanceCount; ++i) {
+    const InstanceInfo &w = generated::kInstances[i];
+    // The same kernel and format, tile height, depth and walk; only the channels (and so the
+    // consumer warpgroups) doubled.
+    if (w.tile_n != 2 * grouped.tile_n || w.tile_m != grouped.tile_m || w.tile_k != grouped.tile_k ||
+        w.stages != grouped.stages || std::strcmp(w.backend, grouped.backend) != 0 ||
+        std::strcmp(w.scheduler, grouped.scheduler) != 0 || w.act_type != grouped.act_type ||
+        w.act_granularity != grouped.act_granularity || w.code_type != grouped.code_type ||
+        w.group_k != grouped.group_k || w.group_n != grouped.group_n || w.scale_type != grouped.scale_type ||
+        w.zero != grouped.zero || w.global_scale != grouped.global_scale || w.out_type != grouped.out_type ||
+        w.layout != grouped.layout || walks_alone(w) != walks_alone(grouped))
+      continue;
+    if (candidate(w, args, cc)) return &w;
+  }
+  return nullptr;
+}
+
+GroupedVariants grouped_variants(const InstanceInfo &chosen, const GemmArgs &args, int cc) {
+  GroupedVariants v;
+  v.base = &chosen;
+  if (!runs_experts(chosen)) return v;
+  v.lone = lone_twin(chosen, args, cc);
+  v.wide = wide_twin(chosen, args, cc);
+  if (v.wide != nullptr) v.wide_lone = lone_twin(*v.wide, args, cc);
+  return v;
+}
+
+const InstanceInfo *grouped_pick(const GroupedVariants &v, const GemmArgs &args, int sms) {
+  if (v.base == nullptr) return nullptr;
+  const InstanceInfo *tile = v.base, *lone = v.lone;
+  if (v.wide != nullptr &&
+      grouped_tiles_wide(args.expert_assignments, args.experts, args.dims.n, tile->tile_m, tile->tile_n, sms))
+    tile = v.wide, lone = v.wide_lone;
+  if (lone != nullptr &&
+      grouped_walk_alone(args.expert_assignments, args.experts, args.dims.n, tile->tile_m, tile->tile_n, sms))
+    return lone;
+  return tile;
+}
+
+namespace {
+
+// `chosen`, or for a grouped GEMM the variant its size asks for (grouped_pick).
+const InstanceInfo *grouped_walk_choice(const InstanceInfo *chosen, const GemmArgs &args, int cc, int sms) {
+  if (args.experts <= 0 || chosen == nullptr || !runs_experts(*chosen)) return chosen;
+  return grouped_pick(grouped_variants(*chosen, args, cc), args, sms);
+}
+
+} // namespace
 
 const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::string *why) {
   std::string reasons;
@@ -530,8 +594,9 @@ const InstanceInfo *select_grouped_instance(const GemmArgs &args, int64_t rows_p
                                             std::string *why) {
   GemmArgs like = args;
   like.m = std::max<int64_t>(1, rows_per_expert);
-  if (like.m > kGroupedLowestTileFrom && like.m <= kGroupedLowestTileTo) {
-    // The lowest holding tile, first in name order (so the warp walk's name before its _lone twin).
+  if (like.m <= kGroupedLowestTileTo) {
+    // The lowest holding tile, first in name order: the narrowest channel tile of that height (t8x128
+    // before t8x256), the warp walk's name before its _lone twin.
     const InstanceInfo *lowest = nullptr;
     for (size_t i = 0; i < generated::kInstanceCount; ++i) {
       const InstanceInfo &info = generated::kInstances[i];

@@ -441,6 +441,52 @@ def test_grouped_and_dense_instances_refuse_each_others_gemms():
     assert moe.moe_gemm(x, st, off, "a-bf16_w-u4g128-sbf16_c-bf16", instance=dense).shape == (3, 64)
 
 
+def _expected_tiles(assignments, experts, n, tile_m, tile_n):
+    """A grouped launch's expected tiles, written out: the experts a uniform routing of
+    `assignments` rows touches on average (one minus the chance that none of the rows picks an
+    expert, times the experts), each in whole row tiles, times the channel tiles."""
+    touched = experts * (1 - (1 - 1 / experts) ** assignments)
+    return max(touched, -(-assignments // tile_m)) * -(-n // tile_n)
+
+
+@pytest.mark.parametrize("experts,n,k", [(128, 1536, 2048), (128, 2048, 768), (256, 4096, 7168), (8, 28672, 4096)])
+def test_grouped_choice_follows_the_tile_width_and_walk_rules(experts, n, k):
+    """The default grouped instance (select_grouped_instance then grouped_pick, as humming.moe_gemm
+    runs it) on this build's registry, for a described H200 (132 multiprocessors): with the routed
+    rows unknown, the narrowest tile of the lowest height that holds the rows per expert, its warp
+    walk; given them, twice the channels where the build has that tile and the narrow tiles would be
+    more than one per multiprocessor, then the lone walk from 8 tiles per multiprocessor."""
+    from humming_aot import registry
+    from humming_aot._ext import C
+
+    fmt, sms = "a-bf16_w-u4g128-sbf16_c-bf16", 132
+    grouped = {i.name: i for i in registry.instances() if i.name.startswith(f"sm90_wgmma_moe_{fmt}_")}
+    assert grouped, "every build profile has grouped u4g128 bf16 instances (tools/matrix/sm90_moe.json)"
+    checked = 0
+    for per_expert in (1, 8, 9, 40, 256):
+        holding = [i for i in grouped.values() if i.tile[0] >= per_expert and not i.name.endswith("_lone")]
+        if not holding:  # taller than this build's grouped tiles: the dense tables choose
+            continue
+        checked += 1
+        base = min(holding, key=lambda i: (i.tile[0], i.tile[1]))
+        got = C.select_grouped_instance(fmt, 3, n, k, per_expert, experts, -1, 90, sms)
+        assert got == base.name, (per_expert, got, base.name)
+        for tokens in (1, 8, 64, 1024):
+            assignments = tokens * 8
+            want = base
+            wide = [i for i in grouped.values() if i.tile[0] == base.tile[0] and i.tile[1] == 2 * base.tile[1]]
+            wide = [i for i in wide if not i.name.endswith("_lone")]
+            if wide and _expected_tiles(assignments, experts, n, base.tile[0], base.tile[1]) > sms:
+                want = wide[0]
+            if _expected_tiles(assignments, experts, n, want.tile[0], want.tile[1]) >= 8 * sms:
+                want = grouped.get(want.name + "_lone", want)
+            got = C.select_grouped_instance(fmt, 3, n, k, per_expert, experts, assignments, 90, sms)
+            assert got == want.name, (per_expert, tokens, got, want.name)
+    assert checked > 0, "no grouped tile of this build holds a single row per expert"
+    with pytest.raises(ValueError, match="at least one expert"):
+        C.select_grouped_instance(fmt, 3, n, k, 1, 0, 8, 90, sms)
+
+
 def _sm90_instances(fmt):
     from humming_aot import registry
 

@@ -279,21 +279,50 @@ const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::
 // walking the experts alone adds latency when each block has only a few tiles).
 constexpr double kLoneTilesPerSm = 8;
 bool grouped_walk_alone(int64_t assignments, int32_t experts, int64_t n, int tile_m, int tile_n, int sms);
+// Whether a grouped GEMM that would run tiles of tile_m x tile_n should run tiles of the same
+// height and twice the channels instead (a "wide" twin: four consumer warpgroups where the tile had
+// two, so twice the warps per multiprocessor hide the dequantization's latency): true where the
+// launch of tile_m x tile_n tiles is expected (as grouped_walk_alone counts them) to have more than
+// kWideFromTilesPerSm tiles per multiprocessor, so that half as many wide tiles still keep most of
+// them busy. Measured on the H200 (session 27, u4g128 bf16, t8x128 against t8x256, graph us per
+// GEMM): Qwen3-30B-A3B at 1 token (94 and 124 narrow tiles on 132 multiprocessors) 15.0 / 10.6
+// against 17.6 / 11.8 (gate-up / down); DeepSeek-V3 at 1 token (256 and 448) 58.8 / 41.6 against
+// 43.6 / 30.3; Qwen3 at 8 tokens (about 300 and 400) 49.7 / 36.7 against 42.1 / 30.0.
+constexpr double kWideFromTilesPerSm = 1;
+bool grouped_tiles_wide(int64_t assignments, int32_t experts, int64_t n, int tile_m, int tile_n, int sms);
 // The default instance of a grouped GEMM whose experts hold about rows_per_expert rows each (host
-// knowledge, e.g. tokens x top_k / E): select_instance's choice for a dense GEMM of that many rows
-// among the grouped instances, except from kGroupedLowestTileFrom + 1 to kGroupedLowestTileTo rows
-// per expert, where it is the lowest tile height that holds them; then the producer's walk
-// (grouped_walk_alone, from args.expert_assignments). The dense estimates see one layer's tiles
-// fill the GPU and pick lower tiles there, where a grouped launch has every touched expert's
+// knowledge, e.g. tokens x top_k / E): up to kGroupedLowestTileTo rows per expert, the grouped
+// instance of the lowest tile height that holds them, the narrowest channel tile of that height
+// (the first in name order); above, select_instance's choice for a dense GEMM of that many rows
+// among the grouped instances. Then the variant this call's routed rows ask for (grouped_pick, from
+// args.expert_assignments: the wide twin, the lone walk). The dense estimates see one layer's
+// tiles fill the GPU and pick lower tiles there, where a grouped launch has every touched expert's
 // tiles: measured on the H200 (session 19, u4g128 bf16, gate-up + down, graph us), the lowest
 // holding tile took 0.83x (Qwen3-30B-A3B, 1024 tokens: 64 rows per expert), 0.85x (4096: 256 rows)
 // and 0.86x (DeepSeek-V3, 4096 tokens: 128 rows) the time of the dense choice, and 1.015x at 32
 // rows (DeepSeek-V3, 1024 tokens); at 512 and 1024 rows it was 1.045x and 0.96x, so the dense
-// choice stays there; up to 16 rows both choices were the same tile.
-constexpr int64_t kGroupedLowestTileFrom = 16, kGroupedLowestTileTo = 256;
+// choice stays there; up to 16 rows both choices were the same tile (the dense tables prefer
+// 256-channel decode tiles for wide layers, which for grouped GEMMs grouped_pick chooses from the
+// routed rows instead).
+constexpr int64_t kGroupedLowestTileTo = 256;
 // The twin of grouped instance `grouped` whose producer walks the experts' tiles alone (its name +
 // "_lone"), where the build has it and it can run `args` on `cc`; nullptr otherwise.
 const InstanceInfo *lone_twin(const InstanceInfo &grouped, const GemmArgs &args, int cc);
+// The twin of grouped instance `grouped` with twice its tile's channels (the same kernel, format,
+// tile height, depth and walk), where the build has it and it can run `args` on `cc`; else nullptr.
+const InstanceInfo *wide_twin(const InstanceInfo &grouped, const GemmArgs &args, int cc);
+// The instances a grouped GEMM whose tile is `base` may run, found once per choice (registry
+// searches) so that each call picks among them with plain comparisons (grouped_pick): the tile and
+// its lone twin, and its wide twin (grouped_tiles_wide) and that one's lone twin; nullptr where the
+// build lacks one.
+struct GroupedVariants {
+  const InstanceInfo *base = nullptr, *lone = nullptr, *wide = nullptr, *wide_lone = nullptr;
+};
+GroupedVariants grouped_variants(const InstanceInfo &base, const GemmArgs &args, int cc);
+// The variant for this call's routed rows (args.expert_assignments; where it is not positive the
+// base tile with its producer warp's walk): the wide tile where grouped_tiles_wide asks for it,
+// then that tile's lone walk where grouped_walk_alone asks for it.
+const InstanceInfo *grouped_pick(const GroupedVariants &variants, const GemmArgs &args, int sms);
 const InstanceInfo *select_grouped_instance(const GemmArgs &args, int64_t rows_per_expert, int cc, int sms,
                                             std::string *why);
 // The note select_instance gives for `chosen` (empty unless it belongs to the generic backend).

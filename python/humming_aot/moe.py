@@ -279,12 +279,14 @@ def moe_gemm(x: torch.Tensor, experts: StackedExperts, offsets: torch.Tensor, fm
     """The grouped GEMM over contiguous rows: out[r] = x[r] @ W_e.T for the rows r of expert e,
     ``offsets[e] <= r < offsets[e + 1]`` (``offsets`` int32 [E + 1] from 0 to x's rows, on x's
     device; a GPU reads them only in the kernel, so no host synchronization). ``fmt`` is the GEMM
-    format (16-bit activations). ``rows_per_expert`` (default rows / E) picks the tile: from 17 to
+    format (16-bit activations). ``rows_per_expert`` (default rows / E) picks the tile: up to
     256 the lowest tile height that holds them, else as for a dense GEMM of that many rows (humming.h,
     select_grouped_instance). ``assignments`` (the rows routed in all before padding, tokens x
-    top_k, where the caller knows it) picks how the kernel's producer walks the experts' tiles: one
-    thread where the launch is expected to have many tiles per multiprocessor (instances ending
-    ``_lone``), its first warp otherwise and where it is not given. On a GPU it runs on the grouped
+    top_k, where the caller knows it) picks the tile's width and how the kernel's producer walks the
+    experts' tiles (humming.h, grouped_pick): twice the channels where the launch is expected to
+    have more than one tile per multiprocessor and the build has that tile (decode tiles of 8 rows),
+    one thread walking where it is expected to have many (instances ending ``_lone``); where it is
+    not given, the narrow tile and its first warp. On a GPU it runs on the grouped
     instances of the sm90 weight-only kernels (scheduler ``moe``, weights packed for layout 3); on
     the CPU, on the reference."""
     from .ops import activation_operand

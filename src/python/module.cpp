@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -195,6 +196,21 @@ PYBIND11_MODULE(_C, m) {
     const InstanceInfo *i = select_instance(args, cc, sms, &why);
     if (!i) throw py::value_error(why);
     return std::string(i->name);
+  });
+  // The C++ default choice of a grouped GEMM (humming::select_grouped_instance, then grouped_pick
+  // for `assignments` routed rows; -1: unknown) over `experts` experts for a described device, as
+  // humming.moe_gemm makes it: what the benchmarks record and the tests check.
+  m.def("select_grouped_instance", [](const std::string &fmt, int layout, int64_t n, int64_t k, int64_t rows_per_expert,
+                                      int32_t experts, int64_t assignments, int cc, int sms) {
+    if (experts <= 0) throw py::value_error("a grouped GEMM needs at least one expert, got " + std::to_string(experts));
+    GemmArgs args = described_problem(fmt, layout, n, k, std::max<int64_t>(1, rows_per_expert) * experts);
+    args.num_sms = sms;
+    args.experts = experts;
+    std::string why;
+    const InstanceInfo *base = select_grouped_instance(args, rows_per_expert, cc, sms, &why);
+    if (!base) throw py::value_error(why);
+    args.expert_assignments = assignments;
+    return std::string(grouped_pick(grouped_variants(*base, args, cc), args, sms)->name);
   });
   // Loads instance `name`'s kernels on CUDA device `device` (humming::prepare_instance): (ok, why).
   m.def("prepare_instance", [](const std::string &name, int device) {

@@ -200,9 +200,9 @@ struct CallPlan {
     int device, cc, sms;
     bool grouped;
     const InstanceInfo *inst;
-    // Grouped GEMMs: inst's twin whose producer walks the experts' tiles alone (name + "_lone"), where
-    // the build has it; each call then picks the walk (grouped_walk_alone).
-    const InstanceInfo *lone = nullptr;
+    // Grouped GEMMs: inst's twins (the lone walk, the wide tile), where the build has them; each call
+    // then picks among them from its routed rows (grouped_pick).
+    GroupedVariants variants;
   };
   std::vector<Choice> chosen;
 };
@@ -438,9 +438,8 @@ void set_experts(GemmArgs &args, const Tensor &codes, const std::optional<Tensor
 // Runs a grouped GEMM whose arguments are set (out allocated as [m, n] or a view of it): on the
 // CPU reference, or on the instance named in the plan, or else the one the library picks for a
 // grouped GEMM of rows_per_expert rows per expert (select_grouped_instance; cached per plan, as gemm's), or
-// its twin with the other walk over the experts' tiles where args.expert_assignments asks for it
-// (grouped_walk_alone; a plain comparison on every call, so that the cache keeps one entry per
-// rows_per_expert).
+// the variant of it args.expert_assignments asks for (grouped_pick: the wide tile, the lone walk;
+// plain comparisons on every call, so that the cache keeps one entry per rows_per_expert).
 void run_grouped(GemmArgs &args, CallPlan &plan, const torch::stable::Device &dev, int64_t rows_per_expert,
                  const char *op) {
   if (dev.is_cpu()) return check(gemm_cpu(args));
@@ -453,28 +452,29 @@ void run_grouped(GemmArgs &args, CallPlan &plan, const torch::stable::Device &de
   const InstanceInfo *inst = plan.named;
   const int64_t rows = std::max<int64_t>(1, rows_per_expert);
   if (inst == nullptr) {
-    const InstanceInfo *lone = nullptr;
+    GroupedVariants variants;
     for (const auto &c : plan.chosen)
       if (c.m == rows && c.device == index && c.cc == cc && c.sms == args.num_sms && c.grouped)
-        inst = c.inst, lone = c.lone;
+        inst = c.inst, variants = c.variants;
     // As gemm's: a cached choice that refuses this call's pointers or strides is chosen again,
     // without caching over the entry.
     const bool cached = inst != nullptr;
     if (!cached || !inst->can_implement(args)) {
       GemmArgs like = args;
-      like.expert_assignments = -1; // the producer warp's walk; the twin is picked below
+      like.expert_assignments = -1; // the base tile; its variant is picked below
       std::string why;
       inst = select_grouped_instance(like, rows, cc, args.num_sms, &why);
       require(inst != nullptr, why);
-      lone = lone_twin(*inst, args, cc);
+      variants = grouped_variants(*inst, args, cc);
       if (!cached) {
         if (plan.chosen.size() >= 64) plan.chosen.clear();
-        plan.chosen.push_back({rows, index, cc, args.num_sms, true, inst, lone});
+        plan.chosen.push_back({rows, index, cc, args.num_sms, true, inst, variants});
       }
     }
-    if (lone != nullptr && grouped_walk_alone(args.expert_assignments, args.experts, args.dims.n, inst->tile_m,
-                                              inst->tile_n, args.num_sms))
-      inst = lone;
+    // The twins were checked against the call that cached them; a later call's pointers are checked
+    // here, and one the twin refuses runs on the base tile.
+    const InstanceInfo *pick = grouped_pick(variants, args, args.num_sms);
+    if (pick != nullptr && pick != inst && pick->can_implement(args)) inst = pick;
   }
   check(humming::gemm(args, *inst, current_stream(index)));
 }
@@ -482,8 +482,8 @@ void run_grouped(GemmArgs &args, CallPlan &plan, const torch::stable::Device &de
 // Grouped (MoE) GEMM, contiguous rows: rows [offsets[e], offsets[e + 1]) of `a` times expert e's
 // weight (set_experts); offsets int32 [E + 1] on a's device (read only by the kernel on a GPU).
 // `rows_per_expert` (host-known, e.g. tokens x top_k / E) picks the tile (select_grouped_instance);
-// `assignments` (tokens x top_k, or -1 where unknown) the producer's walk over the
-// experts' tiles (humming.h, grouped_walk_alone).
+// `assignments` (tokens x top_k, or -1 where unknown) its channel width and the producer's walk over
+// the experts' tiles (humming.h, grouped_pick).
 Tensor moe_gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &scales,
                 const std::optional<Tensor> &zeros, const Tensor &offsets, const std::string &fmt_text, int64_t layout,
                 int64_t n, int64_t k, int64_t rows_per_expert, const std::string &instance, int64_t assignments) {

@@ -664,6 +664,32 @@ void test_grouped_walk_rule() {
          "no rows or no experts: the warp's walk");
 }
 
+// The wide decode tile of a grouped GEMM (humming.h, grouped_tiles_wide) on the H200 points
+// measured in session 27 (132 multiprocessors, u4g128 bf16, t8x128 against t8x256 per GEMM): the
+// 256-channel tile where it was faster, the 128-channel one where it was slower.
+void test_grouped_wide_rule() {
+  struct Point {
+    int64_t assignments;
+    int32_t experts;
+    int64_t n;
+    bool wide_faster;
+  };
+  const Point points[] = {
+      {8, 128, 1536, false}, // Qwen3-30B-A3B gate-up, 1 token: 17.6 vs 15.0 us
+      {8, 128, 2048, false}, // down: 11.8 vs 10.6
+      {64, 128, 1536, true}, // 8 tokens: gate-up 42.1 vs 49.7
+      {64, 128, 2048, true}, // down: 30.0 vs 36.7
+      {8, 256, 4096, true},  // DeepSeek-V3 gate-up, 1 token: 43.6 vs 58.8
+      {8, 256, 7168, true},  // down: 30.3 vs 41.6
+  };
+  for (const Point &p : points)
+    EXPECT(grouped_tiles_wide(p.assignments, p.experts, p.n, 8, 128, 132) == p.wide_faster,
+           "%lld rows over %d experts, n=%lld: the %s tile was faster", static_cast<long long>(p.assignments),
+           p.experts, static_cast<long long>(p.n), p.wide_faster ? "wide" : "narrow");
+  EXPECT(!grouped_tiles_wide(-1, 256, 7168, 8, 128, 132), "an unknown count keeps the narrow tile");
+  EXPECT(!grouped_tiles_wide(8, 256, 7168, 8, 128, 0), "no multiprocessors: the narrow tile");
+}
+
 // Tile costs cover the kernels of their class: a key without one the 16-bit activation
 // (weight-only) kernels of any code width, a class its activation and code widths, a batch only
 // the tiles of that batch (their names end with _b<batch>).
@@ -702,6 +728,7 @@ int main() {
   test_nibble_fragments();
   test_stage_conversion();
   test_grouped_walk_rule();
+  test_grouped_wide_rule();
   test_stream_k_policy();
   test_persistent_plans();
   test_grouped_raster();
