@@ -459,7 +459,8 @@ double expected_grouped_tiles(int64_t assignments, int32_t experts, int64_t n, i
 
 bool grouped_walk_alone(int64_t assignments, int32_t experts, int64_t n, int tile_m, int tile_n, int sms) {
   const double tiles = expected_grouped_tiles(assignments, experts, n, tile_m, tile_n);
-  return sms > 0 && tiles > 0 && tiles >= kLoneTilesPerSm * sms;
+  const double scale = std::min(1.0, static_cast<double>(experts) / kLoneWalkFullFromExperts);
+  return sms > 0 && tiles > 0 && tiles >= kLoneTilesPerSm * scale * sms;
 }
 
 bool grouped_tiles_wide(int64_t assignments, int32_t experts, int64_t n, int tile_m, int tile_n, int sms) {
@@ -491,15 +492,14 @@ const InstanceInfo *wide_twin(const InstanceInfo &grouped, const GemmArgs &args,
   if (!runs_experts(grouped)) return nullptr;
   for (size_t i = 0; i < generated::kInstanceCount; ++i) {
     const InstanceInfo &w = generated::kInstances[i];
-    // The same kernel and format, tile height, depth and walk; only the channels (and so the
-    // consumer warpgroups) doubled.
+    // The same kernel and format, tile height and walk; only the channels (and so the consumer
+    // warpgroups) doubled, and the ring maybe shallower to fit shared memory (t16x256: 7 stages).
     if (w.tile_n != 2 * grouped.tile_n || w.tile_m != grouped.tile_m || w.tile_k != grouped.tile_k ||
-        w.stages != grouped.stages || std::strcmp(w.backend, grouped.backend) != 0 ||
-        std::strcmp(w.scheduler, grouped.scheduler) != 0 || w.act_type != grouped.act_type ||
-        w.act_granularity != grouped.act_granularity || w.code_type != grouped.code_type ||
-        w.group_k != grouped.group_k || w.group_n != grouped.group_n || w.scale_type != grouped.scale_type ||
-        w.zero != grouped.zero || w.global_scale != grouped.global_scale || w.out_type != grouped.out_type ||
-        w.layout != grouped.layout || walks_alone(w) != walks_alone(grouped))
+        std::strcmp(w.backend, grouped.backend) != 0 || std::strcmp(w.scheduler, grouped.scheduler) != 0 ||
+        w.act_type != grouped.act_type || w.act_granularity != grouped.act_granularity ||
+        w.code_type != grouped.code_type || w.group_k != grouped.group_k || w.group_n != grouped.group_n ||
+        w.scale_type != grouped.scale_type || w.zero != grouped.zero || w.global_scale != grouped.global_scale ||
+        w.out_type != grouped.out_type || w.layout != grouped.layout || walks_alone(w) != walks_alone(grouped))
       continue;
     if (candidate(w, args, cc)) return &w;
   }

@@ -273,11 +273,16 @@ const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::
 // should walk the experts' tiles with one producer thread (instances ending "_lone") rather than
 // the producer's first warp, for tiles of tile_m x tile_n on `sms` multiprocessors: true where the
 // launch is expected to have at least kLoneTilesPerSm tiles per multiprocessor (the experts a
-// uniform routing touches, each in whole tiles of rows, times the channel tiles). Measured on the
-// H200 (session 19, Qwen3-30B-A3B and DeepSeek-V3 experts, u4g128, 1 to 16384 tokens): the lone
-// walk takes 0.77-0.88x the time from 11 tiles per multiprocessor up, and 1.07-2x below 7 (a thread
-// walking the experts alone adds latency when each block has only a few tiles).
-constexpr double kLoneTilesPerSm = 8;
+// uniform routing touches, each in whole tiles of rows, times the channel tiles), scaled down by
+// experts / kLoneWalkFullFromExperts below that many experts. A block's lone thread steps through
+// every expert once (about 0.13 us each), so the walk's cost grows with the experts and a few
+// experts' walk pays off at a few tiles per block. Measured on the H200 (session 19, Qwen3-30B-A3B
+// and DeepSeek-V3 experts, u4g128, 1 to 16384 tokens): the lone walk takes 0.77-0.88x the time
+// from 11 tiles per multiprocessor up, and 1.07-2x below 7 (a thread walking the experts alone
+// adds latency when each block has only a few tiles). Session 28 (same, the 256-channel tiles,
+// per GEMM): Mixtral-8x7B (8 experts) took 0.77-0.88x already from 0.6 tiles per multiprocessor
+// (4 tokens, down: 65.4 against 75.5 us; 64 tokens, down in t16: 172.0 against 222.5).
+constexpr double kLoneTilesPerSm = 8, kLoneWalkFullFromExperts = 128;
 bool grouped_walk_alone(int64_t assignments, int32_t experts, int64_t n, int tile_m, int tile_n, int sms);
 // Whether a grouped GEMM that would run tiles of tile_m x tile_n should run tiles of the same
 // height and twice the channels instead (a "wide" twin: four consumer warpgroups where the tile had

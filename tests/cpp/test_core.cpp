@@ -659,6 +659,9 @@ void test_grouped_walk_rule() {
     EXPECT(grouped_walk_alone(p.assignments, p.experts, p.n, p.tile_m, 128, 132) == p.lone_faster,
            "%lld rows over %d experts, n=%lld, tile %d: the %s walk was faster", static_cast<long long>(p.assignments),
            p.experts, static_cast<long long>(p.n), p.tile_m, p.lone_faster ? "lone" : "warp");
+  // Few experts (session 28, Mixtral-8x7B, 256-channel tiles): the lone walk from fewer tiles.
+  EXPECT(grouped_walk_alone(8, 8, 4096, 8, 256, 132), "Mixtral down at 4 tokens: 65.4 vs 75.5 us");
+  EXPECT(grouped_walk_alone(128, 8, 4096, 16, 128, 132), "Mixtral down at 64 tokens: 172.0 vs 222.5 us");
   EXPECT(!grouped_walk_alone(-1, 256, 7168, 8, 128, 132), "an unknown count keeps the warp's walk");
   EXPECT(!grouped_walk_alone(0, 256, 7168, 8, 128, 132) && !grouped_walk_alone(100000, 0, 7168, 8, 128, 132),
          "no rows or no experts: the warp's walk");
