@@ -17,7 +17,9 @@ every token's rows sorted by expert):
   them), of the same tile: the lowest built tile height that holds the rows per expert, its
   narrowest channel tile; humming-aot-wide / humming-aot-wide-lone the widest channel tile of that
   height (t8x256 where built). For an A/B of the walks and widths in one build (humming-aot's
-  points record the instances its default choice ran, "instances": [gate-up, down]);
+  points record the instances its default choice ran, "instances": [gate-up, down]). Each with the
+  suffix -cover (humming-aot-lone-cover, ...): the tile height that holds the mean rows per expert
+  plus two standard deviations (2 sqrt(mean)), where a routing's counts spread past the mean;
 - humming-jit: humming-kernels 0.1.20 (the JIT Humming library) HummingLayer with num_experts,
   quantized from bf16 experts (u4 g128, bench.JIT_CONFIGS["w4a16"]), its grouped-contiguous GEMM
   (expert_layout = the offsets of the rows sorted by expert). It registers ops in the same
@@ -39,6 +41,7 @@ touched_experts, weight_gbs}], "routing": [{model, tokens, us[, parts]}]} and th
 
 import argparse
 import json
+import math
 import os
 import pathlib
 import signal
@@ -79,12 +82,13 @@ ap.add_argument(
 ap.add_argument("--jit-worker", action="store_true", help=argparse.SUPPRESS)  # the child: OUT gets its points
 args = ap.parse_args()
 impls = args.impls.split(",")
-# Forced grouped instances: (lone walk, wide tile) of grouped_instance.
+# Forced grouped instances: (lone walk, wide tile) of grouped_instance. With the suffix -cover, the
+# tile height holds the rows per expert plus two standard deviations of a uniform routing's counts
+# (about sqrt(rows) each), so that few experts spill into a second, mostly empty row tile.
 FORCED = {
-    "humming-aot-warp": (False, False),
-    "humming-aot-lone": (True, False),
-    "humming-aot-wide": (False, True),
-    "humming-aot-wide-lone": (True, True),
+    f"humming-aot-{walk}{cover}": (walk.endswith("lone"), walk.startswith("wide"), bool(cover))
+    for walk in ("warp", "lone", "wide", "wide-lone")
+    for cover in ("", "-cover")
 }
 timer = bench.Timer(256, "read")
 fmt = f"a-bf16_w-{args.format}_c-bf16"
@@ -337,8 +341,13 @@ for model in args.models.split(","):
             try:
                 if impl in FORCED or impl == "humming-aot":
                     gu, dn = stacks
-                    name = "" if impl == "humming-aot" else grouped_instance(per_expert, *FORCED[impl])
                     routed = tokens * top_k  # picks the producer's walk where no instance is forced
+                    name = ""
+                    if impl in FORCED:
+                        lone, wide, cover = FORCED[impl]
+                        mean = routed / e
+                        height = max(per_expert, math.ceil(mean + 2 * math.sqrt(mean))) if cover else per_expert
+                        name = grouped_instance(height, lone, wide)
                     parts = [
                         lambda: moe.moe_gemm(
                             rows, gu, al.offsets, fmt, rows_per_expert=per_expert, instance=name, assignments=routed
