@@ -595,12 +595,16 @@ const InstanceInfo *select_grouped_instance(const GemmArgs &args, int64_t rows_p
   GemmArgs like = args;
   like.m = std::max<int64_t>(1, rows_per_expert);
   if (like.m <= kGroupedLowestTileTo) {
-    // The lowest holding tile, first in name order: the narrowest channel tile of that height (t8x128
-    // before t8x256), the warp walk's name before its _lone twin.
+    // The lowest holding tile, the narrowest channel tile of that height (t8x128 before t8x256:
+    // grouped_pick widens it), then the first in name order (the warp walk's name before its _lone
+    // twin).
     const InstanceInfo *lowest = nullptr;
     for (size_t i = 0; i < generated::kInstanceCount; ++i) {
       const InstanceInfo &info = generated::kInstances[i];
-      if (info.tile_m < like.m || (lowest != nullptr && info.tile_m >= lowest->tile_m)) continue;
+      if (info.tile_m < like.m) continue;
+      if (lowest != nullptr &&
+          (info.tile_m > lowest->tile_m || (info.tile_m == lowest->tile_m && info.tile_n >= lowest->tile_n)))
+        continue;
       if (candidate(info, like, cc)) lowest = &info;
     }
     if (lowest != nullptr) return grouped_walk_choice(lowest, like, cc, sms);
