@@ -270,6 +270,32 @@ def test_quant_moe_bad_input_is_named():
         ha.QuantMoE.from_float(w1[0], w2, "u4g64-sbf16", 2)
 
 
+def test_quant_moe_names_the_grouped_instances_of_a_call():
+    """QuantMoE.instances for a described H200 (no GPU): grouped instances of the layer's formats,
+    the gate-up's for its [2F, H] weights and the down's for [H, F], the same as the C++ choice for
+    that GEMM; a layer with no grouped path on a GPU, or a bad request, is refused with the reason."""
+    import humming_aot as ha
+    from humming_aot._ext import C
+
+    w1, w2 = _experts(8, 256, 128, 3)
+    layer = ha.QuantMoE.from_float(w1, w2, "u4g128-sbf16", 2, layout="sm90")
+    fmt = "a-bf16_w-u4g128-sbf16_c-bf16"
+    for tokens in (1, 64, 4096):
+        got = layer.instances(tokens, cc=90, sms=132)
+        assert set(got) == {"gate_up", "down"}
+        for part, (n, k) in (("gate_up", (256, 256)), ("down", (256, 128))):
+            assert got[part].startswith(f"sm90_wgmma_moe_{fmt}_"), got
+            rows = max(1, tokens * 2 // 8)
+            assert got[part] == C.select_grouped_instance(fmt, 3, n, k, rows, 8, tokens * 2, 90, 132)
+    with pytest.raises(ValueError, match="at least 1"):
+        layer.instances(0, cc=90, sms=132)
+    with pytest.raises(ValueError, match="both cc and sms"):
+        layer.instances(1, cc=90)
+    generic = ha.QuantMoE.from_float(w1, w2, "u4g128-sbf16", 2)
+    with pytest.raises(ValueError, match=r"packed for the sm90 kernels \(layout 3\)"):
+        generic.instances(1, cc=90, sms=132)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
 def test_quant_moe_on_the_per_expert_loop_warns_once_and_refuses_graph_capture():

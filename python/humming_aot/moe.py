@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import operator
 
 import torch
 
@@ -653,6 +654,45 @@ class QuantMoE(torch.nn.Module):
             expert,
         )
         return combine(y, al, weights)
+
+    def instances(self, tokens: int, *, device=None, cc: int | None = None, sms: int | None = None) -> dict:
+        """The grouped instances a call of ``tokens`` tokens runs, ``{"gate_up": name, "down":
+        name}``, chosen as the call chooses them (the tile height from the rows per expert, its width
+        and walk from the routed rows: humming.h, select_grouped_instance and grouped_pick): on
+        ``device`` (default: the current CUDA device), or on a device described by its compute
+        capability ``cc`` (major * 10 + minor) and multiprocessor count ``sms``, which needs no GPU.
+        A ValueError for a layer that does not run grouped GEMMs on a GPU (experts not packed for
+        the sm90 kernels, 8-bit activations, or no grouped instance of its formats in this build)."""
+        from ._ext import C
+        from .dispatch import _device_facts
+
+        tokens = operator.index(tokens)
+        if tokens < 1:
+            raise ValueError(f"tokens must be at least 1, got {tokens}")
+        if (cc is None) != (sms is None):
+            raise ValueError("give both cc and sms to describe a device, or neither")
+        if self._stacks is None or self.gate_up[0].fmt.act.quantized or self._stacks[0].first.layout != 3:
+            raise ValueError(
+                "this layer runs no grouped GEMMs on a GPU: they take experts packed for the sm90 kernels "
+                "(layout 3) with 16-bit activations"
+            )
+        missing = [str(lin.fmt) for lin in (self.gate_up[0], self.down[0]) if not _has_grouped_instance(str(lin.fmt))]
+        if missing:
+            raise ValueError(f"this build has no grouped instance of {', '.join(missing)}")
+        if cc is None:
+            cc, sms, _ = _device_facts(device)
+        routed = tokens * self.top_k
+        per_expert = max(1, routed // self.num_experts)  # as the call's: capacity // experts
+        out = {}
+        for part, stack, lin in (
+            ("gate_up", self._stacks[0], self.gate_up[0]),
+            ("down", self._stacks[1], self.down[0]),
+        ):
+            w, fmt = stack.first, str(_grouped_format(stack, lin.fmt, "QuantMoE.instances"))
+            out[part] = C.select_grouped_instance(
+                fmt, w.layout, w.n, w.k, per_expert, self.num_experts, routed, cc, sms
+            )
+        return out
 
     def extra_repr(self) -> str:
         return (
