@@ -492,16 +492,13 @@ const InstanceInfo *wide_twin(const InstanceInfo &grouped, const GemmArgs &args,
   if (!runs_experts(grouped)) return nullptr;
   for (size_t i = 0; i < generated::kInstanceCount; ++i) {
     const InstanceInfo &w = generated::kInstances[i];
-    // The same kernel and format, tile height and walk; only the channels (and so the consumer
-    // warpgroups) doubled, and the ring maybe shallower to fit shared memory (t16x256: 7 stages).
-    if (w.tile_n != 2 * grouped.tile_n || w.tile_m != grouped.tile_m || w.tile_k != grouped.tile_k ||
-        std::strcmp(w.backend, grouped.backend) != 0 || std::strcmp(w.scheduler, grouped.scheduler) != 0 ||
-        w.act_type != grouped.act_type || w.act_granularity != grouped.act_granularity ||
-        w.code_type != grouped.code_type || w.group_k != grouped.group_k || w.group_n != grouped.group_n ||
-        w.scale_type != grouped.scale_type || w.zero != grouped.zero || w.global_scale != grouped.global_scale ||
-        w.out_type != grouped.out_type || w.layout != grouped.layout || walks_alone(w) != walks_alone(grouped))
-      continue;
-    if (candidate(w, args, cc)) return &w;
+    // The same kernel, tile height and walk (candidate checks the format against args); only the
+    // channels (and so the consumer warpgroups) doubled, and the ring maybe shallower to fit shared
+    // memory (t16x256: 7 stages).
+    if (w.tile_n == 2 * grouped.tile_n && w.tile_m == grouped.tile_m && w.tile_k == grouped.tile_k &&
+        std::strcmp(w.backend, grouped.backend) == 0 && std::strcmp(w.scheduler, grouped.scheduler) == 0 &&
+        walks_alone(w) == walks_alone(grouped) && candidate(w, args, cc))
+      return &w;
   }
   return nullptr;
 }
@@ -531,7 +528,7 @@ const InstanceInfo *grouped_pick(const GroupedVariants &v, const GemmArgs &args,
 namespace {
 
 // `chosen`, or for a grouped GEMM the variant its size asks for (grouped_pick).
-const InstanceInfo *grouped_walk_choice(const InstanceInfo *chosen, const GemmArgs &args, int cc, int sms) {
+const InstanceInfo *grouped_variant_choice(const InstanceInfo *chosen, const GemmArgs &args, int cc, int sms) {
   if (args.experts <= 0 || chosen == nullptr || !runs_experts(*chosen)) return chosen;
   return grouped_pick(grouped_variants(*chosen, args, cc), args, sms);
 }
@@ -587,7 +584,7 @@ const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::
       if (std::string(c->backend) != "generic") return c;
     return candidates.front();
   };
-  return grouped_walk_choice(pick(), args, cc, sms);
+  return grouped_variant_choice(pick(), args, cc, sms);
 }
 
 const InstanceInfo *select_grouped_instance(const GemmArgs &args, int64_t rows_per_expert, int cc, int sms,
@@ -607,7 +604,7 @@ const InstanceInfo *select_grouped_instance(const GemmArgs &args, int64_t rows_p
         continue;
       if (candidate(info, like, cc)) lowest = &info;
     }
-    if (lowest != nullptr) return grouped_walk_choice(lowest, like, cc, sms);
+    if (lowest != nullptr) return grouped_variant_choice(lowest, like, cc, sms);
   }
   return select_instance(like, cc, sms, why);
 }

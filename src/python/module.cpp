@@ -206,11 +206,11 @@ PYBIND11_MODULE(_C, m) {
     GemmArgs args = described_problem(fmt, layout, n, k, std::max<int64_t>(1, rows_per_expert) * experts);
     args.num_sms = sms;
     args.experts = experts;
-    std::string why;
-    const InstanceInfo *base = select_grouped_instance(args, rows_per_expert, cc, sms, &why);
-    if (!base) throw py::value_error(why);
     args.expert_assignments = assignments;
-    return std::string(grouped_pick(grouped_variants(*base, args, cc), args, sms)->name);
+    std::string why;
+    const InstanceInfo *i = select_grouped_instance(args, rows_per_expert, cc, sms, &why);
+    if (!i) throw py::value_error(why);
+    return std::string(i->name);
   });
   // Loads instance `name`'s kernels on CUDA device `device` (humming::prepare_instance): (ok, why).
   m.def("prepare_instance", [](const std::string &name, int device) {

@@ -200,8 +200,8 @@ struct CallPlan {
     int device, cc, sms;
     bool grouped;
     const InstanceInfo *inst;
-    // Grouped GEMMs: inst's twins (the lone walk, the wide tile), where the build has them; each call
-    // then picks among them from its routed rows (grouped_pick).
+    // Grouped GEMMs: inst (the base tile) and its twins (the lone walk, the wide tile), where the build
+    // has them; each call then picks among them from its routed rows (grouped_pick).
     GroupedVariants variants;
   };
   std::vector<Choice> chosen;
@@ -452,29 +452,25 @@ void run_grouped(GemmArgs &args, CallPlan &plan, const torch::stable::Device &de
   const InstanceInfo *inst = plan.named;
   const int64_t rows = std::max<int64_t>(1, rows_per_expert);
   if (inst == nullptr) {
-    GroupedVariants variants;
+    const GroupedVariants *cached = nullptr;
     for (const auto &c : plan.chosen)
-      if (c.m == rows && c.device == index && c.cc == cc && c.sms == args.num_sms && c.grouped)
-        inst = c.inst, variants = c.variants;
-    // As gemm's: a cached choice that refuses this call's pointers or strides is chosen again,
-    // without caching over the entry.
-    const bool cached = inst != nullptr;
-    if (!cached || !inst->can_implement(args)) {
+      if (c.m == rows && c.device == index && c.cc == cc && c.sms == args.num_sms && c.grouped) cached = &c.variants;
+    // The variant this call's routed rows ask for. As gemm's: one that refuses this call's pointers
+    // or strides is chosen again, without caching over the entry.
+    inst = cached != nullptr ? grouped_pick(*cached, args, args.num_sms) : nullptr;
+    if (inst == nullptr || !inst->can_implement(args)) {
       GemmArgs like = args;
       like.expert_assignments = -1; // the base tile; its variant is picked below
       std::string why;
-      inst = select_grouped_instance(like, rows, cc, args.num_sms, &why);
-      require(inst != nullptr, why);
-      variants = grouped_variants(*inst, args, cc);
-      if (!cached) {
+      const InstanceInfo *base = select_grouped_instance(like, rows, cc, args.num_sms, &why);
+      require(base != nullptr, why);
+      const GroupedVariants variants = grouped_variants(*base, args, cc); // each checked against this call
+      if (cached == nullptr) {
         if (plan.chosen.size() >= 64) plan.chosen.clear();
-        plan.chosen.push_back({rows, index, cc, args.num_sms, true, inst, variants});
+        plan.chosen.push_back({rows, index, cc, args.num_sms, true, base, variants});
       }
+      inst = grouped_pick(variants, args, args.num_sms);
     }
-    // The twins were checked against the call that cached them; a later call's pointers are checked
-    // here, and one the twin refuses runs on the base tile.
-    const InstanceInfo *pick = grouped_pick(variants, args, args.num_sms);
-    if (pick != nullptr && pick != inst && pick->can_implement(args)) inst = pick;
   }
   check(humming::gemm(args, *inst, current_stream(index)));
 }
