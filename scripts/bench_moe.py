@@ -20,6 +20,10 @@ every token's rows sorted by expert):
   points record the instances its default choice ran, "instances": [gate-up, down]). Each with the
   suffix -cover (humming-aot-lone-cover, ...): the tile height that holds the mean rows per expert
   plus two standard deviations (2 sqrt(mean)), where a routing's counts spread past the mean;
+- humming-aot-heights: one point per built tile height near the mean rows per expert (from 2.5
+  times below it to 4 times above, at least 8), named humming-aot-h{height}, each the default
+  choice with that height fixed (its width and walk picked from the routed rows, _C.grouped_variant):
+  the data the grouped height rule (humming.h, grouped_row_tiles_cost) is fitted to;
 - humming-jit: humming-kernels 0.1.20 (the JIT Humming library) HummingLayer with num_experts,
   quantized from bf16 experts (u4 g128, bench.JIT_CONFIGS["w4a16"]), its grouped-contiguous GEMM
   (expert_layout = the offsets of the rows sorted by expert). It registers ops in the same
@@ -112,6 +116,24 @@ def grouped_instance(rows_per_expert: int, lone: bool, wide: bool = False) -> st
     height = min(i.tile[0] for i in fits) if fits else max(i.tile[0] for i in built)
     same = [i for i in built if i.tile[0] == height]
     return (max if wide else min)(same, key=lambda i: i.tile[1]).name
+
+
+def built_heights() -> list[int]:
+    """The tile heights of the format's built grouped instances."""
+    from humming_aot import registry
+
+    return sorted({i.tile[0] for i in registry.instances() if i.name.startswith(f"sm90_wgmma_moe_{fmt}_")})
+
+
+def height_instance(height: int, n: int, k: int, experts: int, assignments: int) -> str:
+    """The default choice's instance with the tile height fixed: the narrowest warp-walk tile of
+    that height, then the wide twin or lone walk the routed rows ask for (humming.h, grouped_pick)."""
+    from humming_aot import _C as C
+
+    cc, _ = C.device_cc()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    base = grouped_instance(height, lone=False)
+    return C.grouped_variant(base, fmt, 3, n, k, experts, assignments, cc, sms)
 
 
 def default_instance(n: int, k: int, rows_per_expert: int, experts: int, assignments: int) -> str:
@@ -329,7 +351,13 @@ for model in args.models.split(","):
                   + ", ".join(f"{k} {v:.1f}" for k, v in entry["parts"].items()), flush=True)  # fmt: skip
         routing.append(entry)
         per_expert = max(1, rows.shape[0] // e)
-        for impl in impls:
+        mean = rows.shape[0] / e
+        heights = {
+            f"humming-aot-h{t}": t
+            for t in (built_heights() if "humming-aot-heights" in impls else ())
+            if mean / 2.5 <= t <= 4 * max(8.0, mean)
+        }
+        for impl in [i for i in impls if i != "humming-aot-heights"] + list(heights):
             if impl == "humming-jit":  # measured by the child process (jit_points)
                 jp = jit_measured.get((model, tokens), {"model": model, "tokens": tokens, "impl": impl})
                 jp = jp if "us" in jp or "error" in jp else dict(jp, error=jit_missing)
@@ -339,7 +367,7 @@ for model in args.models.split(","):
                 )
                 continue
             try:
-                if impl in FORCED or impl == "humming-aot":
+                if impl in FORCED or impl in heights or impl == "humming-aot":
                     gu, dn = stacks
                     routed = tokens * top_k  # picks the producer's walk where no instance is forced
                     name = ""
@@ -348,20 +376,29 @@ for model in args.models.split(","):
                         mean = routed / e
                         height = max(per_expert, math.ceil(mean + 2 * math.sqrt(mean))) if cover else per_expert
                         name = grouped_instance(height, lone, wide)
+                    shapes = ((2 * f, h), (h, f))  # gate-up, down
+                    if impl in heights:  # the width and walk may differ between the two GEMMs
+                        ran = [height_instance(heights[impl], n_, k_, e, routed) for n_, k_ in shapes]
+                    elif name:
+                        ran = [name, name]
+                    else:
+                        ran = [default_instance(n_, k_, per_expert, e, routed) for n_, k_ in shapes]
+                    forced = ran if impl in heights else [name, name]
                     parts = [
                         lambda: moe.moe_gemm(
-                            rows, gu, al.offsets, fmt, rows_per_expert=per_expert, instance=name, assignments=routed
+                            rows,
+                            gu,
+                            al.offsets,
+                            fmt,
+                            rows_per_expert=per_expert,
+                            instance=forced[0],
+                            assignments=routed,
                         ),
                         lambda: moe.moe_gemm(
-                            act, dn, al.offsets, fmt, rows_per_expert=per_expert, instance=name, assignments=routed
+                            act, dn, al.offsets, fmt, rows_per_expert=per_expert, instance=forced[1], assignments=routed
                         ),
                     ]
                     wbytes = touched * sum(code_bytes)
-                    ran = (
-                        [name, name]
-                        if name
-                        else [default_instance(n_, k_, per_expert, e, routed) for n_, k_ in ((2 * f, h), (h, f))]
-                    )
                 elif impl == "torch-grouped-bf16":
                     ends = al.offsets[1:].contiguous()
                     w1t, w2t = (w.transpose(1, 2) for w in bf16)
@@ -391,7 +428,7 @@ for model in args.models.split(","):
                     "touched_experts": touched,
                     "weight_gbs": wbytes / us / 1e3,
                 }
-                if impl in FORCED or impl == "humming-aot":
+                if impl in FORCED or impl in heights or impl == "humming-aot":
                     row["instances"] = ran  # gate-up, down
             except Exception as ex:  # a peer that cannot run a shape: recorded, the run goes on
                 row = {"model": model, "tokens": tokens, "impl": impl, "error": f"{type(ex).__name__}: {ex}"[:300]}

@@ -457,6 +457,22 @@ double expected_grouped_tiles(int64_t assignments, int32_t experts, int64_t n, i
 
 } // namespace
 
+double expected_row_tiles(double mean_rows, int tile_m) {
+  if (!(mean_rows > 0)) return 0;
+  // E[ceil(X / tile_m)] over the Poisson probabilities (in logarithms: exp(-mean) underflows past
+  // about 700 rows), from and to 12 standard deviations either side of the mean, where what is
+  // left out is below 1e-30 of the sum.
+  const double spread = 12 * std::sqrt(mean_rows) + 16;
+  const int64_t first = std::max<int64_t>(1, static_cast<int64_t>(mean_rows - spread));
+  const int64_t last = static_cast<int64_t>(mean_rows + spread) + 1;
+  double tiles = 0;
+  for (int64_t x = first; x <= last; ++x) {
+    const double p = std::exp(static_cast<double>(x) * std::log(mean_rows) - mean_rows - std::lgamma(x + 1.0));
+    tiles += static_cast<double>((x + tile_m - 1) / tile_m) * p;
+  }
+  return tiles;
+}
+
 bool grouped_walk_alone(int64_t assignments, int32_t experts, int64_t n, int tile_m, int tile_n, int sms) {
   const double tiles = expected_grouped_tiles(assignments, experts, n, tile_m, tile_n);
   const double scale = std::min(1.0, static_cast<double>(experts) / kLoneWalkFullFromExperts);
@@ -592,17 +608,33 @@ const InstanceInfo *select_grouped_instance(const GemmArgs &args, int64_t rows_p
   GemmArgs like = args;
   like.m = std::max<int64_t>(1, rows_per_expert);
   if (like.m <= kGroupedLowestTileTo) {
-    // The lowest holding tile, the narrowest channel tile of that height (t8x128 before t8x256:
-    // grouped_pick widens it), then the first in name order (the warp walk's name before its _lone
-    // twin).
-    const InstanceInfo *lowest = nullptr;
+    // Per height, the narrowest channel tile (t8x128 before t8x256: grouped_pick widens it), the
+    // first in name order among equals (the warp walk's name before its _lone twin).
+    std::vector<const InstanceInfo *> heights;
     for (size_t i = 0; i < generated::kInstanceCount; ++i) {
       const InstanceInfo &info = generated::kInstances[i];
-      if (info.tile_m < like.m) continue;
-      if (lowest != nullptr &&
-          (info.tile_m > lowest->tile_m || (info.tile_m == lowest->tile_m && info.tile_n >= lowest->tile_n)))
-        continue;
-      if (candidate(info, like, cc)) lowest = &info;
+      if (!candidate(info, like, cc)) continue;
+      auto same =
+          std::find_if(heights.begin(), heights.end(), [&](const InstanceInfo *h) { return h->tile_m == info.tile_m; });
+      if (same == heights.end())
+        heights.push_back(&info);
+      else if (info.tile_n < (*same)->tile_n)
+        *same = &info;
+    }
+    // One tile's cost: the table's where it has one for every height, else rows plus the fixed part.
+    const DispatchTable *table = table_for(cc, sms);
+    const bool costed = table != nullptr && std::all_of(heights.begin(), heights.end(), [&](const InstanceInfo *h) {
+                          return tile_cost(*table, *h) != nullptr;
+                        });
+    const InstanceInfo *lowest = nullptr;
+    double lowest_work = 0;
+    for (const InstanceInfo *h : heights) {
+      const double tile = costed ? tile_cost(*table, *h)->c[1] : h->tile_m + kGroupedRowTileFixedRows;
+      const double work = expected_row_tiles(static_cast<double>(like.m), h->tile_m) * tile;
+      // Works within a millionth are equal: the lower height, which pads less.
+      if (lowest == nullptr || work < lowest_work * (1 - 1e-6) ||
+          (work <= lowest_work * (1 + 1e-6) && h->tile_m < lowest->tile_m))
+        lowest = h, lowest_work = work;
     }
     if (lowest != nullptr) return grouped_variant_choice(lowest, like, cc, sms);
   }

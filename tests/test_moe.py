@@ -6,6 +6,8 @@ CPU here; the GPU tests at the end run the same on a GPU, inside a CUDA graph.""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -475,27 +477,75 @@ def _expected_tiles(assignments, experts, n, tile_m, tile_n):
     return max(touched, -(-assignments // tile_m)) * -(-n // tile_n)
 
 
+def _poisson_row_tiles(mean, height):
+    """The expected row tiles of one expert whose rows are Poisson with this mean, in tiles of this
+    height, written out: the sum over every row count x of ceil(x / height) times its probability
+    (summed directly up to far past the mean)."""
+    total, p = 0.0, math.exp(-mean)
+    for x in range(1, int(mean + 40 * math.sqrt(mean) + 60)):
+        p *= mean / x
+        total += -(-x // height) * p
+    return total
+
+
+def test_expected_row_tiles_of_poisson_counts():
+    """humming.h expected_row_tiles: the expected row tiles of a Poisson count, against the sum
+    written out; closed forms where they exist (height 1: the mean; a height no count reaches: the
+    chance of at least one row)."""
+    from humming_aot._ext import C
+
+    for mean in (0.05, 1.0, 7.5, 16.0, 64.0, 200.0):
+        assert C.expected_row_tiles(mean, 1) == pytest.approx(mean, rel=1e-9)
+        for height in (8, 16, 32, 64, 128, 256):
+            want = _poisson_row_tiles(mean, height)
+            assert C.expected_row_tiles(mean, height) == pytest.approx(want, rel=1e-9), (mean, height)
+    for mean in (0.05, 1.0, 3.0):
+        assert C.expected_row_tiles(mean, 4096) == pytest.approx(1 - math.exp(-mean), rel=1e-9)
+    assert C.expected_row_tiles(0.0, 8) == 0
+    assert C.grouped_row_tile_fixed_rows >= 0
+    with pytest.raises(ValueError, match="positive"):
+        C.expected_row_tiles(4.0, 0)
+
+
+def _grouped_height(per_expert, warp, costs):
+    """The grouped tile height the rule picks, written out: per height the narrowest tile, its cost
+    the table's c1 where the table covers every height (else rows plus the fixed part), times the
+    expected row tiles; the least, the lower height among equals."""
+    from humming_aot._ext import C
+
+    narrowest = {}
+    for i in warp:
+        if i.tile[0] not in narrowest or i.tile[1] < narrowest[i.tile[0]].tile[1]:
+            narrowest[i.tile[0]] = i
+    keyed = {h: (None, tuple(i.tile), 1) for h, i in narrowest.items()}
+    costed = all(key in costs for key in keyed.values())
+    work = {
+        h: _poisson_row_tiles(per_expert, h) * (costs[keyed[h]][1] if costed else h + C.grouped_row_tile_fixed_rows)
+        for h in narrowest
+    }
+    least = min(work.values())
+    return narrowest[min(h for h, w in work.items() if w <= least * (1 + 1e-6))]
+
+
 @pytest.mark.parametrize("experts,n,k", [(128, 1536, 2048), (128, 2048, 768), (256, 4096, 7168), (8, 28672, 4096)])
-def test_grouped_choice_follows_the_tile_width_and_walk_rules(experts, n, k):
+def test_grouped_choice_follows_the_tile_height_width_and_walk_rules(experts, n, k):
     """The default grouped instance (select_grouped_instance then grouped_pick, as humming.moe_gemm
     runs it) on this build's registry, for a described H200 (132 multiprocessors): with the routed
-    rows unknown, the narrowest tile of the lowest height that holds the rows per expert, its warp
-    walk; given them, twice the channels where the build has that tile and the narrow tiles would be
-    more than one per multiprocessor, then the lone walk from 8 tiles per multiprocessor (fewer below
-    128 experts, in proportion)."""
-    from humming_aot import registry
+    rows unknown, the narrowest tile of the height whose expected row tiles (Poisson counts around
+    the rows per expert) times one tile's cost (the H200 table's) are least, its warp walk; given them,
+    twice the channels where the build has that tile and the narrow tiles would be more than one per
+    multiprocessor, then the lone walk from 8 tiles per multiprocessor (fewer below 128 experts, in
+    proportion)."""
+    from humming_aot import dispatch, registry
     from humming_aot._ext import C
 
     fmt, sms = "a-bf16_w-u4g128-sbf16_c-bf16", 132
     grouped = {i.name: i for i in registry.instances() if i.name.startswith(f"sm90_wgmma_moe_{fmt}_")}
     assert grouped, "every build profile has grouped u4g128 bf16 instances (tools/matrix/sm90_moe.json)"
-    checked = 0
-    for per_expert in (1, 8, 9, 40, 256):
-        holding = [i for i in grouped.values() if i.tile[0] >= per_expert and not i.name.endswith("_lone")]
-        if not holding:  # taller than this build's grouped tiles: the dense tables choose
-            continue
-        checked += 1
-        base = min(holding, key=lambda i: (i.tile[0], i.tile[1]))
+    warp = [i for i in grouped.values() if not i.name.endswith("_lone")]
+    costs = dispatch._tile_costs(dispatch._table_for(90, sms, "NVIDIA H200"))
+    for per_expert in (1, 8, 9, 16, 40, 64, 100, 256):
+        base = _grouped_height(per_expert, warp, costs)
         got = C.select_grouped_instance(fmt, 3, n, k, per_expert, experts, -1, 90, sms)
         assert got == base.name, (per_expert, got, base.name)
         for tokens in (1, 8, 64, 1024):
@@ -509,7 +559,6 @@ def test_grouped_choice_follows_the_tile_width_and_walk_rules(experts, n, k):
                 want = grouped.get(want.name + "_lone", want)
             got = C.select_grouped_instance(fmt, 3, n, k, per_expert, experts, assignments, 90, sms)
             assert got == want.name, (per_expert, tokens, got, want.name)
-    assert checked > 0, "no grouped tile of this build holds a single row per expert"
     with pytest.raises(ValueError, match="at least one expert"):
         C.select_grouped_instance(fmt, 3, n, k, 1, 0, 8, 90, sms)
 

@@ -295,10 +295,32 @@ bool grouped_walk_alone(int64_t assignments, int32_t experts, int64_t n, int til
 // 43.6 / 30.3; Qwen3 at 8 tokens (about 300 and 400) 49.7 / 36.7 against 42.1 / 30.0.
 constexpr double kWideFromTilesPerSm = 1;
 bool grouped_tiles_wide(int64_t assignments, int32_t experts, int64_t n, int tile_m, int tile_n, int sms);
+// The row tiles of height tile_m one expert of a grouped GEMM is expected to run when its rows are
+// Poisson with mean mean_rows (a uniform routing's counts, which spread about sqrt(mean_rows) around
+// it): E[ceil(X / tile_m)]; 0 where mean_rows is not positive; tile_m must be positive. The grouped
+// tile height is the one of least expected work, these tiles times one tile's cost: the device
+// table's cost per input of the dense tile of that shape (TileCost c1, the time of one tile in a
+// full launch; the grouped kernels are the dense ones walking experts), or where the table has none
+// for a height, for every height, tile_m + kGroupedRowTileFixedRows rows (what a tile costs beyond
+// its rows: the weight's reads and dequantization, which do not shrink with its height). Why not the
+// lowest tile that holds the mean: about half the experts then get a second, mostly empty row tile
+// that costs a whole tile's dequantization. Measured on an H100 (session 29, scripts/bench_moe.py
+// --impls humming-aot-heights: every tile height near the mean, u4g128 bf16, Qwen3-30B-A3B,
+// DeepSeek-V3, Mixtral-8x7B and gpt-oss-120b at 8 to 2048 tokens, the 31 points with at most 256
+// rows per expert; tools/fit_grouped_heights.py; benchmarks/results/h100/tuning/
+// h100-2026-12-05-s29-README.md): with the H200 table's tile costs the pick is 1.006 of the
+// fastest height in geometric mean by the sum of the two GEMMs' graph times, the fastest at 30
+// points (DeepSeek-V3 at 2048 tokens: t128, 1.21x t64's time; by the layer's one replay t128 is
+// the faster), 1.002 by the layer's time (worst 1.04); rows plus 40 to 56 give 1.004 (worst 1.06:
+// t64 at 64 rows per expert, where t128 is faster); the lowest tile that holds the mean, the rule
+// before, 1.066 (worst 1.43x: Mixtral-8x7B at 64 tokens, t16 against t32).
+double expected_row_tiles(double mean_rows, int tile_m);
+constexpr double kGroupedRowTileFixedRows = 48;
 // The default instance of a grouped GEMM whose experts hold about rows_per_expert rows each (host
 // knowledge, e.g. tokens x top_k / E): up to kGroupedLowestTileTo rows per expert, the grouped
-// instance of the lowest tile height that holds them, the narrowest channel tile of that height
-// (the first in name order); above, select_instance's choice for a dense GEMM of that many rows
+// instance of the tile height of least expected work (expected_row_tiles; the lower height where
+// two cost the same), the narrowest channel tile of that height (the first in name order); above,
+// select_instance's choice for a dense GEMM of that many rows
 // among the grouped instances. Then the variant this call's routed rows ask for (grouped_pick, from
 // args.expert_assignments: the wide twin, the lone walk). The dense estimates see one layer's
 // tiles fill the GPU and pick lower tiles there, where a grouped launch has every touched expert's

@@ -212,6 +212,29 @@ PYBIND11_MODULE(_C, m) {
     if (!i) throw py::value_error(why);
     return std::string(i->name);
   });
+  // The row tiles one expert of a grouped GEMM is expected to run (humming::expected_row_tiles) and
+  // the fixed part of a tile's cost where the table has none, in rows: what the grouped height
+  // choice weighs, for tests and tuning.
+  m.def("expected_row_tiles", [](double mean_rows, int tile_m) {
+    if (tile_m <= 0) throw py::value_error("a tile height must be positive, got " + std::to_string(tile_m));
+    return expected_row_tiles(mean_rows, tile_m);
+  });
+  m.attr("grouped_row_tile_fixed_rows") = kGroupedRowTileFixedRows;
+  // The variant of grouped instance `name` (its wide twin, lone walk: humming::grouped_pick) that a
+  // grouped GEMM of `assignments` routed rows over `experts` experts runs for a described device:
+  // the default choice with the tile height fixed, for benchmarks that time every height.
+  m.def("grouped_variant", [](const std::string &name, const std::string &fmt, int layout, int64_t n, int64_t k,
+                              int32_t experts, int64_t assignments, int cc, int sms) {
+    if (experts <= 0) throw py::value_error("a grouped GEMM needs at least one expert, got " + std::to_string(experts));
+    const InstanceInfo &base = named_instance(name);
+    GemmArgs args = described_problem(fmt, layout, n, k, std::max<int64_t>(1, assignments));
+    args.num_sms = sms;
+    args.experts = experts;
+    args.expert_assignments = assignments;
+    check(instance_matches(base, args));
+    const InstanceInfo *i = grouped_pick(grouped_variants(base, args, cc), args, sms);
+    return std::string(i->name);
+  });
   // Loads instance `name`'s kernels on CUDA device `device` (humming::prepare_instance): (ok, why).
   m.def("prepare_instance", [](const std::string &name, int device) {
     const InstanceInfo &i = named_instance(name);

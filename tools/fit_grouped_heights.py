@@ -1,0 +1,95 @@
+"""How well rules for the grouped (MoE) tile height pick the fastest height, over bench_moe runs
+that timed every height near the mean (scripts/bench_moe.py --impls humming-aot-heights).
+
+Usage: python tools/fit_grouped_heights.py RUN.json [RUN.json ...] [--table python/humming_aot/tables/h200.json]
+
+For each point (model, tokens) with at most 256 rows per expert and two or more heights timed, a
+rule picks a height and its regret is the picked height's time over the fastest (gate-up + down:
+the sum of the two GEMMs' graph times, or with --metric layer the one replay of both). Rules:
+- table: the expected row tiles of Poisson counts (humming.h expected_row_tiles) times the table's
+  cost per input of the dense tile of that height (TileCost c1), as registry.cpp picks by default;
+- rows+C: the expected row tiles times the height plus C (the fallback, kGroupedRowTileFixedRows),
+  for a range of C;
+- lowest: the lowest height that holds the mean (the rule before session 29).
+Prints the geometric-mean regret, the worst point, and with --verbose every point's pick.
+Needs no build and no GPU."""
+
+import argparse
+import json
+import math
+import pathlib
+
+# (experts, top_k) of scripts/bench_moe.py's models
+MODELS = {"deepseek-v3": (256, 8), "qwen3-30b-a3b": (128, 8), "mixtral-8x7b": (8, 2), "gpt-oss-120b": (128, 4)}
+# The narrowest grouped tile of each height (tools/matrix/sm90_moe.json): its table cost key.
+TILE_KEYS = {
+    8: "8x128x128",
+    16: "16x128x128",
+    32: "32x128x128",
+    64: "64x128x128",
+    128: "128x128x128",
+    256: "256x128x64",
+}
+
+
+def expected_row_tiles(mean: float, height: int) -> float:
+    """E[ceil(X / height)] for X Poisson with this mean (the sum over the counts, far past the mean)."""
+    if mean <= 0:
+        return 0.0
+    total, p = 0.0, math.exp(-mean)
+    for x in range(1, int(mean + 40 * math.sqrt(mean) + 60)):
+        p *= mean / x
+        total += -(-x // height) * p
+    return total
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("runs", nargs="+")
+    ap.add_argument("--table", default=str(pathlib.Path(__file__).parents[1] / "python/humming_aot/tables/h200.json"))
+    ap.add_argument(
+        "--metric",
+        choices=("parts", "layer"),
+        default="parts",
+        help="parts: the sum of the two GEMMs' graph times (default); layer: the graph time of both in one replay",
+    )
+    ap.add_argument("--verbose", action="store_true")
+    args = ap.parse_args()
+    costs = json.loads(pathlib.Path(args.table).read_text())["tile_costs"]
+    points = {}
+    for run in args.runs:
+        for p in json.loads(pathlib.Path(run).read_text())["points"]:
+            if "us" in p and p["impl"].startswith("humming-aot-h") and p["impl"][13:].isdigit():
+                us = p["us_gate_up"] + p["us_down"] if args.metric == "parts" else p["us"]
+                points.setdefault((p["model"], p["tokens"]), {})[int(p["impl"][13:])] = us
+
+    def report(name, pick):
+        logs, worst = [], (1.0, "")
+        for (model, tokens), times in sorted(points.items()):
+            experts, top_k = MODELS[model]
+            rows = max(1, tokens * top_k // experts)  # as QuantMoE passes rows_per_expert
+            if rows > 256 or len(times) < 2:
+                continue
+            h = pick(rows, sorted(times))
+            best = min(times, key=times.get)
+            regret = times[h] / times[best]
+            logs.append(math.log(regret))
+            if regret > worst[0]:
+                worst = (regret, f"{model} at {tokens} tokens ({rows} rows per expert): t{h}, fastest t{best}")
+            if args.verbose:
+                print(f"  {name}: {model} {tokens} tokens, {rows} rows: t{h}, fastest t{best}, {regret:.3f}")
+        print(
+            f"{name}: {math.exp(sum(logs) / len(logs)):.4f} of the fastest over {len(logs)} points; worst {worst[0]:.3f} {worst[1]}"
+        )
+
+    def least(weight):
+        return lambda rows, heights: min(heights, key=lambda h: (expected_row_tiles(rows, h) * weight(h), h))
+
+    report("table", least(lambda h: costs[TILE_KEYS[h]][1]))
+    for c in (0, 16, 32, 40, 48, 56, 64, 96, 128):
+        report(f"rows+{c}", least(lambda h, c=c: h + c))
+    report("lowest", lambda rows, heights: min([h for h in heights if h >= rows] or [max(heights)]))
+
+
+if __name__ == "__main__":
+    main()
