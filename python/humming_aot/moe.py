@@ -281,8 +281,9 @@ def moe_gemm(x: torch.Tensor, experts: StackedExperts, offsets: torch.Tensor, fm
     ``offsets[e] <= r < offsets[e + 1]`` (``offsets`` int32 [E + 1] from 0 to x's rows, on x's
     device; a GPU reads them only in the kernel, so no host synchronization). ``fmt`` is the GEMM
     format (16-bit activations). ``rows_per_expert`` (default rows / E) picks the tile: up to
-    256 the lowest tile height that holds them, else as for a dense GEMM of that many rows (humming.h,
-    select_grouped_instance). ``assignments`` (the rows routed in all before padding, tokens x
+    256 the tile height of least expected work (the row tiles of Poisson counts around it, some
+    experts spilling into a second tile, times the device table's tile costs; humming.h,
+    expected_row_tiles), else as for a dense GEMM of that many rows (select_grouped_instance). ``assignments`` (the rows routed in all before padding, tokens x
     top_k, where the caller knows it) picks the tile's width and how the kernel's producer walks the
     experts' tiles (humming.h, grouped_pick): twice the channels where the launch is expected to
     have more than one tile per multiprocessor and the build has that tile (decode tiles of 8 rows),
