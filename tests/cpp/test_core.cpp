@@ -693,6 +693,22 @@ void test_grouped_wide_rule() {
   EXPECT(!grouped_tiles_wide(8, 256, 7168, 8, 128, 0), "no multiprocessors: the narrow tile");
 }
 
+// The expected row tiles of a Poisson count (humming.h, expected_row_tiles) where they have closed
+// forms: tiles of one row hold the mean; tiles taller than any likely count are one exactly when
+// the expert has a row (1 - e^-mean); and the grouped height rule's measured case: at 16 rows per
+// expert, 16-row tiles run about 1.43 tiles per expert (half the experts spill), 32-row ones one.
+void test_expected_row_tiles() {
+  for (double mean : {0.05, 1.0, 16.0, 64.0, 250.0})
+    EXPECT(std::fabs(expected_row_tiles(mean, 1) - mean) <= 1e-9 * mean, "height 1 at mean %g: %g", mean,
+           expected_row_tiles(mean, 1));
+  for (double mean : {0.05, 1.0, 3.0})
+    EXPECT(std::fabs(expected_row_tiles(mean, 4096) - (1 - std::exp(-mean))) <= 1e-12, "a tall tile at mean %g: %g",
+           mean, expected_row_tiles(mean, 4096));
+  const double t16 = expected_row_tiles(16, 16), t32 = expected_row_tiles(16, 32);
+  EXPECT(t16 > 1.4 && t16 < 1.5 && t32 > 0.99 && t32 < 1.001, "16 rows per expert: %g tiles of 16, %g of 32", t16, t32);
+  EXPECT(expected_row_tiles(0, 8) == 0 && expected_row_tiles(-1, 8) == 0, "no rows: no tiles");
+}
+
 // Tile costs cover the kernels of their class: a key without one the 16-bit activation
 // (weight-only) kernels of any code width, a class its activation and code widths, a batch only
 // the tiles of that batch (their names end with _b<batch>).
@@ -732,6 +748,7 @@ int main() {
   test_stage_conversion();
   test_grouped_walk_rule();
   test_grouped_wide_rule();
+  test_expected_row_tiles();
   test_stream_k_policy();
   test_persistent_plans();
   test_grouped_raster();
