@@ -16,14 +16,17 @@ every token's rows sorted by expert):
   its producer warp walking the experts' tiles or its twin ending _lone (one producer thread walks
   them), of the same tile: the lowest built tile height that holds the rows per expert, its
   narrowest channel tile; humming-aot-wide / humming-aot-wide-lone the widest channel tile of that
-  height (t8x256 where built). For an A/B of the walks and widths in one build (humming-aot's
-  points record the instances its default choice ran, "instances": [gate-up, down]). Each with the
-  suffix -cover (humming-aot-lone-cover, ...): the tile height that holds the mean rows per expert
-  plus two standard deviations (2 sqrt(mean)), where a routing's counts spread past the mean;
+  height (t8x256 where built); humming-aot-split / humming-aot-wide-split the twins that split
+  each tile's K into shares (names ending _ks: experimental, a +experimental build has them; the
+  shares come from scheduler/moe.h grouped_k_shares). For an A/B of the walks and widths in one
+  build (humming-aot's points record the instances its default choice ran, "instances": [gate-up,
+  down]). Each with the suffix -cover (humming-aot-lone-cover, ...): the tile height that holds
+  the mean rows per expert plus two standard deviations (2 sqrt(mean)), where a routing's counts
+  spread past the mean;
 - humming-aot-heights: one point per built tile height near the mean rows per expert (from 2.5
   times below it to 4 times above, at least 8), named humming-aot-h{height}, each the default
   choice with that height fixed (its width and walk picked from the routed rows, _C.grouped_variant):
-  the data the grouped height rule (humming.h, grouped_row_tiles_cost) is fitted to;
+  the data the grouped height rule (humming.h, expected_row_tiles) was checked on;
 - humming-jit: humming-kernels 0.1.20 (the JIT Humming library) HummingLayer with num_experts,
   quantized from bf16 experts (u4 g128, bench.JIT_CONFIGS["w4a16"]), its grouped-contiguous GEMM
   (expert_layout = the offsets of the rows sorted by expert). It registers ops in the same
@@ -90,8 +93,8 @@ impls = args.impls.split(",")
 # tile height holds the rows per expert plus two standard deviations of a uniform routing's counts
 # (about sqrt(rows) each), so that few experts spill into a second, mostly empty row tile.
 FORCED = {
-    f"humming-aot-{walk}{cover}": (walk.endswith("lone"), walk.startswith("wide"), bool(cover))
-    for walk in ("warp", "lone", "wide", "wide-lone")
+    f"humming-aot-{walk}{cover}": (walk.endswith("lone"), walk.startswith("wide"), bool(cover), walk.endswith("split"))
+    for walk in ("warp", "lone", "wide", "wide-lone", "split", "wide-split")
     for cover in ("", "-cover")
 }
 timer = bench.Timer(256, "read")
@@ -99,19 +102,23 @@ fmt = f"a-bf16_w-{args.format}_c-bf16"
 points, routing = [], []
 
 
-def grouped_instance(rows_per_expert: int, lone: bool, wide: bool = False) -> str:
+def grouped_instance(rows_per_expert: int, lone: bool, wide: bool = False, split: bool = False) -> str:
     """The built grouped instance of the format with the lowest tile height that holds
-    rows_per_expert (else the tallest), its producer walking alone (names ending _lone) or not, of
-    the narrowest channel tile of that height (or with wide, the widest)."""
+    rows_per_expert (else the tallest), its producer walking alone (names ending _lone) or not,
+    splitting its tiles' K (names ending _ks, experimental builds) or not, of the narrowest channel
+    tile of that height (or with wide, the widest)."""
     from humming_aot import registry
 
     built = [
         i
         for i in registry.instances()
-        if i.name.startswith(f"sm90_wgmma_moe_{fmt}_") and i.name.endswith("_lone") == lone
+        if i.name.startswith(f"sm90_wgmma_moe_{fmt}_")
+        and i.name.endswith("_lone") == lone
+        and i.name.endswith("_ks") == split
     ]
     if not built:
-        raise RuntimeError(f"this build has no grouped instance of {fmt} {'ending _lone' if lone else ''}")
+        ending = "_lone" if lone else "_ks" if split else ""
+        raise RuntimeError(f"this build has no grouped instance of {fmt} {'ending ' + ending if ending else ''}")
     fits = [i for i in built if i.tile[0] >= rows_per_expert]
     height = min(i.tile[0] for i in fits) if fits else max(i.tile[0] for i in built)
     same = [i for i in built if i.tile[0] == height]
@@ -372,10 +379,10 @@ for model in args.models.split(","):
                     routed = tokens * top_k  # picks the producer's walk where no instance is forced
                     name = ""
                     if impl in FORCED:
-                        lone, wide, cover = FORCED[impl]
+                        lone, wide, cover, split = FORCED[impl]
                         mean = routed / e
                         height = max(per_expert, math.ceil(mean + 2 * math.sqrt(mean))) if cover else per_expert
-                        name = grouped_instance(height, lone, wide)
+                        name = grouped_instance(height, lone, wide, split)
                     shapes = ((2 * f, h), (h, f))  # gate-up, down
                     if impl in heights:  # the width and walk may differ between the two GEMMs
                         ran = [height_instance(heights[impl], n_, k_, e, routed) for n_, k_ in shapes]

@@ -491,11 +491,18 @@ bool candidate(const InstanceInfo &info, const GemmArgs &args, int cc) {
   return instance_fits(info, args) && instance_runs_on(info, cc, nullptr) && info.can_implement(args);
 }
 
-// Whether the producer of grouped instance `i` walks the experts' tiles alone (its name ends _lone).
-bool walks_alone(const InstanceInfo &i) {
+bool name_ends(const InstanceInfo &i, const char *suffix) {
   const std::string name = i.name;
-  return name.size() >= 5 && name.compare(name.size() - 5, 5, "_lone") == 0;
+  const size_t n = std::strlen(suffix);
+  return name.size() >= n && name.compare(name.size() - n, n, suffix) == 0;
 }
+
+// Whether the producer of grouped instance `i` walks the experts' tiles alone (its name ends _lone).
+bool walks_alone(const InstanceInfo &i) { return name_ends(i, "_lone"); }
+
+// Whether grouped instance `i` splits its tiles' K into shares (its name ends _ks): experimental,
+// run only where a caller names it, never a default choice or a twin of one.
+bool splits_k(const InstanceInfo &i) { return name_ends(i, "_ks"); }
 
 } // namespace
 
@@ -513,7 +520,7 @@ const InstanceInfo *wide_twin(const InstanceInfo &grouped, const GemmArgs &args,
     // memory (t16x256: 7 stages).
     if (w.tile_n == 2 * grouped.tile_n && w.tile_m == grouped.tile_m && w.tile_k == grouped.tile_k &&
         std::strcmp(w.backend, grouped.backend) == 0 && std::strcmp(w.scheduler, grouped.scheduler) == 0 &&
-        walks_alone(w) == walks_alone(grouped) && candidate(w, args, cc))
+        walks_alone(w) == walks_alone(grouped) && splits_k(w) == splits_k(grouped) && candidate(w, args, cc))
       return &w;
   }
   return nullptr;
@@ -609,11 +616,11 @@ const InstanceInfo *select_grouped_instance(const GemmArgs &args, int64_t rows_p
   like.m = std::max<int64_t>(1, rows_per_expert);
   if (like.m <= kGroupedLowestTileTo) {
     // Per height, the narrowest channel tile (t8x128 before t8x256: grouped_pick widens it), the
-    // first in name order among equals (the warp walk's name before its _lone twin).
+    // first in name order among equals (the warp walk's name before its _lone twin); no K-split tile (_ks).
     std::vector<const InstanceInfo *> heights;
     for (size_t i = 0; i < generated::kInstanceCount; ++i) {
       const InstanceInfo &info = generated::kInstances[i];
-      if (!candidate(info, like, cc)) continue;
+      if (splits_k(info) || !candidate(info, like, cc)) continue;
       auto same =
           std::find_if(heights.begin(), heights.end(), [&](const InstanceInfo *h) { return h->tile_m == info.tile_m; });
       if (same == heights.end())

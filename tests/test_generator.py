@@ -407,7 +407,7 @@ def test_full_matrix_gives_every_sm80_format_a_fast_instance_per_range(cc):
 
 SM90_RE = re.compile(
     r"sm90_wgmma_(?P<sched>dense|moe)_a-(?P<act>[^_]+)_w-(?P<weight>[^_]+)_c-(?P<out>[^_]+)"
-    r"_t(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w1x(?P<wg>\d)x1_s(?P<stages>\d+)(?P<lone>_lone)?$"
+    r"_t(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w1x(?P<wg>\d)x1_s(?P<stages>\d+)(?P<lone>_lone)?(?P<split>_ks)?$"
 )
 
 
@@ -423,11 +423,13 @@ def test_sm90_names_spell_format_and_tile(all_names):
     for i in insts:
         m = SM90_RE.match(i.name)
         assert m, i.name
-        # grouped instances ending _lone walk the experts' tiles with one producer thread
-        walk = "Lone" if m["lone"] else "Warp"
+        # grouped instances ending _lone walk the experts' tiles with one producer thread, those
+        # ending _ks split each tile's K into shares (with the producer's warp walking)
+        assert not (m["lone"] and m["split"])
+        walk = "Split" if m["split"] else "Lone" if m["lone"] else "Warp"
         sched = f"sm90::kSchedGrouped{walk}" if i.scheduler == "moe" else "sm90::kSchedDense"
         assert m["sched"] == i.scheduler and i.template_args[-1] == sched
-        assert not m["lone"] or i.scheduler == "moe"
+        assert not (m["lone"] or m["split"]) or i.scheduler == "moe"
         assert m["act"] == m["out"] == i.act
         assert (int(m["bm"]), int(m["bn"]), int(m["bk"]), int(m["stages"])) in tiles
         assert int(m["bn"]) == 64 * int(m["wg"]) and i.key["threads"] == 128 * (1 + int(m["wg"]))
@@ -456,6 +458,24 @@ def test_lone_producer_moe_instances_are_twins_of_default_ones():
         twin = exp[name[: -len("_lone")]]
         assert i.scheduler == twin.scheduler == "moe" and i.key == twin.key
         assert i.template_args[:-1] == twin.template_args[:-1] and i.template_args[-1] == "sm90::kSchedGroupedLone"
+
+
+def test_k_split_moe_instances_are_experimental_twins_of_warp_ones():
+    """The grouped tiles that split K (names ending _ks; not yet run on a GPU) are experimental:
+    no default profile builds them, ci+experimental builds one (CI compiles it), and each is the
+    twin of a warp-walk grouped instance with the same tile and key, its scheduler kind the split one."""
+    gen_mod = _load_generator()
+    for profile in ("ci", "dev", "full"):
+        assert not any(i.name.endswith("_ks") for i in gen_mod.enumerate_instances(["90a"], profile)), profile
+    assert any(i.name.endswith("_ks") for i in gen_mod.enumerate_instances(["90a"], "ci+experimental"))
+    exp = {i.name: i for i in gen_mod.enumerate_instances(["90a"], "dev+experimental")}
+    split = [n for n in exp if n.endswith("_ks")]
+    assert split
+    for name in split:
+        i, twin = exp[name], exp[name[: -len("_ks")]]
+        assert i.scheduler == twin.scheduler == "moe" and i.key == twin.key
+        assert i.template_args[:-1] == twin.template_args[:-1]
+        assert twin.template_args[-1] == "sm90::kSchedGroupedWarp" and i.template_args[-1] == "sm90::kSchedGroupedSplit"
 
 
 def test_h200_table_gives_every_sm90_format_an_sm90_instance_per_range():

@@ -616,6 +616,69 @@ def test_moe_gemm_on_the_sm90_kernels_matches_the_reference(load):
     assert tested > 0, "this build has no grouped sm90 instance of the tested formats"
 
 
+def test_k_split_grouped_instances_are_never_a_default_choice():
+    """The grouped tiles that split K (names ending _ks, experimental) run only where a caller names
+    them: no default choice, width twin or walk of any height and routing is one of them."""
+    from humming_aot import registry
+    from humming_aot._ext import C
+
+    fmt = "a-bf16_w-u4g128-sbf16_c-bf16"
+    names = [i.name for i in registry.instances() if i.name.startswith(f"sm90_wgmma_moe_{fmt}_")]
+    assert names, "every build profile has grouped u4g128 bf16 instances"
+    for experts, n, k in ((8, 4096, 14336), (128, 1536, 2048)):
+        for per_expert in (1, 2, 8, 16, 64, 256):
+            for assignments in (-1, 2, 16, 1024, 10**6):
+                got = C.select_grouped_instance(fmt, 3, n, k, per_expert, experts, assignments, 90, 132)
+                assert not got.endswith("_ks"), (experts, per_expert, assignments, got)
+    for name in names:
+        if not name.endswith("_ks"):
+            for assignments in (2, 1024, 10**6):
+                assert not C.grouped_variant(name, fmt, 3, 4096, 14336, 8, assignments, 90, 132).endswith("_ks")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
+def test_k_split_grouped_instances_match_the_reference_deterministically():
+    """The grouped tiles that split K into shares (names ending _ks; built by +experimental
+    profiles) on a launch of few rows over a deep K, where every tile is split (4 experts, 9 rows,
+    k = 8192: up to 8 shares per tile): against the reference, bitwise equal on a rerun (the
+    shares' partials add in a fixed order and the tile counters return to zero), and in a CUDA graph."""
+    from humming_aot import registry
+
+    if not torch.cuda.get_device_capability() == (9, 0):
+        pytest.skip("the grouped GEMM kernels are sm90 ones; this GPU is not sm_90")
+    tested = 0
+    for wfmt in ("u4g128-sbf16", "u4g128-sbf16-zi"):
+        fmt = f"a-bf16_w-{wfmt}_c-bf16"
+        names = [i.name for i in registry.instances() if i.name.startswith(f"sm90_wgmma_moe_{fmt}_")]
+        names = [n for n in names if n.endswith("_ks")]
+        if not names:
+            continue
+        e, n, k = 4, 256, 8192
+        qs, packed, st = _stacked(e, n, k, wfmt, "sm90", 51, "cuda")
+        counts = [3, 0, 5, 1]
+        off = _offsets(counts).cuda()
+        x = torch.randn(sum(counts), k, generator=torch.Generator().manual_seed(8)).to(torch.bfloat16)
+        ref = _ref_grouped(x, qs, off.cpu())
+        xd = x.cuda()
+        for name in names:
+            tested += 1
+            y = moe.moe_gemm(xd, st, off, fmt, instance=name)
+            err = (y.cpu().double() - ref).norm() / ref.norm()
+            assert err <= 2.0**-7, (name, float(err))
+            assert torch.equal(moe.moe_gemm(xd, st, off, fmt, instance=name), y), name
+            moe.moe_gemm(xd, st, off, fmt, instance=name)  # warm-up before the capture
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                yg = moe.moe_gemm(xd, st, off, fmt, instance=name)
+            graph.replay()
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(yg, y), name
+    if tested == 0:
+        pytest.skip("this build has no K-split grouped instance (experimental: a +experimental profile builds them)")
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
 def test_moe_gemm_masked_on_the_sm90_kernels_matches_the_reference_and_captures():

@@ -309,14 +309,21 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
         if group and group < bk and bk % group:
             continue
         # A grouped tile's "producer": "warp" (default: the producer's first warp walks the experts'
-        # tiles) or "lone" (one producer thread walks them; named _lone).
+        # tiles) or "lone" (one producer thread walks them; named _lone); "split": true, with the
+        # warp's walk, splits each tile's K into shares where the tiles leave multiprocessors idle
+        # (scheduler/moe.h grouped_k_shares; named _ks).
         lone = t.get("producer", "warp") == "lone"
-        if lone and matrix["scheduler"] != "moe":
-            raise SystemExit(f"tile {t}: only grouped (moe) tiles choose their producer's walk")
+        split = bool(t.get("split", False))
+        if (lone or split) and matrix["scheduler"] != "moe":
+            raise SystemExit(f"tile {t}: only grouped (moe) tiles choose their producer's walk or split K")
+        if lone and split:
+            raise SystemExit(f"tile {t}: the K-split grouped tiles walk the experts with the producer's warp")
         name = (
             f"sm90_wgmma_{matrix['scheduler']}_a-{act}_w-{weight}_c-{act}_t{bm}x{bn}x{bk}_w1x{consumers}x1_s{stages}"
             + ("_lone" if lone else "")
+            + ("_ks" if split else "")
         )
+        sched = "Split" if split else "Lone" if lone else "Warp"
         targs = (
             f"{_dtype_id(act)}u",
             f"{_dtype_id(code)}u",
@@ -327,8 +334,9 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
             str(atoms),
             str(stages),
             # The scheduler kind (kernel/sm90_dense.cuh, kSched*): "moe" instances walk the experts'
-            # tiles (scheduler/moe.h), with the producer's warp or one producer thread.
-            "sm90::kSchedDense" if matrix["scheduler"] != "moe" else f"sm90::kSchedGrouped{'Lone' if lone else 'Warp'}",
+            # tiles (scheduler/moe.h), with the producer's warp or one producer thread, or the warp
+            # with K shares of each tile.
+            "sm90::kSchedDense" if matrix["scheduler"] != "moe" else f"sm90::kSchedGrouped{sched}",
         )
         bits = F.dtype(code).bits
         rows = 0 if group == 0 else (1 if group >= bk else bk // group)

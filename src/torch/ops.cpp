@@ -276,6 +276,19 @@ void *kernel_workspace(int index, cudaStream_t stream, size_t bytes, std::option
   return buf.ptr;
 }
 
+// Launches `inst` on device `index`'s current stream with the scratch its plan needs (stream-K
+// partials and counters: kernel_workspace), for dense and grouped GEMMs alike.
+void launch_on_gpu(GemmArgs &args, const InstanceInfo &inst, int index) {
+  const cudaStream_t stream = current_stream(index);
+  std::optional<Tensor> workspace; // holds scratch allocated for this call only
+  const size_t ws = inst.workspace_bytes != nullptr ? inst.workspace_bytes(args) : 0;
+  if (ws > 0) {
+    args.workspace = kernel_workspace(index, stream, ws, &workspace);
+    args.workspace_bytes = ws;
+  }
+  check(humming::gemm(args, inst, stream));
+}
+
 // The activations of a GEMM [m, k] (checked) into args.
 void set_activations(GemmArgs &args, const Tensor &a, int64_t k) {
   require(a.dim() == 2, "activations must be 2-D [m, k], got ", a.dim(), "-D shape ", a.sizes(),
@@ -387,14 +400,7 @@ Tensor gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &s
       plan.chosen.push_back({args.m, index, cc, args.num_sms, false, inst});
     }
   }
-  const cudaStream_t stream = current_stream(index);
-  std::optional<Tensor> workspace; // holds scratch allocated for this call only
-  const size_t ws = inst->workspace_bytes != nullptr ? inst->workspace_bytes(args) : 0;
-  if (ws > 0) {
-    args.workspace = kernel_workspace(index, stream, ws, &workspace);
-    args.workspace_bytes = ws;
-  }
-  check(humming::gemm(args, *inst, stream));
+  launch_on_gpu(args, *inst, index);
   return out;
 }
 
@@ -472,7 +478,8 @@ void run_grouped(GemmArgs &args, CallPlan &plan, const torch::stable::Device &de
       inst = grouped_pick(variants, args, args.num_sms);
     }
   }
-  check(humming::gemm(args, *inst, current_stream(index)));
+  // The K-split grouped tiles (experimental, named _ks) take stream-K scratch; the others none.
+  launch_on_gpu(args, *inst, index);
 }
 
 // Grouped (MoE) GEMM, contiguous rows: rows [offsets[e], offsets[e + 1]) of `a` times expert e's

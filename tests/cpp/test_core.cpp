@@ -709,6 +709,32 @@ void test_expected_row_tiles() {
   EXPECT(expected_row_tiles(0, 8) == 0 && expected_row_tiles(-1, 8) == 0, "no rows: no tiles");
 }
 
+// The K shares of a grouped launch's tiles (scheduler/moe.h, grouped_k_shares): a block per share of
+// every tile where the tiles leave multiprocessors idle, none shallower than kGroupedSplitMinKTiles,
+// whole tiles where the tiles fill the GPU; and the shares cover K once, in order.
+void test_grouped_k_shares() {
+  // Mixtral-8x7B's down GEMM at one token: 2 rows over 8 experts in 8-row tiles, 32 channel tiles.
+  const int64_t bound = expert_tiles_at_most(2, 8, 8, 32);
+  EXPECT(bound == 64 && grouped_k_shares(bound, 14336 / 128, 132) == 2, "bound %lld, %lld shares",
+         static_cast<long long>(bound), static_cast<long long>(grouped_k_shares(bound, 112, 132)));
+  EXPECT(grouped_k_shares(10, 64, 132) == 8, "K of 64 tiles: at most 8 shares of 8");
+  EXPECT(grouped_k_shares(10, 200, 132) == 13, "a share per block: 13 x 10 tiles on 132");
+  EXPECT(grouped_k_shares(200, 112, 132) == 1 && grouped_k_shares(132, 112, 132) == 1, "tiles that fill the GPU");
+  EXPECT(grouped_k_shares(4, 15, 132) == 1, "K too shallow to split");
+  EXPECT(grouped_k_shares(0, 112, 132) == 1 && grouped_k_shares(4, 112, 0) == 1, "no tiles or no multiprocessors");
+  for (int64_t shares : {1, 2, 3, 7, 8}) {
+    int64_t next = 0;
+    for (int64_t s = 0; s < shares; ++s) {
+      int64_t kt0, kt1;
+      grouped_k_share(61, s, shares, &kt0, &kt1);
+      EXPECT(kt0 == next && kt1 > kt0, "share %lld of %lld starts at %lld", static_cast<long long>(s),
+             static_cast<long long>(shares), static_cast<long long>(kt0));
+      next = kt1;
+    }
+    EXPECT(next == 61, "%lld shares end at %lld, not 61", static_cast<long long>(shares), static_cast<long long>(next));
+  }
+}
+
 // Tile costs cover the kernels of their class: a key without one the 16-bit activation
 // (weight-only) kernels of any code width, a class its activation and code widths, a batch only
 // the tiles of that batch (their names end with _b<batch>).
@@ -749,6 +775,7 @@ int main() {
   test_grouped_walk_rule();
   test_grouped_wide_rule();
   test_expected_row_tiles();
+  test_grouped_k_shares();
   test_stream_k_policy();
   test_persistent_plans();
   test_grouped_raster();

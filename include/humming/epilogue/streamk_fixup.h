@@ -82,6 +82,38 @@ __device__ __forceinline__ bool streamk_fixup(const StreamKPlan &plan, void *wor
   return true;
 }
 
+// The fix-up of a tile whose K is split into `shares` fixed shares, one per unit of work (the
+// grouped kernels' K split, scheduler/moe.h grouped_k_shares): share s of tile t stores its
+// partial to slot t x shares + s and counts itself on the tile's counter; the last to count adds
+// the slots in share order (its own read back too), so the sum's order never depends on which
+// share ends last. Vals / Threads / thread / acc / flag / sync as in streamk_fixup. The workspace
+// holds kStreamKCounters counters (t must be below that) and then the slots. True in the last
+// contributor, whose `acc` then holds the tile's sums (the counter is back at zero).
+template <int Vals, int Threads, class Sync>
+__device__ __forceinline__ bool split_fixup(void *workspace, int64_t t, int64_t share, int64_t shares, int thread,
+                                            float (&acc)[Vals], volatile int *flag, Sync sync) {
+  constexpr int64_t kSlot = static_cast<int64_t>(Vals) * Threads;
+  float *partials = streamk_partials(workspace) + t * shares * kSlot;
+  int *counters = streamk_counters(workspace);
+#pragma unroll
+  for (int i = 0; i < Vals; ++i) __stcg(partials + share * kSlot + i * Threads + thread, acc[i]);
+  const bool last = count_partial(counters, t, 0, shares - 1, thread == 0, flag, sync);
+  sync(); // the flag is read before the next tile's fix-up writes it
+  if (!last) return false;
+#pragma unroll
+  for (int i = 0; i < Vals; ++i) acc[i] = __ldcg(partials + i * Threads + thread);
+#pragma unroll 1
+  for (int64_t s = 1; s < shares; ++s) {
+    float v[Vals];
+#pragma unroll
+    for (int i = 0; i < Vals; ++i) v[i] = __ldcg(partials + s * kSlot + i * Threads + thread);
+#pragma unroll
+    for (int i = 0; i < Vals; ++i) acc[i] += v[i];
+  }
+  if (thread == 0) counters[t] = 0; // ready for the next launch
+  return true;
+}
+
 // The same fix-up for kernels whose lanes hold a tile's sums as pairs of adjacent channels, and
 // whose whole block holds one tile (the sm80 backend). A contributor's slot holds the tile's
 // existing rows (at most BM) x BN sums row-major, so that a pair moves as one 8-byte access. The

@@ -54,8 +54,10 @@ namespace sm90 {
 // The scheduler kinds of the weight-only kernel (its Sched template argument; tools/gen_instances.py
 // writes them): dense; grouped with the producer's warp walking the experts' tiles; grouped with
 // one producer thread walking them (instances ending _lone; the dispatcher picks the walk per call,
-// humming.h grouped_walk_alone).
-constexpr int kSchedDense = 0, kSchedGroupedWarp = 1, kSchedGroupedLone = 2;
+// humming.h grouped_walk_alone); grouped with the warp's walk and each tile's K split into shares
+// where the tiles alone leave multiprocessors idle (instances ending _ks; scheduler/moe.h
+// grouped_k_shares; experimental, never a default choice yet).
+constexpr int kSchedDense = 0, kSchedGroupedWarp = 1, kSchedGroupedLone = 2, kSchedGroupedSplit = 3;
 
 // ActId:     DType id of the activations, the operands, the scales and the output (f16 or bf16).
 // CodeId:    DType id of the weight codes: u4, i4, u8, i8 or e4m3.
@@ -67,12 +69,16 @@ constexpr int kSchedDense = 0, kSchedGroupedWarp = 1, kSchedGroupedLone = 2;
 // Stages:    depth of the shared-memory ring.
 // Sched:     the scheduler kind (kSched* above): the dense one (persistent, stream-K for the tail), or
 //            the grouped mixture-of-experts one (scheduler/moe.h: every expert's rows against its
-//            own weight, whole tiles), whose producer walks the experts' tiles as a warp or alone.
+//            own weight, whole tiles or K shares of them), whose producer walks the experts' tiles as
+//            a warp or alone.
 //            A template parameter, so that the dense kernels hold no trace of the grouped walk.
 template <uint32_t ActId, uint32_t CodeId, int Zero, int GroupK, int BM, int Consumers, int KAtoms, int Stages,
           int Sched>
 struct Dense {
   static constexpr bool Grouped = Sched != kSchedDense;
+  // Grouped tiles split over K into plan.units shares, one unit of work each, summed by the last
+  // share to end (epilogue::split_fixup).
+  static constexpr bool kSplitK = Sched == kSchedGroupedSplit;
   static constexpr bool kBf16 = ActId == dtypes::bf16.id();
   static constexpr DType kCode = DType::from_id(CodeId);
   static constexpr int kBits = static_cast<int>(kCode.bits);
@@ -152,7 +158,8 @@ struct Dense {
   // or counts past the activations never reach memory; whole warps walk it (expert_tile_warp).
   // Producer and consumers walk it alike.
   // Lone: one thread walks (expert_tile) rather than the whole warp (grouped kernels only; the
-  // same tiles in the same order).
+  // same tiles in the same order). kSplitK: unit u is share u % plan.units of the experts' tile
+  // u / plan.units (tile: u, for the fix-up).
   template <bool Lone = false, class F> static __device__ __forceinline__ void for_each_work(const Params &p, F f) {
     if constexpr (Grouped) {
       ExpertCursor cursor;
@@ -162,7 +169,16 @@ struct Dense {
         if (e.m0 >= 0 && e.m0 < m)
           f(e.m0, e.m_end < m ? e.m_end : m, e.n_tile * BN, e.expert, int64_t{0}, p.plan.k_tiles, int64_t{-1});
       };
-      if constexpr (Lone)
+      if constexpr (kSplitK) {
+        const int64_t shares = p.plan.units;
+        for (int64_t u = blockIdx.x; expert_tile_warp(p.experts, BM, p.n_tiles, u / shares, &cursor, &et);
+             u += gridDim.x)
+          if (et.m0 >= 0 && et.m0 < m) {
+            int64_t kt0, kt1;
+            grouped_k_share(p.plan.k_tiles, u % shares, shares, &kt0, &kt1);
+            f(et.m0, et.m_end < m ? et.m_end : m, et.n_tile * BN, et.expert, kt0, kt1, u);
+          }
+      } else if constexpr (Lone)
         for (int64_t t = blockIdx.x; expert_tile(p.experts, BM, p.n_tiles, t, &cursor, &et); t += gridDim.x) visit(et);
       else
         for (int64_t t = blockIdx.x; expert_tile_warp(p.experts, BM, p.n_tiles, t, &cursor, &et); t += gridDim.x)
@@ -326,7 +342,12 @@ struct Dense {
       mainloop(ring, ring_ptr, bars, pos, kt1 - kt0, cw, t, col, bias, zero, r);
 
       const StreamKPlan &plan = p.plan;
-      if (!(kt0 == 0 && kt1 == plan.k_tiles)) {
+      if constexpr (kSplitK) {
+        if (plan.units > 1 && !epilogue::split_fixup<kAcc, kConsumerThreads>(
+                                  a.workspace, tile / plan.units, tile % plan.units, plan.units, ct, r.acc, flag,
+                                  [] { consumer_sync<kConsumerThreads>(); }))
+          return;
+      } else if (!(kt0 == 0 && kt1 == plan.k_tiles)) {
         const bool last =
             epilogue::streamk_fixup<kAcc, kConsumerThreads>(plan, a.workspace, blockIdx.x, tile - plan.dp_tiles(), ct,
                                                             r.acc, flag, [] { consumer_sync<kConsumerThreads>(); });
@@ -370,12 +391,19 @@ struct Dense {
   static StreamKPlan plan(const GemmArgs &args) {
     if constexpr (Grouped) {
       // Grouped: whole tiles that each block finds itself (for_each_work); the plan sizes the grid
-      // by a bound on the tile count that needs no expert's rows, and takes no workspace.
+      // by a bound on the tile count that needs no expert's rows, and takes no workspace. kSplitK:
+      // units = the K shares of each tile; where there are several, a block per share of every
+      // tile of the bound, and a slot per share in the workspace (sk_tiles makes
+      // streamk_workspace_bytes count them: twice a slot per block, the counters before).
       StreamKPlan p;
       p.k_tiles = p.units = args.dims.k_pad / BK;
       p.tiles = expert_tiles_at_most(args.m, args.experts, BM, n_tiles(args));
       const int64_t sms = args.num_sms > 0 ? args.num_sms : 1;
       p.blocks = p.tiles < sms ? p.tiles : sms;
+      if constexpr (kSplitK) {
+        p.units = grouped_k_shares(p.tiles, p.k_tiles, sms);
+        if (p.units > 1) p.blocks = p.tiles * p.units, p.sk_tiles = p.tiles;
+      }
       return p;
     }
     const int64_t m_tiles = (args.m + BM - 1) / BM;

@@ -170,4 +170,26 @@ HUMMING_HD int64_t expert_tiles_at_most(int64_t rows, int32_t experts, int tile_
   return (rows / tile_m + (rows < experts ? rows : experts)) * n_tiles;
 }
 
+// The K shares of each tile of a grouped launch whose tiles split K (the kernels' K-split
+// scheduler kind, instances ending _ks): as many as let every share have a block of its own
+// (tiles_bound x shares <= sms, tiles_bound from expert_tiles_at_most), each at least
+// kGroupedSplitMinKTiles K tiles deep; 1 (whole tiles) where the tiles alone fill the GPU. Why:
+// a decode launch of few experts and a narrow layer has fewer tiles than multiprocessors, and a
+// tile's one block cannot draw its weight's bytes at the rate the GPU's memory gives (Mixtral-8x7B
+// at one token: 2 experts x 32 down tiles of 128 channels on 132 multiprocessors; session 28).
+constexpr int64_t kGroupedSplitMinKTiles = 8;
+HUMMING_HD int64_t grouped_k_shares(int64_t tiles_bound, int64_t k_tiles, int64_t sms) {
+  if (tiles_bound <= 0 || sms <= 0) return 1;
+  int64_t shares = sms / tiles_bound;
+  const int64_t deep = k_tiles / kGroupedSplitMinKTiles;
+  if (shares > deep) shares = deep;
+  return shares < 1 ? 1 : shares;
+}
+
+// K tiles [*kt0, *kt1) of share `share` of `shares` over k_tiles (as even as whole tiles allow).
+HUMMING_HD void grouped_k_share(int64_t k_tiles, int64_t share, int64_t shares, int64_t *kt0, int64_t *kt1) {
+  *kt0 = share * k_tiles / shares;
+  *kt1 = (share + 1) * k_tiles / shares;
+}
+
 } // namespace humming
