@@ -527,6 +527,36 @@ def _grouped_height(per_expert, warp, costs):
     return narrowest[min(h for h, w in work.items() if w <= least * (1 + 1e-6))]
 
 
+def test_grouped_height_rule_holds_on_the_committed_height_sweep():
+    """The grouped tile height rule with the H200 table's tile costs, over session 29's sweep of
+    every height (benchmarks/results/h100/tuning/h100-2026-12-05-s29-moe-heights.json, scored by
+    tools/fit_grouped_heights.py): within 1 % of the fastest height in geometric mean by the sum of
+    the two GEMMs' times and 0.5 % by the layer's, and better than the lowest tile that holds the
+    mean; the tool's tile of each height is the narrowest grouped tile of that height in the matrix."""
+    import importlib.util
+    import json
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("fit_grouped_heights", root / "tools" / "fit_grouped_heights.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    matrix = json.loads((root / "tools" / "matrix" / "sm90_moe.json").read_text())
+    narrowest = {}
+    for t in matrix["tiles"].values():
+        if t.get("producer", "warp") == "warp" and not t.get("split", False):
+            shape = (64 * t["consumers"], 64 * t["k_atoms"])
+            narrowest[t["bm"]] = min(narrowest.get(t["bm"], shape), shape)
+    assert {h: f"{h}x{bn}x{bk}" for h, (bn, bk) in narrowest.items()} == tool.TILE_KEYS
+    sweep = root / "benchmarks/results/h100/tuning/h100-2026-12-05-s29-moe-heights.json"
+    rule = tool.table_rule(root / "python/humming_aot/tables/h200.json")
+    for metric, bound in (("parts", 1.01), ("layer", 1.005)):
+        points = tool.load_points([sweep], metric)
+        mean, _, _, n = tool.score(points, rule)
+        before, _, _, _ = tool.score(points, tool.lowest_rule)
+        assert n >= 30 and mean <= bound and mean < before, (metric, mean, before, n)
+
+
 @pytest.mark.parametrize("experts,n,k", [(128, 1536, 2048), (128, 2048, 768), (256, 4096, 7168), (8, 28672, 4096)])
 def test_grouped_choice_follows_the_tile_height_width_and_walk_rules(experts, n, k):
     """The default grouped instance (select_grouped_instance then grouped_pick, as humming.moe_gemm

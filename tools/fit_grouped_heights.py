@@ -43,6 +43,55 @@ def expected_row_tiles(mean: float, height: int) -> float:
     return total
 
 
+def load_points(runs, metric: str = "parts") -> dict:
+    """{(model, tokens): {height: us}} of the humming-aot-h{height} points of bench_moe runs; us is
+    gate-up + down: the sum of the two GEMMs' graph times ("parts") or one replay of both ("layer")."""
+    points = {}
+    for run in runs:
+        for p in json.loads(pathlib.Path(run).read_text())["points"]:
+            if "us" in p and p["impl"].startswith("humming-aot-h") and p["impl"][13:].isdigit():
+                us = p["us_gate_up"] + p["us_down"] if metric == "parts" else p["us"]
+                points.setdefault((p["model"], p["tokens"]), {})[int(p["impl"][13:])] = us
+    return points
+
+
+def score(points: dict, pick, verbose: bool = False) -> tuple[float, float, str, int]:
+    """(geometric-mean regret, worst regret, the worst point, points scored) of a rule
+    pick(rows per expert, timed heights) -> height over the points with at most 256 rows per expert
+    and two or more heights timed."""
+    logs, worst = [], (1.0, "")
+    for (model, tokens), times in sorted(points.items()):
+        experts, top_k = MODELS[model]
+        rows = max(1, tokens * top_k // experts)  # as QuantMoE passes rows_per_expert
+        if rows > 256 or len(times) < 2:
+            continue
+        h = pick(rows, sorted(times))
+        best = min(times, key=times.get)
+        regret = times[h] / times[best]
+        logs.append(math.log(regret))
+        if regret > worst[0]:
+            worst = (regret, f"{model} at {tokens} tokens ({rows} rows per expert): t{h}, fastest t{best}")
+        if verbose:
+            print(f"  {model} {tokens} tokens, {rows} rows: t{h}, fastest t{best}, {regret:.3f}")
+    return math.exp(sum(logs) / len(logs)), worst[0], worst[1], len(logs)
+
+
+def least_work(weight):
+    """The rule: the height of least expected row tiles times weight(height), the lower on ties."""
+    return lambda rows, heights: min(heights, key=lambda h: (expected_row_tiles(rows, h) * weight(h), h))
+
+
+def table_rule(table_path) -> object:
+    """The default rule with a dispatch table's tile costs (c1 of each height's narrowest tile)."""
+    costs = json.loads(pathlib.Path(table_path).read_text())["tile_costs"]
+    return least_work(lambda h: costs[TILE_KEYS[h]][1])
+
+
+def lowest_rule(rows, heights):
+    """The rule before session 29: the lowest height that holds the rows per expert."""
+    return min([h for h in heights if h >= rows] or [max(heights)])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("runs", nargs="+")
@@ -55,40 +104,15 @@ def main() -> None:
     )
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
-    costs = json.loads(pathlib.Path(args.table).read_text())["tile_costs"]
-    points = {}
-    for run in args.runs:
-        for p in json.loads(pathlib.Path(run).read_text())["points"]:
-            if "us" in p and p["impl"].startswith("humming-aot-h") and p["impl"][13:].isdigit():
-                us = p["us_gate_up"] + p["us_down"] if args.metric == "parts" else p["us"]
-                points.setdefault((p["model"], p["tokens"]), {})[int(p["impl"][13:])] = us
-
-    def report(name, pick):
-        logs, worst = [], (1.0, "")
-        for (model, tokens), times in sorted(points.items()):
-            experts, top_k = MODELS[model]
-            rows = max(1, tokens * top_k // experts)  # as QuantMoE passes rows_per_expert
-            if rows > 256 or len(times) < 2:
-                continue
-            h = pick(rows, sorted(times))
-            best = min(times, key=times.get)
-            regret = times[h] / times[best]
-            logs.append(math.log(regret))
-            if regret > worst[0]:
-                worst = (regret, f"{model} at {tokens} tokens ({rows} rows per expert): t{h}, fastest t{best}")
-            if args.verbose:
-                print(f"  {name}: {model} {tokens} tokens, {rows} rows: t{h}, fastest t{best}, {regret:.3f}")
-        print(
-            f"{name}: {math.exp(sum(logs) / len(logs)):.4f} of the fastest over {len(logs)} points; worst {worst[0]:.3f} {worst[1]}"
-        )
-
-    def least(weight):
-        return lambda rows, heights: min(heights, key=lambda h: (expected_row_tiles(rows, h) * weight(h), h))
-
-    report("table", least(lambda h: costs[TILE_KEYS[h]][1]))
-    for c in (0, 16, 32, 40, 48, 56, 64, 96, 128):
-        report(f"rows+{c}", least(lambda h, c=c: h + c))
-    report("lowest", lambda rows, heights: min([h for h in heights if h >= rows] or [max(heights)]))
+    points = load_points(args.runs, args.metric)
+    rules = [("table", table_rule(args.table))]
+    rules += [(f"rows+{c}", least_work(lambda h, c=c: h + c)) for c in (0, 16, 32, 40, 48, 56, 64, 96, 128)]
+    rules.append(("lowest", lowest_rule))
+    for name, pick in rules:
+        if args.verbose:
+            print(name)
+        mean, worst, where, n = score(points, pick, args.verbose)
+        print(f"{name}: {mean:.4f} of the fastest over {n} points; worst {worst:.3f} {where}")
 
 
 if __name__ == "__main__":
