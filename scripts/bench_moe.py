@@ -377,20 +377,18 @@ for model in args.models.split(","):
                 if impl in FORCED or impl in heights or impl == "humming-aot":
                     gu, dn = stacks
                     routed = tokens * top_k  # picks the producer's walk where no instance is forced
-                    name = ""
+                    shapes = ((2 * f, h), (h, f))  # gate-up, down
+                    forced = ["", ""]  # the instance named for each GEMM ("": the default choice)
                     if impl in FORCED:
                         lone, wide, cover, split = FORCED[impl]
-                        mean = routed / e
                         height = max(per_expert, math.ceil(mean + 2 * math.sqrt(mean))) if cover else per_expert
-                        name = grouped_instance(height, lone, wide, split)
-                    shapes = ((2 * f, h), (h, f))  # gate-up, down
-                    if impl in heights:  # the width and walk may differ between the two GEMMs
-                        ran = [height_instance(heights[impl], n_, k_, e, routed) for n_, k_ in shapes]
-                    elif name:
-                        ran = [name, name]
-                    else:
-                        ran = [default_instance(n_, k_, per_expert, e, routed) for n_, k_ in shapes]
-                    forced = ran if impl in heights else [name, name]
+                        forced = [grouped_instance(height, lone, wide, split)] * 2
+                    elif impl in heights:  # the width and walk may differ between the two GEMMs
+                        forced = [height_instance(heights[impl], n_, k_, e, routed) for n_, k_ in shapes]
+                    ran = [
+                        name or default_instance(n_, k_, per_expert, e, routed)
+                        for name, (n_, k_) in zip(forced, shapes, strict=True)
+                    ]
                     parts = [
                         lambda: moe.moe_gemm(
                             rows,

@@ -491,6 +491,7 @@ bool candidate(const InstanceInfo &info, const GemmArgs &args, int cc) {
   return instance_fits(info, args) && instance_runs_on(info, cc, nullptr) && info.can_implement(args);
 }
 
+// Whether instance `i`'s name ends with `suffix` (the grouped twins are told apart by name).
 bool name_ends(const InstanceInfo &i, const char *suffix) {
   const std::string name = i.name;
   const size_t n = std::strlen(suffix);
@@ -630,14 +631,21 @@ const InstanceInfo *select_grouped_instance(const GemmArgs &args, int64_t rows_p
     }
     // One tile's cost: the table's where it has one for every height, else rows plus the fixed part.
     const DispatchTable *table = table_for(cc, sms);
-    const bool costed = table != nullptr && std::all_of(heights.begin(), heights.end(), [&](const InstanceInfo *h) {
-                          return tile_cost(*table, *h) != nullptr;
-                        });
+    std::vector<double> cost;
+    for (const InstanceInfo *h : heights) {
+      const TileCost *c = table != nullptr ? tile_cost(*table, *h) : nullptr;
+      if (c == nullptr) break;
+      cost.push_back(c->c[1]);
+    }
+    if (cost.size() < heights.size()) {
+      cost.clear();
+      for (const InstanceInfo *h : heights) cost.push_back(h->tile_m + kGroupedRowTileFixedRows);
+    }
     const InstanceInfo *lowest = nullptr;
     double lowest_work = 0;
-    for (const InstanceInfo *h : heights) {
-      const double tile = costed ? tile_cost(*table, *h)->c[1] : h->tile_m + kGroupedRowTileFixedRows;
-      const double work = expected_row_tiles(static_cast<double>(like.m), h->tile_m) * tile;
+    for (size_t j = 0; j < heights.size(); ++j) {
+      const InstanceInfo *h = heights[j];
+      const double work = expected_row_tiles(static_cast<double>(like.m), h->tile_m) * cost[j];
       // Works within a millionth are equal: the lower height, which pads less.
       if (lowest == nullptr || work < lowest_work * (1 - 1e-6) ||
           (work <= lowest_work * (1 + 1e-6) && h->tile_m < lowest->tile_m))

@@ -283,9 +283,10 @@ def moe_gemm(x: torch.Tensor, experts: StackedExperts, offsets: torch.Tensor, fm
     format (16-bit activations). ``rows_per_expert`` (default rows / E) picks the tile: up to
     256 the tile height of least expected work (the row tiles of Poisson counts around it, some
     experts spilling into a second tile, times the device table's tile costs; humming.h,
-    expected_row_tiles), else as for a dense GEMM of that many rows (select_grouped_instance). ``assignments`` (the rows routed in all before padding, tokens x
-    top_k, where the caller knows it) picks the tile's width and how the kernel's producer walks the
-    experts' tiles (humming.h, grouped_pick): twice the channels where the launch is expected to
+    expected_row_tiles), else as for a dense GEMM of that many rows (select_grouped_instance).
+    ``assignments`` (the rows routed in all before padding, tokens x top_k, where the caller
+    knows it) picks the tile's width and how the kernel's producer walks the experts' tiles
+    (humming.h, grouped_pick): twice the channels where the launch is expected to
     have more than one tile per multiprocessor and the build has that tile (decode tiles of 8 rows),
     one thread walking where it is expected to have many (instances ending ``_lone``); where it is
     not given, the narrow tile and its first warp. On a GPU it runs on the grouped
