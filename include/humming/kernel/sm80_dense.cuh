@@ -36,8 +36,7 @@
 #include "humming/backend/sm80/stage_copy.h"
 #include "humming/backend/sm80/stage_fragments.h"
 #include "humming/backend/sm80/stage_mma.h"
-#include "humming/epilogue/store.h"
-#include "humming/epilogue/streamk_fixup.h"
+#include "humming/backend/sm80/warp_sums.h"
 #include "humming/humming.h"
 #include "humming/layout/sm80.h"
 #include "humming/numeric/fast_dequant.h"
@@ -265,7 +264,7 @@ struct Dense {
               accn[J][2 * h] = fmaf(f, offset_sums[2 * h], accn[J][2 * h]);
               accn[J][2 * h + 1] = fmaf(f, offset_sums[2 * h + 1], accn[J][2 * h + 1]);
             }
-        Mma::narrow_to_wide(accn, lane, acc[0]);
+        narrow_to_wide(accn, lane, acc[0]);
 #pragma unroll
         for (int e = 0; e < 4; ++e) offset_sums[e] = 0.0f;
       }
@@ -277,8 +276,8 @@ struct Dense {
   }
 
   // The end of a segment: K-slice warps' sums added, per-channel and global scales applied, then
-  // the output written (a segment that covers its whole tile) or a partial contributed to the
-  // tile's fix-up (scheduler/streamk.h). Called by all threads of the block.
+  // the output written or a partial contributed to the tile's fix-up (backend/sm80/warp_sums.h).
+  // Called by all threads of the block.
   static __device__ __forceinline__ void finish_segment(const Params &p, char *smem, char *buf, const Segment &seg,
                                                         int n_tiles, int wm, int wn, int wk, int lane,
                                                         float (&acc)[MT][8][4], const float (&offset_sums)[4]) {
@@ -321,30 +320,8 @@ struct Dense {
       }
     }
 
-    const StreamKPlan &plan = p.plan;
-    if (seg.kt_begin == 0 && seg.kt_end == plan.k_tiles) {
-      if (wk == 0)
-        for_each_pair(m0, n0, wm, wn, lane, [&](int i, int j, int h, int64_t m, int64_t n) {
-          if (m < a.m && n < a.dims.n) write_out(a, m, n, make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]));
-        });
-      return;
-    }
-
-    // A partial: to this block's slot, then counted on the tile's counter; the last contributor
-    // writes the tile (epilogue/streamk_fixup.h).
-    epilogue::streamk_fixup_pairs<MT * 16, BM, BN, 8>(
-        a, plan, tile, m0, n0, wk == 0, reinterpret_cast<int *>(smem + kSmemBytes),
-        [&](auto f) {
-          for_each_pair(m0, n0, wm, wn, lane, [&](int i, int j, int h, int64_t m, int64_t n) {
-            f(m, n, [&] { return make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]); });
-          });
-        },
-        [&](int pi, int64_t &m, int64_t &n) {
-          const int i = pi / 16, j = (pi / 2) % 8, h = pi % 2;
-          m = m0 + wm * WM + i * 16 + lane / 4 + h * 8;
-          n = n0 + wn * 64 + j * 8 + (lane % 4) * 2;
-        },
-        [&](int64_t m, int64_t n, float2 v) { write_out(a, m, n, v); });
+    WarpSums<Dense>::store(a, p.plan, seg, tile, m0, n0, wm, wn, wk, lane, acc,
+                           reinterpret_cast<int *>(smem + kSmemBytes));
   }
 
   // Per-channel float zero point of channel n divided by P (0 without float zero points, and past
@@ -355,24 +332,6 @@ struct Dense {
                  ? numeric::Operand<kBf16>::to_float(static_cast<const uint16_t *>(a.zeros)[n]) * (1.0f / kRowUnit)
                  : 0.0f;
     return 0.0f;
-  }
-
-  // Output channels n and n + 1 of row m (epilogue/store.h).
-  static __device__ __forceinline__ void write_out(const GemmArgs &a, int64_t m, int64_t n, float2 v) {
-    epilogue::write_pair<OutId>(a, m, n, v);
-  }
-
-  // Calls f(i, j, h, m, n) for each pair of accumulators (acc[i][j][2h], acc[i][j][2h + 1]) of
-  // this lane with its output row m and first channel n (the pair covers n and n + 1).
-  template <class F>
-  static __device__ __forceinline__ void for_each_pair(int64_t m0, int64_t n0, int wm, int wn, int lane, F f) {
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          f(i, j, h, m0 + wm * WM + i * 16 + lane / 4 + h * 8, n0 + wn * 64 + j * 8 + (lane % 4) * 2);
   }
 
   static int64_t n_tiles(const GemmArgs &args) { return (args.dims.n_pad + BN - 1) / BN; }

@@ -1,4 +1,5 @@
-// PTX wrappers of the sm80 backend: cp.async global->shared copies, ldmatrix, mma.sync m16n8k16.
+// PTX wrappers of the sm80 backend: cp.async global->shared copies, ldmatrix, mma.sync m16n8k16,
+// and mma.sync m16n8k32 on 8-bit operands (integers from sm_80, FP8 from sm_89).
 // Each wraps one instruction (sm_80 and newer), so the kernel templates read as data movement.
 // Register-only instructions (mma, lop3) are not volatile, so the compiler may schedule, hoist and
 // drop them like arithmetic; anything touching shared memory stays volatile and ordered.
@@ -56,6 +57,14 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void *smem) 
                : "r"(smem_addr(smem)));
 }
 
+// Two 8x8 matrices of 16-bit elements: lanes 8i..8i+7 give the row addresses of matrix i (lanes
+// 16..31 give none that is read, but must be valid shared addresses all the same).
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void *smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_addr(smem)));
+}
+
 // D = A * B + D, m16n8k16, fp32 accumulation. IsBf16 selects bf16 operands, otherwise f16.
 template <bool IsBf16>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -87,6 +96,37 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
         : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
   }
+}
+
+// D = A * B + C, m16n8k32, FP8 operands (AId, BId: the DType ids of e4m3 or e5m2, each operand its
+// own), fp32 sums; sm_89 and newer. The tensor cores keep the running sum in fewer bits than fp32
+// (a 13-bit mantissa on sm_89 and sm_90), so callers sum a bounded number of steps from C = 0 and
+// add the result into fp32 themselves.
+#define HUMMING_SM80_MMA_16832_F8(TYPES)                                                                               \
+  asm("mma.sync.aligned.m16n8k32.row.col.f32." TYPES ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "             \
+      "{%10, %11, %12, %13};\n"                                                                                        \
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])                                                                 \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]))
+template <bool AE5M2, bool BE5M2>
+__device__ __forceinline__ void mma_16832_f8(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                                             const float (&c)[4]) {
+  if constexpr (!AE5M2 && !BE5M2)
+    HUMMING_SM80_MMA_16832_F8("e4m3.e4m3");
+  else if constexpr (!AE5M2 && BE5M2)
+    HUMMING_SM80_MMA_16832_F8("e4m3.e5m2");
+  else if constexpr (AE5M2 && !BE5M2)
+    HUMMING_SM80_MMA_16832_F8("e5m2.e4m3");
+  else
+    HUMMING_SM80_MMA_16832_F8("e5m2.e5m2");
+}
+#undef HUMMING_SM80_MMA_16832_F8
+
+// D = A * B + D, m16n8k32, signed 8-bit integer operands, exact s32 sums (sm_80 and newer).
+__device__ __forceinline__ void mma_16832_s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // (a & b) | c in one LOP3.

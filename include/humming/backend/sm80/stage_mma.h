@@ -245,24 +245,6 @@ template <class K> struct StageMma {
       }
     }
   }
-
-  // A narrow launch's sums in the layout of the others (acc[j][e]: token lane / 4, channel
-  // j * 8 + (lane % 4) * 2 + e; rows 8-15 zero), so that the end of a segment is shared: once per
-  // segment, through shuffles.
-  static __device__ __forceinline__ void narrow_to_wide(const float (&accn)[4][4], int lane, float (&acc)[8][4]) {
-    const int g = lane / 4, t = lane % 4;
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        // Channel j * 8 + 2t + e sits in lane (2t + e) * 4 + g / 2, token g in its element g % 2.
-        const int src = (2 * t + e) * 4 + g / 2;
-        const float v0 = __shfl_sync(0xFFFFFFFFu, accn[j / 2][2 * (j % 2)], src);
-        const float v1 = __shfl_sync(0xFFFFFFFFu, accn[j / 2][2 * (j % 2) + 1], src);
-        acc[j][e] = (g & 1) ? v1 : v0;
-        acc[j][e + 2] = 0.0f;
-      }
-  }
 };
 
 } // namespace sm80
