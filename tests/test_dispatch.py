@@ -735,3 +735,40 @@ def test_tile_costs_of_a_kernel_class_cover_only_it():
     assert cost("a-bf16_w-u4g128-sbf16_c-bf16", "_b2") is None
     generic = types.SimpleNamespace(name="generic_dense_a-bf16_w-u4-sbf16_c-bf16", tile=(1, 1, 1))
     assert dispatch._cost_for(costs, generic) is None
+
+
+# ---- the sm80 family's 8-bit activation kernels (kernel/sm80_a8_dense.cuh; experimental) ----------
+
+_SM80_A8 = [i for i in registry.instances() if i.backend == "sm80" and i.act_type in ("e4m3", "e5m2", "i8")]
+
+
+@pytest.mark.skipif(not _SM80_A8, reason="this build has no sm80 8-bit activation instance (a +experimental profile)")
+def test_sm80_a8_instances_take_w8a8_in_the_generic_layout_and_say_what_they_refuse():
+    """An sm80 W8A8 instance accepts its format on the generic layout for any n and k a multiple of
+    16, and refuses, naming what it takes: a weight packed for another layout, activation scales per
+    K group, weight scales per K group, k not a multiple of 16, and (integers) more inputs than keep
+    the s32 sums exact. On a described sm_89 device its format gets a layout and, where the table's
+    patterns reach it, the instance rather than the generic backend; FP8 ones never run on sm_80 /
+    sm_86 (no FP8 mma there)."""
+    from humming_aot._ext import C
+
+    for inst in _SM80_A8:
+        fmt = f"a-{inst.act_type}-pt_w-{inst.code_type}gc-s{inst.scale_type}_c-{inst.out_type}"
+        assert C.check_instance(inst.name, fmt, 1, 520, 3072 + 16, 7) == (True, "")
+        ok, why = C.check_instance(inst.name, fmt, 2, 520, 3072, 7)
+        assert not ok and "layout 1 (generic)" in why and "layout 2" in why, why
+        blocks = f"a-{inst.act_type}-g128_w-{inst.code_type}g128n128-sf32_c-{inst.out_type}"
+        if inst.act_type != "i8":
+            ok, why = C.check_instance(inst.name, blocks, 1, 520, 3072, 7)
+            assert not ok and "activation scale granularity" in why, why
+        ok, why = C.check_instance(inst.name, fmt, 1, 520, 3072 + 8, 7)
+        assert not ok and "multiple of 16" in why and "k=3080" in why, why
+        if inst.act_type == "i8":
+            ok, why = C.check_instance(inst.name, fmt, 1, 8, 131072 + 32, 1)
+            assert not ok and "131072" in why, why
+        fp8 = inst.act_type != "i8"
+        assert registry.runs_on(inst.name, 89)[0] or "89" not in inst.archs
+        for cc in (80, 86):
+            assert registry.runs_on(inst.name, cc)[0] == (not fp8 and "80" in inst.archs), (inst.name, cc)
+        if "89" in inst.archs or "80" in inst.archs:
+            assert dispatch._preferred_layout_for(F.parse_gemm_format(fmt), 89, 142, "", 4096, 4096) == 1

@@ -295,6 +295,58 @@ def _sm80_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
     return out
 
 
+def _sm80_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instance]:
+    """GEMM with 8-bit activations on the sm80 family (kernel/sm80_a8_dense.cuh): e4m3 / e5m2
+    activations x e4m3 weights on FP8 mma.sync (machine code for sm_89 and newer only), or i8 x i8
+    (every arch of the matrix), per-token x per-channel scales, weights in the generic layout."""
+    backend_archs, combos = _entries(matrix, profile, archs, ("act", "code", "scale", "out", "tile"))
+    out = []
+    for _, (act, code, scale, o, tile_name) in combos:
+        if (act == "i8") != (code == "i8") or (act != "i8" and code != "e4m3"):
+            continue
+        # FP8 mma.sync needs sm_89: the float instances are built for the matrix's archs from 89 on.
+        inst_archs = backend_archs if act == "i8" else tuple(a for a in backend_archs if a not in ("80", "86", "87"))
+        if not inst_archs:
+            continue
+        t = matrix["tiles"][tile_name]
+        wm, wn, wk = t["warps"]
+        bm, bn, bk = t["bm"], 64 * wn, t["warp_k"] * wk
+        name = (
+            f"sm80_mma_{matrix['scheduler']}_a-{act}-pt_w-{code}gc-s{scale}_c-{o}"
+            f"_t{bm}x{bn}x{bk}_w{wm}x{wn}x{wk}_s{t['stages']}"
+        )
+        targs = tuple(f"{_dtype_id(v)}u" for v in (act, code, scale, o)) + tuple(
+            str(v) for v in (bm, wm, wn, wk, t["warp_k"], t["stages"])
+        )
+        # sm80::DenseA8::kSmemTotal: the stages (bm activation rows and bn weight rows of bk bytes),
+        # a 16-byte word area and the block's segment list (kMaxSegments records of 16 bytes).
+        smem = (bm + bn) * bk * t["stages"] + 16 + 6 * 16
+        # act_granularity 1: ActScale::kToken
+        key = _tensor_core_key(
+            act, 1, code, 0, scale, "none", o, matrix["layout"], (bm, bn, bk), t["stages"], 32 * wm * wn * wk, smem
+        )
+        out.append(
+            Instance(
+                name,
+                "sm80",
+                matrix["scheduler"],
+                inst_archs,
+                act,
+                code,
+                scale,
+                "none",
+                o,
+                matrix["layout"],
+                "humming/kernel/sm80_a8_dense.cuh",
+                targs,
+                key,
+                kernel="DenseA8",
+                entry_suffix="_a8",
+            )
+        )
+    return out
+
+
 # Shared memory one block may use on sm_90 (227 KiB); tiles whose ring needs more for a code width
 # are left out of the matrix for that width.
 SM90_MAX_SMEM = 227 * 1024
@@ -470,6 +522,7 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
 BACKENDS = {
     "generic": _generic_instances,
     "sm80": _sm80_instances,
+    "sm80_a8": _sm80_a8_instances,
     "sm90": _sm90_instances,
     "sm90_a8": _sm90_a8_instances,
 }

@@ -33,6 +33,7 @@
 
 #include "humming/backend/sm80/ptx.h"
 #include "humming/backend/sm80/kslice_reduce.h"
+#include "humming/backend/sm80/launch.h"
 #include "humming/backend/sm80/stage_copy.h"
 #include "humming/backend/sm80/stage_fragments.h"
 #include "humming/backend/sm80/stage_mma.h"
@@ -336,11 +337,6 @@ struct Dense {
 
   static int64_t n_tiles(const GemmArgs &args) { return (args.dims.n_pad + BN - 1) / BN; }
 
-  // Blocks of this kernel one multiprocessor holds at once, after raising its shared-memory limit
-  // (queried once per process; a process drives one kind of GPU). Stream-K fills that many slots
-  // per SM. Negative: the device cannot give a block this much shared memory.
-  static int resident_blocks();
-
   static Params make_params(const GemmArgs &args) {
     Params p;
     p.args = args;
@@ -350,54 +346,11 @@ struct Dense {
     p.m_tiles = (args.m + BM - 1) / BM;
     const int64_t tiles = p.m_tiles * n_tiles(args);
     const int64_t group_tiles = GroupK > BK ? GroupK / BK : 1;
-    const int resident = resident_blocks();
+    const int resident = resident_blocks<Dense>();
     p.plan = plan_stream_k(tiles, p.k_tiles, BK, group_tiles, args.num_sms, resident > 0 ? resident : 1, kAccScale);
     return p;
   }
 };
-
-// Narrow: the kernel for m <= 8 (backend/sm80/stage_mma.h), for instances whose warps hold one mma tile.
-template <class K, bool Narrow>
-__global__ void __launch_bounds__(K::kThreads, K::kMinBlocks)
-    dense_kernel(const __grid_constant__ typename K::Params p) {
-  extern __shared__ __align__(16) char smem[];
-  K::template run<Narrow>(p, smem);
-}
-
-template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int Zero, uint32_t OutId, int GroupK, int BM, int WarpsM,
-          int WarpsN, int WarpsK, int WarpK, int Stages>
-int Dense<ActId, CodeId, ScaleId, Zero, OutId, GroupK, BM, WarpsM, WarpsN, WarpsK, WarpK, Stages>::resident_blocks() {
-  static const int blocks = [] {
-    cudaError_t e =
-        cudaFuncSetAttribute(dense_kernel<Dense, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemTotal);
-    if constexpr (kHasNarrow)
-      if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(dense_kernel<Dense, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemTotal);
-    if (e != cudaSuccess) {
-      cudaGetLastError(); // clear the error, so that a later launch reports its own
-      return -1;
-    }
-    // Both kernels are built for the same blocks per SM (__launch_bounds__), so one answers.
-    int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, dense_kernel<Dense, false>, kThreads, kSmemTotal) !=
-        cudaSuccess) {
-      cudaGetLastError();
-      return 1;
-    }
-    return b > 0 ? b : 1;
-  }();
-  return blocks;
-}
-
-// Whether launches of at most 8 rows may use the narrow kernels: HUMMING_NARROW=0 in the
-// environment turns them off. Read once per process; for tuning and diagnosis.
-inline bool narrow_enabled() {
-  static const bool value = [] {
-    const char *env = std::getenv("HUMMING_NARROW");
-    return env == nullptr || std::atoi(env) != 0;
-  }();
-  return value;
-}
 
 #define HUMMING_SM80_TARGS                                                                                             \
   uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int Zero, uint32_t OutId, int GroupK, int BM, int WarpsM,         \
@@ -433,39 +386,13 @@ template <HUMMING_SM80_TARGS> Status can_implement(const GemmArgs &args) {
 }
 
 template <HUMMING_SM80_TARGS> size_t workspace_bytes(const GemmArgs &args) {
-  using K = Dense<HUMMING_SM80_ARGS>;
-  const auto p = K::make_params(args);
-  return streamk_workspace_bytes(p.plan, args.m < BM ? args.m : BM, K::BN);
+  return launch_workspace_bytes<Dense<HUMMING_SM80_ARGS>>(args);
 }
 
-// Loads the kernels (resident_blocks sets their shared-memory limit and asks their occupancy).
-template <HUMMING_SM80_TARGS> Status prepare() {
-  using K = Dense<HUMMING_SM80_ARGS>;
-  if (K::resident_blocks() < 0)
-    return Status::Error(std::string("this sm80 instance needs ") + std::to_string(K::kSmemTotal) +
-                         " bytes of shared memory per block, more than this GPU allows; use a smaller tile");
-  return Status::Ok();
-}
+template <HUMMING_SM80_TARGS> Status prepare() { return prepare_kernels<Dense<HUMMING_SM80_ARGS>>("sm80"); }
 
 template <HUMMING_SM80_TARGS> Status launch(const GemmArgs &args, void *stream) {
-  using K = Dense<HUMMING_SM80_ARGS>;
-  if (args.m == 0) return Status::Ok();
-  const auto p = K::make_params(args);
-  const size_t need = streamk_workspace_bytes(p.plan, args.m < BM ? args.m : BM, K::BN);
-  if (need > args.workspace_bytes || (need > 0 && args.workspace == nullptr))
-    return Status::Error("the sm80 backend needs " + std::to_string(need) +
-                         " bytes of workspace (its first 64 KiB zeroed), got " + std::to_string(args.workspace_bytes));
-  const Status st = prepare<HUMMING_SM80_ARGS>();
-  if (!st) return st;
-  const dim3 grid(static_cast<unsigned>(p.plan.blocks));
-  bool narrow = false;
-  if constexpr (K::kHasNarrow) narrow = args.m <= K::kNarrowRows && narrow_enabled();
-  if constexpr (K::kHasNarrow)
-    if (narrow) dense_kernel<K, true><<<grid, K::kThreads, K::kSmemTotal, static_cast<cudaStream_t>(stream)>>>(p);
-  if (!narrow) dense_kernel<K, false><<<grid, K::kThreads, K::kSmemTotal, static_cast<cudaStream_t>(stream)>>>(p);
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return Status::Error(std::string("sm80 kernel failed to launch: ") + cudaGetErrorString(e));
-  return Status::Ok();
+  return launch_kernels<Dense<HUMMING_SM80_ARGS>>(args, stream, "sm80");
 }
 
 #undef HUMMING_SM80_TARGS

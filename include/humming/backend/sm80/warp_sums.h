@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "humming/epilogue/store.h"
 #include "humming/epilogue/streamk_fixup.h"
@@ -13,6 +14,16 @@
 
 namespace humming {
 namespace sm80 {
+
+// Whether launches of at most 8 rows may use the narrow kernels: HUMMING_NARROW=0 in the
+// environment turns them off. Read once per process; for tuning and diagnosis.
+inline bool narrow_enabled() {
+  static const bool value = [] {
+    const char *env = std::getenv("HUMMING_NARROW");
+    return env == nullptr || std::atoi(env) != 0;
+  }();
+  return value;
+}
 
 // A narrow launch's sums (the mma's roles swapped: accn[J][e] of channel J * 16 + lane / 4 (+ 8
 // for e >= 2) and token (lane % 4) * 2 + e % 2) in the layout of the others (acc[j][e]: token

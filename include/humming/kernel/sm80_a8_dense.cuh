@@ -1,0 +1,315 @@
+// The sm80 family's GEMM with 8-bit activations: W8A8 on mma.sync m16n8k32, with the dense tile
+// scheduler and stream-K (scheduler/streamk.h). FP8 (e4m3 weights x e4m3 or e5m2 activations, fp32
+// sums) on sm_89 and sm_90 (L40S, L4, RTX 4090; Hopper runs it too); s8 x s8 (exact s32 sums) on
+// every sm80-family GPU. Per-token activation scales x per-channel weight scales (and the weight's
+// global scale) multiply the fp32 sums at the end of each segment.
+//
+// Nothing is converted: the 8-bit weight is read as the generic layout stores it (layout 1: each
+// output channel's k_pad code bytes in a row), like the activations, so a stage is BM activation
+// rows and BN weight rows of BK bytes, filled by cp.async and read by ldmatrix
+// (backend/sm80/a8_stage.h), and a weight packed for the generic backend runs here as it is.
+//
+// Block tile BM x BN x BK, BN = 64 * WarpsN, BK = WarpK * WarpsK, warps in a WarpsM x WarpsN x
+// WarpsK grid as in the weight-only kernel (kernel/sm80_dense.cuh): each computes (BM / WarpsM)
+// rows x 64 channels over its WarpK slice of every stage; the K-slice warps' sums meet through
+// shared memory at the end of a segment (backend/sm80/kslice_reduce.h). Launches of at most 8 rows
+// on warps of one mma tile swap the mma's roles (backend/sm80/a8_stage_mma.h, narrow).
+//
+// FP8 sums: the tensor cores keep the running sum of an FP8 mma narrower than fp32 (a 13-bit
+// mantissa on sm_89 and sm_90), so each stage's WarpK inputs (at most 128) are summed from zero
+// and added into the fp32 sums after the stage (two-level accumulation, as the sm90 FP8 kernels
+// do every 128 inputs). Integer sums are exact and stay in s32 for the whole segment.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "humming/backend/sm80/a8_stage.h"
+#include "humming/backend/sm80/a8_stage_mma.h"
+#include "humming/backend/sm80/kslice_reduce.h"
+#include "humming/backend/sm80/launch.h"
+#include "humming/backend/sm80/ptx.h"
+#include "humming/backend/sm80/warp_sums.h"
+#include "humming/epilogue/store.h"
+#include "humming/humming.h"
+#include "humming/scheduler/streamk.h"
+
+namespace humming {
+namespace sm80 {
+
+// ActId:   DType id of the activation codes: e4m3 or e5m2 (FP8 mma, sm_89 and newer), or i8.
+// CodeId:  DType id of the weight codes: e4m3 with FP8 activations, i8 with i8 ones.
+// ScaleId: DType id of the per-channel weight scales (f32, bf16 or f16).
+// OutId:   DType id of the output (f16, bf16 or f32).
+// BM:      rows of the block tile (a multiple of 16 * WarpsM).
+// WarpsM, WarpsN, WarpsK: the warp grid (rows, 64-channel columns, K slices).
+// WarpK:   inputs (bytes) per warp per stage, a multiple of 32 and at most 128 (one FP8 promotion
+//          per stage).
+// Stages:  depth of the cp.async pipeline.
+template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, uint32_t OutId, int BM, int WarpsM, int WarpsN, int WarpsK,
+          int WarpK, int Stages>
+struct DenseA8 {
+  // The template parameters the components read (backend/sm80: a8_stage.h, a8_stage_mma.h,
+  // kslice_reduce.h, warp_sums.h).
+  static constexpr int kBM = BM, kWarpsM = WarpsM, kWarpsN = WarpsN, kWarpsK = WarpsK, kWarpK = WarpK;
+  static constexpr DType kAct = DType::from_id(ActId);
+  static constexpr DType kCode = DType::from_id(CodeId);
+  static constexpr DType kOut = DType::from_id(OutId);
+  static constexpr bool kIntOps = kAct.kind == humming::kInt;
+  static constexpr bool kActE5M2 = !kIntOps && kAct.exp == 5;
+  static constexpr bool kCodeE5M2 = false;
+  static constexpr int kWarps = WarpsM * WarpsN * WarpsK;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int BN = 64 * WarpsN;
+  static constexpr int BK = WarpK * WarpsK;
+  static constexpr int WM = BM / WarpsM;
+  static constexpr int MT = WM / 16;
+  static constexpr int kABytes = BM * BK;
+  static constexpr int kBBytes = BN * BK;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kAcc = MT * 8 * 4;   // fp32 sums per lane
+  static constexpr int kSteps = WarpK / 32; // mma K steps per warp per stage
+  // The K-slice warps' sums meet in the last stage's buffer once the segment's pipeline is drained,
+  // in as many rounds of accumulators as that buffer needs.
+  static constexpr int kReduceBytes = (WarpsK - 1) * WarpsM * WarpsN * 32 * kAcc * 4;
+  static constexpr int kReduceRounds = WarpsK == 1 ? 1 : (kReduceBytes + kStageBytes - 1) / kStageBytes;
+  static constexpr int kRoundAcc = (kAcc + kReduceRounds - 1) / kReduceRounds;
+  static constexpr int kSmemBytes = Stages * kStageBytes;
+  // After the stages: the word through which the last contributor of a tile learns it is last
+  // (16 bytes), then the block's segment list (scheduler/streamk.h).
+  static constexpr int kSmemTotal = kSmemBytes + 16 + kMaxSegments * static_cast<int>(sizeof(Segment));
+  // Launches of at most 8 rows on warps of one mma tile take the narrow form.
+  static constexpr bool kHasNarrow = MT == 1;
+  static constexpr int kNarrowRows = 8;
+  // Decode tiles are sized for two blocks per SM where their shared memory allows it (128
+  // registers a thread), as the weight-only kernel's.
+  static constexpr int kMinBlocks = kHasNarrow && 2 * kSmemTotal <= 227 * 1024 ? 2 : 1;
+
+  static_assert((kIntOps && CodeId == dtypes::i8.id()) ||
+                    ((ActId == dtypes::e4m3.id() || ActId == dtypes::e5m2.id()) && CodeId == dtypes::e4m3.id()),
+                "i8 x i8, or e4m3 / e5m2 activations x e4m3 weights");
+  static_assert(ScaleId == dtypes::f32.id() || ScaleId == dtypes::bf16.id() || ScaleId == dtypes::f16.id(),
+                "weight scales are f32, bf16 or f16");
+  static_assert(OutId == dtypes::f16.id() || OutId == dtypes::bf16.id() || OutId == dtypes::f32.id(),
+                "outputs are f16, bf16 or f32");
+  static_assert(BM % (16 * WarpsM) == 0, "whole mma tiles of rows per warp");
+  static_assert(WarpK % 32 == 0 && WarpK <= 128, "whole K steps, at most 128 inputs per FP8 promotion");
+  static_assert(kStageBytes % 16 == 0, "16-byte aligned stages");
+
+  struct Params {
+    GemmArgs args;
+    StreamKPlan plan;
+    int64_t k_tiles; // BK tiles along the padded K
+  };
+
+  using Stage = A8Stage<DenseA8>;  // cp.async copies and fragments (backend/sm80/a8_stage.h)
+  using Mma = A8StageMma<DenseA8>; // the stage math (backend/sm80/a8_stage_mma.h)
+  using Sums = WarpSums<DenseA8>;  // the end of a segment's output (backend/sm80/warp_sums.h)
+  using Sum = typename Mma::Sum;
+
+  // Narrow: the narrow form (m <= 8, warps of one mma tile).
+  template <bool Narrow> static __device__ void run(const Params &p, char *smem) {
+    static_assert(!Narrow || kHasNarrow, "narrow launches need warps of one mma tile");
+    const GemmArgs &a = p.args;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int wk = warp / (WarpsM * WarpsN);
+    const int wn = (warp / WarpsM) % WarpsN;
+    const int wm = warp % WarpsM;
+    const int n_tiles = static_cast<int>((a.dims.n_pad + BN - 1) / BN);
+
+    // The block's segments (scheduler/streamk.h), worked out once and read from shared memory.
+    Segment *segs = reinterpret_cast<Segment *>(smem + kSmemBytes + 16);
+    int *seg_count = reinterpret_cast<int *>(smem + kSmemBytes + 4);
+    if (threadIdx.x == 0) *seg_count = block_segments(p.plan, blockIdx.x, segs);
+    __syncthreads();
+    const int n_segs = *seg_count;
+    const uint32_t smem_base = smem_addr(smem);
+
+    for (int si = 0; si < n_segs; ++si) {
+      const int tile = segs[si].tile, kt_begin = segs[si].kt_begin, kt_end = segs[si].kt_end;
+      const int64_t m0 = static_cast<int64_t>(tile / n_tiles) * BM, n0 = static_cast<int64_t>(tile % n_tiles) * BN;
+
+      // acc: the fp32 sums (narrow: accn, the swapped layout). sums / sumsn: the tensor cores' own,
+      // a stage's with FP8 operands, the whole segment's with integers.
+      float acc[MT][8][4], accn[Narrow ? 4 : 1][4];
+      Sum sums[Narrow ? 1 : MT][8][4], sumsn[Narrow ? 4 : 1][4];
+      fill(acc, 0.0f);
+      fill(accn, 0.0f);
+      fill(sums, Sum(0));
+      fill(sumsn, Sum(0));
+
+      // Prologue: fill Stages - 1 stages.
+#pragma unroll 1
+      for (int s = 0; s < Stages - 1; ++s) {
+        if (kt_begin + s < kt_end) Stage::copy(p, smem_base + s * kStageBytes, kt_begin + s, m0, n0);
+        cp_async_commit();
+      }
+      int slot = 0; // stage buffer of K tile kt; the load goes to the one before it
+      char *stage = smem;
+      for (int kt = kt_begin; kt < kt_end; ++kt) {
+        cp_async_wait<Stages - 2>();
+        __syncthreads();
+        {
+          const int next = kt + Stages - 1;
+          const int next_slot = slot == 0 ? Stages - 1 : slot - 1;
+          if (next < kt_end) Stage::copy(p, smem_base + next_slot * kStageBytes, next, m0, n0);
+          cp_async_commit();
+        }
+        stage = smem + slot * kStageBytes;
+        slot = slot == Stages - 1 ? 0 : slot + 1;
+        if constexpr (Narrow) {
+          Mma::narrow(stage, wn, wk, lane, sumsn);
+          if constexpr (!kIntOps) promote(sumsn, accn);
+        } else {
+          Mma::wide(stage, wm, wn, wk, lane, sums);
+          if constexpr (!kIntOps) promote(sums, acc);
+        }
+      }
+      if constexpr (kIntOps) {
+        if constexpr (Narrow)
+          promote(sumsn, accn);
+        else
+          promote(sums, acc);
+      }
+      if constexpr (Narrow) narrow_to_wide(accn, lane, acc[0]);
+      // Drained: no copy is in flight, so the sums may meet in the last stage's buffer.
+      cp_async_wait<0>();
+      finish_segment(p, stage, segs[si], tile, n_tiles, wm, wn, wk, lane, acc,
+                     reinterpret_cast<int *>(smem + kSmemBytes));
+      __syncthreads(); // the next segment's copies may overwrite that buffer
+    }
+  }
+
+  // Every element of an array of any rank set to v.
+  template <class T, int N, class V> static __device__ __forceinline__ void fill(T (&x)[N], V v) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      if constexpr (std::is_array_v<T>)
+        fill(x[i], v);
+      else
+        x[i] = v;
+    }
+  }
+
+  // The tensor cores' sums added into the fp32 ones and set back to zero (FP8: after each stage;
+  // integers: once, at the end of the segment).
+  template <class T, int N> static __device__ __forceinline__ void promote(T (&from)[N], float (&to)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) to[i][e] += static_cast<float>(from[i][e]), from[i][e] = 0;
+    }
+  }
+  template <class T, int N, int J>
+  static __device__ __forceinline__ void promote(T (&from)[N][J][4], float (&to)[N][J][4]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) promote(from[i], to[i]);
+  }
+
+  // The end of a segment: K-slice warps' sums added, then each sum times its token's activation
+  // scale, its channel's weight scale and the global scale, then the output written or a partial
+  // contributed to the tile's fix-up (backend/sm80/warp_sums.h). Called by all threads.
+  static __device__ __forceinline__ void finish_segment(const Params &p, char *buf, const Segment &seg, int tile,
+                                                        int n_tiles, int wm, int wn, int wk, int lane,
+                                                        float (&acc)[MT][8][4], int *flag) {
+    const GemmArgs &a = p.args;
+    const int64_t m0 = static_cast<int64_t>(tile / n_tiles) * BM, n0 = static_cast<int64_t>(tile % n_tiles) * BN;
+    if constexpr (WarpsK > 1) KSliceReduce<DenseA8>::run(buf, wm, wn, wk, lane, acc);
+    if (wk == 0) {
+      const float global = a.global_scale != nullptr ? *a.global_scale : 1.0f;
+      float ts[MT][2]; // rows i * 16 + lane / 4 + 8h: their tokens' scales (0 past m)
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t m = m0 + wm * WM + i * 16 + lane / 4 + h * 8;
+          ts[i][h] = m < a.m ? a.a_scales[m * a.a_scale_cols] : 0.0f;
+        }
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int64_t n = n0 + wn * 64 + j * 8 + (lane % 4) * 2 + e;
+          const float f = n < a.dims.n_pad ? global * epilogue::load_out<ScaleId>(a.scales, n) : 0.0f;
+#pragma unroll
+          for (int i = 0; i < MT; ++i) {
+            acc[i][j][e] *= f * ts[i][0];
+            acc[i][j][e + 2] *= f * ts[i][1];
+          }
+        }
+    }
+    Sums::store(a, p.plan, seg, tile, m0, n0, wm, wn, wk, lane, acc, flag);
+  }
+
+  static int64_t n_tiles(const GemmArgs &args) { return (args.dims.n_pad + BN - 1) / BN; }
+
+  static Params make_params(const GemmArgs &args) {
+    Params p;
+    p.args = args;
+    p.k_tiles = (args.dims.k_pad + BK - 1) / BK;
+    const int64_t tiles = (args.m + BM - 1) / BM * n_tiles(args);
+    const int resident = resident_blocks<DenseA8>();
+    p.plan = plan_stream_k(tiles, p.k_tiles, BK, 1, args.num_sms, resident > 0 ? resident : 1, kHasNarrow);
+    return p;
+  }
+};
+
+#define HUMMING_SM80_A8_TARGS                                                                                          \
+  uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, uint32_t OutId, int BM, int WarpsM, int WarpsN, int WarpsK,       \
+      int WarpK, int Stages
+#define HUMMING_SM80_A8_ARGS ActId, CodeId, ScaleId, OutId, BM, WarpsM, WarpsN, WarpsK, WarpK, Stages
+
+template <HUMMING_SM80_A8_TARGS> Status can_implement_a8(const GemmArgs &args) {
+  using K = DenseA8<HUMMING_SM80_A8_ARGS>;
+  const GemmFormat &f = args.fmt;
+  if (args.layout != kLayoutGeneric)
+    return Status::Error(std::string("the sm80 8-bit activation kernels read weights packed for layout 1 (generic), "
+                                     "not layout ") +
+                         std::to_string(args.layout) + " (" + layout_name(args.layout) + ")");
+  if (f.act.granularity != ActScale::kToken)
+    return Status::Error("the sm80 8-bit activation kernels take one activation scale per token (-pt)");
+  if (f.weight.group_k != 0 || f.weight.group_n != 1)
+    return Status::Error("the sm80 8-bit activation kernels take one weight scale per output channel (gc)");
+  if (args.dims.k % 16 != 0)
+    return Status::Error("the sm80 8-bit activation kernels need k to be a multiple of 16 (16-byte activation rows), "
+                         "got k=" +
+                         std::to_string(args.dims.k));
+  if (args.m > 1 && args.lda % 16 != 0)
+    return Status::Error("the sm80 8-bit activation kernels need the activation row stride to be a multiple of 16 "
+                         "elements, got " +
+                         std::to_string(args.lda));
+  if (reinterpret_cast<uintptr_t>(args.a) % 16 != 0 || reinterpret_cast<uintptr_t>(args.codes) % 16 != 0)
+    return Status::Error("the sm80 8-bit activation kernels need 16-byte aligned activations and codes");
+  if (args.dims.words_per_row * 4 != args.dims.k_pad || args.dims.k_pad % 32 != 0)
+    return Status::Error("the sm80 8-bit activation kernels need the codes as rows of k_pad bytes, k_pad a multiple "
+                         "of 32 (the generic layout of 8-bit codes)");
+  if (K::kIntOps && args.dims.k_pad > 131072)
+    return Status::Error("the sm80 integer kernels sum at most 131072 inputs (127 x 127 x 131072 < 2^31 keeps the s32 "
+                         "sums exact), got k=" +
+                         std::to_string(args.dims.k));
+  const int64_t tiles = (args.m + BM - 1) / BM * K::n_tiles(args);
+  if (tiles > 0x7FFFFFFF || args.dims.k_pad / K::BK > 0x7FFFFFFF)
+    return Status::Error("too many output tiles or K tiles for one launch");
+  return Status::Ok();
+}
+
+template <HUMMING_SM80_A8_TARGS> size_t workspace_bytes_a8(const GemmArgs &args) {
+  return launch_workspace_bytes<DenseA8<HUMMING_SM80_A8_ARGS>>(args);
+}
+
+template <HUMMING_SM80_A8_TARGS> Status prepare_a8() {
+  return prepare_kernels<DenseA8<HUMMING_SM80_A8_ARGS>>("sm80 8-bit activation");
+}
+
+template <HUMMING_SM80_A8_TARGS> Status launch_a8(const GemmArgs &args, void *stream) {
+  return launch_kernels<DenseA8<HUMMING_SM80_A8_ARGS>>(args, stream, "sm80 8-bit activation");
+}
+
+#undef HUMMING_SM80_A8_TARGS
+#undef HUMMING_SM80_A8_ARGS
+
+} // namespace sm80
+} // namespace humming
