@@ -31,6 +31,7 @@
 #include "humming/backend/sm80/a8_stage_mma.h"
 #include "humming/backend/sm80/kslice_reduce.h"
 #include "humming/backend/sm80/launch.h"
+#include "humming/backend/sm80/pipeline.h"
 #include "humming/backend/sm80/ptx.h"
 #include "humming/backend/sm80/warp_sums.h"
 #include "humming/epilogue/store.h"
@@ -121,11 +122,8 @@ struct DenseA8 {
     const int n_tiles = static_cast<int>((a.dims.n_pad + BN - 1) / BN);
 
     // The block's segments (scheduler/streamk.h), worked out once and read from shared memory.
-    Segment *segs = reinterpret_cast<Segment *>(smem + kSmemBytes + 16);
-    int *seg_count = reinterpret_cast<int *>(smem + kSmemBytes + 4);
-    if (threadIdx.x == 0) *seg_count = block_segments(p.plan, blockIdx.x, segs);
-    __syncthreads();
-    const int n_segs = *seg_count;
+    Segment *segs;
+    const int n_segs = block_segments_shared(p.plan, smem + kSmemBytes, segs);
     const uint32_t smem_base = smem_addr(smem);
 
     for (int si = 0; si < n_segs; ++si) {
@@ -141,25 +139,8 @@ struct DenseA8 {
       fill(sums, Sum(0));
       fill(sumsn, Sum(0));
 
-      // Prologue: fill Stages - 1 stages.
-#pragma unroll 1
-      for (int s = 0; s < Stages - 1; ++s) {
-        if (kt_begin + s < kt_end) Stage::copy(p, smem_base + s * kStageBytes, kt_begin + s, m0, n0);
-        cp_async_commit();
-      }
-      int slot = 0; // stage buffer of K tile kt; the load goes to the one before it
-      char *stage = smem;
-      for (int kt = kt_begin; kt < kt_end; ++kt) {
-        cp_async_wait<Stages - 2>();
-        __syncthreads();
-        {
-          const int next = kt + Stages - 1;
-          const int next_slot = slot == 0 ? Stages - 1 : slot - 1;
-          if (next < kt_end) Stage::copy(p, smem_base + next_slot * kStageBytes, next, m0, n0);
-          cp_async_commit();
-        }
-        stage = smem + slot * kStageBytes;
-        slot = slot == Stages - 1 ? 0 : slot + 1;
+      const auto load = [&](uint32_t dst, int kt) { Stage::copy(p, dst, kt, m0, n0); };
+      char *stage = cp_async_ring<Stages, kStageBytes>(smem, smem_base, kt_begin, kt_end, load, [&](char *stage) {
         if constexpr (Narrow) {
           Mma::narrow(stage, wn, wk, lane, sumsn);
           if constexpr (!kIntOps) promote(sumsn, accn);
@@ -167,7 +148,7 @@ struct DenseA8 {
           Mma::wide(stage, wm, wn, wk, lane, sums);
           if constexpr (!kIntOps) promote(sums, acc);
         }
-      }
+      });
       if constexpr (kIntOps) {
         if constexpr (Narrow)
           promote(sumsn, accn);

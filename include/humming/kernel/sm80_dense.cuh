@@ -34,6 +34,7 @@
 #include "humming/backend/sm80/ptx.h"
 #include "humming/backend/sm80/kslice_reduce.h"
 #include "humming/backend/sm80/launch.h"
+#include "humming/backend/sm80/pipeline.h"
 #include "humming/backend/sm80/stage_copy.h"
 #include "humming/backend/sm80/stage_fragments.h"
 #include "humming/backend/sm80/stage_mma.h"
@@ -172,11 +173,8 @@ struct Dense {
     const int n_tiles = static_cast<int>((a.dims.n_pad + BN - 1) / BN);
 
     // The block's segments (scheduler/streamk.h), worked out once and read from shared memory.
-    Segment *segs = reinterpret_cast<Segment *>(smem + kSmemBytes + 16);
-    int *seg_count = reinterpret_cast<int *>(smem + kSmemBytes + 4);
-    if (threadIdx.x == 0) *seg_count = block_segments(p.plan, blockIdx.x, segs);
-    __syncthreads();
-    const int n_segs = *seg_count;
+    Segment *segs;
+    const int n_segs = block_segments_shared(p.plan, smem + kSmemBytes, segs);
 
     using Op = numeric::Operand<kBf16>;
     // -P in both halves: the constant B fragment whose mma gives -P x each row's activation sum.
@@ -226,32 +224,14 @@ struct Dense {
         else
           Copies::edge(p, copies, dst, kt, m0, n0);
       };
-      // Prologue: fill Stages - 1 stages (rolled: both copy paths would be inlined per stage).
-#pragma unroll 1
-      for (int s = 0; s < Stages - 1; ++s) {
-        if (kt_begin + s < kt_end) load(smem_base + s * kStageBytes, kt_begin + s);
-        cp_async_commit();
-      }
-      int slot = 0; // stage buffer of K tile kt; the load goes to the one before it
-      char *stage = smem;
-      for (int kt = kt_begin; kt < kt_end; ++kt) {
-        cp_async_wait<Stages - 2>();
-        __syncthreads();
-        {
-          const int next = kt + Stages - 1;
-          const int next_slot = slot == 0 ? Stages - 1 : slot - 1;
-          if (next < kt_end) load(smem_base + next_slot * kStageBytes, next);
-          cp_async_commit();
-        }
-        stage = smem + slot * kStageBytes;
-        slot = slot == Stages - 1 ? 0 : slot + 1;
+      char *stage = cp_async_ring<Stages, kStageBytes>(smem, smem_base, kt_begin, kt_end, load, [&](char *stage) {
         if constexpr (Narrow)
           Mma::narrow_stage(stage, wn, wk, lane, accn, offset_sums, fixed_bias, fixed_zero, neg_offset);
         else if constexpr (kAccScale)
           Mma::acc_scale(stage, wn, wk, lane, acc[0], offset_sums, fixed_bias, fixed_zero, neg_offset);
         else
           Mma::operand_scale(stage, wm, wn, wk, lane, acc, fixed_bias, fixed_zero);
-      }
+      });
       if constexpr (Narrow) {
         // Per-channel scales with kept offsets: -R x row sums (the same for every channel) go in
         // here, so that finish_segment adds nothing more; float zero points add (z / P) x -P x
