@@ -753,14 +753,19 @@ def test_sm80_a8_instances_take_w8a8_in_the_generic_layout_and_say_what_they_ref
     from humming_aot._ext import C
 
     for inst in _SM80_A8:
-        fmt = f"a-{inst.act_type}-pt_w-{inst.code_type}gc-s{inst.scale_type}_c-{inst.out_type}"
+        gran = "gc" if inst.group_k == 0 else f"g{inst.group_k}"
+        fmt = f"a-{inst.act_type}-pt_w-{inst.code_type}{gran}-s{inst.scale_type}_c-{inst.out_type}"
         assert C.check_instance(inst.name, fmt, 1, 520, 3072 + 16, 7) == (True, "")
         ok, why = C.check_instance(inst.name, fmt, 2, 520, 3072, 7)
         assert not ok and "layout 1 (generic)" in why and "layout 2" in why, why
         blocks = f"a-{inst.act_type}-g128_w-{inst.code_type}g128n128-sf32_c-{inst.out_type}"
-        if inst.act_type != "i8":
+        if inst.act_type != "i8" and inst.code_type == "e4m3":
             ok, why = C.check_instance(inst.name, blocks, 1, 520, 3072, 7)
             assert not ok and "activation scale granularity" in why, why
+        if inst.group_k:  # the same codes with one scale per channel: another instance's format
+            other = fmt.replace(f"{inst.code_type}g{inst.group_k}-", f"{inst.code_type}gc-")
+            ok, why = C.check_instance(inst.name, other, 1, 520, 3072, 7)
+            assert not ok and "group" in why, why
         ok, why = C.check_instance(inst.name, fmt, 1, 520, 3072 + 8, 7)
         assert not ok and "multiple of 16" in why and "k=3080" in why, why
         if inst.act_type == "i8":

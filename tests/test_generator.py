@@ -365,19 +365,22 @@ def test_sm80_names_spell_format_and_tile(all_names):
 
 SM80_A8 = json.loads((ROOT / "tools" / "matrix" / "sm80_a8.json").read_text())
 SM80_A8_RE = re.compile(
-    r"sm80_mma_dense_a-(?P<act>e4m3|e5m2|i8)-pt_w-(?P<code>e4m3|i8)gc-s(?P<scale>f32|bf16|f16)_c-(?P<out>bf16|f16|f32)"
+    r"sm80_mma_dense_a-(?P<act>e4m3|e5m2|i8)-pt_w-(?P<code>e4m3|i8|u4|i4|e2m1)(?P<gran>gc|g128)"
+    r"-s(?P<scale>f32|bf16|f16)_c-(?P<out>bf16|f16|f32)"
     r"_t(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w(?P<wm>\d)x(?P<wn>\d)x(?P<wk>\d)_s(?P<st>\d)"
 )
 
 
 def test_sm80_a8_instances_keys_archs_and_entry_points(gen, tmp_path):
-    """The sm80 family's W8A8 instances (kernel/sm80_a8_dense.cuh): FP8 (e4m3 / e5m2 activations x
-    e4m3 weights) only with machine code for sm_89 and newer (mma.sync on FP8 needs it), i8 x i8
-    for every arch; per-token x per-channel scales on the generic layout; tiles of the matrix,
-    each stage at most 128 inputs per warp (one FP8 promotion), their shared memory within the
-    99 KiB of sm_86 / sm_89; experimental until a GPU has run them (no plain profile has one,
-    ci+experimental compiles one FP8 and one integer translation unit, which call the kernel's
-    entry points)."""
+    """The sm80 family's 8-bit activation instances (kernel/sm80_a8_dense.cuh): FP8 activations
+    (e4m3 / e5m2 x e4m3; e4m3 x u4 / i4 / e2m1) only with machine code for sm_89 and newer (mma.sync
+    on FP8 needs it), i8 x i8 / u4 / i4 for every arch; per-token activation scales x per-channel
+    weight scales, or (4-bit codes with FP8) per channel and 128 inputs, on the generic layout;
+    tiles of the matrix, each stage at most 128 inputs per warp (one FP8 promotion) and, with
+    4-bit codes, 128 inputs a stage (rows of 64 bytes, one group a stage); their shared memory (with
+    group scales, a row of scales a stage) within the 99 KiB of sm_86 / sm_89; experimental until
+    a GPU has run them (no plain profile has one; ci+experimental compiles FP8, integer and 4-bit
+    translation units, which call the kernel's entry points)."""
     gen_mod = _load_generator()
     archs = ["80", "86", "89", "90a"]
     insts = [i for i in gen_mod.enumerate_instances(archs, "full+experimental") if SM80_A8_RE.fullmatch(i.name)]
@@ -389,11 +392,16 @@ def test_sm80_a8_instances_keys_archs_and_entry_points(gen, tmp_path):
         "sm80_mma_dense_a-e4m3-pt_w-e4m3gc-sf32_c-bf16",
         "sm80_mma_dense_a-e5m2-pt_w-e4m3gc-sf32_c-bf16",
         "sm80_mma_dense_a-i8-pt_w-i8gc-sbf16_c-bf16",
+        "sm80_mma_dense_a-e4m3-pt_w-u4g128-sbf16_c-bf16",
+        "sm80_mma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16",
+        "sm80_mma_dense_a-i8-pt_w-i4gc-sbf16_c-bf16",
     }
+    allowed = {"e4m3": {"e4m3", "u4", "i4", "e2m1"}, "e5m2": {"e4m3"}, "i8": {"i8", "u4", "i4"}}
     for i in insts:
         m = SM80_A8_RE.fullmatch(i.name)
-        fp8 = m["act"] != "i8"
-        assert (m["code"] == "e4m3") == fp8, i.name
+        fp8, four, group = m["act"] != "i8", m["code"] in ("u4", "i4", "e2m1"), 128 if m["gran"] == "g128" else 0
+        assert m["code"] in allowed[m["act"]], i.name
+        assert not group or (four and fp8), i.name
         assert i.archs == (("89", "90a") if fp8 else tuple(archs)), i.name
         assert (i.backend, i.kernel, i.entry_suffix, i.layout) == ("sm80", "DenseA8", "_a8", 1)
         tile = tuple(int(m[x]) for x in ("bm", "bn", "bk", "wm", "wn", "wk", "st"))
@@ -401,12 +409,16 @@ def test_sm80_a8_instances_keys_archs_and_entry_points(gen, tmp_path):
         warp_k = tiles[tile]
         assert warp_k % 32 == 0 and warp_k <= 128, i.name
         bm, bn, bk, wm, wn, wk, st = tile
+        assert bk == 128 or not four, i.name
         k = i.key
-        assert (k["act_granularity"], k["group_k"], k["group_n"], k["zero"], k["layout"]) == (1, 0, 1, 0, 1)
+        assert (k["act_granularity"], k["group_k"], k["group_n"], k["zero"], k["layout"]) == (1, group, 1, 0, 1)
         assert (k["tile_m"], k["tile_n"], k["tile_k"], k["stages"], k["threads"]) == (bm, bn, bk, st, 32 * wm * wn * wk)
-        # The stages (bm activation rows and bn weight rows of bk bytes), the flag word and the
-        # segment list: DenseA8::kSmemTotal, which each translation unit asserts.
-        assert k["smem_bytes"] == st * (bm + bn) * bk + 16 + 6 * 16 <= SMEM_PER_BLOCK[89], i.name
+        # The stages (bm activation rows of bk bytes, bn weight rows of bk codes, with group scales
+        # the bn channels' scales), the flag word and the segment list: DenseA8::kSmemTotal, which
+        # each translation unit asserts.
+        scales = bn * {"f32": 4, "bf16": 2, "f16": 2}[m["scale"]] if group else 0
+        stage = bm * bk + bn * bk * (4 if four else 8) // 8 + scales
+        assert k["smem_bytes"] == st * stage + 16 + 6 * 16 <= SMEM_PER_BLOCK[89], i.name
         assert i.scale == m["scale"] and i.out == m["out"]
     for prof in PROFILES:
         names = gen("--arch", ";".join(archs), "--profile", prof, "--list").stdout.splitlines()
@@ -417,16 +429,16 @@ def test_sm80_a8_instances_keys_archs_and_entry_points(gen, tmp_path):
     out = tmp_path / "gen"
     gen("--arch", "80;90a", "--profile", "ci+experimental", "--out", str(out))
     tus = {p.stem: p.read_text() for p in (out / "instances").glob("*.cu") if SM80_A8_RE.fullmatch(p.stem)}
-    assert any("_a-e4m3-pt_" in n for n in tus) and any("_a-i8-pt_" in n for n in tus)
+    assert any("_a-e4m3-pt_w-e4m3gc" in n for n in tus) and any("_a-i8-pt_" in n for n in tus)
+    assert any("_a-e4m3-pt_w-u4g128" in n for n in tus)
     for text in tus.values():
         assert "sm80::DenseA8<" in text and "sm80::can_implement_a8<" in text and "sm80::launch_a8<" in text
         assert "sm80::workspace_bytes_a8<" in text and "sm80::prepare_a8<" in text
-    # The FP8 translation unit is compiled for sm_90a alone in this 80 + 90a build.
-    fp8_tu = next(n for n in tus if "_a-e4m3-pt_" in n)
-    flags = next(
-        ln for ln in (out / "instances.cmake").read_text().splitlines() if f"/{fp8_tu}.cu" in ln and "gencode" in ln
-    )
-    assert "code=sm_90a" in flags and "sm_80" not in flags
+    # The FP8 translation units are compiled for sm_90a alone in this 80 + 90a build.
+    cmake = (out / "instances.cmake").read_text().splitlines()
+    for fp8_tu in (n for n in tus if "_a-e4m3-pt_" in n):
+        flags = next(ln for ln in cmake if f"/{fp8_tu}.cu" in ln and "gencode" in ln)
+        assert "code=sm_90a" in flags and "sm_80" not in flags
 
 
 # Shared memory one block may use (CUDA programming guide, compute capabilities table): the

@@ -1,13 +1,16 @@
-// The sm80 family's GEMM with 8-bit activations: W8A8 on mma.sync m16n8k32, with the dense tile
-// scheduler and stream-K (scheduler/streamk.h). FP8 (e4m3 weights x e4m3 or e5m2 activations, fp32
-// sums) on sm_89 and sm_90 (L40S, L4, RTX 4090; Hopper runs it too); s8 x s8 (exact s32 sums) on
-// every sm80-family GPU. Per-token activation scales x per-channel weight scales (and the weight's
-// global scale) multiply the fp32 sums at the end of each segment.
+// The sm80 family's GEMM with 8-bit activations on mma.sync m16n8k32, with the dense tile scheduler
+// and stream-K (scheduler/streamk.h). FP8 (e4m3 or e5m2 activations, fp32 sums) on sm_89 and sm_90
+// (L40S, L4, RTX 4090; Hopper runs it too); s8 (exact s32 sums) on every sm80-family GPU.
+// W8A8: e4m3 weights with FP8 activations, i8 with i8. W4A8: u4, i4 or e2m1 weights with e4m3
+// activations, u4 or i4 with i8, turned into 8-bit operands in registers (exact values;
+// backend/sm80/a8_stage_mma.h). Per-token activation scales x per-channel weight scales (and the
+// weight's global scale) multiply the fp32 sums at the end of each segment; 4-bit codes may
+// instead take a scale per channel and 128 inputs, which multiplies each stage's sums.
 //
-// Nothing is converted: the 8-bit weight is read as the generic layout stores it (layout 1: each
-// output channel's k_pad code bytes in a row), like the activations, so a stage is BM activation
-// rows and BN weight rows of BK bytes, filled by cp.async and read by ldmatrix
-// (backend/sm80/a8_stage.h), and a weight packed for the generic backend runs here as it is.
+// The weight is read as the generic layout stores it (layout 1: each output channel's codes in a
+// row of k_pad bytes, or k_pad / 2 with 4-bit codes), like the activations, so a stage is BM
+// activation rows and BN weight rows, filled by cp.async (backend/sm80/a8_stage.h), and a weight
+// packed for the generic backend runs here as it is.
 //
 // Block tile BM x BN x BK, BN = 64 * WarpsN, BK = WarpK * WarpsK, warps in a WarpsM x WarpsN x
 // WarpsK grid as in the weight-only kernel (kernel/sm80_dense.cuh): each computes (BM / WarpsM)
@@ -18,7 +21,8 @@
 // FP8 sums: the tensor cores keep the running sum of an FP8 mma narrower than fp32 (a 13-bit
 // mantissa on sm_89 and sm_90), so each stage's WarpK inputs (at most 128) are summed from zero
 // and added into the fp32 sums after the stage (two-level accumulation, as the sm90 FP8 kernels
-// do every 128 inputs). Integer sums are exact and stay in s32 for the whole segment.
+// do every 128 inputs). Integer sums are exact and stay in s32 for the whole segment, or, with
+// group scales, for the stage.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -42,26 +46,38 @@ namespace humming {
 namespace sm80 {
 
 // ActId:   DType id of the activation codes: e4m3 or e5m2 (FP8 mma, sm_89 and newer), or i8.
-// CodeId:  DType id of the weight codes: e4m3 with FP8 activations, i8 with i8 ones.
-// ScaleId: DType id of the per-channel weight scales (f32, bf16 or f16).
+// CodeId:  DType id of the weight codes: e4m3 with FP8 activations, i8 with i8 ones; or 4-bit
+//          u4 or i4 (either activations) or e2m1 (e4m3 activations).
+// ScaleId: DType id of the weight scales (f32, bf16 or f16).
+// GroupK:  0 (one scale per output channel) or 128 (per channel and 128 inputs, 4-bit codes; a
+//          stage is one group).
 // OutId:   DType id of the output (f16, bf16 or f32).
 // BM:      rows of the block tile (a multiple of 16 * WarpsM).
 // WarpsM, WarpsN, WarpsK: the warp grid (rows, 64-channel columns, K slices).
 // WarpK:   inputs (bytes) per warp per stage, a multiple of 32 and at most 128 (one FP8 promotion
 //          per stage).
 // Stages:  depth of the cp.async pipeline.
-template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, uint32_t OutId, int BM, int WarpsM, int WarpsN, int WarpsK,
-          int WarpK, int Stages>
+template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, uint32_t OutId, int BM, int WarpsM, int WarpsN,
+          int WarpsK, int WarpK, int Stages>
 struct DenseA8 {
   // The template parameters the components read (backend/sm80: a8_stage.h, a8_stage_mma.h,
   // kslice_reduce.h, warp_sums.h).
-  static constexpr int kBM = BM, kWarpsM = WarpsM, kWarpsN = WarpsN, kWarpsK = WarpsK, kWarpK = WarpK;
+  static constexpr int kBM = BM, kWarpsM = WarpsM, kWarpsN = WarpsN, kWarpsK = WarpsK, kWarpK = WarpK, kGroupK = GroupK;
+  static constexpr uint32_t kScaleId = ScaleId;
   static constexpr DType kAct = DType::from_id(ActId);
   static constexpr DType kCode = DType::from_id(CodeId);
   static constexpr DType kOut = DType::from_id(OutId);
   static constexpr bool kIntOps = kAct.kind == humming::kInt;
   static constexpr bool kActE5M2 = !kIntOps && kAct.exp == 5;
   static constexpr bool kCodeE5M2 = false;
+  static constexpr int kCodeBits = static_cast<int>(kCode.bits);
+  // e2m1 codes go into e4m3 operands of 2^-6 their values by bit moves (numeric/nibble_lut.h; 7
+  // instructions per 8 codes, the lookup 12), so the sums are scaled back by kSumScale (exact).
+  static constexpr bool kShiftedE2m1 = CodeId == dtypes::e2m1.id();
+  static constexpr float kSumScale = kShiftedE2m1 ? numeric::kE2m1ShiftScale : 1.0f;
+  // The tensor cores' sums go into fp32 after every stage: FP8 (their running sum is narrow) and
+  // group scales (each stage's sums take their group's scales).
+  static constexpr bool kStagePromote = !kIntOps || GroupK != 0;
   static constexpr int kWarps = WarpsM * WarpsN * WarpsK;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int BN = 64 * WarpsN;
@@ -69,8 +85,9 @@ struct DenseA8 {
   static constexpr int WM = BM / WarpsM;
   static constexpr int MT = WM / 16;
   static constexpr int kABytes = BM * BK;
-  static constexpr int kBBytes = BN * BK;
-  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kBBytes = BN * BK * kCodeBits / 8;
+  static constexpr int kSBytes = GroupK == 0 ? 0 : BN * static_cast<int>(DType::from_id(ScaleId).bits) / 8;
+  static constexpr int kStageBytes = kABytes + kBBytes + kSBytes;
   static constexpr int kAcc = MT * 8 * 4;   // fp32 sums per lane
   static constexpr int kSteps = WarpK / 32; // mma K steps per warp per stage
   // The K-slice warps' sums meet in the last stage's buffer once the segment's pipeline is drained,
@@ -89,9 +106,15 @@ struct DenseA8 {
   // registers a thread), as the weight-only kernel's.
   static constexpr int kMinBlocks = kHasNarrow && 2 * kSmemTotal <= 227 * 1024 ? 2 : 1;
 
-  static_assert((kIntOps && CodeId == dtypes::i8.id()) ||
-                    ((ActId == dtypes::e4m3.id() || ActId == dtypes::e5m2.id()) && CodeId == dtypes::e4m3.id()),
-                "i8 x i8, or e4m3 / e5m2 activations x e4m3 weights");
+  static_assert(
+      kIntOps ? (CodeId == dtypes::i8.id() || CodeId == dtypes::uint_type(4).id() || CodeId == dtypes::int_type(4).id())
+              : ((ActId == dtypes::e4m3.id() || ActId == dtypes::e5m2.id()) &&
+                 (CodeId == dtypes::e4m3.id() ||
+                  (ActId == dtypes::e4m3.id() && (CodeId == dtypes::uint_type(4).id() ||
+                                                  CodeId == dtypes::int_type(4).id() || CodeId == dtypes::e2m1.id())))),
+      "i8 activations x i8, u4 or i4 weights; e4m3 / e5m2 x e4m3; e4m3 x u4, i4 or e2m1");
+  static_assert(GroupK == 0 || (GroupK == BK && kCodeBits == 4),
+                "scales per 128 inputs: 4-bit codes, one group a stage");
   static_assert(ScaleId == dtypes::f32.id() || ScaleId == dtypes::bf16.id() || ScaleId == dtypes::f16.id(),
                 "weight scales are f32, bf16 or f16");
   static_assert(OutId == dtypes::f16.id() || OutId == dtypes::bf16.id() || OutId == dtypes::f32.id(),
@@ -143,17 +166,17 @@ struct DenseA8 {
       char *stage = cp_async_ring<Stages, kStageBytes>(smem, smem_base, kt_begin, kt_end, load, [&](char *stage) {
         if constexpr (Narrow) {
           Mma::narrow(stage, wn, wk, lane, sumsn);
-          if constexpr (!kIntOps) promote(sumsn, accn);
+          if constexpr (kStagePromote) promote_narrow(stage, wn, lane, sumsn, accn);
         } else {
           Mma::wide(stage, wm, wn, wk, lane, sums);
-          if constexpr (!kIntOps) promote(sums, acc);
+          if constexpr (kStagePromote) promote_wide(stage, wn, lane, sums, acc);
         }
       });
-      if constexpr (kIntOps) {
+      if constexpr (!kStagePromote) {
         if constexpr (Narrow)
-          promote(sumsn, accn);
+          promote_narrow(stage, wn, lane, sumsn, accn);
         else
-          promote(sums, acc);
+          promote_wide(stage, wn, lane, sums, acc);
       }
       if constexpr (Narrow) narrow_to_wide(accn, lane, acc[0]);
       // Drained: no copy is in flight, so the sums may meet in the last stage's buffer.
@@ -175,23 +198,46 @@ struct DenseA8 {
     }
   }
 
-  // The tensor cores' sums added into the fp32 ones and set back to zero (FP8: after each stage;
-  // integers: once, at the end of the segment).
-  template <class T, int N> static __device__ __forceinline__ void promote(T (&from)[N], float (&to)[N][4]) {
+  // The tensor cores' sums added into the fp32 ones, each times its channel's scale of the stage's
+  // K group where the weight has group scales (read from the stage), and set back to zero: after
+  // every stage (kStagePromote), else once, at the end of the segment (integers, per-channel
+  // scales). Wide layout: sums[i][j][e] of channel j * 8 + (lane % 4) * 2 + e % 2 of the warp's 64.
+  static __device__ __forceinline__ void promote_wide(const char *stage, int wn, int lane, Sum (&from)[MT][8][4],
+                                                      float (&to)[MT][8][4]) {
 #pragma unroll
-    for (int i = 0; i < N; ++i) {
+    for (int j = 0; j < 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) to[i][e] += static_cast<float>(from[i][e]), from[i][e] = 0;
-    }
+      for (int e = 0; e < 2; ++e) {
+        float sc = 1.0f;
+        if constexpr (GroupK != 0) sc = Stage::group_scale(stage, wn * 64 + j * 8 + (lane % 4) * 2 + e);
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            to[i][j][2 * h + e] = fmaf(static_cast<float>(from[i][j][2 * h + e]), sc, to[i][j][2 * h + e]);
+            from[i][j][2 * h + e] = 0;
+          }
+      }
   }
-  template <class T, int N, int J>
-  static __device__ __forceinline__ void promote(T (&from)[N][J][4], float (&to)[N][J][4]) {
+  // The same for the narrow layout: sums[J][2h + e] of channel J * 16 + h * 8 + lane / 4.
+  static __device__ __forceinline__ void promote_narrow(const char *stage, int wn, int lane, Sum (&from)[4][4],
+                                                        float (&to)[4][4]) {
 #pragma unroll
-    for (int i = 0; i < N; ++i) promote(from[i], to[i]);
+    for (int J = 0; J < 4; ++J)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float sc = 1.0f;
+        if constexpr (GroupK != 0) sc = Stage::group_scale(stage, wn * 64 + J * 16 + h * 8 + lane / 4);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          to[J][2 * h + e] = fmaf(static_cast<float>(from[J][2 * h + e]), sc, to[J][2 * h + e]);
+          from[J][2 * h + e] = 0;
+        }
+      }
   }
 
   // The end of a segment: K-slice warps' sums added, then each sum times its token's activation
-  // scale, its channel's weight scale and the global scale, then the output written or a partial
+  // scale, its channel's weight scale (per-channel scales) and the global scale, then the output written or a partial
   // contributed to the tile's fix-up (backend/sm80/warp_sums.h). Called by all threads.
   static __device__ __forceinline__ void finish_segment(const Params &p, char *buf, const Segment &seg, int tile,
                                                         int n_tiles, int wm, int wn, int wk, int lane,
@@ -214,7 +260,9 @@ struct DenseA8 {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int64_t n = n0 + wn * 64 + j * 8 + (lane % 4) * 2 + e;
-          const float f = n < a.dims.n_pad ? global * epilogue::load_out<ScaleId>(a.scales, n) : 0.0f;
+          // Group scales are on the sums already; e2m1 codes' operands were 2^-6 of their values.
+          float f = global * kSumScale;
+          if constexpr (GroupK == 0) f = n < a.dims.n_pad ? f * epilogue::load_out<ScaleId>(a.scales, n) : 0.0f;
 #pragma unroll
           for (int i = 0; i < MT; ++i) {
             acc[i][j][e] *= f * ts[i][0];
@@ -239,9 +287,9 @@ struct DenseA8 {
 };
 
 #define HUMMING_SM80_A8_TARGS                                                                                          \
-  uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, uint32_t OutId, int BM, int WarpsM, int WarpsN, int WarpsK,       \
-      int WarpK, int Stages
-#define HUMMING_SM80_A8_ARGS ActId, CodeId, ScaleId, OutId, BM, WarpsM, WarpsN, WarpsK, WarpK, Stages
+  uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, uint32_t OutId, int BM, int WarpsM, int WarpsN,       \
+      int WarpsK, int WarpK, int Stages
+#define HUMMING_SM80_A8_ARGS ActId, CodeId, ScaleId, GroupK, OutId, BM, WarpsM, WarpsN, WarpsK, WarpK, Stages
 
 template <HUMMING_SM80_A8_TARGS> Status can_implement_a8(const GemmArgs &args) {
   using K = DenseA8<HUMMING_SM80_A8_ARGS>;
@@ -252,8 +300,11 @@ template <HUMMING_SM80_A8_TARGS> Status can_implement_a8(const GemmArgs &args) {
                          std::to_string(args.layout) + " (" + layout_name(args.layout) + ")");
   if (f.act.granularity != ActScale::kToken)
     return Status::Error("the sm80 8-bit activation kernels take one activation scale per token (-pt)");
-  if (f.weight.group_k != 0 || f.weight.group_n != 1)
-    return Status::Error("the sm80 8-bit activation kernels take one weight scale per output channel (gc)");
+  if (f.weight.group_k != GroupK || f.weight.group_n != 1)
+    return Status::Error(GroupK == 0 ? std::string("this sm80 8-bit activation instance takes one weight scale per "
+                                                   "output channel (gc)")
+                                     : "this sm80 8-bit activation instance takes one weight scale per channel and " +
+                                           std::to_string(GroupK) + " inputs (g" + std::to_string(GroupK) + ")");
   if (args.dims.k % 16 != 0)
     return Status::Error("the sm80 8-bit activation kernels need k to be a multiple of 16 (16-byte activation rows), "
                          "got k=" +
@@ -264,9 +315,10 @@ template <HUMMING_SM80_A8_TARGS> Status can_implement_a8(const GemmArgs &args) {
                          std::to_string(args.lda));
   if (reinterpret_cast<uintptr_t>(args.a) % 16 != 0 || reinterpret_cast<uintptr_t>(args.codes) % 16 != 0)
     return Status::Error("the sm80 8-bit activation kernels need 16-byte aligned activations and codes");
-  if (args.dims.words_per_row * 4 != args.dims.k_pad || args.dims.k_pad % 32 != 0)
-    return Status::Error("the sm80 8-bit activation kernels need the codes as rows of k_pad bytes, k_pad a multiple "
-                         "of 32 (the generic layout of 8-bit codes)");
+  if (args.dims.words_per_row * 32 != args.dims.k_pad * K::kCodeBits || args.dims.k_pad % 32 != 0)
+    return Status::Error(std::string("the sm80 8-bit activation kernels need the codes as rows of k_pad ") +
+                         (K::kCodeBits == 4 ? "/ 2 " : "") + "bytes, k_pad a multiple of 32 (the generic layout of " +
+                         std::to_string(K::kCodeBits) + "-bit codes)");
   if (K::kIntOps && args.dims.k_pad > 131072)
     return Status::Error("the sm80 integer kernels sum at most 131072 inputs (127 x 127 x 131072 < 2^31 keeps the s32 "
                          "sums exact), got k=" +

@@ -1,33 +1,50 @@
 // One stage of the sm80 family's GEMM with 8-bit activations (kernel/sm80_a8_dense.cuh): its
 // cp.async copies and how the stage math reads it back into mma fragments.
 //
-// Both operands are 8-bit and K-major: the activations' rows (lda bytes apart) and the weight's rows
-// in the generic layout (layout 1: each output channel's codes are k_pad consecutive bytes). So a
-// stage is two tiles of the same shape of row, BM activation rows and then BN weight rows of BK
-// bytes, and one swizzle and one fragment reader serve both: a 16-byte chunk c of row r sits at
-// chunk c ^ (r % 8) of its row, so the eight rows one ldmatrix matrix reads fall in eight
-// different banks. ldmatrix of 16-bit pairs hands each lane 4 consecutive bytes of a row, which is
+// Both operands are K-major: the activations' rows (lda bytes apart) and the weight's rows in the
+// generic layout (layout 1: each output channel's codes are k_pad consecutive bytes, or with 4-bit
+// codes k_pad / 2 bytes, code k at bits 4 (k % 8) of word k / 8). A stage holds BM activation rows
+// of BK bytes, then BN weight rows, then (scales per 128 inputs) the BN channels' scales of the
+// stage's K group. A 16-byte chunk c of a row of 8 or more chunks sits at chunk c ^ (r % 8) of
+// its row r (rows of 4 chunks, 4-bit codes: c ^ ((r / 2) % 4)), so that the eight rows one
+// ldmatrix matrix, or one quarter of a warp's 4-byte loads, reads fall in different banks.
+// 8-bit codes: ldmatrix of 16-bit pairs hands each lane 4 consecutive bytes of a row, which is
 // exactly the m16n8k32 fragment of 8-bit operands for either role (A: rows x K, B: columns x K).
+// 4-bit codes: lane quad t reads word t of a k32 step's 16 bytes of codes, codes 8t .. 8t + 7,
+// which become its two fragment registers in order (backend/sm80/a8_stage_mma.h); its activation
+// fragments then hold the same inputs, bytes 8t .. 8t + 7 of the step, one 8-byte load a row.
 #pragma once
 
 #include <cstdint>
 
 #include "humming/backend/sm80/ptx.h"
+#include "humming/epilogue/store.h"
 #include "humming/humming.h"
 
 namespace humming {
 namespace sm80 {
 
-// K: the kernel (sm80::DenseA8): its tile (kBM, BN, BK, kThreads), its stage layout (kABytes) and
-//    its Params (args; k_pad bytes per weight row).
+// K: the kernel (sm80::DenseA8): its tile (kBM, BN, BK, kThreads), its codes (kCodeBits), its
+//    stage layout (kABytes, kBBytes), its group scales (kGroupK, kScaleId) and its Params (args).
 template <class K> struct A8Stage {
   using Params = typename K::Params;
-  static constexpr int kThreads = K::kThreads, BM = K::kBM, BN = K::BN, BK = K::BK, kABytes = K::kABytes;
-  static constexpr int kRowChunks = BK / 16; // 16-byte chunks per row of a stage
-  static_assert(BK % 128 == 0, "the swizzle moves chunks within rows of at least 8 chunks");
+  static constexpr int kThreads = K::kThreads, BM = K::kBM, BN = K::BN, BK = K::BK, kABytes = K::kABytes,
+                       kBBytes = K::kBBytes, kCodeBits = K::kCodeBits, GroupK = K::kGroupK;
+  static constexpr int kRowChunks = BK / 16;            // 16-byte chunks per activation row
+  static constexpr int kWRowBytes = BK * kCodeBits / 8; // bytes per weight row of a stage
+  static constexpr int kWRowChunks = kWRowBytes / 16;   // 16-byte chunks per weight row
+  static constexpr int kScaleBytes = static_cast<int>(DType::from_id(K::kScaleId).bits) / 8;
+  static constexpr int kScaleChunks = GroupK == 0 ? 0 : BN * kScaleBytes / 16; // scale chunks per stage
+  static_assert(BK % 128 == 0, "the swizzle moves chunks within rows of at least 4 (4-bit codes) or 8 chunks");
+  static_assert(kCodeBits == 8 || BK == 128, "4-bit codes: rows of 64 bytes");
 
-  // Byte offset of chunk `chunk` of row `row` in a tile of rows of BK bytes.
-  static __device__ __forceinline__ int offset(int row, int chunk) { return row * BK + ((chunk ^ (row & 7)) * 16); }
+  // Byte offset of chunk `chunk` of row `row` in a tile of rows of RowBytes (128 or more, or 64).
+  template <int RowBytes> static __device__ __forceinline__ int offset_in(int row, int chunk) {
+    return row * RowBytes + ((chunk ^ (RowBytes >= 128 ? row & 7 : (row >> 1) & 3)) * 16);
+  }
+  // The same in the activation tile (rows of BK bytes) and in the weight tile.
+  static __device__ __forceinline__ int offset(int row, int chunk) { return offset_in<BK>(row, chunk); }
+  static __device__ __forceinline__ int woffset(int row, int chunk) { return offset_in<kWRowBytes>(row, chunk); }
 
   // cp.async loops with trip counts known at compile time (the last round may be partial).
   template <int Total, class F> static __device__ __forceinline__ void for_each_chunk(F f) {
@@ -55,13 +72,22 @@ template <class K> struct A8Stage {
       const bool ok = r < rows && c * 16 < k_left;
       cp_async16<128>(stage + offset(r, c), ok ? act + r * a.lda + c * 16 : act, ok);
     });
-    const int64_t row_bytes = a.dims.k_pad;
-    const char *w = reinterpret_cast<const char *>(a.codes) + n0 * row_bytes + k0;
-    for_each_chunk<BN * kRowChunks>([&](int i) {
-      const int r = i / kRowChunks, c = i % kRowChunks;
-      const bool ok = r < cols && c * 16 < kp_left;
-      cp_async16<256>(stage + kABytes + offset(r, c), ok ? w + r * row_bytes + c * 16 : w, ok);
+    const int64_t row_bytes = a.dims.k_pad * kCodeBits / 8, kp_bytes = kp_left * kCodeBits / 8;
+    const char *w = reinterpret_cast<const char *>(a.codes) + n0 * row_bytes + k0 * kCodeBits / 8;
+    for_each_chunk<BN * kWRowChunks>([&](int i) {
+      const int r = i / kWRowChunks, c = i % kWRowChunks;
+      const bool ok = r < cols && c * 16 < kp_bytes;
+      cp_async16<256>(stage + kABytes + woffset(r, c), ok ? w + r * row_bytes + c * 16 : w, ok);
     });
+    if constexpr (GroupK != 0) {
+      // The stage is one K group (BK == GroupK): its row of scales, the tile's BN channels.
+      constexpr int kPerChunk = 16 / kScaleBytes;
+      const char *sc = static_cast<const char *>(a.scales) + (kt * a.dims.n_groups + n0) * kScaleBytes;
+      for_each_chunk<kScaleChunks>([&](int c) {
+        const bool ok = c * kPerChunk < cols;
+        cp_async16(stage + kABytes + kBBytes + c * 16, ok ? sc + c * 16 : sc, ok);
+      });
+    }
   }
 
   // The A fragment (m16n8k32) of rows row0..row0 + 15 of `tile` at stage input kk (a multiple of
@@ -80,6 +106,24 @@ template <class K> struct A8Stage {
   // addresses, which ldmatrix .x2 does not read).
   static __device__ __forceinline__ void rows8(const char *tile, int row0, int kk, int lane, uint32_t (&f)[2]) {
     ldmatrix_x2(f, tile + offset(row0 + (lane % 8), kk / 16 + (lane / 8) % 2));
+  }
+
+  // 4-bit codes: bytes 8t .. 8t + 7 (t = lane % 4) of the k32 step at stage input kk of activation
+  // row `row`, the inputs of lane quad t's code word (x: the first four, y: the next four).
+  static __device__ __forceinline__ uint2 act_bytes8(const char *tile, int row, int kk, int lane) {
+    const int t = lane % 4;
+    return *reinterpret_cast<const uint2 *>(tile + offset(row, kk / 16 + t / 2) + (t % 2) * 8);
+  }
+
+  // 4-bit codes: word t (t = lane % 4; codes 8t .. 8t + 7) of the k32 step at stage input kk of
+  // weight row `row` (a channel of the tile).
+  static __device__ __forceinline__ uint32_t code_word(const char *wtile, int row, int kk, int lane) {
+    return *reinterpret_cast<const uint32_t *>(wtile + woffset(row, kk / 32) + (lane % 4) * 4);
+  }
+
+  // The scale of tile channel `ch` in the stage's row of group scales (GroupK != 0).
+  static __device__ __forceinline__ float group_scale(const char *stage, int ch) {
+    return epilogue::load_out<K::kScaleId>(stage + kABytes + kBBytes, ch);
   }
 };
 

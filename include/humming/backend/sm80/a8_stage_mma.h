@@ -3,6 +3,11 @@
 // forms: wide (the activations as the 16-row A operand, 8-channel weight tiles as B) and narrow,
 // for launches of at most 8 rows (the weights as A, 16 channels a tile, the 8 tokens as B: 4 mma
 // per K step and 64 channels instead of 8, as the weight-only kernel's narrow launches).
+// 4-bit codes become 8-bit operands in registers on the way (numeric/nibble_lut.h: e4m3 or s8 by
+// table lookup, exact; e2m1 into e4m3 by bit moves, 2^-6 of their values, which the kernel scales
+// back on the sums). A lane's code word holds inputs 8t .. 8t + 7 of a k32 step, not the 4t .. 4t + 3
+// and 16 + 4t .. 16 + 4t + 3 the fragment layout names: the sum over a step does not depend on which
+// input sits where, so its activation fragments are read with the same inputs in the same places.
 #pragma once
 
 #include <cstdint>
@@ -10,16 +15,19 @@
 
 #include "humming/backend/sm80/a8_stage.h"
 #include "humming/backend/sm80/ptx.h"
+#include "humming/numeric/nibble_lut.h"
 
 namespace humming {
 namespace sm80 {
 
-// K: the kernel (sm80::DenseA8): its operands (kIntOps: s8 x s8 with s32 sums, else FP8 with fp32
-//    sums; kActE5M2, kCodeE5M2), its warp tile (MT mma tiles of WM rows, 64 channels, kWarpK inputs
-//    per stage in kSteps K steps of 32) and its stage layout (kABytes).
+// K: the kernel (sm80::DenseA8): its operands (kIntOps: s8 with s32 sums, else FP8 with fp32
+//    sums; kActE5M2, kCodeE5M2; kCode and kCodeBits, kShiftedE2m1 for 4-bit codes), its warp tile
+//    (MT mma tiles of WM rows, 64 channels, kWarpK inputs per stage in kSteps K steps of 32) and its
+//    stage layout (kABytes).
 template <class K> struct A8StageMma {
   using Stage = A8Stage<K>;
   static constexpr bool kIntOps = K::kIntOps, kActE5M2 = K::kActE5M2, kCodeE5M2 = K::kCodeE5M2;
+  static constexpr bool kFour = K::kCodeBits == 4, kShiftedE2m1 = K::kShiftedE2m1;
   static constexpr int MT = K::MT, WM = K::WM, WarpK = K::kWarpK, kSteps = K::kSteps, kABytes = K::kABytes;
   // The type of the tensor cores' sums: exact s32 for integers, fp32 (held in fewer bits by the
   // tensor cores, see ptx.h) for FP8.
@@ -34,11 +42,44 @@ template <class K> struct A8StageMma {
       mma_16832_f8<AE5M2, BE5M2>(d, a, b0, b1, d);
   }
 
+  // The eight 4-bit codes of word w (code i at bits 4i .. 4i + 3) as operand bytes: codes 0..3 in
+  // lo, 4..7 in hi (numeric/nibble_lut.h; the lookup's table as immediates).
+  static __device__ __forceinline__ void convert(uint32_t w, uint32_t &lo, uint32_t &hi) {
+    if constexpr (kShiftedE2m1) {
+      numeric::e2m1_to_shifted_e4m3(w, lo, hi);
+    } else {
+      constexpr numeric::NibbleTable table = numeric::nibble_table(K::kCode, kIntOps);
+      numeric::nibbles_to_bytes(w, table, lo, hi);
+    }
+  }
+
   // Warp (wm, wn, wk) of a wide launch: its WM rows x 64 channels over its kWarpK inputs of the
   // stage, added into `sums` (sums[i][j]: mma tile i of rows, channels j * 8..).
   static __device__ __forceinline__ void wide(const char *stage, int wm, int wn, int wk, int lane,
                                               Sum (&sums)[MT][8][4]) {
     const char *sw = stage + kABytes;
+    if constexpr (kFour) {
+      const int g = lane / 4;
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        const int kk = wk * WarpK + s * 32;
+        uint32_t af[MT][4];
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          const uint2 lo = Stage::act_bytes8(stage, wm * WM + i * 16 + g, kk, lane);
+          const uint2 hi = Stage::act_bytes8(stage, wm * WM + i * 16 + g + 8, kk, lane);
+          af[i][0] = lo.x, af[i][1] = hi.x, af[i][2] = lo.y, af[i][3] = hi.y;
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          uint32_t b0, b1;
+          convert(Stage::code_word(sw, wn * 64 + j * 8 + g, kk, lane), b0, b1);
+#pragma unroll
+          for (int i = 0; i < MT; ++i) mma<kActE5M2, false>(sums[i][j], af[i], b0, b1);
+        }
+      }
+      return;
+    }
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       const int kk = wk * WarpK + s * 32;
@@ -63,6 +104,22 @@ template <class K> struct A8StageMma {
   // J * 16 + h * 8 + lane / 4, token (lane % 4) * 2 + e).
   static __device__ __forceinline__ void narrow(const char *stage, int wn, int wk, int lane, Sum (&sums)[4][4]) {
     const char *sw = stage + kABytes;
+    if constexpr (kFour) {
+      const int g = lane / 4;
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        const int kk = wk * WarpK + s * 32;
+        const uint2 b = Stage::act_bytes8(stage, g, kk, lane);
+#pragma unroll
+        for (int J = 0; J < 4; ++J) {
+          uint32_t af[4];
+          convert(Stage::code_word(sw, wn * 64 + J * 16 + g, kk, lane), af[0], af[2]);
+          convert(Stage::code_word(sw, wn * 64 + J * 16 + g + 8, kk, lane), af[1], af[3]);
+          mma<false, kActE5M2>(sums[J], af, b.x, b.y);
+        }
+      }
+      return;
+    }
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       const int kk = wk * WarpK + s * 32;
