@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "humming/backend/sm80/a8_addressing.h"
 #include "humming/backend/sm90/operand_convert.h"
 #include "humming/backend/sm90/stage_convert.h"
 #include "humming/humming.h"
@@ -597,6 +598,154 @@ void test_nibble_fragments() {
     }
 }
 
+// ---- the sm80 family's 8-bit activation kernel: fragments emulated on the host ----------------
+// A stage's tiles written as the kernel's copies write them (chunk c of row r at a8::offset), then
+// read back as its warps read them: ldmatrix emulated per the PTX ISA (matrix q's eight row
+// addresses come from lanes 8q..8q + 7; lane T receives of matrix q the 4 bytes at 4 (T % 4) of
+// row T / 4), 4- and 8-byte loads as plain reads. The fragments feed an emulated mma.sync
+// m16n8k32 on s8 values, laid out as the PTX ISA gives the m16n8k32 fragments of 8-bit types:
+// A (16 x 32): register r of lane l, byte i is row l / 4 + 8 (r % 2), input 4 (l % 4) + i + 16 (r / 2);
+// B (32 x 8): register r of lane l, byte i is input 4 (l % 4) + i + 16 r, column l / 4;
+// and each tile of sums must be the dot products of its rows and columns over the step's 32
+// inputs (4-bit codes: in any order of the inputs, which the fragments permute alike).
+namespace a8emu {
+uint32_t read32(const uint8_t *p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// ldmatrix of `mats` matrices with row addresses addr(lane) (byte offsets into tile).
+template <class Addr> void ldsm(const uint8_t *tile, int mats, Addr addr, uint32_t (&out)[32][4]) {
+  for (int t = 0; t < 32; ++t)
+    for (int q = 0; q < mats; ++q) out[t][q] = read32(tile + addr(8 * q + t / 4) + 4 * (t % 4));
+}
+
+int s8(uint32_t w, int i) { return static_cast<int8_t>(static_cast<uint8_t>(w >> (8 * i))); }
+
+// d[row][col] = sum over the 32 inputs of A[row][k] B[k][col], from the lanes' fragments.
+void mma(const uint32_t (&a)[32][4], const uint32_t (&b)[32][2], long (&d)[16][8]) {
+  int A[16][32] = {}, B[32][8] = {};
+  for (int l = 0; l < 32; ++l)
+    for (int i = 0; i < 4; ++i) {
+      for (int r = 0; r < 4; ++r) A[l / 4 + 8 * (r % 2)][4 * (l % 4) + i + 16 * (r / 2)] = s8(a[l][r], i);
+      for (int r = 0; r < 2; ++r) B[4 * (l % 4) + i + 16 * r][l / 4] = s8(b[l][r], i);
+    }
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 8; ++c) {
+      d[r][c] = 0;
+      for (int k = 0; k < 32; ++k) d[r][c] += static_cast<long>(A[r][k]) * B[k][c];
+    }
+}
+} // namespace a8emu
+
+void test_sm80_a8_fragments() {
+  using namespace a8emu;
+  constexpr int BK = 128, kRows = 64; // a stage of 128 inputs; 64 activation rows, 64 channels
+  std::mt19937 rng(5);
+  int act[kRows][BK], w8[kRows][BK], w4[kRows][BK]; // values: s8, and the 4-bit codes' (u4: code - 8)
+  static uint8_t at[kRows * BK], wt8[kRows * BK], wt4[kRows * BK / 2];
+  uint8_t codes[kRows][BK];
+  for (int r = 0; r < kRows; ++r)
+    for (int k = 0; k < BK; ++k) {
+      act[r][k] = static_cast<int>(rng() % 255) - 127;
+      w8[r][k] = static_cast<int>(rng() % 255) - 127;
+      codes[r][k] = static_cast<uint8_t>(rng() & 0xF);
+      w4[r][k] = codes[r][k] - 8;
+    }
+  // The tiles as the copies leave them: 16-byte chunk c of row r at a8::offset (4-bit rows: code
+  // k at bits 4 (k % 8) of word k / 8, the generic layout).
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < BK / 16; ++c)
+      for (int b = 0; b < 16; ++b) {
+        at[sm80::a8::offset<BK>(r, c) + b] = static_cast<uint8_t>(act[r][c * 16 + b]);
+        wt8[sm80::a8::offset<BK>(r, c) + b] = static_cast<uint8_t>(w8[r][c * 16 + b]);
+      }
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < BK / 32; ++c)
+      for (int b = 0; b < 16; ++b)
+        wt4[sm80::a8::offset<BK / 2>(r, c) + b] =
+            static_cast<uint8_t>(codes[r][c * 32 + 2 * b] | (codes[r][c * 32 + 2 * b + 1] << 4));
+  const numeric::NibbleTable table = numeric::nibble_table(dtypes::uint_type(4), true);
+  // The s8 operands of lane l's code word of 4-bit row `row` at step kk.
+  const auto word_ops = [&](int row, int kk, int l, uint32_t &lo, uint32_t &hi) {
+    numeric::nibbles_to_bytes(read32(wt4 + sm80::a8::code_word<BK / 2>(row, kk, l)), table, lo, hi);
+  };
+  int bad = 0;
+  const auto check = [&](const long (&d)[16][8], auto want, const char *what, int kk, int r0, int c0) {
+    for (int r = 0; r < 16; ++r)
+      for (int c = 0; c < 8; ++c) {
+        long ref = 0;
+        for (int k = kk; k < kk + 32; ++k) ref += want(r0 + r, c0 + c, k);
+        if (d[r][c] != ref && bad++ < 5)
+          EXPECT(false, "%s: step %d, rows %d.., columns %d..: sum (%d, %d) %ld, not %ld", what, kk, r0, c0, r, c,
+                 d[r][c], ref);
+      }
+  };
+  for (int kk = 0; kk < BK; kk += 32)
+    for (int r0 = 0; r0 < kRows; r0 += 16)
+      for (int c0 = 0; c0 < kRows; c0 += 16) {
+        uint32_t a[32][4], f[32][4], b0[32][2], b1[32][2];
+        long d[16][8];
+        // 8-bit, wide: activation rows r0.. as A, channel tiles c0.. and c0 + 8.. as B.
+        ldsm(at, 4, [&](int l) { return sm80::a8::rows16<BK>(r0, kk, l); }, a);
+        ldsm(wt8, 4, [&](int l) { return sm80::a8::rows8_pair<BK>(c0, kk, l); }, f);
+        for (int l = 0; l < 32; ++l) b0[l][0] = f[l][0], b0[l][1] = f[l][1], b1[l][0] = f[l][2], b1[l][1] = f[l][3];
+        const auto wide8 = [&](int m, int n, int k) { return static_cast<long>(act[m][k]) * w8[n][k]; };
+        mma(a, b0, d);
+        check(d, wide8, "8-bit wide", kk, r0, c0);
+        mma(a, b1, d);
+        check(d, wide8, "8-bit wide", kk, r0, c0 + 8);
+        // 8-bit, narrow: channels c0.. as A, activation rows r0..r0 + 7 as B.
+        ldsm(wt8, 4, [&](int l) { return sm80::a8::rows16<BK>(c0, kk, l); }, a);
+        ldsm(at, 2, [&](int l) { return sm80::a8::rows8<BK>(r0, kk, l); }, f);
+        for (int l = 0; l < 32; ++l) b0[l][0] = f[l][0], b0[l][1] = f[l][1];
+        mma(a, b0, d);
+        check(
+            d, [&](int n, int m, int k) { return static_cast<long>(w8[n][k]) * act[m][k]; }, "8-bit narrow", kk, c0,
+            r0);
+        // 4-bit, wide: the activations by 8-byte loads, each channel's code word converted.
+        for (int l = 0; l < 32; ++l) {
+          const int g = l / 4;
+          const uint8_t *lo = at + sm80::a8::act_bytes8<BK>(r0 + g, kk, l);
+          const uint8_t *hi = at + sm80::a8::act_bytes8<BK>(r0 + g + 8, kk, l);
+          sm80::a8::wide4_a(read32(lo), read32(lo + 4), read32(hi), read32(hi + 4), a[l]);
+          word_ops(c0 + g, kk, l, b0[l][0], b0[l][1]);
+          word_ops(c0 + 8 + g, kk, l, b1[l][0], b1[l][1]);
+        }
+        const auto wide4 = [&](int m, int n, int k) { return static_cast<long>(act[m][k]) * w4[n][k]; };
+        mma(a, b0, d);
+        check(d, wide4, "4-bit wide", kk, r0, c0);
+        mma(a, b1, d);
+        check(d, wide4, "4-bit wide", kk, r0, c0 + 8);
+        // 4-bit, narrow: channels c0.. as A (two converted words a lane), activation rows r0.. as B.
+        for (int l = 0; l < 32; ++l) {
+          const int g = l / 4;
+          uint32_t lo0, hi0, lo1, hi1;
+          word_ops(c0 + g, kk, l, lo0, hi0);
+          word_ops(c0 + g + 8, kk, l, lo1, hi1);
+          sm80::a8::narrow4_a(lo0, hi0, lo1, hi1, a[l]);
+          const uint8_t *p = at + sm80::a8::act_bytes8<BK>(r0 + g, kk, l);
+          b0[l][0] = read32(p), b0[l][1] = read32(p + 4);
+        }
+        mma(a, b0, d);
+        check(
+            d, [&](int n, int m, int k) { return static_cast<long>(w4[n][k]) * act[m][k]; }, "4-bit narrow", kk, c0,
+            r0);
+      }
+  EXPECT(bad == 0, "%d sm80 8-bit activation sums wrong", bad);
+  // The swizzles put the eight rows one ldmatrix matrix reads (and one quarter warp's code words)
+  // in distinct 16-byte bank groups.
+  for (int kk = 0; kk < BK; kk += 32) {
+    bool seen[8] = {};
+    for (int l = 0; l < 8; ++l) seen[(sm80::a8::rows16<BK>(0, kk, l) / 16) % 8] = true;
+    EXPECT(std::count(seen, seen + 8, true) == 8, "ldmatrix rows of step %d share banks", kk);
+    int banks[32] = {};
+    for (int l = 0; l < 32; ++l) ++banks[(sm80::a8::code_word<BK / 2>(l / 4, kk, l) / 4) % 32];
+    EXPECT(std::count(banks, banks + 32, 1) == 32, "code words of step %d share banks", kk);
+  }
+}
+
 // The W4A8 stage conversion of the producer's converter warps (backend/sm90/stage_convert.h): a box
 // of random codes in the TMA's 64-byte swizzle, converted by three threads' shares (a count that
 // does not divide the units, as the three converter warps' 96 threads do not divide a 128-row box's
@@ -771,6 +920,7 @@ void test_tile_cost_classes() {
 int main() {
   test_nibble_operands();
   test_nibble_fragments();
+  test_sm80_a8_fragments();
   test_stage_conversion();
   test_grouped_walk_rule();
   test_grouped_wide_rule();

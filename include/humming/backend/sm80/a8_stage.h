@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "humming/backend/sm80/a8_addressing.h"
 #include "humming/backend/sm80/ptx.h"
 #include "humming/epilogue/store.h"
 #include "humming/humming.h"
@@ -38,13 +39,10 @@ template <class K> struct A8Stage {
   static_assert(BK % 128 == 0, "the swizzle moves chunks within rows of at least 4 (4-bit codes) or 8 chunks");
   static_assert(kCodeBits == 8 || BK == 128, "4-bit codes: rows of 64 bytes");
 
-  // Byte offset of chunk `chunk` of row `row` in a tile of rows of RowBytes (128 or more, or 64).
-  template <int RowBytes> static __device__ __forceinline__ int offset_in(int row, int chunk) {
-    return row * RowBytes + ((chunk ^ (RowBytes >= 128 ? row & 7 : (row >> 1) & 3)) * 16);
-  }
-  // The same in the activation tile (rows of BK bytes) and in the weight tile.
-  static __device__ __forceinline__ int offset(int row, int chunk) { return offset_in<BK>(row, chunk); }
-  static __device__ __forceinline__ int woffset(int row, int chunk) { return offset_in<kWRowBytes>(row, chunk); }
+  // Byte offsets of chunk `chunk` of row `row` in the activation tile (rows of BK bytes) and in the
+  // weight tile (backend/sm80/a8_addressing.h).
+  static __device__ __forceinline__ int offset(int row, int chunk) { return a8::offset<BK>(row, chunk); }
+  static __device__ __forceinline__ int woffset(int row, int chunk) { return a8::offset<kWRowBytes>(row, chunk); }
 
   // cp.async loops with trip counts known at compile time (the last round may be partial).
   template <int Total, class F> static __device__ __forceinline__ void for_each_chunk(F f) {
@@ -90,35 +88,28 @@ template <class K> struct A8Stage {
     }
   }
 
-  // The A fragment (m16n8k32) of rows row0..row0 + 15 of `tile` at stage input kk (a multiple of
-  // 32): matrices 0 / 1 are rows 0-7 / 8-15 of the step's first 16 inputs, 2 / 3 of its second.
+  // The A fragment (m16n8k32) of rows row0..row0 + 15 of an activation or 8-bit weight tile at
+  // stage input kk (a multiple of 32); the B fragments of two tiles of 8 rows (f[0..1], then the
+  // next 8 rows' f[2..3]); the B fragment of 8 rows (backend/sm80/a8_addressing.h says where each
+  // lane reads).
   static __device__ __forceinline__ void rows16(const char *tile, int row0, int kk, int lane, uint32_t (&f)[4]) {
-    ldmatrix_x4(f, tile + offset(row0 + (lane % 8) + ((lane / 8) % 2) * 8, kk / 16 + lane / 16));
+    ldmatrix_x4(f, tile + a8::rows16<BK>(row0, kk, lane));
   }
-
-  // The B fragments (m16n8k32) of two tiles of 8 rows, row0..row0 + 7 in f[0..1] and the next 8 in
-  // f[2..3], at stage input kk: matrices 0 / 1 are the first 8 rows' two 16-input halves.
   static __device__ __forceinline__ void rows8_pair(const char *tile, int row0, int kk, int lane, uint32_t (&f)[4]) {
-    ldmatrix_x4(f, tile + offset(row0 + (lane % 8) + (lane / 16) * 8, kk / 16 + (lane / 8) % 2));
+    ldmatrix_x4(f, tile + a8::rows8_pair<BK>(row0, kk, lane));
   }
-
-  // The B fragment of rows row0..row0 + 7 at stage input kk (lanes 16-31 repeat lanes 0-15's
-  // addresses, which ldmatrix .x2 does not read).
   static __device__ __forceinline__ void rows8(const char *tile, int row0, int kk, int lane, uint32_t (&f)[2]) {
-    ldmatrix_x2(f, tile + offset(row0 + (lane % 8), kk / 16 + (lane / 8) % 2));
+    ldmatrix_x2(f, tile + a8::rows8<BK>(row0, kk, lane));
   }
 
   // 4-bit codes: bytes 8t .. 8t + 7 (t = lane % 4) of the k32 step at stage input kk of activation
-  // row `row`, the inputs of lane quad t's code word (x: the first four, y: the next four).
+  // row `row` (x: the first four, y: the next four); word t (codes 8t .. 8t + 7) of that step of
+  // weight row `row`.
   static __device__ __forceinline__ uint2 act_bytes8(const char *tile, int row, int kk, int lane) {
-    const int t = lane % 4;
-    return *reinterpret_cast<const uint2 *>(tile + offset(row, kk / 16 + t / 2) + (t % 2) * 8);
+    return *reinterpret_cast<const uint2 *>(tile + a8::act_bytes8<BK>(row, kk, lane));
   }
-
-  // 4-bit codes: word t (t = lane % 4; codes 8t .. 8t + 7) of the k32 step at stage input kk of
-  // weight row `row` (a channel of the tile).
   static __device__ __forceinline__ uint32_t code_word(const char *wtile, int row, int kk, int lane) {
-    return *reinterpret_cast<const uint32_t *>(wtile + woffset(row, kk / 32) + (lane % 4) * 4);
+    return *reinterpret_cast<const uint32_t *>(wtile + a8::code_word<kWRowBytes>(row, kk, lane));
   }
 
   // The scale of tile channel `ch` in the stage's row of group scales (GroupK != 0).

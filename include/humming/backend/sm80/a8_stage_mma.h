@@ -68,7 +68,7 @@ template <class K> struct A8StageMma {
         for (int i = 0; i < MT; ++i) {
           const uint2 lo = Stage::act_bytes8(stage, wm * WM + i * 16 + g, kk, lane);
           const uint2 hi = Stage::act_bytes8(stage, wm * WM + i * 16 + g + 8, kk, lane);
-          af[i][0] = lo.x, af[i][1] = hi.x, af[i][2] = lo.y, af[i][3] = hi.y;
+          a8::wide4_a(lo.x, lo.y, hi.x, hi.y, af[i]);
         }
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
@@ -112,9 +112,10 @@ template <class K> struct A8StageMma {
         const uint2 b = Stage::act_bytes8(stage, g, kk, lane);
 #pragma unroll
         for (int J = 0; J < 4; ++J) {
-          uint32_t af[4];
-          convert(Stage::code_word(sw, wn * 64 + J * 16 + g, kk, lane), af[0], af[2]);
-          convert(Stage::code_word(sw, wn * 64 + J * 16 + g + 8, kk, lane), af[1], af[3]);
+          uint32_t lo0, hi0, lo1, hi1, af[4];
+          convert(Stage::code_word(sw, wn * 64 + J * 16 + g, kk, lane), lo0, hi0);
+          convert(Stage::code_word(sw, wn * 64 + J * 16 + g + 8, kk, lane), lo1, hi1);
+          a8::narrow4_a(lo0, hi0, lo1, hi1, af);
           mma<false, kActE5M2>(sums[J], af, b.x, b.y);
         }
       }
