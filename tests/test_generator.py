@@ -484,6 +484,35 @@ def test_full_matrix_gives_every_sm80_format_a_fast_instance_per_range(cc):
             assert chosen is not None and chosen.backend == "sm80", (cc, table["name"], r, fmt)
 
 
+@pytest.mark.parametrize("cc", [80, 86, 89])
+def test_sm80_a8_matrix_reaches_every_range_of_the_8x_tables(cc):
+    """Once the sm80 family's 8-bit activation instances are in a build, every format of their
+    full matrix that an sm_8x GPU runs (FP8 from sm_89 on) finds, in every M range of that
+    architecture's table, one of them by the table's patterns, within the shared memory a block
+    may use there: none of those formats is left to the generic backend."""
+    import fnmatch
+
+    gen_mod = _load_generator()
+    arch = {80: "80", 86: "86", 89: "89"}[cc]
+    insts = [
+        i
+        for i in gen_mod.enumerate_instances([arch], "full+experimental")
+        if SM80_A8_RE.fullmatch(i.name) and i.key["smem_bytes"] <= SMEM_PER_BLOCK[cc]
+    ]
+    assert insts and all(arch in i.archs for i in insts)
+    assert any("_a-e4m3-pt_" in i.name for i in insts) == (cc == 89)
+    table = next(
+        t for t in gen_mod.dispatch_tables() if all(cc in v for k, v in t["match"].items() if k == "cc") and t["match"]
+    )
+    by_format: dict[str, list] = {}
+    for i in insts:
+        by_format.setdefault(i.name.split("_t")[0], []).append(i)
+    for fmt, group in by_format.items():
+        for r in table["ranges"]:
+            chosen = next((i for p in r["prefer"] for i in group if fnmatch.fnmatchcase(i.name, p)), None)
+            assert chosen is not None, (cc, table["name"], r["m_max"], fmt)
+
+
 SM90_RE = re.compile(
     r"sm90_wgmma_(?P<sched>dense|moe)_a-(?P<act>[^_]+)_w-(?P<weight>[^_]+)_c-(?P<out>[^_]+)"
     r"_t(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w1x(?P<wg>\d)x1_s(?P<stages>\d+)(?P<lone>_lone)?(?P<split>_ks)?$"
