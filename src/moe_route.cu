@@ -11,7 +11,9 @@
 //   in one launch;
 // - permute: one block per row, 16-byte copies where rows allow;
 // - combine: one thread per (token, channel), or per 8 channels of 16-bit rows, the terms in
-//   choice order.
+//   choice order;
+// - activation: one thread per output, grid-stride; a row's expert by binary search of the
+//   offsets (a few loads from L1).
 #include <cuda_runtime.h>
 
 #include <string>
@@ -351,6 +353,18 @@ __global__ void combine_wide_kernel(DType type, const void *y, int64_t rows, int
     }
 }
 
+__global__ void activation_kernel(MoeActivation a) {
+  const int64_t total = a.rows * a.inter;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / a.inter, c = i % a.inter;
+    const int32_t e = a.offsets != nullptr ? moe_route::expert_of_row(a.offsets, a.experts, r) : 0;
+    float gate = load_element(a.h_type, a.h, r * a.ldh + c), up = load_element(a.h_type, a.h, r * a.ldh + a.inter + c);
+    if (a.bias != nullptr) gate += a.bias[e * 2 * a.inter + c], up += a.bias[e * 2 * a.inter + a.inter + c];
+    store_element(a.out_type, a.out, i, moe_route::activate(gate, up, a.kind, a.limit, a.alpha));
+  }
+}
+
 } // namespace
 
 Status moe_topk_cuda(const MoeTopk &a, void *stream) {
@@ -427,6 +441,17 @@ Status moe_combine_cuda(DType type, const void *y, int64_t rows, int64_t hidden,
   const dim3 grid(static_cast<unsigned>((hidden + 255) / 256), token_blocks);
   combine_kernel<<<grid, 256, 0, s>>>(type, y, rows, hidden, positions, weights, tokens, top_k, out);
   return launched("moe_combine");
+}
+
+Status moe_activation_cuda(const MoeActivation &a, void *stream) {
+  if (a.experts < 1) return Status::Error("moe_activation needs at least one expert");
+  const int64_t total = a.rows * a.inter;
+  if (total == 0) return Status::Ok();
+  constexpr int kThreads = 256;
+  const int64_t blocks = (total + kThreads - 1) / kThreads;
+  activation_kernel<<<static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16), kThreads, 0,
+                      static_cast<cudaStream_t>(stream)>>>(a);
+  return launched("moe_activation");
 }
 
 } // namespace humming

@@ -113,4 +113,19 @@ Status moe_combine_cpu(DType type, const void *y, int64_t rows, int64_t hidden, 
   return Status::Ok();
 }
 
+Status moe_activation_cpu(const MoeActivation &a) {
+  if (a.experts < 1) return Status::Error("moe_activation needs at least one expert");
+  for (int64_t r = 0; r < a.rows; ++r) {
+    const int32_t e = a.offsets != nullptr ? moe_route::expert_of_row(a.offsets, a.experts, r) : 0;
+    const float *bias = a.bias != nullptr ? a.bias + e * 2 * a.inter : nullptr;
+    for (int64_t c = 0; c < a.inter; ++c) {
+      float gate = load_element(a.h_type, a.h, r * a.ldh + c),
+            up = load_element(a.h_type, a.h, r * a.ldh + a.inter + c);
+      if (bias != nullptr) gate += bias[c], up += bias[a.inter + c];
+      store_element(a.out_type, a.out, r * a.inter + c, moe_route::activate(gate, up, a.kind, a.limit, a.alpha));
+    }
+  }
+  return Status::Ok();
+}
+
 } // namespace humming

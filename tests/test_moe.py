@@ -147,6 +147,65 @@ def test_bad_arguments_name_the_problem():
 
 
 @pytest.mark.gpu
+def _activation_formula(h, activation, bias, rows_expert, limit, alpha):
+    """The experts' activation written out in torch, fp32: each row's expert's bias, then
+    silu(gate) x up or gpt-oss's clamped SwiGLU."""
+    h = h.float()
+    if bias is not None:
+        h = h + bias.float()[rows_expert]
+    f = h.shape[1] // 2
+    gate, up = h[:, :f], h[:, f:]
+    if activation == "silu":
+        return torch.nn.functional.silu(gate) * up
+    gate, up = gate.clamp(max=limit), up.clamp(-limit, limit)
+    return gate * torch.sigmoid(alpha * gate) * (up + 1)
+
+
+@pytest.mark.parametrize("activation", ["silu", "swiglu-oai"])
+@pytest.mark.parametrize("dtype,out", [(torch.bfloat16, torch.bfloat16), (torch.float16, torch.float32),
+                                       (torch.float32, torch.bfloat16)])  # fmt: skip
+def test_activate_is_the_formula_with_each_rows_experts_bias(activation, dtype, out):
+    """moe.activate (torch.ops.humming.moe_activation) on the CPU: the torch formula in fp32 with
+    each row's expert's bias (from the offsets, padding rows past the last expert counting as its;
+    without offsets, expert 0's), rounded once to the output type, for h read with a row stride
+    wider than its rows; without a bias the same formula alone."""
+    g = torch.Generator().manual_seed(9)
+    experts, f = 5, 24
+    offsets = torch.tensor([0, 3, 3, 7, 8, 12], dtype=torch.int32)  # expert 1 empty, 2 rows of padding
+    rows = 14
+    wide = (torch.randn(rows, 2 * f + 6, generator=g) * 4).to(dtype)
+    h = wide[:, : 2 * f]  # row stride 2F + 6
+    bias = torch.randn(experts, 2 * f, generator=g)
+    r = torch.arange(rows)
+    rows_expert = (torch.searchsorted(offsets[1:], r.to(torch.int32), right=True)).clamp(max=experts - 1)
+    for b, o, re in ((bias, offsets, rows_expert), (bias[2:3], None, torch.zeros(rows, dtype=torch.long)),
+                     (None, None, None), (None, offsets, None)):  # fmt: skip
+        got = moe.activate(h, activation, bias=b, offsets=o, limit=3.0, alpha=1.5, dtype=out)
+        want = _activation_formula(h, activation, b, re, 3.0, 1.5)
+        assert got.shape == (rows, f) and got.dtype == out
+        # fp32 to a few units in the last place (the two exp), then one rounding to the output type
+        torch.testing.assert_close(got.float(), want.to(out).float(), rtol=2.0**-7 if out != torch.float32 else 1e-6,
+                                   atol=1e-6)  # fmt: skip
+        close = (got.float() - want.to(out).float()).abs() <= 1e-6 * want.abs() + 1e-7
+        assert close.float().mean() > 0.95, "nearly every output is the formula's, rounded once"
+
+
+def test_activate_bad_input_is_named():
+    h = torch.zeros(4, 10, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="activation must be one of silu, swiglu-oai"):
+        moe.activate(h, "gelu")
+    with pytest.raises(ValueError, match=r"2-D tensor \[rows, 2 x intermediate\]"):
+        moe.activate(torch.zeros(4, 9, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match="float32, float16 or bfloat16, got torch.int32"):
+        moe.activate(torch.zeros(4, 10, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"the gate-up bias must be \[experts, 10\]"):
+        moe.activate(h, bias=torch.zeros(2, 8))
+    with pytest.raises(ValueError, match="a gate-up bias of 3 experts needs the rows' expert offsets"):
+        moe.activate(h, bias=torch.zeros(3, 10))
+    with pytest.raises(ValueError, match=r"expert offsets must be \[experts \+ 1\] \(the bias has 3\)"):
+        moe.activate(h, bias=torch.zeros(3, 10), offsets=torch.tensor([0, 4], dtype=torch.int32))
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
 def test_routing_on_the_gpu_is_graph_capturable_and_matches_the_cpu():
     g = torch.Generator().manual_seed(5)
@@ -180,6 +239,29 @@ def test_routing_on_the_gpu_is_graph_capturable_and_matches_the_cpu():
 
 
 # ---- QuantMoE: the experts' GEMMs between routing and combine ----------------------------------
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
+@pytest.mark.parametrize("activation", ["silu", "swiglu-oai"])
+def test_activate_on_the_gpu_matches_the_cpu_and_is_graph_capturable(activation):
+    """The CUDA kernel of moe.activate gives the CPU reference's outputs to fp32 rounding (at most
+    one unit of the output type apart), with biases found through device offsets, inside a CUDA
+    graph too."""
+    g = torch.Generator().manual_seed(10)
+    experts, f, rows = 8, 200, 37
+    h = (torch.randn(rows, 2 * f, generator=g) * 3).to(torch.bfloat16)
+    bias = torch.randn(experts, 2 * f, generator=g)
+    offsets = torch.tensor([0, 5, 5, 9, 20, 21, 30, 33, 35], dtype=torch.int32)
+    cpu = moe.activate(h, activation, bias=bias, offsets=offsets, limit=7.0, alpha=1.702)
+    hd, bd, od = h.cuda(), bias.cuda(), offsets.cuda()
+    gpu = moe.activate(hd, activation, bias=bd, offsets=od, limit=7.0, alpha=1.702)
+    torch.testing.assert_close(gpu.cpu().float(), cpu.float(), rtol=2.0**-7, atol=1e-6)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = moe.activate(hd, activation, bias=bd, offsets=od, limit=7.0, alpha=1.702)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, gpu)
 
 
 def _experts(e, h, f, seed):

@@ -433,6 +433,27 @@ Status moe_combine_cpu(DType type, const void *y, int64_t rows, int64_t hidden, 
 Status moe_combine_cuda(DType type, const void *y, int64_t rows, int64_t hidden, const int32_t *positions,
                         const float *weights, int64_t tokens, int32_t top_k, void *out, void *stream);
 
+// The experts' activation between their GEMMs: out[r][c] = activate(gate, up) (scheduler/moe_route.h,
+// kind silu or swiglu-oai with its limit and alpha) of gate = h[r][c] + bias[e][c] and up =
+// h[r][inter + c] + bias[e][inter + c], in fp32, rounded once to out_type; h [rows][2 x inter] of
+// h_type (rows ldh elements apart), out [rows][inter] contiguous. e is row r's expert, from
+// offsets [experts + 1] (expert_of_row) where given, else 0; bias [experts][2 x inter] fp32 or
+// null (no bias). One pass instead of the conversions, slices and elementwise ops the same
+// formula takes in torch.
+struct MoeActivation {
+  DType h_type, out_type;
+  const void *h = nullptr;
+  int64_t rows = 0, inter = 0, ldh = 0;
+  const float *bias = nullptr;
+  const int32_t *offsets = nullptr;
+  int32_t experts = 1;
+  int32_t kind = 0;
+  float limit = 0.0f, alpha = 0.0f;
+  void *out = nullptr;
+};
+Status moe_activation_cpu(const MoeActivation &args);
+Status moe_activation_cuda(const MoeActivation &args, void *stream);
+
 // ---- build facts -----------------------------------------------------------------------------
 
 const char *version();

@@ -2,12 +2,13 @@
 into per-expert blocks, and the permutations around the experts' GEMMs.
 
 ``QuantMoE`` puts them together with the experts' GEMMs. Each helper is a torch op
-(``torch.ops.humming.moe_topk``, ``moe_align``, ``moe_permute``, ``moe_combine``) with a CPU
-reference and a CUDA kernel (src/moe_route_cpu.cpp, src/moe_route.cu): static output shapes and
-no host synchronization, so they can be captured in CUDA graphs (a graph captures the worst-case
-sizes; the real extents are device tensors). Deterministic: ties go to the lower expert id, and
-the assignments of one expert keep token order; the CPU and the GPU give the same experts, rows
-and combined outputs (bitwise), and top-k weights equal to fp32 rounding.
+(``torch.ops.humming.moe_topk``, ``moe_align``, ``moe_permute``, ``moe_combine``, and the experts'
+activation ``moe_activation``) with a CPU reference and a CUDA kernel (src/moe_route_cpu.cpp,
+src/moe_route.cu): static output shapes and no host synchronization, so they can be captured in
+CUDA graphs (a graph captures the worst-case sizes; the real extents are device tensors).
+Deterministic: ties go to the lower expert id, and the assignments of one expert keep token order;
+the CPU and the GPU give the same experts, rows and combined outputs (bitwise), and top-k weights
+and activations equal to fp32 rounding.
 
 Vocabulary: T tokens, E experts, ``top_k`` experts per token, A = T x top_k assignments numbered
 ``t * top_k + j`` (token t's j-th choice).
@@ -213,6 +214,46 @@ def combine(y: torch.Tensor, alignment: Alignment, weights: torch.Tensor) -> tor
     return torch.ops.humming.moe_combine(
         y.contiguous(), pos, weights.to(device=y.device, dtype=torch.float32).contiguous()
     )
+
+
+_OUT_TYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+
+
+def activate(
+    h: torch.Tensor,
+    activation: str = "silu",
+    *,
+    bias: torch.Tensor | None = None,
+    offsets: torch.Tensor | None = None,
+    limit: float = 7.0,
+    alpha: float = 1.702,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """The experts' activation between their GEMMs, in one pass (``torch.ops.humming.moe_activation``,
+    a CUDA kernel and a CPU reference): gate-up outputs ``h`` [rows, 2F] (gate first) to [rows, F]
+    in ``dtype`` (default h's), computed in fp32. ``activation``: "silu", silu(gate) x up, or
+    "swiglu-oai", gpt-oss's gate clamped to at most ``limit`` and up to [-limit, limit], then
+    gate x sigmoid(``alpha`` x gate) x (up + 1). ``bias`` [E, 2F]: each row's expert's bias is added
+    to gate and up first; the rows' experts come from ``offsets`` [E + 1] (each expert's first row
+    in the expert-sorted layout, as :func:`moe_align` gives them; rows past the last expert's count
+    as its), or, without offsets, every row is expert 0's. On a GPU the results equal the torch
+    formula's to fp32 rounding (the two ``exp`` differ in the last bit), then rounded once."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+    if not isinstance(h, torch.Tensor) or h.dim() != 2 or h.shape[1] % 2:
+        raise ValueError(f"gate-up outputs must be a 2-D tensor [rows, 2 x intermediate], got {_describe(h)}")
+    if h.dtype not in _OUT_TYPES:
+        raise TypeError(f"gate-up outputs must be float32, float16 or bfloat16, got {h.dtype}")
+    out = h.dtype if dtype is None else dtype
+    if out not in _OUT_TYPES:
+        raise TypeError(f"the activation's dtype must be float32, float16 or bfloat16, got {out}")
+    if h.stride(-1) != 1:
+        h = h.contiguous()
+    if bias is not None:
+        bias = bias.to(device=h.device, dtype=torch.float32).contiguous()
+    if offsets is not None:
+        offsets = offsets.to(device=h.device, dtype=torch.int32).contiguous()
+    return torch.ops.humming.moe_activation(h, bias, offsets, activation, float(limit), float(alpha), _OUT_TYPES[out])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -586,7 +627,8 @@ class QuantMoE(torch.nn.Module):
             if c == 0:
                 continue
             expert = torch.full((c,), e, dtype=torch.int64, device=x.device) if biased else None
-            act = self._activate(self.gate_up[e](rows[start : start + c]), expert, x.dtype)
+            bias = None if self.gate_up_bias is None else self.gate_up_bias[e : e + 1]
+            act = self._activate(self.gate_up[e](rows[start : start + c]), x.dtype, bias)
             y[start : start + c] = self._biased(self.down[e](act), self.down_bias, expert)
             start += c
         return combine(y, al, weights)
@@ -596,21 +638,15 @@ class QuantMoE(torch.nn.Module):
         """``h`` plus each row's expert's bias (fp32, then h's type); ``h`` itself without one."""
         return h if bias is None else (h.float() + bias.index_select(0, expert)).to(h.dtype)
 
-    def _activate(self, h: torch.Tensor, expert: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
-        """The experts' activation of gate-up outputs ``h`` [rows, 2F] whose rows belong to experts
-        ``expert`` [rows] (for the biases; None without them), in fp32, returned in ``dtype`` for
-        the down GEMM."""
-        h = h.float()
-        if self.gate_up_bias is not None:
-            h = h + self.gate_up_bias.index_select(0, expert)
-        gate, up = h[:, : self.intermediate], h[:, self.intermediate :]
-        if self.activation == "silu":
-            out = torch.nn.functional.silu(gate) * up
-        else:  # swiglu-oai
-            gate = gate.clamp(max=self.swiglu_limit)
-            up = up.clamp(-self.swiglu_limit, self.swiglu_limit)
-            out = gate * torch.sigmoid(self.swiglu_alpha * gate) * (up + 1)
-        return out.to(dtype)
+    def _activate(self, h: torch.Tensor, dtype: torch.dtype, bias=None, offsets=None) -> torch.Tensor:
+        """The experts' activation of gate-up outputs ``h`` [rows, 2F] (:func:`activate`: one
+        kernel), with ``bias`` [E', 2F] of the rows' experts, found through ``offsets`` [E' + 1]
+        (or the one expert of all rows, without offsets), in fp32, returned in ``dtype`` for the
+        down GEMM."""
+        return activate(
+            h, self.activation, bias=bias, offsets=offsets, limit=self.swiglu_limit, alpha=self.swiglu_alpha,
+            dtype=dtype,
+        )  # fmt: skip
 
     def _route(self, x: torch.Tensor, router_logits: torch.Tensor):
         """Routing weights, the alignment (blocks of one row: the experts' rows back to back) and
@@ -643,13 +679,13 @@ class QuantMoE(torch.nn.Module):
         per_expert = max(1, al.capacity // self.num_experts)
         gu, dn = self._stacks
         expert = None
-        if self.gate_up_bias is not None or self.down_bias is not None:
+        if self.down_bias is not None:
             # each sorted row's expert, from the device offsets (no host synchronization)
             r = torch.arange(al.capacity, device=x.device, dtype=torch.int32)
             expert = torch.searchsorted(al.offsets[1:].to(x.device), r, right=True).clamp_(max=self.num_experts - 1)
         routed = x.shape[0] * self.top_k
         h = moe_gemm(rows, gu, al.offsets, self.gate_up[0].fmt, rows_per_expert=per_expert, assignments=routed)
-        act = self._activate(h, expert, x.dtype)
+        act = self._activate(h, x.dtype, self.gate_up_bias, al.offsets if self.gate_up_bias is not None else None)
         y = self._biased(
             moe_gemm(act, dn, al.offsets, self.down[0].fmt, rows_per_expert=per_expert, assignments=routed),
             self.down_bias,

@@ -111,6 +111,13 @@ def _moe_combine_fake(y, positions, weights):
     return y.new_empty((weights.shape[0], y.shape[1]))
 
 
+@torch.library.register_fake("humming::moe_activation")
+def _moe_activation_fake(h, bias, offsets, activation, limit, alpha, out_type):
+    torch._check(h.dim() == 2, lambda: f"gate-up outputs must be 2-D [rows, 2 x intermediate], got {h.dim()}-D")
+    dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[out_type]
+    return h.new_empty((h.shape[0], h.shape[1] // 2), dtype=dtype)
+
+
 def activation_operand(a: torch.Tensor, fast: bool) -> torch.Tensor:
     """``a`` [m, k] as the kernels read it: ``a`` itself where they can, otherwise a contiguous copy
     (so strided, transposed and unaligned activations work, copied only when needed). Every kernel

@@ -834,6 +834,56 @@ Tensor moe_combine(const Tensor &y, const Tensor &positions, const Tensor &weigh
   return out;
 }
 
+Tensor moe_activation(const Tensor &h, const std::optional<Tensor> &bias, const std::optional<Tensor> &offsets,
+                      const std::string &activation, double limit, double alpha, const std::string &out_type) {
+  require(h.dim() == 2 && h.size(1) % 2 == 0 && h.stride(1) == 1 && h.stride(0) >= h.size(1),
+          "gate-up outputs must be 2-D [rows, 2 x intermediate] with unit stride along the row, got shape ", h.sizes());
+  const DType ht = dtype_of(h.scalar_type());
+  require(ht.id() != 0, "gate-up outputs must be float32, float16 or bfloat16, got ", h.scalar_type());
+  DType ot;
+  require(parse_dtype(out_type, &ot).ok && (ot == dtypes::f32 || ot == dtypes::f16 || ot == dtypes::bf16),
+          "the activation's output type must be f32, f16 or bf16, got '", out_type, "'");
+  require(activation == "silu" || activation == "swiglu-oai", "activation must be silu or swiglu-oai, got '",
+          activation, "'");
+  const torch::stable::Device dev = h.device();
+  const int64_t rows = h.size(0), inter = h.size(1) / 2;
+  MoeActivation a;
+  a.h_type = ht;
+  a.out_type = ot;
+  a.h = h.data_ptr();
+  a.rows = rows;
+  a.inter = inter;
+  a.ldh = rows > 0 ? h.stride(0) : h.size(1);
+  a.kind = activation == "silu" ? moe_route::kActSilu : moe_route::kActSwigluOai;
+  a.limit = static_cast<float>(limit);
+  a.alpha = static_cast<float>(alpha);
+  int64_t experts = -1;
+  if (bias.has_value()) {
+    require(bias->dim() == 2 && bias->size(1) == 2 * inter, "the gate-up bias must be [experts, ", 2 * inter,
+            "], got shape ", bias->sizes());
+    check_tensor(*bias, "the gate-up bias", ScalarType::Float, dev, "the gate-up outputs");
+    experts = bias->size(0);
+    a.bias = static_cast<const float *>(bias->data_ptr());
+  }
+  if (offsets.has_value()) {
+    require(offsets->dim() == 1 && offsets->size(0) >= 2 && (experts < 0 || offsets->size(0) == experts + 1),
+            "expert offsets must be [experts + 1]",
+            experts < 0 ? "" : " (the bias has " + std::to_string(experts) + ")", ", got shape ", offsets->sizes());
+    check_tensor(*offsets, "expert offsets", ScalarType::Int, dev, "the gate-up outputs");
+    a.offsets = static_cast<const int32_t *>(offsets->data_ptr());
+    experts = offsets->size(0) - 1;
+  } else {
+    require(experts <= 1, "a gate-up bias of ", experts, " experts needs the rows' expert offsets");
+  }
+  a.experts = static_cast<int32_t>(experts < 1 ? 1 : experts);
+  Tensor out = empty_on(dev, {rows, inter}, storage_type(ot));
+  a.out = out.data_ptr();
+  on_cpu_or_cuda(
+      dev, "moe_activation", [&] { return moe_activation_cpu(a); },
+      [&](void *stream) { return moe_activation_cuda(a, stream); });
+  return out;
+}
+
 // A direct entry's result: `make()`'s tensor as a new handle in *out (0), or its error in `error`:
 // 1 for an argument error (ValueError), 2 for any other failure (RuntimeError).
 template <class Make> int direct_result(Make &&make, AtenTensorHandle *out, char *error, size_t error_size) {
@@ -934,6 +984,10 @@ STABLE_TORCH_LIBRARY(humming, m) {
   m.def("moe_align(Tensor ids, int num_experts, int block_m) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("moe_permute(Tensor x, Tensor sorted_ids, int top_k) -> Tensor");
   m.def("moe_combine(Tensor y, Tensor positions, Tensor weights) -> Tensor");
+  // The experts' activation between their GEMMs (silu(gate) x up, or gpt-oss's clamped SwiGLU),
+  // with per-expert biases found through the rows' expert offsets.
+  m.def("moe_activation(Tensor h, Tensor? bias, Tensor? offsets, str activation, float limit, float alpha, "
+        "str out_type) -> Tensor");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(humming, CPU, m) {
@@ -947,6 +1001,7 @@ STABLE_TORCH_LIBRARY_IMPL(humming, CPU, m) {
   m.impl("moe_align", TORCH_BOX(&humming::torch_ops::moe_align));
   m.impl("moe_permute", TORCH_BOX(&humming::torch_ops::moe_permute));
   m.impl("moe_combine", TORCH_BOX(&humming::torch_ops::moe_combine));
+  m.impl("moe_activation", TORCH_BOX(&humming::torch_ops::moe_activation));
 }
 
 STABLE_TORCH_LIBRARY_IMPL(humming, CUDA, m) {
@@ -960,4 +1015,5 @@ STABLE_TORCH_LIBRARY_IMPL(humming, CUDA, m) {
   m.impl("moe_align", TORCH_BOX(&humming::torch_ops::moe_align));
   m.impl("moe_permute", TORCH_BOX(&humming::torch_ops::moe_permute));
   m.impl("moe_combine", TORCH_BOX(&humming::torch_ops::moe_combine));
+  m.impl("moe_activation", TORCH_BOX(&humming::torch_ops::moe_activation));
 }

@@ -1,6 +1,7 @@
 // The arithmetic of mixture-of-experts routing that the CPU reference (src/moe_route_cpu.cpp) and
 // the GPU kernels (src/moe_route.cu) share, so that both choose the same experts and place the
-// same rows: scores, the order of choices, block padding and the combine's summation order.
+// same rows: scores, the order of choices, block padding and the combine's summation order; and
+// the experts' activation between their two GEMMs.
 #pragma once
 
 #include <cmath>
@@ -35,6 +36,37 @@ HUMMING_HD int64_t padded_rows(int64_t count, int32_t block_m) { return (count +
 // block full of padding), rounded up to a block: the alignment's fixed extent.
 HUMMING_HD int64_t align_capacity(int64_t assignments, int32_t experts, int32_t block_m) {
   return padded_rows(assignments + static_cast<int64_t>(experts) * (block_m - 1), block_m);
+}
+
+// The experts' activations between their GEMMs (MoeActivation::kind).
+enum MoeActivationKind : int32_t {
+  kActSilu = 0,      // silu(gate) x up (Mixtral, Qwen-MoE, DeepSeek)
+  kActSwigluOai = 1, // gpt-oss: gate clamped to at most limit, up to [-limit, limit], then
+                     // gate x sigmoid(alpha x gate) x (up + 1)
+};
+
+// One output of the activation from its gate and up values (fp32, biases added), in the order of
+// the torch reference's operations: silu(g) = g / (1 + exp(-g)), sigmoid(x) = 1 / (1 + exp(-x)).
+HUMMING_HD float activate(float gate, float up, int32_t kind, float limit, float alpha) {
+  if (kind == kActSilu) return gate / (1.0f + expf(-gate)) * up;
+  const float g = fminf(gate, limit);
+  const float u = fminf(fmaxf(up, -limit), limit);
+  return g * (1.0f / (1.0f + expf(-(alpha * g)))) * (u + 1.0f);
+}
+
+// The expert of row r of the expert-sorted layout with `experts` experts from their first rows
+// offsets [experts + 1] (rising): the last e with offsets[e] <= r, at most experts - 1 (rows past
+// the last expert's, the layout's padding, count as the last expert's).
+HUMMING_HD int32_t expert_of_row(const int32_t *offsets, int32_t experts, int64_t r) {
+  int32_t lo = 0, hi = experts - 1; // the answer lies in [lo, hi]
+  while (lo < hi) {
+    const int32_t mid = (lo + hi + 1) / 2;
+    if (offsets[mid] <= r)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
 }
 
 } // namespace moe_route
