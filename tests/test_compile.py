@@ -321,6 +321,18 @@ def _opcheck_cases():
                 torch.rand(3, 2),
             )
         ],
+        "moe_activation": [
+            (torch.randn(5, 12).to(torch.bfloat16), None, None, "silu", 7.0, 1.702, "bf16"),
+            (
+                torch.randn(5, 12),
+                torch.randn(3, 12),
+                torch.tensor([0, 2, 2, 4], dtype=torch.int32),
+                "swiglu-oai",
+                7.0,
+                1.702,
+                "f16",
+            ),
+        ],
     }
 
 

@@ -753,16 +753,19 @@ def test_sm80_a8_instances_take_w8a8_in_the_generic_layout_and_say_what_they_ref
     from humming_aot._ext import C
 
     for inst in _SM80_A8:
-        gran = "gc" if inst.group_k == 0 else f"g{inst.group_k}"
-        fmt = f"a-{inst.act_type}-pt_w-{inst.code_type}{gran}-s{inst.scale_type}_c-{inst.out_type}"
+        blocks = inst.act_granularity == 2  # DeepSeek-style blocks: activation scales per 128 inputs
+        gran = "gc" if inst.group_k == 0 else f"g{inst.group_k}" + (f"n{inst.group_n}" if blocks else "")
+        agran = f"g{inst.group_k}" if blocks else "pt"
+        fmt = f"a-{inst.act_type}-{agran}_w-{inst.code_type}{gran}-s{inst.scale_type}_c-{inst.out_type}"
         assert C.check_instance(inst.name, fmt, 1, 520, 3072 + 16, 7) == (True, "")
         ok, why = C.check_instance(inst.name, fmt, 2, 520, 3072, 7)
         assert not ok and "layout 1 (generic)" in why and "layout 2" in why, why
-        blocks = f"a-{inst.act_type}-g128_w-{inst.code_type}g128n128-sf32_c-{inst.out_type}"
+        block_fmt = f"a-{inst.act_type}-g128_w-{inst.code_type}g128n128-sf32_c-{inst.out_type}"
         if inst.act_type != "i8" and inst.code_type == "e4m3":
-            ok, why = C.check_instance(inst.name, blocks, 1, 520, 3072, 7)
+            other = fmt.replace("-g128_", "-pt_").replace("g128n128", "gc") if blocks else block_fmt
+            ok, why = C.check_instance(inst.name, other, 1, 520, 3072, 7)
             assert not ok and "activation scale granularity" in why, why
-        if inst.group_k:  # the same codes with one scale per channel: another instance's format
+        if inst.group_k and not blocks:  # the same codes with one scale per channel: another instance's format
             other = fmt.replace(f"{inst.code_type}g{inst.group_k}-", f"{inst.code_type}gc-")
             ok, why = C.check_instance(inst.name, other, 1, 520, 3072, 7)
             assert not ok and "group" in why, why

@@ -365,7 +365,7 @@ def test_sm80_names_spell_format_and_tile(all_names):
 
 SM80_A8 = json.loads((ROOT / "tools" / "matrix" / "sm80_a8.json").read_text())
 SM80_A8_RE = re.compile(
-    r"sm80_mma_dense_a-(?P<act>e4m3|e5m2|i8)-pt_w-(?P<code>e4m3|i8|u4|i4|e2m1)(?P<gran>gc|g128)"
+    r"sm80_mma_dense_a-(?P<act>e4m3|e5m2|i8)-(?P<agran>pt|g128)_w-(?P<code>e4m3|i8|u4|i4|e2m1)(?P<gran>gc|g128n128|g128)"
     r"-s(?P<scale>f32|bf16|f16)_c-(?P<out>bf16|f16|f32)"
     r"_t(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w(?P<wm>\d)x(?P<wn>\d)x(?P<wk>\d)_s(?P<st>\d)"
 )
@@ -375,7 +375,8 @@ def test_sm80_a8_instances_keys_archs_and_entry_points(gen, tmp_path):
     """The sm80 family's 8-bit activation instances (kernel/sm80_a8_dense.cuh): FP8 activations
     (e4m3 / e5m2 x e4m3; e4m3 x u4 / i4 / e2m1) only with machine code for sm_89 and newer (mma.sync
     on FP8 needs it), i8 x i8 / u4 / i4 for every arch; per-token activation scales x per-channel
-    weight scales, or (4-bit codes with FP8) per channel and 128 inputs, on the generic layout;
+    weight scales, or (4-bit codes with FP8) per channel and 128 inputs, or (e4m3 codes) 128 x 128
+    fp32 weight blocks x activation scales per token and 128 inputs, on the generic layout;
     tiles of the matrix, each stage at most 128 inputs per warp (one FP8 promotion) and, with
     4-bit codes, 128 inputs a stage (rows of 64 bytes, one group a stage); their shared memory (with
     group scales, a row of scales a stage) within the 99 KiB of sm_86 / sm_89; experimental until
@@ -395,13 +396,16 @@ def test_sm80_a8_instances_keys_archs_and_entry_points(gen, tmp_path):
         "sm80_mma_dense_a-e4m3-pt_w-u4g128-sbf16_c-bf16",
         "sm80_mma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16",
         "sm80_mma_dense_a-i8-pt_w-i4gc-sbf16_c-bf16",
+        "sm80_mma_dense_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16",
     }
     allowed = {"e4m3": {"e4m3", "u4", "i4", "e2m1"}, "e5m2": {"e4m3"}, "i8": {"i8", "u4", "i4"}}
     for i in insts:
         m = SM80_A8_RE.fullmatch(i.name)
-        fp8, four, group = m["act"] != "i8", m["code"] in ("u4", "i4", "e2m1"), 128 if m["gran"] == "g128" else 0
+        fp8, four, group = m["act"] != "i8", m["code"] in ("u4", "i4", "e2m1"), 0 if m["gran"] == "gc" else 128
+        blocks = m["gran"] == "g128n128"
         assert m["code"] in allowed[m["act"]], i.name
-        assert not group or (four and fp8), i.name
+        assert not group or (fp8 and (four or blocks)), i.name
+        assert (m["agran"] == "g128") == blocks and (not blocks or (m["code"] == "e4m3" and m["scale"] == "f32"))
         assert i.archs == (("89", "90a") if fp8 else tuple(archs)), i.name
         assert (i.backend, i.kernel, i.entry_suffix, i.layout) == ("sm80", "DenseA8", "_a8", 1)
         tile = tuple(int(m[x]) for x in ("bm", "bn", "bk", "wm", "wn", "wk", "st"))
@@ -411,12 +415,14 @@ def test_sm80_a8_instances_keys_archs_and_entry_points(gen, tmp_path):
         bm, bn, bk, wm, wn, wk, st = tile
         assert bk == 128 or not four, i.name
         k = i.key
-        assert (k["act_granularity"], k["group_k"], k["group_n"], k["zero"], k["layout"]) == (1, group, 1, 0, 1)
+        want = (2, group, group) if blocks else (1, group, 1)
+        assert (k["act_granularity"], k["group_k"], k["group_n"], k["zero"], k["layout"]) == (*want, 0, 1)
         assert (k["tile_m"], k["tile_n"], k["tile_k"], k["stages"], k["threads"]) == (bm, bn, bk, st, 32 * wm * wn * wk)
         # The stages (bm activation rows of bk bytes, bn weight rows of bk codes, with group scales
         # the bn channels' scales), the flag word and the segment list: DenseA8::kSmemTotal, which
         # each translation unit asserts.
-        scales = bn * {"f32": 4, "bf16": 2, "f16": 2}[m["scale"]] if group else 0
+        # Blocks: bm fp32 activation scales and the weight block's, in a 16-byte unit.
+        scales = (bm * 4 + 16 if blocks else bn * {"f32": 4, "bf16": 2, "f16": 2}[m["scale"]]) if group else 0
         stage = bm * bk + bn * bk * (4 if four else 8) // 8 + scales
         assert k["smem_bytes"] == st * stage + 16 + 6 * 16 <= SMEM_PER_BLOCK[89], i.name
         assert i.scale == m["scale"] and i.out == m["out"]
@@ -425,18 +431,18 @@ def test_sm80_a8_instances_keys_archs_and_entry_points(gen, tmp_path):
         assert not any(SM80_A8_RE.fullmatch(n) for n in names), prof
     low = gen("--arch", "80;86", "--profile", "full+experimental", "--list").stdout.splitlines()
     assert any("_a-i8-pt_" in n for n in low if SM80_A8_RE.fullmatch(n))
-    assert not any(SM80_A8_RE.fullmatch(n) and "_a-i8-pt_" not in n for n in low), "FP8 mma needs sm_89"
+    assert not any(SM80_A8_RE.fullmatch(n) and "_a-i8-" not in n for n in low), "FP8 mma needs sm_89"
     out = tmp_path / "gen"
     gen("--arch", "80;90a", "--profile", "ci+experimental", "--out", str(out))
     tus = {p.stem: p.read_text() for p in (out / "instances").glob("*.cu") if SM80_A8_RE.fullmatch(p.stem)}
     assert any("_a-e4m3-pt_w-e4m3gc" in n for n in tus) and any("_a-i8-pt_" in n for n in tus)
-    assert any("_a-e4m3-pt_w-u4g128" in n for n in tus)
+    assert any("_a-e4m3-pt_w-u4g128" in n for n in tus) and any("_w-e4m3g128n128" in n for n in tus)
     for text in tus.values():
         assert "sm80::DenseA8<" in text and "sm80::can_implement_a8<" in text and "sm80::launch_a8<" in text
         assert "sm80::workspace_bytes_a8<" in text and "sm80::prepare_a8<" in text
     # The FP8 translation units are compiled for sm_90a alone in this 80 + 90a build.
     cmake = (out / "instances.cmake").read_text().splitlines()
-    for fp8_tu in (n for n in tus if "_a-e4m3-pt_" in n):
+    for fp8_tu in (n for n in tus if "_a-e4m3-" in n):
         flags = next(ln for ln in cmake if f"/{fp8_tu}.cu" in ln and "gencode" in ln)
         assert "code=sm_90a" in flags and "sm_80" not in flags
 
@@ -500,7 +506,7 @@ def test_sm80_a8_matrix_reaches_every_range_of_the_8x_tables(cc):
         if SM80_A8_RE.fullmatch(i.name) and i.key["smem_bytes"] <= SMEM_PER_BLOCK[cc]
     ]
     assert insts and all(arch in i.archs for i in insts)
-    assert any("_a-e4m3-pt_" in i.name for i in insts) == (cc == 89)
+    assert any("_a-e4m3-" in i.name for i in insts) == (cc == 89)
     table = next(
         t for t in gen_mod.dispatch_tables() if all(cc in v for k, v in t["match"].items() if k == "cc") and t["match"]
     )

@@ -299,14 +299,18 @@ def _sm80_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
     """GEMM with 8-bit activations on the sm80 family (kernel/sm80_a8_dense.cuh) on mma.sync: FP8
     activations (machine code for sm_89 and newer only) x e4m3 weights, or e4m3 x u4 / i4 / e2m1
     (W4A8); i8 activations x i8, u4 or i4 (every arch of the matrix). Per-token activation scales x
-    per-channel weight scales (group 0), or with 4-bit codes per channel and 128 inputs (group 128);
-    weights in the generic layout."""
+    per-channel weight scales (group 0); with group 128, 4-bit codes take a scale per channel and
+    128 inputs, e4m3 codes 128 x 128 weight blocks with activation scales per token and 128 inputs
+    (DeepSeek FP8); weights in the generic layout."""
     backend_archs, combos = _entries(matrix, profile, archs, ("act", "code", "scale", "group", "out", "tile"))
     out = []
     for _, (act, code, scale, group, o, tile_name) in combos:
         four = F.dtype(code).bits == 4
         codes = {"i8": ("i8", "u4", "i4"), "e4m3": ("e4m3", "u4", "i4", "e2m1"), "e5m2": ("e4m3",)}[act]
-        if code not in codes or (group and not four) or (group and act == "i8"):
+        # Group 128: 4-bit codes take a scale per channel and 128 inputs, e4m3 codes 128 x 128 fp32
+        # blocks with activation scales per token and 128 inputs; integers per channel only.
+        blocks = bool(group) and code == "e4m3"
+        if code not in codes or (group and act == "i8") or (blocks and scale != "f32"):
             continue
         # FP8 mma.sync needs sm_89: the float instances are built for the matrix's archs from 89 on.
         inst_archs = backend_archs if act == "i8" else tuple(a for a in backend_archs if a not in ("80", "86", "87"))
@@ -315,27 +319,31 @@ def _sm80_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
         t = matrix["tiles"][tile_name]
         wm, wn, wk = t["warps"]
         bm, bn, bk = t["bm"], 64 * wn, t["warp_k"] * wk
-        if (four or group) and bk != 128:  # 4-bit rows of 64 bytes; a group of 128 inputs is one stage
+        # 4-bit rows of 64 bytes; a group of 128 inputs is one stage; a tile's channels in one block.
+        if ((four or group) and bk != 128) or (blocks and group % bn):
             continue
-        weight = f"{code}{'gc' if group == 0 else f'g{group}'}-s{scale}"
-        name = (
-            f"sm80_mma_{matrix['scheduler']}_a-{act}-pt_w-{weight}_c-{o}_t{bm}x{bn}x{bk}_w{wm}x{wn}x{wk}_s{t['stages']}"
-        )
+        gran = "gc" if group == 0 else (f"g{group}n{group}" if blocks else f"g{group}")
+        act_name = f"{act}-g{group}" if blocks else f"{act}-pt"
+        tile = f"_t{bm}x{bn}x{bk}_w{wm}x{wn}x{wk}_s{t['stages']}"
+        name = f"sm80_mma_{matrix['scheduler']}_a-{act_name}_w-{code}{gran}-s{scale}_c-{o}{tile}"
+        group_n = group if blocks else 1
         targs = (
             tuple(f"{_dtype_id(v)}u" for v in (act, code, scale))
-            + (str(group), f"{_dtype_id(o)}u")
+            + (str(group), str(group_n), f"{_dtype_id(o)}u")
             + tuple(str(v) for v in (bm, wm, wn, wk, t["warp_k"], t["stages"]))
         )
         # sm80::DenseA8::kSmemTotal: the stages (bm activation rows of bk bytes, bn weight rows of
-        # bk codes, with group scales the bn channels' scales of the stage's group), a 16-byte word
-        # area and the block's segment list (kMaxSegments records of 16 bytes).
-        scales = bn * F.dtype(scale).bits // 8 if group else 0
+        # bk codes, then with group scales the bn channels' scales of the stage's group, with blocks
+        # bm fp32 activation scales and the weight block's in a 16-byte unit), a 16-byte word area
+        # and the block's segment list (kMaxSegments records of 16 bytes).
+        scales = (bm * 4 + 16 if blocks else bn * F.dtype(scale).bits // 8) if group else 0
         stage = bm * bk + bn * bk * F.dtype(code).bits // 8 + scales
         smem = stage * t["stages"] + 16 + 6 * 16
-        # act_granularity 1: ActScale::kToken
+        # act_granularity 1: ActScale::kToken; 2: ActScale::kGroup
         key = _tensor_core_key(
-            act, 1, code, group, scale, "none", o, matrix["layout"], (bm, bn, bk), t["stages"], 32 * wm * wn * wk, smem
-        )
+            act, 2 if blocks else 1, code, group, scale, "none", o, matrix["layout"], (bm, bn, bk), t["stages"],
+            32 * wm * wn * wk, smem, group_n=group_n,
+        )  # fmt: skip
         out.append(
             Instance(
                 name,

@@ -48,21 +48,25 @@ namespace sm80 {
 // ActId:   DType id of the activation codes: e4m3 or e5m2 (FP8 mma, sm_89 and newer), or i8.
 // CodeId:  DType id of the weight codes: e4m3 with FP8 activations, i8 with i8 ones; or 4-bit
 //          u4 or i4 (either activations) or e2m1 (e4m3 activations).
-// ScaleId: DType id of the weight scales (f32, bf16 or f16).
-// GroupK:  0 (one scale per output channel) or 128 (per channel and 128 inputs, 4-bit codes; a
-//          stage is one group).
+// ScaleId: DType id of the weight scales (f32, bf16 or f16; f32 with blocks).
+// GroupK:  0 (one scale per output channel) or 128 (per 128 inputs; a stage is one group).
+// GroupN:  1 (GroupK 128: scales per channel and 128 inputs, 4-bit codes), or 128 (DeepSeek-style
+//          128 x 128 weight blocks with activation scales per token and 128 inputs, e4m3 codes).
 // OutId:   DType id of the output (f16, bf16 or f32).
 // BM:      rows of the block tile (a multiple of 16 * WarpsM).
 // WarpsM, WarpsN, WarpsK: the warp grid (rows, 64-channel columns, K slices).
 // WarpK:   inputs (bytes) per warp per stage, a multiple of 32 and at most 128 (one FP8 promotion
 //          per stage).
 // Stages:  depth of the cp.async pipeline.
-template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, uint32_t OutId, int BM, int WarpsM, int WarpsN,
-          int WarpsK, int WarpK, int Stages>
+template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, int GroupN, uint32_t OutId, int BM, int WarpsM,
+          int WarpsN, int WarpsK, int WarpK, int Stages>
 struct DenseA8 {
   // The template parameters the components read (backend/sm80: a8_stage.h, a8_stage_mma.h,
   // kslice_reduce.h, warp_sums.h).
-  static constexpr int kBM = BM, kWarpsM = WarpsM, kWarpsN = WarpsN, kWarpsK = WarpsK, kWarpK = WarpK, kGroupK = GroupK;
+  static constexpr int kBM = BM, kWarpsM = WarpsM, kWarpsN = WarpsN, kWarpsK = WarpsK, kWarpK = WarpK, kGroupK = GroupK,
+                       kGroupN = GroupN;
+  // Blocks: each stage's sums times its activation scales (per row) and its weight block's scale.
+  static constexpr bool kBlocks = GroupK != 0 && GroupN != 1;
   static constexpr uint32_t kScaleId = ScaleId;
   static constexpr DType kAct = DType::from_id(ActId);
   static constexpr DType kCode = DType::from_id(CodeId);
@@ -86,7 +90,9 @@ struct DenseA8 {
   static constexpr int MT = WM / 16;
   static constexpr int kABytes = BM * BK;
   static constexpr int kBBytes = BN * BK * kCodeBits / 8;
-  static constexpr int kSBytes = GroupK == 0 ? 0 : BN * static_cast<int>(DType::from_id(ScaleId).bits) / 8;
+  static constexpr int kSBytes = GroupK == 0 ? 0
+                                 : kBlocks   ? BM * 4 + 16
+                                             : BN * static_cast<int>(DType::from_id(ScaleId).bits) / 8;
   static constexpr int kStageBytes = kABytes + kBBytes + kSBytes;
   static constexpr int kAcc = MT * 8 * 4;   // fp32 sums per lane
   static constexpr int kSteps = WarpK / 32; // mma K steps per warp per stage
@@ -113,8 +119,10 @@ struct DenseA8 {
                   (ActId == dtypes::e4m3.id() && (CodeId == dtypes::uint_type(4).id() ||
                                                   CodeId == dtypes::int_type(4).id() || CodeId == dtypes::e2m1.id())))),
       "i8 activations x i8, u4 or i4 weights; e4m3 / e5m2 x e4m3; e4m3 x u4, i4 or e2m1");
-  static_assert(GroupK == 0 || (GroupK == BK && kCodeBits == 4),
-                "scales per 128 inputs: 4-bit codes, one group a stage");
+  static_assert(GroupK == 0 || (GroupK == BK && (kBlocks ? CodeId == dtypes::e4m3.id() : kCodeBits == 4)),
+                "scales per 128 inputs, one group a stage: per channel with 4-bit codes, blocks with e4m3 codes");
+  static_assert(!kBlocks || (GroupN % BN == 0 && ScaleId == dtypes::f32.id() && !kIntOps),
+                "a tile's channels lie in one weight block of fp32 scales; FP8 activations");
   static_assert(ScaleId == dtypes::f32.id() || ScaleId == dtypes::bf16.id() || ScaleId == dtypes::f16.id(),
                 "weight scales are f32, bf16 or f16");
   static_assert(OutId == dtypes::f16.id() || OutId == dtypes::bf16.id() || OutId == dtypes::f32.id(),
@@ -169,14 +177,14 @@ struct DenseA8 {
           if constexpr (kStagePromote) promote_narrow(stage, wn, lane, sumsn, accn);
         } else {
           Mma::wide(stage, wm, wn, wk, lane, sums);
-          if constexpr (kStagePromote) promote_wide(stage, wn, lane, sums, acc);
+          if constexpr (kStagePromote) promote_wide(stage, wm, wn, lane, sums, acc);
         }
       });
       if constexpr (!kStagePromote) {
         if constexpr (Narrow)
           promote_narrow(stage, wn, lane, sumsn, accn);
         else
-          promote_wide(stage, wn, lane, sums, acc);
+          promote_wide(stage, wm, wn, lane, sums, acc);
       }
       if constexpr (Narrow) narrow_to_wide(accn, lane, acc[0]);
       // Drained: no copy is in flight, so the sums may meet in the last stage's buffer.
@@ -202,8 +210,25 @@ struct DenseA8 {
   // K group where the weight has group scales (read from the stage), and set back to zero: after
   // every stage (kStagePromote), else once, at the end of the segment (integers, per-channel
   // scales). Wide layout: sums[i][j][e] of channel j * 8 + (lane % 4) * 2 + e % 2 of the warp's 64.
-  static __device__ __forceinline__ void promote_wide(const char *stage, int wn, int lane, Sum (&from)[MT][8][4],
-                                                      float (&to)[MT][8][4]) {
+  static __device__ __forceinline__ void promote_wide(const char *stage, int wm, int wn, int lane,
+                                                      Sum (&from)[MT][8][4], float (&to)[MT][8][4]) {
+    if constexpr (kBlocks) {
+      const float ws = Stage::weight_block_scale(stage);
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float f = ws * Stage::act_block_scale(stage, wm * WM + i * 16 + lane / 4 + 8 * h);
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              to[i][j][2 * h + e] = fmaf(from[i][j][2 * h + e], f, to[i][j][2 * h + e]);
+              from[i][j][2 * h + e] = 0;
+            }
+        }
+      return;
+    }
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -222,6 +247,21 @@ struct DenseA8 {
   // The same for the narrow layout: sums[J][2h + e] of channel J * 16 + h * 8 + lane / 4.
   static __device__ __forceinline__ void promote_narrow(const char *stage, int wn, int lane, Sum (&from)[4][4],
                                                         float (&to)[4][4]) {
+    if constexpr (kBlocks) {
+      const float ws = Stage::weight_block_scale(stage);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float f = ws * Stage::act_block_scale(stage, (lane % 4) * 2 + e); // token (lane % 4) * 2 + e
+#pragma unroll
+        for (int J = 0; J < 4; ++J)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            to[J][2 * h + e] = fmaf(from[J][2 * h + e], f, to[J][2 * h + e]);
+            from[J][2 * h + e] = 0;
+          }
+      }
+      return;
+    }
 #pragma unroll
     for (int J = 0; J < 4; ++J)
 #pragma unroll
@@ -253,7 +293,7 @@ struct DenseA8 {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int64_t m = m0 + wm * WM + i * 16 + lane / 4 + h * 8;
-          ts[i][h] = m < a.m ? a.a_scales[m * a.a_scale_cols] : 0.0f;
+          ts[i][h] = kBlocks ? 1.0f : (m < a.m ? a.a_scales[m * a.a_scale_cols] : 0.0f);
         }
 #pragma unroll
       for (int j = 0; j < 8; ++j)
@@ -287,9 +327,9 @@ struct DenseA8 {
 };
 
 #define HUMMING_SM80_A8_TARGS                                                                                          \
-  uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, uint32_t OutId, int BM, int WarpsM, int WarpsN,       \
-      int WarpsK, int WarpK, int Stages
-#define HUMMING_SM80_A8_ARGS ActId, CodeId, ScaleId, GroupK, OutId, BM, WarpsM, WarpsN, WarpsK, WarpK, Stages
+  uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, int GroupN, uint32_t OutId, int BM, int WarpsM,       \
+      int WarpsN, int WarpsK, int WarpK, int Stages
+#define HUMMING_SM80_A8_ARGS ActId, CodeId, ScaleId, GroupK, GroupN, OutId, BM, WarpsM, WarpsN, WarpsK, WarpK, Stages
 
 template <HUMMING_SM80_A8_TARGS> Status can_implement_a8(const GemmArgs &args) {
   using K = DenseA8<HUMMING_SM80_A8_ARGS>;
@@ -298,13 +338,24 @@ template <HUMMING_SM80_A8_TARGS> Status can_implement_a8(const GemmArgs &args) {
     return Status::Error(std::string("the sm80 8-bit activation kernels read weights packed for layout 1 (generic), "
                                      "not layout ") +
                          std::to_string(args.layout) + " (" + layout_name(args.layout) + ")");
-  if (f.act.granularity != ActScale::kToken)
-    return Status::Error("the sm80 8-bit activation kernels take one activation scale per token (-pt)");
-  if (f.weight.group_k != GroupK || f.weight.group_n != 1)
-    return Status::Error(GroupK == 0 ? std::string("this sm80 8-bit activation instance takes one weight scale per "
-                                                   "output channel (gc)")
-                                     : "this sm80 8-bit activation instance takes one weight scale per channel and " +
-                                           std::to_string(GroupK) + " inputs (g" + std::to_string(GroupK) + ")");
+  if (K::kBlocks) {
+    if (f.act.granularity != ActScale::kGroup || f.act.group_k != GroupK)
+      return Status::Error("this sm80 W8A8 instance takes activation scales per token and " + std::to_string(GroupK) +
+                           " inputs (-g" + std::to_string(GroupK) + ")");
+    if (f.weight.group_k != GroupK || f.weight.group_n != GroupN)
+      return Status::Error("this sm80 W8A8 instance takes weight scales per block of " + std::to_string(GroupK) +
+                           " x " + std::to_string(GroupN) + " (g" + std::to_string(GroupK) + "n" +
+                           std::to_string(GroupN) + ")");
+  } else {
+    if (f.act.granularity != ActScale::kToken)
+      return Status::Error("the sm80 8-bit activation kernels take one activation scale per token (-pt) with these "
+                           "weight scales");
+    if (f.weight.group_k != GroupK || f.weight.group_n != 1)
+      return Status::Error(GroupK == 0 ? std::string("this sm80 8-bit activation instance takes one weight scale per "
+                                                     "output channel (gc)")
+                                       : "this sm80 8-bit activation instance takes one weight scale per channel and " +
+                                             std::to_string(GroupK) + " inputs (g" + std::to_string(GroupK) + ")");
+  }
   if (args.dims.k % 16 != 0)
     return Status::Error("the sm80 8-bit activation kernels need k to be a multiple of 16 (16-byte activation rows), "
                          "got k=" +

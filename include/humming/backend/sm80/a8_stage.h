@@ -30,12 +30,16 @@ namespace sm80 {
 template <class K> struct A8Stage {
   using Params = typename K::Params;
   static constexpr int kThreads = K::kThreads, BM = K::kBM, BN = K::BN, BK = K::BK, kABytes = K::kABytes,
-                       kBBytes = K::kBBytes, kCodeBits = K::kCodeBits, GroupK = K::kGroupK;
+                       kBBytes = K::kBBytes, kCodeBits = K::kCodeBits, GroupK = K::kGroupK, GroupN = K::kGroupN;
+  static constexpr bool kBlocks = K::kBlocks;
   static constexpr int kRowChunks = BK / 16;            // 16-byte chunks per activation row
   static constexpr int kWRowBytes = BK * kCodeBits / 8; // bytes per weight row of a stage
   static constexpr int kWRowChunks = kWRowBytes / 16;   // 16-byte chunks per weight row
   static constexpr int kScaleBytes = static_cast<int>(DType::from_id(K::kScaleId).bits) / 8;
-  static constexpr int kScaleChunks = GroupK == 0 ? 0 : BN * kScaleBytes / 16; // scale chunks per stage
+  // Group scales (per channel and GroupK inputs): the BN channels' of the stage's group, in 16-byte
+  // chunks. Blocks: BM fp32 activation scales of the stage's group, then the tile's one weight
+  // block's (BN <= GroupN), by 4-byte copies.
+  static constexpr int kScaleChunks = GroupK == 0 || kBlocks ? 0 : BN * kScaleBytes / 16;
   static_assert(BK % 128 == 0, "the swizzle moves chunks within rows of at least 4 (4-bit codes) or 8 chunks");
   static_assert(kCodeBits == 8 || BK == 128, "4-bit codes: rows of 64 bytes");
 
@@ -77,7 +81,15 @@ template <class K> struct A8Stage {
       const bool ok = r < cols && c * 16 < kp_bytes;
       cp_async16<256>(stage + kABytes + woffset(r, c), ok ? w + r * row_bytes + c * 16 : w, ok);
     });
-    if constexpr (GroupK != 0) {
+    if constexpr (kBlocks) {
+      // The stage is one K group: its activation scale of each of the tile's rows (zeros past m),
+      // and the scale of the weight block of the tile's channels.
+      const float *as = a.a_scales + m0 * a.a_scale_cols + kt;
+      const uint32_t ss = stage + kABytes + kBBytes;
+      for_each_chunk<BM>([&](int r) { cp_async4(ss + r * 4, r < rows ? as + r * a.a_scale_cols : as, r < rows); });
+      if (threadIdx.x == 0)
+        cp_async4(ss + BM * 4, static_cast<const float *>(a.scales) + kt * a.dims.n_groups + n0 / GroupN, true);
+    } else if constexpr (GroupK != 0) {
       // The stage is one K group (BK == GroupK): its row of scales, the tile's BN channels.
       constexpr int kPerChunk = 16 / kScaleBytes;
       const char *sc = static_cast<const char *>(a.scales) + (kt * a.dims.n_groups + n0) * kScaleBytes;
@@ -112,9 +124,17 @@ template <class K> struct A8Stage {
     return *reinterpret_cast<const uint32_t *>(wtile + a8::code_word<kWRowBytes>(row, kk, lane));
   }
 
-  // The scale of tile channel `ch` in the stage's row of group scales (GroupK != 0).
+  // The scale of tile channel `ch` in the stage's row of group scales (GroupK != 0, not blocks).
   static __device__ __forceinline__ float group_scale(const char *stage, int ch) {
     return epilogue::load_out<K::kScaleId>(stage + kABytes + kBBytes, ch);
+  }
+
+  // Blocks: the activation scale of tile row `row` for the stage's group, and the weight block's.
+  static __device__ __forceinline__ float act_block_scale(const char *stage, int row) {
+    return reinterpret_cast<const float *>(stage + kABytes + kBBytes)[row];
+  }
+  static __device__ __forceinline__ float weight_block_scale(const char *stage) {
+    return reinterpret_cast<const float *>(stage + kABytes + kBBytes)[BM];
   }
 };
 

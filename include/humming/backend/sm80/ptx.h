@@ -45,6 +45,12 @@ template <int Prefetch = 0> __device__ __forceinline__ void cp_async16(void *sme
   cp_async16<Prefetch>(smem_addr(smem), gmem, pred);
 }
 
+// 4-byte copy into shared memory (cp.async.ca: 4 and 8 bytes go through L1), zeros where `pred`
+// is false (nothing read then). For scattered scalars, such as a column of activation scales.
+__device__ __forceinline__ void cp_async4(uint32_t smem, const void *gmem, bool pred) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem), "l"(gmem), "r"(pred ? 4 : 0));
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 // Waits until at most N committed groups are still in flight.
