@@ -365,8 +365,8 @@ def test_sm80_names_spell_format_and_tile(all_names):
 
 SM80_A8 = json.loads((ROOT / "tools" / "matrix" / "sm80_a8.json").read_text())
 SM80_A8_RE = re.compile(
-    r"sm80_mma_dense_a-(?P<act>e4m3|e5m2|i8)-(?P<agran>pt|g128)_w-(?P<code>e4m3|i8|u4|i4|e2m1)(?P<gran>gc|g128n128|g128)"
-    r"-s(?P<scale>f32|bf16|f16)_c-(?P<out>bf16|f16|f32)"
+    r"sm80_mma_dense_a-(?P<act>e4m3|e5m2|i8)-(?P<agran>pt|g128)_w-(?P<code>e4m3|i8|u4|i4|e2m1)(?P<gran>gc|g128n128|g128|g32)"
+    r"-s(?P<scale>f32|bf16|f16|e8m0)_c-(?P<out>bf16|f16|f32)"
     r"_t(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w(?P<wm>\d)x(?P<wn>\d)x(?P<wk>\d)_s(?P<st>\d)"
 )
 
@@ -376,7 +376,8 @@ def test_sm80_a8_instances_keys_archs_and_entry_points(gen, tmp_path):
     (e4m3 / e5m2 x e4m3; e4m3 x u4 / i4 / e2m1) only with machine code for sm_89 and newer (mma.sync
     on FP8 needs it), i8 x i8 / u4 / i4 for every arch; per-token activation scales x per-channel
     weight scales, or (4-bit codes with FP8) per channel and 128 inputs, or (e4m3 codes) 128 x 128
-    fp32 weight blocks x activation scales per token and 128 inputs, on the generic layout;
+    fp32 weight blocks x activation scales per token and 128 inputs, or (MXFP4) e2m1 codes with
+    e8m0 scales per 32 inputs, on the generic layout;
     tiles of the matrix, each stage at most 128 inputs per warp (one FP8 promotion) and, with
     4-bit codes, 128 inputs a stage (rows of 64 bytes, one group a stage); their shared memory (with
     group scales, a row of scales a stage) within the 99 KiB of sm_86 / sm_89; experimental until
@@ -397,12 +398,16 @@ def test_sm80_a8_instances_keys_archs_and_entry_points(gen, tmp_path):
         "sm80_mma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16",
         "sm80_mma_dense_a-i8-pt_w-i4gc-sbf16_c-bf16",
         "sm80_mma_dense_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16",
+        "sm80_mma_dense_a-e4m3-pt_w-e2m1g32-se8m0_c-bf16",
     }
     allowed = {"e4m3": {"e4m3", "u4", "i4", "e2m1"}, "e5m2": {"e4m3"}, "i8": {"i8", "u4", "i4"}}
     for i in insts:
         m = SM80_A8_RE.fullmatch(i.name)
-        fp8, four, group = m["act"] != "i8", m["code"] in ("u4", "i4", "e2m1"), 0 if m["gran"] == "gc" else 128
+        fp8, four = m["act"] != "i8", m["code"] in ("u4", "i4", "e2m1")
+        group = {"gc": 0, "g32": 32}.get(m["gran"], 128)
         blocks = m["gran"] == "g128n128"
+        # MXFP4 (e2m1, e8m0 scales per 32 inputs) is the only group of 32 and the only e8m0.
+        assert (group == 32) == (m["scale"] == "e8m0") and (group != 32 or m["code"] == "e2m1"), i.name
         assert m["code"] in allowed[m["act"]], i.name
         assert not group or (fp8 and (four or blocks)), i.name
         assert (m["agran"] == "g128") == blocks and (not blocks or (m["code"] == "e4m3" and m["scale"] == "f32"))
@@ -422,7 +427,8 @@ def test_sm80_a8_instances_keys_archs_and_entry_points(gen, tmp_path):
         # the bn channels' scales), the flag word and the segment list: DenseA8::kSmemTotal, which
         # each translation unit asserts.
         # Blocks: bm fp32 activation scales and the weight block's, in a 16-byte unit.
-        scales = (bm * 4 + 16 if blocks else bn * {"f32": 4, "bf16": 2, "f16": 2}[m["scale"]]) if group else 0
+        per_row = bn * {"f32": 4, "bf16": 2, "f16": 2, "e8m0": 1}[m["scale"]]  # a group's scales of the tile
+        scales = (bm * 4 + 16 if blocks else bk // group * per_row) if group else 0
         stage = bm * bk + bn * bk * (4 if four else 8) // 8 + scales
         assert k["smem_bytes"] == st * stage + 16 + 6 * 16 <= SMEM_PER_BLOCK[89], i.name
         assert i.scale == m["scale"] and i.out == m["out"]
@@ -437,6 +443,7 @@ def test_sm80_a8_instances_keys_archs_and_entry_points(gen, tmp_path):
     tus = {p.stem: p.read_text() for p in (out / "instances").glob("*.cu") if SM80_A8_RE.fullmatch(p.stem)}
     assert any("_a-e4m3-pt_w-e4m3gc" in n for n in tus) and any("_a-i8-pt_" in n for n in tus)
     assert any("_a-e4m3-pt_w-u4g128" in n for n in tus) and any("_w-e4m3g128n128" in n for n in tus)
+    assert any("_w-e2m1g32-se8m0" in n for n in tus)
     for text in tus.values():
         assert "sm80::DenseA8<" in text and "sm80::can_implement_a8<" in text and "sm80::launch_a8<" in text
         assert "sm80::workspace_bytes_a8<" in text and "sm80::prepare_a8<" in text

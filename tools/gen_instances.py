@@ -301,7 +301,7 @@ def _sm80_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
     (W4A8); i8 activations x i8, u4 or i4 (every arch of the matrix). Per-token activation scales x
     per-channel weight scales (group 0); with group 128, 4-bit codes take a scale per channel and
     128 inputs, e4m3 codes 128 x 128 weight blocks with activation scales per token and 128 inputs
-    (DeepSeek FP8); weights in the generic layout."""
+    (DeepSeek FP8); with group 32, e2m1 codes e8m0 scales (MXFP4); weights in the generic layout."""
     backend_archs, combos = _entries(matrix, profile, archs, ("act", "code", "scale", "group", "out", "tile"))
     out = []
     for _, (act, code, scale, group, o, tile_name) in combos:
@@ -312,6 +312,9 @@ def _sm80_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
         blocks = bool(group) and code == "e4m3"
         if code not in codes or (group and act == "i8") or (blocks and scale != "f32"):
             continue
+        # MXFP4: e2m1 codes with e8m0 scales per 32 inputs (and no other group of 32, nor e8m0 else).
+        if (scale == "e8m0") != (code == "e2m1" and group == 32) or (group == 32 and scale != "e8m0"):
+            continue
         # FP8 mma.sync needs sm_89: the float instances are built for the matrix's archs from 89 on.
         inst_archs = backend_archs if act == "i8" else tuple(a for a in backend_archs if a not in ("80", "86", "87"))
         if not inst_archs:
@@ -320,7 +323,7 @@ def _sm80_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
         wm, wn, wk = t["warps"]
         bm, bn, bk = t["bm"], 64 * wn, t["warp_k"] * wk
         # 4-bit rows of 64 bytes; a group of 128 inputs is one stage; a tile's channels in one block.
-        if ((four or group) and bk != 128) or (blocks and group % bn):
+        if ((four or group) and bk != 128) or (blocks and group % bn) or (group and t["warp_k"] % 32):
             continue
         gran = "gc" if group == 0 else (f"g{group}n{group}" if blocks else f"g{group}")
         act_name = f"{act}-g{group}" if blocks else f"{act}-pt"
@@ -333,10 +336,10 @@ def _sm80_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
             + tuple(str(v) for v in (bm, wm, wn, wk, t["warp_k"], t["stages"]))
         )
         # sm80::DenseA8::kSmemTotal: the stages (bm activation rows of bk bytes, bn weight rows of
-        # bk codes, then with group scales the bn channels' scales of the stage's group, with blocks
+        # bk codes, then with group scales the bn channels' scales of each of the stage's groups, with blocks
         # bm fp32 activation scales and the weight block's in a 16-byte unit), a 16-byte word area
         # and the block's segment list (kMaxSegments records of 16 bytes).
-        scales = (bm * 4 + 16 if blocks else bn * F.dtype(scale).bits // 8) if group else 0
+        scales = (bm * 4 + 16 if blocks else bk // group * bn * F.dtype(scale).bits // 8) if group else 0
         stage = bm * bk + bn * bk * F.dtype(code).bits // 8 + scales
         smem = stage * t["stages"] + 16 + 6 * 16
         # act_granularity 1: ActScale::kToken; 2: ActScale::kGroup

@@ -48,9 +48,10 @@ namespace sm80 {
 // ActId:   DType id of the activation codes: e4m3 or e5m2 (FP8 mma, sm_89 and newer), or i8.
 // CodeId:  DType id of the weight codes: e4m3 with FP8 activations, i8 with i8 ones; or 4-bit
 //          u4 or i4 (either activations) or e2m1 (e4m3 activations).
-// ScaleId: DType id of the weight scales (f32, bf16 or f16; f32 with blocks).
-// GroupK:  0 (one scale per output channel) or 128 (per 128 inputs; a stage is one group).
-// GroupN:  1 (GroupK 128: scales per channel and 128 inputs, 4-bit codes), or 128 (DeepSeek-style
+// ScaleId: DType id of the weight scales (f32, bf16 or f16; f32 with blocks; e8m0 for MXFP4).
+// GroupK:  0 (one scale per output channel), or 32 (MXFP4: e2m1 codes with e8m0 scales, each K
+//          step its own group) or 128 (a stage is one group).
+// GroupN:  1 (GroupK 32 / 128: scales per channel and group, 4-bit codes), or 128 (DeepSeek-style
 //          128 x 128 weight blocks with activation scales per token and 128 inputs, e4m3 codes).
 // OutId:   DType id of the output (f16, bf16 or f32).
 // BM:      rows of the block tile (a multiple of 16 * WarpsM).
@@ -82,6 +83,9 @@ struct DenseA8 {
   // The tensor cores' sums go into fp32 after every stage: FP8 (their running sum is narrow) and
   // group scales (each stage's sums take their group's scales).
   static constexpr bool kStagePromote = !kIntOps || GroupK != 0;
+  // K steps of a warp between two promotions: one group's where groups are narrower than the
+  // warp's slice of a stage (MXFP4's 32 inputs: every step), else the whole slice.
+  static constexpr int kPromoteSteps = GroupK != 0 && GroupK < WarpK ? GroupK / 32 : WarpK / 32;
   static constexpr int kWarps = WarpsM * WarpsN * WarpsK;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int BN = 64 * WarpsN;
@@ -92,7 +96,7 @@ struct DenseA8 {
   static constexpr int kBBytes = BN * BK * kCodeBits / 8;
   static constexpr int kSBytes = GroupK == 0 ? 0
                                  : kBlocks   ? BM * 4 + 16
-                                             : BN * static_cast<int>(DType::from_id(ScaleId).bits) / 8;
+                                             : (BK / GroupK) * BN * static_cast<int>(DType::from_id(ScaleId).bits) / 8;
   static constexpr int kStageBytes = kABytes + kBBytes + kSBytes;
   static constexpr int kAcc = MT * 8 * 4;   // fp32 sums per lane
   static constexpr int kSteps = WarpK / 32; // mma K steps per warp per stage
@@ -119,12 +123,18 @@ struct DenseA8 {
                   (ActId == dtypes::e4m3.id() && (CodeId == dtypes::uint_type(4).id() ||
                                                   CodeId == dtypes::int_type(4).id() || CodeId == dtypes::e2m1.id())))),
       "i8 activations x i8, u4 or i4 weights; e4m3 / e5m2 x e4m3; e4m3 x u4, i4 or e2m1");
-  static_assert(GroupK == 0 || (GroupK == BK && (kBlocks ? CodeId == dtypes::e4m3.id() : kCodeBits == 4)),
-                "scales per 128 inputs, one group a stage: per channel with 4-bit codes, blocks with e4m3 codes");
+  static_assert(GroupK == 0 || (kBlocks ? GroupK == BK && CodeId == dtypes::e4m3.id()
+                                        : kCodeBits == 4 && BK % GroupK == 0 && GroupK % 32 == 0 &&
+                                              (GroupK % WarpK == 0 || WarpK % GroupK == 0)),
+                "group scales: 4-bit codes, groups of whole K steps that tile the stage and the warps' slices; blocks: "
+                "e4m3 codes, one group a stage");
+  static_assert(ScaleId != dtypes::e8m0.id() || (CodeId == dtypes::e2m1.id() && !kIntOps),
+                "e8m0 scales go with e2m1 codes (MXFP4) and FP8 activations");
   static_assert(!kBlocks || (GroupN % BN == 0 && ScaleId == dtypes::f32.id() && !kIntOps),
                 "a tile's channels lie in one weight block of fp32 scales; FP8 activations");
-  static_assert(ScaleId == dtypes::f32.id() || ScaleId == dtypes::bf16.id() || ScaleId == dtypes::f16.id(),
-                "weight scales are f32, bf16 or f16");
+  static_assert(ScaleId == dtypes::f32.id() || ScaleId == dtypes::bf16.id() || ScaleId == dtypes::f16.id() ||
+                    ScaleId == dtypes::e8m0.id(),
+                "weight scales are f32, bf16, f16 or (MXFP4) e8m0");
   static_assert(OutId == dtypes::f16.id() || OutId == dtypes::bf16.id() || OutId == dtypes::f32.id(),
                 "outputs are f16, bf16 or f32");
   static_assert(BM % (16 * WarpsM) == 0, "whole mma tiles of rows per warp");
@@ -172,19 +182,31 @@ struct DenseA8 {
 
       const auto load = [&](uint32_t dst, int kt) { Stage::copy(p, dst, kt, m0, n0); };
       char *stage = cp_async_ring<Stages, kStageBytes>(smem, smem_base, kt_begin, kt_end, load, [&](char *stage) {
-        if constexpr (Narrow) {
-          Mma::narrow(stage, wn, wk, lane, sumsn);
-          if constexpr (kStagePromote) promote_narrow(stage, wn, lane, sumsn, accn);
-        } else {
-          Mma::wide(stage, wm, wn, wk, lane, sums);
-          if constexpr (kStagePromote) promote_wide(stage, wm, wn, lane, sums, acc);
+      // The warp's K steps of the stage, promoted after every kPromoteSteps of them (one scale
+      // group, or the whole slice) where the sums are promoted per stage.
+#pragma unroll
+        for (int s0 = 0; s0 < kSteps; s0 += kPromoteSteps) {
+#pragma unroll
+          for (int s = s0; s < s0 + kPromoteSteps; ++s) {
+            if constexpr (Narrow)
+              Mma::narrow_step(stage, wn, wk, lane, s, sumsn);
+            else
+              Mma::wide_step(stage, wm, wn, wk, lane, s, sums);
+          }
+          if constexpr (kStagePromote) {
+            const int row = scale_row(wk, s0);
+            if constexpr (Narrow)
+              promote_narrow(stage, row, wn, lane, sumsn, accn);
+            else
+              promote_wide(stage, row, wm, wn, lane, sums, acc);
+          }
         }
       });
       if constexpr (!kStagePromote) {
         if constexpr (Narrow)
-          promote_narrow(stage, wn, lane, sumsn, accn);
+          promote_narrow(stage, 0, wn, lane, sumsn, accn);
         else
-          promote_wide(stage, wm, wn, lane, sums, acc);
+          promote_wide(stage, 0, wm, wn, lane, sums, acc);
       }
       if constexpr (Narrow) narrow_to_wide(accn, lane, acc[0]);
       // Drained: no copy is in flight, so the sums may meet in the last stage's buffer.
@@ -206,11 +228,17 @@ struct DenseA8 {
     }
   }
 
+  // The stage's scale row of warp slice wk's K step s (groups narrower than a stage), else 0.
+  static __device__ __forceinline__ int scale_row(int wk, int s) {
+    if constexpr (GroupK != 0 && !kBlocks && GroupK < BK) return (wk * WarpK + s * 32) / GroupK;
+    return 0;
+  }
+
   // The tensor cores' sums added into the fp32 ones, each times its channel's scale of the stage's
   // K group where the weight has group scales (read from the stage), and set back to zero: after
   // every stage (kStagePromote), else once, at the end of the segment (integers, per-channel
   // scales). Wide layout: sums[i][j][e] of channel j * 8 + (lane % 4) * 2 + e % 2 of the warp's 64.
-  static __device__ __forceinline__ void promote_wide(const char *stage, int wm, int wn, int lane,
+  static __device__ __forceinline__ void promote_wide(const char *stage, int row, int wm, int wn, int lane,
                                                       Sum (&from)[MT][8][4], float (&to)[MT][8][4]) {
     if constexpr (kBlocks) {
       const float ws = Stage::weight_block_scale(stage);
@@ -234,7 +262,7 @@ struct DenseA8 {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float sc = 1.0f;
-        if constexpr (GroupK != 0) sc = Stage::group_scale(stage, wn * 64 + j * 8 + (lane % 4) * 2 + e);
+        if constexpr (GroupK != 0) sc = Stage::group_scale(stage, row, wn * 64 + j * 8 + (lane % 4) * 2 + e);
 #pragma unroll
         for (int i = 0; i < MT; ++i)
 #pragma unroll
@@ -245,7 +273,7 @@ struct DenseA8 {
       }
   }
   // The same for the narrow layout: sums[J][2h + e] of channel J * 16 + h * 8 + lane / 4.
-  static __device__ __forceinline__ void promote_narrow(const char *stage, int wn, int lane, Sum (&from)[4][4],
+  static __device__ __forceinline__ void promote_narrow(const char *stage, int row, int wn, int lane, Sum (&from)[4][4],
                                                         float (&to)[4][4]) {
     if constexpr (kBlocks) {
       const float ws = Stage::weight_block_scale(stage);
@@ -267,7 +295,7 @@ struct DenseA8 {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float sc = 1.0f;
-        if constexpr (GroupK != 0) sc = Stage::group_scale(stage, wn * 64 + J * 16 + h * 8 + lane / 4);
+        if constexpr (GroupK != 0) sc = Stage::group_scale(stage, row, wn * 64 + J * 16 + h * 8 + lane / 4);
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           to[J][2 * h + e] = fmaf(static_cast<float>(from[J][2 * h + e]), sc, to[J][2 * h + e]);

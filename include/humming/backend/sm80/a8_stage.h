@@ -36,10 +36,13 @@ template <class K> struct A8Stage {
   static constexpr int kWRowBytes = BK * kCodeBits / 8; // bytes per weight row of a stage
   static constexpr int kWRowChunks = kWRowBytes / 16;   // 16-byte chunks per weight row
   static constexpr int kScaleBytes = static_cast<int>(DType::from_id(K::kScaleId).bits) / 8;
-  // Group scales (per channel and GroupK inputs): the BN channels' of the stage's group, in 16-byte
-  // chunks. Blocks: BM fp32 activation scales of the stage's group, then the tile's one weight
-  // block's (BN <= GroupN), by 4-byte copies.
-  static constexpr int kScaleChunks = GroupK == 0 || kBlocks ? 0 : BN * kScaleBytes / 16;
+  // Group scales (per channel and GroupK inputs): the BN channels' of each of the stage's kScaleRows
+  // groups, in chunks of kScaleChunkBytes (8 scales of 1 or 2 bytes, 4 of 4: n_pad is a multiple
+  // of 8, so a chunk that starts inside a row ends inside it). Blocks: BM fp32 activation scales
+  // of the stage's group, then the tile's one weight block's (BN <= GroupN), by 4-byte copies.
+  static constexpr int kScaleRows = GroupK == 0 || kBlocks ? 0 : BK / GroupK;
+  static constexpr int kScaleChunkBytes = kScaleBytes == 1 ? 8 : 16;
+  static constexpr int kScaleChunks = kScaleRows * BN * kScaleBytes / kScaleChunkBytes;
   static_assert(BK % 128 == 0, "the swizzle moves chunks within rows of at least 4 (4-bit codes) or 8 chunks");
   static_assert(kCodeBits == 8 || BK == 128, "4-bit codes: rows of 64 bytes");
 
@@ -90,12 +93,18 @@ template <class K> struct A8Stage {
       if (threadIdx.x == 0)
         cp_async4(ss + BM * 4, static_cast<const float *>(a.scales) + kt * a.dims.n_groups + n0 / GroupN, true);
     } else if constexpr (GroupK != 0) {
-      // The stage is one K group (BK == GroupK): its row of scales, the tile's BN channels.
-      constexpr int kPerChunk = 16 / kScaleBytes;
-      const char *sc = static_cast<const char *>(a.scales) + (kt * a.dims.n_groups + n0) * kScaleBytes;
-      for_each_chunk<kScaleChunks>([&](int c) {
+      // The stage's K groups (kScaleRows of them): their rows of scales, the tile's BN channels.
+      constexpr int kPerChunk = kScaleChunkBytes / kScaleBytes, kRowChunks = BN / kPerChunk;
+      const char *sc = static_cast<const char *>(a.scales) + (kt * kScaleRows * a.dims.n_groups + n0) * kScaleBytes;
+      for_each_chunk<kScaleChunks>([&](int i) {
+        const int r = i / kRowChunks, c = i % kRowChunks;
         const bool ok = c * kPerChunk < cols;
-        cp_async16(stage + kABytes + kBBytes + c * 16, ok ? sc + c * 16 : sc, ok);
+        const char *src = ok ? sc + (r * a.dims.n_groups + c * kPerChunk) * kScaleBytes : sc;
+        const uint32_t dst = stage + kABytes + kBBytes + i * kScaleChunkBytes;
+        if constexpr (kScaleChunkBytes == 16)
+          cp_async16(dst, src, ok);
+        else
+          cp_async8(dst, src, ok);
       });
     }
   }
@@ -124,9 +133,16 @@ template <class K> struct A8Stage {
     return *reinterpret_cast<const uint32_t *>(wtile + a8::code_word<kWRowBytes>(row, kk, lane));
   }
 
-  // The scale of tile channel `ch` in the stage's row of group scales (GroupK != 0, not blocks).
-  static __device__ __forceinline__ float group_scale(const char *stage, int ch) {
-    return epilogue::load_out<K::kScaleId>(stage + kABytes + kBBytes, ch);
+  // The scale of tile channel `ch` in the stage's scale row `row` (GroupK != 0, not blocks): e8m0
+  // (MXFP4) as the power of two it is, 2^-127 for byte 0 (byte 255, NaN, is refused at packing).
+  static __device__ __forceinline__ float group_scale(const char *stage, int row, int ch) {
+    const char *srow = stage + kABytes + kBBytes + row * BN * kScaleBytes;
+    if constexpr (K::kScaleId == dtypes::e8m0.id()) {
+      const uint32_t e = reinterpret_cast<const uint8_t *>(srow)[ch];
+      return e == 0 ? 5.877471754111438e-39f : __uint_as_float(e << 23);
+    } else {
+      return epilogue::load_out<K::kScaleId>(srow, ch);
+    }
   }
 
   // Blocks: the activation scale of tile row `row` for the stage's group, and the weight block's.

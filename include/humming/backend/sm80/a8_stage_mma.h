@@ -53,37 +53,29 @@ template <class K> struct A8StageMma {
     }
   }
 
-  // Warp (wm, wn, wk) of a wide launch: its WM rows x 64 channels over its kWarpK inputs of the
-  // stage, added into `sums` (sums[i][j]: mma tile i of rows, channels j * 8..).
-  static __device__ __forceinline__ void wide(const char *stage, int wm, int wn, int wk, int lane,
-                                              Sum (&sums)[MT][8][4]) {
+  // Warp (wm, wn, wk) of a wide launch: K step s (of kSteps) of its kWarpK inputs of the stage, its
+  // WM rows x 64 channels, added into `sums` (sums[i][j]: mma tile i of rows, channels j * 8..).
+  static __device__ __forceinline__ void wide_step(const char *stage, int wm, int wn, int wk, int lane, int s,
+                                                   Sum (&sums)[MT][8][4]) {
     const char *sw = stage + kABytes;
+    const int kk = wk * WarpK + s * 32;
+    uint32_t af[MT][4];
     if constexpr (kFour) {
       const int g = lane / 4;
 #pragma unroll
-      for (int s = 0; s < kSteps; ++s) {
-        const int kk = wk * WarpK + s * 32;
-        uint32_t af[MT][4];
-#pragma unroll
-        for (int i = 0; i < MT; ++i) {
-          const uint2 lo = Stage::act_bytes8(stage, wm * WM + i * 16 + g, kk, lane);
-          const uint2 hi = Stage::act_bytes8(stage, wm * WM + i * 16 + g + 8, kk, lane);
-          a8::wide4_a(lo.x, lo.y, hi.x, hi.y, af[i]);
-        }
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          uint32_t b0, b1;
-          convert(Stage::code_word(sw, wn * 64 + j * 8 + g, kk, lane), b0, b1);
-#pragma unroll
-          for (int i = 0; i < MT; ++i) mma<kActE5M2, false>(sums[i][j], af[i], b0, b1);
-        }
+      for (int i = 0; i < MT; ++i) {
+        const uint2 lo = Stage::act_bytes8(stage, wm * WM + i * 16 + g, kk, lane);
+        const uint2 hi = Stage::act_bytes8(stage, wm * WM + i * 16 + g + 8, kk, lane);
+        a8::wide4_a(lo.x, lo.y, hi.x, hi.y, af[i]);
       }
-      return;
-    }
 #pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
-      const int kk = wk * WarpK + s * 32;
-      uint32_t af[MT][4];
+      for (int j = 0; j < 8; ++j) {
+        uint32_t b0, b1;
+        convert(Stage::code_word(sw, wn * 64 + j * 8 + g, kk, lane), b0, b1);
+#pragma unroll
+        for (int i = 0; i < MT; ++i) mma<kActE5M2, false>(sums[i][j], af[i], b0, b1);
+      }
+    } else {
 #pragma unroll
       for (int i = 0; i < MT; ++i) Stage::rows16(stage, wm * WM + i * 16, kk, lane, af[i]);
 #pragma unroll
@@ -99,31 +91,25 @@ template <class K> struct A8StageMma {
     }
   }
 
-  // Warp (wn, wk) of a narrow launch (warps of one mma tile of rows): its 64 channels as four A
-  // tiles of 16 against activation rows 0-7, added into `sums` (sums[J][2h + e]: channel
-  // J * 16 + h * 8 + lane / 4, token (lane % 4) * 2 + e).
-  static __device__ __forceinline__ void narrow(const char *stage, int wn, int wk, int lane, Sum (&sums)[4][4]) {
+  // Warp (wn, wk) of a narrow launch (warps of one mma tile of rows): K step s of its slice, its 64
+  // channels as four A tiles of 16 against activation rows 0-7, added into `sums` (sums[J][2h + e]:
+  // channel J * 16 + h * 8 + lane / 4, token (lane % 4) * 2 + e).
+  static __device__ __forceinline__ void narrow_step(const char *stage, int wn, int wk, int lane, int s,
+                                                     Sum (&sums)[4][4]) {
     const char *sw = stage + kABytes;
+    const int kk = wk * WarpK + s * 32;
     if constexpr (kFour) {
       const int g = lane / 4;
+      const uint2 b = Stage::act_bytes8(stage, g, kk, lane);
 #pragma unroll
-      for (int s = 0; s < kSteps; ++s) {
-        const int kk = wk * WarpK + s * 32;
-        const uint2 b = Stage::act_bytes8(stage, g, kk, lane);
-#pragma unroll
-        for (int J = 0; J < 4; ++J) {
-          uint32_t lo0, hi0, lo1, hi1, af[4];
-          convert(Stage::code_word(sw, wn * 64 + J * 16 + g, kk, lane), lo0, hi0);
-          convert(Stage::code_word(sw, wn * 64 + J * 16 + g + 8, kk, lane), lo1, hi1);
-          a8::narrow4_a(lo0, hi0, lo1, hi1, af);
-          mma<false, kActE5M2>(sums[J], af, b.x, b.y);
-        }
+      for (int J = 0; J < 4; ++J) {
+        uint32_t lo0, hi0, lo1, hi1, af[4];
+        convert(Stage::code_word(sw, wn * 64 + J * 16 + g, kk, lane), lo0, hi0);
+        convert(Stage::code_word(sw, wn * 64 + J * 16 + g + 8, kk, lane), lo1, hi1);
+        a8::narrow4_a(lo0, hi0, lo1, hi1, af);
+        mma<false, kActE5M2>(sums[J], af, b.x, b.y);
       }
-      return;
-    }
-#pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
-      const int kk = wk * WarpK + s * 32;
+    } else {
       uint32_t bf[2];
       Stage::rows8(stage, 0, kk, lane, bf);
 #pragma unroll
