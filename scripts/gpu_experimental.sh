@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# On the lent GPU machine: the first check of the experimental kernels (the sm90 W8A8 ones, FP8 and
-# INT8) and of preloading. One dev+experimental build, then
+# On the lent GPU machine: the first check of the experimental kernels (the 8-bit activation ones:
+# sm90 W8A8 / W4A8, and the sm80 family's mma.sync ones, FP8, INT8, W4A8, MXFP4 and blocks, which
+# the H200 runs as sm_90a code) and of preloading. One dev+experimental build (HUMMING_FILTER narrows
+# it), then
 #   1. the GPU tests of every 8-bit activation instance and the W8A8 layer test (a8.log),
+#   1b. TESTS_MOE=1: tests/test_moe.py (the grouped split-K tiles, the MoE activation op; moe.log),
 #   2. the rest of the GPU tests with the same build (gpu.log; TESTS_ALL=0 skips them),
 #   3. scripts/first_call.py (first calls with and without preloading; FIRST_CALL=0 skips it),
 #   4. scripts/bench_quantize_act.py (quantize_act.json),
@@ -38,6 +41,11 @@ if [ "${TESTS_A8:-1}" != "0" ]; then
     -k "a-e4m3 or a-e5m2 or a-i8 or w8a8 or kernels_loaded or quantize_act" > "$W/a8.log" 2>&1
   say "a8 tests rc=$? after $(( $(date +%s) - start )) s: $(tail -1 "$W/a8.log")"
   grep -E "^(FAILED|ERROR)" "$W/a8.log" | head -20 | tee -a "$FINAL/summary.txt"
+fi
+if [ "${TESTS_MOE:-0}" != "0" ]; then
+  timeout "${MOE_TIMEOUT:-240}" python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rs > "$W/moe.log" 2>&1
+  say "moe tests rc=$? after $(( $(date +%s) - start )) s: $(tail -1 "$W/moe.log")"
+  grep -E "^(FAILED|ERROR)" "$W/moe.log" | head -20 | tee -a "$FINAL/summary.txt"
 fi
 if [ "${TESTS_ALL:-1}" != "0" ]; then
   # (compressed-tensors, a CI test dependency, is not on the lent machine: its test is left out.)
