@@ -96,9 +96,12 @@ template <class K> struct A8Stage {
       // The stage's K groups (kScaleRows of them): their rows of scales, the tile's BN channels.
       constexpr int kPerChunk = kScaleChunkBytes / kScaleBytes, kRowChunks = BN / kPerChunk;
       const char *sc = static_cast<const char *>(a.scales) + (kt * kScaleRows * a.dims.n_groups + n0) * kScaleBytes;
+      // (A K padded to whole groups but not to whole stages leaves the last stage groups past
+      // k_groups: their scales read as zeros, as their codes and activations do.)
+      const int64_t groups_left = a.dims.k_groups - static_cast<int64_t>(kt) * kScaleRows;
       for_each_chunk<kScaleChunks>([&](int i) {
         const int r = i / kRowChunks, c = i % kRowChunks;
-        const bool ok = c * kPerChunk < cols;
+        const bool ok = c * kPerChunk < cols && r < groups_left;
         const char *src = ok ? sc + (r * a.dims.n_groups + c * kPerChunk) * kScaleBytes : sc;
         const uint32_t dst = stage + kABytes + kBBytes + i * kScaleChunkBytes;
         if constexpr (kScaleChunkBytes == 16)
