@@ -466,6 +466,49 @@ def test_w8a8_layer_runs_on_the_fp8_kernels(wfmt, act):
     assert torch.equal(out, eager)
 
 
+SM80_A8 = [i for i in A8_INSTANCES if i.backend == "sm80"]
+
+
+@pytest.mark.parametrize(
+    "wfmt,act",
+    [
+        ("e4m3gc-sf32", "e4m3-pt"),
+        ("e4m3g128n128-sf32", "e4m3-g128"),
+        ("i8gc-sf32", "i8-pt"),
+        ("u4g128-sbf16", "e4m3-pt"),
+        ("e2m1g32-se8m0", "e4m3-pt"),
+        ("i4gc-sbf16", "i8-pt"),
+    ],
+    ids=["fp8-per-channel", "fp8-blocks", "int8", "w4a8-u4-g128", "w4a8-mxfp4", "w4a8-int8"],
+)
+def test_sm89_dispatch_picks_the_sm80_8bit_kernels_and_they_match(wfmt, act):
+    """On an sm_89 GPU (L40S: 142 multiprocessors, described to the dispatcher; a build for sm_89
+    and this GPU, whose kernels run here as this GPU's code) every M range of a W8A8 / W4A8 format picks one of the sm80 family's
+    8-bit activation instances, never the generic backend, and the instance it picks matches the
+    reference on this GPU across the tile heights (the narrow form up to 8 rows, stream-K)."""
+    from humming_aot import dispatch
+
+    fmt = f"a-{act}_w-{wfmt}_c-bf16"
+    if not any(f"_{fmt}_" in i.name and "89" in i.archs for i in SM80_A8):
+        pytest.skip(
+            f"this build has no sm80 8-bit activation instance for {fmt} with sm_89 code (a dev+experimental build "
+            "with HUMMING_CUDA_ARCHS=89;90a has them)"
+        )
+    n, k = 520, 3072 + 64  # a partial last tile; K not a whole number of 128-input stages
+    w = torch.randn(n, k, generator=torch.Generator().manual_seed(4)) * 0.02
+    q = R.quantize_weight(w, wfmt)
+    p = ha.pack_weight(q, layout=1).to("cuda")
+    w_deq = R.dequantize_weight(q)
+    g = F.parse_gemm_format(fmt)
+    for m in M_VALUES + (300,):
+        name = dispatch.choose_for(fmt, n, k, m, cc=89, sms=142)
+        assert name.startswith("sm80_mma_dense_a-"), (m, name)
+        a, s, a_deq = _act(g, m, k, "cuda", m)
+        out = ha.gemm(a, p, g, a_scales=s, instance=name)
+        ref = a_deq.double().cpu() @ w_deq.double().T
+        assert_gemm_close(out, ref, a_deq.cpu(), w_deq, f"{name} m={m}")
+
+
 @pytest.mark.parametrize(
     "wfmt,act", [("u4g128-sbf16", "e4m3-pt"), ("e2m1gc-sbf16", "e4m3-pt"), ("u4gc-sbf16", "i8-pt")]
 )
