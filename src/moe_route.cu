@@ -8,7 +8,7 @@
 //   them into the experts' offsets and each chunk's first row per expert, then each chunk places
 //   its assignments, ranked among the same expert's earlier ones of the chunk (stable, so the
 //   order never depends on thread timing); with one chunk (decode), one block runs the three steps
-//   in one launch;
+//   in one launch, and moe_route runs the top-k before them in the same block;
 // - permute: one block per row, 16-byte copies where rows allow;
 // - combine: one thread per (token, channel), or per 8 channels of 16-bit rows, the terms in
 //   choice order;
@@ -58,10 +58,10 @@ __device__ __forceinline__ void warp_best(int32_t none, float &v, float &s, int3
   }
 }
 
-__global__ void topk_kernel(MoeTopk a) {
+// Token t's top-k by the warp that calls it (every lane), re-reading the row from memory in each
+// round (any number of experts).
+__device__ __forceinline__ void topk_token(const MoeTopk &a, int64_t t) {
   const int lane = threadIdx.x % 32;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * kTopkWarps + threadIdx.x / 32;
-  if (t >= a.tokens) return;
   const void *row = static_cast<const char *>(a.logits) + t * a.ld * a.logits_type.storage_bytes();
   float row_max = -INFINITY;
   for (int32_t e = lane; e < a.experts; e += 32) row_max = fmaxf(row_max, load_element(a.logits_type, row, e));
@@ -103,16 +103,19 @@ __global__ void topk_kernel(MoeTopk a) {
   }
 }
 
+__global__ void topk_kernel(MoeTopk a) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kTopkWarps + threadIdx.x / 32;
+  if (t < a.tokens) topk_token(a, t);
+}
+
 // top-k with the row in registers, for rows of at most 32 x P experts: each lane loads its P logits
 // once (expert lane + 32 p) and computes their scores and rank values once; each of the top_k
 // rounds is then P compares and a warp arg-max, where topk_kernel re-reads the row from memory in
 // every round (a chain of dependent loads: 17 us for one token over 128 experts on the H200,
 // session 19). The same values, the same order (ranks_before is a total order, so the scan order
 // does not matter) and the same sums: its results equal topk_kernel's bitwise.
-template <int P> __global__ void topk_registers_kernel(MoeTopk a) {
+template <int P> __device__ __forceinline__ void topk_token_registers(const MoeTopk &a, int64_t t) {
   const int lane = threadIdx.x % 32;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * kTopkWarps + threadIdx.x / 32;
-  if (t >= a.tokens) return;
   const void *row = static_cast<const char *>(a.logits) + t * a.ld * a.logits_type.storage_bytes();
   float logit[P], s[P], v[P];
   uint32_t open = 0; // bit p: expert lane + 32 p exists and is not chosen yet
@@ -158,6 +161,20 @@ template <int P> __global__ void topk_registers_kernel(MoeTopk a) {
     a.ids[t * a.top_k + lane] = mine;
     a.weights[t * a.top_k + lane] = mine_w / denom;
   }
+}
+
+template <int P> __global__ void topk_registers_kernel(MoeTopk a) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kTopkWarps + threadIdx.x / 32;
+  if (t < a.tokens) topk_token_registers<P>(a, t);
+}
+
+// Token t's top-k by the calling warp: in registers for rows of at most 32 x P experts (P > 0),
+// else from memory.
+template <int P> __device__ __forceinline__ void topk_token_any(const MoeTopk &a, int64_t t) {
+  if constexpr (P > 0)
+    topk_token_registers<P>(a, t);
+  else
+    topk_token(a, t);
 }
 
 __device__ __forceinline__ int32_t expert_of(const MoeAlign &a, int64_t i) {
@@ -280,6 +297,23 @@ __global__ void align_place_kernel(MoeAlign a, const int32_t *chunk_first) { ali
 __global__ void __launch_bounds__(kAlignChunk)
     align_one_block_kernel(MoeAlign a, int32_t *chunk_counts, int64_t capacity) {
   extern __shared__ int32_t hist[];
+  align_count(a, chunk_counts, 0, hist);
+  __syncthreads();
+  align_scan(a, chunk_counts, 1, capacity);
+  __syncthreads();
+  align_place(a, chunk_counts, 0);
+}
+
+// Top-k, then the align's three steps, in one block, where the assignments fit one chunk (decode):
+// each warp takes tokens warp, warp + 32, ... (topk_token_any: the kernels' code), then the block
+// barrier makes the ids visible to the align, which runs as align_one_block_kernel does. The
+// results are those of the two launches, for one launch instead of two.
+template <int P>
+__global__ void __launch_bounds__(kAlignChunk)
+    route_one_block_kernel(MoeTopk t, MoeAlign a, int32_t *chunk_counts, int64_t capacity) {
+  extern __shared__ int32_t hist[];
+  for (int64_t tok = threadIdx.x / 32; tok < t.tokens; tok += kAlignChunk / 32) topk_token_any<P>(t, tok);
+  __syncthreads();
   align_count(a, chunk_counts, 0, hist);
   __syncthreads();
   align_scan(a, chunk_counts, 1, capacity);
@@ -411,6 +445,36 @@ Status moe_align_cuda(const MoeAlign &a, void *stream) {
   align_scan_kernel<<<1, kScanThreads, 0, s>>>(a, chunk_counts, chunks, capacity);
   if (chunks > 0) align_place_kernel<<<static_cast<unsigned>(chunks), kAlignChunk, 0, s>>>(a, chunk_counts);
   return launched("moe_align");
+}
+
+Status moe_route_cuda(const MoeTopk &t, const MoeAlign &a, void *stream) {
+  if (a.ids != t.ids || a.assignments != t.tokens * t.top_k || a.experts != t.experts)
+    return Status::Error("moe_route: the alignment must take the top-k's ids, all of them, over its experts");
+  if (t.top_k < 1 || t.top_k > t.experts || t.top_k > kMaxTopK)
+    return Status::Error("top_k must lie in [1, min(experts=" + std::to_string(t.experts) + ", " +
+                         std::to_string(kMaxTopK) + ")] on the GPU, got " + std::to_string(t.top_k));
+  const bool one_block = a.assignments <= kAlignChunk && a.block_m >= 1 &&
+                         (a.experts + 2 * kAlignChunk) * sizeof(int32_t) <= 48 * 1024 &&
+                         a.workspace_bytes >= moe_align_workspace_bytes(a.assignments, a.experts);
+  if (!one_block || t.tokens == 0) {
+    const Status st = moe_topk_cuda(t, stream);
+    return st ? moe_align_cuda(a, stream) : st;
+  }
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int64_t capacity = moe_route::align_capacity(a.assignments, a.experts, a.block_m);
+  int32_t *chunk_counts = static_cast<int32_t *>(a.workspace);
+  const size_t shared = a.experts * sizeof(int32_t);
+  if (t.experts <= 32)
+    route_one_block_kernel<1><<<1, kAlignChunk, shared, s>>>(t, a, chunk_counts, capacity);
+  else if (t.experts <= 64)
+    route_one_block_kernel<2><<<1, kAlignChunk, shared, s>>>(t, a, chunk_counts, capacity);
+  else if (t.experts <= 128)
+    route_one_block_kernel<4><<<1, kAlignChunk, shared, s>>>(t, a, chunk_counts, capacity);
+  else if (t.experts <= 256)
+    route_one_block_kernel<8><<<1, kAlignChunk, shared, s>>>(t, a, chunk_counts, capacity);
+  else
+    route_one_block_kernel<0><<<1, kAlignChunk, shared, s>>>(t, a, chunk_counts, capacity);
+  return launched("moe_route");
 }
 
 Status moe_permute_cuda(DType type, const void *x, int64_t hidden, int64_t ldx, const int32_t *sorted_ids,

@@ -58,6 +58,18 @@ def topk_route(
     equal scores in torch.topk's order). ``scaling``: the weights are multiplied by it after the
     renormalization (``routed_scaling_factor``).
     """
+    correction_bias = _check_routing(logits, top_k, scoring, correction_bias)
+    _check_group_routing(logits.shape[1], top_k, n_group, topk_group, scaling)
+    if n_group is not None or topk_group is not None:
+        weights, ids = _group_limited(logits, top_k, scoring, renormalize, correction_bias, n_group, topk_group)
+    else:
+        weights, ids = torch.ops.humming.moe_topk(_kernel_logits(logits), top_k, scoring, renormalize, correction_bias)
+    return (weights * scaling if scaling != 1.0 else weights), ids
+
+
+def _check_routing(logits, top_k, scoring, correction_bias) -> torch.Tensor | None:
+    """ValueError / TypeError naming the bad one of a routing's logits [T, E], top_k, scoring and
+    correction bias [E]; the bias as the kernels take it (fp32, contiguous, on the logits' device)."""
     if not isinstance(logits, torch.Tensor) or logits.dim() != 2:
         raise ValueError(f"router logits must be a 2-D tensor [tokens, experts], got {_describe(logits)}")
     if not logits.is_floating_point():
@@ -67,23 +79,21 @@ def topk_route(
         raise ValueError(f"top_k must be an integer from 1 to the number of experts ({num_experts}), got {top_k!r}")
     if scoring not in SCORINGS:
         raise ValueError(f"scoring must be one of {', '.join(SCORINGS)}, got {scoring!r}")
-    if correction_bias is not None:
-        if correction_bias.shape != (num_experts,):
-            raise ValueError(
-                f"correction_bias must have shape ({num_experts},), one value per expert, got "
-                f"{tuple(correction_bias.shape)}"
-            )
-        correction_bias = correction_bias.to(device=logits.device, dtype=torch.float32).contiguous()
-    _check_group_routing(num_experts, top_k, n_group, topk_group, scaling)
-    if n_group is not None or topk_group is not None:
-        weights, ids = _group_limited(logits, top_k, scoring, renormalize, correction_bias, n_group, topk_group)
-    else:
-        if logits.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-            logits = logits.float()
-        if logits.stride(-1) != 1:
-            logits = logits.contiguous()
-        weights, ids = torch.ops.humming.moe_topk(logits, top_k, scoring, renormalize, correction_bias)
-    return (weights * scaling if scaling != 1.0 else weights), ids
+    if correction_bias is None:
+        return None
+    if correction_bias.shape != (num_experts,):
+        raise ValueError(
+            f"correction_bias must have shape ({num_experts},), one value per expert, got "
+            f"{tuple(correction_bias.shape)}"
+        )
+    return correction_bias.to(device=logits.device, dtype=torch.float32).contiguous()
+
+
+def _kernel_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Router logits as the routing kernels read them: f32 / f16 / bf16 with unit stride along E."""
+    if logits.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        logits = logits.float()
+    return logits if logits.stride(-1) == 1 else logits.contiguous()
 
 
 def _check_group_routing(num_experts: int, top_k: int, n_group, topk_group, scaling) -> None:
@@ -181,6 +191,30 @@ def moe_align(ids: torch.Tensor, num_experts: int, block_m: int, *, check_ids: b
             raise ValueError(f"expert ids must lie in [0, {num_experts}), got values from {lo} to {hi}")
     out = torch.ops.humming.moe_align(ids.reshape(-1).to(torch.int32).contiguous(), num_experts, block_m)
     return Alignment(*out, block_m, a, top_k)
+
+
+def route(
+    logits: torch.Tensor,
+    top_k: int,
+    block_m: int = 1,
+    *,
+    scoring: str = "softmax",
+    renormalize: bool = True,
+    correction_bias: torch.Tensor | None = None,
+    scaling: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor, Alignment]:
+    """:func:`topk_route` then :func:`moe_align` of its ids over the logits' experts, in one
+    launch where a decode's assignments fit one block (``torch.ops.humming.moe_route``): (weights
+    fp32 [T, top_k], expert ids int32 [T, top_k], the :class:`Alignment`), the same as the two
+    calls give. Group-limited routing (``n_group``) is :func:`topk_route`'s alone."""
+    correction_bias = _check_routing(logits, top_k, scoring, correction_bias)
+    if isinstance(block_m, bool) or not isinstance(block_m, int) or block_m < 1:
+        raise ValueError(f"block_m must be a positive integer, got {block_m!r}")
+    _check_group_routing(logits.shape[1], top_k, None, None, scaling)
+    logits = _kernel_logits(logits)
+    weights, ids, *al = torch.ops.humming.moe_route(logits, top_k, scoring, renormalize, correction_bias, block_m)
+    weights = weights * scaling if scaling != 1.0 else weights
+    return weights, ids, Alignment(*al, block_m, ids.numel(), top_k)
 
 
 def permute(x: torch.Tensor, alignment: Alignment) -> torch.Tensor:
@@ -651,6 +685,12 @@ class QuantMoE(torch.nn.Module):
     def _route(self, x: torch.Tensor, router_logits: torch.Tensor):
         """Routing weights, the alignment (blocks of one row: the experts' rows back to back) and
         the activations in its expert-sorted order."""
+        if self.n_group is None and self.topk_group is None:  # top-k and align in one launch
+            weights, _, al = route(
+                router_logits, self.top_k, 1, scoring=self.scoring, renormalize=self.renormalize,
+                correction_bias=self.correction_bias, scaling=self.routed_scaling,
+            )  # fmt: skip
+            return weights, al, permute(x, al)
         weights, ids = topk_route(
             router_logits, self.top_k, scoring=self.scoring, renormalize=self.renormalize,
             correction_bias=self.correction_bias, n_group=self.n_group, topk_group=self.topk_group,

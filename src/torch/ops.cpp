@@ -714,8 +714,13 @@ void on_cpu_or_cuda(const torch::stable::Device &dev, const char *op, Cpu cpu, C
   check(cuda(on.stream));
 }
 
-std::tuple<Tensor, Tensor> moe_topk(const Tensor &logits, int64_t top_k, const std::string &scoring, bool renormalize,
-                                    const std::optional<Tensor> &bias) {
+// A top-k's arguments with its outputs (weights fp32, ids int32 [tokens, top_k]) allocated.
+struct TopkCall {
+  MoeTopk a;
+  Tensor weights, ids;
+};
+TopkCall topk_call(const Tensor &logits, int64_t top_k, const std::string &scoring, bool renormalize,
+                   const std::optional<Tensor> &bias) {
   require(logits.dim() == 2, "router logits must be 2-D [tokens, experts], got shape ", logits.sizes());
   const DType lt = dtype_of(logits.scalar_type());
   require(lt.id() != 0, "router logits must be float32, float16 or bfloat16, got ", logits.scalar_type());
@@ -743,44 +748,85 @@ std::tuple<Tensor, Tensor> moe_topk(const Tensor &logits, int64_t top_k, const s
   Tensor ids = empty_on(dev, {tokens, top_k}, ScalarType::Int);
   a.weights = static_cast<float *>(weights.data_ptr());
   a.ids = static_cast<int32_t *>(ids.data_ptr());
+  return {a, weights, ids};
+}
+
+std::tuple<Tensor, Tensor> moe_topk(const Tensor &logits, int64_t top_k, const std::string &scoring, bool renormalize,
+                                    const std::optional<Tensor> &bias) {
+  TopkCall c = topk_call(logits, top_k, scoring, renormalize, bias);
   on_cpu_or_cuda(
-      dev, "moe_topk", [&] { return moe_topk_cpu(a); }, [&](void *stream) { return moe_topk_cuda(a, stream); });
-  return {weights, ids};
+      logits.device(), "moe_topk", [&] { return moe_topk_cpu(c.a); },
+      [&](void *stream) { return moe_topk_cuda(c.a, stream); });
+  return {c.weights, c.ids};
+}
+
+// An align's arguments over `assignments` ids (int32, on dev) with its outputs allocated
+// (sorted_ids, block_expert, num_padded, positions, counts, offsets).
+struct AlignCall {
+  MoeAlign a;
+  Tensor sorted_ids, block_expert, num_padded, positions, counts, offsets;
+};
+AlignCall align_call(const torch::stable::Device &dev, const int32_t *ids, int64_t assignments, int64_t num_experts,
+                     int64_t block_m) {
+  require(num_experts >= 1 && num_experts <= 4096, "num_experts must lie in [1, 4096], got ", num_experts);
+  require(block_m >= 1 && block_m <= 4096, "block_m must lie in [1, 4096], got ", block_m);
+  require(assignments < (int64_t{1} << 30), "at most 2^30 assignments, got ", assignments);
+  AlignCall c;
+  MoeAlign &a = c.a;
+  a.ids = ids;
+  a.assignments = assignments;
+  a.experts = static_cast<int32_t>(num_experts);
+  a.block_m = static_cast<int32_t>(block_m);
+  const int64_t capacity = moe_route::align_capacity(a.assignments, a.experts, a.block_m);
+  const auto i32 = [&](int64_t n) { return empty_on(dev, {n}, ScalarType::Int); };
+  c.sorted_ids = i32(capacity), c.block_expert = i32(capacity / block_m), c.num_padded = i32(1);
+  c.positions = i32(a.assignments), c.counts = i32(num_experts), c.offsets = i32(num_experts + 1);
+  a.sorted_ids = static_cast<int32_t *>(c.sorted_ids.data_ptr());
+  a.block_expert = static_cast<int32_t *>(c.block_expert.data_ptr());
+  a.num_padded = static_cast<int32_t *>(c.num_padded.data_ptr());
+  a.positions = static_cast<int32_t *>(c.positions.data_ptr());
+  a.counts = static_cast<int32_t *>(c.counts.data_ptr());
+  a.offsets = static_cast<int32_t *>(c.offsets.data_ptr());
+  return c;
+}
+
+// Scratch for a GPU align, from the caching allocator, on the stream (graph capture keeps it with
+// the graph).
+Tensor align_scratch(const torch::stable::Device &dev, MoeAlign &a) {
+  a.workspace_bytes = moe_align_workspace_bytes(a.assignments, a.experts);
+  Tensor scratch = empty_on(dev, {static_cast<int64_t>(a.workspace_bytes)}, ScalarType::Byte);
+  a.workspace = scratch.data_ptr();
+  return scratch;
 }
 
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_align(const Tensor &ids, int64_t num_experts,
                                                                      int64_t block_m) {
   require(ids.scalar_type() == ScalarType::Int, "expert ids must have dtype int32, got ", ids.scalar_type());
   require(ids.is_contiguous(), "expert ids must be contiguous");
-  require(num_experts >= 1 && num_experts <= 4096, "num_experts must lie in [1, 4096], got ", num_experts);
-  require(block_m >= 1 && block_m <= 4096, "block_m must lie in [1, 4096], got ", block_m);
   const torch::stable::Device dev = ids.device();
-  MoeAlign a;
-  a.ids = static_cast<const int32_t *>(ids.data_ptr());
-  a.assignments = ids.numel();
-  require(a.assignments < (int64_t{1} << 30), "at most 2^30 assignments, got ", a.assignments);
-  a.experts = static_cast<int32_t>(num_experts);
-  a.block_m = static_cast<int32_t>(block_m);
-  const int64_t capacity = moe_route::align_capacity(a.assignments, a.experts, a.block_m);
-  const auto i32 = [&](int64_t n) { return empty_on(dev, {n}, ScalarType::Int); };
-  Tensor sorted_ids = i32(capacity), block_expert = i32(capacity / block_m), num_padded = i32(1),
-         positions = i32(a.assignments), counts = i32(num_experts), offsets = i32(num_experts + 1);
-  a.sorted_ids = static_cast<int32_t *>(sorted_ids.data_ptr());
-  a.block_expert = static_cast<int32_t *>(block_expert.data_ptr());
-  a.num_padded = static_cast<int32_t *>(num_padded.data_ptr());
-  a.positions = static_cast<int32_t *>(positions.data_ptr());
-  a.counts = static_cast<int32_t *>(counts.data_ptr());
-  a.offsets = static_cast<int32_t *>(offsets.data_ptr());
+  AlignCall c = align_call(dev, static_cast<const int32_t *>(ids.data_ptr()), ids.numel(), num_experts, block_m);
   on_cpu_or_cuda(
-      dev, "moe_align", [&] { return moe_align_cpu(a); },
+      dev, "moe_align", [&] { return moe_align_cpu(c.a); },
       [&](void *stream) {
-        // Scratch from the caching allocator, on the stream (graph capture keeps it with the graph).
-        a.workspace_bytes = moe_align_workspace_bytes(a.assignments, a.experts);
-        Tensor scratch = empty_on(dev, {static_cast<int64_t>(a.workspace_bytes)}, ScalarType::Byte);
-        a.workspace = scratch.data_ptr();
-        return moe_align_cuda(a, stream);
+        Tensor scratch = align_scratch(dev, c.a);
+        return moe_align_cuda(c.a, stream);
       });
-  return {sorted_ids, block_expert, num_padded, positions, counts, offsets};
+  return {c.sorted_ids, c.block_expert, c.num_padded, c.positions, c.counts, c.offsets};
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor>
+moe_route(const Tensor &logits, int64_t top_k, const std::string &scoring, bool renormalize,
+          const std::optional<Tensor> &bias, int64_t block_m) {
+  TopkCall t = topk_call(logits, top_k, scoring, renormalize, bias);
+  const torch::stable::Device dev = logits.device();
+  AlignCall c = align_call(dev, t.a.ids, t.a.tokens * t.a.top_k, t.a.experts, block_m);
+  on_cpu_or_cuda(
+      dev, "moe_route", [&] { return moe_route_cpu(t.a, c.a); },
+      [&](void *stream) {
+        Tensor scratch = align_scratch(dev, c.a);
+        return moe_route_cuda(t.a, c.a, stream);
+      });
+  return {t.weights, t.ids, c.sorted_ids, c.block_expert, c.num_padded, c.positions, c.counts, c.offsets};
 }
 
 Tensor moe_permute(const Tensor &x, const Tensor &sorted_ids, int64_t top_k) {
@@ -984,6 +1030,10 @@ STABLE_TORCH_LIBRARY(humming, m) {
   m.def("moe_align(Tensor ids, int num_experts, int block_m) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("moe_permute(Tensor x, Tensor sorted_ids, int top_k) -> Tensor");
   m.def("moe_combine(Tensor y, Tensor positions, Tensor weights) -> Tensor");
+  // moe_topk, then moe_align of its ids over the logits' experts, in one launch where they fit one
+  // block: (weights, ids, then the alignment's six).
+  m.def("moe_route(Tensor logits, int top_k, str scoring, bool renormalize, Tensor? bias, int block_m) -> "
+        "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   // The experts' activation between their GEMMs (silu(gate) x up, or gpt-oss's clamped SwiGLU),
   // with per-expert biases found through the rows' expert offsets.
   m.def("moe_activation(Tensor h, Tensor? bias, Tensor? offsets, str activation, float limit, float alpha, "
@@ -1002,6 +1052,7 @@ STABLE_TORCH_LIBRARY_IMPL(humming, CPU, m) {
   m.impl("moe_permute", TORCH_BOX(&humming::torch_ops::moe_permute));
   m.impl("moe_combine", TORCH_BOX(&humming::torch_ops::moe_combine));
   m.impl("moe_activation", TORCH_BOX(&humming::torch_ops::moe_activation));
+  m.impl("moe_route", TORCH_BOX(&humming::torch_ops::moe_route));
 }
 
 STABLE_TORCH_LIBRARY_IMPL(humming, CUDA, m) {
@@ -1016,4 +1067,5 @@ STABLE_TORCH_LIBRARY_IMPL(humming, CUDA, m) {
   m.impl("moe_permute", TORCH_BOX(&humming::torch_ops::moe_permute));
   m.impl("moe_combine", TORCH_BOX(&humming::torch_ops::moe_combine));
   m.impl("moe_activation", TORCH_BOX(&humming::torch_ops::moe_activation));
+  m.impl("moe_route", TORCH_BOX(&humming::torch_ops::moe_route));
 }
