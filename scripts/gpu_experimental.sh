@@ -38,7 +38,7 @@ if [ $rc -ne 0 ]; then tail -40 "$W/build.log" | tee -a "$FINAL/summary.txt"; ta
 humming-aot info >> "$FINAL/summary.txt"
 if [ "${TESTS_A8:-1}" != "0" ]; then
   timeout "${A8_TIMEOUT:-240}" python3 -m pytest -q tests/test_gpu.py tests/test_gpu_usage.py -p no:cacheprovider -rs \
-    -k "a-e4m3 or a-e5m2 or a-i8 or w8a8 or kernels_loaded or quantize_act" > "$W/a8.log" 2>&1
+    -k "a-e4m3 or a-e5m2 or a-i8 or w8a8 or sm89 or kernels_loaded or quantize_act" > "$W/a8.log" 2>&1
   say "a8 tests rc=$? after $(( $(date +%s) - start )) s: $(tail -1 "$W/a8.log")"
   grep -E "^(FAILED|ERROR)" "$W/a8.log" | head -20 | tee -a "$FINAL/summary.txt"
 fi
@@ -50,7 +50,7 @@ fi
 if [ "${TESTS_ALL:-1}" != "0" ]; then
   # (compressed-tensors, a CI test dependency, is not on the lent machine: its test is left out.)
   timeout "${ALL_TIMEOUT:-480}" python3 -m pytest -q tests -p no:cacheprovider -rs --ignore=tests/test_convert_ct_library.py --timeout=120 \
-    -k "not (a-e4m3 or a-e5m2 or a-i8 or w8a8 or quantize_act)" \
+    -k "not (a-e4m3 or a-e5m2 or a-i8 or w8a8 or sm89 or quantize_act)" \
     > "$W/gpu.log" 2>&1
   say "other tests rc=$? after $(( $(date +%s) - start )) s: $(tail -1 "$W/gpu.log")"
   grep -E "^(FAILED|ERROR)" "$W/gpu.log" | head -20 | tee -a "$FINAL/summary.txt"
