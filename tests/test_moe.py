@@ -1024,6 +1024,30 @@ def test_quant_moe_on_the_grouped_kernels_at_many_experts_is_right_and_bitwise_s
     assert (first.cpu().double() - ref).norm() / ref.norm() <= _MOE_TOL
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
+def test_quant_moe_with_biases_and_clamped_swiglu_on_the_grouped_kernels_matches_the_cpu():
+    """gpt-oss's expert MLP (clamped SwiGLU, per-expert gate-up and down biases) on the grouped
+    GEMMs: the GPU layer (route, the activation with each row's expert's bias found through the
+    device offsets) gives the CPU reference layer's output, within the rounding of the GEMMs."""
+    import humming_aot as ha
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the grouped GEMM kernels are sm90 ones; this GPU is not sm_90")
+    experts, top_k, h, f, tokens = 16, 4, 2880, 64, 9
+    w1, w2 = _experts(experts, h, f, 41)
+    g = torch.Generator().manual_seed(42)
+    b1, b2 = torch.randn(experts, 2 * f, generator=g), torch.randn(experts, h, generator=g) * 0.1
+    kw = dict(activation="swiglu-oai", gate_up_bias=b1, down_bias=b2, layout="sm90")
+    cpu = ha.QuantMoE.from_float(w1, w2, "u4g128-sbf16", top_k, device="cpu", **kw)
+    gpu = ha.QuantMoE.from_float(w1, w2, "u4g128-sbf16", top_k, device="cuda", **kw)
+    x = torch.randn(tokens, h, generator=g).to(torch.bfloat16)
+    logits = torch.randn(tokens, experts, generator=g)
+    want = cpu(x, logits).double()
+    got = gpu(x.cuda(), logits.cuda()).cpu().double()
+    assert (got - want).norm() / want.norm() <= _MOE_TOL
+
+
 def test_combine_refuses_positions_outside_the_expert_outputs():
     """A position past the expert outputs' rows (bad input) is an error naming it on the CPU, not
     a read outside the tensor (the GPU adds nothing for such a term)."""
