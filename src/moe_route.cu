@@ -339,16 +339,31 @@ __global__ void permute_kernel(DType type, const char *x, int64_t hidden, int64_
   }
 }
 
+// The expert output bias's row of assignment i (CombineBias::row; none without a bias): the
+// nearest expert for an id out of range, which the GPU cannot report.
+struct CombineBias {
+  const float *bias;
+  const int32_t *ids;
+  int32_t experts;
+  __device__ __forceinline__ const float *row(int64_t i, int64_t hidden) const {
+    return bias + static_cast<int64_t>(min(max(ids[i], 0), experts - 1)) * hidden;
+  }
+};
+
 __global__ void combine_kernel(DType type, const void *y, int64_t rows, int64_t hidden, const int32_t *positions,
-                               const float *weights, int64_t tokens, int32_t top_k, void *out) {
+                               const float *weights, int64_t tokens, int32_t top_k, void *out, CombineBias cb) {
   for (int64_t t = blockIdx.y; t < tokens; t += gridDim.y)
     for (int64_t h = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; h < hidden;
          h += static_cast<int64_t>(gridDim.x) * blockDim.x) {
       float sum = 0.0f;
       for (int32_t j = 0; j < top_k; ++j) {
         const int64_t r = positions[t * top_k + j];
-        const float product =
-            r >= 0 && r < rows ? __fmul_rn(weights[t * top_k + j], load_element(type, y, r * hidden + h)) : 0.0f;
+        float product = 0.0f;
+        if (r >= 0 && r < rows) {
+          float v = load_element(type, y, r * hidden + h);
+          if (cb.bias != nullptr) v = __fadd_rn(v, cb.row(t * top_k + j, hidden)[h]);
+          product = __fmul_rn(weights[t * top_k + j], v);
+        }
         sum = j == 0 ? product : __fadd_rn(sum, product);
       }
       store_element(type, out, t * hidden + h, sum);
@@ -362,7 +377,7 @@ __global__ void combine_kernel(DType type, const void *y, int64_t rows, int64_t 
 // dependent position load per term, read 0.5 TB/s: 1.1 ms for Qwen3-30B-A3B at 16384 tokens on
 // the H200, session 19.)
 __global__ void combine_wide_kernel(DType type, const void *y, int64_t rows, int64_t hidden, const int32_t *positions,
-                                    const float *weights, int64_t tokens, int32_t top_k, void *out) {
+                                    const float *weights, int64_t tokens, int32_t top_k, void *out, CombineBias cb) {
   const int64_t units = hidden / 8;
   for (int64_t t = blockIdx.y; t < tokens; t += gridDim.y)
     for (int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < units;
@@ -376,9 +391,12 @@ __global__ void combine_wide_kernel(DType type, const void *y, int64_t rows, int
         uint4 q = make_uint4(0, 0, 0, 0);
         if (in) q = reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(y) + r * hidden)[u];
         const uint32_t word[4] = {q.x, q.y, q.z, q.w};
+        const float *b = cb.bias != nullptr && in ? cb.row(t * top_k + j, hidden) + 8 * u : nullptr;
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
-          const float product = in ? __fmul_rn(w, decode(type, (word[c / 2] >> (16 * (c % 2))) & 0xFFFFu)) : 0.0f;
+          float v = decode(type, (word[c / 2] >> (16 * (c % 2))) & 0xFFFFu);
+          if (b != nullptr) v = __fadd_rn(v, b[c]);
+          const float product = in ? __fmul_rn(w, v) : 0.0f;
           sum[c] = j == 0 ? product : __fadd_rn(sum[c], product);
         }
       }
@@ -486,8 +504,12 @@ Status moe_permute_cuda(DType type, const void *x, int64_t hidden, int64_t ldx, 
 }
 
 Status moe_combine_cuda(DType type, const void *y, int64_t rows, int64_t hidden, const int32_t *positions,
-                        const float *weights, int64_t tokens, int32_t top_k, void *out, void *stream) {
+                        const float *weights, int64_t tokens, int32_t top_k, void *out, void *stream, const float *bias,
+                        const int32_t *ids, int32_t experts) {
   if (tokens == 0 || hidden == 0) return Status::Ok();
+  if (bias != nullptr && (ids == nullptr || experts < 1))
+    return Status::Error("moe_combine: a bias needs the assignments' expert ids and at least one expert");
+  const CombineBias cb{bias, ids, experts};
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const unsigned token_blocks = static_cast<unsigned>(tokens < 65535 ? tokens : 65535);
   // The wide kernel where its threads fill the GPU: with few tokens each of its threads waits on
@@ -499,11 +521,11 @@ Status moe_combine_cuda(DType type, const void *y, int64_t rows, int64_t hidden,
       tokens * units >= kCombineWideThreads) {
     const int threads = units < 128 ? 32 * static_cast<int>((units + 31) / 32) : 128;
     const dim3 grid(static_cast<unsigned>((units + threads - 1) / threads), token_blocks);
-    combine_wide_kernel<<<grid, threads, 0, s>>>(type, y, rows, hidden, positions, weights, tokens, top_k, out);
+    combine_wide_kernel<<<grid, threads, 0, s>>>(type, y, rows, hidden, positions, weights, tokens, top_k, out, cb);
     return launched("moe_combine");
   }
   const dim3 grid(static_cast<unsigned>((hidden + 255) / 256), token_blocks);
-  combine_kernel<<<grid, 256, 0, s>>>(type, y, rows, hidden, positions, weights, tokens, top_k, out);
+  combine_kernel<<<grid, 256, 0, s>>>(type, y, rows, hidden, positions, weights, tokens, top_k, out, cb);
   return launched("moe_combine");
 }
 

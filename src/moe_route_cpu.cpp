@@ -94,17 +94,23 @@ Status moe_permute_cpu(DType type, const void *x, int64_t hidden, int64_t ldx, c
 }
 
 Status moe_combine_cpu(DType type, const void *y, int64_t rows, int64_t hidden, const int32_t *positions,
-                       const float *weights, int64_t tokens, int32_t top_k, void *out) {
-  for (int64_t i = 0; i < tokens * top_k; ++i)
+                       const float *weights, int64_t tokens, int32_t top_k, void *out, const float *bias,
+                       const int32_t *ids, int32_t experts) {
+  for (int64_t i = 0; i < tokens * top_k; ++i) {
     if (positions[i] < 0 || positions[i] >= rows)
       return Status::Error("position " + std::to_string(i) + " is " + std::to_string(positions[i]) +
                            "; the expert outputs have " + std::to_string(rows) + " rows");
+    if (bias != nullptr && (ids[i] < 0 || ids[i] >= experts))
+      return Status::Error("expert id " + std::to_string(i) + " is " + std::to_string(ids[i]) + "; the bias has " +
+                           std::to_string(experts) + " experts");
+  }
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t h = 0; h < hidden; ++h) {
       float sum = 0.0f;
       for (int32_t j = 0; j < top_k; ++j) {
-        const float v = load_element(type, y, positions[t * top_k + j] * hidden + h);
-        // One rounding per product and per add, as the GPU (no contraction into an fma).
+        // One rounding per add and per product, as the GPU (no contraction into an fma).
+        volatile float v = load_element(type, y, positions[t * top_k + j] * hidden + h);
+        if (bias != nullptr) v = v + bias[ids[t * top_k + j] * hidden + h];
         const volatile float product = weights[t * top_k + j] * v;
         sum = j == 0 ? product : sum + product;
       }

@@ -119,6 +119,39 @@ def test_permute_and_combine_match_a_loop():
     assert out.dtype == torch.bfloat16 and torch.equal(moe.combine(y, al, w), out)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_combine_with_an_expert_output_bias_is_each_terms_bias_first(dtype):
+    """combine with the down projection's bias [E, H] and the assignments' expert ids: each term is
+    weight x (row + its expert's bias), added in fp32 in choice order and rounded once, exactly as
+    written out here with one rounding per add and per product; a bias needs ids, of the
+    assignments' shape and within the experts."""
+    g = torch.Generator().manual_seed(12)
+    t, h, e, k = 7, 40, 6, 3
+    w, ids = moe.topk_route(torch.randn(t, e, generator=g), k)
+    al = moe.moe_align(ids, e, 1)
+    y = torch.randn(al.capacity, h, generator=g).to(dtype)
+    bias = torch.randn(e, h, generator=g)
+    out = moe.combine(y, al, w, bias=bias, ids=ids)
+    want = torch.empty(t, h)
+    for i in range(t):
+        acc = None
+        for j in range(k):
+            term = w[i, j] * (y[int(al.positions[i * k + j])].float() + bias[int(ids[i, j])])
+            acc = term if acc is None else acc + term
+        want[i] = acc
+    assert out.dtype == dtype and torch.equal(out, want.to(dtype))
+    with pytest.raises(ValueError, match="give both or neither"):
+        moe.combine(y, al, w, bias=bias)
+    with pytest.raises(ValueError, match=r"expert ids must be \[7, 3\]"):
+        moe.combine(y, al, w, bias=bias, ids=ids[:, :2])
+    with pytest.raises(ValueError, match="expert id 4 is 6; the bias has 6 experts"):
+        bad = ids.clone()
+        bad[1, 1] = 6
+        moe.combine(y, al, w, bias=bias, ids=bad)
+    with pytest.raises(ValueError, match=r"the expert output bias must be \[experts, 40\]"):
+        moe.combine(y, al, w, bias=bias[:, :8], ids=ids)
+
+
 def test_bad_arguments_name_the_problem():
     with pytest.raises(ValueError, match="top_k"):
         moe.topk_route(torch.randn(3, 4), 5)
@@ -300,6 +333,23 @@ def test_route_on_the_gpu_matches_the_cpu_and_is_graph_capturable(t, k, e, block
 
 
 # ---- QuantMoE: the experts' GEMMs between routing and combine ----------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
+@pytest.mark.parametrize("t,h", [(3, 2880), (300, 2048)])  # the narrow and the wide combine kernels
+def test_combine_with_a_bias_on_the_gpu_equals_the_cpu(t, h):
+    """combine with an expert output bias on the GPU gives the CPU reference's bits."""
+    g = torch.Generator().manual_seed(t)
+    e, k = 16, 4
+    w, ids = moe.topk_route(torch.randn(t, e, generator=g), k)
+    al = moe.moe_align(ids, e, 1)
+    y = torch.randn(al.capacity, h, generator=g).to(torch.bfloat16)
+    bias = torch.randn(e, h, generator=g)
+    cpu = moe.combine(y, al, w, bias=bias, ids=ids)
+    dev = moe.Alignment(*(getattr(al, f).cuda() for f in _ALIGN_FIELDS), al.block_m, al.num_assignments, al.top_k)
+    gpu = moe.combine(y.cuda(), dev, w.cuda(), bias=bias.cuda(), ids=ids.cuda())
+    assert torch.equal(gpu.cpu(), cpu)
 
 
 @pytest.mark.gpu
@@ -1097,8 +1147,8 @@ def test_group_limited_routing_as_deepseek_v3():
         torch.randn(e, 64, 128, generator=g), torch.randn(e, 128, 32, generator=g), "u4g128-sbf16", k,
         scoring="sigmoid", correction_bias=bias, n_group=n_group, topk_group=topk_group, routed_scaling=2.5,
     )  # fmt: skip
-    lw, _, _ = layer._route(torch.randn(t, 128, generator=g).to(torch.bfloat16), logits)
-    assert torch.equal(lw, w)
+    lw, lids, _, _ = layer._route(torch.randn(t, 128, generator=g).to(torch.bfloat16), logits)
+    assert torch.equal(lw, w) and torch.equal(lids, ids)
     with pytest.raises(ValueError, match="n_group must divide"):
         moe.QuantMoE.from_float(
             torch.randn(e, 64, 128), torch.randn(e, 128, 32), "u4g128-sbf16", k, n_group=5, topk_group=1

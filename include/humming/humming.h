@@ -432,12 +432,18 @@ Status moe_permute_cuda(DType type, const void *x, int64_t hidden, int64_t ldx, 
 
 // out[t] = sum over j of weights[t][j] x y[positions[t * top_k + j]], in fp32, j = 0 first (one
 // product, then one add per term: no fused multiply-add), rounded once to `type` (f32, f16 or
-// bf16; y [rows][hidden] and out contiguous). A position outside [0, rows) is an error on the CPU;
-// the GPU, which cannot report it, adds nothing for that term (it never reads outside y).
+// bf16; y [rows][hidden] and out contiguous). With a bias [experts][hidden] (fp32) and the
+// assignments' experts ids [tokens x top_k], each term is weights[t][j] x (y[...] + bias[ids[...]])
+// (the add, then the product: the experts' output bias of the down GEMM). A position outside
+// [0, rows) or an id outside [0, experts) is an error on the CPU; the GPU, which cannot report
+// them, adds nothing for such a position and takes the nearest expert for such an id (it never
+// reads outside y or the bias).
 Status moe_combine_cpu(DType type, const void *y, int64_t rows, int64_t hidden, const int32_t *positions,
-                       const float *weights, int64_t tokens, int32_t top_k, void *out);
+                       const float *weights, int64_t tokens, int32_t top_k, void *out, const float *bias = nullptr,
+                       const int32_t *ids = nullptr, int32_t experts = 0);
 Status moe_combine_cuda(DType type, const void *y, int64_t rows, int64_t hidden, const int32_t *positions,
-                        const float *weights, int64_t tokens, int32_t top_k, void *out, void *stream);
+                        const float *weights, int64_t tokens, int32_t top_k, void *out, void *stream,
+                        const float *bias = nullptr, const int32_t *ids = nullptr, int32_t experts = 0);
 
 // The experts' activation between their GEMMs: out[r][c] = activate(gate, up) (scheduler/moe_route.h,
 // kind silu or swiglu-oai with its limit and alpha) of gate = h[r][c] + bias[e][c] and up =

@@ -231,10 +231,19 @@ def permute(x: torch.Tensor, alignment: Alignment) -> torch.Tensor:
     return torch.ops.humming.moe_permute(x if x.stride(-1) == 1 else x.contiguous(), ids, alignment.top_k)
 
 
-def combine(y: torch.Tensor, alignment: Alignment, weights: torch.Tensor) -> torch.Tensor:
+def combine(
+    y: torch.Tensor,
+    alignment: Alignment,
+    weights: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    ids: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The experts' outputs in the expert-sorted layout [capacity, H] back to tokens [T, H]: each
     token's rows weighted by its routing weights [T, top_k] and summed in choice order (j = 0
-    first), in fp32, returned in y's dtype."""
+    first), in fp32, returned in y's dtype. ``bias`` [E, H] with the assignments' experts ``ids``
+    [T, top_k] (as :func:`topk_route` / :func:`route` give them): each row gets its expert's bias
+    (in fp32) before its weight, the down projection's output bias (gpt-oss), in the same pass."""
     t = alignment.num_assignments // max(alignment.top_k, 1)
     if y.dim() != 2 or y.shape[0] != alignment.capacity:
         raise ValueError(
@@ -244,9 +253,16 @@ def combine(y: torch.Tensor, alignment: Alignment, weights: torch.Tensor) -> tor
         raise ValueError(f"routing weights must be [{t}, {alignment.top_k}], got {tuple(weights.shape)}")
     if y.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise TypeError(f"expert outputs must be float32, float16 or bfloat16, got {y.dtype}")
+    if (bias is None) != (ids is None):
+        raise ValueError("an expert output bias goes with the assignments' expert ids: give both or neither")
+    if bias is not None:
+        if ids.shape != (t, alignment.top_k):
+            raise ValueError(f"expert ids must be [{t}, {alignment.top_k}], got {tuple(ids.shape)}")
+        bias = bias.to(device=y.device, dtype=torch.float32).contiguous()
+        ids = ids.to(device=y.device, dtype=torch.int32).contiguous()
     pos = alignment.positions.to(device=y.device, dtype=torch.int32)
     return torch.ops.humming.moe_combine(
-        y.contiguous(), pos, weights.to(device=y.device, dtype=torch.float32).contiguous()
+        y.contiguous(), pos, weights.to(device=y.device, dtype=torch.float32).contiguous(), bias, ids
     )
 
 
@@ -652,25 +668,25 @@ class QuantMoE(torch.nn.Module):
                 "GEMM at small batch",
                 stacklevel=2,
             )
-        weights, al, rows = self._route(x, router_logits)
+        weights, ids, al, rows = self._route(x, router_logits)
         # Blocks of one row pad nothing: every row belongs to an expert and is written below.
         y = x.new_empty(al.capacity, self.hidden, dtype=self.down[0]._out_dtype)
         start = 0
-        biased = self.gate_up_bias is not None or self.down_bias is not None
         for e, c in enumerate(al.counts.tolist()):
             if c == 0:
                 continue
-            expert = torch.full((c,), e, dtype=torch.int64, device=x.device) if biased else None
             bias = None if self.gate_up_bias is None else self.gate_up_bias[e : e + 1]
             act = self._activate(self.gate_up[e](rows[start : start + c]), x.dtype, bias)
-            y[start : start + c] = self._biased(self.down[e](act), self.down_bias, expert)
+            y[start : start + c] = self.down[e](act)
             start += c
-        return combine(y, al, weights)
+        return self._combine(y, al, weights, ids)
 
-    @staticmethod
-    def _biased(h: torch.Tensor, bias, expert: torch.Tensor | None) -> torch.Tensor:
-        """``h`` plus each row's expert's bias (fp32, then h's type); ``h`` itself without one."""
-        return h if bias is None else (h.float() + bias.index_select(0, expert)).to(h.dtype)
+    def _combine(self, y: torch.Tensor, al: Alignment, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """The tokens' outputs from the experts' (:func:`combine`), each row with its expert's
+        down bias where the layer has one."""
+        if self.down_bias is None:
+            return combine(y, al, weights)
+        return combine(y, al, weights, bias=self.down_bias, ids=ids)
 
     def _activate(self, h: torch.Tensor, dtype: torch.dtype, bias=None, offsets=None) -> torch.Tensor:
         """The experts' activation of gate-up outputs ``h`` [rows, 2F] (:func:`activate`: one
@@ -683,21 +699,21 @@ class QuantMoE(torch.nn.Module):
         )  # fmt: skip
 
     def _route(self, x: torch.Tensor, router_logits: torch.Tensor):
-        """Routing weights, the alignment (blocks of one row: the experts' rows back to back) and
-        the activations in its expert-sorted order."""
+        """Routing weights and expert ids, the alignment (blocks of one row: the experts' rows back
+        to back) and the activations in its expert-sorted order."""
         if self.n_group is None and self.topk_group is None:  # top-k and align in one launch
-            weights, _, al = route(
+            weights, ids, al = route(
                 router_logits, self.top_k, 1, scoring=self.scoring, renormalize=self.renormalize,
                 correction_bias=self.correction_bias, scaling=self.routed_scaling,
             )  # fmt: skip
-            return weights, al, permute(x, al)
+            return weights, ids, al, permute(x, al)
         weights, ids = topk_route(
             router_logits, self.top_k, scoring=self.scoring, renormalize=self.renormalize,
             correction_bias=self.correction_bias, n_group=self.n_group, topk_group=self.topk_group,
             scaling=self.routed_scaling,
         )  # fmt: skip
         al = moe_align(ids, self.num_experts, 1, check_ids=False)  # topk_route's ids are valid: no host sync
-        return weights, al, permute(x, al)
+        return weights, ids, al, permute(x, al)
 
     def _grouped_on(self, x: torch.Tensor) -> bool:
         """Whether this call runs the grouped GEMMs: on the CPU reference, or on a GPU with the
@@ -715,23 +731,14 @@ class QuantMoE(torch.nn.Module):
 
     def _forward_grouped(self, x: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
         # No host synchronization: the experts' rows are device offsets that the kernels read.
-        weights, al, rows = self._route(x, router_logits)
+        weights, ids, al, rows = self._route(x, router_logits)
         per_expert = max(1, al.capacity // self.num_experts)
         gu, dn = self._stacks
-        expert = None
-        if self.down_bias is not None:
-            # each sorted row's expert, from the device offsets (no host synchronization)
-            r = torch.arange(al.capacity, device=x.device, dtype=torch.int32)
-            expert = torch.searchsorted(al.offsets[1:].to(x.device), r, right=True).clamp_(max=self.num_experts - 1)
         routed = x.shape[0] * self.top_k
         h = moe_gemm(rows, gu, al.offsets, self.gate_up[0].fmt, rows_per_expert=per_expert, assignments=routed)
         act = self._activate(h, x.dtype, self.gate_up_bias, al.offsets if self.gate_up_bias is not None else None)
-        y = self._biased(
-            moe_gemm(act, dn, al.offsets, self.down[0].fmt, rows_per_expert=per_expert, assignments=routed),
-            self.down_bias,
-            expert,
-        )
-        return combine(y, al, weights)
+        y = moe_gemm(act, dn, al.offsets, self.down[0].fmt, rows_per_expert=per_expert, assignments=routed)
+        return self._combine(y, al, weights, ids)
 
     def instances(self, tokens: int, *, device=None, cc: int | None = None, sms: int | None = None) -> dict:
         """The grouped instances a call of ``tokens`` tokens runs, ``{"gate_up": name, "down":

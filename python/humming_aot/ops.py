@@ -115,7 +115,7 @@ def _moe_permute_fake(x, sorted_ids, top_k):
 
 
 @torch.library.register_fake("humming::moe_combine")
-def _moe_combine_fake(y, positions, weights):
+def _moe_combine_fake(y, positions, weights, bias=None, ids=None):
     torch._check(y.dim() == 2, lambda: f"expert outputs must be 2-D [rows, hidden], got {y.dim()}-D")
     return y.new_empty((weights.shape[0], y.shape[1]))
 

@@ -852,7 +852,8 @@ Tensor moe_permute(const Tensor &x, const Tensor &sorted_ids, int64_t top_k) {
   return out;
 }
 
-Tensor moe_combine(const Tensor &y, const Tensor &positions, const Tensor &weights) {
+Tensor moe_combine(const Tensor &y, const Tensor &positions, const Tensor &weights, const std::optional<Tensor> &bias,
+                   const std::optional<Tensor> &ids) {
   require(y.dim() == 2 && y.is_contiguous(),
           "expert outputs must be a contiguous 2-D tensor [rows, hidden], got shape ", y.sizes());
   const DType t = dtype_of(y.scalar_type());
@@ -864,6 +865,21 @@ Tensor moe_combine(const Tensor &y, const Tensor &positions, const Tensor &weigh
   const int64_t tokens = weights.size(0), top_k = weights.size(1), hidden = y.size(1);
   check_tensor(positions, "positions", ScalarType::Int, dev, "the expert outputs");
   check_shape(positions, "positions", {tokens * top_k});
+  const float *b = nullptr;
+  const int32_t *e = nullptr;
+  int32_t experts = 0;
+  require(bias.has_value() == ids.has_value(), "an expert output bias goes with the assignments' expert ids");
+  if (bias.has_value()) {
+    require(bias->dim() == 2 && bias->size(1) == hidden && bias->size(0) >= 1,
+            "the expert output bias must be [experts, ", hidden, "], got shape ", bias->sizes());
+    check_tensor(*bias, "the expert output bias", ScalarType::Float, dev, "the expert outputs");
+    check_tensor(*ids, "expert ids", ScalarType::Int, dev, "the expert outputs");
+    require(ids->numel() == tokens * top_k && ids->is_contiguous(), "expert ids must be contiguous [", tokens, " x ",
+            top_k, "], got shape ", ids->sizes());
+    b = static_cast<const float *>(bias->data_ptr());
+    e = static_cast<const int32_t *>(ids->data_ptr());
+    experts = static_cast<int32_t>(bias->size(0));
+  }
   Tensor out = empty_on(dev, {tokens, hidden}, y.scalar_type());
   const auto *pos = static_cast<const int32_t *>(positions.data_ptr());
   const auto *w = static_cast<const float *>(weights.data_ptr());
@@ -871,11 +887,11 @@ Tensor moe_combine(const Tensor &y, const Tensor &positions, const Tensor &weigh
       dev, "moe_combine",
       [&] {
         return moe_combine_cpu(t, y.data_ptr(), y.size(0), hidden, pos, w, tokens, static_cast<int32_t>(top_k),
-                               out.data_ptr());
+                               out.data_ptr(), b, e, experts);
       },
       [&](void *stream) {
         return moe_combine_cuda(t, y.data_ptr(), y.size(0), hidden, pos, w, tokens, static_cast<int32_t>(top_k),
-                                out.data_ptr(), stream);
+                                out.data_ptr(), stream, b, e, experts);
       });
   return out;
 }
@@ -1029,7 +1045,7 @@ STABLE_TORCH_LIBRARY(humming, m) {
   m.def("moe_topk(Tensor logits, int top_k, str scoring, bool renormalize, Tensor? bias) -> (Tensor, Tensor)");
   m.def("moe_align(Tensor ids, int num_experts, int block_m) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("moe_permute(Tensor x, Tensor sorted_ids, int top_k) -> Tensor");
-  m.def("moe_combine(Tensor y, Tensor positions, Tensor weights) -> Tensor");
+  m.def("moe_combine(Tensor y, Tensor positions, Tensor weights, Tensor? bias=None, Tensor? ids=None) -> Tensor");
   // moe_topk, then moe_align of its ids over the logits' experts, in one launch where they fit one
   // block: (weights, ids, then the alignment's six).
   m.def("moe_route(Tensor logits, int top_k, str scoring, bool renormalize, Tensor? bias, int block_m) -> "
