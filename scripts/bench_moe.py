@@ -40,10 +40,11 @@ every token's rows sorted by expert):
 Each point is the median CUDA-graph replay of the two GEMMs, after a read flush of 256 MiB
 (bench.Timer, as scripts/time_shapes.py --graph --flush read); the routing helpers (top-k and
 align, one launch at decode, moe.route; permute, combine: humming_aot.moe) are timed on their own
-the same way. For each point the bytes
-of the touched experts' weights give the weight bandwidth (GB/s).
+the same way, and so is the whole layer as QuantMoE runs it (route, permute, the two GEMMs, the
+activation, combine). For each point the bytes of the touched experts' weights give the weight
+bandwidth (GB/s).
 Writes JSON {"device", "format", "points": [{model, tokens, impl, us, us_gate_up, us_down,
-touched_experts, weight_gbs}], "routing": [{model, tokens, us[, parts]}]} and the same as a markdown table
+touched_experts, weight_gbs}], "routing": [{model, tokens, us[, parts][, layer_us]}]} and the same as a markdown table
 (OUT.md) after every model, and prints one line per point.
 """
 
@@ -290,12 +291,15 @@ def quantized_stack(e: int, n: int, k: int) -> moe.StackedExperts:
 
 def table(points: list, routing: list) -> str:
     """The run as a markdown table: per model and token count, each implementation's µs (gate-up +
-    down), humming-aot's speed-up over torch's bf16 grouped GEMM, its weight bandwidth and the
-    routing helpers' share of the layer."""
+    down), humming-aot's speed-up over torch's bf16 grouped GEMM, its weight bandwidth, the
+    routing helpers' share of the layer, and the whole layer (as QuantMoE runs it) with the share
+    of it beyond humming-aot's two GEMMs (issue 14's target: at most 10 % up to 64 tokens)."""
     pts = {(p["model"], p["tokens"], p["impl"]): p for p in points}
     rt = {(r["model"], r["tokens"]): r["us"] for r in routing}
+    lay = {(r["model"], r["tokens"]): r["layer_us"] for r in routing if "layer_us" in r}
     names = list(dict.fromkeys(p["impl"] for p in points))
-    head = ["model", "tokens", *names, "aot / grouped bf16", "aot weight GB/s", "routing", "routing share"]
+    head = ["model", "tokens", *names, "aot / grouped bf16", "aot weight GB/s", "routing", "routing share", "layer",
+            "layer beyond the GEMMs"]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
     for model, tokens in dict.fromkeys((p["model"], p["tokens"]) for p in points):
         row = [model, str(tokens)]
@@ -308,6 +312,9 @@ def table(points: list, routing: list) -> str:
         r = rt.get((model, tokens))
         row.append(f"{r:.1f}" if r is not None else "-")
         row.append(f"{r / (r + aot['us']) * 100:.0f}%" if r is not None and "us" in aot else "-")
+        whole = lay.get((model, tokens))
+        row.append(f"{whole:.1f}" if whole is not None else "-")
+        row.append(f"{(whole - aot['us']) / whole * 100:.0f}%" if whole is not None and "us" in aot else "-")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
@@ -360,6 +367,23 @@ for model in args.models.split(","):
             }
             print(f"{model} T={tokens} routing {entry['us']:.1f} us: "
                   + ", ".join(f"{k} {v:.1f}" for k, v in entry["parts"].items()), flush=True)  # fmt: skip
+        if stacks is not None:
+            # The whole layer as QuantMoE runs it (route, permute, gate-up, the activation, down,
+            # combine), one graph: what the helpers and the activation add to the two GEMMs.
+            lp = max(1, rows.shape[0] // e)
+
+            def layer():
+                w_, _, a_ = moe.route(logits, top_k, 1)
+                h_ = moe.moe_gemm(moe.permute(x, a_), stacks[0], a_.offsets, fmt, rows_per_expert=lp,
+                                  assignments=tokens * top_k)  # fmt: skip
+                y_ = moe.moe_gemm(moe.activate(h_, dtype=x.dtype), stacks[1], a_.offsets, fmt, rows_per_expert=lp,
+                                  assignments=tokens * top_k)  # fmt: skip
+                return moe.combine(y_, a_, w_)
+
+            try:
+                entry["layer_us"] = median_graph_us(layer)
+            except Exception as ex:  # recorded, the run goes on
+                entry["layer_error"] = f"{type(ex).__name__}: {ex}"[:300]
         routing.append(entry)
         per_expert = max(1, rows.shape[0] // e)
         mean = rows.shape[0] / e
