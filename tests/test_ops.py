@@ -338,6 +338,29 @@ def test_pack_error_paths():
         ha.pack_weight(q.codes)
 
 
+@pytest.mark.parametrize("fmt", ["e2m1g32-se8m0", "e2m1g16-se4m3-gs"])
+def test_fp4_scales_at_their_extremes_pack_and_nan_ones_are_refused(fmt):
+    """MXFP4's e8m0 scale bytes 0x00 (2^-127), 0x7F (1) and 0xFE (2^127), and NVFP4's e4m3 block
+    scales at their extremes, pack and unpack exactly, for every layout that holds FP4 codes
+    (the generic one, which the 8-bit activation kernels read); a NaN scale (e8m0 0xFF, e4m3 0x7F
+    or 0xFF) is refused at packing, naming the group and the byte."""
+    import dataclasses
+
+    q = R.quantize_weight(torch.randn(16, 64, generator=torch.Generator().manual_seed(8)), fmt)
+    b = q.scales.view(torch.uint8)
+    extremes = [0x00, 0x7F, 0xFE] if fmt.endswith("e8m0") else [0x01, 0x7E, 0xFE]
+    for i, byte in enumerate(extremes):
+        b[i, 0] = byte
+    p = ha.pack_weight(q)
+    back = ha.unpack_weight(p)
+    assert torch.equal(back.codes, q.codes) and torch.equal(back.scales.view(torch.uint8), b)
+    for nan in [0xFF] if fmt.endswith("e8m0") else [0x7F, 0xFF]:
+        bad = q.scales.clone()
+        bad.view(torch.uint8)[5, 1] = nan
+        with pytest.raises(ValueError, match=rf"scale at group \[5, 1\] is NaN \(byte 0x{nan:02X}\)"):
+            ha.pack_weight(dataclasses.replace(q, scales=bad))
+
+
 def test_quantize_act_error_paths():
     with pytest.raises(ValueError, match="is not quantized"):
         ha.quantize_act(torch.randn(2, 8), "bf16")

@@ -112,6 +112,7 @@ def pack_weight(codes, scales=None, zeros=None, global_scale=None, fmt=None, *, 
         global_scale = gs.reshape(1)
     elif w.global_scale:
         raise ValueError(f"weight format {w} needs a global scale")
+    _refuse_nan_scales(scales, w)
     pc, ps, pz = torch.ops.humming.pack_weight(codes, scales, zeros, str(w), lid)
     d = C.packed_dims(str(w), lid, int(codes.shape[0]), int(codes.shape[1]))
     return PackedWeight(
@@ -126,6 +127,33 @@ def pack_weight(codes, scales=None, zeros=None, global_scale=None, fmt=None, *, 
         d["k_pad"],
         lid,
     )
+
+
+def _refuse_nan_scales(scales, w) -> None:
+    """ValueError where a scale stored as an 8-bit pattern is NaN: e8m0's byte 0xFF (MXFP4 scales
+    are the bytes 0x00 to 0xFE, 2^-127 to 2^127) or e4m3's 0x7F / 0xFF (NVFP4 block scales). The
+    kernels would spread the NaN over whole groups of outputs; a checkpoint that holds one is
+    refused here, naming the first. (Reads the scales once: a host synchronization for scales on
+    a GPU, at packing time.)"""
+    name = str(w.scale) if w.scale is not None else ""
+    if name not in ("e8m0", "e4m3") or not isinstance(scales, torch.Tensor) or scales.numel() == 0:
+        return
+    b = scales.view(torch.uint8) if scales.dtype in (torch.uint8, torch.int8) else None
+    if b is None:  # e4m3 scales in a float8 tensor
+        b = scales.contiguous().view(torch.uint8) if scales.element_size() == 1 else None
+    if b is None:
+        return
+    nan = b == 0xFF if name == "e8m0" else (b & 0x7F) == 0x7F
+    if bool(nan.any()):
+        where = [int(i) for i in nan.nonzero()[0]]
+        raise ValueError(
+            f"weight format {w}: its {name} scale at group {where} is NaN (byte 0x{int(b[tuple(where)]):02X}); "
+            + (
+                "e8m0 scales are the bytes 0x00 to 0xFE (2^-127 to 2^127)"
+                if name == "e8m0"
+                else "e4m3 scales are finite (every byte but 0x7F and 0xFF)"
+            )
+        )
 
 
 def unpack_weight(p: PackedWeight) -> QuantizedWeight:
