@@ -221,6 +221,29 @@ def test_e4m3_subnormal_codes(inst):
         assert_gemm_close(out, ref, a_deq, w_deq, f"{inst.name} m={m} subnormal codes", **_operand(inst, fmt))
 
 
+MXFP4_INSTANCES = [i for i in FAST if i.scale_type == "e8m0"]
+
+
+@pytest.mark.parametrize("inst", MXFP4_INSTANCES, ids=[i.name for i in MXFP4_INSTANCES])
+def test_mxfp4_scale_bytes_far_from_one(inst):
+    """MXFP4 weights whose e8m0 group scales are 0x00 (2^-127, a subnormal fp32), 0x7F (1) and 0xBF
+    (2^64) in turn along K, each group's sums taking its own power of two: the reference holds
+    at the tile heights, the narrow form and a K that ends inside a stage."""
+    fmt = _format_for(inst)
+    n, k = 136, 1024 + 96  # 35 groups of 32: the last stage holds three
+    q = R.quantize_weight(torch.randn(n, k, generator=torch.Generator().manual_seed(14)), fmt.weight)
+    b = q.scales.view(torch.uint8)
+    b[:, 0::3], b[:, 1::3], b[:, 2::3] = 0x00, 0x7F, 0xBF
+    p = ha.pack_weight(q, layout=inst.layout).to("cuda")
+    w_deq = R.dequantize_weight(q)
+    assert torch.isfinite(w_deq).all() and (w_deq.abs() > 2.0**60).any()
+    for m in (1, 9, 64):
+        a, s, a_deq = _act(fmt, m, k, "cuda", 15 + m)
+        out = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
+        ref = a_deq.double().cpu() @ w_deq.double().T
+        assert_gemm_close(out, ref, a_deq.cpu(), w_deq, f"{inst.name} m={m} e8m0 extremes", **_operand(inst, fmt))
+
+
 @pytest.mark.parametrize("inst", FAST, ids=[i.name for i in FAST])
 def test_global_scale(inst):
     """The instance's format with an fp32 global scale (-gs): the group scales shrink to at most 1
