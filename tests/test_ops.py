@@ -219,6 +219,35 @@ def test_quantize_act_matches_reference_bitwise(act):
         assert float(scales[2].max()) == 1.0
 
 
+@pytest.mark.parametrize("act", ["e4m3-pt", "e4m3-g128", "e5m2-pt"])
+def test_quantize_act_of_values_far_past_448_saturates_nowhere(act):
+    """Activations far beyond e4m3's 448 (and e5m2's 57344) and far below 1 quantize without an
+    infinity or NaN code: each scale maps its row's (or group's) largest magnitude to the largest
+    finite code exactly, and every code dequantizes to within the 8-bit type's rounding."""
+    x = torch.randn(5, 256, generator=torch.Generator().manual_seed(21))
+    x[0] *= 1e6
+    x[1] *= 1e-6
+    x[2, 7] = -3.0e4  # one outlier in a row of small values
+    codes, scales = ha.quantize_act(x, act)
+    b = codes.view(torch.uint8)
+    top = 0x7E if act.startswith("e4m3") else 0x7B  # the largest finite magnitude's code
+    assert ((b & 0x7F) <= top).all(), "no infinity or NaN code"
+    fa = F.parse_activation_format(act)
+    deq = R.dequantize_activation(codes, scales, fa)
+    group = x.shape[1] if fa.group_k in (0, None) or act.endswith("-pt") else fa.group_k
+    for r in range(x.shape[0]):
+        for g0 in range(0, x.shape[1], group):
+            seg = x[r, g0 : g0 + group]
+            i = int(seg.abs().argmax())
+            assert int(b[r, g0 + i]) & 0x7F == top, (r, g0)
+    rel = 2.0**-3 if act.startswith("e4m3") else 2.0**-2  # half an ulp of the code, relative
+    err = (deq - x).abs()
+    bound = rel * x.abs() + scales.repeat_interleave(group, dim=1)[:, : x.shape[1]] * (
+        2.0**-9 if act.startswith("e4m3") else 2.0**-16
+    )
+    assert (err <= bound).all()
+
+
 @pytest.mark.parametrize(
     "act,wfmt", [("e4m3-pt", "e4m3gc-sf32"), ("i8-pt", "i4g64-sbf16"), ("e4m3-g64", "u4g64-sbf16")]
 )
