@@ -367,17 +367,20 @@ for model in args.models.split(","):
             }
             print(f"{model} T={tokens} routing {entry['us']:.1f} us: "
                   + ", ".join(f"{k} {v:.1f}" for k, v in entry["parts"].items()), flush=True)  # fmt: skip
+        per_expert = max(1, rows.shape[0] // e)  # as QuantMoE's: capacity // experts
         if stacks is not None:
             # The whole layer as QuantMoE runs it (route, permute, gate-up, the activation, down,
             # combine), one graph: what the helpers and the activation add to the two GEMMs.
-            lp = max(1, rows.shape[0] // e)
-
             def layer():
                 w_, _, a_ = moe.route(logits, top_k, 1)
-                h_ = moe.moe_gemm(moe.permute(x, a_), stacks[0], a_.offsets, fmt, rows_per_expert=lp,
-                                  assignments=tokens * top_k)  # fmt: skip
-                y_ = moe.moe_gemm(moe.activate(h_, dtype=x.dtype), stacks[1], a_.offsets, fmt, rows_per_expert=lp,
-                                  assignments=tokens * top_k)  # fmt: skip
+                routed_ = tokens * top_k
+                h_ = moe.moe_gemm(
+                    moe.permute(x, a_), stacks[0], a_.offsets, fmt, rows_per_expert=per_expert, assignments=routed_
+                )
+                y_ = moe.moe_gemm(
+                    moe.activate(h_, dtype=x.dtype), stacks[1], a_.offsets, fmt, rows_per_expert=per_expert,
+                    assignments=routed_,
+                )  # fmt: skip
                 return moe.combine(y_, a_, w_)
 
             try:
@@ -385,7 +388,6 @@ for model in args.models.split(","):
             except Exception as ex:  # recorded, the run goes on
                 entry["layer_error"] = f"{type(ex).__name__}: {ex}"[:300]
         routing.append(entry)
-        per_expert = max(1, rows.shape[0] // e)
         mean = rows.shape[0] / e
         heights = {
             f"humming-aot-h{t}": t

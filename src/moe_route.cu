@@ -12,8 +12,8 @@
 // - permute: one block per row, 16-byte copies where rows allow;
 // - combine: one thread per (token, channel), or per 8 channels of 16-bit rows, the terms in
 //   choice order;
-// - activation: one thread per output, grid-stride; a row's expert by binary search of the
-//   offsets (a few loads from L1).
+// - activation: a block per row, its threads over the row's outputs; the row's expert by binary
+//   search of the offsets, once per row.
 #include <cuda_runtime.h>
 
 #include <string>
@@ -406,14 +406,16 @@ __global__ void combine_wide_kernel(DType type, const void *y, int64_t rows, int
 }
 
 __global__ void activation_kernel(MoeActivation a) {
-  const int64_t total = a.rows * a.inter;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / a.inter, c = i % a.inter;
+  for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+    // The row's expert once per row (not per output: its search is a few dependent loads).
     const int32_t e = a.offsets != nullptr ? moe_route::expert_of_row(a.offsets, a.experts, r) : 0;
-    float gate = load_element(a.h_type, a.h, r * a.ldh + c), up = load_element(a.h_type, a.h, r * a.ldh + a.inter + c);
-    if (a.bias != nullptr) gate += a.bias[e * 2 * a.inter + c], up += a.bias[e * 2 * a.inter + a.inter + c];
-    store_element(a.out_type, a.out, i, moe_route::activate(gate, up, a.kind, a.limit, a.alpha));
+    const float *bias = a.bias != nullptr ? a.bias + e * 2 * a.inter : nullptr;
+    for (int64_t c = threadIdx.x; c < a.inter; c += blockDim.x) {
+      float gate = load_element(a.h_type, a.h, r * a.ldh + c);
+      float up = load_element(a.h_type, a.h, r * a.ldh + a.inter + c);
+      if (bias != nullptr) gate += bias[c], up += bias[a.inter + c];
+      store_element(a.out_type, a.out, r * a.inter + c, moe_route::activate(gate, up, a.kind, a.limit, a.alpha));
+    }
   }
 }
 
@@ -531,12 +533,11 @@ Status moe_combine_cuda(DType type, const void *y, int64_t rows, int64_t hidden,
 
 Status moe_activation_cuda(const MoeActivation &a, void *stream) {
   if (a.experts < 1) return Status::Error("moe_activation needs at least one expert");
-  const int64_t total = a.rows * a.inter;
-  if (total == 0) return Status::Ok();
-  constexpr int kThreads = 256;
-  const int64_t blocks = (total + kThreads - 1) / kThreads;
-  activation_kernel<<<static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16), kThreads, 0,
-                      static_cast<cudaStream_t>(stream)>>>(a);
+  if (a.rows == 0 || a.inter == 0) return Status::Ok();
+  // A block per row (grid-stride past 2^20 rows), its threads over the row's outputs.
+  const int threads = a.inter < 256 ? 32 * static_cast<int>((a.inter + 31) / 32) : 256;
+  const int64_t blocks = a.rows < (int64_t{1} << 20) ? a.rows : (int64_t{1} << 20);
+  activation_kernel<<<static_cast<unsigned>(blocks), threads, 0, static_cast<cudaStream_t>(stream)>>>(a);
   return launched("moe_activation");
 }
 

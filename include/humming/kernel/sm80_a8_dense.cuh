@@ -100,15 +100,9 @@ struct DenseA8 {
   static constexpr int kStageBytes = kABytes + kBBytes + kSBytes;
   static constexpr int kAcc = MT * 8 * 4;   // fp32 sums per lane
   static constexpr int kSteps = WarpK / 32; // mma K steps per warp per stage
-  // The K-slice warps' sums meet in the last stage's buffer once the segment's pipeline is drained,
-  // in as many rounds of accumulators as that buffer needs.
-  static constexpr int kReduceBytes = (WarpsK - 1) * WarpsM * WarpsN * 32 * kAcc * 4;
-  static constexpr int kReduceRounds = WarpsK == 1 ? 1 : (kReduceBytes + kStageBytes - 1) / kStageBytes;
-  static constexpr int kRoundAcc = (kAcc + kReduceRounds - 1) / kReduceRounds;
   static constexpr int kSmemBytes = Stages * kStageBytes;
-  // After the stages: the word through which the last contributor of a tile learns it is last
-  // (16 bytes), then the block's segment list (scheduler/streamk.h).
-  static constexpr int kSmemTotal = kSmemBytes + 16 + kMaxSegments * static_cast<int>(sizeof(Segment));
+  // After the stages: the fix-up's flag and the block's segment list (backend/sm80/pipeline.h).
+  static constexpr int kSmemTotal = block_smem_total(kSmemBytes);
   // Launches of at most 8 rows on warps of one mma tile take the narrow form.
   static constexpr bool kHasNarrow = MT == 1;
   static constexpr int kNarrowRows = 8;

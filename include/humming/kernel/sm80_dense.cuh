@@ -28,7 +28,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "humming/backend/sm80/ptx.h"
@@ -107,15 +106,9 @@ struct Dense {
   // K steps per scale segment: a warp's slice of a stage never straddles two groups.
   static constexpr int kSegSteps = (GroupK == 0 || GroupK >= WarpK) ? kSteps : GroupK / 16;
   static constexpr int kSegs = kSteps / kSegSteps;
-  // The K-slice warps' sums meet in the last stage's buffer once a segment's pipeline is drained,
-  // in as many rounds of accumulators as that buffer needs.
-  static constexpr int kReduceBytes = (WarpsK - 1) * WarpsM * WarpsN * 32 * kAcc * 4;
-  static constexpr int kReduceRounds = WarpsK == 1 ? 1 : (kReduceBytes + kStageBytes - 1) / kStageBytes;
-  static constexpr int kRoundAcc = (kAcc + kReduceRounds - 1) / kReduceRounds; // accumulators per round
   static constexpr int kSmemBytes = Stages * kStageBytes;
-  // After the stages: the word through which the last contributor of a tile learns it is last
-  // (16 bytes), then the block's segment list (scheduler/streamk.h).
-  static constexpr int kSmemTotal = kSmemBytes + 16 + kMaxSegments * static_cast<int>(sizeof(Segment));
+  // After the stages: the fix-up's flag and the block's segment list (backend/sm80/pipeline.h).
+  static constexpr int kSmemTotal = block_smem_total(kSmemBytes);
   // Blocks per SM the register budget is cut for: decode tiles are latency-bound with one block of
   // 8 warps, so they are sized for two (128 registers a thread; shared memory for two exists on
   // sm_90's 227 KiB, while sm_80 and sm_86 / sm_89 hold one).

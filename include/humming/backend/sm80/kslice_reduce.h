@@ -7,12 +7,16 @@
 namespace humming {
 namespace sm80 {
 
-// K: the kernel (sm80::Dense): its warp grid (kWarpsM, kWarpsN, kWarpsK), its sums per lane (MT
-//    mma tiles, kAcc accumulators) and the rounds they take through the reduction buffer
-//    (kReduceRounds rounds of kRoundAcc accumulators, sized to fit the last stage's buffer).
+// K: the kernel (sm80::Dense, sm80::DenseA8): its warp grid (kWarpsM, kWarpsN, kWarpsK), its sums
+//    per lane (MT mma tiles, kAcc accumulators) and the bytes of one stage buffer (kStageBytes),
+//    through which the sums pass in as many rounds as it needs.
 template <class K> struct KSliceReduce {
-  static constexpr int WarpsM = K::kWarpsM, WarpsN = K::kWarpsN, WarpsK = K::kWarpsK, MT = K::MT;
-  static constexpr int kAcc = K::kAcc, kReduceRounds = K::kReduceRounds, kRoundAcc = K::kRoundAcc;
+  static constexpr int WarpsM = K::kWarpsM, WarpsN = K::kWarpsN, WarpsK = K::kWarpsK, MT = K::MT, kAcc = K::kAcc;
+  // The K-slice warps' sums past the first, and the rounds of kRoundAcc accumulators a lane
+  // stores so that each round fits the stage buffer.
+  static constexpr int kReduceBytes = (WarpsK - 1) * WarpsM * WarpsN * 32 * kAcc * 4;
+  static constexpr int kReduceRounds = WarpsK == 1 ? 1 : (kReduceBytes + K::kStageBytes - 1) / K::kStageBytes;
+  static constexpr int kRoundAcc = (kAcc + kReduceRounds - 1) / kReduceRounds;
 
   // Called by all threads of the block, once its pipeline is drained; `buf` is free shared memory.
   static __device__ __forceinline__ void run(char *buf, int wm, int wn, int wk, int lane, float (&acc)[MT][8][4]) {

@@ -11,6 +11,12 @@
 namespace humming {
 namespace sm80 {
 
+// A block's dynamic shared memory: its stage buffers (smem_bytes), then the shared area of
+// block_segments_shared (the fix-up's flag word, the segment count, kMaxSegments records).
+constexpr int block_smem_total(int smem_bytes) {
+  return smem_bytes + 16 + kMaxSegments * static_cast<int>(sizeof(Segment));
+}
+
 // The block's segments (scheduler/streamk.h), worked out once by thread 0 into the shared area at
 // `area` (a word at byte 4, the kMaxSegments records from byte 16; byte 0 is the fix-up's flag)
 // and read back by every thread. Returns their number; `segs` points at them.
