@@ -38,8 +38,8 @@ every token's rows sorted by expert):
   sets it): it timed Qwen3-30B-A3B, and failed on gpt-oss-120b's K = 2880 in its own launcher
   (22 scale groups where it checks for 23), recorded as an error.
 Each point is the median CUDA-graph replay of the two GEMMs, after a read flush of 256 MiB
-(bench.Timer, as scripts/time_shapes.py --graph --flush read); the routing helpers (top-k and
-align, one launch at decode, moe.route; permute, combine: humming_aot.moe) are timed on their own
+(bench.Timer, as scripts/time_shapes.py --graph --flush read); the routing helpers (top-k, align,
+permute, combine: humming_aot.moe) are timed on their own
 the same way, and so is the whole layer as QuantMoE runs it (route, permute, the two GEMMs, the
 activation, combine). For each point the bytes of the touched experts' weights give the weight
 bandwidth (GB/s).
@@ -83,9 +83,7 @@ ap.add_argument(
     help="add humming-jit for the peer; humming-aot-warp,humming-aot-lone compare the grouped kernels' walks",
 )
 ap.add_argument("--format", default="u4g128-sbf16")
-ap.add_argument(
-    "--routing-parts", action="store_true", help="also time top-k, align, route (both), permute and combine apart"
-)
+ap.add_argument("--routing-parts", action="store_true", help="also time top-k, align, permute and combine apart")
 ap.add_argument("--iters", type=int, default=10)
 ap.add_argument(
     "--jit-budget-s", type=float, default=600.0, help="wall-clock limit of the humming-jit child process (default 600)"
@@ -351,9 +349,10 @@ for model in args.models.split(","):
         act = torch.randn(rows.shape[0], f, device="cuda", dtype=torch.bfloat16)
 
         def route():
-            # What a layer adds around its GEMMs (as QuantMoE runs them): choose and align (one
-            # launch at decode, moe.route), permute in, combine out.
-            w_, _, a_ = moe.route(logits, top_k, 1)
+            # What a layer adds around its GEMMs (as QuantMoE runs them): choose, align, permute in,
+            # combine out.
+            w_, i_ = moe.topk_route(logits, top_k)
+            a_ = moe.moe_align(i_, e, 1, check_ids=False)
             return moe.combine(moe.permute(x, a_), a_, w_)
 
         entry = {"model": model, "tokens": tokens, "us": median_graph_us(route)}
@@ -361,7 +360,6 @@ for model in args.models.split(","):
             entry["parts"] = {
                 "topk": median_graph_us(lambda: moe.topk_route(logits, top_k)),
                 "align": median_graph_us(lambda: moe.moe_align(ids, e, 1, check_ids=False)),
-                "route": median_graph_us(lambda: moe.route(logits, top_k, 1)),  # top-k and align together
                 "permute": median_graph_us(lambda: moe.permute(x, al)),
                 "combine": median_graph_us(lambda: moe.combine(rows, al, weights)),
             }
@@ -372,7 +370,8 @@ for model in args.models.split(","):
             # The whole layer as QuantMoE runs it (route, permute, gate-up, the activation, down,
             # combine), one graph: what the helpers and the activation add to the two GEMMs.
             def layer():
-                w_, _, a_ = moe.route(logits, top_k, 1)
+                w_, i_ = moe.topk_route(logits, top_k)
+                a_ = moe.moe_align(i_, e, 1, check_ids=False)
                 routed_ = tokens * top_k
                 h_ = moe.moe_gemm(
                     moe.permute(x, a_), stacks[0], a_.offsets, fmt, rows_per_expert=per_expert, assignments=routed_

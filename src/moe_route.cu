@@ -8,12 +8,12 @@
 //   them into the experts' offsets and each chunk's first row per expert, then each chunk places
 //   its assignments, ranked among the same expert's earlier ones of the chunk (stable, so the
 //   order never depends on thread timing); with one chunk (decode), one block runs the three steps
-//   in one launch, and moe_route runs the top-k before them in the same block;
+//   in one launch;
 // - permute: one block per row, 16-byte copies where rows allow;
 // - combine: one thread per (token, channel), or per 8 channels of 16-bit rows, the terms in
 //   choice order;
-// - activation: a block per row, its threads over the row's outputs; the row's expert by binary
-//   search of the offsets, once per row.
+// - activation: blocks over rows and chunks of a row's outputs; the row's expert by binary search
+//   of the offsets, once per row of a block.
 #include <cuda_runtime.h>
 
 #include <string>
@@ -168,15 +168,6 @@ template <int P> __global__ void topk_registers_kernel(MoeTopk a) {
   if (t < a.tokens) topk_token_registers<P>(a, t);
 }
 
-// Token t's top-k by the calling warp: in registers for rows of at most 32 x P experts (P > 0),
-// else from memory.
-template <int P> __device__ __forceinline__ void topk_token_any(const MoeTopk &a, int64_t t) {
-  if constexpr (P > 0)
-    topk_token_registers<P>(a, t);
-  else
-    topk_token(a, t);
-}
-
 __device__ __forceinline__ int32_t expert_of(const MoeAlign &a, int64_t i) {
   return min(max(a.ids[i], 0), a.experts - 1);
 }
@@ -304,23 +295,6 @@ __global__ void __launch_bounds__(kAlignChunk)
   align_place(a, chunk_counts, 0);
 }
 
-// Top-k, then the align's three steps, in one block, where the assignments fit one chunk (decode):
-// each warp takes tokens warp, warp + 32, ... (topk_token_any: the kernels' code), then the block
-// barrier makes the ids visible to the align, which runs as align_one_block_kernel does. The
-// results are those of the two launches, for one launch instead of two.
-template <int P>
-__global__ void __launch_bounds__(kAlignChunk)
-    route_one_block_kernel(MoeTopk t, MoeAlign a, int32_t *chunk_counts, int64_t capacity) {
-  extern __shared__ int32_t hist[];
-  for (int64_t tok = threadIdx.x / 32; tok < t.tokens; tok += kAlignChunk / 32) topk_token_any<P>(t, tok);
-  __syncthreads();
-  align_count(a, chunk_counts, 0, hist);
-  __syncthreads();
-  align_scan(a, chunk_counts, 1, capacity);
-  __syncthreads();
-  align_place(a, chunk_counts, 0);
-}
-
 __global__ void permute_kernel(DType type, const char *x, int64_t hidden, int64_t ldx, const int32_t *sorted_ids,
                                int64_t assignments, int32_t top_k, char *out) {
   const int64_t r = blockIdx.x;
@@ -406,11 +380,12 @@ __global__ void combine_wide_kernel(DType type, const void *y, int64_t rows, int
 }
 
 __global__ void activation_kernel(MoeActivation a) {
-  for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
-    // The row's expert once per row (not per output: its search is a few dependent loads).
+  for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
+    // The row's expert once per row of a block (its search is a few loads all threads share).
     const int32_t e = a.offsets != nullptr ? moe_route::expert_of_row(a.offsets, a.experts, r) : 0;
     const float *bias = a.bias != nullptr ? a.bias + e * 2 * a.inter : nullptr;
-    for (int64_t c = threadIdx.x; c < a.inter; c += blockDim.x) {
+    for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < a.inter;
+         c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
       float gate = load_element(a.h_type, a.h, r * a.ldh + c);
       float up = load_element(a.h_type, a.h, r * a.ldh + a.inter + c);
       if (bias != nullptr) gate += bias[c], up += bias[a.inter + c];
@@ -467,36 +442,6 @@ Status moe_align_cuda(const MoeAlign &a, void *stream) {
   return launched("moe_align");
 }
 
-Status moe_route_cuda(const MoeTopk &t, const MoeAlign &a, void *stream) {
-  if (a.ids != t.ids || a.assignments != t.tokens * t.top_k || a.experts != t.experts)
-    return Status::Error("moe_route: the alignment must take the top-k's ids, all of them, over its experts");
-  if (t.top_k < 1 || t.top_k > t.experts || t.top_k > kMaxTopK)
-    return Status::Error("top_k must lie in [1, min(experts=" + std::to_string(t.experts) + ", " +
-                         std::to_string(kMaxTopK) + ")] on the GPU, got " + std::to_string(t.top_k));
-  const bool one_block = a.assignments <= kAlignChunk && a.block_m >= 1 &&
-                         (a.experts + 2 * kAlignChunk) * sizeof(int32_t) <= 48 * 1024 &&
-                         a.workspace_bytes >= moe_align_workspace_bytes(a.assignments, a.experts);
-  if (!one_block || t.tokens == 0) {
-    const Status st = moe_topk_cuda(t, stream);
-    return st ? moe_align_cuda(a, stream) : st;
-  }
-  const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const int64_t capacity = moe_route::align_capacity(a.assignments, a.experts, a.block_m);
-  int32_t *chunk_counts = static_cast<int32_t *>(a.workspace);
-  const size_t shared = a.experts * sizeof(int32_t);
-  if (t.experts <= 32)
-    route_one_block_kernel<1><<<1, kAlignChunk, shared, s>>>(t, a, chunk_counts, capacity);
-  else if (t.experts <= 64)
-    route_one_block_kernel<2><<<1, kAlignChunk, shared, s>>>(t, a, chunk_counts, capacity);
-  else if (t.experts <= 128)
-    route_one_block_kernel<4><<<1, kAlignChunk, shared, s>>>(t, a, chunk_counts, capacity);
-  else if (t.experts <= 256)
-    route_one_block_kernel<8><<<1, kAlignChunk, shared, s>>>(t, a, chunk_counts, capacity);
-  else
-    route_one_block_kernel<0><<<1, kAlignChunk, shared, s>>>(t, a, chunk_counts, capacity);
-  return launched("moe_route");
-}
-
 Status moe_permute_cuda(DType type, const void *x, int64_t hidden, int64_t ldx, const int32_t *sorted_ids,
                         int64_t capacity, int64_t assignments, int32_t top_k, void *out, void *stream) {
   if (capacity == 0 || hidden == 0) return Status::Ok();
@@ -534,10 +479,13 @@ Status moe_combine_cuda(DType type, const void *y, int64_t rows, int64_t hidden,
 Status moe_activation_cuda(const MoeActivation &a, void *stream) {
   if (a.experts < 1) return Status::Error("moe_activation needs at least one expert");
   if (a.rows == 0 || a.inter == 0) return Status::Ok();
-  // A block per row (grid-stride past 2^20 rows), its threads over the row's outputs.
-  const int threads = a.inter < 256 ? 32 * static_cast<int>((a.inter + 31) / 32) : 256;
-  const int64_t blocks = a.rows < (int64_t{1} << 20) ? a.rows : (int64_t{1} << 20);
-  activation_kernel<<<static_cast<unsigned>(blocks), threads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  // Blocks over rows (y) and 256-output chunks of a row (x), so that a few long rows (decode on few
+  // experts: Mixtral's 2 rows of 14336) still spread over the GPU.
+  constexpr int kThreads = 256;
+  const int64_t chunks = (a.inter + kThreads - 1) / kThreads;
+  const dim3 grid(static_cast<unsigned>(chunks < 65535 ? chunks : 65535),
+                  static_cast<unsigned>(a.rows < 65535 ? a.rows : 65535));
+  activation_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
   return launched("moe_activation");
 }
 

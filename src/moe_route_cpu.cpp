@@ -119,13 +119,6 @@ Status moe_combine_cpu(DType type, const void *y, int64_t rows, int64_t hidden, 
   return Status::Ok();
 }
 
-Status moe_route_cpu(const MoeTopk &t, const MoeAlign &a) {
-  if (a.ids != t.ids || a.assignments != t.tokens * t.top_k || a.experts != t.experts)
-    return Status::Error("moe_route: the alignment must take the top-k's ids, all of them, over its experts");
-  const Status st = moe_topk_cpu(t);
-  return st ? moe_align_cpu(a) : st;
-}
-
 Status moe_activation_cpu(const MoeActivation &a) {
   if (a.experts < 1) return Status::Error("moe_activation needs at least one expert");
   for (int64_t r = 0; r < a.rows; ++r) {

@@ -321,10 +321,6 @@ def _opcheck_cases():
                 torch.rand(3, 2),
             )
         ],
-        "moe_route": [
-            (torch.randn(4, 8), 2, "softmax", True, None, 1),
-            (torch.randn(3, 16).to(torch.bfloat16), 4, "sigmoid", False, torch.randn(16), 8),
-        ],
         "moe_activation": [
             (torch.randn(5, 12).to(torch.bfloat16), None, None, "silu", 7.0, 1.702, "bf16"),
             (

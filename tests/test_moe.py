@@ -182,39 +182,6 @@ def test_bad_arguments_name_the_problem():
 _ALIGN_FIELDS = ("sorted_ids", "block_expert", "num_padded", "positions", "counts", "offsets")
 
 
-@pytest.mark.parametrize("t,k,e,block_m,scoring", [(1, 8, 128, 1, "softmax"), (37, 2, 8, 16, "softmax"),
-                                                   (200, 8, 256, 1, "sigmoid"), (130, 8, 300, 4, "softmax"),
-                                                   (0, 2, 8, 1, "softmax")])  # fmt: skip
-def test_route_is_topk_then_align(t, k, e, block_m, scoring):
-    """moe.route (torch.ops.humming.moe_route) gives what topk_route and then moe_align of its ids
-    give: the same weights, ids and alignment, bitwise, with a correction bias and a scaling too
-    (decode sizes, which the GPU runs in one launch, and sizes past one block)."""
-    g = torch.Generator().manual_seed(t + e)
-    logits = torch.randn(t, e, generator=g).to(torch.bfloat16)
-    bias = torch.randn(e, generator=g) * 0.1 if scoring == "sigmoid" else None
-    w, ids, al = moe.route(logits, k, block_m, scoring=scoring, correction_bias=bias, scaling=2.5)
-    w2, ids2 = moe.topk_route(logits, k, scoring=scoring, correction_bias=bias, scaling=2.5)
-    al2 = moe.moe_align(ids2, e, block_m)
-    assert torch.equal(w, w2) and torch.equal(ids, ids2)
-    for f in _ALIGN_FIELDS:
-        assert torch.equal(getattr(al, f), getattr(al2, f)), f
-    assert (al.block_m, al.num_assignments, al.top_k, al.capacity) == (block_m, t * k, k, al2.capacity)
-
-
-def test_route_bad_input_is_named():
-    logits = torch.zeros(3, 8)
-    with pytest.raises(ValueError, match="top_k must be an integer from 1 to the number of experts"):
-        moe.route(logits, 9)
-    with pytest.raises(ValueError, match="block_m must be a positive integer"):
-        moe.route(logits, 2, 0)
-    with pytest.raises(ValueError, match="scoring must be one of softmax, sigmoid"):
-        moe.route(logits, 2, scoring="relu")
-    with pytest.raises(ValueError, match=r"correction_bias must have shape \(8,\)"):
-        moe.route(logits, 2, correction_bias=torch.zeros(7))
-    with pytest.raises(ValueError, match="router logits must be a 2-D tensor"):
-        moe.route(torch.zeros(8), 2)
-
-
 def _activation_formula(h, activation, bias, rows_expert, limit, alpha):
     """The experts' activation written out in torch, fp32: each row's expert's bias, then
     silu(gate) x up or gpt-oss's clamped SwiGLU."""
@@ -305,34 +272,6 @@ def test_routing_on_the_gpu_is_graph_capturable_and_matches_the_cpu():
         al.block_expert.cpu(), cpu_al.block_expert
     )
     assert torch.equal(out.cpu(), moe.combine(moe.permute(x, cpu_al), cpu_al, cpu_w))
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
-@pytest.mark.parametrize("t,k,e,block_m", [(1, 8, 128, 1), (64, 8, 128, 1), (100, 4, 512, 8), (300, 8, 256, 1)])
-def test_route_on_the_gpu_matches_the_cpu_and_is_graph_capturable(t, k, e, block_m):
-    """moe.route on the GPU (one launch up to 1024 assignments, else top-k and align apart) gives the
-    CPU's ids and alignment bitwise and its weights to fp32 rounding, in a CUDA graph too."""
-    g = torch.Generator().manual_seed(t * 7 + e)
-    logits = torch.randn(t, e, generator=g)
-    cw, cids, cal = moe.route(logits, k, block_m)
-    lg = logits.cuda()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        moe.route(lg, k, block_m)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        w, ids, al = moe.route(lg, k, block_m)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(ids.cpu(), cids) and torch.allclose(w.cpu(), cw, rtol=1e-6, atol=0)
-    for f in _ALIGN_FIELDS:
-        assert torch.equal(getattr(al, f).cpu(), getattr(cal, f)), f
-
-
-# ---- QuantMoE: the experts' GEMMs between routing and combine ----------------------------------
 
 
 @pytest.mark.gpu

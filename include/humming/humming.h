@@ -417,12 +417,6 @@ size_t moe_align_workspace_bytes(int64_t assignments, int32_t experts);
 Status moe_align_cpu(const MoeAlign &args);
 Status moe_align_cuda(const MoeAlign &args, void *stream);
 
-// moe_topk then moe_align of its ids (args.ids == topk.ids, every one of them, over the same
-// experts), with the results of the two: on the GPU in one launch where the assignments fit one
-// block (decode), else in the two's launches.
-Status moe_route_cpu(const MoeTopk &topk, const MoeAlign &align);
-Status moe_route_cuda(const MoeTopk &topk, const MoeAlign &align, void *stream);
-
 // out[r] = x[sorted_ids[r] / top_k] for the rows of an alignment (capacity rows of `hidden`
 // elements of `type`, x's row stride ldx), zeros in padding rows (sorted_ids[r] >= assignments).
 Status moe_permute_cpu(DType type, const void *x, int64_t hidden, int64_t ldx, const int32_t *sorted_ids,

@@ -193,30 +193,6 @@ def moe_align(ids: torch.Tensor, num_experts: int, block_m: int, *, check_ids: b
     return Alignment(*out, block_m, a, top_k)
 
 
-def route(
-    logits: torch.Tensor,
-    top_k: int,
-    block_m: int = 1,
-    *,
-    scoring: str = "softmax",
-    renormalize: bool = True,
-    correction_bias: torch.Tensor | None = None,
-    scaling: float = 1.0,
-) -> tuple[torch.Tensor, torch.Tensor, Alignment]:
-    """:func:`topk_route` then :func:`moe_align` of its ids over the logits' experts, in one
-    launch where a decode's assignments fit one block (``torch.ops.humming.moe_route``): (weights
-    fp32 [T, top_k], expert ids int32 [T, top_k], the :class:`Alignment`), the same as the two
-    calls give. Group-limited routing (``n_group``) is :func:`topk_route`'s alone."""
-    correction_bias = _check_routing(logits, top_k, scoring, correction_bias)
-    if isinstance(block_m, bool) or not isinstance(block_m, int) or block_m < 1:
-        raise ValueError(f"block_m must be a positive integer, got {block_m!r}")
-    _check_group_routing(logits.shape[1], top_k, None, None, scaling)
-    logits = _kernel_logits(logits)
-    weights, ids, *al = torch.ops.humming.moe_route(logits, top_k, scoring, renormalize, correction_bias, block_m)
-    weights = weights * scaling if scaling != 1.0 else weights
-    return weights, ids, Alignment(*al, block_m, ids.numel(), top_k)
-
-
 def permute(x: torch.Tensor, alignment: Alignment) -> torch.Tensor:
     """The activations [T, H] in the expert-sorted layout [capacity, H]: row r holds the token of
     assignment ``sorted_ids[r]``; padding rows are zeros."""
@@ -701,12 +677,6 @@ class QuantMoE(torch.nn.Module):
     def _route(self, x: torch.Tensor, router_logits: torch.Tensor):
         """Routing weights and expert ids, the alignment (blocks of one row: the experts' rows back
         to back) and the activations in its expert-sorted order."""
-        if self.n_group is None and self.topk_group is None:  # top-k and align in one launch
-            weights, ids, al = route(
-                router_logits, self.top_k, 1, scoring=self.scoring, renormalize=self.renormalize,
-                correction_bias=self.correction_bias, scaling=self.routed_scaling,
-            )  # fmt: skip
-            return weights, ids, al, permute(x, al)
         weights, ids = topk_route(
             router_logits, self.top_k, scoring=self.scoring, renormalize=self.renormalize,
             correction_bias=self.correction_bias, n_group=self.n_group, topk_group=self.topk_group,

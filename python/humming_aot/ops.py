@@ -99,15 +99,6 @@ def _moe_align_fake(ids, num_experts, block_m):
     return i32(capacity), i32(capacity // block_m), i32(1), i32(a), i32(num_experts), i32(num_experts + 1)
 
 
-@torch.library.register_fake("humming::moe_route")
-def _moe_route_fake(logits, top_k, scoring, renormalize, bias, block_m):
-    torch._check(logits.dim() == 2, lambda: f"router logits must be 2-D [tokens, experts], got {logits.dim()}-D")
-    t, e = logits.shape
-    weights = logits.new_empty((t, top_k), dtype=torch.float32)
-    ids = logits.new_empty((t, top_k), dtype=torch.int32)
-    return (weights, ids, *_moe_align_fake(ids, e, block_m))
-
-
 @torch.library.register_fake("humming::moe_permute")
 def _moe_permute_fake(x, sorted_ids, top_k):
     torch._check(x.dim() == 2, lambda: f"activations must be 2-D [tokens, hidden], got {x.dim()}-D")

@@ -814,21 +814,6 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_align(const Tenso
   return {c.sorted_ids, c.block_expert, c.num_padded, c.positions, c.counts, c.offsets};
 }
 
-std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor>
-moe_route(const Tensor &logits, int64_t top_k, const std::string &scoring, bool renormalize,
-          const std::optional<Tensor> &bias, int64_t block_m) {
-  TopkCall t = topk_call(logits, top_k, scoring, renormalize, bias);
-  const torch::stable::Device dev = logits.device();
-  AlignCall c = align_call(dev, t.a.ids, t.a.tokens * t.a.top_k, t.a.experts, block_m);
-  on_cpu_or_cuda(
-      dev, "moe_route", [&] { return moe_route_cpu(t.a, c.a); },
-      [&](void *stream) {
-        Tensor scratch = align_scratch(dev, c.a);
-        return moe_route_cuda(t.a, c.a, stream);
-      });
-  return {t.weights, t.ids, c.sorted_ids, c.block_expert, c.num_padded, c.positions, c.counts, c.offsets};
-}
-
 Tensor moe_permute(const Tensor &x, const Tensor &sorted_ids, int64_t top_k) {
   require(x.dim() == 2, "activations must be 2-D [tokens, hidden], got shape ", x.sizes());
   require(x.stride(1) == 1 || x.size(1) == 1, "activations must have unit stride along hidden");
@@ -1046,10 +1031,6 @@ STABLE_TORCH_LIBRARY(humming, m) {
   m.def("moe_align(Tensor ids, int num_experts, int block_m) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("moe_permute(Tensor x, Tensor sorted_ids, int top_k) -> Tensor");
   m.def("moe_combine(Tensor y, Tensor positions, Tensor weights, Tensor? bias=None, Tensor? ids=None) -> Tensor");
-  // moe_topk, then moe_align of its ids over the logits' experts, in one launch where they fit one
-  // block: (weights, ids, then the alignment's six).
-  m.def("moe_route(Tensor logits, int top_k, str scoring, bool renormalize, Tensor? bias, int block_m) -> "
-        "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   // The experts' activation between their GEMMs (silu(gate) x up, or gpt-oss's clamped SwiGLU),
   // with per-expert biases found through the rows' expert offsets.
   m.def("moe_activation(Tensor h, Tensor? bias, Tensor? offsets, str activation, float limit, float alpha, "
@@ -1068,7 +1049,6 @@ STABLE_TORCH_LIBRARY_IMPL(humming, CPU, m) {
   m.impl("moe_permute", TORCH_BOX(&humming::torch_ops::moe_permute));
   m.impl("moe_combine", TORCH_BOX(&humming::torch_ops::moe_combine));
   m.impl("moe_activation", TORCH_BOX(&humming::torch_ops::moe_activation));
-  m.impl("moe_route", TORCH_BOX(&humming::torch_ops::moe_route));
 }
 
 STABLE_TORCH_LIBRARY_IMPL(humming, CUDA, m) {
@@ -1083,5 +1063,4 @@ STABLE_TORCH_LIBRARY_IMPL(humming, CUDA, m) {
   m.impl("moe_permute", TORCH_BOX(&humming::torch_ops::moe_permute));
   m.impl("moe_combine", TORCH_BOX(&humming::torch_ops::moe_combine));
   m.impl("moe_activation", TORCH_BOX(&humming::torch_ops::moe_activation));
-  m.impl("moe_route", TORCH_BOX(&humming::torch_ops::moe_route));
 }
