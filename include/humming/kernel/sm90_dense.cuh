@@ -34,6 +34,7 @@
 #include <string>
 
 #include "humming/backend/sm90/pipeline.h"
+#include "humming/backend/sm90/probe.h"
 #include "humming/backend/sm90/ptx.h"
 #include "humming/backend/sm90/stage_fragments.h"
 #include "humming/backend/sm90/stage_loads.h"
@@ -208,7 +209,11 @@ struct Dense {
 
   // Every stage of every segment of this block, in order; thread `t` of the producers.
   static __device__ __forceinline__ void produce(const Params &p, uint32_t ring, uint32_t bars, int t) {
-    RingPos pos;
+    // The ring position, with the probe (empty outside diagnosis builds; backend/sm90/probe.h).
+    struct Pos : RingPos, Probe {
+      __device__ __forceinline__ Probe &probe() { return *this; }
+    } pos;
+    pos.probe().begin();
     for_each_work<kLoneWalk>(p, [&](int64_t m0, int64_t, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t) {
       if (kProducers == 1 || t == 0) {
         const int cols = Loads::columns(p.args, n0), rows = box_rows<BM>(p, m0);
@@ -216,13 +221,16 @@ struct Dense {
         for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
           const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
                          empty = ring_bar<Stages>(bars, 1, pos.stage);
-          mbar_wait(empty, pos.phase ^ 1u);
+          const uint32_t parity = pos.phase ^ 1u;
+          pos.probe().ring([=] { mbar_wait(empty, parity); });
           mbar_arrive_expect_tx(full, bytes);
           Loads::issue(p, stage, full, kt, m0, n0, cols, rows, expert);
         }
       }
+      pos.probe().segment_done();
       if constexpr (kProducers > 1) __syncwarp();
     });
+    pos.probe().report('P');
   }
 
   // ---- consumers -----------------------------------------------------------------------------
@@ -233,18 +241,21 @@ struct Dense {
   // Per consumer thread: the sums of its tile (acc) and, with kSumScales, the current stage's sums
   // per scale group (part), with the fragments and scales of two stages (the one the tensor cores
   // run and the next).
-  struct Regs {
+  // (A Probe base: empty outside diagnosis builds, so it takes no room; backend/sm90/probe.h.)
+  struct Regs : Probe {
     float acc[kAcc];
     float part[kSumScales ? kSets : 1][kSumScales ? kAcc : 1];
     uint32_t af[2][kSteps][4];
     float sc[2][kSets][2];
+    __device__ __forceinline__ Probe &probe() { return *this; }
   };
 
   // Waits for stage `pos` and builds its fragments into set `B`.
   template <int B>
   static __device__ __forceinline__ void fetch(const char *ring_ptr, uint32_t bars, RingPos pos, int cw, int t, int col,
                                                const uint32_t (&bias)[2], const float (&zero)[2], Regs &r) {
-    mbar_wait(ring_bar<Stages>(bars, 0, pos.stage), pos.phase);
+    const uint32_t full = ring_bar<Stages>(bars, 0, pos.stage), parity = pos.phase;
+    r.probe().ring([=] { mbar_wait(full, parity); });
     Frags::load(ring_ptr + pos.stage * kStageBytes, cw, t, col, bias, zero, r.af[B], r.sc[B]);
   }
 
@@ -324,6 +335,7 @@ struct Dense {
     const int col = cw * 64 + warp * 16 + lane / 4; // first channel of this thread inside the tile
     RingPos pos;
     Regs r;
+    r.probe().begin();
     for_each_work(p, [&](int64_t m0, int64_t m_end, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t tile) {
       // Zero points that hold for the whole segment: the implied 2^(bits-1) of symmetric codes, or
       // the per-channel ones (with K groups, the stage's rows replace them).
@@ -340,6 +352,7 @@ struct Dense {
         bias[h] = numeric::zero_bias<kBf16>(zero[h]);
       }
       mainloop(ring, ring_ptr, bars, pos, kt1 - kt0, cw, t, col, bias, zero, r);
+      r.probe().segment_done();
 
       const StreamKPlan &plan = p.plan;
       if constexpr (kSplitK) {
@@ -351,6 +364,7 @@ struct Dense {
         const bool last =
             epilogue::streamk_fixup<kAcc, kConsumerThreads>(plan, a.workspace, blockIdx.x, tile - plan.dp_tiles(), ct,
                                                             r.acc, flag, [] { consumer_sync<kConsumerThreads>(); });
+        r.probe().fixup_done();
         if (!last) return;
       }
       // The per-channel (the expert's) and global scales of the rows' fp32 sums (16-bit scales of
@@ -365,6 +379,7 @@ struct Dense {
         epilogue::store_wgmma_sums<ActId, kAcc, false>(a, m0, n0 + col, lane, r.acc, f, m_end);
     });
     if (kStagedStore && p.staged) epilogue::finish_staged_stores(t);
+    r.probe().report('C');
   }
 
   static __device__ __forceinline__ void run(const Params &p, char *smem) {
