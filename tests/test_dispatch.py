@@ -737,7 +737,7 @@ def test_tile_costs_of_a_kernel_class_cover_only_it():
     assert dispatch._cost_for(costs, generic) is None
 
 
-# ---- the sm80 family's 8-bit activation kernels (kernel/sm80_a8_dense.cuh; experimental) ----------
+# ---- the sm80 family's 8-bit activation kernels (kernel/sm80_a8_dense.cuh) ------------------------
 
 _SM80_A8 = [i for i in registry.instances() if i.backend == "sm80" and i.act_type in ("e4m3", "e5m2", "i8")]
 

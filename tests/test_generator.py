@@ -180,8 +180,10 @@ def test_every_matrix_value_appears_in_full(listing, axis):
 
 def test_names_do_not_depend_on_a_single_matrix_arch(gen, all_names):
     # Every arch both matrices list gets the same instances (archs are compile targets, not keys);
-    # the sm90 backend compiles for 90a only.
-    without_sm90 = [n for n in all_names["ci"] if not n.startswith("sm90_")]
+    # the sm90 backend compiles for 90a only, and the sm80 family's FP8 activation kernels for 89
+    # and newer (mma.sync on FP8 needs sm_89).
+    fp8_sm80 = re.compile(r"sm80_mma_dense_a-(e4m3|e5m2)-")
+    without_sm90 = [n for n in all_names["ci"] if not n.startswith("sm90_") and not fp8_sm80.match(n)]
     assert gen("--arch", "80", "--profile", "ci", "--list").stdout.splitlines() == without_sm90
     assert gen("--arch", "sm_80;90a", "--profile", "ci", "--list").stdout.splitlines() == all_names["ci"]
 
@@ -263,8 +265,9 @@ def test_out_writes_incrementally_and_prunes(gen, all_names, tmp_path):
     assert f"{len(names) + 2} files written" in first.stderr
     for n in names:
         text = (out / "instances" / f"{n}.cu").read_text()
-        # The kernel's header: backend_dense.cuh, the 8-bit activation kernels sm90_a8_dense.cuh.
-        header = "sm90_a8_dense.cuh" if A8_RE.match(n) else f"{n.split('_')[0]}_dense.cuh"
+        # The kernel's header: backend_dense.cuh, the 8-bit activation kernels backend_a8_dense.cuh.
+        a8 = A8_RE.match(n) or SM80_A8_RE.fullmatch(n)
+        header = f"{n.split('_')[0]}_a8_dense.cuh" if a8 else f"{n.split('_')[0]}_dense.cuh"
         assert n in text and header in text
 
     registry = (out / "registry.cpp").read_text()
@@ -282,8 +285,10 @@ def test_out_writes_incrementally_and_prunes(gen, all_names, tmp_path):
     for n in names:
         line = next(p for p in props if f"/instances/{n}.cu\"" in p)
         for arch in ("80", "90a"):
-            # The sm90 backend's machine code is for sm_90a alone (wgmma, setmaxnreg).
-            expected = arch == "90a" or not n.startswith("sm90_")
+            # The sm90 backend's machine code is for sm_90a alone (wgmma, setmaxnreg), the sm80
+            # family's FP8 activation kernels for sm_89 and newer.
+            fp8_sm80 = SM80_A8_RE.fullmatch(n) and "_a-i8-" not in n
+            expected = arch == "90a" or not (n.startswith("sm90_") or fp8_sm80)
             assert (f"-gencode=arch=compute_{arch},code=sm_{arch}" in line) == expected, (n, arch)
     sources = re.search(r"set\(HUMMING_INSTANCE_SOURCES\n(.*?)\n\)", cmake, re.S).group(1).split()
     assert sorted(Path(s.strip('"')).name for s in sources) == sorted(f"{n}.cu" for n in names)
@@ -380,9 +385,9 @@ def test_sm80_a8_instances_keys_archs_and_entry_points(gen, tmp_path):
     e8m0 scales per 32 inputs, on the generic layout;
     tiles of the matrix, each stage at most 128 inputs per warp (one FP8 promotion) and, with
     4-bit codes, 128 inputs a stage (rows of 64 bytes, one group a stage); their shared memory (with
-    group scales, a row of scales a stage) within the 99 KiB of sm_86 / sm_89; experimental until
-    a GPU has run them (no plain profile has one; ci+experimental compiles FP8, integer and 4-bit
-    translation units, which call the kernel's entry points)."""
+    group scales, a row of scales a stage) within the 99 KiB of sm_86 / sm_89; in every profile
+    since their GPU tests passed (H200, as sm_90a code): ci compiles FP8, integer, 4-bit, block and
+    MXFP4 translation units, which call the kernel's entry points, and no entry is experimental."""
     gen_mod = _load_generator()
     archs = ["80", "86", "89", "90a"]
     insts = [i for i in gen_mod.enumerate_instances(archs, "full+experimental") if SM80_A8_RE.fullmatch(i.name)]
@@ -432,14 +437,16 @@ def test_sm80_a8_instances_keys_archs_and_entry_points(gen, tmp_path):
         stage = bm * bk + bn * bk * (4 if four else 8) // 8 + scales
         assert k["smem_bytes"] == st * stage + 16 + 6 * 16 <= SMEM_PER_BLOCK[89], i.name
         assert i.scale == m["scale"] and i.out == m["out"]
+    assert not any(e.get("experimental") for e in SM80_A8["entries"])
     for prof in PROFILES:
         names = gen("--arch", ";".join(archs), "--profile", prof, "--list").stdout.splitlines()
-        assert not any(SM80_A8_RE.fullmatch(n) for n in names), prof
+        built = [n for n in names if SM80_A8_RE.fullmatch(n)]
+        assert any("_a-i8-pt_" in n for n in built) and any("_w-e2m1g32-se8m0_" in n for n in built), prof
     low = gen("--arch", "80;86", "--profile", "full+experimental", "--list").stdout.splitlines()
     assert any("_a-i8-pt_" in n for n in low if SM80_A8_RE.fullmatch(n))
     assert not any(SM80_A8_RE.fullmatch(n) and "_a-i8-" not in n for n in low), "FP8 mma needs sm_89"
     out = tmp_path / "gen"
-    gen("--arch", "80;90a", "--profile", "ci+experimental", "--out", str(out))
+    gen("--arch", "80;90a", "--profile", "ci", "--out", str(out))
     tus = {p.stem: p.read_text() for p in (out / "instances").glob("*.cu") if SM80_A8_RE.fullmatch(p.stem)}
     assert any("_a-e4m3-pt_w-e4m3gc" in n for n in tus) and any("_a-i8-pt_" in n for n in tus)
     assert any("_a-e4m3-pt_w-u4g128" in n for n in tus) and any("_w-e4m3g128n128" in n for n in tus)

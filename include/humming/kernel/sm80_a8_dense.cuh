@@ -117,9 +117,11 @@ struct DenseA8 {
                   (ActId == dtypes::e4m3.id() && (CodeId == dtypes::uint_type(4).id() ||
                                                   CodeId == dtypes::int_type(4).id() || CodeId == dtypes::e2m1.id())))),
       "i8 activations x i8, u4 or i4 weights; e4m3 / e5m2 x e4m3; e4m3 x u4, i4 or e2m1");
+  // (kGroupOr1: GroupK, or 1 where there are no groups, so that no remainder below divides by zero.)
+  static constexpr int kGroupOr1 = GroupK == 0 ? 1 : GroupK;
   static_assert(GroupK == 0 || (kBlocks ? GroupK == BK && CodeId == dtypes::e4m3.id()
-                                        : kCodeBits == 4 && BK % GroupK == 0 && GroupK % 32 == 0 &&
-                                              (GroupK % WarpK == 0 || WarpK % GroupK == 0)),
+                                        : kCodeBits == 4 && BK % kGroupOr1 == 0 && GroupK % 32 == 0 &&
+                                              (GroupK % WarpK == 0 || WarpK % kGroupOr1 == 0)),
                 "group scales: 4-bit codes, groups of whole K steps that tile the stage and the warps' slices; blocks: "
                 "e4m3 codes, one group a stage");
   static_assert(ScaleId != dtypes::e8m0.id() || (CodeId == dtypes::e2m1.id() && !kIntOps),
