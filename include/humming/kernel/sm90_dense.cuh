@@ -125,6 +125,33 @@ struct Dense {
   // two fragment sets of 4 x kSteps registers), so four-consumer tiles (96 registers) keep at most
   // 4 (8 spilled with 64-input groups), two-consumer tiles 16.
   static constexpr bool kSumScales = GroupK != 0 && kSets * kAcc <= (kConsumerRegs >= 160 ? 16 : 4);
+  // Independent WGMMA accumulation chains per stage: K step s goes into chain s % kChains, each its
+  // own sums, added together once the stage's group has retired. A WGMMA that adds into the sums of
+  // the one before waits for it; with the few tokens of a decode tile (N = 8 or 16) each WGMMA is
+  // short, and that wait may be what sets the pace: the probe (backend/sm90/probe.h; H100, t8x256,
+  // m = 1) saw the consumers take 0.86 us a stage of eight K steps in one chain while the producer
+  // waited on a full ring. Group sums need every chain to start in each group: at most one chain per
+  // K step of a group. HUMMING_SM90_CHAINS (default 1: one chain, the kernels as before) and
+  // HUMMING_SM90_CHAINS_MAX_BM (the largest tile height that takes them) are compile-time knobs for
+  // the A/B that decides (CUDAFLAGS="-DHUMMING_SM90_CHAINS=2" with scripts/gpu_ab.sh).
+#ifndef HUMMING_SM90_CHAINS
+#define HUMMING_SM90_CHAINS 1
+#endif
+#ifndef HUMMING_SM90_CHAINS_MAX_BM
+#define HUMMING_SM90_CHAINS_MAX_BM 16
+#endif
+  static constexpr int kGroupSteps = (GroupK == 0 || GroupK >= BK ? BK : GroupK) / 16; // K steps of a group in a stage
+  static constexpr int kChainsWanted = BM <= HUMMING_SM90_CHAINS_MAX_BM ? HUMMING_SM90_CHAINS : 1;
+  static constexpr int kChainsFit =
+      kSumScales ? (kChainsWanted < kGroupSteps ? kChainsWanted : kGroupSteps) : kChainsWanted;
+  // The most chains, up to kChainsFit, whose extra sums fit the registers the tile has to spare
+  // (the same bound as the group sums'; four consumers at 16 tokens spilled 96 bytes with two).
+  static constexpr int chains_that_fit() {
+    int c = kChainsFit;
+    while (c > 1 && (c - 1) * (kSumScales ? kSets : 1) * kAcc > (kConsumerRegs >= 160 ? 16 : 4)) --c;
+    return c;
+  }
+  static constexpr int kChains = chains_that_fit();
 
   static_assert(ActId == dtypes::f16.id() || ActId == dtypes::bf16.id(), "activations are f16 or bf16");
   static_assert(kBits == 4 || kBits == 8, "4- or 8-bit codes");
@@ -244,7 +271,10 @@ struct Dense {
   // (A Probe base: empty outside diagnosis builds, so it takes no room; backend/sm90/probe.h.)
   struct Regs : Probe {
     float acc[kAcc];
-    float part[kSumScales ? kSets : 1][kSumScales ? kAcc : 1];
+    // kSumScales: the stage's sums per chain and scale group; otherwise the chains after the first
+    // (which is acc itself) over the whole segment.
+    float part[kSumScales ? kChains : 1][kSumScales ? kSets : 1][kSumScales ? kAcc : 1];
+    float chain[!kSumScales && kChains > 1 ? kChains - 1 : 1][!kSumScales && kChains > 1 ? kAcc : 1];
     uint32_t af[2][kSteps][4];
     float sc[2][kSets][2];
     __device__ __forceinline__ Probe &probe() { return *this; }
@@ -265,21 +295,33 @@ struct Dense {
   template <int B> static __device__ __forceinline__ void issue(uint32_t ring, RingPos pos, Regs &r) {
 #pragma unroll
     for (int step = 0; step < kSteps; ++step) fence_regs(r.af[B][step]);
-    if constexpr (kSumScales)
+    if constexpr (kSumScales) {
 #pragma unroll
-      for (int g = 0; g < kSets; ++g) fence_regs(r.part[g]);
-    else
+      for (int c = 0; c < kChains; ++c)
+#pragma unroll
+        for (int g = 0; g < kSets; ++g) fence_regs(r.part[c][g]);
+    } else {
       fence_regs(r.acc);
+      if constexpr (kChains > 1)
+#pragma unroll
+        for (int c = 0; c < kChains - 1; ++c) fence_regs(r.chain[c]);
+    }
     wgmma_fence();
     const uint64_t desc = desc_sw128(ring + pos.stage * kStageBytes);
 #pragma unroll
     for (int step = 0; step < kSteps; ++step) {
       const uint64_t d = desc + (step / 4) * (kAtomBytes >> 4) + (step % 4) * 2;
+      const int c = step % kChains;
       if constexpr (kSumScales) {
-        constexpr int kSpan = GroupK < BK ? GroupK : BK; // inputs of one group inside the stage
-        Wgmma<BM, kBf16>::run(r.part[Frags::scale_row(step)], r.af[B][step], d, (step * 16) % kSpan == 0 ? 0 : 1);
-      } else {
+        // Each chain starts afresh at its first K step of the group.
+        Wgmma<BM, kBf16>::run(r.part[c][Frags::scale_row(step)], r.af[B][step], d,
+                              step % kGroupSteps < kChains ? 0 : 1);
+      } else if constexpr (kChains == 1) {
         Wgmma<BM, kBf16>::run(r.acc, r.af[B][step], d, 1);
+      } else if (c == 0) {
+        Wgmma<BM, kBf16>::run(r.acc, r.af[B][step], d, 1);
+      } else {
+        Wgmma<BM, kBf16>::run(r.chain[c - 1], r.af[B][step], d, 1);
       }
     }
     wgmma_commit();
@@ -299,12 +341,21 @@ struct Dense {
     if constexpr (kSumScales) {
 #pragma unroll
       for (int g = 0; g < kSets; ++g) {
-        fence_regs(r.part[g]);
 #pragma unroll
-        for (int i = 0; i < kAcc; ++i) r.acc[i] = fmaf(r.part[g][i], r.sc[B][g][(i % 4) / 2], r.acc[i]);
+        for (int c = 0; c < kChains; ++c) fence_regs(r.part[c][g]);
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) {
+          float sum = r.part[0][g][i];
+#pragma unroll
+          for (int c = 1; c < kChains; ++c) sum += r.part[c][g][i];
+          r.acc[i] = fmaf(sum, r.sc[B][g][(i % 4) / 2], r.acc[i]);
+        }
       }
     } else {
       fence_regs(r.acc);
+      if constexpr (kChains > 1)
+#pragma unroll
+        for (int c = 0; c < kChains - 1; ++c) fence_regs(r.chain[c]);
     }
     release_stage<Stages>(bars, cur.stage);
     cur = next;
@@ -318,6 +369,11 @@ struct Dense {
                                                   const float (&zero)[2], Regs &r) {
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) r.acc[i] = 0.0f;
+    if constexpr (!kSumScales && kChains > 1)
+#pragma unroll
+      for (int c = 0; c < kChains - 1; ++c)
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) r.chain[c][i] = 0.0f;
     fetch<0>(ring_ptr, bars, pos, cw, t, col, bias, zero, r);
     issue<0>(ring, pos, r);
     // Two stages per trip so that each fragment set has fixed registers.
@@ -325,6 +381,12 @@ struct Dense {
       if (advance<0>(ring, ring_ptr, bars, pos, j < n, cw, t, col, bias, zero, r)) break;
       if (advance<1>(ring, ring_ptr, bars, pos, j + 1 < n, cw, t, col, bias, zero, r)) break;
     }
+    // The segment's other chains into its sums (every group has retired: advance waited).
+    if constexpr (!kSumScales && kChains > 1)
+#pragma unroll
+      for (int c = 0; c < kChains - 1; ++c)
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) r.acc[i] += r.chain[c][i];
   }
 
   static __device__ __forceinline__ void consume(const Params &p, uint32_t ring, const char *ring_ptr, uint32_t bars,
