@@ -60,6 +60,13 @@ namespace sm90 {
 // grouped_k_shares; experimental, never a default choice yet).
 constexpr int kSchedDense = 0, kSchedGroupedWarp = 1, kSchedGroupedLone = 2, kSchedGroupedSplit = 3;
 
+// The sums of a consumer thread's accumulation chains after the first (Dense::Regs), or nothing.
+// N: those chains; Acc: sums per thread of each.
+template <int N, int Acc> struct ExtraChains {
+  float chain[N][Acc];
+};
+template <int Acc> struct ExtraChains<0, Acc> {};
+
 // ActId:     DType id of the activations, the operands, the scales and the output (f16 or bf16).
 // CodeId:    DType id of the weight codes: u4, i4, u8, i8 or e4m3.
 // Zero:      ZeroKind: none (unsigned codes are symmetric around 2^(bits-1)) or int (a byte per group).
@@ -268,13 +275,13 @@ struct Dense {
   // Per consumer thread: the sums of its tile (acc) and, with kSumScales, the current stage's sums
   // per scale group (part), with the fragments and scales of two stages (the one the tensor cores
   // run and the next).
-  // (A Probe base: empty outside diagnosis builds, so it takes no room; backend/sm90/probe.h.)
-  struct Regs : Probe {
+  // (A Probe base: empty outside diagnosis builds, so it takes no room; backend/sm90/probe.h. The
+  // chains after the first of tiles without group sums come from ExtraChains, empty where none.)
+  struct Regs : Probe, ExtraChains<(!kSumScales && kChains > 1 ? kChains - 1 : 0), kAcc> {
     float acc[kAcc];
     // kSumScales: the stage's sums per chain and scale group; otherwise the chains after the first
     // (which is acc itself) over the whole segment.
     float part[kSumScales ? kChains : 1][kSumScales ? kSets : 1][kSumScales ? kAcc : 1];
-    float chain[!kSumScales && kChains > 1 ? kChains - 1 : 1][!kSumScales && kChains > 1 ? kAcc : 1];
     uint32_t af[2][kSteps][4];
     float sc[2][kSets][2];
     __device__ __forceinline__ Probe &probe() { return *this; }
