@@ -30,7 +30,7 @@ import statistics
 import subprocess
 import sys
 
-FIELDS = ("start", "first", "loop_end", "fix_end", "end", "ring_wait", "stages", "segments")
+FIELDS = ("start", "segment", "first", "loop_end", "fix_end", "end", "ring_wait", "stages", "segments")
 
 
 def child(args):
@@ -134,6 +134,8 @@ def summarize(n, k, m, inst, rep, bits=4, group=128):
         "cwait_us": statistics.median(us(r["ring_wait"]) for r in cs),
         "pwait_us": statistics.median(us(r["ring_wait"]) for r in ps) if ps else None,
         "pfirst_us": statistics.median(us(r["first"] - r["start"]) for r in ps) if ps else None,
+        "psegment_us": statistics.median(us(r["segment"] - r["start"]) for r in ps) if ps else None,
+        "csegment_us": statistics.median(us(r["segment"] - r["start"]) for r in cs),
         "p_issue_end_us": statistics.median(us(r["loop_end"] - t0) for r in ps) if ps else None,
     }
 
@@ -147,7 +149,8 @@ def fmt(s):
         f"loop {f(s['loop_us'])} ({s['block_gbs']:.0f} GB/s a block, {s['all_tbs']:.2f} TB/s all); "
         f"fix {f(s['fix_us'])} ({s['fix_blocks']} blocks); tail {f(s['tail_us'])}; "
         f"consumer wait {s['cwait_us']:.1f}, producer wait {s['pwait_us'] or 0:.1f} (producer's last issue at "
-        f"{s['p_issue_end_us'] or 0:.1f})"
+        f"{s['p_issue_end_us'] or 0:.1f}); producer: work found {s['psegment_us'] or 0:.2f}, first slot "
+        f"{s['pfirst_us'] or 0:.2f} after its start; consumers: work found {s['csegment_us']:.2f}"
     )
 
 

@@ -250,6 +250,7 @@ struct Dense {
     pos.probe().begin();
     for_each_work<kLoneWalk>(p, [&](int64_t m0, int64_t, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t) {
       if (kProducers == 1 || t == 0) {
+        pos.probe().segment_begin();
         const int cols = Loads::columns(p.args, n0), rows = box_rows<BM>(p, m0);
         const uint32_t bytes = Loads::bytes(cols, rows);
         for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
@@ -406,6 +407,7 @@ struct Dense {
     Regs r;
     r.probe().begin();
     for_each_work(p, [&](int64_t m0, int64_t m_end, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t tile) {
+      r.probe().segment_begin();
       // Zero points that hold for the whole segment: the implied 2^(bits-1) of symmetric codes, or
       // the per-channel ones (with K groups, the stage's rows replace them).
       uint32_t bias[2];

@@ -25,11 +25,12 @@ struct Probe {
   // the slot is read from threadIdx each time, so that the consumers keep the registers a release
   // build has (a register held for the slot made ptxas spill at 96).
   static __device__ __forceinline__ int slot() { return threadIdx.x == 0 ? 0 : threadIdx.x == 128 ? 1 : -1; }
-  // Marks (global timer, ns): the role's start, its first stage (data for the consumers, a free
-  // slot for the producer), the end of its last segment's main loop, the end of its last fix-up.
+  // Marks (global timer, ns): the role's start, the start of its first segment (its share of the
+  // work found), its first stage (data for the consumers, a free slot for the producer), the end
+  // of its last segment's main loop, the end of its last fix-up.
   // Then the nanoseconds it spent waiting on the ring (consumers on "full", the producer on
   // "empty"), the stages that passed and the segments.
-  enum Field { kStart, kFirst, kLoopEnd, kFixEnd, kRingWait, kStages, kSegments, kFields };
+  enum Field { kStart, kSegment, kFirst, kLoopEnd, kFixEnd, kRingWait, kStages, kSegments, kFields };
 
   static __device__ __forceinline__ uint64_t *record(int slot) {
     __shared__ uint64_t records[2][kFields];
@@ -57,6 +58,9 @@ struct Probe {
     if (r[kFirst] == 0) r[kFirst] = t1;
     ++r[kStages];
   }
+  __device__ __forceinline__ void segment_begin() {
+    if (slot() >= 0 && record(slot())[kSegment] == 0) record(slot())[kSegment] = now();
+  }
   __device__ __forceinline__ void segment_done() {
     if (slot() < 0) return;
     record(slot())[kLoopEnd] = now();
@@ -65,23 +69,25 @@ struct Probe {
   __device__ __forceinline__ void fixup_done() {
     if (slot() >= 0) record(slot())[kFixEnd] = now();
   }
-  // One line: role, block, multiprocessor, the four marks, the end (now), the ring wait, stages and
+  // One line: role, block, multiprocessor, the five marks, the end (now), the ring wait, stages and
   // segments.
   __device__ __forceinline__ void report(char role) const {
     if (slot() < 0) return;
     const uint64_t *r = record(slot());
     uint32_t sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    printf("HPROBE %c %d %u %llu %llu %llu %llu %llu %llu %llu %llu\n", role, static_cast<int>(blockIdx.x), sm,
-           static_cast<unsigned long long>(r[kStart]), static_cast<unsigned long long>(r[kFirst]),
-           static_cast<unsigned long long>(r[kLoopEnd]), static_cast<unsigned long long>(r[kFixEnd]),
-           static_cast<unsigned long long>(now()), static_cast<unsigned long long>(r[kRingWait]),
-           static_cast<unsigned long long>(r[kStages]), static_cast<unsigned long long>(r[kSegments]));
+    printf("HPROBE %c %d %u %llu %llu %llu %llu %llu %llu %llu %llu %llu\n", role, static_cast<int>(blockIdx.x), sm,
+           static_cast<unsigned long long>(r[kStart]), static_cast<unsigned long long>(r[kSegment]),
+           static_cast<unsigned long long>(r[kFirst]), static_cast<unsigned long long>(r[kLoopEnd]),
+           static_cast<unsigned long long>(r[kFixEnd]), static_cast<unsigned long long>(now()),
+           static_cast<unsigned long long>(r[kRingWait]), static_cast<unsigned long long>(r[kStages]),
+           static_cast<unsigned long long>(r[kSegments]));
   }
 };
 #else
 struct Probe {
   __device__ __forceinline__ void begin() {}
+  __device__ __forceinline__ void segment_begin() {}
   template <class F> __device__ __forceinline__ void ring(F wait) { wait(); }
   __device__ __forceinline__ void segment_done() {}
   __device__ __forceinline__ void fixup_done() {}
