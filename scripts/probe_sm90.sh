@@ -3,7 +3,7 @@
 # compiled in (include/humming/backend/sm90/probe.h: -DHUMMING_PROBE, the instances HUMMING_FILTER
 # names), then run scripts/probe_sm90.py with the arguments given; text and JSON go to $OUT.
 # A diagnosis build: its probed kernels print a line per block, so never time anything else with it.
-# Example: bash scripts/probe_sm90.sh 8192x8192,28672x8192 1 --match 't8x256'
+# PROBE_CUDAFLAGS adds compile flags (e.g. -DHUMMING_SM90_CHAINS=2). Example: bash scripts/probe_sm90.sh 8192x8192,28672x8192 1 --match 't8x256'
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/probe-out}"
@@ -11,7 +11,7 @@ mkdir -p "$OUT"
 export HUMMING_PROFILE="${HUMMING_PROFILE:-dev}"
 export HUMMING_FILTER="${HUMMING_FILTER:-^sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t(8|16)x}"
 start=$(date +%s)
-CUDAFLAGS="-DHUMMING_PROBE" CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps -v . \
+CUDAFLAGS="-DHUMMING_PROBE ${PROBE_CUDAFLAGS:-}" CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps -v . \
   > "$OUT/probe-build.log" 2>&1 || { tail -40 "$OUT/probe-build.log"; exit 1; }
 echo "probe build took $(( $(date +%s) - start )) s"
 python3 scripts/probe_sm90.py "$@" --json "$OUT/probe.json" | tee "$OUT/probe.txt"
