@@ -33,6 +33,7 @@
 
 #include <string>
 
+#include "humming/backend/sm90/chains.h"
 #include "humming/backend/sm90/pipeline.h"
 #include "humming/backend/sm90/probe.h"
 #include "humming/backend/sm90/ptx.h"
@@ -132,15 +133,11 @@ struct Dense {
   // two fragment sets of 4 x kSteps registers), so four-consumer tiles (96 registers) keep at most
   // 4 (8 spilled with 64-input groups), two-consumer tiles 16.
   static constexpr bool kSumScales = GroupK != 0 && kSets * kAcc <= (kConsumerRegs >= 160 ? 16 : 4);
-  // Independent WGMMA accumulation chains per stage: K step s goes into chain s % kChains, each its
-  // own sums, added together once the stage's group has retired. A WGMMA that adds into the sums of
-  // the one before waits for it; with the few tokens of a decode tile (N = 8 or 16) each WGMMA is
-  // short, and that wait may be what sets the pace: the probe (backend/sm90/probe.h; H100, t8x256,
-  // m = 1) saw the consumers take 0.86 us a stage of eight K steps in one chain while the producer
-  // waited on a full ring. Group sums need every chain to start in each group: at most one chain per
-  // K step of a group. HUMMING_SM90_CHAINS (default 1: one chain, the kernels as before) and
-  // HUMMING_SM90_CHAINS_MAX_BM (the largest tile height that takes them) are compile-time knobs for
-  // the A/B that decides (CUDAFLAGS="-DHUMMING_SM90_CHAINS=2" with scripts/gpu_ab.sh).
+  // Independent WGMMA accumulation chains (backend/sm90/chains.h) for tiles of at most
+  // HUMMING_SM90_CHAINS_MAX_BM tokens: HUMMING_SM90_CHAINS of them (default 1: one chain, the
+  // kernels as before) where the spare registers allow (the group sums' bound; four consumers at 16
+  // tokens spilled 96 bytes with two). Compile-time knobs for the A/B that decides
+  // (CUDAFLAGS="-DHUMMING_SM90_CHAINS=2" with scripts/gpu_ab.sh).
 #ifndef HUMMING_SM90_CHAINS
 #define HUMMING_SM90_CHAINS 1
 #endif
@@ -148,17 +145,9 @@ struct Dense {
 #define HUMMING_SM90_CHAINS_MAX_BM 16
 #endif
   static constexpr int kGroupSteps = (GroupK == 0 || GroupK >= BK ? BK : GroupK) / 16; // K steps of a group in a stage
-  static constexpr int kChainsWanted = BM <= HUMMING_SM90_CHAINS_MAX_BM ? HUMMING_SM90_CHAINS : 1;
-  static constexpr int kChainsFit =
-      kSumScales ? (kChainsWanted < kGroupSteps ? kChainsWanted : kGroupSteps) : kChainsWanted;
-  // The most chains, up to kChainsFit, whose extra sums fit the registers the tile has to spare
-  // (the same bound as the group sums'; four consumers at 16 tokens spilled 96 bytes with two).
-  static constexpr int chains_that_fit() {
-    int c = kChainsFit;
-    while (c > 1 && (c - 1) * (kSumScales ? kSets : 1) * kAcc > (kConsumerRegs >= 160 ? 16 : 4)) --c;
-    return c;
-  }
-  static constexpr int kChains = chains_that_fit();
+  static constexpr int kChains =
+      accumulation_chains(BM <= HUMMING_SM90_CHAINS_MAX_BM ? HUMMING_SM90_CHAINS : 1, kSumScales, kGroupSteps, kSets,
+                          kAcc, kConsumerRegs >= 160 ? 16 : 4);
 
   static_assert(ActId == dtypes::f16.id() || ActId == dtypes::bf16.id(), "activations are f16 or bf16");
   static_assert(kBits == 4 || kBits == 8, "4- or 8-bit codes");
@@ -319,11 +308,10 @@ struct Dense {
 #pragma unroll
     for (int step = 0; step < kSteps; ++step) {
       const uint64_t d = desc + (step / 4) * (kAtomBytes >> 4) + (step % 4) * 2;
-      const int c = step % kChains;
+      const int c = chain_of_step(step, kChains);
       if constexpr (kSumScales) {
-        // Each chain starts afresh at its first K step of the group.
         Wgmma<BM, kBf16>::run(r.part[c][Frags::scale_row(step)], r.af[B][step], d,
-                              step % kGroupSteps < kChains ? 0 : 1);
+                              chain_starts(step, kChains, kGroupSteps) ? 0 : 1);
       } else if constexpr (kChains == 1) {
         Wgmma<BM, kBf16>::run(r.acc, r.af[B][step], d, 1);
       } else if (c == 0) {
