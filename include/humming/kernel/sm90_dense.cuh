@@ -133,8 +133,9 @@ struct Dense {
   // two fragment sets of 4 x kSteps registers), so four-consumer tiles (96 registers) keep at most
   // 4 (8 spilled with 64-input groups), two-consumer tiles 16.
   static constexpr bool kSumScales = GroupK != 0 && kSets * kAcc <= (kConsumerRegs >= 160 ? 16 : 4);
-  // Independent WGMMA accumulation chains (backend/sm90/chains.h) for tiles of at most
-  // HUMMING_SM90_CHAINS_MAX_BM tokens: HUMMING_SM90_CHAINS of them (default 1: one chain, the
+  // Independent WGMMA accumulation chains (backend/sm90/chains.h) for dense tiles of at most
+  // HUMMING_SM90_CHAINS_MAX_BM tokens (the grouped ones keep one until their own GPU run):
+  // HUMMING_SM90_CHAINS of them (default 1: one chain, the
   // kernels as before) where the spare registers allow (the group sums' bound; four consumers at 16
   // tokens spilled 96 bytes with two). Compile-time knobs for the A/B that decides
   // (CUDAFLAGS="-DHUMMING_SM90_CHAINS=2" with scripts/gpu_ab.sh).
@@ -146,8 +147,8 @@ struct Dense {
 #endif
   static constexpr int kGroupSteps = (GroupK == 0 || GroupK >= BK ? BK : GroupK) / 16; // K steps of a group in a stage
   static constexpr int kChains =
-      accumulation_chains(BM <= HUMMING_SM90_CHAINS_MAX_BM ? HUMMING_SM90_CHAINS : 1, kSumScales, kGroupSteps, kSets,
-                          kAcc, kConsumerRegs >= 160 ? 16 : 4);
+      accumulation_chains(BM <= HUMMING_SM90_CHAINS_MAX_BM && !Grouped ? HUMMING_SM90_CHAINS : 1, kSumScales,
+                          kGroupSteps, kSets, kAcc, kConsumerRegs >= 160 ? 16 : 4);
 
   static_assert(ActId == dtypes::f16.id() || ActId == dtypes::bf16.id(), "activations are f16 or bf16");
   static_assert(kBits == 4 || kBits == 8, "4- or 8-bit codes");
