@@ -1,8 +1,10 @@
-"""Per-block timeline of the sm90 weight-only kernel, from a build with HUMMING_PROBE defined
+"""Per-block timeline of the sm90 kernels (weight-only and 8-bit activations), from a build with HUMMING_PROBE defined
 (scripts/probe_sm90.sh builds one; include/humming/backend/sm90/probe.h says what is recorded).
 
-Usage: python3 scripts/probe_sm90.py NxK[,NxK...] M[,M...] [--format F] [--match REGEX] [--reps R]
-       [--json PATH]
+Usage: python3 scripts/probe_sm90.py NxK[,NxK...] M[,M...] [--format F] [--act A] [--match REGEX]
+       [--reps R] [--json PATH]
+(--act e4m3-pt and the like: the 8-bit activation kernels, quantizing in each call; their weights
+packed for the layout QuantLinear picks, weight-only ones for layout 3.)
 
 Each point is one call after a reading L2 flush and a synchronize (as scripts/time_shapes.py's
 eager timing, flush read), repeated --reps times; the rep whose kernel span is the median is kept.
@@ -46,7 +48,8 @@ def child(args):
         names = [i.name for i in registry.instances() if re.search(args.match, i.name)]
     for n, k in args.shapes:
         lin = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
-        layer = ha.QuantLinear.from_linear(lin, args.format, None, device="cuda", layout="sm90")
+        layout = "sm90" if args.act is None else "auto"
+        layer = ha.QuantLinear.from_linear(lin, args.format, args.act, device="cuda", layout=layout)
         for name in names:
             layer.instance = name
             for m in args.ms:
@@ -98,7 +101,16 @@ def q(xs, f):
     return xs[min(len(xs) - 1, int(f * len(xs)))] if xs else float("nan")
 
 
-def summarize(n, k, m, inst, rep, bits=4, group=128):
+def weight_bytes_per_input(fmt):
+    """(bytes of codes per weight, bytes of scales per weight) of a weight format such as u4g128-sbf16."""
+    f = re.match(r"(u4|i4|e2m1|u8|i8|e4m3)(?:g(\d+)(?:n(\d+))?|gc)?(?:-s(bf16|f16|f32|e8m0|e4m3))?", fmt)
+    bits = 4 if f and f.group(1) in ("u4", "i4", "e2m1") else 8
+    group = int(f.group(2)) * int(f.group(3) or 1) if f and f.group(2) else 0
+    scale = {"f32": 4, "e8m0": 1, "e4m3": 1}.get(f.group(4) if f else None, 2)
+    return bits / 8, (scale / group if group else 0.0)
+
+
+def summarize(n, k, m, inst, rep, fmt="u4g128-sbf16"):
     cs, ps = rep["C"], rep["P"]
     t0 = min(r["start"] for r in cs + ps)
     us = lambda ns: ns / 1000.0
@@ -111,7 +123,8 @@ def summarize(n, k, m, inst, rep, bits=4, group=128):
     # Weight bytes per K tile of 128 inputs of the block's channels (codes and 16-bit group scales).
     bn = int(re.search(r"_t\d+x(\d+)x(\d+)", inst).group(1)) if re.search(r"_t\d+x(\d+)x", inst) else 256
     bk = int(re.search(r"_t\d+x\d+x(\d+)", inst).group(1)) if re.search(r"_t\d+x\d+x(\d+)", inst) else 128
-    stage_bytes = bn * bk * bits / 8 + (bn * 2 * bk // group if group else 0)
+    code_b, scale_b = weight_bytes_per_input(fmt)
+    stage_bytes = bn * bk * (code_b + scale_b)
     med_loop = statistics.median(loop)
     per_block = statistics.median(stages) * stage_bytes / (med_loop * 1e-6) / 1e9 if med_loop > 0 else float("nan")
     return {
@@ -159,6 +172,7 @@ def main():
     ap.add_argument("shapes")
     ap.add_argument("ms")
     ap.add_argument("--format", default="u4g128-sbf16")
+    ap.add_argument("--act", default=None, help="activation format (default bf16), e.g. e4m3-pt")
     ap.add_argument("--match", default="", help="probe every built instance matching this regex (default: dispatch)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json", default="")
@@ -182,7 +196,7 @@ def main():
         return 1
     results = []
     for (n, k, m, inst), reps in parse(run.stdout).items():
-        sums = [summarize(n, k, m, inst, r) for r in reps if r["C"]]
+        sums = [summarize(n, k, m, inst, r, args.format) for r in reps if r["C"]]
         if not sums:
             continue
         sums.sort(key=lambda s: s["span_us"])

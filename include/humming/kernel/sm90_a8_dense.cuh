@@ -66,6 +66,7 @@
 
 #include "humming/backend/sm90/a8_stage_loads.h"
 #include "humming/backend/sm90/a8_mainloops.h"
+#include "humming/backend/sm90/probe.h"
 #include "humming/backend/sm90/a8_promote.h"
 #include "humming/backend/sm90/operand_convert.h"
 #include "humming/backend/sm90/pipeline.h"
@@ -322,19 +323,24 @@ struct DenseA8 {
   // One thread: every stage of every segment of this block, in order. Boxes past the matrices land
   // as zeros and still count their full size on the barrier.
   static __device__ __forceinline__ void produce(const Params &p, uint32_t ring, uint32_t bars) {
+    Probe::begin(); // diagnosis builds only (backend/sm90/probe.h)
     RingPos pos;
     for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
+      Probe::segment_begin();
       const TileCoord c = coord(p, tile);
       const int m0 = static_cast<int>(c.row * BM), n0 = static_cast<int>(c.col * BN);
       const int rows = box_rows<BM>(p, m0);
       for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
         const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
                        empty = ring_bar<Stages>(bars, 1, pos.stage);
-        mbar_wait(empty, pos.phase ^ 1u);
+        const uint32_t parity = pos.phase ^ 1u;
+        Probe::ring([=] { mbar_wait(empty, parity); });
         mbar_arrive_expect_tx(full, Loads::tx_bytes(rows));
         Loads::boxes(p, stage, full, kt, m0, n0, rows);
       }
+      Probe::segment_done();
     });
+    Probe::report('P');
   }
 
   // Converter thread i of the producer warpgroup (kStaged): every stage of every segment of this
@@ -364,7 +370,8 @@ struct DenseA8 {
   // this thread's fragments of warpgroup cw's 64 rows out of it.
   static __device__ __forceinline__ void fetch(const char *ring_ptr, uint32_t bars, RingPos pos, int cw, int t,
                                                Frags &af) {
-    mbar_wait(ring_bar<Stages>(bars, kStaged ? 2 : 0, pos.stage), pos.phase);
+    const uint32_t full = ring_bar<Stages>(bars, kStaged ? 2 : 0, pos.stage), parity = pos.phase;
+    Probe::ring([=] { mbar_wait(full, parity); });
     if constexpr (kShiftedE2m1) {
       layout_fragments<Layout>(
           ring_ptr + pos.stage * kStageBytes, cw * 64, t,
@@ -435,7 +442,9 @@ struct DenseA8 {
     const int col = cw * 64 + warp * 16 + lane / 4;
     RingPos pos;
     float acc[kAcc];
+    Probe::begin();
     for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
+      Probe::segment_begin();
       const TileCoord c = coord(p, tile);
       const int64_t m0 = c.row * BM, n0 = c.col * BN;
       // With blocks: this warpgroup's weight block among the stage's scales.
@@ -448,11 +457,13 @@ struct DenseA8 {
         Loops::mainloop_prefetched(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, col, t, acc);
       else
         Loops::mainloop_promoted(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, col, t, acc);
+      Probe::segment_done();
       const StreamKPlan &plan = p.plan;
       if (!(kt0 == 0 && kt1 == plan.k_tiles)) {
         const bool last =
             epilogue::streamk_fixup<kAcc, kConsumerThreads>(plan, a.workspace, blockIdx.x, tile - plan.dp_tiles(), ct,
                                                             acc, flag, [] { consumer_sync<kConsumerThreads>(); });
+        Probe::fixup_done();
         if (!last) return;
       }
       if constexpr (kTokensM) {
@@ -475,6 +486,7 @@ struct DenseA8 {
         epilogue::store_wgmma_sums<OutId, kAcc, !kBlocks>(a, m0, n0 + col, lane, acc, f);
     });
     if (kStagedStore && p.staged) epilogue::finish_staged_stores(t);
+    Probe::report('C');
   }
 
   static __device__ __forceinline__ void run(const Params &p, char *smem) {

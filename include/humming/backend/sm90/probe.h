@@ -1,8 +1,10 @@
-// A per-block timeline of the sm90 weight-only kernel, for diagnosis builds only. With
+// A per-block timeline of the sm90 kernels (weight-only and 8-bit activations), for diagnosis
+// builds only. With
 // HUMMING_PROBE defined (scripts/probe_sm90.sh builds the package so), one producer thread and one
 // consumer thread of every block read the global timer at the points below and print one line
 // each when they are done; scripts/probe_sm90.py turns the lines into a timeline. Without it, every
-// member is empty and inlines to nothing, so release builds carry no trace of it.
+// member is empty and inlines to nothing, so release builds carry no trace of it. Every member is
+// static (the record lives in shared memory), so a kernel calls them where it waits, as Probe::ring.
 //
 // Why: a decode launch (m = 1) of 8192 x 8192 took 19.6 us for 33.5 MB of weights, and 28672 x
 // 8192 42.5 us for 121 MB (H200, graph time): a straight line through the two gives about 3.8 TB/s
@@ -41,14 +43,14 @@ struct Probe {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
   }
-  __device__ __forceinline__ void begin() {
+  static __device__ __forceinline__ void begin() {
     if (slot() < 0) return;
     uint64_t *r = record(slot());
     for (int i = 0; i < kFields; ++i) r[i] = 0;
     r[kStart] = now();
   }
   // A wait on the ring: its time, and the first that returns marks the first stage.
-  template <class F> __device__ __forceinline__ void ring(F wait) {
+  template <class F> static __device__ __forceinline__ void ring(F wait) {
     if (slot() < 0) return wait();
     const uint64_t t0 = now();
     wait();
@@ -58,20 +60,20 @@ struct Probe {
     if (r[kFirst] == 0) r[kFirst] = t1;
     ++r[kStages];
   }
-  __device__ __forceinline__ void segment_begin() {
+  static __device__ __forceinline__ void segment_begin() {
     if (slot() >= 0 && record(slot())[kSegment] == 0) record(slot())[kSegment] = now();
   }
-  __device__ __forceinline__ void segment_done() {
+  static __device__ __forceinline__ void segment_done() {
     if (slot() < 0) return;
     record(slot())[kLoopEnd] = now();
     ++record(slot())[kSegments];
   }
-  __device__ __forceinline__ void fixup_done() {
+  static __device__ __forceinline__ void fixup_done() {
     if (slot() >= 0) record(slot())[kFixEnd] = now();
   }
   // One line: role, block, multiprocessor, the five marks, the end (now), the ring wait, stages and
   // segments.
-  __device__ __forceinline__ void report(char role) const {
+  static __device__ __forceinline__ void report(char role) {
     if (slot() < 0) return;
     const uint64_t *r = record(slot());
     uint32_t sm;
@@ -86,12 +88,12 @@ struct Probe {
 };
 #else
 struct Probe {
-  __device__ __forceinline__ void begin() {}
-  __device__ __forceinline__ void segment_begin() {}
-  template <class F> __device__ __forceinline__ void ring(F wait) { wait(); }
-  __device__ __forceinline__ void segment_done() {}
-  __device__ __forceinline__ void fixup_done() {}
-  __device__ __forceinline__ void report(char) const {}
+  static __device__ __forceinline__ void begin() {}
+  static __device__ __forceinline__ void segment_begin() {}
+  template <class F> static __device__ __forceinline__ void ring(F wait) { wait(); }
+  static __device__ __forceinline__ void segment_done() {}
+  static __device__ __forceinline__ void fixup_done() {}
+  static __device__ __forceinline__ void report(char) {}
 };
 #endif
 
