@@ -138,7 +138,7 @@ struct Dense {
   // HUMMING_SM90_CHAINS of them (default 1: one chain, the
   // kernels as before) where the spare registers allow (the group sums' bound; four consumers at 16
   // tokens spilled 96 bytes with two). Compile-time knobs for the A/B that decides
-  // (CUDAFLAGS="-DHUMMING_SM90_CHAINS=2" with scripts/gpu_ab.sh).
+  // (scripts/gpu_decode_ab.sh: builds, timings, GPU tests and the probe in one call).
 #ifndef HUMMING_SM90_CHAINS
 #define HUMMING_SM90_CHAINS 1
 #endif
