@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# On the lent GPU machine: the first check of the experimental kernels (the 8-bit activation ones:
-# sm90 W8A8 / W4A8, and the sm80 family's mma.sync ones, FP8, INT8, W4A8, MXFP4 and blocks, which
-# the H200 runs as sm_90a code) and of preloading. One dev+experimental build (HUMMING_FILTER narrows
+# On the lent GPU machine: the check of the experimental kernels and of the 8-bit activation ones
+# (sm90 W8A8 / W4A8, and the sm80 family's mma.sync ones, FP8, INT8, W4A8, MXFP4 and blocks, which
+# the H200 runs as sm_90a code; in every profile since session 31) and of preloading. One dev+experimental build (HUMMING_FILTER narrows
 # it), then
 #   1. the GPU tests of every 8-bit activation instance and the W8A8 layer test (a8.log),
 #   1b. TESTS_MOE=1: tests/test_moe.py (the grouped split-K tiles, the MoE activation op; moe.log),
