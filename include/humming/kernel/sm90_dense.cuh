@@ -134,11 +134,11 @@ struct Dense {
   // 4 (8 spilled with 64-input groups), two-consumer tiles 16.
   static constexpr bool kSumScales = GroupK != 0 && kSets * kAcc <= (kConsumerRegs >= 160 ? 16 : 4);
   // Independent WGMMA accumulation chains (backend/sm90/chains.h) for dense tiles of at most
-  // HUMMING_SM90_CHAINS_MAX_BM tokens (the grouped ones keep one until their own GPU run):
-  // HUMMING_SM90_CHAINS of them (default 1: one chain, the
-  // kernels as before) where the spare registers allow (the group sums' bound; four consumers at 16
-  // tokens spilled 96 bytes with two). Compile-time knobs for the A/B that decides
-  // (scripts/gpu_decode_ab.sh: builds, timings, GPU tests and the probe in one call).
+  // HUMMING_SM90_CHAINS_MAX_BM tokens (the grouped ones keep one until their own GPU run): up to
+  // HUMMING_SM90_CHAINS of them (default 1: the kernels as before), as the spare registers allow
+  // (the group sums' bound; four consumers at 16 tokens spilled 96 bytes with two). Compile-time
+  // knobs for the A/B that decides (scripts/gpu_decode_ab.sh: builds, timings, GPU tests and the
+  // probe in one call).
 #ifndef HUMMING_SM90_CHAINS
 #define HUMMING_SM90_CHAINS 1
 #endif
@@ -233,29 +233,26 @@ struct Dense {
 
   // Every stage of every segment of this block, in order; thread `t` of the producers.
   static __device__ __forceinline__ void produce(const Params &p, uint32_t ring, uint32_t bars, int t) {
-    // The ring position, with the probe (empty outside diagnosis builds; backend/sm90/probe.h).
-    struct Pos : RingPos, Probe {
-      __device__ __forceinline__ Probe &probe() { return *this; }
-    } pos;
-    pos.probe().begin();
+    Probe::begin(); // diagnosis builds only (backend/sm90/probe.h)
+    RingPos pos;
     for_each_work<kLoneWalk>(p, [&](int64_t m0, int64_t, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t) {
       if (kProducers == 1 || t == 0) {
-        pos.probe().segment_begin();
+        Probe::segment_begin();
         const int cols = Loads::columns(p.args, n0), rows = box_rows<BM>(p, m0);
         const uint32_t bytes = Loads::bytes(cols, rows);
         for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
           const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
                          empty = ring_bar<Stages>(bars, 1, pos.stage);
           const uint32_t parity = pos.phase ^ 1u;
-          pos.probe().ring([=] { mbar_wait(empty, parity); });
+          Probe::ring([=] { mbar_wait(empty, parity); });
           mbar_arrive_expect_tx(full, bytes);
           Loads::issue(p, stage, full, kt, m0, n0, cols, rows, expert);
         }
       }
-      pos.probe().segment_done();
+      Probe::segment_done();
       if constexpr (kProducers > 1) __syncwarp();
     });
-    pos.probe().report('P');
+    Probe::report('P');
   }
 
   // ---- consumers -----------------------------------------------------------------------------
@@ -266,16 +263,15 @@ struct Dense {
   // Per consumer thread: the sums of its tile (acc) and, with kSumScales, the current stage's sums
   // per scale group (part), with the fragments and scales of two stages (the one the tensor cores
   // run and the next).
-  // (A Probe base: empty outside diagnosis builds, so it takes no room; backend/sm90/probe.h. The
-  // chains after the first of tiles without group sums come from ExtraChains, empty where none.)
-  struct Regs : Probe, ExtraChains<(!kSumScales && kChains > 1 ? kChains - 1 : 0), kAcc> {
+  // (The chains after the first of tiles without group sums come from ExtraChains, empty where
+  // none.)
+  struct Regs : ExtraChains<(!kSumScales && kChains > 1 ? kChains - 1 : 0), kAcc> {
     float acc[kAcc];
     // kSumScales: the stage's sums per chain and scale group; otherwise the chains after the first
     // (which is acc itself) over the whole segment.
     float part[kSumScales ? kChains : 1][kSumScales ? kSets : 1][kSumScales ? kAcc : 1];
     uint32_t af[2][kSteps][4];
     float sc[2][kSets][2];
-    __device__ __forceinline__ Probe &probe() { return *this; }
   };
 
   // Waits for stage `pos` and builds its fragments into set `B`.
@@ -283,7 +279,7 @@ struct Dense {
   static __device__ __forceinline__ void fetch(const char *ring_ptr, uint32_t bars, RingPos pos, int cw, int t, int col,
                                                const uint32_t (&bias)[2], const float (&zero)[2], Regs &r) {
     const uint32_t full = ring_bar<Stages>(bars, 0, pos.stage), parity = pos.phase;
-    r.probe().ring([=] { mbar_wait(full, parity); });
+    Probe::ring([=] { mbar_wait(full, parity); });
     Frags::load(ring_ptr + pos.stage * kStageBytes, cw, t, col, bias, zero, r.af[B], r.sc[B]);
   }
 
@@ -394,9 +390,9 @@ struct Dense {
     const int col = cw * 64 + warp * 16 + lane / 4; // first channel of this thread inside the tile
     RingPos pos;
     Regs r;
-    r.probe().begin();
+    Probe::begin();
     for_each_work(p, [&](int64_t m0, int64_t m_end, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t tile) {
-      r.probe().segment_begin();
+      Probe::segment_begin();
       // Zero points that hold for the whole segment: the implied 2^(bits-1) of symmetric codes, or
       // the per-channel ones (with K groups, the stage's rows replace them).
       uint32_t bias[2];
@@ -412,7 +408,7 @@ struct Dense {
         bias[h] = numeric::zero_bias<kBf16>(zero[h]);
       }
       mainloop(ring, ring_ptr, bars, pos, kt1 - kt0, cw, t, col, bias, zero, r);
-      r.probe().segment_done();
+      Probe::segment_done();
 
       const StreamKPlan &plan = p.plan;
       if constexpr (kSplitK) {
@@ -424,7 +420,7 @@ struct Dense {
         const bool last =
             epilogue::streamk_fixup<kAcc, kConsumerThreads>(plan, a.workspace, blockIdx.x, tile - plan.dp_tiles(), ct,
                                                             r.acc, flag, [] { consumer_sync<kConsumerThreads>(); });
-        r.probe().fixup_done();
+        Probe::fixup_done();
         if (!last) return;
       }
       // The per-channel (the expert's) and global scales of the rows' fp32 sums (16-bit scales of
@@ -439,7 +435,7 @@ struct Dense {
         epilogue::store_wgmma_sums<ActId, kAcc, false>(a, m0, n0 + col, lane, r.acc, f, m_end);
     });
     if (kStagedStore && p.staged) epilogue::finish_staged_stores(t);
-    r.probe().report('C');
+    Probe::report('C');
   }
 
   static __device__ __forceinline__ void run(const Params &p, char *smem) {
