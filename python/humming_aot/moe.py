@@ -218,7 +218,7 @@ def combine(
     """The experts' outputs in the expert-sorted layout [capacity, H] back to tokens [T, H]: each
     token's rows weighted by its routing weights [T, top_k] and summed in choice order (j = 0
     first), in fp32, returned in y's dtype. ``bias`` [E, H] with the assignments' experts ``ids``
-    [T, top_k] (as :func:`topk_route` / :func:`route` give them): each row gets its expert's bias
+    [T, top_k] (as :func:`topk_route` gives them): each row gets its expert's bias
     (in fp32) before its weight, the down projection's output bias (gpt-oss), in the same pass."""
     t = alignment.num_assignments // max(alignment.top_k, 1)
     if y.dim() != 2 or y.shape[0] != alignment.capacity:

@@ -33,7 +33,7 @@
 //
 // One producer thread fills the ring as in sm90_dense.cuh. A consumer warpgroup only issues
 // WGMMAs (the four k32 steps of a stage as one group) and adds up their sums, in one of the main
-// loops of backend/sm90/a8_mainloops.h (this file holds the steps they take per stage):
+// loops of backend/sm90/a8_mainloops.h, from the steps of backend/sm90/a8_stage_steps.h:
 // * 8-bit floats: each stage's group sums into fresh registers, which are added into the tile's
 //   fp32 sums once the group retires (two-level accumulation, promoted every 128 inputs: the FP8
 //   tensor cores' running sum is narrower than fp32); the other consumer warpgroups keep the
@@ -66,10 +66,10 @@
 
 #include "humming/backend/sm90/a8_stage_loads.h"
 #include "humming/backend/sm90/a8_mainloops.h"
-#include "humming/backend/sm90/probe.h"
 #include "humming/backend/sm90/a8_promote.h"
 #include "humming/backend/sm90/operand_convert.h"
 #include "humming/backend/sm90/pipeline.h"
+#include "humming/backend/sm90/probe.h"
 #include "humming/backend/sm90/ptx.h"
 #include "humming/backend/sm90/stage_convert.h"
 #include "humming/backend/sm90/tensor_map.h"
@@ -154,7 +154,7 @@ struct DenseA8 {
   // 56 for them, the consumers of the 128-token tile spilled).
   static constexpr int kProducerRegs = GroupK != 0 ? 56 : 40;
   static constexpr int kTileM = BM;
-  static constexpr int kBatch = Batch, kStages = Stages;
+  static constexpr int kBatch = Batch, kStages = Stages, kLayout = Layout;
   // Tokens on the WGMMA's M side (ChannelsN != 0): the consumer warpgroups split the tile's tokens.
   static constexpr bool kTokensM = ChannelsN != 0;
   static constexpr int BN = kTokensM ? ChannelsN : 64 * Consumers;
@@ -365,73 +365,6 @@ struct DenseA8 {
   // This thread's A fragments of one stage with 4-bit codes (frag[step][r]: register r of k32
   // step `step`, backend/sm90/operand_convert.h); unused with 8-bit codes.
   using Frags = uint32_t[kSteps][4];
-
-  // Waits for stage `pos` (kStaged: for its converted box); with fragments in registers, reads
-  // this thread's fragments of warpgroup cw's 64 rows out of it.
-  static __device__ __forceinline__ void fetch(const char *ring_ptr, uint32_t bars, RingPos pos, int cw, int t,
-                                               Frags &af) {
-    const uint32_t full = ring_bar<Stages>(bars, kStaged ? 2 : 0, pos.stage), parity = pos.phase;
-    Probe::ring([=] { mbar_wait(full, parity); });
-    if constexpr (kShiftedE2m1) {
-      layout_fragments<Layout>(
-          ring_ptr + pos.stage * kStageBytes, cw * 64, t,
-          [](uint32_t w, uint32_t &lo, uint32_t &hi) { numeric::e2m1_to_shifted_e4m3(w, lo, hi); }, af);
-    } else if constexpr (kRegFrags) {
-      // Operand bytes of the codes (numeric/nibble_lut.h), as immediates.
-      constexpr numeric::NibbleTable table = numeric::nibble_table(kCode, kInt);
-      layout_fragments<Layout>(
-          ring_ptr + pos.stage * kStageBytes, cw * 64, t,
-          [&](uint32_t w, uint32_t &lo, uint32_t &hi) { numeric::nibbles_to_bytes(w, table, lo, hi); }, af);
-    }
-  }
-
-  // Issues the four k32 steps of stage `pos` (fetched) into `d` as one group (the first starting
-  // `d` afresh when Fresh): the weights from fragments `af` (kRegFrags) or from consumer cw's
-  // rows of the stage's 8-bit box (the TMA's, or the converted one), 64 x 128 bytes in. The
-  // fragments and sums are final before the fence (the compiler may not sink their writes past it).
-  template <bool Fresh>
-  static __device__ __forceinline__ void issue_stage(uint32_t ring, RingPos pos, int cw, Frags &af, Sum (&d)[kAcc]) {
-    issue_stage(ring, pos, cw, af, d, Fresh);
-  }
-  // The same with `fresh` known at run time only (the first stage of a promotion window).
-  static __device__ __forceinline__ void issue_stage(uint32_t ring, RingPos pos, int cw, Frags &af, Sum (&d)[kAcc],
-                                                     bool fresh) {
-    const uint32_t stage = ring + pos.stage * kStageBytes;
-    // M: this warpgroup's 64 weight rows (or with kTokensM its 64 token rows); N: the stage's
-    // tokens (or its channels).
-    const uint64_t da = kTokensM ? desc_sw128(stage + kWBytes + cw * 64 * BK)
-                                 : desc_sw128(stage + kCvtOffset + cw * 64 * BK),
-                   db = kTokensM ? desc_sw128(stage) : desc_sw128(stage + kWBytes);
-    if constexpr (kRegFrags)
-#pragma unroll
-      for (int step = 0; step < kSteps; ++step) fence_regs(af[step]);
-    fence_regs(d);
-    wgmma_fence();
-#pragma unroll
-    for (int step = 0; step < kSteps; ++step) {
-      const int accumulate = fresh && step == 0 ? 0 : 1;
-      if constexpr (kInt && kRegFrags)
-        WgmmaS8<BM>::run(d, af[step], db + 2 * step, accumulate);
-      else if constexpr (kInt)
-        WgmmaS8<BM>::run(d, da + 2 * step, db + 2 * step, accumulate);
-      else if constexpr (kRegFrags)
-        WgmmaFp8<BM, kE5m2>::run(d, af[step], db + 2 * step, accumulate);
-      else
-        WgmmaFp8<kWgmmaN, kE5m2>::run(d, da + 2 * step, db + 2 * step, accumulate);
-    }
-    wgmma_commit();
-  }
-
-  // 8-bit floats: adds the retired sums `part` of stage `at` into acc in fp32, with the stage's
-  // scales where they apply (backend/sm90/a8_promote.h); then gives the stage back. `col` is the
-  // thread's first channel in the tile (kTokensM: its first token), `wblock` its warpgroup's weight
-  // block among the stage's scales.
-  static __device__ __forceinline__ void promote(const char *ring_ptr, uint32_t bars, RingPos at, int wblock, int col,
-                                                 int lane, float (&part)[kAcc], float (&acc)[kAcc]) {
-    fence_regs(part);
-    A8Promote<DenseA8>::add(ring_ptr + at.stage * kStageBytes + kWBytes + kABytes, wblock, col, lane, part, acc);
-    release_stage<Stages>(bars, at.stage);
-  }
 
   static __device__ __forceinline__ void consume(const Params &p, uint32_t ring, char *ring_ptr, uint32_t bars,
                                                  volatile int *flag) {

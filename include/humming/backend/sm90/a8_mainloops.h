@@ -8,22 +8,26 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "humming/backend/sm90/a8_stage_steps.h"
 #include "humming/backend/sm90/pipeline.h"
 #include "humming/backend/sm90/ptx.h"
 
 namespace humming {
 namespace sm90 {
 
-// K: the kernel (sm90::DenseA8): its per-stage steps fetch (wait for a stage and, with 4-bit
-//    codes, read this thread's fragments of it), issue_stage<Fresh> (one group of a stage's k32
-//    steps into a set of sums) and promote (a retired stage's fp32 sums added into the tile's, with
-//    its scales, and the stage handed back); its ring (kStages, RingPos), its sums (kAcc per
-//    thread, Sum) and fragments (Frags), and kBatch, the stages per batch of mainloop_promoted.
+// K: the kernel (sm90::DenseA8), whose per-stage steps A8StageSteps<K> takes: fetch (wait for a
+//    stage and, with 4-bit codes, read this thread's fragments of it), issue_stage<Fresh> (one
+//    group of a stage's k32 steps into a set of sums) and promote (a retired stage's fp32 sums
+//    added into the tile's, with its scales, and the stage handed back); its ring (kStages,
+//    RingPos), its sums (kAcc per thread, Sum) and fragments (Frags), and kBatch, the stages per
+//    batch of mainloop_promoted.
 template <class K> struct A8Mainloops {
   static constexpr int kAcc = K::kAcc, Batch = K::kBatch, kPromote = K::kPromoteStages;
   using RingPos = typename K::RingPos;
   using Frags = typename K::Frags;
   using Sum = typename K::Sum;
+  // The per-stage steps (backend/sm90/a8_stage_steps.h).
+  using Steps = A8StageSteps<K>;
 
   template <class T> static __device__ __forceinline__ void zero(T (&v)[kAcc]) {
 #pragma unroll
@@ -31,11 +35,11 @@ template <class K> struct A8Mainloops {
   }
 
   // A retired stage `at`: at the end of a promotion window its sums `part` are added into acc and
-  // the stage given back (K::promote), else the stage is only given back.
+  // the stage given back (Steps::promote), else the stage is only given back.
   static __device__ __forceinline__ void retire(bool add, const char *ring_ptr, uint32_t bars, RingPos at, int wblock,
                                                 int col, int lane, float (&part)[kAcc], float (&acc)[kAcc]) {
     if (add)
-      K::promote(ring_ptr, bars, at, wblock, col, lane, part, acc);
+      Steps::promote(ring_ptr, bars, at, wblock, col, lane, part, acc);
     else
       release_stage<K::kStages>(bars, at.stage);
   }
@@ -91,8 +95,8 @@ template <class K> struct A8Mainloops {
 #pragma unroll
       for (int b = 0; b < Batch; ++b, at.advance())
         if (b < count) {
-          K::fetch(ring_ptr, bars, at, cw, t, af[b]);
-          K::issue_stage(ring, at, cw, af[b], part[b], fresh);
+          Steps::fetch(ring_ptr, bars, at, cw, t, af[b]);
+          Steps::issue_stage(ring, at, cw, af[b], part[b], fresh);
         }
       wgmma_wait<0>();
 #pragma unroll
@@ -118,14 +122,14 @@ template <class K> struct A8Mainloops {
     float part[kAcc];
     Frags af[2];
     int64_t j = 0;
-    K::fetch(ring_ptr, bars, pos, cw, t, af[0]);
+    Steps::fetch(ring_ptr, bars, pos, cw, t, af[0]);
     auto step = [&](auto set) {
       constexpr int S = decltype(set)::value;
-      K::issue_stage(ring, pos, cw, af[S], part, j % kPromote == 0);
+      Steps::issue_stage(ring, pos, cw, af[S], part, j % kPromote == 0);
       const RingPos cur = pos;
       pos.advance();
       const bool last = ++j >= n;
-      if (!last) K::fetch(ring_ptr, bars, pos, cw, t, af[1 - S]);
+      if (!last) Steps::fetch(ring_ptr, bars, pos, cw, t, af[1 - S]);
       wgmma_wait<0>();
       retire(last || j % kPromote == 0, ring_ptr, bars, cur, wblock, col, lane, part, acc);
       return last;
@@ -150,8 +154,8 @@ template <class K> struct A8Mainloops {
     float part[2][kAcc];
     Frags af[2];
     RingPos prev = pos;
-    K::fetch(ring_ptr, bars, pos, cw, t, af[0]);
-    K::template issue_stage<true>(ring, pos, cw, af[0], part[0]);
+    Steps::fetch(ring_ptr, bars, pos, cw, t, af[0]);
+    Steps::template issue_stage<true>(ring, pos, cw, af[0], part[0]);
     pos.advance();
     int64_t j = 1;
     // The sums of a window of kPromote stages share one set. The window's stages after its first
@@ -163,11 +167,11 @@ template <class K> struct A8Mainloops {
       for (int q = 1; q < kPromote; ++q) {
         if (j >= n) {
           wgmma_wait<0>();
-          K::promote(ring_ptr, bars, prev, wblock, col, lane, part[S], acc);
+          Steps::promote(ring_ptr, bars, prev, wblock, col, lane, part[S], acc);
           return true;
         }
-        K::fetch(ring_ptr, bars, pos, cw, t, af[S]);
-        K::template issue_stage<false>(ring, pos, cw, af[S], part[S]);
+        Steps::fetch(ring_ptr, bars, pos, cw, t, af[S]);
+        Steps::template issue_stage<false>(ring, pos, cw, af[S], part[S]);
         wgmma_wait<1>();
         release_stage<K::kStages>(bars, prev.stage);
         prev = pos;
@@ -185,13 +189,13 @@ template <class K> struct A8Mainloops {
       constexpr int S = decltype(set)::value;
       if (j >= n) {
         wgmma_wait<0>();
-        K::promote(ring_ptr, bars, prev, wblock, col, lane, part[1 - S], acc);
+        Steps::promote(ring_ptr, bars, prev, wblock, col, lane, part[1 - S], acc);
         return true;
       }
-      K::fetch(ring_ptr, bars, pos, cw, t, af[S]);
-      K::template issue_stage<true>(ring, pos, cw, af[S], part[S]);
+      Steps::fetch(ring_ptr, bars, pos, cw, t, af[S]);
+      Steps::template issue_stage<true>(ring, pos, cw, af[S], part[S]);
       wgmma_wait<1>();
-      K::promote(ring_ptr, bars, prev, wblock, col, lane, part[1 - S], acc);
+      Steps::promote(ring_ptr, bars, prev, wblock, col, lane, part[1 - S], acc);
       prev = pos;
       pos.advance();
       ++j;
@@ -216,7 +220,7 @@ template <class K> struct A8Mainloops {
     // into set 1 - S; true when stage j was the last.
     auto step = [&](auto set) {
       constexpr int S = decltype(set)::value;
-      K::template issue_stage<false>(ring, pos, cw, af[S], acc);
+      Steps::template issue_stage<false>(ring, pos, cw, af[S], acc);
       if (j > 0) {
         // The group of the stage before has retired: its shared memory and fragments are free.
         wgmma_wait<1>();
@@ -225,11 +229,11 @@ template <class K> struct A8Mainloops {
       prev = pos;
       pos.advance();
       if (++j >= n) return true;
-      K::fetch(ring_ptr, bars, pos, cw, t, af[1 - S]);
+      Steps::fetch(ring_ptr, bars, pos, cw, t, af[1 - S]);
       return false;
     };
     if (n > 0) {
-      K::fetch(ring_ptr, bars, pos, cw, t, af[0]);
+      Steps::fetch(ring_ptr, bars, pos, cw, t, af[0]);
       alternate<0>(step);
     }
     wgmma_wait<0>();
