@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # On the lent GPU machine: ncu of the 8-bit activation kernels (W4A8 against W8A8, decode and large M),
 # with a build of only the instances it profiles. Writes ncu_<tag>.txt and build.log to $OUT.
-# Usage: [NCU_RUNS=w4a8_m1,w4a8_big] [NCU_SPEC="N K M WFMT INSTANCE TAG [ACT];..."] [SKIP_BUILD=1] bash scripts/ncu_a8.sh
-# NCU_SPEC replaces the runs below (ACT defaults to e4m3-pt), e.g. the block-scaled W8A8 with ACT e4m3-g128.
+# Usage: [NCU_RUNS=w4a8_m1,w4a8_big] [NCU_SPEC="N K M WFMT INSTANCE TAG [ACT [LAYOUT]];..."] [SKIP_BUILD=1] bash scripts/ncu_a8.sh
+# NCU_SPEC replaces the runs below (ACT defaults to e4m3-pt, LAYOUT to generic), e.g. the block-scaled
+# W8A8 with ACT e4m3-g128, or a weight-only sm90 instance with ACT - and LAYOUT sm90. NCU_SOURCE=1
+# adds ncu's SourceCounters section (the SASS lines where warps stall most).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -29,9 +31,11 @@ if [ "${SKIP_BUILD:-0}" = "0" ]; then
 fi
 for r in "${runs[@]}"; do
   set -- $r
+  extra=()
+  [ "${NCU_SOURCE:-0}" = "1" ] && extra=(--section SourceCounters)
   timeout 120 ncu --kernel-name regex:dense_kernel --launch-skip 2 --launch-count 1 \
-    --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section InstructionStats --section SchedulerStats --section WarpStateStats \
-    python3 scripts/profile_one.py "$1" "$2" "$3" "$4" generic "${7:-e4m3-pt}" "$5" > "$OUT/ncu_$6.txt" 2>&1
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section InstructionStats --section SchedulerStats --section WarpStateStats "${extra[@]}" \
+    python3 scripts/profile_one.py "$1" "$2" "$3" "$4" "${8:-generic}" "${7:-e4m3-pt}" "$5" > "$OUT/ncu_$6.txt" 2>&1
   echo "ncu $6 rc=$?"
   grep -E "DRAM Throughput|Memory Throughput|Duration|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Stall|Warp Cycles Per Issued" "$OUT/ncu_$6.txt" | head -14
 done
