@@ -134,21 +134,24 @@ struct Dense {
   // 4 (8 spilled with 64-input groups), two-consumer tiles 16.
   static constexpr bool kSumScales = GroupK != 0 && kSets * kAcc <= (kConsumerRegs >= 160 ? 16 : 4);
   // Independent WGMMA accumulation chains (backend/sm90/chains.h) for dense tiles of at most
-  // HUMMING_SM90_CHAINS_MAX_BM tokens (the grouped ones keep one until their own GPU run): up to
-  // HUMMING_SM90_CHAINS of them (default 1: the kernels as before), as the spare registers allow
-  // (the group sums' bound; four consumers at 16 tokens spilled 96 bytes with two). Compile-time
-  // knobs for the A/B that decides (scripts/gpu_decode_ab.sh: builds, timings, GPU tests and the
-  // probe in one call).
+  // HUMMING_SM90_CHAINS_MAX_BM tokens (grouped ones too with HUMMING_SM90_CHAINS_GROUPED=1; they
+  // keep one until their own GPU run): up to HUMMING_SM90_CHAINS of them (default 1: the kernels
+  // as before), as the spare registers allow (the group sums' bound; four consumers at 16 tokens
+  // spilled 96 bytes with two). Compile-time knobs for the A/B that decides
+  // (scripts/gpu_decode_ab.sh: builds, timings, GPU tests and the probe in one call).
 #ifndef HUMMING_SM90_CHAINS
 #define HUMMING_SM90_CHAINS 1
 #endif
 #ifndef HUMMING_SM90_CHAINS_MAX_BM
 #define HUMMING_SM90_CHAINS_MAX_BM 16
 #endif
+#ifndef HUMMING_SM90_CHAINS_GROUPED
+#define HUMMING_SM90_CHAINS_GROUPED 0
+#endif
   static constexpr int kGroupSteps = (GroupK == 0 || GroupK >= BK ? BK : GroupK) / 16; // K steps of a group in a stage
-  static constexpr int kChains =
-      accumulation_chains(BM <= HUMMING_SM90_CHAINS_MAX_BM && !Grouped ? HUMMING_SM90_CHAINS : 1, kSumScales,
-                          kGroupSteps, kSets, kAcc, kConsumerRegs >= 160 ? 16 : 4);
+  static constexpr int kChains = accumulation_chains(
+      BM <= HUMMING_SM90_CHAINS_MAX_BM && (!Grouped || HUMMING_SM90_CHAINS_GROUPED != 0) ? HUMMING_SM90_CHAINS : 1,
+      kSumScales, kGroupSteps, kSets, kAcc, kConsumerRegs >= 160 ? 16 : 4);
 
   static_assert(ActId == dtypes::f16.id() || ActId == dtypes::bf16.id(), "activations are f16 or bf16");
   static_assert(kBits == 4 || kBits == 8, "4- or 8-bit codes");
