@@ -15,7 +15,7 @@ start=$(date +%s)
 say() { echo "$*" | tee -a "$OUT/diag.txt"; }
 if [ "${SKIP_BUILD:-0}" = "0" ]; then
   HUMMING_PROFILE=dev+experimental HUMMING_FILTER="${HUMMING_FILTER:-^sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16_}" \
-    CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps -v . > "$OUT/build.log" 2>&1 \
+    CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps -v -C "cmake.define.CMAKE_CUDA_FLAGS=${CUDAFLAGS:-}" . > "$OUT/build.log" 2>&1 \
     || { tail -30 "$OUT/build.log"; exit 1; }
 fi
 say "build done after $(( $(date +%s) - start )) s"

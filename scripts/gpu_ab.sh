@@ -32,7 +32,11 @@ for vi in "${!variants[@]}"; do
     "${apply[@]}" > "$AB_OUT/patch-$v.log" 2>&1 \
       || { echo "$v: the patch $patch_file does not apply" | tee -a "$OUT/ab.txt"; tee -a "$OUT/ab.txt" < "$AB_OUT/patch-$v.log"; break; }
   fi
-  CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps -v . > "$AB_OUT/build-$v.log" 2>&1
+  # CUDAFLAGS (e.g. a compile-time knob) passed as the cache variable itself: the package's build
+  # directory persists (pyproject.toml build-dir), and CMake reads the CUDAFLAGS environment only
+  # when it first configures one, so a second build with other flags would silently keep the first's.
+  CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps -v \
+    -C "cmake.define.CMAKE_CUDA_FLAGS=${CUDAFLAGS:-}" . > "$AB_OUT/build-$v.log" 2>&1
   rc=$?
   echo "$v: build rc=$rc after $(( $(date +%s) - start )) s" | tee -a "$OUT/ab.txt"
   [ $rc -eq 0 ] || { tail -40 "$AB_OUT/build-$v.log" | tee -a "$OUT/ab.txt"; break; }

@@ -13,7 +13,7 @@ export PYTHONUNBUFFERED=1
 if [ -z "${SKIP_BUILD:-}" ]; then
   start=$(date +%s)
   HUMMING_PROFILE=dev HUMMING_FILTER="${CORPUS_FILTER:-a-bf16_w-u4g128-sbf16_c-bf16}" CMAKE_BUILD_PARALLEL_LEVEL=16 \
-    python3 -m pip install --no-build-isolation --no-deps -v . > "$OUT/build.log" 2>&1
+    python3 -m pip install --no-build-isolation --no-deps -v -C "cmake.define.CMAKE_CUDA_FLAGS=${CUDAFLAGS:-}" . > "$OUT/build.log" 2>&1
   rc=$?
   echo "build rc=$rc after $(( $(date +%s) - start )) s" | tee -a "$OUT/summary.txt"
   [ $rc -eq 0 ] || { tail -30 "$OUT/build.log"; exit $rc; }

@@ -40,7 +40,7 @@ for c in "${order[@]}"; do
   [ "$c" = "$TEST_CHAINS" ] && filter=$FILTER
   # The tests get what the budget leaves after the probe's two minutes.
   [ "$c" = "$TEST_CHAINS" ] &&
-    cmds+=('timeout $(( BUDGET_S - 120 - ($(date +%s) - START) )) python3 -m pytest -q ${TESTS:-tests/test_gpu.py} -p no:cacheprovider -rs 2>&1 | tail -8')
+    cmds+=('timeout $(( BUDGET_S - 120 - ($(date +%s) - START) )) python3 -m pytest -q ${TESTS:-tests/test_gpu.py} -p no:cacheprovider -rfs 2>&1 | tail -15')
   echo "=== chains $c"
   CUDAFLAGS="-DHUMMING_SM90_CHAINS=$c ${EXTRA_CUDAFLAGS:-}" OUT="$OUT/c$c" HUMMING_FILTER="$filter" bash scripts/gpu_ab.sh "${cmds[@]}" 2>&1 | grep -v "^###"
 done

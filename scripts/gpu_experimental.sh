@@ -29,7 +29,7 @@ if [ "${SKIP_BUILD:-0}" != "0" ] && python3 -c "import humming_aot._C" 2>/dev/nu
   echo "build skipped (SKIP_BUILD=1: the installed build is used)" > "$W/build.log"
   rc=0
 else
-  CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps -v . > "$W/build.log" 2>&1
+  CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps -v -C "cmake.define.CMAKE_CUDA_FLAGS=${CUDAFLAGS:-}" . > "$W/build.log" 2>&1
   rc=$?
 fi
 say "build rc=$rc after $(( $(date +%s) - start )) s"

@@ -12,7 +12,10 @@ mkdir -p "$OUT"
 export HUMMING_PROFILE="${HUMMING_PROFILE:-dev}"
 export HUMMING_FILTER="${HUMMING_FILTER:-^sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t(8|16)x}"
 start=$(date +%s)
-CUDAFLAGS="-DHUMMING_PROBE ${PROBE_CUDAFLAGS:-}" CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps -v . \
+# The flags as the cache variable itself, not the CUDAFLAGS environment, which CMake reads only when
+# it first configures the package's persistent build directory (a later build would keep the old).
+CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps -v \
+  -C "cmake.define.CMAKE_CUDA_FLAGS=-DHUMMING_PROBE ${PROBE_CUDAFLAGS:-}" . \
   > "$OUT/probe-build.log" 2>&1 || { tail -40 "$OUT/probe-build.log"; exit 1; }
 echo "probe build took $(( $(date +%s) - start )) s"
 python3 scripts/probe_sm90.py "$@" --json "$OUT/probe.json" | tee "$OUT/probe.txt"
