@@ -31,11 +31,17 @@ if [ "${SKIP_BUILD:-0}" = "0" ]; then
 fi
 for r in "${runs[@]}"; do
   set -- $r
+  # NCU_SOURCE=1: the report kept, its SASS page (stall samples per instruction) written as CSV.
   extra=()
-  [ "${NCU_SOURCE:-0}" = "1" ] && extra=(--section SourceCounters)
+  [ "${NCU_SOURCE:-0}" = "1" ] && extra=(--section SourceCounters -f -o "/tmp/ncu_$6")
   timeout 120 ncu --kernel-name regex:dense_kernel --launch-skip 2 --launch-count 1 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section InstructionStats --section SchedulerStats --section WarpStateStats "${extra[@]}" \
     python3 scripts/profile_one.py "$1" "$2" "$3" "$4" "${8:-generic}" "${7:-e4m3-pt}" "$5" > "$OUT/ncu_$6.txt" 2>&1
   echo "ncu $6 rc=$?"
+  if [ "${NCU_SOURCE:-0}" = "1" ]; then
+    ncu --import "/tmp/ncu_$6.ncu-rep" --page details >> "$OUT/ncu_$6.txt" 2>&1
+    ncu --import "/tmp/ncu_$6.ncu-rep" --page source --print-source sass --csv > "$OUT/ncu_$6_sass.csv" 2>&1
+    echo "sass page: $(wc -l < "$OUT/ncu_$6_sass.csv") lines"
+  fi
   grep -E "DRAM Throughput|Memory Throughput|Duration|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Stall|Warp Cycles Per Issued" "$OUT/ncu_$6.txt" | head -14
 done
