@@ -4,7 +4,7 @@
 # names), then run scripts/probe_sm90.py with the arguments given; text and JSON go to $OUT.
 # A diagnosis build: its probed kernels print a line per block, so never time anything else with it.
 # The 8-bit activation kernels too: HUMMING_FILTER='^sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc' ... --format e2m1gc-sbf16 --act e4m3-pt.
-# PROBE_CUDAFLAGS adds compile flags (e.g. -DHUMMING_SM90_CHAINS=2). Example: bash scripts/probe_sm90.sh 8192x8192,28672x8192 1 --match 't8x256'
+# PROBE_CUDAFLAGS adds compile flags (e.g. a kernel knob, -DNAME=V). Example: bash scripts/probe_sm90.sh 8192x8192,28672x8192 1 --match 't8x256'
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/probe-out}"

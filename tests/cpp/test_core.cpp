@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "humming/backend/sm80/a8_addressing.h"
-#include "humming/backend/sm90/chains.h"
 #include "humming/backend/sm90/operand_convert.h"
 #include "humming/backend/sm90/stage_convert.h"
 #include "humming/humming.h"
@@ -918,66 +917,10 @@ void test_tile_cost_classes() {
   EXPECT(!tile_cost_covers(other_shape, wo4), "the tile shape must match");
 }
 
-// The sm90 weight-only kernel's accumulation chains (backend/sm90/chains.h), run the way its issue
-// loop runs them over a stage of 8 K steps with odd integer step values: with group sums, each
-// chain's sum of a group starts afresh at the chain's first step of the group and the chains of a
-// group add up to the group's steps and nothing else; without, the chains add up to the stage.
-void test_accumulation_chains() {
-  constexpr int kSteps = 8;
-  for (int group_steps : {2, 4, 8})
-    for (int wanted = 1; wanted <= 4; ++wanted)
-      for (int acc : {4, 8})
-        for (int spare : {4, 16, 64}) {
-          const int sets = kSteps / group_steps;
-          for (bool group_sums : {true, false}) {
-            const int chains = sm90::accumulation_chains(wanted, group_sums, group_steps, sets, acc, spare);
-            EXPECT(chains >= 1 && chains <= wanted, "chains %d of %d", chains, wanted);
-            EXPECT(!group_sums || chains <= group_steps, "%d chains for groups of %d steps", chains, group_steps);
-            EXPECT((chains - 1) * (group_sums ? sets : 1) * acc <= spare || chains == 1, "registers");
-            // A chain more would have fit neither the groups nor the registers, unless wanted allows no more.
-            const bool more_fits = chains < wanted && (!group_sums || chains < group_steps) &&
-                                   chains * (group_sums ? sets : 1) * acc <= spare;
-            EXPECT(!more_fits, "took %d chains where %d fit", chains, chains + 1);
-            long part[4][8] = {}, total[4] = {}, want_group[8] = {}, want_total = 0;
-            bool started[4][8] = {};
-            for (int step = 0; step < kSteps; ++step) {
-              const long x = 2 * step + 1 + 100 * step * step;
-              const int c = sm90::chain_of_step(step, chains), g = step / group_steps;
-              EXPECT(c >= 0 && c < chains, "step %d in chain %d of %d", step, c, chains);
-              want_group[g] += x;
-              want_total += x;
-              if (group_sums) {
-                const bool fresh = sm90::chain_starts(step, chains, group_steps);
-                EXPECT(fresh == !started[c][g], "step %d (group %d, chain %d) fresh %d", step, g, c, fresh);
-                part[c][g] = fresh ? x : part[c][g] + x;
-                started[c][g] = true;
-              } else {
-                total[c] += x;
-              }
-            }
-            if (group_sums) {
-              for (int g = 0; g < sets; ++g) {
-                long sum = 0;
-                for (int c = 0; c < chains; ++c) {
-                  EXPECT(started[c][g], "chain %d never starts in group %d (stale sums)", c, g);
-                  sum += part[c][g];
-                }
-                EXPECT(sum == want_group[g], "group %d: %ld against %ld", g, sum, want_group[g]);
-              }
-            } else {
-              long sum = 0;
-              for (int c = 0; c < chains; ++c) sum += total[c];
-              EXPECT(sum == want_total, "stage: %ld against %ld", sum, want_total);
-            }
-          }
-        }
-}
-
 int main() {
   test_nibble_operands();
   test_nibble_fragments();
   test_sm80_a8_fragments();
-  test_accumulation_chains();
   test_stage_conversion();
   test_grouped_walk_rule();
   test_grouped_wide_rule();

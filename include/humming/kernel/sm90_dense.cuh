@@ -33,7 +33,6 @@
 
 #include <string>
 
-#include "humming/backend/sm90/chains.h"
 #include "humming/backend/sm90/pipeline.h"
 #include "humming/backend/sm90/probe.h"
 #include "humming/backend/sm90/ptx.h"
@@ -60,13 +59,6 @@ namespace sm90 {
 // where the tiles alone leave multiprocessors idle (instances ending _ks; scheduler/moe.h
 // grouped_k_shares; experimental, never a default choice yet).
 constexpr int kSchedDense = 0, kSchedGroupedWarp = 1, kSchedGroupedLone = 2, kSchedGroupedSplit = 3;
-
-// The sums of a consumer thread's accumulation chains after the first (Dense::Regs), or nothing.
-// N: those chains; Acc: sums per thread of each.
-template <int N, int Acc> struct ExtraChains {
-  float chain[N][Acc];
-};
-template <int Acc> struct ExtraChains<0, Acc> {};
 
 // ActId:     DType id of the activations, the operands, the scales and the output (f16 or bf16).
 // CodeId:    DType id of the weight codes: u4, i4, u8, i8 or e4m3.
@@ -133,25 +125,6 @@ struct Dense {
   // two fragment sets of 4 x kSteps registers), so four-consumer tiles (96 registers) keep at most
   // 4 (8 spilled with 64-input groups), two-consumer tiles 16.
   static constexpr bool kSumScales = GroupK != 0 && kSets * kAcc <= (kConsumerRegs >= 160 ? 16 : 4);
-  // Independent WGMMA accumulation chains (backend/sm90/chains.h) for dense tiles of at most
-  // HUMMING_SM90_CHAINS_MAX_BM tokens (grouped ones too with HUMMING_SM90_CHAINS_GROUPED=1; they
-  // keep one until their own GPU run): up to HUMMING_SM90_CHAINS of them (default 1: the kernels
-  // as before), as the spare registers allow (the group sums' bound; four consumers at 16 tokens
-  // spilled 96 bytes with two). Compile-time knobs for the A/B that decides
-  // (scripts/gpu_decode_ab.sh: builds, timings, GPU tests and the probe in one call).
-#ifndef HUMMING_SM90_CHAINS
-#define HUMMING_SM90_CHAINS 1
-#endif
-#ifndef HUMMING_SM90_CHAINS_MAX_BM
-#define HUMMING_SM90_CHAINS_MAX_BM 16
-#endif
-#ifndef HUMMING_SM90_CHAINS_GROUPED
-#define HUMMING_SM90_CHAINS_GROUPED 0
-#endif
-  static constexpr int kGroupSteps = (GroupK == 0 || GroupK >= BK ? BK : GroupK) / 16; // K steps of a group in a stage
-  static constexpr int kChains = accumulation_chains(
-      BM <= HUMMING_SM90_CHAINS_MAX_BM && (!Grouped || HUMMING_SM90_CHAINS_GROUPED != 0) ? HUMMING_SM90_CHAINS : 1,
-      kSumScales, kGroupSteps, kSets, kAcc, kConsumerRegs >= 160 ? 16 : 4);
 
   static_assert(ActId == dtypes::f16.id() || ActId == dtypes::bf16.id(), "activations are f16 or bf16");
   static_assert(kBits == 4 || kBits == 8, "4- or 8-bit codes");
@@ -266,13 +239,9 @@ struct Dense {
   // Per consumer thread: the sums of its tile (acc) and, with kSumScales, the current stage's sums
   // per scale group (part), with the fragments and scales of two stages (the one the tensor cores
   // run and the next).
-  // (The chains after the first of tiles without group sums come from ExtraChains, empty where
-  // none.)
-  struct Regs : ExtraChains<(!kSumScales && kChains > 1 ? kChains - 1 : 0), kAcc> {
+  struct Regs {
     float acc[kAcc];
-    // kSumScales: the stage's sums per chain and scale group; otherwise the chains after the first
-    // (which is acc itself) over the whole segment.
-    float part[kSumScales ? kChains : 1][kSumScales ? kSets : 1][kSumScales ? kAcc : 1];
+    float part[kSumScales ? kSets : 1][kSumScales ? kAcc : 1];
     uint32_t af[2][kSteps][4];
     float sc[2][kSets][2];
   };
@@ -292,32 +261,21 @@ struct Dense {
   template <int B> static __device__ __forceinline__ void issue(uint32_t ring, RingPos pos, Regs &r) {
 #pragma unroll
     for (int step = 0; step < kSteps; ++step) fence_regs(r.af[B][step]);
-    if constexpr (kSumScales) {
+    if constexpr (kSumScales)
 #pragma unroll
-      for (int c = 0; c < kChains; ++c)
-#pragma unroll
-        for (int g = 0; g < kSets; ++g) fence_regs(r.part[c][g]);
-    } else {
+      for (int g = 0; g < kSets; ++g) fence_regs(r.part[g]);
+    else
       fence_regs(r.acc);
-      if constexpr (kChains > 1)
-#pragma unroll
-        for (int c = 0; c < kChains - 1; ++c) fence_regs(r.chain[c]);
-    }
     wgmma_fence();
     const uint64_t desc = desc_sw128(ring + pos.stage * kStageBytes);
 #pragma unroll
     for (int step = 0; step < kSteps; ++step) {
       const uint64_t d = desc + (step / 4) * (kAtomBytes >> 4) + (step % 4) * 2;
-      const int c = chain_of_step(step, kChains);
       if constexpr (kSumScales) {
-        Wgmma<BM, kBf16>::run(r.part[c][Frags::scale_row(step)], r.af[B][step], d,
-                              chain_starts(step, kChains, kGroupSteps) ? 0 : 1);
-      } else if constexpr (kChains == 1) {
-        Wgmma<BM, kBf16>::run(r.acc, r.af[B][step], d, 1);
-      } else if (c == 0) {
-        Wgmma<BM, kBf16>::run(r.acc, r.af[B][step], d, 1);
+        constexpr int kSpan = GroupK < BK ? GroupK : BK; // inputs of one group inside the stage
+        Wgmma<BM, kBf16>::run(r.part[Frags::scale_row(step)], r.af[B][step], d, (step * 16) % kSpan == 0 ? 0 : 1);
       } else {
-        Wgmma<BM, kBf16>::run(r.chain[c - 1], r.af[B][step], d, 1);
+        Wgmma<BM, kBf16>::run(r.acc, r.af[B][step], d, 1);
       }
     }
     wgmma_commit();
@@ -337,21 +295,12 @@ struct Dense {
     if constexpr (kSumScales) {
 #pragma unroll
       for (int g = 0; g < kSets; ++g) {
+        fence_regs(r.part[g]);
 #pragma unroll
-        for (int c = 0; c < kChains; ++c) fence_regs(r.part[c][g]);
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) {
-          float sum = r.part[0][g][i];
-#pragma unroll
-          for (int c = 1; c < kChains; ++c) sum += r.part[c][g][i];
-          r.acc[i] = fmaf(sum, r.sc[B][g][(i % 4) / 2], r.acc[i]);
-        }
+        for (int i = 0; i < kAcc; ++i) r.acc[i] = fmaf(r.part[g][i], r.sc[B][g][(i % 4) / 2], r.acc[i]);
       }
     } else {
       fence_regs(r.acc);
-      if constexpr (kChains > 1)
-#pragma unroll
-        for (int c = 0; c < kChains - 1; ++c) fence_regs(r.chain[c]);
     }
     release_stage<Stages>(bars, cur.stage);
     cur = next;
@@ -365,11 +314,6 @@ struct Dense {
                                                   const float (&zero)[2], Regs &r) {
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) r.acc[i] = 0.0f;
-    if constexpr (!kSumScales && kChains > 1)
-#pragma unroll
-      for (int c = 0; c < kChains - 1; ++c)
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) r.chain[c][i] = 0.0f;
     fetch<0>(ring_ptr, bars, pos, cw, t, col, bias, zero, r);
     issue<0>(ring, pos, r);
     // Two stages per trip so that each fragment set has fixed registers.
@@ -377,12 +321,6 @@ struct Dense {
       if (advance<0>(ring, ring_ptr, bars, pos, j < n, cw, t, col, bias, zero, r)) break;
       if (advance<1>(ring, ring_ptr, bars, pos, j + 1 < n, cw, t, col, bias, zero, r)) break;
     }
-    // The segment's other chains into its sums (every group has retired: advance waited).
-    if constexpr (!kSumScales && kChains > 1)
-#pragma unroll
-      for (int c = 0; c < kChains - 1; ++c)
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) r.acc[i] += r.chain[c][i];
   }
 
   static __device__ __forceinline__ void consume(const Params &p, uint32_t ring, const char *ring_ptr, uint32_t bars,
