@@ -8,7 +8,7 @@
 # CMAKE_CUDA_FLAGS cache variable (scripts/gpu_ab.sh), so builds in the one build directory never
 # keep an earlier build's flags.
 # SHAPES, MS, FORMATS narrow or widen the timing; TIMING replaces it (e.g. scripts/bench_moe.py,
-# writing under $AB_OUT); TESTS names the test files (default tests/test_gpu.py); PROBE=0 skips
+# writing under $AB_OUT); TESTS names the test files (default tests/test_gpu.py; none: no tests); PROBE=0 skips
 # the probe; BUDGET_S (default 540) bounds the whole call.
 # Used in session 32 for the sm90 accumulation chains (-DHUMMING_SM90_CHAINS=1;2;4): no difference.
 # Usage: VARIANTS='-DKNOB=0;-DKNOB=1' bash scripts/gpu_flags_ab.sh
@@ -34,8 +34,9 @@ for i in "${!variants[@]}"; do
   filter=$AB_FILTER
   if [ "$i" = "$last" ]; then
     filter=$FILTER
+    [ "${TESTS:-}" = "none" ] && run_tests=0 || run_tests=1
     # The tests get what the budget leaves after the probe's two minutes; failures listed last.
-    cmds+=('timeout $(( BUDGET_S - 120 - ($(date +%s) - START) )) python3 -m pytest -q ${TESTS:-tests/test_gpu.py} -p no:cacheprovider -rsf 2>&1 | tail -15')
+    [ "$run_tests" = 1 ] && cmds+=('timeout $(( BUDGET_S - 120 - ($(date +%s) - START) )) python3 -m pytest -q ${TESTS:-tests/test_gpu.py} -p no:cacheprovider -rsf 2>&1 | tail -15')
   fi
   echo "=== v$i: ${variants[$i]}"
   CUDAFLAGS="${variants[$i]}" OUT="$OUT/v$i" HUMMING_FILTER="$filter" bash scripts/gpu_ab.sh "${cmds[@]}" 2>&1 | grep -v "^###"
