@@ -50,3 +50,6 @@ elif [ "$left" -gt 100 ]; then
 else
   echo "probe skipped: ${left} s left"
 fi
+# The device tool returns only the first few files under $OUT (by name), so everything also goes
+# into one archive named to come first.
+tar czf /tmp/0-results.tgz -C "$OUT" . && mv /tmp/0-results.tgz "$OUT/0-results.tgz"

@@ -45,3 +45,5 @@ for r in "${runs[@]}"; do
   fi
   grep -E "DRAM Throughput|Memory Throughput|Duration|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Stall|Warp Cycles Per Issued" "$OUT/ncu_$6.txt" | head -14
 done
+# The device tool returns only the first few files under $OUT (by name): one archive, named first.
+tar czf /tmp/0-ncu.tgz -C "$OUT" --exclude=build.log . && mv /tmp/0-ncu.tgz "$OUT/0-ncu.tgz"
