@@ -133,12 +133,14 @@ struct Dense {
   // as the sm80 kernel's kFold does with one mma. Why: ncu of t8x128 at m = 1 (H100, session 32)
   // found the decode consumers issue-bound, 24 warp instructions per WGMMA, 4 of them that HADD2;
   // the extra WGMMA is one. The offset cancels within each K step, so the sums never carry it.
-  // Tiles of two consumer warpgroups at most (four-consumer t8x256 spilled 576 bytes with it, ptxas,
-  // CUDA 13.0). Compile-time knob (default 0) until a GPU A/B (scripts/gpu_flags_ab.sh) decides.
+  // Decode tiles only (at most 16 tokens: the extra WGMMA doubles the tensor cores' work, which
+  // taller tiles are bound by), of two consumer warpgroups at most (four-consumer t8x256 spilled
+  // 576 bytes with it, ptxas, CUDA 13.0). Compile-time knob (default 0) until a GPU A/B
+  // (scripts/gpu_flags_ab.sh) decides.
 #ifndef HUMMING_SM90_FOLD_OFFSET
 #define HUMMING_SM90_FOLD_OFFSET 0
 #endif
-  static constexpr bool kFoldOffset = HUMMING_SM90_FOLD_OFFSET != 0 && kBits == 4 && !kFloatCode &&
+  static constexpr bool kFoldOffset = HUMMING_SM90_FOLD_OFFSET != 0 && kBits == 4 && !kFloatCode && BM <= 16 &&
                                       kConsumerRegs >= 160 && (GroupK == 0 || (kSumScales && !kIntZero));
 
   static_assert(ActId == dtypes::f16.id() || ActId == dtypes::bf16.id(), "activations are f16 or bf16");
