@@ -94,6 +94,12 @@ inline bool allow_smem(const void *kernel, int bytes) {
   return e == cudaSuccess;
 }
 
+// Compile-time knob for the A/B that decides (scripts/gpu_flags_ab.sh): 1 keeps the ring's shared
+// address opaque (run_block), 0 (default) lets the compiler rebuild it where it is used.
+#ifndef HUMMING_SM90_PIN_RING
+#define HUMMING_SM90_PIN_RING 0
+#endif
+
 // A block's dynamic shared memory: the ring (1024-byte aligned, where the 128-byte swizzle
 // repeats), then the full and empty barriers (and the converted ones), then the stream-K fix-up
 // flag. The caller runs
@@ -108,7 +114,14 @@ template <int Stages, int Consumers, int RingBytes, int FullArrivals, int Produc
           class Prefetch, class Produce, class Consume>
 __device__ __forceinline__ void run_block(char *smem, Prefetch prefetch, Produce produce, Consume consume) {
   const uint32_t raw = smem_addr(smem);
-  const uint32_t ring = (raw + 1023u) & ~1023u;
+  uint32_t ring = (raw + 1023u) & ~1023u;
+#if HUMMING_SM90_PIN_RING
+  // Opaque to the compiler, so that it keeps the ring's address in a register rather than
+  // rebuilding it from the shared window's symbol at every use (ncu of the decode kernel, H100,
+  // session 32: every stage re-derives it with S2UR of the CTA id and five uniform instructions,
+  // and the S2UR's latency stalls the next one).
+  asm volatile("" : "+r"(ring));
+#endif
   char *ring_ptr = smem + (ring - raw);
   const uint32_t bars = ring + RingBytes;
   volatile int *flag =
