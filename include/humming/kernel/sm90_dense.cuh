@@ -275,13 +275,9 @@ struct Dense {
   // Issues the WGMMAs of stage `pos` from fragment set `B` as one group: into the group sums (each
   // group's first K step starts its sum afresh) or straight into the tile's sums. The fragments
   // and sums are final before the fence (the compiler may not sink their writes past it).
-  // `bias`: the segment's offsets R (numeric::zero_bias, of the thread's channels c0 and c0 + 8),
-  // whose negation is the kFoldOffset WGMMAs' A fragment (register r: channel c0 + 8 (r % 2)).
+  // `neg`: the kFoldOffset WGMMAs' A fragment, -R (mainloop; unused otherwise).
   template <int B>
-  static __device__ __forceinline__ void issue(uint32_t ring, RingPos pos, const uint32_t (&bias)[2], Regs &r) {
-    uint32_t neg[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) neg[i] = bias[i % 2] ^ 0x80008000u; // both halves' signs
+  static __device__ __forceinline__ void issue(uint32_t ring, RingPos pos, const uint32_t (&neg)[4], Regs &r) {
 #pragma unroll
     for (int step = 0; step < kSteps; ++step) fence_regs(r.af[B][step]);
     if constexpr (kSumScales)
@@ -312,7 +308,7 @@ struct Dense {
   template <int B>
   static __device__ __forceinline__ bool advance(uint32_t ring, const char *ring_ptr, uint32_t bars, RingPos &cur,
                                                  bool more, int cw, int t, int col, const uint32_t (&bias)[2],
-                                                 const float (&zero)[2], Regs &r) {
+                                                 const float (&zero)[2], const uint32_t (&neg)[4], Regs &r) {
     RingPos next = cur;
     next.advance();
     if (more) fetch<1 - B>(ring_ptr, bars, next, cw, t, col, bias, zero, r);
@@ -329,7 +325,7 @@ struct Dense {
     }
     release_stage<Stages>(bars, cur.stage);
     cur = next;
-    if (more) issue<1 - B>(ring, cur, bias, r);
+    if (more) issue<1 - B>(ring, cur, neg, r);
     return !more;
   }
 
@@ -339,12 +335,17 @@ struct Dense {
                                                   const float (&zero)[2], Regs &r) {
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) r.acc[i] = 0.0f;
+    // kFoldOffset: the fragment of -R, once per segment (register i: channel c0 + 8 (i % 2); the
+    // offsets' two halves are equal, so negating both signs negates R).
+    uint32_t neg[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) neg[i] = bias[i % 2] ^ 0x80008000u;
     fetch<0>(ring_ptr, bars, pos, cw, t, col, bias, zero, r);
-    issue<0>(ring, pos, bias, r);
+    issue<0>(ring, pos, neg, r);
     // Two stages per trip so that each fragment set has fixed registers.
     for (int64_t j = 1;; j += 2) {
-      if (advance<0>(ring, ring_ptr, bars, pos, j < n, cw, t, col, bias, zero, r)) break;
-      if (advance<1>(ring, ring_ptr, bars, pos, j + 1 < n, cw, t, col, bias, zero, r)) break;
+      if (advance<0>(ring, ring_ptr, bars, pos, j < n, cw, t, col, bias, zero, neg, r)) break;
+      if (advance<1>(ring, ring_ptr, bars, pos, j + 1 < n, cw, t, col, bias, zero, neg, r)) break;
     }
   }
 

@@ -145,7 +145,6 @@ __device__ __forceinline__ void run_block(char *smem, Prefetch prefetch, Produce
   }
 }
 
-// The kernel of every sm90 kernel template K (K::run on sm_90a; other targets compile it empty).
 // Compile-time knob for the A/B that decides (scripts/gpu_flags_ab.sh): 1 touches every line of
 // the kernel's parameters at its start (warm_params), 0 (default) reads them as the code needs them.
 #ifndef HUMMING_SM90_WARM_PARAMS
@@ -168,6 +167,7 @@ template <class P> __device__ __forceinline__ void warm_params(const P &p, int t
   }
 }
 
+// The kernel of every sm90 kernel template K (K::run on sm_90a; other targets compile it empty).
 template <class K>
 __global__ void __launch_bounds__(K::kThreads, 1) dense_kernel(const __grid_constant__ typename K::Params p) {
   extern __shared__ __align__(1024) char smem[];
