@@ -125,23 +125,6 @@ struct Dense {
   // two fragment sets of 4 x kSteps registers), so four-consumer tiles (96 registers) keep at most
   // 4 (8 spilled with 64-input groups), two-consumer tiles 16.
   static constexpr bool kSumScales = GroupK != 0 && kSets * kAcc <= (kConsumerRegs >= 160 ? 16 : 4);
-  // 4-bit integer codes whose operands are exact (per-channel scales, or group scales on the sums,
-  // with one zero point per channel): with HUMMING_SM90_FOLD_OFFSET=1 the operands keep their
-  // constant offset R = magic + zero point (numeric::biased_pair_of: one LOP3 a pair instead of a
-  // LOP3 and an HADD2), and each K step's WGMMA is followed by one against a fragment of -R (the
-  // thread's two channels' values), which adds -R x the step's activation sums to the same sums,
-  // as the sm80 kernel's kFold does with one mma. Why: ncu of t8x128 at m = 1 (H100, session 32)
-  // found the decode consumers issue-bound, 24 warp instructions per WGMMA, 4 of them that HADD2;
-  // the extra WGMMA is one. The offset cancels within each K step, so the sums never carry it.
-  // Decode tiles only (at most 16 tokens: the extra WGMMA doubles the tensor cores' work, which
-  // taller tiles are bound by), of two consumer warpgroups at most (four-consumer t8x256 spilled
-  // 576 bytes with it, ptxas, CUDA 13.0). Compile-time knob (default 0) until a GPU A/B
-  // (scripts/gpu_flags_ab.sh) decides.
-#ifndef HUMMING_SM90_FOLD_OFFSET
-#define HUMMING_SM90_FOLD_OFFSET 0
-#endif
-  static constexpr bool kFoldOffset = HUMMING_SM90_FOLD_OFFSET != 0 && kBits == 4 && !kFloatCode && BM <= 16 &&
-                                      kConsumerRegs >= 160 && (GroupK == 0 || (kSumScales && !kIntZero));
 
   static_assert(ActId == dtypes::f16.id() || ActId == dtypes::bf16.id(), "activations are f16 or bf16");
   static_assert(kBits == 4 || kBits == 8, "4- or 8-bit codes");
@@ -275,9 +258,7 @@ struct Dense {
   // Issues the WGMMAs of stage `pos` from fragment set `B` as one group: into the group sums (each
   // group's first K step starts its sum afresh) or straight into the tile's sums. The fragments
   // and sums are final before the fence (the compiler may not sink their writes past it).
-  // `neg`: the kFoldOffset WGMMAs' A fragment, -R (mainloop; unused otherwise).
-  template <int B>
-  static __device__ __forceinline__ void issue(uint32_t ring, RingPos pos, const uint32_t (&neg)[4], Regs &r) {
+  template <int B> static __device__ __forceinline__ void issue(uint32_t ring, RingPos pos, Regs &r) {
 #pragma unroll
     for (int step = 0; step < kSteps; ++step) fence_regs(r.af[B][step]);
     if constexpr (kSumScales)
@@ -293,10 +274,8 @@ struct Dense {
       if constexpr (kSumScales) {
         constexpr int kSpan = GroupK < BK ? GroupK : BK; // inputs of one group inside the stage
         Wgmma<BM, kBf16>::run(r.part[Frags::scale_row(step)], r.af[B][step], d, (step * 16) % kSpan == 0 ? 0 : 1);
-        if constexpr (kFoldOffset) Wgmma<BM, kBf16>::run(r.part[Frags::scale_row(step)], neg, d, 1);
       } else {
         Wgmma<BM, kBf16>::run(r.acc, r.af[B][step], d, 1);
-        if constexpr (kFoldOffset) Wgmma<BM, kBf16>::run(r.acc, neg, d, 1);
       }
     }
     wgmma_commit();
@@ -308,7 +287,7 @@ struct Dense {
   template <int B>
   static __device__ __forceinline__ bool advance(uint32_t ring, const char *ring_ptr, uint32_t bars, RingPos &cur,
                                                  bool more, int cw, int t, int col, const uint32_t (&bias)[2],
-                                                 const float (&zero)[2], const uint32_t (&neg)[4], Regs &r) {
+                                                 const float (&zero)[2], Regs &r) {
     RingPos next = cur;
     next.advance();
     if (more) fetch<1 - B>(ring_ptr, bars, next, cw, t, col, bias, zero, r);
@@ -325,7 +304,7 @@ struct Dense {
     }
     release_stage<Stages>(bars, cur.stage);
     cur = next;
-    if (more) issue<1 - B>(ring, cur, neg, r);
+    if (more) issue<1 - B>(ring, cur, r);
     return !more;
   }
 
@@ -335,17 +314,12 @@ struct Dense {
                                                   const float (&zero)[2], Regs &r) {
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) r.acc[i] = 0.0f;
-    // kFoldOffset: the fragment of -R, once per segment (register i: channel c0 + 8 (i % 2); the
-    // offsets' two halves are equal, so negating both signs negates R).
-    uint32_t neg[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) neg[i] = bias[i % 2] ^ 0x80008000u;
     fetch<0>(ring_ptr, bars, pos, cw, t, col, bias, zero, r);
-    issue<0>(ring, pos, neg, r);
+    issue<0>(ring, pos, r);
     // Two stages per trip so that each fragment set has fixed registers.
     for (int64_t j = 1;; j += 2) {
-      if (advance<0>(ring, ring_ptr, bars, pos, j < n, cw, t, col, bias, zero, neg, r)) break;
-      if (advance<1>(ring, ring_ptr, bars, pos, j + 1 < n, cw, t, col, bias, zero, neg, r)) break;
+      if (advance<0>(ring, ring_ptr, bars, pos, j < n, cw, t, col, bias, zero, r)) break;
+      if (advance<1>(ring, ring_ptr, bars, pos, j + 1 < n, cw, t, col, bias, zero, r)) break;
     }
   }
 

@@ -176,18 +176,5 @@ __device__ __forceinline__ uint32_t exact_pair_of(const uint32_t (&words)[Words]
   return exact_pair<IsBf16, CodeId, (kPpw > 3 ? 3 : 0)>(w, bias, zero);
 }
 
-// Register pair `pair` of 4-bit integer codes with the magic and the zero point left in
-// (magic + code, u4; magic + code + 8, i4; exact), in exact_pair_of's order: for kernels that take
-// the constant offset (magic + zero point) off the sums with one more MMA against the negated
-// offset (kernel/sm90_dense.cuh, kFoldOffset), so that a pair costs one LOP3.
-template <bool IsBf16, uint32_t CodeId, int Words>
-__device__ __forceinline__ uint32_t biased_pair_of(const uint32_t (&words)[Words], int pair) {
-  constexpr DType kCode = DType::from_id(CodeId);
-  static_assert(kCode.bits == 4 && kCode.kind != kFloat, "4-bit integer codes");
-  uint32_t w = words[pair / 4];
-  if constexpr (kCode.kind == kInt) w ^= 0x88888888u;
-  return u4_pair_biased_at<IsBf16>(w, pair % 4);
-}
-
 } // namespace numeric
 } // namespace humming

@@ -94,12 +94,6 @@ inline bool allow_smem(const void *kernel, int bytes) {
   return e == cudaSuccess;
 }
 
-// Compile-time knob for the A/B that decides (scripts/gpu_flags_ab.sh): 1 keeps the ring's shared
-// address opaque (run_block), 0 (default) lets the compiler rebuild it where it is used.
-#ifndef HUMMING_SM90_PIN_RING
-#define HUMMING_SM90_PIN_RING 0
-#endif
-
 // A block's dynamic shared memory: the ring (1024-byte aligned, where the 128-byte swizzle
 // repeats), then the full and empty barriers (and the converted ones), then the stream-K fix-up
 // flag. The caller runs
@@ -114,14 +108,7 @@ template <int Stages, int Consumers, int RingBytes, int FullArrivals, int Produc
           class Prefetch, class Produce, class Consume>
 __device__ __forceinline__ void run_block(char *smem, Prefetch prefetch, Produce produce, Consume consume) {
   const uint32_t raw = smem_addr(smem);
-  uint32_t ring = (raw + 1023u) & ~1023u;
-#if HUMMING_SM90_PIN_RING
-  // Opaque to the compiler, so that it keeps the ring's address in a register rather than
-  // rebuilding it from the shared window's symbol at every use (ncu of the decode kernel, H100,
-  // session 32: every stage re-derives it with S2UR of the CTA id and five uniform instructions,
-  // and the S2UR's latency stalls the next one).
-  asm volatile("" : "+r"(ring));
-#endif
+  const uint32_t ring = (raw + 1023u) & ~1023u;
   char *ring_ptr = smem + (ring - raw);
   const uint32_t bars = ring + RingBytes;
   volatile int *flag =
@@ -145,34 +132,11 @@ __device__ __forceinline__ void run_block(char *smem, Prefetch prefetch, Produce
   }
 }
 
-// Compile-time knob for the A/B that decides (scripts/gpu_flags_ab.sh): 1 touches every line of
-// the kernel's parameters at its start (warm_params), 0 (default) reads them as the code needs them.
-#ifndef HUMMING_SM90_WARM_PARAMS
-#define HUMMING_SM90_WARM_PARAMS 0
-#endif
-
-// Reads one word of every 64-byte line of the kernel parameters `p` (the lines spread over the
-// block's warps, one lane each), so that their constant-cache misses overlap at the start instead
-// of coming one after another as the plan's arithmetic and the copies reach each field. Why: the
-// timeline probe (backend/sm90/probe.h; H100, decode tiles, after an L2 flush) saw producer and
-// consumers find their first segment 1.0-1.4 us after they started, a span that reads nothing but
-// parameters. It touches only parameter space, so it may run before grid_dependency_wait.
-template <class P> __device__ __forceinline__ void warm_params(const P &p, int threads) {
-  constexpr int kLines = static_cast<int>((sizeof(P) + 63) / 64);
-  const int warp = static_cast<int>(threadIdx.x) / 32, warps = threads / 32;
-  if (threadIdx.x % 32 != 0) return;
-  for (int line = warp; line < kLines; line += warps) {
-    const uint32_t v = *reinterpret_cast<const uint32_t *>(reinterpret_cast<const char *>(&p) + line * 64);
-    asm volatile("" ::"r"(v)); // keeps the load, which nothing else uses
-  }
-}
-
 // The kernel of every sm90 kernel template K (K::run on sm_90a; other targets compile it empty).
 template <class K>
 __global__ void __launch_bounds__(K::kThreads, 1) dense_kernel(const __grid_constant__ typename K::Params p) {
   extern __shared__ __align__(1024) char smem[];
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  if constexpr (HUMMING_SM90_WARM_PARAMS != 0) warm_params(p, K::kThreads);
   K::run(p, smem);
 #endif
 }
