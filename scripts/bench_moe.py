@@ -38,9 +38,10 @@ every token's rows sorted by expert):
   sets it): it timed Qwen3-30B-A3B, and failed on gpt-oss-120b's K = 2880 in its own launcher
   (22 scale groups where it checks for 23), recorded as an error.
 Each point is the median CUDA-graph replay of the two GEMMs, after a read flush of 256 MiB
-(bench.Timer, as scripts/time_shapes.py --graph --flush read); the routing helpers (moe.route:
-top-k, align and permute in one op, then combine) are timed on their own the same way, and so is
-the whole layer as QuantMoE runs it (route, the two GEMMs, the activation, combine). For each point the bytes of the touched experts' weights give the weight
+(bench.Timer, as scripts/time_shapes.py --graph --flush read); the routing helpers (top-k, align,
+permute, combine: humming_aot.moe) are timed on their own
+the same way, and so is the whole layer as QuantMoE runs it (route, permute, the two GEMMs, the
+activation, combine). For each point the bytes of the touched experts' weights give the weight
 bandwidth (GB/s).
 Writes JSON {"device", "format", "points": [{model, tokens, impl, us, us_gate_up, us_down,
 touched_experts, weight_gbs}], "routing": [{model, tokens, us[, parts][, layer_us]}]} and the same as a markdown table
@@ -82,7 +83,7 @@ ap.add_argument(
     help="add humming-jit for the peer; humming-aot-warp,humming-aot-lone compare the grouped kernels' walks",
 )
 ap.add_argument("--format", default="u4g128-sbf16")
-ap.add_argument("--routing-parts", action="store_true", help="also time route, top-k, align, permute and combine apart")
+ap.add_argument("--routing-parts", action="store_true", help="also time top-k, align, permute and combine apart")
 ap.add_argument("--iters", type=int, default=10)
 ap.add_argument(
     "--jit-budget-s", type=float, default=600.0, help="wall-clock limit of the humming-jit child process (default 600)"
@@ -348,15 +349,15 @@ for model in args.models.split(","):
         act = torch.randn(rows.shape[0], f, device="cuda", dtype=torch.bfloat16)
 
         def route():
-            # What a layer adds around its GEMMs (as QuantMoE runs them): choose, align and permute
-            # in (moe.route, one op), combine out.
-            w_, _, a_, rows_ = moe.route(x, logits, top_k)
-            return moe.combine(rows_, a_, w_)
+            # What a layer adds around its GEMMs (as QuantMoE runs them): choose, align, permute in,
+            # combine out.
+            w_, i_ = moe.topk_route(logits, top_k)
+            a_ = moe.moe_align(i_, e, 1, check_ids=False)
+            return moe.combine(moe.permute(x, a_), a_, w_)
 
         entry = {"model": model, "tokens": tokens, "us": median_graph_us(route)}
         if args.routing_parts:  # each helper on its own (graph replay after the flush, as above)
             entry["parts"] = {
-                "route": median_graph_us(lambda: moe.route(x, logits, top_k)),
                 "topk": median_graph_us(lambda: moe.topk_route(logits, top_k)),
                 "align": median_graph_us(lambda: moe.moe_align(ids, e, 1, check_ids=False)),
                 "permute": median_graph_us(lambda: moe.permute(x, al)),
@@ -369,9 +370,12 @@ for model in args.models.split(","):
             # The whole layer as QuantMoE runs it (route, permute, gate-up, the activation, down,
             # combine), one graph: what the helpers and the activation add to the two GEMMs.
             def layer():
-                w_, _, a_, rows_ = moe.route(x, logits, top_k)
+                w_, i_ = moe.topk_route(logits, top_k)
+                a_ = moe.moe_align(i_, e, 1, check_ids=False)
                 routed_ = tokens * top_k
-                h_ = moe.moe_gemm(rows_, stacks[0], a_.offsets, fmt, rows_per_expert=per_expert, assignments=routed_)
+                h_ = moe.moe_gemm(
+                    moe.permute(x, a_), stacks[0], a_.offsets, fmt, rows_per_expert=per_expert, assignments=routed_
+                )
                 y_ = moe.moe_gemm(
                     moe.activate(h_, dtype=x.dtype), stacks[1], a_.offsets, fmt, rows_per_expert=per_expert,
                     assignments=routed_,

@@ -54,9 +54,10 @@ __device__ __forceinline__ float warp_sum(float v) {
 // lane, which must be e % 32 (as the top-k's lanes hold experts). The key orders as the floats do,
 // -0 taken as +0 first (ranks_before finds them equal), so its max is the best value and equal keys
 // are equal values. Why not a butterfly of shuffles of (v, s, e): fifteen dependent shuffles a
-// round, and the top-k's rounds are a chain of them, which sets its time at a few tokens. (The
-// reductions need sm_80, the oldest target of the package.)
-__device__ __forceinline__ void warp_best_reduce(int32_t none, float v, float &s, int32_t &e) {
+// round, and the rounds are a chain of them (H100, session 33: one token's top-8 of 128 experts
+// 9.2 -> 7.8 us with the reductions, of 256 experts 12.7 -> 11.2, graph time after an L2 flush).
+// (The reductions need sm_80, the oldest target of the package.)
+__device__ __forceinline__ void warp_best(int32_t none, float v, float &s, int32_t &e) {
   const uint32_t bits = __float_as_uint(v + 0.0f);
   const uint32_t key = bits & 0x80000000u ? ~bits : bits | 0x80000000u;
   const uint32_t top = __reduce_max_sync(kAll, e == none ? 0u : key);
@@ -101,7 +102,7 @@ __device__ __forceinline__ void topk_token(const MoeTopk &a, int64_t t) {
       const float v = moe_route::rank_value(logit, s, a.bias, e);
       if (best == a.experts || moe_route::ranks_before(v, e, best_v, best)) best_v = v, best_s = s, best = e;
     }
-    warp_best_reduce(a.experts, best_v, best_s, best);
+    warp_best(a.experts, best_v, best_s, best);
     chosen[j] = best;
     weight[j] = best_s;
     total += best_s;
@@ -162,7 +163,7 @@ template <int P> __device__ __forceinline__ void topk_token_registers(const MoeT
     for (int p = 0; p < P; ++p)
       if ((open >> p & 1u) && (best == a.experts || moe_route::ranks_before(v[p], lane + 32 * p, best_v, best)))
         best_v = v[p], best_s = s[p], best = lane + 32 * p, best_p = p;
-    warp_best_reduce(a.experts, best_v, best_s, best);
+    warp_best(a.experts, best_v, best_s, best);
     if (best_p >= 0 && lane + 32 * best_p == best) open &= ~(1u << best_p);
     if (lane == j) mine = best, mine_w = best_s;
     total += best_s;
@@ -271,8 +272,8 @@ __global__ void align_scan_kernel(MoeAlign a, int32_t *chunk_counts, int64_t chu
 }
 
 // Chunk `chunk` places its assignments: row = the chunk's first row for the expert + the number of
-// the chunk's earlier assignments to the same expert. (Threads past the assignments place nothing
-// but stay, for the fused route's permute after it.)
+// the chunk's earlier assignments to the same expert. (Threads past the assignments return: the
+// last step.)
 __device__ __forceinline__ void align_place(const MoeAlign &a, const int32_t *chunk_first, int64_t chunk) {
   __shared__ int32_t keys[kAlignChunk];
   const int64_t base = chunk * kAlignChunk;
@@ -282,13 +283,12 @@ __device__ __forceinline__ void align_place(const MoeAlign &a, const int32_t *ch
   const int32_t key = i < a.assignments ? expert_of(a, i) : -1;
   keys[threadIdx.x] = key;
   __syncthreads();
-  if (i < a.assignments) {
-    int32_t rank = 0;
-    for (int32_t j = 0; j < static_cast<int32_t>(threadIdx.x) && j < n; ++j) rank += keys[j] == key;
-    const int32_t row = chunk_first[chunk * a.experts + key] + rank;
-    a.sorted_ids[row] = static_cast<int32_t>(i);
-    a.positions[i] = row;
-  }
+  if (i >= a.assignments) return;
+  int32_t rank = 0;
+  for (int32_t j = 0; j < static_cast<int32_t>(threadIdx.x) && j < n; ++j) rank += keys[j] == key;
+  const int32_t row = chunk_first[chunk * a.experts + key] + rank;
+  a.sorted_ids[row] = static_cast<int32_t>(i);
+  a.positions[i] = row;
 }
 
 __global__ void align_place_kernel(MoeAlign a, const int32_t *chunk_first) { align_place(a, chunk_first, blockIdx.x); }
@@ -305,74 +305,6 @@ __global__ void __launch_bounds__(kAlignChunk)
   align_scan(a, chunk_counts, 1, capacity);
   __syncthreads();
   align_place(a, chunk_counts, 0);
-}
-
-// What the fused route copies: the activations x (rows ldx_bytes apart, of row_bytes, a multiple of
-// 16, 16-byte aligned like ldx_bytes and out) into out [capacity][row_bytes]; out null: no copy.
-struct RouteRows {
-  const char *x = nullptr;
-  int64_t ldx_bytes = 0, row_bytes = 0;
-  char *out = nullptr;
-};
-
-// 16-byte loads a thread of the fused route issues before its stores: the block copies up to
-// kAlignChunk x 8 x 16 bytes (128 KiB) in one memory round trip.
-constexpr int kRouteCopyUnits = 8;
-// Tokens the fused route takes (its 32 warps, two tokens each at most): more tokens spread the
-// top-k over more blocks in the separate kernels.
-constexpr int64_t kRouteFusedTokens = 64;
-
-// The permute by the whole block: 16-byte unit q of the flat [capacity][units] range by thread
-// q % blockDim.x, each thread's loads issued before its stores (one round trip for rows of up to
-// kRouteCopyUnits units a thread).
-__device__ __forceinline__ void permute_block(const RouteRows &p, const MoeAlign &a, int64_t capacity, int32_t top_k) {
-  const int64_t units = p.row_bytes / 16, total = capacity * units;
-  for (int64_t base = threadIdx.x; base < total; base += kRouteCopyUnits * blockDim.x) {
-    int4 v[kRouteCopyUnits];
-#pragma unroll
-    for (int u = 0; u < kRouteCopyUnits; ++u) {
-      const int64_t q = base + u * static_cast<int64_t>(blockDim.x);
-      v[u] = make_int4(0, 0, 0, 0);
-      if (q < total) {
-        const int64_t i = a.sorted_ids[q / units];
-        if (i >= 0 && i < a.assignments)
-          v[u] = reinterpret_cast<const int4 *>(p.x + (i / top_k) * p.ldx_bytes)[q % units];
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kRouteCopyUnits; ++u) {
-      const int64_t q = base + u * static_cast<int64_t>(blockDim.x);
-      if (q < total) reinterpret_cast<int4 *>(p.out + (q / units) * p.row_bytes)[q % units] = v[u];
-    }
-  }
-}
-
-// A whole small routing in one block and one launch: the top-k (warp w takes tokens w, w + 32),
-// the align's three steps, then the permute where `rows.out` is given. Each step's global writes
-// are read by the next after a block barrier. The same code in the same order as the separate
-// kernels (topk_registers_kernel<P>, or topk_kernel for P = 0; align_one_block_kernel;
-// permute_kernel), so the same results. Why: at decode each launch of the separate kernels costs
-// more than its work (H200, session 19, one token of Qwen3-30B-A3B: top-k 8.4 us, align 6.7,
-// permute 4.7 apart, each after an L2 flush).
-template <int P>
-__global__ void __launch_bounds__(kAlignChunk)
-    route_one_block_kernel(MoeTopk t, MoeAlign a, int32_t *chunk_counts, int64_t capacity, RouteRows rows) {
-  extern __shared__ int32_t hist[];
-  for (int64_t token = threadIdx.x / 32; token < t.tokens; token += kAlignChunk / 32) {
-    if constexpr (P == 0)
-      topk_token(t, token);
-    else
-      topk_token_registers<P>(t, token);
-  }
-  __syncthreads();
-  align_count(a, chunk_counts, 0, hist);
-  __syncthreads();
-  align_scan(a, chunk_counts, 1, capacity);
-  __syncthreads();
-  align_place(a, chunk_counts, 0);
-  if (rows.out == nullptr) return;
-  __syncthreads();
-  permute_block(rows, a, capacity, t.top_k);
 }
 
 __global__ void permute_kernel(DType type, const char *x, int64_t hidden, int64_t ldx, const int32_t *sorted_ids,
@@ -404,45 +336,21 @@ struct CombineBias {
   }
 };
 
-// The terms of a combine a thread loads at once (combine_kernel): their positions and weights, then
-// their values, each set of loads issued together.
-constexpr int kCombineBatch = 8;
-
-// One thread per (token, channel). The terms come in batches of kCombineBatch: the batch's
-// positions and weights are loaded, then its values, then they are added in choice order. Why:
-// loaded one term at a time, each term waited for its position and then its value, two memory
-// round trips per term (one token of Qwen3-30B-A3B, top-8: 9.2 us, H200, session 19). The sums are
-// the same products added in the same order.
 __global__ void combine_kernel(DType type, const void *y, int64_t rows, int64_t hidden, const int32_t *positions,
                                const float *weights, int64_t tokens, int32_t top_k, void *out, CombineBias cb) {
   for (int64_t t = blockIdx.y; t < tokens; t += gridDim.y)
     for (int64_t h = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; h < hidden;
          h += static_cast<int64_t>(gridDim.x) * blockDim.x) {
       float sum = 0.0f;
-      for (int32_t j0 = 0; j0 < top_k; j0 += kCombineBatch) {
-        int64_t r[kCombineBatch];
-        float w[kCombineBatch], v[kCombineBatch];
-#pragma unroll
-        for (int b = 0; b < kCombineBatch; ++b) {
-          const int32_t j = j0 + b;
-          r[b] = j < top_k ? positions[t * top_k + j] : -1;
-          w[b] = j < top_k ? weights[t * top_k + j] : 0.0f;
+      for (int32_t j = 0; j < top_k; ++j) {
+        const int64_t r = positions[t * top_k + j];
+        float product = 0.0f;
+        if (r >= 0 && r < rows) {
+          float v = load_element(type, y, r * hidden + h);
+          if (cb.bias != nullptr) v = __fadd_rn(v, cb.row(t * top_k + j, hidden)[h]);
+          product = __fmul_rn(weights[t * top_k + j], v);
         }
-#pragma unroll
-        for (int b = 0; b < kCombineBatch; ++b) {
-          v[b] = 0.0f;
-          if (r[b] >= 0 && r[b] < rows) {
-            v[b] = load_element(type, y, r[b] * hidden + h);
-            if (cb.bias != nullptr) v[b] = __fadd_rn(v[b], cb.row(t * top_k + j0 + b, hidden)[h]);
-          }
-        }
-#pragma unroll
-        for (int b = 0; b < kCombineBatch; ++b) {
-          const int32_t j = j0 + b;
-          if (j >= top_k) break;
-          const float product = r[b] >= 0 && r[b] < rows ? __fmul_rn(w[b], v[b]) : 0.0f;
-          sum = j == 0 ? product : __fadd_rn(sum, product);
-        }
+        sum = j == 0 ? product : __fadd_rn(sum, product);
       }
       store_element(type, out, t * hidden + h, sum);
     }
@@ -498,37 +406,12 @@ __global__ void activation_kernel(MoeActivation a) {
   }
 }
 
-// The arguments the GPU top-k refuses (top_k outside what a warp keeps).
-Status check_topk(const MoeTopk &a) {
-  if (a.top_k < 1 || a.top_k > a.experts || a.top_k > kMaxTopK)
-    return Status::Error("top_k must lie in [1, min(experts=" + std::to_string(a.experts) + ", " +
-                         std::to_string(kMaxTopK) + ")] on the GPU, got " + std::to_string(a.top_k));
-  return Status::Ok();
-}
-
-// The arguments the GPU align refuses (its workspace, experts beyond one block's shared counts).
-Status check_align(const MoeAlign &a) {
-  if (a.experts < 1 || a.block_m < 1)
-    return Status::Error("moe_align needs at least one expert and a block of at least one row");
-  if (a.workspace_bytes < moe_align_workspace_bytes(a.assignments, a.experts))
-    return Status::Error("moe_align needs " + std::to_string(moe_align_workspace_bytes(a.assignments, a.experts)) +
-                         " bytes of workspace, got " + std::to_string(a.workspace_bytes));
-  if (static_cast<size_t>(a.experts) * sizeof(int32_t) > 48 * 1024)
-    return Status::Error("moe_align on the GPU takes at most 12288 experts, got " + std::to_string(a.experts));
-  return Status::Ok();
-}
-
-// Whether the align of `a` runs in one block (all assignments one chunk; the block's shared memory:
-// the counts beside the scan's and the ranks' kAlignChunk words each).
-bool align_fits_one_block(const MoeAlign &a) {
-  return a.assignments <= kAlignChunk && (a.experts + 2 * kAlignChunk) * sizeof(int32_t) <= 48 * 1024;
-}
-
 } // namespace
 
 Status moe_topk_cuda(const MoeTopk &a, void *stream) {
-  Status st = check_topk(a);
-  if (!st) return st;
+  if (a.top_k < 1 || a.top_k > a.experts || a.top_k > kMaxTopK)
+    return Status::Error("top_k must lie in [1, min(experts=" + std::to_string(a.experts) + ", " +
+                         std::to_string(kMaxTopK) + ")] on the GPU, got " + std::to_string(a.top_k));
   if (a.tokens == 0) return Status::Ok();
   const int64_t blocks = (a.tokens + kTopkWarps - 1) / kTopkWarps;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
@@ -547,14 +430,20 @@ Status moe_topk_cuda(const MoeTopk &a, void *stream) {
 }
 
 Status moe_align_cuda(const MoeAlign &a, void *stream) {
-  Status st = check_align(a);
-  if (!st) return st;
+  if (a.experts < 1 || a.block_m < 1)
+    return Status::Error("moe_align needs at least one expert and a block of at least one row");
+  if (a.workspace_bytes < moe_align_workspace_bytes(a.assignments, a.experts))
+    return Status::Error("moe_align needs " + std::to_string(moe_align_workspace_bytes(a.assignments, a.experts)) +
+                         " bytes of workspace, got " + std::to_string(a.workspace_bytes));
+  if (static_cast<size_t>(a.experts) * sizeof(int32_t) > 48 * 1024)
+    return Status::Error("moe_align on the GPU takes at most 12288 experts, got " + std::to_string(a.experts));
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int64_t capacity = moe_route::align_capacity(a.assignments, a.experts, a.block_m);
   const int64_t chunks = (a.assignments + kAlignChunk - 1) / kAlignChunk;
   int32_t *chunk_counts = static_cast<int32_t *>(a.workspace);
   static_assert(kAlignChunk == kScanThreads, "one block runs all three steps");
-  if (chunks == 1 && align_fits_one_block(a)) {
+  // (One block's shared memory: the counts beside the scan's and the ranks' kAlignChunk words each.)
+  if (chunks == 1 && (a.experts + 2 * kAlignChunk) * sizeof(int32_t) <= 48 * 1024) {
     align_one_block_kernel<<<1, kAlignChunk, a.experts * sizeof(int32_t), s>>>(a, chunk_counts, capacity);
     return launched("moe_align");
   }
@@ -563,51 +452,6 @@ Status moe_align_cuda(const MoeAlign &a, void *stream) {
   align_scan_kernel<<<1, kScanThreads, 0, s>>>(a, chunk_counts, chunks, capacity);
   if (chunks > 0) align_place_kernel<<<static_cast<unsigned>(chunks), kAlignChunk, 0, s>>>(a, chunk_counts);
   return launched("moe_align");
-}
-
-Status moe_route_cuda(const MoeRoute &r, void *stream) {
-  const MoeTopk &t = r.topk;
-  const MoeAlign &a = r.align;
-  Status st = moe_route_pairing(r);
-  if (!st || !(st = check_topk(t)) || !(st = check_align(a))) return st;
-  const int64_t capacity = moe_route::align_capacity(a.assignments, a.experts, a.block_m);
-  const bool permute = r.rows != nullptr && capacity > 0 && r.hidden > 0;
-  if (t.tokens > kRouteFusedTokens || !align_fits_one_block(a)) { // the separate kernels
-    if (!(st = moe_topk_cuda(t, stream)) || !(st = moe_align_cuda(a, stream))) return st;
-    return permute ? moe_permute_cuda(r.x_type, r.x, r.hidden, r.ldx, a.sorted_ids, capacity, a.assignments, t.top_k,
-                                      r.rows, stream)
-                   : Status::Ok();
-  }
-  RouteRows rows;
-  const int64_t bytes = r.hidden * r.x_type.storage_bytes();
-  const auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  // The block copies the rows where they are whole 16-byte units and fit its one round trip; the
-  // permute kernel after it otherwise.
-  const bool fused_copy = permute && bytes % 16 == 0 && (r.ldx * r.x_type.storage_bytes()) % 16 == 0 && aligned(r.x) &&
-                          aligned(r.rows) && capacity * bytes <= int64_t{kAlignChunk} * kRouteCopyUnits * 16;
-  if (fused_copy) {
-    rows.x = static_cast<const char *>(r.x);
-    rows.ldx_bytes = r.ldx * r.x_type.storage_bytes();
-    rows.row_bytes = bytes;
-    rows.out = static_cast<char *>(r.rows);
-  }
-  const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  int32_t *chunk_counts = static_cast<int32_t *>(a.workspace);
-  const size_t smem = a.experts * sizeof(int32_t);
-  if (t.experts <= 32)
-    route_one_block_kernel<1><<<1, kAlignChunk, smem, s>>>(t, a, chunk_counts, capacity, rows);
-  else if (t.experts <= 64)
-    route_one_block_kernel<2><<<1, kAlignChunk, smem, s>>>(t, a, chunk_counts, capacity, rows);
-  else if (t.experts <= 128)
-    route_one_block_kernel<4><<<1, kAlignChunk, smem, s>>>(t, a, chunk_counts, capacity, rows);
-  else if (t.experts <= 256)
-    route_one_block_kernel<8><<<1, kAlignChunk, smem, s>>>(t, a, chunk_counts, capacity, rows);
-  else
-    route_one_block_kernel<0><<<1, kAlignChunk, smem, s>>>(t, a, chunk_counts, capacity, rows);
-  if (!(st = launched("moe_route"))) return st;
-  return permute && !fused_copy ? moe_permute_cuda(r.x_type, r.x, r.hidden, r.ldx, a.sorted_ids, capacity,
-                                                   a.assignments, t.top_k, r.rows, stream)
-                                : Status::Ok();
 }
 
 Status moe_permute_cuda(DType type, const void *x, int64_t hidden, int64_t ldx, const int32_t *sorted_ids,

@@ -93,24 +93,6 @@ Status moe_permute_cpu(DType type, const void *x, int64_t hidden, int64_t ldx, c
   return Status::Ok();
 }
 
-Status moe_route_pairing(const MoeRoute &r) {
-  if (r.align.ids != r.topk.ids || r.align.assignments != r.topk.tokens * r.topk.top_k)
-    return Status::Error("moe_route: the align must read the top-k's ids (align.ids == topk.ids, align.assignments "
-                         "== tokens x top_k)");
-  return Status::Ok();
-}
-
-Status moe_route_cpu(const MoeRoute &r) {
-  const MoeTopk &t = r.topk;
-  const MoeAlign &a = r.align;
-  Status st = moe_route_pairing(r);
-  if (!st || !(st = moe_topk_cpu(t))) return st;
-  if (!(st = moe_align_cpu(a)) || r.rows == nullptr) return st;
-  return moe_permute_cpu(r.x_type, r.x, r.hidden, r.ldx, a.sorted_ids,
-                         moe_route::align_capacity(a.assignments, a.experts, a.block_m), a.assignments, t.top_k,
-                         r.rows);
-}
-
 Status moe_combine_cpu(DType type, const void *y, int64_t rows, int64_t hidden, const int32_t *positions,
                        const float *weights, int64_t tokens, int32_t top_k, void *out, const float *bias,
                        const int32_t *ids, int32_t experts) {

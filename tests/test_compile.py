@@ -314,10 +314,6 @@ def _opcheck_cases():
         ],
         "moe_align": [(torch.randint(0, 6, (10,), dtype=torch.int32), 6, 4), (torch.zeros(0, dtype=torch.int32), 3, 1)],
         "moe_permute": [(torch.randn(3, 8), torch.tensor([1, 5, 6, 0, 2, 6], dtype=torch.int32), 2)],
-        "moe_route": [
-            (torch.randn(5, 8), torch.randn(5, 16).to(torch.bfloat16), 2, "softmax", True, None, 8, 4),
-            (torch.randn(3, 16).to(torch.bfloat16), torch.randn(3, 24), 4, "sigmoid", False, torch.randn(16), 16, 1),
-        ],
         "moe_combine": [
             (
                 torch.randn(6, 8).to(torch.bfloat16),

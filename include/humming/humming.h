@@ -424,26 +424,6 @@ Status moe_permute_cpu(DType type, const void *x, int64_t hidden, int64_t ldx, c
 Status moe_permute_cuda(DType type, const void *x, int64_t hidden, int64_t ldx, const int32_t *sorted_ids,
                         int64_t capacity, int64_t assignments, int32_t top_k, void *out, void *stream);
 
-// Top-k, align and permute of one routing in one call: the results of moe_topk, moe_align on its
-// ids (align.ids must be topk.ids, align.assignments tokens x top_k) and, where rows is given,
-// moe_permute of x [tokens][hidden] (x_type, row stride ldx) into rows [capacity][hidden]. The
-// CUDA version runs them in one kernel of one block where the routing is small (at most 64 tokens
-// and 1024 assignments: decode, where each launch of the separate kernels costs more than its
-// work; the copy in the block up to 128 KiB of rows of whole 16-byte units), the separate kernels
-// otherwise; the align's workspace as moe_align_cuda's.
-struct MoeRoute {
-  MoeTopk topk;
-  MoeAlign align;
-  DType x_type;
-  const void *x = nullptr;
-  int64_t hidden = 0, ldx = 0;
-  void *rows = nullptr; // [capacity][hidden] of x_type, or null: no permute
-};
-Status moe_route_cpu(const MoeRoute &args);
-Status moe_route_cuda(const MoeRoute &args, void *stream);
-// The error both refuse a MoeRoute with whose align does not read its top-k's ids.
-Status moe_route_pairing(const MoeRoute &args);
-
 // out[t] = sum over j of weights[t][j] x y[positions[t * top_k + j]], in fp32, j = 0 first (one
 // product, then one add per term: no fused multiply-add), rounded once to `type` (f32, f16 or
 // bf16; y [rows][hidden] and out contiguous). With a bias [experts][hidden] (fp32) and the

@@ -2,11 +2,10 @@
 into per-expert blocks, and the permutations around the experts' GEMMs.
 
 ``QuantMoE`` puts them together with the experts' GEMMs. Each helper is a torch op
-(``torch.ops.humming.moe_topk``, ``moe_align``, ``moe_permute``, ``moe_route`` (the three in one
-call), ``moe_combine``, and the experts' activation ``moe_activation``) with a CPU reference and a
-CUDA kernel (src/moe_route_cpu.cpp, src/moe_route.cu): static output shapes and no host
-synchronization, so they can be captured in CUDA graphs (a graph captures the worst-case sizes;
-the real extents are device tensors).
+(``torch.ops.humming.moe_topk``, ``moe_align``, ``moe_permute``, ``moe_combine``, and the experts'
+activation ``moe_activation``) with a CPU reference and a CUDA kernel (src/moe_route_cpu.cpp,
+src/moe_route.cu): static output shapes and no host synchronization, so they can be captured in
+CUDA graphs (a graph captures the worst-case sizes; the real extents are device tensors).
 Deterministic: ties go to the lower expert id, and the assignments of one expert keep token order;
 the CPU and the GPU give the same experts, rows and combined outputs (bitwise), and top-k weights
 and activations equal to fp32 rounding.
@@ -206,54 +205,6 @@ def permute(x: torch.Tensor, alignment: Alignment) -> torch.Tensor:
     if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise TypeError(f"activations must be float32, float16 or bfloat16, got {x.dtype}")
     return torch.ops.humming.moe_permute(x if x.stride(-1) == 1 else x.contiguous(), ids, alignment.top_k)
-
-
-def route(
-    x: torch.Tensor,
-    logits: torch.Tensor,
-    top_k: int,
-    *,
-    block_m: int = 1,
-    scoring: str = "softmax",
-    renormalize: bool = True,
-    correction_bias: torch.Tensor | None = None,
-    n_group: int | None = None,
-    topk_group: int | None = None,
-    scaling: float = 1.0,
-) -> tuple[torch.Tensor, torch.Tensor, Alignment, torch.Tensor]:
-    """:func:`topk_route` of router ``logits`` [T, E], :func:`moe_align` of its ids into blocks
-    of ``block_m`` rows and :func:`permute` of the activations ``x`` [T, H], in one call
-    (``torch.ops.humming.moe_route``): (weights, ids, alignment, rows), the results of the three in
-    turn (the arguments as theirs). On a GPU it is one kernel where the routing is small (at most
-    64 tokens and 1024 assignments: decode, where each of the three launches costs more than its
-    work), the three kernels otherwise. Group-limited routing (``n_group``) takes the three steps
-    apart."""
-    correction_bias = _check_routing(logits, top_k, scoring, correction_bias)
-    _check_group_routing(logits.shape[1], top_k, n_group, topk_group, scaling)
-    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[0] != logits.shape[0]:
-        raise ValueError(
-            f"activations must be a 2-D tensor [tokens, hidden] with the router logits' {logits.shape[0]} tokens, "
-            f"got {_describe(x)}"
-        )
-    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        raise TypeError(f"activations must be float32, float16 or bfloat16, got {x.dtype}")
-    num_experts = logits.shape[1]
-    if n_group is not None or topk_group is not None:
-        weights, ids = topk_route(
-            logits, top_k, scoring=scoring, renormalize=renormalize, correction_bias=correction_bias,
-            n_group=n_group, topk_group=topk_group, scaling=scaling,
-        )  # fmt: skip
-        al = moe_align(ids, num_experts, block_m, check_ids=False)  # topk_route's ids are valid
-        return weights, ids, al, permute(x, al)
-    if isinstance(block_m, bool) or not isinstance(block_m, int) or block_m < 1:
-        raise ValueError(f"block_m must be a positive integer, got {block_m!r}")
-    out = torch.ops.humming.moe_route(
-        _kernel_logits(logits), x if x.stride(-1) == 1 else x.contiguous(), top_k, scoring, renormalize,
-        correction_bias, num_experts, block_m,
-    )  # fmt: skip
-    weights, ids = out[0], out[1]
-    al = Alignment(*out[2:8], block_m, ids.numel(), top_k)
-    return (weights * scaling if scaling != 1.0 else weights), ids, al, out[8]
 
 
 def combine(
@@ -726,11 +677,13 @@ class QuantMoE(torch.nn.Module):
     def _route(self, x: torch.Tensor, router_logits: torch.Tensor):
         """Routing weights and expert ids, the alignment (blocks of one row: the experts' rows back
         to back) and the activations in its expert-sorted order."""
-        return route(
-            x, router_logits, self.top_k, scoring=self.scoring, renormalize=self.renormalize,
+        weights, ids = topk_route(
+            router_logits, self.top_k, scoring=self.scoring, renormalize=self.renormalize,
             correction_bias=self.correction_bias, n_group=self.n_group, topk_group=self.topk_group,
             scaling=self.routed_scaling,
         )  # fmt: skip
+        al = moe_align(ids, self.num_experts, 1, check_ids=False)  # topk_route's ids are valid: no host sync
+        return weights, ids, al, permute(x, al)
 
     def _grouped_on(self, x: torch.Tensor) -> bool:
         """Whether this call runs the grouped GEMMs: on the CPU reference, or on a GPU with the

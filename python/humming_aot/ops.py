@@ -99,14 +99,6 @@ def _moe_align_fake(ids, num_experts, block_m):
     return i32(capacity), i32(capacity // block_m), i32(1), i32(a), i32(num_experts), i32(num_experts + 1)
 
 
-@torch.library.register_fake("humming::moe_route")
-def _moe_route_fake(logits, x, top_k, scoring, renormalize, bias, num_experts, block_m):
-    torch._check(x.dim() == 2, lambda: f"activations must be 2-D [tokens, hidden], got {x.dim()}-D")
-    weights, ids = _moe_topk_fake(logits, top_k, scoring, renormalize, bias)
-    aligned = _moe_align_fake(ids, num_experts, block_m)
-    return weights, ids, *aligned, x.new_empty((aligned[0].shape[0], x.shape[1]))
-
-
 @torch.library.register_fake("humming::moe_permute")
 def _moe_permute_fake(x, sorted_ids, top_k):
     torch._check(x.dim() == 2, lambda: f"activations must be 2-D [tokens, hidden], got {x.dim()}-D")

@@ -814,41 +814,6 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_align(const Tenso
   return {c.sorted_ids, c.block_expert, c.num_padded, c.positions, c.counts, c.offsets};
 }
 
-// Top-k, align and permute in one op (humming.h, moe_route_*): moe_topk's two outputs, moe_align's
-// six on its ids, then moe_permute's rows of x.
-std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor>
-moe_route(const Tensor &logits, const Tensor &x, int64_t top_k, const std::string &scoring, bool renormalize,
-          const std::optional<Tensor> &bias, int64_t num_experts, int64_t block_m) {
-  TopkCall t = topk_call(logits, top_k, scoring, renormalize, bias);
-  require(num_experts == logits.size(1), "num_experts must be the router logits' experts (", logits.size(1), "), got ",
-          num_experts);
-  require(x.dim() == 2 && x.size(0) == logits.size(0), "activations must be 2-D [tokens, hidden] with the logits' ",
-          logits.size(0), " tokens, got shape ", x.sizes());
-  require(x.stride(1) == 1 || x.size(1) == 1, "activations must have unit stride along hidden");
-  const DType xt = dtype_of(x.scalar_type());
-  require(xt.id() != 0, "activations must be float32, float16 or bfloat16, got ", x.scalar_type());
-  const torch::stable::Device dev = logits.device();
-  require(same_device(x.device(), dev), "the activations are on ", x.device(), " but the router logits are on ", dev,
-          "; every tensor of one call must be on the same device");
-  AlignCall c = align_call(dev, t.a.ids, t.a.tokens * t.a.top_k, num_experts, block_m);
-  MoeRoute r;
-  r.topk = t.a;
-  r.align = c.a;
-  r.x_type = xt;
-  r.x = x.data_ptr();
-  r.hidden = x.size(1);
-  r.ldx = x.size(0) <= 1 ? x.size(1) : x.stride(0);
-  Tensor rows = empty_on(dev, {c.sorted_ids.size(0), x.size(1)}, x.scalar_type());
-  r.rows = rows.data_ptr();
-  on_cpu_or_cuda(
-      dev, "moe_route", [&] { return moe_route_cpu(r); },
-      [&](void *stream) {
-        Tensor scratch = align_scratch(dev, r.align);
-        return moe_route_cuda(r, stream);
-      });
-  return {t.weights, t.ids, c.sorted_ids, c.block_expert, c.num_padded, c.positions, c.counts, c.offsets, rows};
-}
-
 Tensor moe_permute(const Tensor &x, const Tensor &sorted_ids, int64_t top_k) {
   require(x.dim() == 2, "activations must be 2-D [tokens, hidden], got shape ", x.sizes());
   require(x.stride(1) == 1 || x.size(1) == 1, "activations must have unit stride along hidden");
@@ -1065,8 +1030,6 @@ STABLE_TORCH_LIBRARY(humming, m) {
   m.def("moe_topk(Tensor logits, int top_k, str scoring, bool renormalize, Tensor? bias) -> (Tensor, Tensor)");
   m.def("moe_align(Tensor ids, int num_experts, int block_m) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("moe_permute(Tensor x, Tensor sorted_ids, int top_k) -> Tensor");
-  m.def("moe_route(Tensor logits, Tensor x, int top_k, str scoring, bool renormalize, Tensor? bias, int num_experts, "
-        "int block_m) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("moe_combine(Tensor y, Tensor positions, Tensor weights, Tensor? bias=None, Tensor? ids=None) -> Tensor");
   // The experts' activation between their GEMMs (silu(gate) x up, or gpt-oss's clamped SwiGLU),
   // with per-expert biases found through the rows' expert offsets.
@@ -1084,7 +1047,6 @@ STABLE_TORCH_LIBRARY_IMPL(humming, CPU, m) {
   m.impl("moe_topk", TORCH_BOX(&humming::torch_ops::moe_topk));
   m.impl("moe_align", TORCH_BOX(&humming::torch_ops::moe_align));
   m.impl("moe_permute", TORCH_BOX(&humming::torch_ops::moe_permute));
-  m.impl("moe_route", TORCH_BOX(&humming::torch_ops::moe_route));
   m.impl("moe_combine", TORCH_BOX(&humming::torch_ops::moe_combine));
   m.impl("moe_activation", TORCH_BOX(&humming::torch_ops::moe_activation));
 }
@@ -1099,7 +1061,6 @@ STABLE_TORCH_LIBRARY_IMPL(humming, CUDA, m) {
   m.impl("moe_topk", TORCH_BOX(&humming::torch_ops::moe_topk));
   m.impl("moe_align", TORCH_BOX(&humming::torch_ops::moe_align));
   m.impl("moe_permute", TORCH_BOX(&humming::torch_ops::moe_permute));
-  m.impl("moe_route", TORCH_BOX(&humming::torch_ops::moe_route));
   m.impl("moe_combine", TORCH_BOX(&humming::torch_ops::moe_combine));
   m.impl("moe_activation", TORCH_BOX(&humming::torch_ops::moe_activation));
 }
