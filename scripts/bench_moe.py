@@ -41,10 +41,11 @@ Each point is the median CUDA-graph replay of the two GEMMs, after a read flush 
 (bench.Timer, as scripts/time_shapes.py --graph --flush read); the routing helpers (top-k, align,
 permute, combine: humming_aot.moe) are timed on their own
 the same way, and so is the whole layer as QuantMoE runs it (route, permute, the two GEMMs, the
-activation, combine). For each point the bytes of the touched experts' weights give the weight
+activation, combine); the helpers also without the flush (us_warm: their small inputs, code and
+parameters cached, as the router GEMM and the previous layer leave them in a model). For each point the bytes of the touched experts' weights give the weight
 bandwidth (GB/s).
 Writes JSON {"device", "format", "points": [{model, tokens, impl, us, us_gate_up, us_down,
-touched_experts, weight_gbs}], "routing": [{model, tokens, us[, parts][, layer_us]}]} and the same as a markdown table
+touched_experts, weight_gbs}], "routing": [{model, tokens, us, us_warm[, parts][, layer_us]}]} and the same as a markdown table
 (OUT.md) after every model, and prints one line per point.
 """
 
@@ -290,14 +291,15 @@ def quantized_stack(e: int, n: int, k: int) -> moe.StackedExperts:
 def table(points: list, routing: list) -> str:
     """The run as a markdown table: per model and token count, each implementation's µs (gate-up +
     down), humming-aot's speed-up over torch's bf16 grouped GEMM, its weight bandwidth, the
-    routing helpers' share of the layer, and the whole layer (as QuantMoE runs it) with the share
+    routing helpers' share of the layer, their time with the L2 warm, and the whole layer (as QuantMoE runs it) with the share
     of it beyond humming-aot's two GEMMs (issue 14's target: at most 10 % up to 64 tokens)."""
     pts = {(p["model"], p["tokens"], p["impl"]): p for p in points}
     rt = {(r["model"], r["tokens"]): r["us"] for r in routing}
+    warm = {(r["model"], r["tokens"]): r["us_warm"] for r in routing if "us_warm" in r}
     lay = {(r["model"], r["tokens"]): r["layer_us"] for r in routing if "layer_us" in r}
     names = list(dict.fromkeys(p["impl"] for p in points))
-    head = ["model", "tokens", *names, "aot / grouped bf16", "aot weight GB/s", "routing", "routing share", "layer",
-            "layer beyond the GEMMs"]  # fmt: skip
+    head = ["model", "tokens", *names, "aot / grouped bf16", "aot weight GB/s", "routing", "routing share",
+            "routing, warm L2", "layer", "layer beyond the GEMMs"]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
     for model, tokens in dict.fromkeys((p["model"], p["tokens"]) for p in points):
         row = [model, str(tokens)]
@@ -310,6 +312,7 @@ def table(points: list, routing: list) -> str:
         r = rt.get((model, tokens))
         row.append(f"{r:.1f}" if r is not None else "-")
         row.append(f"{r / (r + aot['us']) * 100:.0f}%" if r is not None and "us" in aot else "-")
+        row.append(f"{warm[(model, tokens)]:.1f}" if (model, tokens) in warm else "-")
         whole = lay.get((model, tokens))
         row.append(f"{whole:.1f}" if whole is not None else "-")
         row.append(f"{(whole - aot['us']) / whole * 100:.0f}%" if whole is not None and "us" in aot else "-")
@@ -356,6 +359,9 @@ for model in args.models.split(","):
             return moe.combine(moe.permute(x, a_), a_, w_)
 
         entry = {"model": model, "tokens": tokens, "us": median_graph_us(route)}
+        # The same graph with the L2 warm (no flush): the helpers' logits, activations, code and
+        # parameters cached, as a model's router GEMM and previous layer leave them.
+        entry["us_warm"] = statistics.median(timer.graph(route, args.iters, flush=False))
         if args.routing_parts:  # each helper on its own (graph replay after the flush, as above)
             entry["parts"] = {
                 "topk": median_graph_us(lambda: moe.topk_route(logits, top_k)),

@@ -1169,7 +1169,10 @@ class Timer:
                 break
         return times
 
-    def graph(self, fn, iters: int) -> list[float]:
+    def graph(self, fn, iters: int, flush: bool = True) -> list[float]:
+        """CUDA-graph replay times (us) of fn; flush=False replays with the L2 as the last replay
+        left it (warm: what a small kernel's data, code and parameters cost when a model's previous
+        kernels left them cached), a spin of the GPU instead of the flush covering the host's launch."""
         torch = self.torch
         # One call on a side stream first, as torch's CUDA-graph notes advise before capturing.
         side = torch.cuda.Stream()
@@ -1183,8 +1186,12 @@ class Timer:
             out = fn()  # noqa: F841  (kept alive with the graph: the replay writes into it)
         torch.cuda.synchronize()
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+        if not flush:
+            g.replay()  # the first replay's misses are not timed
         for start, end in events:
-            self.flush()  # no synchronize: the flush kernel covers the host's launch of the replay
+            # No synchronize: the flush kernel (or the spin, about 50 us) covers the host's launch of
+            # the replay.
+            self.flush() if flush else torch.cuda._sleep(100_000)
             start.record()
             g.replay()
             end.record()
