@@ -917,7 +917,42 @@ void test_tile_cost_classes() {
   EXPECT(!tile_cost_covers(other_shape, wo4), "the tile shape must match");
 }
 
+// decode / encode of f16 and bf16 (their bit-arithmetic paths) against the generic arithmetic, bit
+// for bit: every code decoded; encoded, every float whose bits are a stride apart over the whole
+// range, and around each one the floats next to the two types' rounding boundaries (halfway cases
+// both ways, with even and odd kept parts), the overflow edges, subnormals, zeros, infinities
+// and NaNs.
+void test_half_conversions() {
+  for (const DType t : {dtypes::bf16, dtypes::f16}) {
+    const char *name = t == dtypes::bf16 ? "bf16" : "f16";
+    for (uint32_t c = 0; c < 65536u; ++c) {
+      const uint32_t got = float_bits(decode(t, c)), want = float_bits(decode_generic(t, c));
+      EXPECT(got == want, "%s decode %04x: %08x, generic %08x", name, c, got, want);
+    }
+    // The dropped bits: 16 of them in bf16, 13 in a normal f16.
+    const uint32_t half = t == dtypes::bf16 ? 0x8000u : 0x1000u;
+    std::vector<uint32_t> probes = {0u,          0x80000000u, 0x7F800000u, 0xFF800000u, 0x7FC00000u,
+                                    0xFFC00001u, 0x7F7FFFFFu, 0x477FEFFFu, 0x477FF000u, 0x477FE000u,
+                                    0x38800000u, 0x387FFFFFu, 0x33800000u, 0x33000000u, 0x33000001u,
+                                    0x00000001u, 0x807FFFFFu, 0x3F7FFFFFu, 0x3F808000u, 0x3F818000u};
+    for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 65521u) {
+      const uint32_t base = static_cast<uint32_t>(u) & ~(2 * half - 1u);
+      for (uint32_t low : {0u, 1u, half - 1u, half, half + 1u, 2 * half - 1u})
+        for (uint32_t odd : {0u, 2 * half}) probes.push_back(base + low + odd);
+      probes.push_back(static_cast<uint32_t>(u));
+    }
+    int bad = 0;
+    for (const uint32_t u : probes) {
+      const float v = bits_float(u);
+      const uint32_t got = encode(t, v), want = encode_generic(t, v);
+      if (got != want && ++bad <= 5) EXPECT(got == want, "%s encode %08x: %04x, generic %04x", name, u, got, want);
+    }
+    EXPECT(bad == 0, "%s encode: %d of %zu floats differ from the generic rounding", name, bad, probes.size());
+  }
+}
+
 int main() {
+  test_half_conversions();
   test_nibble_operands();
   test_nibble_fragments();
   test_sm80_a8_fragments();

@@ -62,10 +62,11 @@ constexpr HUMMING_HD DType int_type(uint32_t bits) { return DType{kInt, bits, 0,
 constexpr HUMMING_HD DType uint_type(uint32_t bits) { return DType{kUInt, bits, 0, 0}; }
 } // namespace dtypes
 
-// Value of the bit pattern `code` (the low `t.bits` bits) of a type of at most 16 bits, or of f32.
+// Value of the bit pattern `code` (the low `t.bits` bits) of a type of at most 16 bits, or of f32,
+// for any type (decode below takes the 16-bit floats a shorter way to the same values).
 // Straight-line arithmetic; the generic backend and the CPU reference both use it, so they agree
 // bit for bit on every decoded value.
-HUMMING_HD float decode(DType t, uint32_t code) {
+HUMMING_HD float decode_generic(DType t, uint32_t code) {
   if (t.bits == 32) {
     float f;
     memcpy(&f, &code, 4);
@@ -93,8 +94,9 @@ HUMMING_HD float decode(DType t, uint32_t code) {
 // Bit pattern of the value of type `t` nearest to `v`, ties to even. Values past the largest
 // finite one become infinity for IEEE types and saturate to the largest finite value otherwise
 // (e4m3 included: quantizers clip before they cast). NaN maps to the type's NaN, or to 0 for types
-// without one. Integer kinds round to nearest even and clamp to their range.
-HUMMING_HD uint32_t encode(DType t, float v) {
+// without one. Integer kinds round to nearest even and clamp to their range. Any type (encode below
+// takes the 16-bit floats a shorter way to the same codes).
+HUMMING_HD uint32_t encode_generic(DType t, float v) {
   if (t.bits == 32) {
     uint32_t u;
     memcpy(&u, &v, 4);
@@ -156,6 +158,69 @@ HUMMING_HD uint32_t encode(DType t, float v) {
     return sign_bit | (top_e << t.man) | top_m;
   }
   return sign_bit | (efield << t.man) | mfield;
+}
+
+// The 16-bit floats by bit arithmetic: the same values and codes as decode_generic and
+// encode_generic (NaN included: decoded as NAN, encoded as the positive quiet NaN), which
+// tests/cpp/test_core.cpp checks on every code and on the floats around every rounding boundary.
+// Why: the generic path's ldexpf / ilogbf / rintf take dozens of instructions per element, which
+// made small kernels that load and store 16-bit values (the MoE routing helpers, the activation
+// quantization) spend most of their time converting (ncu, H100, session 33: one token's combine
+// 1,490 instructions a warp for eight terms).
+HUMMING_HD float bits_float(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+HUMMING_HD uint32_t float_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+HUMMING_HD float decode_bf16(uint32_t code) {
+  code &= 0xFFFFu;
+  return (code & 0x7FFFu) > 0x7F80u ? NAN : bits_float(code << 16);
+}
+HUMMING_HD float decode_f16(uint32_t code) {
+  code &= 0xFFFFu;
+  const uint32_t sign = code & 0x8000u, e = (code >> 10) & 0x1Fu, m = code & 0x3FFu;
+  if (e == 31u) return m != 0u ? NAN : (sign != 0u ? -INFINITY : INFINITY);
+  if (e == 0u) { // subnormal: m x 2^-24, exact in fp32
+    const float f = static_cast<float>(m) * 5.9604644775390625e-8f;
+    return sign != 0u ? -f : f;
+  }
+  return bits_float(sign << 16 | (e + 112u) << 23 | m << 13); // exponent rebiased from 15 to 127
+}
+// Round to nearest, ties to even, in the integers: adding half an ulp minus one, plus the kept
+// part's lowest bit, carries exactly when the dropped bits round up (into the exponent too, up to
+// infinity past the largest finite value).
+HUMMING_HD uint32_t encode_bf16(float v) {
+  const uint32_t u = float_bits(v);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0u;
+  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+}
+HUMMING_HD uint32_t encode_f16(float v) {
+  const uint32_t u = float_bits(v), sign = (u >> 16) & 0x8000u, a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return 0x7E00u;
+  if (a >= 0x477FF000u) return sign | 0x7C00u; // from 65520 (halfway past 65504, to even): infinity
+  if (a < 0x38800000u)                         // below 2^-14: a subnormal count of 2^-24 (the scaling is exact)
+    return sign | static_cast<uint32_t>(rintf(bits_float(a) * 16777216.0f));
+  const uint32_t r = a - 0x38000000u; // exponent rebiased from 127 to 15
+  return sign | (r + 0xFFFu + ((r >> 13) & 1u)) >> 13;
+}
+
+// (The 16-bit floats told apart by their fields: dtypes' constants are host objects.)
+HUMMING_HD float decode(DType t, uint32_t code) {
+  if (t.kind == kFloat && t.bits == 16 && t.exp == 8 && t.man == 7) return decode_bf16(code);
+  if (t.kind == kFloat && t.bits == 16 && t.exp == 5 && t.man == 10) return decode_f16(code);
+  return decode_generic(t, code);
+}
+
+// Bit pattern of the value of type `t` nearest to `v` (encode_generic's rules).
+HUMMING_HD uint32_t encode(DType t, float v) {
+  if (t.kind == kFloat && t.bits == 16 && t.exp == 8 && t.man == 7) return encode_bf16(v);
+  if (t.kind == kFloat && t.bits == 16 && t.exp == 5 && t.man == 10) return encode_f16(v);
+  return encode_generic(t, v);
 }
 
 // Element `i` of an array stored with type `t` (f32, f16, bf16, or one byte per element), as float.
