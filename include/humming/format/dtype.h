@@ -163,10 +163,10 @@ HUMMING_HD uint32_t encode_generic(DType t, float v) {
 // The 16-bit floats by bit arithmetic: the same values and codes as decode_generic and
 // encode_generic (NaN included: decoded as NAN, encoded as the positive quiet NaN), which
 // tests/cpp/test_core.cpp checks on every code and on the floats around every rounding boundary.
-// Why: the generic path's ldexpf / ilogbf / rintf take dozens of instructions per element, which
-// made small kernels that load and store 16-bit values (the MoE routing helpers, the activation
-// quantization) spend most of their time converting (ncu, H100, session 33: one token's combine
-// 1,490 instructions a warp for eight terms).
+// Why: the generic path's ldexpf / ilogbf / rintf take dozens of instructions per element, and the
+// kernels that load and store 16-bit values through load_element / store_element (the MoE routing
+// helpers, the activation quantization's loads, the generic backend) paid them on every one (ncu,
+// H100, session 33: one token's MoE combine, 1,490 instructions a warp for eight terms).
 HUMMING_HD float bits_float(uint32_t u) {
   float f;
   memcpy(&f, &u, 4);
