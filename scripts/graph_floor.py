@@ -2,7 +2,8 @@
 graphs of 1, 2, 4, 8 and 16 one-element adds replayed after an L2 flush (as the benchmarks time)
 and with the L2 warm, the median of each and the slope per kernel. Measures the floor under the MoE
 routing helpers' times (scripts/bench_moe.py --routing-parts), whose kernels do almost nothing at
-one token. Torch only (no humming_aot build needed).
+one token. Needs no GPU kernels of this package: humming_aot.bench (the benchmarks' timer) imports
+without the extension, so PYTHONPATH=python works without a build.
 
 Usage: python3 scripts/graph_floor.py [--iters 30] [OUT.json]
 """
@@ -15,13 +16,15 @@ import statistics
 
 import torch
 
+from humming_aot.bench import Timer
+
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("out", nargs="?", help="write the medians here as JSON")
 ap.add_argument("--iters", type=int, default=30)
 args = ap.parse_args()
 
 x = torch.zeros(1, device="cuda")
-flush_buf = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")  # 256 MiB, several times the L2
+timer = Timer(256)  # the benchmarks' timer: a read flush of 256 MiB (or more than 4x the L2)
 
 
 def replay_times(kernels: int, flush: bool) -> list[float]:
@@ -29,26 +32,7 @@ def replay_times(kernels: int, flush: bool) -> list[float]:
         for _ in range(kernels):
             x.add_(1.0)  # each a kernel that waits for the one before (same tensor, same stream)
 
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    g.replay()
-    times = []
-    for _ in range(args.iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        # Something on the GPU while the host launches the replay: the flush (a full read) or a spin.
-        if flush:
-            flush_buf.max()
-        else:
-            torch.cuda._sleep(100_000)
-        start.record()
-        g.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return times
+    return timer.graph(fn, args.iters, flush=flush)
 
 
 result = {"device": torch.cuda.get_device_name(), "iters": args.iters, "points": []}
