@@ -225,12 +225,13 @@ def _weight_only_key(act, code, zero, group, layout, tile, stages, threads, smem
     return _tensor_core_key(act, 0, code, group, act, zero, act, layout, tile, stages, threads, smem)
 
 
-def _sm90_smem(stage_bytes: int, stages: int, barrier_sets: int = 2) -> int:
+def _sm90_smem(stage_bytes: int, stages: int, barrier_sets: int = 2, notes: bool = False) -> int:
     """Dynamic shared memory of an sm90 kernel (its kSmemTotal; each instance's translation unit
     asserts the two agree): alignment slack, the ring, a full and an empty mbarrier per stage (and a
     "converted" one where the producer converts the codes: barrier_sets 3), the stream-K fix-up
-    flag."""
-    return 1024 + stage_bytes * stages + stages * 8 * barrier_sets + 16
+    flag, and in grouped kernels (notes) a 32-byte segment note per stage (backend/sm90/pipeline.h,
+    SegmentNote)."""
+    return 1024 + stage_bytes * stages + stages * 8 * barrier_sets + 16 + (stages * 32 if notes else 0)
 
 
 def _sm90_out_boxes(smem: int, bm: int, consumers: int, out: str, channels_n: int = 0) -> int:
@@ -416,7 +417,7 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
         rows = 0 if group == 0 else (1 if group >= bk else bk // group)
         stage = bm * bk * 2 + bk * bn * bits // 8 + rows * bn * 2 + (rows * bn if zero == "int" else 0)
         stage = (stage + 1023) // 1024 * 1024
-        smem = _sm90_smem(stage, stages)
+        smem = _sm90_smem(stage, stages, notes=matrix["scheduler"] == "moe")
         if smem > SM90_MAX_SMEM:  # e.g. the 256-channel decode tiles with 8-bit codes
             continue
         if matrix["scheduler"] != "moe":  # the grouped tiles store directly

@@ -107,8 +107,10 @@ struct Dense {
   // Stages start 1024-byte aligned: the 128-byte swizzle repeats every 8 rows of 128 bytes.
   static constexpr int kStageBytes = (kABytes + kWBytes + kSBytes + kZBytes + 1023) / 1024 * 1024;
   static constexpr int kRingBytes = Stages * kStageBytes;
-  // Alignment slack, the ring, a full and an empty barrier per stage, the fix-up flag.
-  static constexpr int kSmemRing = 1024 + kRingBytes + Stages * 16 + 16;
+  // Alignment slack, the ring, a full and an empty barrier per stage, the fix-up flag; in grouped
+  // kernels a segment note per stage after them (backend/sm90/pipeline.h, SegmentNote).
+  static constexpr int kNoteBytes = Grouped ? Stages * static_cast<int>(sizeof(SegmentNote)) : 0;
+  static constexpr int kSmemRing = 1024 + kRingBytes + Stages * 16 + 16 + kNoteBytes;
   // Output boxes, one per consumer warpgroup, after the ring, where the tile takes them
   // (epilogue/staged_store.h; the output is 16-bit). Not in the grouped kernels: their tiles end at
   // their expert's last row, which a box's copy would write past.
@@ -157,7 +159,8 @@ struct Dense {
   // plan's segments (tile: their index in it, for the fix-up). Grouped: every gridDim.x-th tile of the
   // experts' order (scheduler/moe.h), whole (no fix-up), its rows clipped to [0, m) so that offsets
   // or counts past the activations never reach memory; whole warps walk it (expert_tile_warp).
-  // Producer and consumers walk it alike.
+  // The producer walks it; dense consumers walk it too, grouped ones read the producer's notes
+  // (SegmentNote) instead.
   // Lone: one thread walks (expert_tile) rather than the whole warp (grouped kernels only; the
   // same tiles in the same order). kSplitK: unit u is share u % plan.units of the experts' tile
   // u / plan.units (tile: u, for the fix-up).
@@ -199,35 +202,49 @@ struct Dense {
   // Threads that produce: one, or in grouped kernels of kSchedGroupedWarp the producer's first
   // warp, which walks the experts together (expert_tile_warp; the scalar walk cost about 0.13 us
   // per expert on every block), while one thread issues each tile's copies and the others wait at
-  // the warp barrier. In kSchedGroupedLone kernels one thread walks alone (expert_tile); the
-  // consumers' warps walk together in both. Measured trade (H200, session 17, 4096 x 7168, 8
-  // experts with one row each): a producer walking alone takes 47 us with 8 experts and 74 with
-  // 256, the warp 58-60 and 59-61; in scripts/bench_moe.py the lone walk was 14-24 % faster from
-  // 64 tokens (Qwen3-30B-A3B, DeepSeek-V3) and up to 2x slower at one token.
+  // the warp barrier. In kSchedGroupedLone kernels one thread walks alone (expert_tile). Measured
+  // trade (H200, session 17, 4096 x 7168, 8 experts with one row each, when the consumers' warps
+  // also walked): a producer walking alone takes 47 us with 8 experts and 74 with 256, the warp
+  // 58-60 and 59-61; in scripts/bench_moe.py the lone walk was 14-24 % faster from 64 tokens
+  // (Qwen3-30B-A3B, DeepSeek-V3) and up to 2x slower at one token.
   static constexpr bool kLoneWalk = Sched == kSchedGroupedLone;
   static constexpr int kProducers = Grouped && !kLoneWalk ? 32 : 1;
 
-  // Every stage of every segment of this block, in order; thread `t` of the producers.
-  static __device__ __forceinline__ void produce(const Params &p, uint32_t ring, uint32_t bars, int t) {
+  // Every stage of every segment of this block, in order; thread `t` of the producers. In grouped
+  // kernels the issuing thread also notes each segment for the consumers (SegmentNote) and, after
+  // the last, the end of the work.
+  static __device__ __forceinline__ void produce(const Params &p, uint32_t ring, char *ring_ptr, uint32_t bars, int t) {
     Probe::begin(); // diagnosis builds only (backend/sm90/probe.h)
     RingPos pos;
-    for_each_work<kLoneWalk>(p, [&](int64_t m0, int64_t, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t) {
-      if (kProducers == 1 || t == 0) {
-        Probe::segment_begin();
-        const int cols = Loads::columns(p.args, n0), rows = box_rows<BM>(p, m0);
-        const uint32_t bytes = Loads::bytes(cols, rows);
-        for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
-          const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
-                         empty = ring_bar<Stages>(bars, 1, pos.stage);
-          const uint32_t parity = pos.phase ^ 1u;
-          Probe::ring([=] { mbar_wait(empty, parity); });
-          mbar_arrive_expect_tx(full, bytes);
-          Loads::issue(p, stage, full, kt, m0, n0, cols, rows, expert);
-        }
+    SegmentNote *notes = ring_notes<Stages, kRingBytes>(ring_ptr);
+    const bool issues = kProducers == 1 || t == 0;
+    for_each_work<kLoneWalk>(
+        p, [&](int64_t m0, int64_t m_end, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t unit) {
+          if (issues) {
+            Probe::segment_begin();
+            const int cols = Loads::columns(p.args, n0), rows = box_rows<BM>(p, m0);
+            const uint32_t bytes = Loads::bytes(cols, rows);
+            for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
+              const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
+                             empty = ring_bar<Stages>(bars, 1, pos.stage);
+              const uint32_t parity = pos.phase ^ 1u;
+              Probe::ring([=] { mbar_wait(empty, parity); });
+              if constexpr (Grouped)
+                if (kt == kt0) notes[pos.stage] = SegmentNote::of(m0, m_end, n0, expert, kt0, kt1, unit);
+              mbar_arrive_expect_tx(full, bytes);
+              Loads::issue(p, stage, full, kt, m0, n0, cols, rows, expert);
+            }
+          }
+          Probe::segment_done();
+          if constexpr (kProducers > 1) __syncwarp();
+        });
+    if constexpr (Grouped)
+      if (issues) {
+        // The end: a note in the next stage, which arrives with no copies.
+        mbar_wait(ring_bar<Stages>(bars, 1, pos.stage), pos.phase ^ 1u);
+        notes[pos.stage] = SegmentNote{0, 0, 0, -1, 0, 0, -1};
+        mbar_arrive(ring_bar<Stages>(bars, 0, pos.stage));
       }
-      Probe::segment_done();
-      if constexpr (kProducers > 1) __syncwarp();
-    });
     Probe::report('P');
   }
 
@@ -332,7 +349,8 @@ struct Dense {
     RingPos pos;
     Regs r;
     Probe::begin();
-    for_each_work(p, [&](int64_t m0, int64_t m_end, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t tile) {
+    const auto segment = [&](int64_t m0, int64_t m_end, int64_t n0, int expert, int64_t kt0, int64_t kt1,
+                             int64_t tile) {
       Probe::segment_begin();
       // Zero points that hold for the whole segment: the implied 2^(bits-1) of symmetric codes, or
       // the per-channel ones (with K groups, the stage's rows replace them).
@@ -374,7 +392,20 @@ struct Dense {
                                                        2 + cw, m0, n0 + cw * 64, t, r.acc, f);
       else
         epilogue::store_wgmma_sums<ActId, kAcc, false>(a, m0, n0 + col, lane, r.acc, f, m_end);
-    });
+    };
+    if constexpr (Grouped) {
+      // The producer's notes (SegmentNote), each read once its segment's first stage has arrived.
+      const SegmentNote *notes = ring_notes<Stages, kRingBytes>(ring_ptr);
+      for (;;) {
+        const uint32_t full = ring_bar<Stages>(bars, 0, pos.stage), parity = pos.phase;
+        Probe::ring([=] { mbar_wait(full, parity); });
+        const SegmentNote note = notes[pos.stage];
+        if (note.expert < 0) break;
+        segment(note.m0, note.m_end, note.n0, note.expert, note.kt0, note.kt1, note.unit);
+      }
+    } else {
+      for_each_work(p, segment);
+    }
     if (kStagedStore && p.staged) epilogue::finish_staged_stores(t);
     Probe::report('C');
   }
@@ -388,8 +419,8 @@ struct Dense {
           if (p.tail_rows != 0) prefetch_tensor_map(&p.act_tail);
           if (kStagedStore && p.staged) prefetch_tensor_map(&p.out);
         },
-        [&](int t, uint32_t ring, char *, uint32_t bars) {
-          if (t < kProducers) produce(p, ring, bars, t);
+        [&](int t, uint32_t ring, char *ring_ptr, uint32_t bars) {
+          if (t < kProducers) produce(p, ring, ring_ptr, bars, t);
         },
         [&](uint32_t ring, char *ring_ptr, uint32_t bars, volatile int *flag) {
           consume(p, ring, ring_ptr, bars, flag);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "humming/backend/sm90/ptx.h"
 #include "humming/backend/sm90/tensor_map.h"
@@ -54,6 +55,38 @@ template <int Stages> __device__ __forceinline__ uint32_t ring_bar(uint32_t bars
 // converts (ConvertArrivals > 0).
 template <int Stages, int ConvertArrivals = 0> __host__ __device__ constexpr int ring_barrier_bytes() {
   return 8 * Stages * (ConvertArrivals > 0 ? 3 : 2);
+}
+
+// A segment of a block's work (a tile, or a K share of one) as the producer hands it to the
+// consumers: one note per ring stage, written by the producer's issuing thread before the
+// segment's first stage arrives on "full" (the arrival releases it), read by the consumers once
+// they have waited for that stage. expert < 0 marks the end of the block's work (that stage holds
+// no copies). Why: in the grouped kernels the tile order follows the experts' rows in global
+// memory, and consumers that walked it themselves put an L2 round trip and the walk's shuffles
+// between every two tiles, while the producer, which walks it anyway, runs stages ahead of them.
+// Rows and channels fit 32 bits (the kernels take fewer than 2^31 rows); `unit` is the segment's
+// index for a fix-up (-1: a whole tile).
+struct SegmentNote {
+  int32_t m0, m_end, n0, expert, kt0, kt1;
+  int64_t unit;
+
+  static __device__ __forceinline__ SegmentNote of(int64_t m0, int64_t m_end, int64_t n0, int expert, int64_t kt0,
+                                                   int64_t kt1, int64_t unit) {
+    return {static_cast<int32_t>(m0),
+            static_cast<int32_t>(m_end),
+            static_cast<int32_t>(n0),
+            expert,
+            static_cast<int32_t>(kt0),
+            static_cast<int32_t>(kt1),
+            unit};
+  }
+};
+
+// The notes of a ring (Stages of them) after its barriers and the fix-up flag (run_block's layout
+// of RingBytes, barriers, flag), from the ring's generic address (const for the readers).
+template <int Stages, int RingBytes, class Char> __device__ __forceinline__ auto ring_notes(Char *ring_ptr) {
+  using Note = std::conditional_t<std::is_const_v<Char>, const SegmentNote, SegmentNote>;
+  return reinterpret_cast<Note *>(ring_ptr + RingBytes + ring_barrier_bytes<Stages>() + 16);
 }
 
 // One thread: every stage's "full" barrier waits for `FullArrivals` producer arrivals (and the
