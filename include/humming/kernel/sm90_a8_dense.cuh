@@ -209,7 +209,6 @@ struct DenseA8 {
   // t16 and t32 (7 % above m = 128), 1.5 % in the 64 x 192 tile, t64 and t8x256 within 0.6 %;
   // 4-bit codes, which would also keep a second set of fragments, lost 7.5 % in t64 and 1.9 % in
   // t32 (their fragment loads then wait behind the adds), so they keep mainloop_promoted.
-  static constexpr int kBlocksPerSM = 1;
   static constexpr int kConsumerRegs = RegSplit<Consumers, kProducerRegs>::kConsumer;
   // Scales per channel and 128 inputs (4-bit codes converted in the stage) take 8 registers more
   // in the adds: the 128-token tile spilled 8 bytes without them (ptxas, CUDA 13.0).

@@ -121,10 +121,7 @@ struct Dense {
   // Registers per thread of the producer and the consumers (backend/sm90/pipeline.h). The grouped
   // kernels' producer warp also walks the experts (expert_tile_warp), and with 40 registers ptxas
   // spilled 52 bytes there; with 64, none.
-  // Blocks resident on one multiprocessor (__launch_bounds__; the registers each block starts with
-  // are the multiprocessor's share of them).
-  static constexpr int kBlocksPerSM = 1;
-  using Split = RegSplit<Consumers, Grouped ? 64 : 40, kBlocksPerSM>;
+  using Split = RegSplit<Consumers, Grouped ? 64 : 40>;
   static constexpr int kConsumerRegs = Split::kConsumer;
   // Group sums in fp32 where the registers allow them: kSets x kAcc more sums per thread (besides
   // two fragment sets of 4 x kSteps registers), so four-consumer tiles (96 registers) keep at most
@@ -415,7 +412,7 @@ struct Dense {
 
   static __device__ __forceinline__ void run(const Params &p, char *smem) {
     // The boxes sit between the ring and its barriers.
-    run_block<Stages, Consumers, kRingBytes + kOutBytes, 1, Split::kProducer, 0, kBlocksPerSM>(
+    run_block<Stages, Consumers, kRingBytes + kOutBytes, 1, Split::kProducer>(
         smem,
         [&] {
           prefetch_tensor_map(&p.act);
@@ -444,7 +441,7 @@ struct Dense {
       StreamKPlan p;
       p.k_tiles = p.units = args.dims.k_pad / BK;
       p.tiles = expert_tiles_at_most(args.m, args.experts, BM, n_tiles(args));
-      const int64_t sms = (args.num_sms > 0 ? args.num_sms : 1) * kBlocksPerSM;
+      const int64_t sms = args.num_sms > 0 ? args.num_sms : 1;
       p.blocks = p.tiles < sms ? p.tiles : sms;
       if constexpr (kSplitK) {
         p.units = grouped_k_shares(p.tiles, p.k_tiles, sms);
