@@ -1,0 +1,69 @@
+"""One grouped GEMM of a MoE layer (gate-up or down of a model, routed from seeded random logits as
+scripts/bench_moe.py routes them), run a few times to warm up and then once more inside an NVTX
+range named "measured", for a profiler to catch that launch alone (scripts/ncu_moe_peer.sh), by
+humming-aot (u4g128 bf16, its default instance) or by humming-kernels 0.1.20 (its MoE layer in the
+same format, quantized by its own quantizer; the same rows, contiguous by expert). Run the two in
+separate processes: each library registers torch.ops.humming.
+
+Usage: python3 scripts/moe_gemm_once.py {aot,jit} MODEL TOKENS {gate-up,down}
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+# experts, top-k, hidden, expert intermediate size (as scripts/bench_moe.py's MODELS)
+MODELS = {"deepseek-v3": (256, 8, 7168, 2048), "qwen3-30b-a3b": (128, 8, 2048, 768),
+          "mixtral-8x7b": (8, 2, 4096, 14336), "gpt-oss-120b": (128, 4, 2880, 2880)}  # fmt: skip
+impl, model, tokens, part = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+e, top_k, h, f = MODELS[model]
+n, k = (2 * f, h) if part == "gate-up" else (h, f)
+gen = torch.Generator(device="cuda").manual_seed(tokens)
+logits = torch.randn(tokens, e, device="cuda", generator=gen)
+counts = torch.bincount(torch.topk(logits, top_k, dim=1).indices.flatten(), minlength=e)
+offsets = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+rows = torch.randn(tokens * top_k, k, device="cuda", dtype=torch.bfloat16)
+
+if impl == "jit":
+    from humming.layer import HummingLayer
+
+    layer = HummingLayer(shape_n=n, shape_k=k, weight_config={"dtype": "uint4", "group_size": 128}, num_experts=e,
+                         torch_dtype=torch.bfloat16).to("cuda")  # fmt: skip
+    layer.load_from_unquantized(torch.randn(e, n, k, device="cuda", dtype=torch.bfloat16) * 0.02)
+    layer.transform()
+    layout = offsets.long()
+    run = lambda: layer(rows, expert_layout=layout, compute_config={"gemm_type": "grouped_contiguous"})
+else:
+    import humming_aot as ha
+    from humming_aot import moe
+    from humming_aot import reference as R
+
+    fmt = "a-bf16_w-u4g128-sbf16_c-bf16"
+    q = R.quantize_weight(torch.randn(n, k) * 0.02, "u4g128-sbf16")
+    w = ha.pack_weight(q, layout="sm90").to("cuda")
+    codes = torch.randint(-(2**31), 2**31 - 1, (e, *w.codes.shape), dtype=torch.int32, device="cuda")
+    stack = moe.StackedExperts(codes, w.scales.unsqueeze(0).expand(e, *w.scales.shape).contiguous(), None, w)
+    per_expert = max(1, tokens * top_k // e)
+    offs = offsets.int()
+    run = lambda: moe.moe_gemm(rows, stack, offs, fmt, rows_per_expert=per_expert, assignments=tokens * top_k)
+for _ in range(3):  # the first call compiles (jit) or loads the module (aot)
+    run()
+torch.cuda.synchronize()
+torch.cuda.nvtx.range_push("measured")
+out = run()
+torch.cuda.nvtx.range_pop()
+torch.cuda.synchronize()
+print(
+    impl,
+    model,
+    tokens,
+    part,
+    "rows",
+    rows.shape[0],
+    "out",
+    tuple(out.shape),
+    "experts touched",
+    int((counts > 0).sum()),
+)

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# On the lent GPU machine: ncu of one grouped (MoE) GEMM by humming-aot and by humming-kernels
+# 0.1.20 on the same routed rows (scripts/moe_gemm_once.py), for the question why the peer's MoE
+# GEMM is faster: duration, DRAM, issue use, warps, stall reasons, instructions of each. Builds the
+# u4g128 bf16 grouped instances unless SKIP_BUILD=1; needs the peer's wheel in .peer/ (carry it).
+# Writes ncu_moe_<impl>_<model>_<tokens>_<part>.txt to $OUT.
+# Usage: [MODEL=qwen3-30b-a3b] [TOKENS=64] [PART=gate-up] [IMPLS="aot jit"] [NCU_SOURCE=1] bash scripts/ncu_moe_peer.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/build/gpu-out}"
+mkdir -p "$OUT"
+if [ "${SKIP_BUILD:-0}" = "0" ]; then
+  HUMMING_PROFILE=dev HUMMING_FILTER='^sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16' CMAKE_BUILD_PARALLEL_LEVEL=16 \
+    python3 -m pip install --no-build-isolation --no-deps -v . > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+fi
+peer=/tmp/humming-peer
+if [ ! -d "$peer/humming" ]; then
+  mkdir -p "$peer" && python3 -m zipfile -e .peer/humming_kernels-0.1.20-*.whl "$peer" || exit 1
+fi
+chmod +x "$peer"/humming/_native/*/* # zipfile drops the launcher's and compiler's exec bits
+model=${MODEL:-qwen3-30b-a3b} tokens=${TOKENS:-64} part=${PART:-gate-up}
+for impl in ${IMPLS:-aot jit}; do
+  report="$OUT/ncu_moe_${impl}_${model}_${tokens}_${part}.txt"
+  # NCU_SOURCE=1: the report kept and its SASS page summed (stall samples by reason, instructions
+  # by opcode: scripts/ncu_sass_summary.py) into ..._sass.txt.
+  extra=()
+  [ "${NCU_SOURCE:-0}" = "1" ] && extra=(--section SourceCounters -f -o "/tmp/ncu_moe_$impl")
+  pp=""
+  [ "$impl" = jit ] && pp="$peer"
+  PYTHONPATH="$pp" timeout 240 ncu --nvtx --nvtx-include "measured/" \
+    --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats \
+    --section MemoryWorkloadAnalysis --section InstructionStats --metrics smsp__inst_executed.sum,dram__bytes_read.sum \
+    "${extra[@]}" python3 scripts/moe_gemm_once.py "$impl" "$model" "$tokens" "$part" > "$report" 2>&1
+  echo "$impl: ncu rc=$?"
+  if [ "${NCU_SOURCE:-0}" = "1" ]; then
+    ncu --import "/tmp/ncu_moe_$impl.ncu-rep" --page details >> "$report" 2>&1
+    ncu --import "/tmp/ncu_moe_$impl.ncu-rep" --page source --print-source sass --csv > "/tmp/ncu_moe_$impl.csv" 2>&1
+    python3 scripts/ncu_sass_summary.py "/tmp/ncu_moe_$impl.csv" > "${report%.txt}_sass.txt" 2>&1
+    gzip -c "/tmp/ncu_moe_$impl.csv" > "${report%.txt}_sass.csv.gz"
+    head -80 "${report%.txt}_sass.txt"
+  fi
+  grep -E "^  [a-zA-Z_].*\(|Duration|DRAM Throughput|Registers Per|Warp Cycles Per Issued|Issue Slots Busy|Block Size|Grid Size|Achieved Active Warps|No Eligible|Eligible Warps|smsp__inst_executed.sum|dram__bytes_read.sum|Dynamic Shared|Stall|Executed Ipc A" "$report" | head -40
+done
