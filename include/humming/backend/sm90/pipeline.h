@@ -119,12 +119,9 @@ template <int Slots> struct SegmentQueue {
   __device__ __forceinline__ void advance() {
     if (++slot == Slots) slot = 0, phase ^= 1u;
   }
-  // The walker: waits for a free slot, fills it. It polls with a sleep in between rather than
-  // spinning on try_wait: it runs ahead of the issuer and is rarely waited for, while a spinning
-  // thread takes issue slots from the consumer warps of its scheduler (H100, session 34: with a
-  // spinning walker the 64- and 128-row tiles lost 4-10 % and Mixtral-8x7B's 32-row tiles 21 %).
+  // The walker: waits for a free slot, fills it.
   __device__ __forceinline__ void push(const SegmentNote &n) {
-    while (!mbar_test(free_bar(slot), phase ^ 1u)) __nanosleep(256);
+    mbar_wait(free_bar(slot), phase ^ 1u);
     notes[slot] = n;
     mbar_arrive(filled(slot));
     advance();

@@ -48,18 +48,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
                : "memory");
 }
 
-// Whether the phase of parity `parity` has completed, without waiting (mbar_wait's test).
-__device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile("{\n.reg .pred p;\n"
-               "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-               "selp.u32 %0, 1, 0, p;\n}\n"
-               : "=r"(done)
-               : "r"(bar), "r"(parity)
-               : "memory");
-  return done != 0;
-}
-
 // Orders this thread's generic-proxy writes to shared memory before later async-proxy reads of it
 // (the WGMMAs' descriptors): a thread that stored operands runs it before it arrives on the barrier
 // the WGMMAs' warpgroups wait on.
