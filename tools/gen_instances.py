@@ -225,24 +225,13 @@ def _weight_only_key(act, code, zero, group, layout, tile, stages, threads, smem
     return _tensor_core_key(act, 0, code, group, act, zero, act, layout, tile, stages, threads, smem)
 
 
-# The grouped sm90 kernels' queue of segments from the walking producer warp to the issuing thread
-# (backend/sm90/pipeline.h, SegmentQueue): 4 slots of a 32-byte note and two 8-byte mbarriers.
-SEGMENT_QUEUE_BYTES = 4 * (32 + 16)
-
-
 def _sm90_smem(stage_bytes: int, stages: int, barrier_sets: int = 2, notes: bool = False) -> int:
     """Dynamic shared memory of an sm90 kernel (its kSmemTotal; each instance's translation unit
     asserts the two agree): alignment slack, the ring, a full and an empty mbarrier per stage (and a
     "converted" one where the producer converts the codes: barrier_sets 3), the stream-K fix-up
     flag, and in grouped kernels (notes) a 32-byte segment note per stage (backend/sm90/pipeline.h,
-    SegmentNote) and the segment queue."""
-    return (
-        1024
-        + stage_bytes * stages
-        + stages * 8 * barrier_sets
-        + 16
-        + (stages * 32 + SEGMENT_QUEUE_BYTES if notes else 0)
-    )
+    SegmentNote)."""
+    return 1024 + stage_bytes * stages + stages * 8 * barrier_sets + 16 + (stages * 32 if notes else 0)
 
 
 def _sm90_out_boxes(smem: int, bm: int, consumers: int, out: str, channels_n: int = 0) -> int:

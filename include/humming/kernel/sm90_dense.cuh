@@ -109,10 +109,7 @@ struct Dense {
   static constexpr int kRingBytes = Stages * kStageBytes;
   // Alignment slack, the ring, a full and an empty barrier per stage, the fix-up flag; in grouped
   // kernels a segment note per stage after them (backend/sm90/pipeline.h, SegmentNote).
-  // and the queue of segments from the walking producer warp to the issuing thread (SegmentQueue).
-  static constexpr int kQueueSlots = 4;
-  using Queue = SegmentQueue<kQueueSlots>;
-  static constexpr int kNoteBytes = Grouped ? Stages * static_cast<int>(sizeof(SegmentNote)) + Queue::kBytes : 0;
+  static constexpr int kNoteBytes = Grouped ? Stages * static_cast<int>(sizeof(SegmentNote)) : 0;
   static constexpr int kSmemRing = 1024 + kRingBytes + Stages * 16 + 16 + kNoteBytes;
   // Output boxes, one per consumer warpgroup, after the ring, where the tile takes them
   // (epilogue/staged_store.h; the output is 16-bit). Not in the grouped kernels: their tiles end at
@@ -202,87 +199,53 @@ struct Dense {
   // The copies of a stage (backend/sm90/stage_loads.h).
   using Loads = StageLoads<Dense>;
 
-  // Threads that produce: one, or in grouped kernels two warps: the first's first thread issues
-  // the copies, the second walks the experts' tile order and hands each segment to it through a
-  // SegmentQueue: the whole warp together in kSchedGroupedWarp kernels (expert_tile_warp; the
-  // scalar walk cost about 0.13 us per expert on every block), its first thread alone in
-  // kSchedGroupedLone ones (expert_tile). Measured trade (H200, session 17, 4096 x 7168, 8 experts
-  // with one row each, when the issuing thread's warp and the consumers' warps walked): a producer
-  // walking alone takes 47 us with 8 experts and 74 with 256, the warp 58-60 and 59-61; in
-  // scripts/bench_moe.py the lone walk was 14-24 % faster from 64 tokens (Qwen3-30B-A3B,
-  // DeepSeek-V3) and up to 2x slower at one token.
+  // Threads that produce: one, or in grouped kernels of kSchedGroupedWarp the producer's first
+  // warp, which walks the experts together (expert_tile_warp; the scalar walk cost about 0.13 us
+  // per expert on every block), while one thread issues each tile's copies and the others wait at
+  // the warp barrier. In kSchedGroupedLone kernels one thread walks alone (expert_tile). Measured
+  // trade (H200, session 17, 4096 x 7168, 8 experts with one row each, when the consumers' warps
+  // also walked): a producer walking alone takes 47 us with 8 experts and 74 with 256, the warp
+  // 58-60 and 59-61; in scripts/bench_moe.py the lone walk was 14-24 % faster from 64 tokens
+  // (Qwen3-30B-A3B, DeepSeek-V3) and up to 2x slower at one token.
   static constexpr bool kLoneWalk = Sched == kSchedGroupedLone;
-  static constexpr int kProducers = Grouped ? 64 : 1;
+  static constexpr int kProducers = Grouped && !kLoneWalk ? 32 : 1;
 
-  // The queue after the ring's notes (kNoteBytes), from the ring's generic address.
-  static __device__ __forceinline__ Queue segment_queue(char *ring_ptr) {
-    return Queue::at(reinterpret_cast<char *>(ring_notes<Stages, kRingBytes>(ring_ptr) + Stages));
-  }
-
-  // The stages of one segment from ring position `pos` (left one past the last); in grouped
-  // kernels its note for the consumers (SegmentNote) goes with its first stage.
-  static __device__ __forceinline__ void issue_segment(const Params &p, uint32_t ring, uint32_t bars,
-                                                       SegmentNote *notes, RingPos &pos, const SegmentNote &s) {
-    Probe::segment_begin();
-    const int cols = Loads::columns(p.args, s.n0), rows = box_rows<BM>(p, s.m0);
-    const uint32_t bytes = Loads::bytes(cols, rows);
-    for (int64_t kt = s.kt0; kt < s.kt1; ++kt, pos.advance()) {
-      const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
-                     empty = ring_bar<Stages>(bars, 1, pos.stage);
-      const uint32_t parity = pos.phase ^ 1u;
-      Probe::ring([=] { mbar_wait(empty, parity); });
-      if (kt == s.kt0) notes[pos.stage] = s;
-      mbar_arrive_expect_tx(full, bytes);
-      Loads::issue(p, stage, full, kt, s.m0, s.n0, cols, rows, s.expert);
-    }
-    Probe::segment_done();
-  }
-
-  // Every stage of every segment of this block, in order; thread `t` of the producers.
+  // Every stage of every segment of this block, in order; thread `t` of the producers. In grouped
+  // kernels the issuing thread also notes each segment for the consumers (SegmentNote) and, after
+  // the last, the end of the work.
   static __device__ __forceinline__ void produce(const Params &p, uint32_t ring, char *ring_ptr, uint32_t bars, int t) {
-    if constexpr (Grouped) {
-      Queue queue = segment_queue(ring_ptr);
-      if (t >= 32) {
-        // The walker: every segment into the queue, then the end (expert -1).
-        if (kLoneWalk && t != 32) return;
-        for_each_work<kLoneWalk>(
-            p, [&](int64_t m0, int64_t m_end, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t unit) {
-              if (t == 32) queue.push(SegmentNote::of(m0, m_end, n0, expert, kt0, kt1, unit));
-              if constexpr (!kLoneWalk) __syncwarp();
-            });
-        if (t == 32) queue.push(SegmentNote{0, 0, 0, -1, 0, 0, -1});
-        return;
+    Probe::begin(); // diagnosis builds only (backend/sm90/probe.h)
+    RingPos pos;
+    SegmentNote *notes = ring_notes<Stages, kRingBytes>(ring_ptr);
+    const bool issues = kProducers == 1 || t == 0;
+    for_each_work<kLoneWalk>(
+        p, [&](int64_t m0, int64_t m_end, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t unit) {
+          if (issues) {
+            Probe::segment_begin();
+            const int cols = Loads::columns(p.args, n0), rows = box_rows<BM>(p, m0);
+            const uint32_t bytes = Loads::bytes(cols, rows);
+            for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
+              const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
+                             empty = ring_bar<Stages>(bars, 1, pos.stage);
+              const uint32_t parity = pos.phase ^ 1u;
+              Probe::ring([=] { mbar_wait(empty, parity); });
+              if constexpr (Grouped)
+                if (kt == kt0) notes[pos.stage] = SegmentNote::of(m0, m_end, n0, expert, kt0, kt1, unit);
+              mbar_arrive_expect_tx(full, bytes);
+              Loads::issue(p, stage, full, kt, m0, n0, cols, rows, expert);
+            }
+          }
+          Probe::segment_done();
+          if constexpr (kProducers > 1) __syncwarp();
+        });
+    if constexpr (Grouped)
+      if (issues) {
+        // The end: a note in the next stage, which arrives with no copies.
+        mbar_wait(ring_bar<Stages>(bars, 1, pos.stage), pos.phase ^ 1u);
+        notes[pos.stage] = SegmentNote{0, 0, 0, -1, 0, 0, -1};
+        mbar_arrive(ring_bar<Stages>(bars, 0, pos.stage));
       }
-      if (t != 0) return;
-      // The issuer: the walker's segments, then the end for the consumers: a note in the next
-      // stage, which arrives with no copies.
-      Probe::begin(); // diagnosis builds only (backend/sm90/probe.h)
-      RingPos pos;
-      SegmentNote *notes = ring_notes<Stages, kRingBytes>(ring_ptr);
-      for (SegmentNote s = queue.pop(); s.expert >= 0; s = queue.pop()) issue_segment(p, ring, bars, notes, pos, s);
-      mbar_wait(ring_bar<Stages>(bars, 1, pos.stage), pos.phase ^ 1u);
-      notes[pos.stage] = SegmentNote{0, 0, 0, -1, 0, 0, -1};
-      mbar_arrive(ring_bar<Stages>(bars, 0, pos.stage));
-      Probe::report('P');
-    } else {
-      Probe::begin();
-      RingPos pos;
-      for_each_work(p, [&](int64_t m0, int64_t, int64_t n0, int, int64_t kt0, int64_t kt1, int64_t) {
-        Probe::segment_begin();
-        const int cols = Loads::columns(p.args, n0), rows = box_rows<BM>(p, m0);
-        const uint32_t bytes = Loads::bytes(cols, rows);
-        for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
-          const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
-                         empty = ring_bar<Stages>(bars, 1, pos.stage);
-          const uint32_t parity = pos.phase ^ 1u;
-          Probe::ring([=] { mbar_wait(empty, parity); });
-          mbar_arrive_expect_tx(full, bytes);
-          Loads::issue(p, stage, full, kt, m0, n0, cols, rows, 0);
-        }
-        Probe::segment_done();
-      });
-      Probe::report('P');
-    }
+    Probe::report('P');
   }
 
   // ---- consumers -----------------------------------------------------------------------------
@@ -452,10 +415,6 @@ struct Dense {
     run_block<Stages, Consumers, kRingBytes + kOutBytes, 1, Split::kProducer>(
         smem,
         [&] {
-          if constexpr (Grouped) {
-            segment_queue(ring_start(smem)).init();
-            mbar_init_fence();
-          }
           prefetch_tensor_map(&p.act);
           if (p.tail_rows != 0) prefetch_tensor_map(&p.act_tail);
           if (kStagedStore && p.staged) prefetch_tensor_map(&p.out);

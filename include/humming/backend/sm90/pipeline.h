@@ -89,61 +89,6 @@ template <int Stages, int RingBytes, class Char> __device__ __forceinline__ auto
   return reinterpret_cast<Note *>(ring_ptr + RingBytes + ring_barrier_bytes<Stages>() + 16);
 }
 
-// Segments handed from a grouped kernel's walking producer warp to its issuing thread, through
-// `Slots` notes in shared memory with a "filled" and a "free" mbarrier each (one arrival each).
-// Why: the walk of the experts' tile order (an L2 round trip for their row offsets and a scan, per
-// tile) in the issuing thread delayed each tile's first copies by that much, and with the ring's
-// stages queueing in the memory system for microseconds the consumers then waited for it at
-// every tile's first stage (ncu, H100, session 34: 8.5 % of their stall samples, about 1.3 us a
-// tile). A walker up to Slots segments ahead takes the walk off the copies' path.
-template <int Slots> struct SegmentQueue {
-  static constexpr int kBytes = Slots * (static_cast<int>(sizeof(SegmentNote)) + 16);
-  SegmentNote *notes; // the slots (generic addresses), then their barriers
-  uint32_t bars;      // shared address of the filled barriers, the free ones after them
-  int slot = 0;
-  uint32_t phase = 0;
-
-  // The queue whose kBytes start at `base` (16-byte aligned).
-  static __device__ __forceinline__ SegmentQueue at(char *base) {
-    SegmentQueue q;
-    q.notes = reinterpret_cast<SegmentNote *>(base);
-    q.bars = smem_addr(base + Slots * sizeof(SegmentNote));
-    return q;
-  }
-  __device__ __forceinline__ uint32_t filled(int s) const { return bars + 8 * s; }
-  __device__ __forceinline__ uint32_t free_bar(int s) const { return bars + 8 * (Slots + s); }
-  // One thread, before the block's first barrier (then mbar_init_fence).
-  __device__ __forceinline__ void init() const {
-    for (int s = 0; s < Slots; ++s) mbar_init(filled(s), 1), mbar_init(free_bar(s), 1);
-  }
-  __device__ __forceinline__ void advance() {
-    if (++slot == Slots) slot = 0, phase ^= 1u;
-  }
-  // The walker: waits for a free slot, fills it.
-  __device__ __forceinline__ void push(const SegmentNote &n) {
-    mbar_wait(free_bar(slot), phase ^ 1u);
-    notes[slot] = n;
-    mbar_arrive(filled(slot));
-    advance();
-  }
-  // The issuer: waits for the next segment, takes it and frees its slot.
-  __device__ __forceinline__ SegmentNote pop() {
-    mbar_wait(filled(slot), phase);
-    const SegmentNote n = notes[slot];
-    mbar_arrive(free_bar(slot));
-    advance();
-    return n;
-  }
-};
-
-// The ring's start in a block's dynamic shared memory: 1024-byte aligned, where the 128-byte
-// swizzle repeats (run_block's ring_ptr, which computes it in place: a shared helper there changed
-// the address arithmetic of the consumers' loads in the PTX).
-__device__ __forceinline__ char *ring_start(char *smem) {
-  const uint32_t raw = smem_addr(smem);
-  return smem + (((raw + 1023u) & ~1023u) - raw);
-}
-
 // One thread: every stage's "full" barrier waits for `FullArrivals` producer arrivals (and the
 // bytes of their copies), every "empty" one for one arrival per consumer thread, every "converted"
 // one (where ConvertArrivals > 0) for ConvertArrivals arrivals of the converting threads.
