@@ -66,13 +66,7 @@ import torch.nn.functional as Fn
 
 from humming_aot import bench  # no humming_aot._C: the humming-jit child imports this too
 
-# (experts, top_k, hidden H, intermediate F): gate-up is [2F, H], down [H, F] per expert.
-MODELS = {
-    "deepseek-v3": (256, 8, 7168, 2048),
-    "qwen3-30b-a3b": (128, 8, 2048, 768),
-    "mixtral-8x7b": (8, 2, 4096, 14336),
-    "gpt-oss-120b": (128, 4, 2880, 2880),
-}
+MODELS = bench.MOE_MODELS  # (experts, top_k, hidden H, intermediate F)
 
 ap = argparse.ArgumentParser()
 ap.add_argument("out")

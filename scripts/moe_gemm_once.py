@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import sys
 
+from humming_aot import bench  # no humming_aot._C: the humming-jit run imports this too
+
 import torch
 
-# experts, top-k, hidden, expert intermediate size (as scripts/bench_moe.py's MODELS)
-MODELS = {"deepseek-v3": (256, 8, 7168, 2048), "qwen3-30b-a3b": (128, 8, 2048, 768),
-          "mixtral-8x7b": (8, 2, 4096, 14336), "gpt-oss-120b": (128, 4, 2880, 2880)}  # fmt: skip
 impl, model, tokens, part = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-e, top_k, h, f = MODELS[model]
+e, top_k, h, f = bench.MOE_MODELS[model]
 n, k = (2 * f, h) if part == "gate-up" else (h, f)
 gen = torch.Generator(device="cuda").manual_seed(tokens)
 logits = torch.randn(tokens, e, device="cuda", generator=gen)

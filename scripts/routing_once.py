@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import sys
 
+from humming_aot import bench, moe
+
 import torch
 
-from humming_aot import moe
-
-# experts, top-k, hidden (as scripts/bench_moe.py's MODELS)
-MODELS = {"deepseek-v3": (256, 8, 7168), "qwen3-30b-a3b": (128, 8, 2048), "mixtral-8x7b": (8, 2, 4096),
-          "gpt-oss-120b": (128, 4, 2880)}  # fmt: skip
-e, top_k, h = MODELS[sys.argv[1]]
+e, top_k, h, _ = bench.MOE_MODELS[sys.argv[1]]
 tokens = int(sys.argv[2])
 logits = torch.randn(tokens, e, device="cuda")
 x = torch.randn(tokens, h, device="cuda", dtype=torch.bfloat16)

@@ -72,6 +72,15 @@ FORMAT_ALIASES = {
     "w8a16": ("u8gc-sbf16", "bf16"),
     "w4a8": ("e2m1gc-sbf16", "e4m3-pt"),
 }
+# The MoE layers scripts/bench_moe.py, routing_once.py and moe_gemm_once.py run, by name:
+# (experts, top_k, hidden H, expert intermediate F); gate-up is [2F, H], down [H, F] per expert.
+MOE_MODELS = {
+    "deepseek-v3": (256, 8, 7168, 2048),
+    "qwen3-30b-a3b": (128, 8, 2048, 768),
+    "mixtral-8x7b": (8, 2, 4096, 14336),
+    "gpt-oss-120b": (128, 4, 2880, 2880),
+}
+
 # Weight configs of humming-kernels for the formats it is compared on (its HummingWeightSchema:
 # unsigned codes are symmetric around the middle of their range, bf16 scales from the layer dtype),
 # and for W4A8 its input config too (HummingInputSchema: activations quantized to e4m3 per token
