@@ -537,7 +537,8 @@ struct Dense {
         [&](int t, uint32_t ring, char *ring_ptr, uint32_t bars) {
           if (t < kProducers) produce(p, ring, ring_ptr, bars, t);
           if constexpr (kRowSums)
-            if (t >= Sums::kFirstThread) sum_rows(p, ring_ptr, bars, t - Sums::kFirstThread);
+            if (t >= Sums::kFirstThread && t < Sums::kFirstThread + Sums::kThreads)
+              sum_rows(p, ring_ptr, bars, t - Sums::kFirstThread);
         },
         [&](uint32_t ring, char *ring_ptr, uint32_t bars, volatile int *flag) {
           consume(p, ring, ring_ptr, bars, flag);

@@ -5,7 +5,7 @@
 // take off in fp32. That saves one HSUB2 per operand pair (4 of the about 24 warp instructions of
 // each decode K step, session 32's ncu) for a few fp32 adds per group.
 //
-// Who computes them: the producer warpgroup's warps 1 to 3, which have nothing else to do (warp 0
+// Who computes them: the producer warpgroup's warps 1 and 2, which have nothing else to do (warp 0
 // issues the copies and, in grouped kernels, walks the experts). They wait for each stage's
 // "full" barrier as the consumers do, sum the activation box's rows out of shared memory, write
 // -R x each sum into the stage's slot and arrive on the stage's third barrier ("converted" in
@@ -30,33 +30,47 @@ namespace sm90 {
 template <class K> struct RowSums {
   static constexpr int BM = K::kTileM, BK = K::BK, kSets = K::kSets, kAtomBytes = K::kAtomBytes;
   static constexpr bool kBf16 = K::kBf16;
-  // Threads that sum: the producer warpgroup's warps 1 to 3.
-  static constexpr int kFirstThread = 32, kThreads = 96;
-  // 16-byte units (8 inputs) of one row inside one group, summed by that many adjacent lanes.
+  // Threads that sum: the producer warpgroup's warps 1 and 2.
+  static constexpr int kFirstThread = 32, kThreads = 64;
+  // 16-byte units (8 inputs) of one row inside one group; of the whole stage.
   static constexpr int kChunks = BK / 8 / kSets;
   static constexpr int kUnits = BM * BK / 8;
+  // Units each thread sums (adjacent ones of one row and group, so that its loads are independent
+  // and in flight together), and the adjacent lanes whose partial sums make one group's.
+  static constexpr int kPer = kUnits / kThreads;
+  static constexpr int kLanes = kChunks / kPer;
   // Bytes of one stage's sums: kSets rows of BM floats.
   static constexpr int kStageBytes = kSets * BM * 4;
-  static_assert(kChunks >= 1 && 32 % kChunks == 0, "a row's group fits a warp's lanes");
-  static_assert(kUnits % 32 == 0, "whole warps per pass, so that every lane of a shuffle is there");
 
   // Summing thread h (0 .. kThreads - 1): the stage's activation box `act` (kKAtoms boxes of BM rows
   // of 128 bytes in the 128-byte swizzle) into sums[g * BM + row] = -offset x (row's inputs of
-  // group g). The order of the adds is fixed, so the sums are the same every run.
+  // group g). The stage period at decode is a few hundred cycles, and the sums hold the consumers
+  // back if they take longer: so each thread's loads are issued together and summed as a tree, and
+  // a group takes few shuffles. The order of the adds is fixed: the sums are the same every run.
   static __device__ __forceinline__ void sum_stage(const char *act, float *sums, int h, float offset) {
-#pragma unroll 1
-    for (int u = h; u < kUnits; u += kThreads) {
-      const int c = u % kChunks, o = u / kChunks; // unit c of output o = g * BM + row
-      const int g = o / BM, row = o % BM;
-      const int kc = g * kChunks + c; // 16-byte unit of the row across the stage
-      const uint4 v =
-          *reinterpret_cast<const uint4 *>(act + (kc / 8) * kAtomBytes + row * 128 + (((kc % 8) ^ (row % 8)) << 4));
-      float s = pair_sum(v.x) + pair_sum(v.y);
-      s += pair_sum(v.z) + pair_sum(v.w);
+    static_assert(kUnits % kThreads == 0 && kPer >= 1, "every thread sums whole units");
+    static_assert(kLanes >= 1 && kChunks % kPer == 0 && 32 % kLanes == 0, "a row's group is whole lanes of one warp");
+    const int u0 = h * kPer; // first unit: c0 of output o = g * BM + row
+    const int c0 = u0 % kChunks, o = u0 / kChunks;
+    const int g = o / BM, row = o % BM;
+    uint4 v[kPer];
 #pragma unroll
-      for (int lanes = kChunks / 2; lanes > 0; lanes /= 2) s += __shfl_xor_sync(0xFFFFFFFFu, s, lanes);
-      if (c == 0) sums[o] = -offset * s;
+    for (int i = 0; i < kPer; ++i) {
+      const int kc = g * kChunks + c0 + i; // 16-byte unit of the row across the stage
+      v[i] = *reinterpret_cast<const uint4 *>(act + (kc / 8) * kAtomBytes + row * 128 + (((kc % 8) ^ (row % 8)) << 4));
     }
+    float part[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+      part[i] = (pair_sum(v[i].x) + pair_sum(v[i].y)) + (pair_sum(v[i].z) + pair_sum(v[i].w));
+#pragma unroll
+    for (int w = 1; w < kPer; w *= 2)
+#pragma unroll
+      for (int i = 0; i + w < kPer; i += 2 * w) part[i] += part[i + w];
+    float s = part[0];
+#pragma unroll
+    for (int lanes = kLanes / 2; lanes > 0; lanes /= 2) s += __shfl_xor_sync(0xFFFFFFFFu, s, lanes);
+    if (c0 == 0) sums[o] = -offset * s;
   }
 
   // A consumer thread's -offset x sums of scale group g of a stage, for its sums i (tokens
