@@ -391,38 +391,37 @@ struct Dense {
     RingPos next = cur;
     next.advance();
     if (more) fetch<1 - B>(ring_ptr, bars, next, cw, t, col, bias, zero, r);
-    // With kRowSums, -offset x the activations' sums of each group of the stage (ns), waited for
-    // before the WGMMAs are (ptxas, finding a wait loop between the WGMMAs' wait and the use of their
-    // sums, adds waits of its own).
-    const float *sums = nullptr;
+    // With kRowSums, -offset x the activations' sums of each group of the stage go into the tile's
+    // sums (times the group's scales) or into off, before the WGMMAs are waited for: they do not
+    // depend on them, and between the WGMMAs' end and the next stage's issue (the tensor cores'
+    // idle time) a shared load's latency cost 5-8 % at decode (H100, session 35).
     if constexpr (kRowSums) {
       mbar_wait(ring_bar<Stages>(bars, 2, cur.stage), cur.phase);
-      sums = sums_of(ring_ptr, cur.stage);
+      const float *sums = sums_of(ring_ptr, cur.stage);
+#pragma unroll
+      for (int g = 0; g < kSets; ++g) {
+        float2 ns[BM / 8];
+        Sums::load(sums, g, t % 32, ns);
+        if constexpr (kSumScales) {
+#pragma unroll
+          for (int i = 0; i < kAcc; ++i)
+            r.acc[i] = fmaf(i % 2 ? ns[i / 4].y : ns[i / 4].x, r.sc[B][g][(i % 4) / 2], r.acc[i]);
+        } else {
+#pragma unroll
+          for (int j = 0; j < BM / 8; ++j) r.off[2 * j] += ns[j].x, r.off[2 * j + 1] += ns[j].y;
+        }
+      }
     }
     wgmma_wait<0>();
     if constexpr (kSumScales) {
 #pragma unroll
       for (int g = 0; g < kSets; ++g) {
         fence_regs(r.part[g]);
-        if constexpr (kRowSums) {
-          float2 ns[BM / 8];
-          Sums::load(sums, g, t % 32, ns);
 #pragma unroll
-          for (int i = 0; i < kAcc; ++i)
-            r.acc[i] = fmaf(r.part[g][i] + (i % 2 ? ns[i / 4].y : ns[i / 4].x), r.sc[B][g][(i % 4) / 2], r.acc[i]);
-        } else {
-#pragma unroll
-          for (int i = 0; i < kAcc; ++i) r.acc[i] = fmaf(r.part[g][i], r.sc[B][g][(i % 4) / 2], r.acc[i]);
-        }
+        for (int i = 0; i < kAcc; ++i) r.acc[i] = fmaf(r.part[g][i], r.sc[B][g][(i % 4) / 2], r.acc[i]);
       }
     } else {
       fence_regs(r.acc);
-      if constexpr (kRowSums) {
-        float2 ns[BM / 8];
-        Sums::load(sums, 0, t % 32, ns);
-#pragma unroll
-        for (int j = 0; j < BM / 8; ++j) r.off[2 * j] += ns[j].x, r.off[2 * j + 1] += ns[j].y;
-      }
     }
     release_stage<Stages>(bars, cur.stage);
     cur = next;
