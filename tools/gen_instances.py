@@ -225,34 +225,13 @@ def _weight_only_key(act, code, zero, group, layout, tile, stages, threads, smem
     return _tensor_core_key(act, 0, code, group, act, zero, act, layout, tile, stages, threads, smem)
 
 
-def _sm90_smem(stage_bytes: int, stages: int, barrier_sets: int = 2, notes: bool = False, sums: int = 0) -> int:
+def _sm90_smem(stage_bytes: int, stages: int, barrier_sets: int = 2, notes: bool = False) -> int:
     """Dynamic shared memory of an sm90 kernel (its kSmemTotal; each instance's translation unit
     asserts the two agree): alignment slack, the ring, a full and an empty mbarrier per stage (and a
-    "converted" one where the producer converts the codes or sums the activations: barrier_sets 3),
-    the stream-K fix-up flag, in grouped kernels (notes) a 32-byte segment note per stage
-    (backend/sm90/pipeline.h, SegmentNote), then `sums` bytes of activation sums."""
-    return 1024 + stage_bytes * stages + stages * 8 * barrier_sets + 16 + (stages * 32 if notes else 0) + sums
-
-
-def _sm90_row_sums_bytes(
-    act: str, code: str, zero: str, group: int, bm: int, consumers: int, bk: int, stages: int, grouped: bool
-) -> int:
-    """Bytes of the activation sums of an sm90 weight-only kernel whose operands keep their offset
-    (kernel/sm90_dense.cuh, kRowSumsFit, the same rule; 0 where they do not fit): symmetric integer
-    codes (4-bit, or 8-bit with f16 operands), tiles of at most 32 tokens, sums scaled per channel or
-    per group in registers (kSumScales, which depends on the consumers' registers: RegSplit)."""
-    c = F.dtype(code)
-    if zero != "none" or c.kind not in (F.KIND_INT, F.KIND_UINT) or (c.bits == 8 and act == "bf16") or bm > 32:
-        return 0
-    sets = 1 if group == 0 or group >= bk else bk // group
-    threads = 128 * (1 + consumers)
-    start = 65536 // threads // 8 * 8
-    fit = (start * threads - (64 if grouped else 56) * 128) // (128 * consumers) // 8 * 8
-    regs = min(fit, 240)
-    sum_scales = group != 0 and sets * (bm // 2) <= (16 if regs >= 160 else 4)
-    if group != 0 and not sum_scales:
-        return 0
-    return stages * sets * bm * 4
+    "converted" one where the producer converts the codes: barrier_sets 3), the stream-K fix-up
+    flag, and in grouped kernels (notes) a 32-byte segment note per stage (backend/sm90/pipeline.h,
+    SegmentNote)."""
+    return 1024 + stage_bytes * stages + stages * 8 * barrier_sets + 16 + (stages * 32 if notes else 0)
 
 
 def _sm90_out_boxes(smem: int, bm: int, consumers: int, out: str, channels_n: int = 0) -> int:
@@ -438,9 +417,7 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
         rows = 0 if group == 0 else (1 if group >= bk else bk // group)
         stage = bm * bk * 2 + bk * bn * bits // 8 + rows * bn * 2 + (rows * bn if zero == "int" else 0)
         stage = (stage + 1023) // 1024 * 1024
-        grouped = matrix["scheduler"] == "moe"
-        sums = _sm90_row_sums_bytes(act, code, zero, group, bm, consumers, bk, stages, grouped)
-        smem = _sm90_smem(stage, stages, barrier_sets=3 if sums else 2, notes=grouped, sums=sums)
+        smem = _sm90_smem(stage, stages, notes=matrix["scheduler"] == "moe")
         if smem > SM90_MAX_SMEM:  # e.g. the 256-channel decode tiles with 8-bit codes
             continue
         if matrix["scheduler"] != "moe":  # the grouped tiles store directly

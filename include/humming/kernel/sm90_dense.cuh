@@ -26,12 +26,6 @@
 // fp32 sums of each group as they come out of the tensor cores (exact, and no per-operand multiply);
 // otherwise they are folded into the operands ((code - zero) x scale rounded once to the operand
 // type, as the sm80 backend's tiles of several mma tiles per warp do).
-//
-// Offsets (kRowSums): where the sums are scaled per group or per channel, symmetric integer codes
-// keep the magic-number offset in their operands (one LOP3 a register pair instead of a LOP3 and
-// an HSUB2), and the consumers take the offset x the activations' sums per token and group off
-// each group's fp32 sums; the producer warpgroup's idle warps make those sums from each stage's
-// activations (backend/sm90/row_sums.h).
 #pragma once
 
 #include <cuda.h>
@@ -42,7 +36,6 @@
 #include "humming/backend/sm90/pipeline.h"
 #include "humming/backend/sm90/probe.h"
 #include "humming/backend/sm90/ptx.h"
-#include "humming/backend/sm90/row_sums.h"
 #include "humming/backend/sm90/stage_fragments.h"
 #include "humming/backend/sm90/stage_loads.h"
 #include "humming/backend/sm90/tensor_map.h"
@@ -55,11 +48,6 @@
 #include "humming/numeric/fast_dequant.h"
 #include "humming/scheduler/moe.h"
 #include "humming/scheduler/streamk.h"
-
-// The tallest tile whose operands keep their offset (Dense::kRowSums); 0: none (A/B builds).
-#ifndef HUMMING_SM90_ROW_SUMS
-#define HUMMING_SM90_ROW_SUMS 32
-#endif
 
 namespace humming {
 namespace sm90 {
@@ -119,39 +107,10 @@ struct Dense {
   // Stages start 1024-byte aligned: the 128-byte swizzle repeats every 8 rows of 128 bytes.
   static constexpr int kStageBytes = (kABytes + kWBytes + kSBytes + kZBytes + 1023) / 1024 * 1024;
   static constexpr int kRingBytes = Stages * kStageBytes;
-  // Group sums in fp32 where the consumers' registers allow them: kSets x kAcc more sums per thread
-  // (besides two fragment sets of 4 x kSteps registers), so four-consumer tiles (96 registers) keep
-  // at most 4 (8 spilled with 64-input groups), two-consumer tiles 16.
-  static constexpr bool sum_scales(int consumer_regs) {
-    return GroupK != 0 && kSets * kAcc <= (consumer_regs >= 160 ? 16 : 4);
-  }
-  // Operands with their offset kept (see the top; backend/sm90/row_sums.h) fit symmetric integer
-  // codes (4-bit, or bytes as f16) whose sums are scaled per group (sum_scales) or per channel, in
-  // tiles of at most 32 tokens: each stage costs a consumer thread kAcc adds (per group) against
-  // 4 x kSteps HSUB2 saved. The shared memory holds their barriers and sums wherever they fit;
-  // HUMMING_SM90_ROW_SUMS (the tallest tile that uses them, 0: none) switches the arithmetic, so
-  // that an A/B build keeps the instances' shared memory. tools/gen_instances.py mirrors the rule.
-  static constexpr bool kRowSumsFit =
-      !kIntZero && !kFloatCode && (kBits == 4 || !kBf16) && BM <= 32 &&
-      (GroupK == 0 || sum_scales(RegSplit < Consumers, Grouped ? 64 : 56 > ::kConsumer));
-  static constexpr bool kRowSums = kRowSumsFit && BM <= HUMMING_SM90_ROW_SUMS;
-  // Registers per thread of the producer and the consumers (backend/sm90/pipeline.h). The grouped
-  // kernels' producer warp also walks the experts (expert_tile_warp), and with 40 registers ptxas
-  // spilled 52 bytes there; with 64, none. The dense kernels' summing warps walk the stream-K plan
-  // (kRowSumsFit): with 40 they spilled up to 76 bytes, with 48 up to 40, with 56 none.
-  using Split = RegSplit<Consumers, Grouped ? 64 : kRowSumsFit ? 56 : 40>;
-  static constexpr int kConsumerRegs = Split::kConsumer;
-  static constexpr bool kSumScales = sum_scales(kConsumerRegs);
-  static_assert(!kRowSumsFit || GroupK == 0 || kSumScales, "the sums scaled per group, as kRowSumsFit assumed");
-  using Sums = RowSums<Dense>;
-  static constexpr int kSumArrivals = kRowSumsFit ? Sums::kThreads : 0; // on each stage's third barrier
-  static constexpr int kSumBytes = kRowSumsFit ? Stages * Sums::kStageBytes : 0;
-  // Alignment slack, the ring, a full and an empty barrier per stage (and the sums' one), the
-  // fix-up flag; in grouped kernels a segment note per stage after them (backend/sm90/pipeline.h,
-  // SegmentNote); then the stages' activation sums.
+  // Alignment slack, the ring, a full and an empty barrier per stage, the fix-up flag; in grouped
+  // kernels a segment note per stage after them (backend/sm90/pipeline.h, SegmentNote).
   static constexpr int kNoteBytes = Grouped ? Stages * static_cast<int>(sizeof(SegmentNote)) : 0;
-  static constexpr int kSmemRing =
-      1024 + kRingBytes + ring_barrier_bytes<Stages, kSumArrivals>() + 16 + kNoteBytes + kSumBytes;
+  static constexpr int kSmemRing = 1024 + kRingBytes + Stages * 16 + 16 + kNoteBytes;
   // Output boxes, one per consumer warpgroup, after the ring, where the tile takes them
   // (epilogue/staged_store.h; the output is 16-bit). Not in the grouped kernels: their tiles end at
   // their expert's last row, which a box's copy would write past.
@@ -159,6 +118,15 @@ struct Dense {
   static constexpr int kOutBytes = Grouped ? 0 : epilogue::staged_store_bytes<BM, Consumers, true>(kSmemRing);
   static constexpr bool kStagedStore = kOutBytes > 0;
   static constexpr int kSmemTotal = kSmemRing + kOutBytes;
+  // Registers per thread of the producer and the consumers (backend/sm90/pipeline.h). The grouped
+  // kernels' producer warp also walks the experts (expert_tile_warp), and with 40 registers ptxas
+  // spilled 52 bytes there; with 64, none.
+  using Split = RegSplit<Consumers, Grouped ? 64 : 40>;
+  static constexpr int kConsumerRegs = Split::kConsumer;
+  // Group sums in fp32 where the registers allow them: kSets x kAcc more sums per thread (besides
+  // two fragment sets of 4 x kSteps registers), so four-consumer tiles (96 registers) keep at most
+  // 4 (8 spilled with 64-input groups), two-consumer tiles 16.
+  static constexpr bool kSumScales = GroupK != 0 && kSets * kAcc <= (kConsumerRegs >= 160 ? 16 : 4);
 
   static_assert(ActId == dtypes::f16.id() || ActId == dtypes::bf16.id(), "activations are f16 or bf16");
   static_assert(kBits == 4 || kBits == 8, "4- or 8-bit codes");
@@ -185,25 +153,6 @@ struct Dense {
   };
 
   using RingPos = sm90::RingPos<Stages>;
-
-  // What follows the ring (with the output boxes), its barriers and the fix-up flag: the segment
-  // notes (grouped kernels), then each stage's activation sums (kRowSumsFit).
-  template <class Char> static __device__ __forceinline__ auto notes_of(Char *ring_ptr) {
-    return ring_notes<Stages, kRingBytes + kOutBytes, kSumArrivals>(ring_ptr);
-  }
-  template <class Char> static __device__ __forceinline__ auto sums_of(Char *ring_ptr, uint32_t stage) {
-    using F = std::conditional_t<std::is_const_v<Char>, const float, float>;
-    return reinterpret_cast<F *>(ring_ptr + kRingBytes + kOutBytes + ring_barrier_bytes<Stages, kSumArrivals>() + 16 +
-                                 kNoteBytes) +
-           stage * (Sums::kStageBytes / 4);
-  }
-  // The offset the operands keep (numeric::kept_offset), where they do.
-  static constexpr float offset() {
-    if constexpr (kRowSumsFit)
-      return numeric::kept_offset<kBf16, CodeId>();
-    else
-      return 0.0f;
-  }
 
   // The work of this block, in order: f(m0, m_end, n0, expert, kt0, kt1, tile) per segment, K tiles
   // [kt0, kt1) of the tile of rows [m0, m_end) (-1: up to m) and channels from n0. Dense: the stream-K
@@ -267,7 +216,7 @@ struct Dense {
   static __device__ __forceinline__ void produce(const Params &p, uint32_t ring, char *ring_ptr, uint32_t bars, int t) {
     Probe::begin(); // diagnosis builds only (backend/sm90/probe.h)
     RingPos pos;
-    SegmentNote *notes = notes_of(ring_ptr);
+    SegmentNote *notes = ring_notes<Stages, kRingBytes>(ring_ptr);
     const bool issues = kProducers == 1 || t == 0;
     for_each_work<kLoneWalk>(
         p, [&](int64_t m0, int64_t m_end, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t unit) {
@@ -299,33 +248,6 @@ struct Dense {
     Probe::report('P');
   }
 
-  // Summing thread h of the producer warpgroup (kRowSums; backend/sm90/row_sums.h): every stage of
-  // the block's work, in the ring's order, into its sums, then an arrival on its third barrier.
-  static __device__ __forceinline__ void sum_rows(const Params &p, char *ring_ptr, uint32_t bars, int h) {
-    RingPos pos;
-    const auto wait_full = [&] { mbar_wait(ring_bar<Stages>(bars, 0, pos.stage), pos.phase); };
-    const auto sum_stage = [&] {
-      Sums::sum_stage(ring_ptr + pos.stage * kStageBytes, sums_of(ring_ptr, pos.stage), h, offset());
-      mbar_arrive(ring_bar<Stages>(bars, 2, pos.stage));
-      pos.advance();
-    };
-    if constexpr (Grouped) {
-      // The segments as the producer notes them (the consumers read the same notes).
-      const SegmentNote *notes = notes_of(static_cast<const char *>(ring_ptr));
-      for (;;) {
-        wait_full();
-        const SegmentNote note = notes[pos.stage];
-        if (note.expert < 0) break;
-        sum_stage();
-        for (int64_t kt = note.kt0 + 1; kt < note.kt1; ++kt) wait_full(), sum_stage();
-      }
-    } else {
-      for_each_work(p, [&](int64_t, int64_t, int64_t, int, int64_t kt0, int64_t kt1, int64_t) {
-        for (int64_t kt = kt0; kt < kt1; ++kt) wait_full(), sum_stage();
-      });
-    }
-  }
-
   // ---- consumers -----------------------------------------------------------------------------
 
   // The stage's fragments, zero points and scales (backend/sm90/stage_fragments.h).
@@ -334,14 +256,9 @@ struct Dense {
   // Per consumer thread: the sums of its tile (acc) and, with kSumScales, the current stage's sums
   // per scale group (part), with the fragments and scales of two stages (the one the tensor cores
   // run and the next).
-  // With kRowSums and per-channel scales, off[2 j + e] gathers -offset x the sums of this thread's
-  // token 8 j + 2 (lane % 4) + e over the segment's stages, added to the tile's sums at its end
-  // (adding them to acc stage by stage, between its WGMMAs, made ptxas serialize the WGMMAs).
-  static constexpr bool kOffSums = kRowSums && GroupK == 0;
   struct Regs {
     float acc[kAcc];
     float part[kSumScales ? kSets : 1][kSumScales ? kAcc : 1];
-    float off[kOffSums ? BM / 4 : 1];
     uint32_t af[2][kSteps][4];
     float sc[2][kSets][2];
   };
@@ -391,27 +308,6 @@ struct Dense {
     RingPos next = cur;
     next.advance();
     if (more) fetch<1 - B>(ring_ptr, bars, next, cw, t, col, bias, zero, r);
-    // With kRowSums, -offset x the activations' sums of each group of the stage go into the tile's
-    // sums (times the group's scales) or into off, before the WGMMAs are waited for: they do not
-    // depend on them, and between the WGMMAs' end and the next stage's issue (the tensor cores'
-    // idle time) a shared load's latency cost 5-8 % at decode (H100, session 35).
-    if constexpr (kRowSums) {
-      mbar_wait(ring_bar<Stages>(bars, 2, cur.stage), cur.phase);
-      const float *sums = sums_of(ring_ptr, cur.stage);
-#pragma unroll
-      for (int g = 0; g < kSets; ++g) {
-        float2 ns[BM / 8];
-        Sums::load(sums, g, t % 32, ns);
-        if constexpr (kSumScales) {
-#pragma unroll
-          for (int i = 0; i < kAcc; ++i)
-            r.acc[i] = fmaf(i % 2 ? ns[i / 4].y : ns[i / 4].x, r.sc[B][g][(i % 4) / 2], r.acc[i]);
-        } else {
-#pragma unroll
-          for (int j = 0; j < BM / 8; ++j) r.off[2 * j] += ns[j].x, r.off[2 * j + 1] += ns[j].y;
-        }
-      }
-    }
     wgmma_wait<0>();
     if constexpr (kSumScales) {
 #pragma unroll
@@ -435,9 +331,6 @@ struct Dense {
                                                   const float (&zero)[2], Regs &r) {
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) r.acc[i] = 0.0f;
-    if constexpr (kOffSums)
-#pragma unroll
-      for (int j = 0; j < BM / 4; ++j) r.off[j] = 0.0f;
     fetch<0>(ring_ptr, bars, pos, cw, t, col, bias, zero, r);
     issue<0>(ring, pos, r);
     // Two stages per trip so that each fragment set has fixed registers.
@@ -445,13 +338,6 @@ struct Dense {
       if (advance<0>(ring, ring_ptr, bars, pos, j < n, cw, t, col, bias, zero, r)) break;
       if (advance<1>(ring, ring_ptr, bars, pos, j + 1 < n, cw, t, col, bias, zero, r)) break;
     }
-    // Nothing is in flight here (the last advance waited and issued nothing), but ptxas cannot
-    // tell the loop's exit from its back edge once kRowSums adds code to advance: without this
-    // wait it adds its own, or serializes every WGMMA of the kernel (per-channel scales).
-    if constexpr (kRowSums) wgmma_wait<0>();
-    if constexpr (kOffSums)
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i) r.acc[i] += r.off[(i / 4) * 2 + i % 2];
   }
 
   static __device__ __forceinline__ void consume(const Params &p, uint32_t ring, const char *ring_ptr, uint32_t bars,
@@ -509,7 +395,7 @@ struct Dense {
     };
     if constexpr (Grouped) {
       // The producer's notes (SegmentNote), each read once its segment's first stage has arrived.
-      const SegmentNote *notes = notes_of(static_cast<const char *>(ring_ptr));
+      const SegmentNote *notes = ring_notes<Stages, kRingBytes>(ring_ptr);
       for (;;) {
         const uint32_t full = ring_bar<Stages>(bars, 0, pos.stage), parity = pos.phase;
         Probe::ring([=] { mbar_wait(full, parity); });
@@ -526,7 +412,7 @@ struct Dense {
 
   static __device__ __forceinline__ void run(const Params &p, char *smem) {
     // The boxes sit between the ring and its barriers.
-    run_block<Stages, Consumers, kRingBytes + kOutBytes, 1, Split::kProducer, kSumArrivals>(
+    run_block<Stages, Consumers, kRingBytes + kOutBytes, 1, Split::kProducer>(
         smem,
         [&] {
           prefetch_tensor_map(&p.act);
@@ -535,9 +421,6 @@ struct Dense {
         },
         [&](int t, uint32_t ring, char *ring_ptr, uint32_t bars) {
           if (t < kProducers) produce(p, ring, ring_ptr, bars, t);
-          if constexpr (kRowSums)
-            if (t >= Sums::kFirstThread && t < Sums::kFirstThread + Sums::kThreads)
-              sum_rows(p, ring_ptr, bars, t - Sums::kFirstThread);
         },
         [&](uint32_t ring, char *ring_ptr, uint32_t bars, volatile int *flag) {
           consume(p, ring, ring_ptr, bars, flag);

@@ -176,32 +176,5 @@ __device__ __forceinline__ uint32_t exact_pair_of(const uint32_t (&words)[Words]
   return exact_pair<IsBf16, CodeId, (kPpw > 3 ? 3 : 0)>(w, bias, zero);
 }
 
-// The offset an integer code's operand keeps when the kernel leaves the magic and the implied
-// zero point in (offset_pair_of): magic + 2^(bits-1), so that operand = code - zero + offset.
-// Bytes as bf16 take no offset (bf16 cannot hold magic + byte; they go through fp32, u8_pair).
-template <bool IsBf16, uint32_t CodeId> constexpr float kept_offset() {
-  constexpr DType kCode = DType::from_id(CodeId);
-  static_assert(kCode.kind != kFloat && !(IsBf16 && kCode.bits == 8), "integer codes with an offset pair");
-  return Operand<IsBf16>::kMagicValue + static_cast<float>(1 << (kCode.bits - 1));
-}
-
-// Register pair `pair` of a thread's fragments (as exact_pair_of numbers them) of symmetric integer
-// codes with the offset kept: (code - zero + kept_offset) for both halves, exact. One LOP3 a pair
-// (and, for signed codes, the flip of the word's sign bits into offset binary): the kernel takes
-// kept_offset x (the activations' sums over the same inputs) off the fp32 sums instead of one
-// HSUB2 per pair.
-template <bool IsBf16, uint32_t CodeId, int Words>
-__device__ __forceinline__ uint32_t offset_pair_of(const uint32_t (&words)[Words], int pair) {
-  constexpr DType kCode = DType::from_id(CodeId);
-  static_assert(kCode.kind != kFloat && !(IsBf16 && kCode.bits == 8), "integer codes with an offset pair");
-  constexpr int kPpw = 16 / static_cast<int>(kCode.bits);
-  uint32_t w = words[pair / kPpw];
-  if constexpr (kCode.kind == kInt) w ^= kCode.bits == 4 ? 0x88888888u : 0x80808080u;
-  if constexpr (kCode.bits == 4)
-    return u4_pair_biased_at<IsBf16>(w, pair % kPpw);
-  else
-    return pair % kPpw == 0 ? u8_pair_biased_f16<0>(w) : u8_pair_biased_f16<1>(w);
-}
-
 } // namespace numeric
 } // namespace humming

@@ -83,12 +83,10 @@ struct SegmentNote {
 };
 
 // The notes of a ring (Stages of them) after its barriers and the fix-up flag (run_block's layout
-// of RingBytes, barriers, flag; ConvertArrivals as run_block's), from the ring's generic address
-// (const for the readers).
-template <int Stages, int RingBytes, int ConvertArrivals = 0, class Char>
-__device__ __forceinline__ auto ring_notes(Char *ring_ptr) {
+// of RingBytes, barriers, flag), from the ring's generic address (const for the readers).
+template <int Stages, int RingBytes, class Char> __device__ __forceinline__ auto ring_notes(Char *ring_ptr) {
   using Note = std::conditional_t<std::is_const_v<Char>, const SegmentNote, SegmentNote>;
-  return reinterpret_cast<Note *>(ring_ptr + RingBytes + ring_barrier_bytes<Stages, ConvertArrivals>() + 16);
+  return reinterpret_cast<Note *>(ring_ptr + RingBytes + ring_barrier_bytes<Stages>() + 16);
 }
 
 // One thread: every stage's "full" barrier waits for `FullArrivals` producer arrivals (and the

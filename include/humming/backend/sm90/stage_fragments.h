@@ -16,11 +16,10 @@ namespace sm90 {
 // K: the kernel (sm90::Dense): its operand type (kBf16) and codes (kCode, kWords per thread and
 //    block, kBlockBytes, kIntZero), its stage (kKAtoms 64-input blocks of kConsumers warpgroups'
 //    64 channels, BK, BN, kSteps K steps; kABytes of activations, then kWBytes of weights,
-//    kSBytes of scale rows, the zero-point rows), its scale groups (kGroupK, kSets rows a
-//    stage, kSumScales: the sums are scaled per group, not the operands) and kRowSums (the
-//    operands keep their offset: backend/sm90/row_sums.h).
+//    kSBytes of scale rows, the zero-point rows) and its scale groups (kGroupK, kSets rows a
+//    stage, kSumScales: the sums are scaled per group, not the operands).
 template <class K> struct StageFragments {
-  static constexpr bool kBf16 = K::kBf16, kIntZero = K::kIntZero, kSumScales = K::kSumScales, kRowSums = K::kRowSums;
+  static constexpr bool kBf16 = K::kBf16, kIntZero = K::kIntZero, kSumScales = K::kSumScales;
   static constexpr uint32_t kCodeId = K::kCode.id();
   static constexpr int KAtoms = K::kKAtoms, Consumers = K::kConsumers, GroupK = K::kGroupK, BK = K::BK, BN = K::BN;
   static constexpr int kSteps = K::kSteps, kSets = K::kSets, kWords = K::kWords, kBlockBytes = K::kBlockBytes;
@@ -77,11 +76,7 @@ template <class K> struct StageFragments {
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
           // pair sa * 4 + r of the 64-input block (layout/sm90.h)
-          uint32_t v;
-          if constexpr (kRowSums)
-            v = numeric::offset_pair_of<kBf16, kCodeId>(words, sa * 4 + r);
-          else
-            v = numeric::exact_pair_of<kBf16, kCodeId>(words, sa * 4 + r, b[r % 2], z[r % 2]);
+          uint32_t v = numeric::exact_pair_of<kBf16, kCodeId>(words, sa * 4 + r, b[r % 2], z[r % 2]);
           if constexpr (GroupK != 0 && !kSumScales) v = Op::mul(v, sc2[r % 2]);
           af[step][r] = v;
         }
