@@ -25,10 +25,8 @@ if [ -n "${NCU_RUNS:-}" ]; then
   runs=("${keep[@]}")
 fi
 filter=$(printf '%s\n' "${runs[@]}" | awk '{print $5}' | sort -u | paste -sd'|')
-if [ "${SKIP_BUILD:-0}" = "0" ]; then
-  HUMMING_PROFILE=dev HUMMING_FILTER="^($filter)\$" CMAKE_BUILD_PARALLEL_LEVEL=16 \
-    python3 -m pip install --no-build-isolation --no-deps -v -C "cmake.define.CMAKE_CUDA_FLAGS=${CUDAFLAGS:-}" . > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-fi
+. scripts/build_filtered.sh
+build_filtered "^($filter)\$"
 for r in "${runs[@]}"; do
   set -- $r
   # NCU_SOURCE=1: the report kept, its SASS page (stall samples per instruction) written as CSV.

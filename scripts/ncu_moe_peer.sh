@@ -9,10 +9,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
 mkdir -p "$OUT"
-if [ "${SKIP_BUILD:-0}" = "0" ]; then
-  HUMMING_PROFILE=dev HUMMING_FILTER='^sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16' CMAKE_BUILD_PARALLEL_LEVEL=16 \
-    python3 -m pip install --no-build-isolation --no-deps -v . > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-fi
+. scripts/build_filtered.sh
+build_filtered '^sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16'
 peer=/tmp/humming-peer
 if [ ! -d "$peer/humming" ]; then
   mkdir -p "$peer" && python3 -m zipfile -e .peer/humming_kernels-0.1.20-*.whl "$peer" || exit 1

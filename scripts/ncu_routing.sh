@@ -10,10 +10,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
 mkdir -p "$OUT"
-if [ "${SKIP_BUILD:-0}" = "0" ]; then
-  HUMMING_PROFILE=dev HUMMING_FILTER='^generic_dense_a-bf16_w-u4-sbf16_c-bf16$' CMAKE_BUILD_PARALLEL_LEVEL=16 \
-    python3 -m pip install --no-build-isolation --no-deps -v . > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-fi
+. scripts/build_filtered.sh
+build_filtered '^generic_dense_a-bf16_w-u4-sbf16_c-bf16$'
 model=${MODEL:-qwen3-30b-a3b} tokens=${TOKENS:-1}
 report="$OUT/ncu_routing_${model}_${tokens}.txt"
 extra=()
