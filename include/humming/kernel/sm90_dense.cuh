@@ -127,6 +127,12 @@ struct Dense {
   // two fragment sets of 4 x kSteps registers), so four-consumer tiles (96 registers) keep at most
   // 4 (8 spilled with 64-input groups), two-consumer tiles 16.
   static constexpr bool kSumScales = GroupK != 0 && kSets * kAcc <= (kConsumerRegs >= 160 ? 16 : 4);
+  // Whether a consumer queues the next stage's WGMMAs behind the running ones before it waits
+  // (advance), with a second set of group sums where it keeps them; HUMMING_SM90_QUEUE=1 turns it on.
+#ifndef HUMMING_SM90_QUEUE
+#define HUMMING_SM90_QUEUE 0
+#endif
+  static constexpr bool kQueue = HUMMING_SM90_QUEUE != 0 && kConsumerRegs >= 160;
 
   static_assert(ActId == dtypes::f16.id() || ActId == dtypes::bf16.id(), "activations are f16 or bf16");
   static_assert(kBits == 4 || kBits == 8, "4- or 8-bit codes");
@@ -258,7 +264,7 @@ struct Dense {
   // run and the next).
   struct Regs {
     float acc[kAcc];
-    float part[kSumScales ? kSets : 1][kSumScales ? kAcc : 1];
+    float part[kQueue ? 2 : 1][kSumScales ? kSets : 1][kSumScales ? kAcc : 1];
     uint32_t af[2][kSteps][4];
     float sc[2][kSets][2];
   };
@@ -275,14 +281,20 @@ struct Dense {
   // Issues the WGMMAs of stage `pos` from fragment set `B` as one group: into the group sums (each
   // group's first K step starts its sum afresh) or straight into the tile's sums. The fragments
   // and sums are final before the fence (the compiler may not sink their writes past it).
-  template <int B> static __device__ __forceinline__ void issue(uint32_t ring, RingPos pos, Regs &r) {
+  // Pending: a group of the same sums is still in flight (kQueue), whose sums no ordinary
+  // instruction may touch meanwhile, so they are not fenced here (a fence of the registers an
+  // asynchronous WGMMA writes makes ptxas wait for it).
+  template <int B, bool Pending = false>
+  static __device__ __forceinline__ void issue(uint32_t ring, RingPos pos, Regs &r) {
+    constexpr int P = kQueue ? B : 0; // the group sums this stage goes into
 #pragma unroll
     for (int step = 0; step < kSteps; ++step) fence_regs(r.af[B][step]);
-    if constexpr (kSumScales)
+    if constexpr (kSumScales) {
 #pragma unroll
-      for (int g = 0; g < kSets; ++g) fence_regs(r.part[g]);
-    else
+      for (int g = 0; g < kSets; ++g) fence_regs(r.part[P][g]);
+    } else if constexpr (!Pending) {
       fence_regs(r.acc);
+    }
     wgmma_fence();
     const uint64_t desc = desc_sw128(ring + pos.stage * kStageBytes);
 #pragma unroll
@@ -290,12 +302,28 @@ struct Dense {
       const uint64_t d = desc + (step / 4) * (kAtomBytes >> 4) + (step % 4) * 2;
       if constexpr (kSumScales) {
         constexpr int kSpan = GroupK < BK ? GroupK : BK; // inputs of one group inside the stage
-        Wgmma<BM, kBf16>::run(r.part[Frags::scale_row(step)], r.af[B][step], d, (step * 16) % kSpan == 0 ? 0 : 1);
+        Wgmma<BM, kBf16>::run(r.part[P][Frags::scale_row(step)], r.af[B][step], d, (step * 16) % kSpan == 0 ? 0 : 1);
       } else {
         Wgmma<BM, kBf16>::run(r.acc, r.af[B][step], d, 1);
       }
     }
     wgmma_commit();
+  }
+
+  // Adds the group sums of the retired stage (set B) into the tile's sums (kSumScales), or keeps
+  // the compiler from moving the tile's sums across the wait (FenceAcc: no group in flight).
+  template <int B, bool FenceAcc> static __device__ __forceinline__ void retire(Regs &r) {
+    constexpr int P = kQueue ? B : 0;
+    if constexpr (kSumScales) {
+#pragma unroll
+      for (int g = 0; g < kSets; ++g) {
+        fence_regs(r.part[P][g]);
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) r.acc[i] = fmaf(r.part[P][g][i], r.sc[B][g][(i % 4) / 2], r.acc[i]);
+      }
+    } else if constexpr (FenceAcc) {
+      fence_regs(r.acc);
+    }
   }
 
   // Completes the stage in flight (`cur`, fragment set B) and starts the next one, if any: builds
@@ -309,20 +337,29 @@ struct Dense {
     next.advance();
     if (more) fetch<1 - B>(ring_ptr, bars, next, cw, t, col, bias, zero, r);
     wgmma_wait<0>();
-    if constexpr (kSumScales) {
-#pragma unroll
-      for (int g = 0; g < kSets; ++g) {
-        fence_regs(r.part[g]);
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) r.acc[i] = fmaf(r.part[g][i], r.sc[B][g][(i % 4) / 2], r.acc[i]);
-      }
-    } else {
-      fence_regs(r.acc);
-    }
+    retire<B, true>(r);
     release_stage<Stages>(bars, cur.stage);
     cur = next;
     if (more) issue<1 - B>(ring, cur, r);
     return !more;
+  }
+
+  // kQueue: with the stage `cur` (set B) in flight, builds the next stage's fragments into set
+  // 1 - B, queues its WGMMAs behind the running ones, then waits for `cur` alone, adds its group
+  // sums and hands it back; the tensor cores go on from one stage to the next meanwhile. Every
+  // call leaves one group in flight, so ptxas sees the same state on every path.
+  template <int B>
+  static __device__ __forceinline__ void queue_next(uint32_t ring, const char *ring_ptr, uint32_t bars, RingPos &cur,
+                                                    int cw, int t, int col, const uint32_t (&bias)[2],
+                                                    const float (&zero)[2], Regs &r) {
+    RingPos next = cur;
+    next.advance();
+    fetch<1 - B>(ring_ptr, bars, next, cw, t, col, bias, zero, r);
+    issue<1 - B, true>(ring, next, r);
+    wgmma_wait<1>();
+    retire<B, false>(r);
+    release_stage<Stages>(bars, cur.stage);
+    cur = next;
   }
 
   // The `n` stages of one segment from ring position `pos` (left one past the last) into r.acc.
@@ -333,10 +370,32 @@ struct Dense {
     for (int i = 0; i < kAcc; ++i) r.acc[i] = 0.0f;
     fetch<0>(ring_ptr, bars, pos, cw, t, col, bias, zero, r);
     issue<0>(ring, pos, r);
-    // Two stages per trip so that each fragment set has fixed registers.
-    for (int64_t j = 1;; j += 2) {
-      if (advance<0>(ring, ring_ptr, bars, pos, j < n, cw, t, col, bias, zero, r)) break;
-      if (advance<1>(ring, ring_ptr, bars, pos, j + 1 < n, cw, t, col, bias, zero, r)) break;
+    if constexpr (kQueue) {
+      // Stage j goes into set j % 2; two stages per trip so that each set has fixed registers.
+      int64_t j = 1;
+      for (; j + 1 < n; j += 2) {
+        queue_next<0>(ring, ring_ptr, bars, pos, cw, t, col, bias, zero, r);
+        queue_next<1>(ring, ring_ptr, bars, pos, cw, t, col, bias, zero, r);
+      }
+      const auto finish = [&](auto set) {
+        constexpr int B = decltype(set)::value;
+        wgmma_wait<0>();
+        retire<B, true>(r);
+        release_stage<Stages>(bars, pos.stage);
+        pos.advance();
+      };
+      if (j < n) {
+        queue_next<0>(ring, ring_ptr, bars, pos, cw, t, col, bias, zero, r);
+        finish(std::integral_constant<int, 1>{});
+      } else {
+        finish(std::integral_constant<int, 0>{});
+      }
+    } else {
+      // Two stages per trip so that each fragment set has fixed registers.
+      for (int64_t j = 1;; j += 2) {
+        if (advance<0>(ring, ring_ptr, bars, pos, j < n, cw, t, col, bias, zero, r)) break;
+        if (advance<1>(ring, ring_ptr, bars, pos, j + 1 < n, cw, t, col, bias, zero, r)) break;
+      }
     }
   }
 
