@@ -128,11 +128,20 @@ struct Dense {
   // 4 (8 spilled with 64-input groups), two-consumer tiles 16.
   static constexpr bool kSumScales = GroupK != 0 && kSets * kAcc <= (kConsumerRegs >= 160 ? 16 : 4);
   // Whether a consumer queues the next stage's WGMMAs behind the running ones before it waits
-  // (advance), with a second set of group sums where it keeps them; HUMMING_SM90_QUEUE=1 turns it on.
+  // (queue_next), with a second set of group sums where it keeps them. Two-consumer tiles only:
+  // four-consumer ones lack the registers (ptxas serializes their WGMMAs, C7512). Measured on an
+  // H100 (session 36, u4g128 / u4gc, 6 layers of 1536 to 28672 channels, m = 1 to 4096, graph us
+  // after a read flush, queued / not): dense t8x128 0.975 (geometric mean), t16x128 0.992, t64 with
+  // group scales 0.974 (2880x4096 at m = 256 21.8 -> 20.7 us), per-channel t64 1.001, t32 1.002
+  // (up to 1.07 at m <= 64, where the table takes it), t128 1.004, t256 1.007. So the rule below
+  // takes the three that gain; the grouped kernels were not timed and keep waiting.
+  // HUMMING_SM90_QUEUE=0 / 1 forces it off / on for every two-consumer tile (to measure).
 #ifndef HUMMING_SM90_QUEUE
-#define HUMMING_SM90_QUEUE 0
+#define HUMMING_SM90_QUEUE -1
 #endif
-  static constexpr bool kQueue = HUMMING_SM90_QUEUE != 0 && kConsumerRegs >= 160;
+  static constexpr bool kQueueRule = !Grouped && (BM <= 16 || (BM == 64 && GroupK != 0));
+  static constexpr bool kQueue =
+      kConsumerRegs >= 160 && (HUMMING_SM90_QUEUE < 0 ? kQueueRule : HUMMING_SM90_QUEUE != 0);
 
   static_assert(ActId == dtypes::f16.id() || ActId == dtypes::bf16.id(), "activations are f16 or bf16");
   static_assert(kBits == 4 || kBits == 8, "4- or 8-bit codes");
