@@ -19,7 +19,8 @@
 // waits for stage i + 1 and builds that stage's fragments into the other of two register sets,
 // then waits for stage i, hands it back and issues stage i + 1 (see advance). At most one group is
 // ever pending, and no ordinary instruction writes its registers, so ptxas keeps the WGMMAs
-// asynchronous.
+// asynchronous. Tiles where it was measured to pay (kQueue) issue stage i + 1 before they wait for
+// stage i instead (queue_next), so the tensor cores never wait for the thread between stages.
 //
 // Scales: per-channel scales and the global scale multiply the fp32 sums at the end (exact). Group
 // scales, where the registers allow a sum per group (small token counts: kSumScales), multiply the
