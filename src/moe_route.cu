@@ -189,13 +189,15 @@ __device__ __forceinline__ int32_t expert_of(const MoeAlign &a, int64_t i) {
 
 // Chunk `chunk`'s counts of assignments per expert: workspace[chunk][expert] (hist: shared, one
 // word per expert).
+// (chunk_counts null: the counts stay in hist, as the one-block kernel reads them.)
 __device__ __forceinline__ void align_count(const MoeAlign &a, int32_t *chunk_counts, int64_t chunk, int32_t *hist) {
   for (int32_t e = threadIdx.x; e < a.experts; e += blockDim.x) hist[e] = 0;
   __syncthreads();
   const int64_t i = chunk * kAlignChunk + threadIdx.x;
   if (i < a.assignments) atomicAdd(hist + expert_of(a, i), 1);
   __syncthreads();
-  for (int32_t e = threadIdx.x; e < a.experts; e += blockDim.x) chunk_counts[chunk * a.experts + e] = hist[e];
+  if (chunk_counts != nullptr)
+    for (int32_t e = threadIdx.x; e < a.experts; e += blockDim.x) chunk_counts[chunk * a.experts + e] = hist[e];
 }
 
 __global__ void align_count_kernel(MoeAlign a, int32_t *chunk_counts) {
@@ -204,8 +206,12 @@ __global__ void align_count_kernel(MoeAlign a, int32_t *chunk_counts) {
 }
 
 // One block: each expert's count and padded offset, each chunk's first row per expert (in place
-// of its counts), the padding rows' sentinel and the blocks' experts.
-__device__ __forceinline__ void align_scan(const MoeAlign &a, int32_t *chunk_counts, int64_t chunks, int64_t capacity) {
+// of its counts), the padding rows' sentinel and the blocks' experts. `offsets` (experts + 1 words)
+// is where the block keeps the offsets it reads back: a.offsets, or a copy in shared memory (the
+// one-block kernel), which spares the binary searches their L2 round trips; a.offsets gets them
+// either way.
+__device__ __forceinline__ void align_scan(const MoeAlign &a, int32_t *chunk_counts, int64_t chunks, int64_t capacity,
+                                           int32_t *offsets) {
   static_assert(kScanThreads == 32 * 32, "the warps' totals are scanned by one warp");
   __shared__ int32_t warp_upto[kScanThreads / 32];
   // Experts are split into kScanThreads contiguous runs; a thread sums its run's padded rows.
@@ -242,6 +248,7 @@ __device__ __forceinline__ void align_scan(const MoeAlign &a, int32_t *chunk_cou
   int32_t row = (warp > 0 ? warp_upto[warp - 1] : 0) + upto - run;
   for (int32_t e = e0; e < e1; ++e) {
     a.offsets[e] = row;
+    offsets[e] = row;
     int32_t at = row;
     for (int64_t c = 0; c < chunks; ++c) {
       const int32_t n = chunk_counts[c * a.experts + e];
@@ -252,9 +259,10 @@ __device__ __forceinline__ void align_scan(const MoeAlign &a, int32_t *chunk_cou
   }
   if (threadIdx.x == kScanThreads - 1) {
     a.offsets[a.experts] = used;
+    offsets[a.experts] = used;
     a.num_padded[0] = used;
   }
-  __syncthreads(); // (global writes of offsets are read below by the same block)
+  __syncthreads(); // (the offsets are read below by the same block)
   for (int64_t r = threadIdx.x; r < capacity; r += kScanThreads)
     if (r >= used) a.sorted_ids[r] = static_cast<int32_t>(a.assignments);
   for (int64_t b = threadIdx.x; b < capacity / a.block_m; b += kScanThreads) {
@@ -264,7 +272,7 @@ __device__ __forceinline__ void align_scan(const MoeAlign &a, int32_t *chunk_cou
       int32_t lo = 0, hi = a.experts - 1;
       while (lo < hi) {
         const int32_t mid = (lo + hi + 1) / 2;
-        if (a.offsets[mid] <= first)
+        if (offsets[mid] <= first)
           lo = mid;
         else
           hi = mid - 1;
@@ -274,49 +282,99 @@ __device__ __forceinline__ void align_scan(const MoeAlign &a, int32_t *chunk_cou
     a.block_expert[b] = e;
   }
   // Rows padding each expert's last block (between its assignments and the next expert).
-  for (int32_t e = threadIdx.x; e < a.experts; e += kScanThreads)
-    for (int64_t r = a.offsets[e] + a.counts[e]; r < a.offsets[e + 1]; ++r)
+  for (int32_t e = e0; e < e1; ++e) // (this thread's experts: their counts are in its own writes)
+    for (int64_t r = offsets[e] + a.counts[e]; r < offsets[e + 1]; ++r)
       a.sorted_ids[r] = static_cast<int32_t>(a.assignments);
 }
 
 __global__ void align_scan_kernel(MoeAlign a, int32_t *chunk_counts, int64_t chunks, int64_t capacity) {
-  align_scan(a, chunk_counts, chunks, capacity);
+  align_scan(a, chunk_counts, chunks, capacity, a.offsets);
+}
+
+// Bytes of per-warp counts (align_place) for `experts`: a byte per expert and warp of the chunk,
+// where they fit beside the rest of a block's shared memory (experts up to kRankExperts); 0 where
+// the rank takes the loop over the chunk's earlier assignments instead.
+constexpr int32_t kRankExperts = 1024;
+constexpr int kChunkWarps = kAlignChunk / 32;
+__host__ __device__ size_t rank_counts_bytes(int32_t experts) {
+  return experts <= kRankExperts ? size_t(experts) * kChunkWarps : 0;
 }
 
 // Chunk `chunk` places its assignments: row = the chunk's first row for the expert + the number of
-// the chunk's earlier assignments to the same expert. (Threads past the assignments return: the
-// last step.)
-__device__ __forceinline__ void align_place(const MoeAlign &a, const int32_t *chunk_first, int64_t chunk) {
+// the chunk's earlier assignments to the same expert (stable, so the order never depends on thread
+// timing). With `warp_counts` (shared, rank_counts_bytes): that number is the earlier lanes of the
+// warp holding the same expert (one __match_any_sync) plus the earlier warps' counts of it, a byte
+// per (expert, warp) that each expert's first lane in a warp writes, summed four at a time (dp4a);
+// two block barriers. Without: a loop over the chunk's earlier assignments, up to 1023 shared reads
+// a thread (the align of 64 tokens x top-8 took 10.2 us with it against 6.7 at one token: H100,
+// session 34). (Threads past the assignments return: the last step.)
+__device__ __forceinline__ void align_place(const MoeAlign &a, const int32_t *chunk_first, int64_t chunk,
+                                            uint8_t *warp_counts) {
   __shared__ int32_t keys[kAlignChunk];
   const int64_t base = chunk * kAlignChunk;
   const int64_t i = base + threadIdx.x;
   const int64_t left = a.assignments - base;
   const int32_t n = static_cast<int32_t>(left < kAlignChunk ? left : kAlignChunk);
   const int32_t key = i < a.assignments ? expert_of(a, i) : -1;
-  keys[threadIdx.x] = key;
-  __syncthreads();
-  if (i >= a.assignments) return;
   int32_t rank = 0;
-  for (int32_t j = 0; j < static_cast<int32_t>(threadIdx.x) && j < n; ++j) rank += keys[j] == key;
+  if (warp_counts != nullptr) {
+    const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+    auto *words = reinterpret_cast<uint32_t *>(warp_counts);
+    for (int32_t w = threadIdx.x; w < a.experts * (kChunkWarps / 4); w += blockDim.x) words[w] = 0u;
+    const uint32_t peers = __match_any_sync(kAll, key);
+    const int32_t in_warp = __popc(peers & ((1u << lane) - 1u));
+    __syncthreads();
+    if (key >= 0 && in_warp == 0) warp_counts[key * kChunkWarps + warp] = static_cast<uint8_t>(__popc(peers));
+    __syncthreads();
+    if (key < 0) return;
+    rank = in_warp;
+    const uint32_t *per_warp = words + key * (kChunkWarps / 4); // this expert's counts, four warps a word
+#pragma unroll
+    for (int q = 0; q < kChunkWarps / 4; ++q) {
+      const int below = warp - 4 * q; // warps of this word before this one: 0 to 4
+      if (below <= 0) break;
+      const uint32_t keep = below >= 4 ? 0xFFFFFFFFu : (1u << (8 * below)) - 1u;
+      rank = static_cast<int32_t>(__dp4a(per_warp[q] & keep, 0x01010101u, static_cast<uint32_t>(rank)));
+    }
+  } else {
+    keys[threadIdx.x] = key;
+    __syncthreads();
+    if (i >= a.assignments) return;
+    for (int32_t j = 0; j < static_cast<int32_t>(threadIdx.x) && j < n; ++j) rank += keys[j] == key;
+  }
   const int32_t row = chunk_first[chunk * a.experts + key] + rank;
   a.sorted_ids[row] = static_cast<int32_t>(i);
   a.positions[i] = row;
 }
 
-__global__ void align_place_kernel(MoeAlign a, const int32_t *chunk_first) { align_place(a, chunk_first, blockIdx.x); }
+// The per-warp counts in dynamic shared memory where rank_counts_bytes gives them room.
+__global__ void align_place_kernel(MoeAlign a, const int32_t *chunk_first) {
+  extern __shared__ uint32_t place_smem[];
+  align_place(a, chunk_first, blockIdx.x,
+              rank_counts_bytes(a.experts) > 0 ? reinterpret_cast<uint8_t *>(place_smem) : nullptr);
+}
 
 // All three steps in one block where the assignments fit one chunk (decode: up to kAlignChunk
-// tokens x top_k): the same code in the same order, each step's global writes visible to the next
-// after the block barrier, so the results are those of the three kernels, for one launch instead
-// of three.
-__global__ void __launch_bounds__(kAlignChunk)
-    align_one_block_kernel(MoeAlign a, int32_t *chunk_counts, int64_t capacity) {
+// tokens x top_k): the same code in the same order, each step's writes visible to the next after
+// the block barrier, so the results are those of the three kernels, for one launch instead of
+// three. Its state stays in dynamic shared memory (one_block_smem_bytes): the counts, then each
+// expert's first row, in `hist`; the offsets; the per-warp counts of the rank where they fit.
+size_t one_block_smem_bytes(int32_t experts) {
+  return (2 * size_t(experts) + 1) * sizeof(int32_t) + rank_counts_bytes(experts);
+}
+
+// (One block a launch: the minimum of one block per multiprocessor lets ptxas take the registers it
+// needs; without it, it kept 32 and spilled 8 bytes, CUDA 13.0.)
+__global__ void __launch_bounds__(kAlignChunk, 1) align_one_block_kernel(MoeAlign a, int64_t capacity) {
   extern __shared__ int32_t hist[];
-  align_count(a, chunk_counts, 0, hist);
+  int32_t *offsets = hist + a.experts;
+  uint8_t *warp_counts =
+      rank_counts_bytes(a.experts) > 0 ? reinterpret_cast<uint8_t *>(offsets + a.experts + 1) : nullptr;
+  align_count(a, nullptr, 0, hist);
   __syncthreads();
-  align_scan(a, chunk_counts, 1, capacity);
+  align_scan(a, hist, 1, capacity, offsets);
   __syncthreads();
-  align_place(a, chunk_counts, 0);
+  align_place(a, hist, 0, warp_counts);
 }
 
 __global__ void permute_kernel(DType type, const char *x, int64_t hidden, int64_t ldx, const int32_t *sorted_ids,
@@ -454,15 +512,20 @@ Status moe_align_cuda(const MoeAlign &a, void *stream) {
   const int64_t chunks = (a.assignments + kAlignChunk - 1) / kAlignChunk;
   int32_t *chunk_counts = static_cast<int32_t *>(a.workspace);
   static_assert(kAlignChunk == kScanThreads, "one block runs all three steps");
-  // (One block's shared memory: the counts beside the scan's and the ranks' kAlignChunk words each.)
-  if (chunks == 1 && (a.experts + 2 * kAlignChunk) * sizeof(int32_t) <= 48 * 1024) {
-    align_one_block_kernel<<<1, kAlignChunk, a.experts * sizeof(int32_t), s>>>(a, chunk_counts, capacity);
+  // One block's shared memory: its dynamic state beside the static words (the place step's
+  // kAlignChunk keys, the scan's warp totals, with room to spare), within the 48 KiB a launch gets
+  // without opting in.
+  constexpr size_t kStaticBytes = (kAlignChunk + 64) * sizeof(int32_t);
+  if (chunks == 1 && one_block_smem_bytes(a.experts) + kStaticBytes <= 48 * 1024) {
+    align_one_block_kernel<<<1, kAlignChunk, one_block_smem_bytes(a.experts), s>>>(a, capacity);
     return launched("moe_align");
   }
   if (chunks > 0)
     align_count_kernel<<<static_cast<unsigned>(chunks), kAlignChunk, a.experts * sizeof(int32_t), s>>>(a, chunk_counts);
   align_scan_kernel<<<1, kScanThreads, 0, s>>>(a, chunk_counts, chunks, capacity);
-  if (chunks > 0) align_place_kernel<<<static_cast<unsigned>(chunks), kAlignChunk, 0, s>>>(a, chunk_counts);
+  if (chunks > 0)
+    align_place_kernel<<<static_cast<unsigned>(chunks), kAlignChunk, rank_counts_bytes(a.experts), s>>>(a,
+                                                                                                        chunk_counts);
   return launched("moe_align");
 }
 

@@ -919,14 +919,16 @@ def test_grouped_gemm_offsets_past_the_rows_stay_inside_the_output():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
 @pytest.mark.parametrize(
-    "tokens,experts,top_k", [(1, 8, 2), (37, 128, 8), (64, 256, 8), (3000, 128, 4), (513, 4096, 6)]
+    "tokens,experts,top_k",
+    [(1, 8, 2), (37, 128, 8), (64, 256, 8), (256, 1024, 4), (200, 2048, 4), (3000, 128, 4), (513, 4096, 6)],
 )
 def test_routing_ops_on_the_gpu_match_the_cpu_reference(tokens, experts, top_k):
     """top-k (both scorings, with and without renormalization and a correction bias; rows held in
     registers up to 256 experts, read in every round beyond), align (blocks of 1, 16 and 64 rows,
-    loads from uniform to all on one expert, one chunk of assignments and more), permute and
-    combine (16-bit rows of whole 16-byte units and others): the GPU kernels give the CPU
-    reference's experts, rows and combined outputs bitwise, and its top-k weights to fp32
+    loads from uniform to all on one expert, one chunk of assignments and more; the rank by per-warp
+    counts up to 1024 experts, 1024 assignments in one chunk among them, and by the loop beyond),
+    permute and combine (16-bit rows of whole 16-byte units and others): the GPU kernels give the
+    CPU reference's experts, rows and combined outputs bitwise, and its top-k weights to fp32
     rounding."""
     g = torch.Generator().manual_seed(tokens * 7 + experts)
     logits = torch.randn(tokens, experts, generator=g)
