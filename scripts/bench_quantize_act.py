@@ -8,7 +8,9 @@ is what a serving stack without a quantize kernel runs; torch-cast is a plain ca
 the code type (x.to(float8_e4m3fn) or int8: the same reads and code writes, no amax or scales), the
 streaming ceiling for the same traffic. Both are timed by CUDA-graph replay after
 an L2 flush (humming_aot.bench.Timer). Traffic = the input read once plus the codes and scales
-written; GB/s = traffic / time. Prints one JSON line per point and writes them all to --out.
+written; GB/s = traffic / time. torch-copy (x.clone(), not in the default --impls) is the plain
+copy of the input, its GB/s counting bytes read and written: the ceiling a streaming kernel meets
+on this device under the same timing. Prints one JSON line per point and writes them all to --out.
 """
 
 import argparse
@@ -70,11 +72,14 @@ def main() -> int:
                 ("humming-aot", lambda: torch.ops.humming.quantize_act(x, act)),
                 ("torch", lambda: torch_rule(x, act)),
                 ("torch-cast", lambda: x.to(code_dtype)),
+                ("torch-copy", lambda: x.clone()),
             ):
                 if impl not in impls:
                     continue
                 us = statistics.median(timer.graph(fn, args.iters))
-                row = {"impl": impl, "format": act, "m": m, "k": k, "us": us, "gb_s": traffic / us / 1e3}
+                # torch-copy moves the input twice (read, write): the device's copy ceiling.
+                moved = 4 * m * k if impl == "torch-copy" else traffic
+                row = {"impl": impl, "format": act, "m": m, "k": k, "us": us, "gb_s": moved / us / 1e3}
                 row["same_codes_as_torch"] = same
                 rows.append(row)
                 print(json.dumps(row), flush=True)
