@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <type_traits>
 
 #include "humming/humming.h"
 #include "humming/scheduler/moe_route.h"
@@ -395,6 +396,71 @@ __global__ void permute_kernel(DType type, const char *x, int64_t hidden, int64_
   }
 }
 
+// The element types the combine and the activation meet in models, fixed at compile time (Elem):
+// load_element / store_element branch on a run-time DType at every element and inline the generic
+// codecs besides, which made those kernels instruction-bound (ncu, H100, session 33: the combine
+// at 64 tokens issued about 1,160 instructions a thread for eight terms of one channel). kAny keeps
+// the run-time type for the rest. The same decode_* / encode_* functions either way, so the values
+// are the same bits.
+enum class Elem { kAny, kBf16, kF16, kF32 };
+
+Elem elem_of(DType t) {
+  if (t == dtypes::bf16) return Elem::kBf16;
+  if (t == dtypes::f16) return Elem::kF16;
+  if (t == dtypes::f32) return Elem::kF32;
+  return Elem::kAny;
+}
+
+template <Elem E> __device__ __forceinline__ float decode_as(DType t, uint32_t code) {
+  if constexpr (E == Elem::kBf16)
+    return decode_bf16(code);
+  else if constexpr (E == Elem::kF16)
+    return decode_f16(code);
+  else
+    return decode(t, code);
+}
+
+template <Elem E> __device__ __forceinline__ uint32_t encode_as(DType t, float v) {
+  if constexpr (E == Elem::kBf16)
+    return encode_bf16(v);
+  else if constexpr (E == Elem::kF16)
+    return encode_f16(v);
+  else
+    return encode(t, v);
+}
+
+template <Elem E> __device__ __forceinline__ float load_as(DType t, const void *base, int64_t i) {
+  if constexpr (E == Elem::kF32)
+    return static_cast<const float *>(base)[i];
+  else if constexpr (E == Elem::kAny)
+    return load_element(t, base, i);
+  else
+    return decode_as<E>(t, static_cast<const uint16_t *>(base)[i]);
+}
+
+template <Elem E> __device__ __forceinline__ void store_as(DType t, void *base, int64_t i, float v) {
+  if constexpr (E == Elem::kF32)
+    static_cast<float *>(base)[i] = v;
+  else if constexpr (E == Elem::kAny)
+    store_element(t, base, i, v);
+  else
+    static_cast<uint16_t *>(base)[i] = static_cast<uint16_t>(encode_as<E>(t, v));
+}
+
+// Calls f(std::integral_constant<Elem, E>) with E = elem_of(t).
+template <class F> void with_elem(DType t, F f) {
+  switch (elem_of(t)) {
+  case Elem::kBf16:
+    return f(std::integral_constant<Elem, Elem::kBf16>{});
+  case Elem::kF16:
+    return f(std::integral_constant<Elem, Elem::kF16>{});
+  case Elem::kF32:
+    return f(std::integral_constant<Elem, Elem::kF32>{});
+  default:
+    return f(std::integral_constant<Elem, Elem::kAny>{});
+  }
+}
+
 // The expert output bias's row of assignment i (CombineBias::row; none without a bias): the
 // nearest expert for an id out of range, which the GPU cannot report.
 struct CombineBias {
@@ -406,6 +472,7 @@ struct CombineBias {
   }
 };
 
+template <Elem E>
 __global__ void combine_kernel(DType type, const void *y, int64_t rows, int64_t hidden, const int32_t *positions,
                                const float *weights, int64_t tokens, int32_t top_k, void *out, CombineBias cb) {
   for (int64_t t = blockIdx.y; t < tokens; t += gridDim.y)
@@ -416,22 +483,24 @@ __global__ void combine_kernel(DType type, const void *y, int64_t rows, int64_t 
         const int64_t r = positions[t * top_k + j];
         float product = 0.0f;
         if (r >= 0 && r < rows) {
-          float v = load_element(type, y, r * hidden + h);
+          float v = load_as<E>(type, y, r * hidden + h);
           if (cb.bias != nullptr) v = __fadd_rn(v, cb.row(t * top_k + j, hidden)[h]);
           product = __fmul_rn(weights[t * top_k + j], v);
         }
         sum = j == 0 ? product : __fadd_rn(sum, product);
       }
-      store_element(type, out, t * hidden + h, sum);
+      store_as<E>(type, out, t * hidden + h, sum);
     }
 }
 
 // combine_kernel for 16-bit outputs with rows of whole 16-byte units: a thread takes 8 channels,
-// one 16-byte load per term, the rows' positions and weights of a token loaded once per thread.
+// one 16-byte load per term and one 16-byte store, the rows' positions and weights of a token
+// loaded once per thread.
 // Each output is the same sum of the same products in the same order as combine_kernel's (only
 // the loads are wider), so the results are equal bitwise. (combine_kernel's 2-byte loads, one
 // dependent position load per term, read 0.5 TB/s: 1.1 ms for Qwen3-30B-A3B at 16384 tokens on
 // the H200, session 19.)
+template <Elem E>
 __global__ void combine_wide_kernel(DType type, const void *y, int64_t rows, int64_t hidden, const int32_t *positions,
                                     const float *weights, int64_t tokens, int32_t top_k, void *out, CombineBias cb) {
   const int64_t units = hidden / 8;
@@ -450,28 +519,32 @@ __global__ void combine_wide_kernel(DType type, const void *y, int64_t rows, int
         const float *b = cb.bias != nullptr && in ? cb.row(t * top_k + j, hidden) + 8 * u : nullptr;
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
-          float v = decode(type, (word[c / 2] >> (16 * (c % 2))) & 0xFFFFu);
+          float v = decode_as<E>(type, (word[c / 2] >> (16 * (c % 2))) & 0xFFFFu);
           if (b != nullptr) v = __fadd_rn(v, b[c]);
           const float product = in ? __fmul_rn(w, v) : 0.0f;
           sum[c] = j == 0 ? product : __fadd_rn(sum[c], product);
         }
       }
+      uint32_t packed[4];
 #pragma unroll
-      for (int c = 0; c < 8; ++c) store_element(type, out, t * hidden + 8 * u + c, sum[c]);
+      for (int c = 0; c < 4; ++c) packed[c] = encode_as<E>(type, sum[2 * c]) | encode_as<E>(type, sum[2 * c + 1]) << 16;
+      reinterpret_cast<uint4 *>(static_cast<uint16_t *>(out) + t * hidden)[u] =
+          make_uint4(packed[0], packed[1], packed[2], packed[3]);
     }
 }
 
-__global__ void activation_kernel(MoeActivation a) {
+// In: the element type of the gate-up rows (a.h_type), Out: of the output (a.out_type).
+template <Elem In, Elem Out> __global__ void activation_kernel(MoeActivation a) {
   for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
     // The row's expert once per row of a block (its search is a few loads all threads share).
     const int32_t e = a.offsets != nullptr ? moe_route::expert_of_row(a.offsets, a.experts, r) : 0;
     const float *bias = a.bias != nullptr ? a.bias + e * 2 * a.inter : nullptr;
     for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < a.inter;
          c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-      float gate = load_element(a.h_type, a.h, r * a.ldh + c);
-      float up = load_element(a.h_type, a.h, r * a.ldh + a.inter + c);
+      float gate = load_as<In>(a.h_type, a.h, r * a.ldh + c);
+      float up = load_as<In>(a.h_type, a.h, r * a.ldh + a.inter + c);
       if (bias != nullptr) gate += bias[c], up += bias[a.inter + c];
-      store_element(a.out_type, a.out, r * a.inter + c, moe_route::activate(gate, up, a.kind, a.limit, a.alpha));
+      store_as<Out>(a.out_type, a.out, r * a.inter + c, moe_route::activate(gate, up, a.kind, a.limit, a.alpha));
     }
   }
 }
@@ -551,15 +624,22 @@ Status moe_combine_cuda(DType type, const void *y, int64_t rows, int64_t hidden,
   // one token over 2048 channels 9.5 against 26.2 us, 64 tokens 10.8 against 25.1; 1024 tokens
   // 76.4 against 50.7).
   const int64_t units = hidden / 8;
-  if (type.bits == 16 && hidden % 8 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 &&
-      tokens * units >= kCombineWideThreads) {
-    const int threads = units < 128 ? 32 * static_cast<int>((units + 31) / 32) : 128;
-    const dim3 grid(static_cast<unsigned>((units + threads - 1) / threads), token_blocks);
-    combine_wide_kernel<<<grid, threads, 0, s>>>(type, y, rows, hidden, positions, weights, tokens, top_k, out, cb);
-    return launched("moe_combine");
-  }
-  const dim3 grid(static_cast<unsigned>((hidden + 255) / 256), token_blocks);
-  combine_kernel<<<grid, 256, 0, s>>>(type, y, rows, hidden, positions, weights, tokens, top_k, out, cb);
+  const bool wide = type.bits == 16 && hidden % 8 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 &&
+                    reinterpret_cast<uintptr_t>(out) % 16 == 0 && tokens * units >= kCombineWideThreads;
+  with_elem(type, [&](auto e) {
+    constexpr Elem E = decltype(e)::value;
+    // (Every 16-bit type is bf16 or f16: the wide kernel is built for those two only.)
+    if constexpr (E == Elem::kBf16 || E == Elem::kF16)
+      if (wide) {
+        const int threads = units < 128 ? 32 * static_cast<int>((units + 31) / 32) : 128;
+        const dim3 grid(static_cast<unsigned>((units + threads - 1) / threads), token_blocks);
+        combine_wide_kernel<E>
+            <<<grid, threads, 0, s>>>(type, y, rows, hidden, positions, weights, tokens, top_k, out, cb);
+        return;
+      }
+    const dim3 grid(static_cast<unsigned>((hidden + 255) / 256), token_blocks);
+    combine_kernel<E><<<grid, 256, 0, s>>>(type, y, rows, hidden, positions, weights, tokens, top_k, out, cb);
+  });
   return launched("moe_combine");
 }
 
@@ -572,7 +652,12 @@ Status moe_activation_cuda(const MoeActivation &a, void *stream) {
   const int64_t chunks = (a.inter + kThreads - 1) / kThreads;
   const dim3 grid(static_cast<unsigned>(chunks < 65535 ? chunks : 65535),
                   static_cast<unsigned>(a.rows < 65535 ? a.rows : 65535));
-  activation_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  with_elem(a.h_type, [&](auto in) {
+    with_elem(a.out_type, [&](auto out) {
+      activation_kernel<decltype(in)::value, decltype(out)::value>
+          <<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+    });
+  });
   return launched("moe_activation");
 }
 
