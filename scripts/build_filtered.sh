@@ -6,6 +6,8 @@
 # configure (session 32), so a build without it could keep an earlier build's flags.
 build_filtered() {
   [ "${SKIP_BUILD:-0}" = "1" ] && return 0
+  . scripts/stale_sources.sh
+  touch_patched_sources
   HUMMING_PROFILE=dev HUMMING_FILTER="$1" CMAKE_BUILD_PARALLEL_LEVEL=16 \
     python3 -m pip install --no-build-isolation --no-deps -v -C "cmake.define.CMAKE_CUDA_FLAGS=${CUDAFLAGS:-}" . \
     > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }

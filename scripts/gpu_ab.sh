@@ -15,6 +15,8 @@ export AB_OUT=/tmp/humming-ab
 rm -rf "$AB_OUT" && mkdir -p "$AB_OUT" "$OUT"
 export PYTHONUNBUFFERED=1 HUMMING_PROFILE="${HUMMING_PROFILE:-dev}" HUMMING_PTXAS_VERBOSE=ON
 start=$(date +%s)
+. scripts/stale_sources.sh
+touch_patched_sources
 : > "$OUT/ab.txt"
 variants=(A)
 patches=()
@@ -29,6 +31,7 @@ for vi in "${!variants[@]}"; do
     patch_file=${patches[$((vi - 1))]}
     # patch(1) where the machine has it, else git apply (which works outside a repository too)
     if command -v patch > /dev/null; then apply=(patch -p1 --forward -i "$patch_file"); else apply=(git apply "$patch_file"); fi
+    note_patched_sources "$patch_file"
     "${apply[@]}" > "$AB_OUT/patch-$v.log" 2>&1 \
       || { echo "$v: the patch $patch_file does not apply" | tee -a "$OUT/ab.txt"; tee -a "$OUT/ab.txt" < "$AB_OUT/patch-$v.log"; break; }
   fi

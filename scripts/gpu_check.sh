@@ -12,6 +12,8 @@ export HUMMING_PROFILE="${HUMMING_PROFILE:-dev}" HUMMING_PTXAS_VERBOSE=ON
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv > "$OUT/device.txt" 2>&1
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" >> "$OUT/device.txt"
 start=$(date +%s)
+. scripts/stale_sources.sh
+touch_patched_sources
 CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps -v -C "cmake.define.CMAKE_CUDA_FLAGS=${CUDAFLAGS:-}" . > "$OUT/build.log" 2>&1
 rc=$?
 echo "build rc=$rc after $(( $(date +%s) - start )) s" | tee -a "$OUT/summary.txt"
