@@ -270,8 +270,8 @@ struct Dense {
   using Frags = StageFragments<Dense>;
 
   // Per consumer thread: the sums of its tile (acc) and, with kSumScales, the current stage's sums
-  // per scale group (part), with the fragments and scales of two stages (the one the tensor cores
-  // run and the next).
+  // per scale group (part; with kQueue one set per fragment set, as two stages are in flight), with
+  // the fragments and scales of two stages (the one the tensor cores run and the next).
   struct Regs {
     float acc[kAcc];
     float part[kQueue ? 2 : 1][kSumScales ? kSets : 1][kSumScales ? kAcc : 1];
