@@ -1,5 +1,6 @@
 # Sourced by the device scripts that profile a few instances (scripts/ncu_*.sh).
-# build_filtered REGEX: unless SKIP_BUILD=1, builds and installs the package (dev profile) with only
+# build_filtered REGEX: unless SKIP_BUILD=1, builds and installs the package (HUMMING_PROFILE, dev
+# unless set; dev+experimental adds the experimental tiles) with only
 # the instances whose names match REGEX, log in $OUT/build.log, and stops the script with the log's
 # tail if the build fails. CUDAFLAGS goes in as the CMAKE_CUDA_FLAGS cache variable: the build
 # directory persists between calls, and CMake reads that environment variable only on a first
@@ -8,7 +9,7 @@ build_filtered() {
   [ "${SKIP_BUILD:-0}" = "1" ] && return 0
   . scripts/stale_sources.sh
   touch_patched_sources
-  HUMMING_PROFILE=dev HUMMING_FILTER="$1" CMAKE_BUILD_PARALLEL_LEVEL=16 \
+  HUMMING_PROFILE="${HUMMING_PROFILE:-dev}" HUMMING_FILTER="$1" CMAKE_BUILD_PARALLEL_LEVEL=16 \
     python3 -m pip install --no-build-isolation --no-deps -v -C "cmake.define.CMAKE_CUDA_FLAGS=${CUDAFLAGS:-}" . \
     > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 }

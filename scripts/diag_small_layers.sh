@@ -6,7 +6,10 @@
 #    stream-K settings as built, HUMMING_MIN_SLICE_K=256 / 1024 / 2048 and HUMMING_STREAM_K=0, and
 #    cuBLAS bf16 (F.linear) on the same shapes in the same process kind;
 # 3. unless PROBE=0, the same tiles rebuilt with the timeline probe and probed on two shapes.
-# Logs to $OUT. SHAPES, MS, MATCH override the points.
+# Logs to $OUT. SHAPES, MS, MATCH override the points; HUMMING_PROFILE=dev+experimental builds the
+# experimental tiles too; TESTS runs those pytest paths on the build.
+# Next (session 36): HUMMING_PROFILE=dev+experimental TESTS=tests/test_gpu.py PROBE=0 \
+#   HUMMING_FILTER='^sm90_wgmma_dense_a-bf16_w-u4(g128|gc)-sbf16_c-bf16_t(32|64)x' bash scripts/diag_small_layers.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/diag-small-out}"
@@ -38,6 +41,10 @@ for env in "" "HUMMING_MIN_SLICE_K=256" "HUMMING_MIN_SLICE_K=1024" "HUMMING_MIN_
     tee -a "$OUT/tiles.txt"
 done
 echo "timing done at $(($(date +%s) - start)) s"
+# TESTS: pytest paths run on this build (e.g. tests/test_gpu.py for experimental tiles).
+if [ -n "${TESTS:-}" ]; then
+  python3 -m pytest -q $TESTS -p no:cacheprovider -rf 2>&1 | tail -15 | tee "$OUT/tests.txt"
+fi
 [ "${PROBE:-1}" = "0" ] && exit 0
 OUT="$OUT/probe" HUMMING_FILTER="$FILTER" bash scripts/probe_sm90.sh "${PROBE_SHAPES:-2880x4096,4608x3584}" 100,256 \
   --match "${PROBE_MATCH:-t(64|128)x}"
