@@ -35,7 +35,10 @@ for s in sys.argv[1].split(","):
         us = statistics.median(timer.graph(lambda: torch.nn.functional.linear(x, w), 10))
         print(f"{n}x{k} m={m}: graph {us:8.1f} us  cublas-bf16", flush=True)
 EOF
-for env in "" "HUMMING_MIN_SLICE_K=256" "HUMMING_MIN_SLICE_K=1024" "HUMMING_MIN_SLICE_K=2048" "HUMMING_STREAM_K=0"; do
+# SETTINGS: the stream-K settings to time, ';'-separated ("-" = as built).
+IFS=';' read -r -a settings <<<"${SETTINGS:--;HUMMING_MIN_SLICE_K=256;HUMMING_MIN_SLICE_K=1024;HUMMING_MIN_SLICE_K=2048;HUMMING_STREAM_K=0}"
+for env in "${settings[@]}"; do
+  [ "$env" = "-" ] && env=""
   echo "== ${env:-as built}" | tee -a "$OUT/tiles.txt"
   env $env python3 scripts/time_shapes.py "$SHAPES" "$MS" --match "$MATCH" --graph --flush read --iters 10 2>&1 |
     tee -a "$OUT/tiles.txt"

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "humming/humming.h"
+#include "humming/scheduler/moe.h"
 #include "humming/scheduler/streamk.h"
 
 namespace humming {
@@ -484,6 +485,15 @@ bool grouped_tiles_wide(int64_t assignments, int32_t experts, int64_t n, int til
   return sms > 0 && tiles > kWideFromTilesPerSm * sms;
 }
 
+bool grouped_split_k(int64_t assignments, int32_t experts, int64_t n_pad, int64_t k_pad, int tile_m, int tile_n,
+                     int tile_k, int sms) {
+  if (assignments <= 0 || experts <= 0 || tile_m <= 0 || tile_n <= 0 || tile_k <= 0 || sms <= 0) return false;
+  // The kernel's own count (sm90::Dense::plan), with the routed rows for the launch's rows: the
+  // contiguous layout's rows are the routed ones, padded by nothing the bound would see.
+  const int64_t bound = expert_tiles_at_most(assignments, experts, tile_m, (n_pad + tile_n - 1) / tile_n);
+  return grouped_k_shares(bound, k_pad / tile_k, sms) >= kSplitFromShares;
+}
+
 namespace {
 
 // Whether `info` could be chosen for `args` on `cc` (the filters of select_instance).
@@ -501,8 +511,8 @@ bool name_ends(const InstanceInfo &i, const char *suffix) {
 // Whether the producer of grouped instance `i` walks the experts' tiles alone (its name ends _lone).
 bool walks_alone(const InstanceInfo &i) { return name_ends(i, "_lone"); }
 
-// Whether grouped instance `i` splits its tiles' K into shares (its name ends _ks): experimental,
-// run only where a caller names it, never a default choice or a twin of one.
+// Whether grouped instance `i` splits its tiles' K into shares (its name ends _ks): chosen only as
+// the split twin of a warp-walk tile (grouped_pick, grouped_split_k), never as a base tile.
 bool splits_k(const InstanceInfo &i) { return name_ends(i, "_ks"); }
 
 } // namespace
@@ -527,6 +537,11 @@ const InstanceInfo *wide_twin(const InstanceInfo &grouped, const GemmArgs &args,
   return nullptr;
 }
 
+const InstanceInfo *split_twin(const InstanceInfo &grouped, const GemmArgs &args, int cc) {
+  const InstanceInfo *twin = find_instance(std::string(grouped.name) + "_ks");
+  return twin != nullptr && candidate(*twin, args, cc) ? twin : nullptr;
+}
+
 GroupedVariants grouped_variants(const InstanceInfo &chosen, const GemmArgs &args, int cc) {
   GroupedVariants v;
   v.base = &chosen;
@@ -534,11 +549,17 @@ GroupedVariants grouped_variants(const InstanceInfo &chosen, const GemmArgs &arg
   v.lone = lone_twin(chosen, args, cc);
   v.wide = wide_twin(chosen, args, cc);
   if (v.wide != nullptr) v.wide_lone = lone_twin(*v.wide, args, cc);
+  v.split = split_twin(chosen, args, cc);
+  if (v.wide != nullptr) v.wide_split = split_twin(*v.wide, args, cc);
   return v;
 }
 
 const InstanceInfo *grouped_pick(const GroupedVariants &v, const GemmArgs &args, int sms) {
   if (v.base == nullptr) return nullptr;
+  const InstanceInfo *split = v.wide_split != nullptr ? v.wide_split : v.split;
+  if (split != nullptr && grouped_split_k(args.expert_assignments, args.experts, args.dims.n_pad, args.dims.k_pad,
+                                          split->tile_m, split->tile_n, split->tile_k, sms))
+    return split;
   const InstanceInfo *tile = v.base, *lone = v.lone;
   if (v.wide != nullptr &&
       grouped_tiles_wide(args.expert_assignments, args.experts, args.dims.n, tile->tile_m, tile->tile_n, sms))

@@ -588,14 +588,19 @@ def test_lone_producer_moe_instances_are_twins_of_default_ones():
         assert i.template_args[:-1] == twin.template_args[:-1] and i.template_args[-1] == "sm90::kSchedGroupedLone"
 
 
-def test_k_split_moe_instances_are_experimental_twins_of_warp_ones():
-    """The grouped tiles that split K (names ending _ks; not yet run on a GPU) are experimental:
-    no default profile builds them, ci+experimental builds one (CI compiles it), and each is the
-    twin of a warp-walk grouped instance with the same tile and key, its scheduler kind the split one."""
+def test_k_split_moe_instances_are_twins_of_warp_ones():
+    """The grouped tiles that split K (names ending _ks): dev and full build the 8-row ones of u4g128
+    bf16 (the measured decode tiles grouped_pick may take), ci none but with +experimental (CI
+    compiles one); each is the twin of a warp-walk grouped instance with the same tile and key, its
+    scheduler kind the split one."""
     gen_mod = _load_generator()
-    for profile in ("ci", "dev", "full"):
-        assert not any(i.name.endswith("_ks") for i in gen_mod.enumerate_instances(["90a"], profile)), profile
+    assert not any(i.name.endswith("_ks") for i in gen_mod.enumerate_instances(["90a"], "ci"))
     assert any(i.name.endswith("_ks") for i in gen_mod.enumerate_instances(["90a"], "ci+experimental"))
+    for profile in ("dev", "full"):
+        built = {i.name for i in gen_mod.enumerate_instances(["90a"], profile) if i.name.endswith("_ks")}
+        for zero in ("", "-zi"):
+            for tile in ("t8x128x128_w1x2x1_s8", "t8x256x128_w1x4x1_s8"):
+                assert f"sm90_wgmma_moe_a-bf16_w-u4g128-sbf16{zero}_c-bf16_{tile}_ks" in built, (profile, zero, tile)
     exp = {i.name: i for i in gen_mod.enumerate_instances(["90a"], "dev+experimental")}
     split = [n for n in exp if n.endswith("_ks")]
     assert split

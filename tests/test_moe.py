@@ -785,24 +785,64 @@ def test_moe_gemm_on_the_sm90_kernels_matches_the_reference(load):
     assert tested > 0, "this build has no grouped sm90 instance of the tested formats"
 
 
-def test_k_split_grouped_instances_are_never_a_default_choice():
-    """The grouped tiles that split K (names ending _ks, experimental) run only where a caller names
-    them: no default choice, width twin or walk of any height and routing is one of them."""
+def _tile(name: str) -> tuple[int, int, int]:
+    """Tokens, channels and inputs of an instance's tile, from its name."""
+    import re
+
+    return tuple(int(v) for v in re.search(r"_t(\d+)x(\d+)x(\d+)_", name).groups())
+
+
+def _split_shares(name: str, assignments: int, experts: int, n: int, k: int, sms: int) -> int:
+    """The K shares a grouped launch of instance `name` would give each tile, written out from the
+    rule's definition (scheduler/moe.h): the launch's bound on its tiles (whole row tiles of the
+    routed rows plus one partial tile per expert that may have rows, times the channel tiles), a
+    block per share, each share at least 8 K tiles deep. n and k need no padding here."""
+    tm, tn, tk = _tile(name)
+    bound = (assignments // tm + min(assignments, experts)) * -(-n // tn)
+    return max(1, min(sms // bound, (k // tk) // 8))
+
+
+def test_k_split_grouped_instances_are_chosen_only_where_the_tiles_leave_the_gpu_idle():
+    """The grouped tiles that split K (names ending _ks) are never a base choice, and a call takes
+    one only as the split twin of its tile (the 256-channel one where built: fewer tiles, more
+    shares) where that twin would give each tile at least 4 K shares (humming.h grouped_split_k):
+    Mixtral-8x7B's down GEMM at one token does where the build has the 256-channel split tile;
+    Qwen3-30B-A3B's layers and larger batches do not."""
     from humming_aot import registry
     from humming_aot._ext import C
 
     fmt = "a-bf16_w-u4g128-sbf16_c-bf16"
-    names = [i.name for i in registry.instances() if i.name.startswith(f"sm90_wgmma_moe_{fmt}_")]
+    names = {i.name for i in registry.instances() if i.name.startswith(f"sm90_wgmma_moe_{fmt}_")}
     assert names, "every build profile has grouped u4g128 bf16 instances"
-    for experts, n, k in ((8, 4096, 14336), (128, 1536, 2048)):
+
+    def split_twin(base: str) -> str | None:
+        """The split twin the rule weighs: of the 256-channel tile of base's height where built."""
+        tm, tn, _ = _tile(base)
+        twins = {
+            _tile(n)[1]: n for n in names if n.endswith("_ks") and _tile(n)[0] == tm and _tile(n)[1] in (tn, 2 * tn)
+        }
+        return twins.get(2 * tn, twins.get(tn))
+
+    chose_split = 0
+    for experts, n, k in ((8, 4096, 14336), (8, 28672, 4096), (128, 1536, 2048), (128, 2048, 768)):
         for per_expert in (1, 2, 8, 16, 64, 256):
-            for assignments in (-1, 2, 16, 1024, 10**6):
+            base = C.select_grouped_instance(fmt, 3, n, k, per_expert, experts, -1, 90, 132)
+            assert not base.endswith("_ks"), (experts, per_expert, base)
+            twin = split_twin(base)
+            for assignments in (1, 2, 4, 8, 16, 1024, 10**6):
                 got = C.select_grouped_instance(fmt, 3, n, k, per_expert, experts, assignments, 90, 132)
-                assert not got.endswith("_ks"), (experts, per_expert, assignments, got)
-    for name in names:
-        if not name.endswith("_ks"):
-            for assignments in (2, 1024, 10**6):
-                assert not C.grouped_variant(name, fmt, 3, 4096, 14336, 8, assignments, 90, 132).endswith("_ks")
+                split = twin is not None and _split_shares(twin, assignments, experts, n, k, 132) >= 4
+                assert got == twin if split else not got.endswith("_ks"), (experts, n, k, assignments, base, got)
+                chose_split += split
+    if any(n.endswith("_ks") for n in names):  # one routed row on Mixtral's down layer splits any 8- or 16-row tile
+        assert chose_split > 0
+    base = C.select_grouped_instance(fmt, 3, 4096, 14336, 1, 8, -1, 90, 132)
+    wide = [n for n in names if n.endswith("_ks") and _tile(n)[:2] == (_tile(base)[0], 2 * _tile(base)[1])]
+    if wide:
+        assert C.select_grouped_instance(fmt, 3, 4096, 14336, 1, 8, 2, 90, 132) == wide[0], base
+    for experts, n, k, assignments in ((128, 1536, 2048, 8), (128, 2048, 768, 8), (8, 4096, 14336, 4)):
+        got = C.select_grouped_instance(fmt, 3, n, k, 1, experts, assignments, 90, 132)
+        assert not got.endswith("_ks"), (experts, n, k, assignments, got)
 
 
 @pytest.mark.gpu

@@ -295,6 +295,20 @@ bool grouped_walk_alone(int64_t assignments, int32_t experts, int64_t n, int til
 // 43.6 / 30.3; Qwen3 at 8 tokens (about 300 and 400) 49.7 / 36.7 against 42.1 / 30.0.
 constexpr double kWideFromTilesPerSm = 1;
 bool grouped_tiles_wide(int64_t assignments, int32_t experts, int64_t n, int tile_m, int tile_n, int sms);
+// Whether a grouped GEMM of `assignments` routed rows over `experts` experts, n_pad x k_pad, should
+// run the twin of its tile that splits each tile's K into shares (instances ending "_ks",
+// scheduler/moe.h grouped_k_shares) for tiles of tile_m x tile_n x tile_k on `sms` multiprocessors:
+// true where the launch's bound on its tiles (expert_tiles_at_most, with the routed rows as its
+// rows) leaves room for at least kSplitFromShares shares of each. A decode launch of few experts
+// on a narrow, deep layer otherwise runs on a few blocks, each drawing one tile's weight alone.
+// Measured on an H100 (session 37, u4g128 bf16, graph us per GEMM, the 256-channel split twin
+// against the default choice): Mixtral-8x7B's down GEMM at 1 token (2 experts x 16 tiles, 4
+// shares) 31.6 against 57.0; at 2 tokens (a bound of 4 experts: 2 shares) 44.0 against 44.6, and
+// at 2 shares elsewhere no gain (Qwen3-30B-A3B at 1 token 15.8 / 11.3 against 14.4 / 9.9,
+// gpt-oss-120b's down 17.9 against 17.4), so the split waits for 4.
+constexpr int64_t kSplitFromShares = 4;
+bool grouped_split_k(int64_t assignments, int32_t experts, int64_t n_pad, int64_t k_pad, int tile_m, int tile_n,
+                     int tile_k, int sms);
 // The row tiles of height tile_m one expert of a grouped GEMM is expected to run when its rows are
 // Poisson with mean mean_rows (a uniform routing's counts, which spread about sqrt(mean_rows) around
 // it): E[ceil(X / tile_m)]; 0 where mean_rows is not positive; tile_m must be positive. The grouped
@@ -338,17 +352,22 @@ const InstanceInfo *lone_twin(const InstanceInfo &grouped, const GemmArgs &args,
 // The twin of grouped instance `grouped` with twice its tile's channels (the same kernel, format,
 // tile height, depth and walk), where the build has it and it can run `args` on `cc`; else nullptr.
 const InstanceInfo *wide_twin(const InstanceInfo &grouped, const GemmArgs &args, int cc);
+// The twin of grouped instance `grouped` that splits its tiles' K into shares (its name + "_ks"),
+// where the build has it and it can run `args` on `cc`; nullptr otherwise.
+const InstanceInfo *split_twin(const InstanceInfo &grouped, const GemmArgs &args, int cc);
 // The instances a grouped GEMM whose tile is `base` may run, found once per choice (registry
 // searches) so that each call picks among them with plain comparisons (grouped_pick): the tile and
-// its lone twin, and its wide twin (grouped_tiles_wide) and that one's lone twin; nullptr where the
-// build lacks one.
+// its lone twin, its wide twin (grouped_tiles_wide) and that one's lone twin, and the K-split twins
+// of the tile and of the wide one (grouped_split_k); nullptr where the build lacks one.
 struct GroupedVariants {
   const InstanceInfo *base = nullptr, *lone = nullptr, *wide = nullptr, *wide_lone = nullptr;
+  const InstanceInfo *split = nullptr, *wide_split = nullptr;
 };
 GroupedVariants grouped_variants(const InstanceInfo &base, const GemmArgs &args, int cc);
 // The variant for this call's routed rows (args.expert_assignments; where it is not positive the
-// base tile with its producer warp's walk): the wide tile where grouped_tiles_wide asks for it,
-// then that tile's lone walk where grouped_walk_alone asks for it.
+// base tile with its producer warp's walk): the K-split twin (the wide tile's where built: fewer
+// tiles, more shares) where grouped_split_k asks for it; else the wide tile where
+// grouped_tiles_wide asks for it, then that tile's lone walk where grouped_walk_alone asks for it.
 const InstanceInfo *grouped_pick(const GroupedVariants &variants, const GemmArgs &args, int sms);
 const InstanceInfo *select_grouped_instance(const GemmArgs &args, int64_t rows_per_expert, int cc, int sms,
                                             std::string *why);

@@ -842,6 +842,33 @@ void test_grouped_wide_rule() {
   EXPECT(!grouped_tiles_wide(8, 256, 7168, 8, 128, 0), "no multiprocessors: the narrow tile");
 }
 
+// The K-split twin of a grouped GEMM (humming.h, grouped_split_k) at the points measured on an H100
+// in session 37 (132 multiprocessors, u4g128 bf16, the 256-channel split tile t8x256x128 against the
+// default choice, graph us per GEMM): split where it was faster, whole tiles where it gained nothing.
+void test_grouped_split_rule() {
+  struct Point {
+    int64_t assignments;
+    int32_t experts;
+    int64_t n, k;
+    bool split_faster;
+  };
+  const Point points[] = {
+      {2, 8, 4096, 14336, true},   // Mixtral-8x7B down, 1 token: 31.6 vs 57.0 us (4 shares)
+      {4, 8, 4096, 14336, false},  // 2 tokens: 44.0 vs 44.6 (a bound of 4 experts: 2 shares)
+      {2, 8, 28672, 4096, false},  // gate-up, 1 token: 51.7 vs 54.9 (224 tiles: no split)
+      {8, 128, 1536, 2048, false}, // Qwen3-30B-A3B gate-up, 1 token: 15.8 vs 14.4
+      {8, 128, 2048, 768, false},  // down: 11.3 vs 9.9
+      {4, 128, 2880, 2944, false}, // gpt-oss-120b down (K 2880 padded to 2944), 1 token: 17.9 vs 17.4
+  };
+  for (const Point &p : points)
+    EXPECT(grouped_split_k(p.assignments, p.experts, p.n, p.k, 8, 256, 128, 132) == p.split_faster,
+           "%lld rows over %d experts, %lldx%lld: the %s tiles were faster", static_cast<long long>(p.assignments),
+           p.experts, static_cast<long long>(p.n), static_cast<long long>(p.k), p.split_faster ? "split" : "whole");
+  EXPECT(!grouped_split_k(-1, 8, 4096, 14336, 8, 256, 128, 132), "an unknown count keeps whole tiles");
+  EXPECT(!grouped_split_k(2, 8, 4096, 14336, 8, 256, 128, 0), "no multiprocessors: whole tiles");
+  EXPECT(!grouped_split_k(2, 8, 4096, 3072, 8, 256, 128, 132), "K of 24 tiles: too shallow for 4 shares of 8");
+}
+
 // The expected row tiles of a Poisson count (humming.h, expected_row_tiles) where they have closed
 // forms: tiles of one row hold the mean; tiles taller than any likely count are one exactly when
 // the expert has a row (1 - e^-mean); and the grouped height rule's measured case: at 16 rows per
@@ -959,6 +986,7 @@ int main() {
   test_stage_conversion();
   test_grouped_walk_rule();
   test_grouped_wide_rule();
+  test_grouped_split_rule();
   test_expected_row_tiles();
   test_grouped_k_shares();
   test_stream_k_policy();
