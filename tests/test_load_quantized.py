@@ -331,6 +331,43 @@ def test_f16_scales_are_rounded_to_bf16_only_where_that_gives_a_fast_kernel(monk
     assert 0 < float(err.max()) and bool((err <= dequantize_weight(q).abs() * 2.0**-8 + 1e-12).all())
 
 
+def test_fp4_scales_go_to_bf16_exactly_where_that_gives_a_fast_kernel(monkeypatch):
+    """MXFP4's e8m0 scales (powers of two from 2^-127) and NVFP4's e4m3 ones are values bf16 holds
+    exactly: on a GPU (an H200, described) whose build has the sm90 e2m1 kernels with bf16 scales, a
+    bf16 layer gets its scales in bf16, the same weight value for value, counted as not rounded
+    (no warning); e8m0 scales stay as they are for f16 activations (f16 cannot hold 2^-127)."""
+    from humming_aot import dispatch, loading
+    from humming_aot.reference import dequantize_weight, quantize_weight, scale_value
+
+    monkeypatch.setattr(dispatch, "_device_facts", lambda device=None: (90, 132, "NVIDIA H200"))
+    w = torch.randn(256, 256, generator=torch.Generator().manual_seed(4)) * 0.05
+    bf16, f16, cuda = F.parse_activation_format("bf16"), F.parse_activation_format("f16"), torch.device("cuda")
+    converted = 0
+    for wfmt, target in (("e2m1g32-se8m0", "e2m1g32-sbf16"), ("e2m1g16-se4m3-gs", "e2m1g16-sbf16-gs")):
+        q = quantize_weight(w, wfmt)
+        tf = F.parse_weight_format(target)
+        kernel = bool(dispatch.fast_layouts(F.GemmFormat(bf16, tf, "bf16"), cuda, n=256, k=256))
+        assert not dispatch.fast_layouts(F.GemmFormat(bf16, q.fmt, "bf16"), cuda, n=256, k=256)
+        assert loading._act_type_scale_format(q.fmt, bf16, "bf16", cuda, 256, 256) == (tf if kernel else None)
+        converted += kernel
+        assert not loading._scales_rounded(q.fmt, tf)
+        s = loading._scales_in(q.scales, q.fmt, torch.bfloat16)
+        assert s.dtype == torch.bfloat16 and torch.equal(s.float(), scale_value(q.scales, q.fmt))
+        r = dataclasses.replace(q, fmt=tf, scales=s)
+        assert torch.equal(dequantize_weight(r), dequantize_weight(q))
+    mx = quantize_weight(w, "e2m1g32-se8m0")
+    assert loading._act_type_scale_format(mx.fmt, f16, "f16", cuda, 256, 256) is None
+    # the e8m0 bytes at their ends (0: 2^-127, a bf16 subnormal; 254: 2^127) decode, not cast
+    b = torch.tensor([[0, 1, 126, 127, 128, 254]], dtype=torch.uint8)
+    s = loading._scales_in(b, mx.fmt, torch.bfloat16)
+    assert torch.equal(s.float(), torch.exp2(b.double() - 127).float())
+    assert loading._scales_rounded(F.parse_weight_format("u4g128-sf16"), F.parse_weight_format("u4g128-sbf16"))
+    from humming_aot import registry
+
+    if any(i.name.startswith("sm90_wgmma_dense_a-bf16_w-e2m1g32-sbf16") for i in registry.instances()):
+        assert converted >= 1  # every build with the MXFP4 kernel (ci+experimental has one) converts here
+
+
 def test_checkpoint_scales_stay_exact_on_the_cpu(tmp_path):
     """On the CPU (the reference takes any scale type) a GPTQ checkpoint's f16 scales go into the
     bf16 model's layers unrounded, and nothing warns."""

@@ -24,6 +24,7 @@ WEIGHT_FORMATS = [
     "u1g32-sbf16-zi",
     "i7gc-sbf16",
     "e2m1g32-se8m0",
+    "e2m1g32-sbf16",
     "e2m1g16-se4m3-gs",
     "e4m3g128n128-sf32",
     "e3m2g32-sbf16",

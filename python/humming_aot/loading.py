@@ -603,15 +603,16 @@ def _pack_converted(q, a, out: str, layout, dev: torch.device):
     """A converted weight packed for ``layout`` ("auto": the preferred one for the format with
     activations ``a`` and output ``out`` on ``dev``) on ``dev``, and whether its scales were
     rounded to the activation type for lack of a fast kernel taking them as stored (a GPU only,
-    :func:`_act_type_scale_format`)."""
+    :func:`_act_type_scale_format`; MXFP4 / NVFP4 scales converted exactly do not count)."""
     from . import formats as F
     from .dispatch import preferred_layout
     from .pack import layout_id, pack_weight
     from .reference import torch_dtype
 
     fmt = _act_type_scale_format(q.fmt, a, out, dev, *q.codes.shape) if dev.type == "cuda" else None
+    rounded = _scales_rounded(q.fmt, fmt)
     if fmt is not None:
-        q = dataclasses.replace(q, fmt=fmt, scales=q.scales.to(torch_dtype(a.type)))
+        q = dataclasses.replace(q, fmt=fmt, scales=_scales_in(q.scales, q.fmt, torch_dtype(a.type)))
     lid = layout
     if layout == "auto":
         lid = preferred_layout(F.GemmFormat(a, q.fmt, out), dev, n=q.codes.shape[0], k=q.codes.shape[1])
@@ -620,7 +621,7 @@ def _pack_converted(q, a, out: str, layout, dev: torch.device):
     q = dataclasses.replace(
         q, codes=q.codes.to(dev), scales=mv(q.scales), zeros=mv(q.zeros), global_scale=mv(q.global_scale)
     )
-    return pack_weight(q, layout=layout_id(lid)), fmt is not None
+    return pack_weight(q, layout=layout_id(lid)), rounded
 
 
 def _warn_rounded(caller: str, rounded: list[str]) -> None:
@@ -732,15 +733,21 @@ def _fused_items(model: torch.nn.Module, items: Iterable, fuse: Mapping[str, Seq
 
 def _act_type_scale_format(wfmt, a, out, dev, n: int, k: int, layout: int | None = None):
     """The weight format with the scales in the activation type, where the GPU ``dev`` has no fast
-    kernel for ``wfmt``'s own (f16 / bf16) scale type with these activations but has one for the
-    activation type (the sm90 and sm80 kernels read scales in the activations' type); None where
-    nothing is to be rounded. ``layout``: only kernels reading this layout count (a weight packed
-    already); None: any. Float zero points (``-zf``, stored in the scale type) are left alone."""
+    kernel for ``wfmt``'s own scale type with these activations but has one for the activation type
+    (the sm90 and sm80 kernels read scales in the activations' type); None where nothing is to be
+    converted. f16 and bf16 scales are rounded to the other type (:func:`_scales_rounded` says so);
+    MXFP4's e8m0 scales (powers of two from 2^-127) go to bf16 and NVFP4's e4m3 ones to bf16 or
+    f16 exactly, as values (:func:`_scales_in`). ``layout``: only kernels reading this layout count
+    (a weight packed already); None: any. Float zero points (``-zf``, stored in the scale type) are
+    left alone."""
     from . import formats as F
     from .dispatch import fast_layouts
 
     sc = wfmt.scale
-    if a.quantized or sc is None or str(sc) not in ("f16", "bf16") or sc == a.type or wfmt.zero == "float":
+    if a.quantized or sc is None or sc == a.type or wfmt.zero == "float":
+        return None
+    exact = {"e8m0": ("bf16",), "e4m3": ("bf16", "f16")}
+    if str(sc) not in ("f16", "bf16") and str(a.type) not in exact.get(str(sc), ()):
         return None
 
     def runs(f):
@@ -749,6 +756,20 @@ def _act_type_scale_format(wfmt, a, out, dev, n: int, k: int, layout: int | None
 
     rounded = dataclasses.replace(wfmt, scale=a.type)
     return rounded if not runs(wfmt) and runs(rounded) else None
+
+
+def _scales_rounded(old_fmt, new_fmt) -> bool:
+    """Whether converting the scales of ``old_fmt`` to ``new_fmt``'s type rounds them (f16 <->
+    bf16); e8m0 and e4m3 scales convert exactly."""
+    return new_fmt is not None and str(old_fmt.scale) in ("f16", "bf16")
+
+
+def _scales_in(scales: torch.Tensor, fmt, dtype: torch.dtype) -> torch.Tensor:
+    """Stored scales of weight format ``fmt`` as values of ``dtype`` (e8m0 exponent bytes decoded,
+    not cast), element by element: the layout's order stays."""
+    from .reference import scale_value
+
+    return scale_value(scales, fmt).to(dtype)
 
 
 def replace_linears(
@@ -846,9 +867,11 @@ def replace_linears(
             fmt = None
             if dev.type == "cuda":
                 fmt = _act_type_scale_format(packed.fmt, a, out, dev, packed.n, packed.k, packed.layout)
-            if fmt is not None:  # an element-wise cast: the scales' places in the layout stay
-                packed = dataclasses.replace(packed, fmt=fmt, scales=packed.scales.to(torch_dtype(a.type)))
-                rounded.append(name)
+            if fmt is not None:  # element-wise: the scales' places in the layout stay
+                scales = _scales_in(packed.scales, packed.fmt, torch_dtype(a.type))
+                if _scales_rounded(packed.fmt, fmt):
+                    rounded.append(name)
+                packed = dataclasses.replace(packed, fmt=fmt, scales=scales)
             perm = None if cw.perm is None else cw.perm.to(dev)
             built[name] = QuantLinear.from_packed(packed, act, out_dtype, bias, in_perm=perm)
             continue

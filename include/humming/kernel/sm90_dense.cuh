@@ -1,5 +1,5 @@
 // The sm90 backend with the persistent dense scheduler (scheduler/streamk.h, plan_persistent):
-// weight-only GEMM (f16 / bf16 activations; u4, i4, u8, i8 or e4m3 weights) on WGMMA, sm_90a.
+// weight-only GEMM (f16 / bf16 activations; u4, i4, u8, i8, e4m3 or e2m1 weights) on WGMMA, sm_90a.
 //
 // Roles swap against the sm80 backend: the weights are the instruction's 64-row A operand, in
 // registers (channels as M), and the tokens its N (BM, any multiple of 8 up to 256), so a decode
@@ -62,7 +62,7 @@ namespace sm90 {
 constexpr int kSchedDense = 0, kSchedGroupedWarp = 1, kSchedGroupedLone = 2, kSchedGroupedSplit = 3;
 
 // ActId:     DType id of the activations, the operands, the scales and the output (f16 or bf16).
-// CodeId:    DType id of the weight codes: u4, i4, u8, i8 or e4m3.
+// CodeId:    DType id of the weight codes: u4, i4, u8, i8, e4m3 or e2m1 (FP4).
 // Zero:      ZeroKind: none (unsigned codes are symmetric around 2^(bits-1)) or int (a byte per group).
 // GroupK:    inputs per scale (32, 64, 128, ...), or 0 for one scale per output channel.
 // BM:        tokens per tile: the WGMMA's N (8, 16, 32, 64, 128 or 256).
@@ -146,7 +146,8 @@ struct Dense {
 
   static_assert(ActId == dtypes::f16.id() || ActId == dtypes::bf16.id(), "activations are f16 or bf16");
   static_assert(kBits == 4 || kBits == 8, "4- or 8-bit codes");
-  static_assert(!kFloatCode || (kCode.fn() && !kIntZero), "float codes are e4m3, without zero points");
+  static_assert(!kFloatCode || ((kCode.fn() || kCode == dtypes::e2m1) && !kIntZero),
+                "float codes are e4m3 or e2m1, without zero points");
   static_assert(Zero == static_cast<int>(ZeroKind::kNone) || kIntZero, "no float zero points on this backend yet");
   static_assert(BM == 8 || BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 256, "a WGMMA N of this backend");
   static_assert(KAtoms == 1 || KAtoms == 2, "layout 3 pads K to 128");

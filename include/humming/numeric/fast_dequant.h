@@ -135,7 +135,22 @@ template <bool IsBf16, int P> __device__ __forceinline__ uint32_t e4m3_pair(uint
   }
 }
 
-// Register pair `P` of a word of codes of type CodeId (u4, i4, u8, i8 or e4m3) as the exact operand
+// Register pair `p` of a word of e2m1 codes (OCP FP4: sign bit 3, exponent bits 2..1 with bias 1,
+// mantissa bit 0; code i at bits 4i .. 4i + 3): (value(code[p]), value(code[p + 4])), exact. Each
+// code's exponent and mantissa bits move to the bottom of the operand's exponent and the top of its
+// mantissa, its sign to bit 15: the register then holds value x 2^-126 (bf16: bias 127 against 1)
+// or value x 2^-14 (f16: bias 15), the subnormal 0.5 a subnormal of the same scale; one multiply
+// by the power of two (exact) restores the value. Three integer instructions and one multiply per
+// pair, no lookup.
+template <bool IsBf16, int P> __device__ __forceinline__ uint32_t e2m1_pair(uint32_t word) {
+  const uint32_t x = word >> (4 * P);         // code P in bits 3..0 of the low half, code P + 4 of the high
+  constexpr int kShift = IsBf16 ? 6 : 9;      // where exponent and mantissa bits 2..0 start
+  constexpr uint32_t kField = 0x7u << kShift; // those three bits of each half
+  const uint32_t bits = sm80::and_or(x << kShift, kField | (kField << 16), (x << 12) & 0x80008000u);
+  return Operand<IsBf16>::mul(bits, IsBf16 ? 0x7E807E80u : 0x74007400u); // x 2^126 or x 2^14
+}
+
+// Register pair `P` of a word of codes of type CodeId (u4, i4, u8, i8, e4m3 or e2m1) as the exact operand
 // pair (code[P] - zero, code[P + pairs per word] - zero): signed integers read as offset binary
 // (flipping the sign bit adds 2^(bits-1), which the zero then includes); `bias` is
 // zero_bias(zero) and `zero` the zero point itself (bytes as bf16 need it in fp32); e4m3 codes are
@@ -143,7 +158,9 @@ template <bool IsBf16, int P> __device__ __forceinline__ uint32_t e4m3_pair(uint
 template <bool IsBf16, uint32_t CodeId, int P>
 __device__ __forceinline__ uint32_t exact_pair(uint32_t word, uint32_t bias, float zero) {
   constexpr DType kCode = DType::from_id(CodeId);
-  if constexpr (kCode.kind == kFloat) {
+  if constexpr (kCode.kind == kFloat && kCode.bits == 4) {
+    return e2m1_pair<IsBf16, P>(word);
+  } else if constexpr (kCode.kind == kFloat) {
     return e4m3_pair<IsBf16, P>(word);
   } else {
     if constexpr (kCode.kind == kInt) word ^= kCode.bits == 4 ? 0x88888888u : 0x80808080u;
