@@ -742,14 +742,16 @@ def _sm90_instances(fmt):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
 @pytest.mark.parametrize("load", ["uniform", "skewed", "one", "empty"])
 def test_moe_gemm_on_the_sm90_kernels_matches_the_reference(load):
-    """Every built grouped sm90 tile of three formats runs grouped rows: expert boundaries inside tiles,
-    experts with no rows, rows not a multiple of any tile, a k of 2880 (gpt-oss)."""
+    """Every built grouped sm90 tile of four formats (e2m1 with bf16 scales: gpt-oss's MXFP4 experts
+    after their exact scale conversion, in experimental builds) runs grouped rows: expert
+    boundaries inside tiles, experts with no rows, rows not a multiple of any tile, a k of 2880
+    (gpt-oss)."""
     from humming_aot import registry
 
     if not torch.cuda.get_device_capability() == (9, 0):
         pytest.skip("the grouped GEMM kernels are sm90 ones; this GPU is not sm_90")
     tested = 0
-    for wfmt in ("u4g128-sbf16", "u4g128-sbf16-zi", "u8gc-sbf16"):
+    for wfmt in ("u4g128-sbf16", "u4g128-sbf16-zi", "u8gc-sbf16", "e2m1g32-sbf16"):
         fmt = f"a-bf16_w-{wfmt}_c-bf16"
         names = _sm90_instances(fmt)
         if not names:
