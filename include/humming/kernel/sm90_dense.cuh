@@ -58,7 +58,7 @@ namespace sm90 {
 // one producer thread walking them (instances ending _lone; the dispatcher picks the walk per call,
 // humming.h grouped_walk_alone); grouped with the warp's walk and each tile's K split into shares
 // where the tiles alone leave multiprocessors idle (instances ending _ks; scheduler/moe.h
-// grouped_k_shares; experimental, never a default choice yet).
+// grouped_k_shares; the dispatcher takes them where humming.h grouped_split_k asks).
 constexpr int kSchedDense = 0, kSchedGroupedWarp = 1, kSchedGroupedLone = 2, kSchedGroupedSplit = 3;
 
 // ActId:     DType id of the activations, the operands, the scales and the output (f16 or bf16).
