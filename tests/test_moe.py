@@ -894,6 +894,41 @@ def test_k_split_grouped_instances_match_the_reference_deterministically():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
+def test_default_choice_splits_k_where_few_tiles_meet_a_deep_k_and_stays_right():
+    """A decode launch of few experts on a narrow, deep layer (Mixtral's down GEMM in small: 2 routed
+    rows over 8 experts, n = 512, k = 8192): the library's own choice is a K-split tile where the
+    build has one (grouped_split_k: 8 shares a tile), and its output matches the reference, bitwise
+    on a rerun and in a CUDA graph; with many routed rows the choice splits nothing."""
+    from humming_aot._ext import C
+
+    if not torch.cuda.get_device_capability() == (9, 0):
+        pytest.skip("the grouped GEMM kernels are sm90 ones; this GPU is not sm_90")
+    fmt = "a-bf16_w-u4g128-sbf16_c-bf16"
+    if not any(n.endswith("_ks") for n in _sm90_instances(fmt)):
+        pytest.skip("this build has no K-split grouped instance of u4g128 (dev builds them)")
+    e, n, k = 8, 512, 8192
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    chosen = C.select_grouped_instance(fmt, 3, n, k, 1, e, 2, 90, sms)
+    assert chosen.endswith("_ks"), chosen
+    assert not C.select_grouped_instance(fmt, 3, n, k, 1, e, 1024, 90, sms).endswith("_ks")
+    qs, packed, st = _stacked(e, n, k, "u4g128-sbf16", "sm90", 71, "cuda")
+    counts = [0, 1, 0, 0, 0, 1, 0, 0]
+    off = _offsets(counts).cuda()
+    x = torch.randn(2, k, generator=torch.Generator().manual_seed(72)).to(torch.bfloat16).cuda()
+    y = moe.moe_gemm(x, st, off, fmt, rows_per_expert=1, assignments=2)
+    ref = _ref_grouped(x.cpu(), qs, off.cpu())
+    assert (y.cpu().double() - ref).norm() / ref.norm() <= 2.0**-7
+    assert torch.equal(moe.moe_gemm(x, st, off, fmt, rows_per_expert=1, assignments=2), y)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        yg = moe.moe_gemm(x, st, off, fmt, rows_per_expert=1, assignments=2)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(yg, y)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
 def test_moe_gemm_masked_on_the_sm90_kernels_matches_the_reference_and_captures():
     """Every built grouped tile of u4g128 on masked slots (counts 0, partial, the whole capacity):
     the counted rows match the reference; a graph replay with new counts written on the device
