@@ -164,8 +164,19 @@ Status validate(const GemmArgs &a) {
   if (a.m > 0 && a.out == nullptr) return Status::Error("the output pointer is null");
   if (a.lda < a.dims.k)
     return Status::Error("activation row stride " + std::to_string(a.lda) + " is below k=" + std::to_string(a.dims.k));
-  if (a.ldo < a.dims.n)
-    return Status::Error("output row stride " + std::to_string(a.ldo) + " is below n=" + std::to_string(a.dims.n));
+  const int64_t out_cols = a.glu >= 0 ? a.dims.n / 2 : a.dims.n;
+  if (a.ldo < out_cols)
+    return Status::Error("output row stride " + std::to_string(a.ldo) + " is below the " + std::to_string(out_cols) +
+                         " output columns");
+  if (a.glu >= 0) {
+    if (a.experts <= 0) return Status::Error("the gated activation epilogue (glu) runs in grouped (MoE) GEMMs only");
+    if (a.glu > 1)
+      return Status::Error("glu must be -1 (none), 0 (silu) or 1 (swiglu-oai), got " + std::to_string(a.glu));
+    if (a.dims.n % 128 != 0)
+      return Status::Error("the gated activation epilogue needs n = 2F with F a multiple of 64 (the gate and up "
+                           "halves start on 64-channel blocks), got n=" +
+                           std::to_string(a.dims.n));
+  }
   if (a.codes == nullptr) return Status::Error("the packed codes pointer is null");
   if (w.has_scale() && a.scales == nullptr) return Status::Error("weight format " + to_string(w) + " needs scales");
   if (!w.has_scale() && a.scales != nullptr) return Status::Error("weight format " + to_string(w) + " takes no scales");

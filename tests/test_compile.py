@@ -346,6 +346,11 @@ def _moe_gemm_cases():
         off = torch.tensor([0, 2, 2, 5], dtype=torch.int32)
         x = _x((5, 128), "bf16", seed=3)
         cases.append((x, st.codes, st.scales, st.zeros, off, f"a-bf16_w-{wfmt}_c-bf16", 1, 16, 128, 2, ""))
+    # With the gated activation (output [rows, n / 2]), and with its per-expert bias.
+    bias = torch.randn(3, 16, generator=torch.Generator().manual_seed(4))
+    for act, b in (("silu", None), ("swiglu-oai", bias)):
+        cases.append((x, st.codes, st.scales, st.zeros, off, "a-bf16_w-u4g128-sbf16_c-bf16", 1, 16, 128, 2, "", 5, act,
+                      7.0, 1.702, b))  # fmt: skip
     return cases
 
 

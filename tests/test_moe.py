@@ -510,6 +510,62 @@ def test_moe_gemm_on_the_cpu_is_each_experts_gemm(fmt):
     assert torch.equal(moe.moe_gemm(x, st, off, gemm_fmt, assignments=17), y)
 
 
+def _ref_glu(x, qs, off, activation, bias, limit=7.0, alpha=1.702):
+    """The gated activation of the grouped GEMM, written out in fp64 from the dequantized weights:
+    gate rows first, each row's expert's bias, silu(g) x up or gpt-oss's clamped SwiGLU."""
+    h = _ref_grouped(x, qs, off)
+    f = h.shape[1] // 2
+    if bias is not None:
+        experts = torch.searchsorted(off[1:].long(), torch.arange(h.shape[0]), right=True)
+        h = h + bias.double()[experts]
+    g, u = h[:, :f], h[:, f:]
+    if activation == "silu":
+        return g * torch.sigmoid(g) * u
+    g, u = g.clamp(max=limit), u.clamp(-limit, limit)
+    return g * torch.sigmoid(alpha * g) * (u + 1)
+
+
+@pytest.mark.parametrize("activation", ["silu", "swiglu-oai"])
+def test_moe_gemm_with_an_activation_is_the_gemm_then_activate(activation):
+    """moe_gemm's `activation` on the CPU: [rows, F], bit for bit the plain grouped GEMM followed by
+    moe.activate with the rows' experts' biases, and close to the fp64 formula."""
+    qs, packed, st = _stacked(5, 2 * 96, 256, "u4g128-sbf16", "generic", 8)
+    counts = [4, 0, 7, 1, 3]
+    off = _offsets(counts)
+    x = torch.randn(sum(counts), 256, generator=torch.Generator().manual_seed(9)).to(torch.bfloat16)
+    bias = torch.randn(5, 2 * 96, generator=torch.Generator().manual_seed(10)) * 0.1
+    fmt = "a-bf16_w-u4g128-sbf16_c-bf16"
+    for b in (None, bias):
+        y = moe.moe_gemm(x, st, off, fmt, activation=activation, limit=3.0, alpha=1.5, activation_bias=b)
+        assert y.shape == (15, 96) and y.dtype == torch.bfloat16
+        h = moe.moe_gemm(x, st, off, fmt)
+        expect = moe.activate(h, activation, bias=b, offsets=off if b is not None else None, limit=3.0, alpha=1.5)
+        assert torch.equal(y, expect), b is None
+        ref = _ref_glu(x, qs, off, activation, b, limit=3.0, alpha=1.5)
+        assert (y.double() - ref).norm() / ref.norm() <= 2.0**-6, b is None
+    assert moe.moe_gemm(x[:0], st, torch.zeros(6, dtype=torch.int32), fmt, activation="silu").shape == (0, 96)
+
+
+def test_moe_gemm_activation_bad_input_is_named():
+    qs, packed, st = _stacked(3, 64, 128, "u4g128-sbf16", "generic", 1)
+    x = torch.randn(5, 128).to(torch.bfloat16)
+    off = _offsets([2, 0, 3])
+    fmt = "a-bf16_w-u4g128-sbf16_c-bf16"
+    with pytest.raises(ValueError, match="activation must be one of silu, swiglu-oai or None"):
+        moe.moe_gemm(x, st, off, fmt, activation="gelu")
+    with pytest.raises(ValueError, match="activation_bias needs an activation"):
+        moe.moe_gemm(x, st, off, fmt, activation_bias=torch.zeros(3, 64))
+    with pytest.raises(ValueError, match=r"activation_bias must be a tensor \[experts, 2F\] = \[3, 64\]"):
+        moe.moe_gemm(x, st, off, fmt, activation="silu", activation_bias=torch.zeros(3, 32))
+    _, _, odd = _stacked(3, 65, 128, "u4g128-sbf16", "generic", 1)
+    with pytest.raises(ValueError, match="even n, got n=65"):
+        moe.moe_gemm(x, odd, off, fmt, activation="silu")
+    with pytest.raises(Exception, match="activation must be silu or swiglu-oai"):
+        torch.ops.humming.moe_gemm(
+            x, st.codes, st.scales, st.zeros, off, fmt, st.first.layout, 64, 128, 1, "", -1, "relu", 0.0, 0.0, None
+        )
+
+
 def test_moe_gemm_bad_input_is_named():
     qs, packed, st = _stacked(3, 64, 128, "u4g128-sbf16", "generic", 1)
     x = torch.randn(5, 128).to(torch.bfloat16)
@@ -925,6 +981,62 @@ def test_default_choice_splits_k_where_few_tiles_meet_a_deep_k_and_stays_right()
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(yg, y)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
+@pytest.mark.parametrize("activation", ["silu", "swiglu-oai"])
+def test_moe_gemm_activation_in_the_epilogue_is_bitwise_the_gemm_then_activate(activation):
+    """The gated activation in the grouped kernels' epilogue (GemmArgs::glu), on every built grouped
+    tile of u4g128 (symmetric and -zi), forced by name: bit for bit the same tile's plain GEMM
+    followed by moe.activate, with and without the experts' biases; F = 320 (the 256-channel tiles'
+    last tile half past F), empty experts, an expert with more rows than a tile; the library's own
+    choice; a layer whose F is no multiple of 64 (the plain GEMM and the activation kernel instead);
+    a CUDA graph; and the 256-row tiles, which have no shared memory for it, refuse it by name."""
+    if not torch.cuda.get_device_capability() == (9, 0):
+        pytest.skip("the grouped GEMM kernels are sm90 ones; this GPU is not sm_90")
+    tested = 0
+    for wfmt in ("u4g128-sbf16", "u4g128-sbf16-zi"):
+        fmt = f"a-bf16_w-{wfmt}_c-bf16"
+        names = _sm90_instances(fmt)
+        if not names:
+            continue
+        e, f, k = 6, 320, 512
+        qs, packed, st = _stacked(e, 2 * f, k, wfmt, "sm90", 61, "cuda")
+        counts = [3, 0, 300, 1, 0, 17]
+        off = _offsets(counts).cuda()
+        x = torch.randn(sum(counts), k, generator=torch.Generator().manual_seed(62)).to(torch.bfloat16).cuda()
+        bias = (torch.randn(e, 2 * f, generator=torch.Generator().manual_seed(63)) * 0.1).cuda()
+        kw = {"limit": 3.0, "alpha": 1.5}
+        ref = _ref_glu(x.cpu(), qs, off.cpu(), activation, None, **kw)
+        for name in names:
+            tiles_256 = _tile(name)[0] == 256
+            for b in (None, bias):
+                if tiles_256:
+                    with pytest.raises(Exception, match="cannot compute the activation in its epilogue"):
+                        moe.moe_gemm(x, st, off, fmt, instance=name, activation=activation, activation_bias=b, **kw)
+                    continue
+                tested += 1
+                y = moe.moe_gemm(x, st, off, fmt, instance=name, activation=activation, activation_bias=b, **kw)
+                h = moe.moe_gemm(x, st, off, fmt, instance=name)
+                o = off if b is not None else None
+                expect = moe.activate(h, activation, bias=b, offsets=o, **kw)
+                assert y.shape == (sum(counts), f) and torch.equal(y, expect), (name, b is None)
+        y = moe.moe_gemm(x, st, off, fmt, activation=activation, assignments=sum(counts), **kw)
+        assert (y.cpu().double() - ref).norm() / ref.norm() <= 2.0**-6
+        expect = moe.activate(moe.moe_gemm(x, st, off, fmt, assignments=sum(counts)), activation, **kw)
+        assert torch.equal(y, expect)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            yg = moe.moe_gemm(x, st, off, fmt, activation=activation, assignments=sum(counts), **kw)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(yg, y)
+        # F = 200, no multiple of 64: the plain GEMM, then the activation kernel
+        _, _, st2 = _stacked(e, 400, k, wfmt, "sm90", 64, "cuda")
+        y2 = moe.moe_gemm(x, st2, off, fmt, activation=activation, **kw)
+        assert torch.equal(y2, moe.activate(moe.moe_gemm(x, st2, off, fmt), activation, **kw))
+    assert tested > 0, "this build has no grouped sm90 instance of u4g128 that computes the activation"
 
 
 @pytest.mark.gpu

@@ -234,6 +234,14 @@ def _sm90_smem(stage_bytes: int, stages: int, barrier_sets: int = 2, notes: bool
     return 1024 + stage_bytes * stages + stages * 8 * barrier_sets + 16 + (stages * 32 if notes else 0)
 
 
+def _sm90_glu_exchange(smem: int, bm: int, consumers: int) -> int:
+    """Bytes a grouped sm90 kernel keeps after its ring for the gated activation's exchange
+    (kernel/sm90_dense.cuh, kGluBytes, the same rule): a float per sum (bm / 2 a thread) of each
+    thread of half the consumer warpgroups, where their number is even and it fits."""
+    exchange = consumers // 2 * 128 * (bm // 2) * 4
+    return exchange if consumers % 2 == 0 and smem + exchange <= SM90_MAX_SMEM else 0
+
+
 def _sm90_out_boxes(smem: int, bm: int, consumers: int, out: str, channels_n: int = 0) -> int:
     """Bytes of the output boxes an sm90 kernel keeps after its ring (epilogue/staged_store.h,
     staged_store_bytes, the same rule): one of bm rows x 128 bytes per consumer warpgroup, in tiles
@@ -422,6 +430,8 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
             continue
         if matrix["scheduler"] != "moe":  # the grouped tiles store directly
             smem += _sm90_out_boxes(smem, bm, consumers, act)
+        else:
+            smem += _sm90_glu_exchange(smem, bm, consumers)
         key = _weight_only_key(
             act, code, zero, group, matrix["layout"], (bm, bn, bk), stages, 128 * (1 + consumers), smem
         )

@@ -156,6 +156,20 @@ struct GemmArgs {
   void *workspace = nullptr;
   size_t workspace_bytes = 0;
   int num_sms = 0; // multiprocessors of the device (schedulers size grids by it)
+  // (Last, so that the fields before keep their offsets in the kernels' parameters.) Grouped
+  // GEMMs: the experts' gated activation in the epilogue (the gate-up GEMM of a
+  // mixture-of-experts layer) where glu >= 0, a MoeActivation kind (scheduler/moe_route.h: 0
+  // silu(gate) x up, 1 gpt-oss's clamped SwiGLU with glu_limit and glu_alpha). The weight's n rows
+  // are then F = n / 2 gate rows followed by F up rows (n a multiple of 128, so that both halves
+  // start on a 64-channel block of layout 3), and out is [m][F] (row stride ldo >= F): gate and up
+  // rounded to the output type, each plus its row of glu_bias (fp32 [experts][n], gate first; or
+  // null) for the row's expert, then activated in fp32 and rounded once more: the values, bit for
+  // bit, of the plain GEMM followed by moe_activation_cuda. Instances that cannot (the CPU reference,
+  // tiles without the shared memory for it: InstanceInfo::can_implement says so) refuse it; -1:
+  // the plain [m][n] output.
+  int32_t glu = -1;
+  float glu_limit = 0.0f, glu_alpha = 0.0f;
+  const float *glu_bias = nullptr;
 };
 
 // Checks every field of `args` that does not depend on an instance (extents, strides, null

@@ -343,7 +343,8 @@ def _grouped_format(experts, fmt, op: str):
 
 
 def moe_gemm(x: torch.Tensor, experts: StackedExperts, offsets: torch.Tensor, fmt, *, rows_per_expert=None,
-             instance: str = "", assignments=None) -> torch.Tensor:  # fmt: skip
+             instance: str = "", assignments=None, activation: str | None = None, limit: float = 7.0,
+             alpha: float = 1.702, activation_bias: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """The grouped GEMM over contiguous rows: out[r] = x[r] @ W_e.T for the rows r of expert e,
     ``offsets[e] <= r < offsets[e + 1]`` (``offsets`` int32 [E + 1] from 0 to x's rows, on x's
     device; a GPU reads them only in the kernel, so no host synchronization). ``fmt`` is the GEMM
@@ -358,7 +359,14 @@ def moe_gemm(x: torch.Tensor, experts: StackedExperts, offsets: torch.Tensor, fm
     one thread walking where it is expected to have many (instances ending ``_lone``); where it is
     not given, the narrow tile and its first warp. On a GPU it runs on the grouped
     instances of the sm90 weight-only kernels (scheduler ``moe``, weights packed for layout 3); on
-    the CPU, on the reference."""
+    the CPU, on the reference.
+
+    ``activation`` (one of :data:`ACTIVATIONS`; ``limit`` / ``alpha`` for "swiglu-oai"): the weight
+    is a gate-up one (the F gate rows, then the F up rows) and the result is :func:`activate` of
+    the GEMM's output, [rows, F], with ``activation_bias`` fp32 [E, 2F] (gate first) for each row's
+    expert where given. On a GPU the kernel computes it in its epilogue where it can (F a multiple
+    of 64; every grouped tile but the 256-row one): one launch, and no [rows, 2F] output; else the
+    GEMM and :func:`activate` run one after the other. Both give the same values, bit for bit."""
     from .ops import activation_operand
 
     g = _grouped_format(experts, fmt, "moe_gemm")
@@ -369,12 +377,26 @@ def moe_gemm(x: torch.Tensor, experts: StackedExperts, offsets: torch.Tensor, fm
             f"expert row offsets must be a tensor [{experts.num_experts + 1}] (one more than the experts), got "
             f"{_describe(offsets)}"
         )
+    if activation is not None and activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)} or None, got {activation!r}")
+    if activation is None and activation_bias is not None:
+        raise ValueError("activation_bias needs an activation")
     w0 = experts.first
+    if activation is not None and w0.n % 2:
+        raise ValueError(f"a gated activation needs the gate and up halves of an even n, got n={w0.n}")
+    if activation_bias is not None:
+        if not isinstance(activation_bias, torch.Tensor) or tuple(activation_bias.shape) != (experts.num_experts, w0.n):
+            raise ValueError(
+                f"activation_bias must be a tensor [experts, 2F] = [{experts.num_experts}, {w0.n}], got "
+                f"{_describe(activation_bias)}"
+            )
+        activation_bias = activation_bias.to(device=x.device, dtype=torch.float32).contiguous()
     rows = rows_per_expert if rows_per_expert is not None else max(1, x.shape[0] // experts.num_experts)
     x = activation_operand(x, x.is_cuda)
     return torch.ops.humming.moe_gemm(
         x, experts.codes, experts.scales, experts.zeros, offsets.to(device=x.device, dtype=torch.int32).contiguous(),
-        str(g), w0.layout, w0.n, w0.k, int(rows), instance, _assignments(assignments),
+        str(g), w0.layout, w0.n, w0.k, int(rows), instance, _assignments(assignments), activation or "",
+        float(limit), float(alpha), activation_bias,
     )  # fmt: skip
 
 
@@ -705,8 +727,17 @@ class QuantMoE(torch.nn.Module):
         per_expert = max(1, al.capacity // self.num_experts)
         gu, dn = self._stacks
         routed = x.shape[0] * self.top_k
-        h = moe_gemm(rows, gu, al.offsets, self.gate_up[0].fmt, rows_per_expert=per_expert, assignments=routed)
-        act = self._activate(h, x.dtype, self.gate_up_bias, al.offsets if self.gate_up_bias is not None else None)
+        fmt = self.gate_up[0].fmt
+        if _OUT_TYPES.get(x.dtype) == str(fmt.out):
+            # The activation in the gate-up GEMM (its epilogue where the kernel can).
+            act = moe_gemm(
+                rows, gu, al.offsets, fmt, rows_per_expert=per_expert, assignments=routed,
+                activation=self.activation, limit=self.swiglu_limit, alpha=self.swiglu_alpha,
+                activation_bias=self.gate_up_bias,
+            )  # fmt: skip
+        else:
+            h = moe_gemm(rows, gu, al.offsets, fmt, rows_per_expert=per_expert, assignments=routed)
+            act = self._activate(h, x.dtype, self.gate_up_bias, al.offsets if self.gate_up_bias is not None else None)
         y = moe_gemm(act, dn, al.offsets, self.down[0].fmt, rows_per_expert=per_expert, assignments=routed)
         return self._combine(y, al, weights, ids)
 

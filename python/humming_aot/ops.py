@@ -64,12 +64,38 @@ def _gemm_fake(a, codes, scales, zeros, global_scale, a_scales, bias, fmt, layou
 
 
 @torch.library.register_fake("humming::moe_gemm")
-def _moe_gemm_fake(a, codes, scales, zeros, offsets, fmt, layout, n, k, rows_per_expert, instance="", assignments=-1):
+def _moe_gemm_fake(
+    a,
+    codes,
+    scales,
+    zeros,
+    offsets,
+    fmt,
+    layout,
+    n,
+    k,
+    rows_per_expert,
+    instance="",
+    assignments=-1,
+    activation="",
+    limit=0.0,
+    alpha=0.0,
+    activation_bias=None,
+):
     g = F.parse_gemm_format(fmt)
-    _check_same_device(a, "activations", packed_codes=codes, scales=scales, zero_points=zeros, expert_offsets=offsets)
+    _check_same_device(
+        a,
+        "activations",
+        packed_codes=codes,
+        scales=scales,
+        zero_points=zeros,
+        expert_offsets=offsets,
+        activation_bias=activation_bias,
+    )
     torch._check(a.dim() == 2, lambda: f"activations must be 2-D [rows, k], got {a.dim()}-D")
     torch._check(a.shape[1] == k, lambda: f"activations have {a.shape[1]} columns but the weight has k={k}")
-    return a.new_empty((a.shape[0], n), dtype=torch_dtype(g.out))
+    # With an activation, the gate and up halves make one output each (moe_gemm's `activation`).
+    return a.new_empty((a.shape[0], n // 2 if activation else n), dtype=torch_dtype(g.out))
 
 
 @torch.library.register_fake("humming::moe_gemm_masked")

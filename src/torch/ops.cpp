@@ -446,13 +446,8 @@ void set_experts(GemmArgs &args, const Tensor &codes, const std::optional<Tensor
 // grouped GEMM of rows_per_expert rows per expert (select_grouped_instance; cached per plan, as gemm's), or
 // the variant of it args.expert_assignments asks for (grouped_pick: the wide tile, the lone walk;
 // plain comparisons on every call, so that the cache keeps one entry per rows_per_expert).
-void run_grouped(GemmArgs &args, CallPlan &plan, const torch::stable::Device &dev, int64_t rows_per_expert,
-                 const char *op) {
-  if (dev.is_cpu()) return check(gemm_cpu(args));
-  if (args.m == 0) return;
-  require(dev.is_cuda(), "humming.", op, " runs on CPU or CUDA tensors, got ", dev);
-  const int index = static_cast<int>(dev.index());
-  const torch::stable::accelerator::DeviceGuard guard(dev.index());
+// grouped_instance: the choice; run_grouped: the choice, then its launch (on the CPU, the reference).
+const InstanceInfo &grouped_instance(GemmArgs &args, CallPlan &plan, int index, int64_t rows_per_expert) {
   const int cc = device_cc(index);
   args.num_sms = device_sms(index);
   const InstanceInfo *inst = plan.named;
@@ -478,8 +473,39 @@ void run_grouped(GemmArgs &args, CallPlan &plan, const torch::stable::Device &de
       inst = grouped_pick(variants, args, args.num_sms);
     }
   }
-  // The K-split grouped tiles (experimental, named _ks) take stream-K scratch; the others none.
-  launch_on_gpu(args, *inst, index);
+  return *inst;
+}
+
+void run_grouped(GemmArgs &args, CallPlan &plan, const torch::stable::Device &dev, int64_t rows_per_expert,
+                 const char *op) {
+  if (dev.is_cpu()) return check(gemm_cpu(args));
+  if (args.m == 0) return;
+  require(dev.is_cuda(), "humming.", op, " runs on CPU or CUDA tensors, got ", dev);
+  const int index = static_cast<int>(dev.index());
+  const torch::stable::accelerator::DeviceGuard guard(dev.index());
+  // The K-split grouped tiles (named _ks) take stream-K scratch; the others none.
+  launch_on_gpu(args, grouped_instance(args, plan, index, rows_per_expert), index);
+}
+
+// The experts' activation (MoeActivation) of the gate-up outputs h [m, n] of a grouped GEMM with
+// `args` into out [m, n / 2]: the rows' experts from args.expert_offsets, the bias from args.glu_bias.
+void activate_rows(const GemmArgs &args, const Tensor &h, const Tensor &out, const torch::stable::Device &dev) {
+  MoeActivation act;
+  act.h_type = act.out_type = args.fmt.out;
+  act.h = h.data_ptr();
+  act.rows = args.m;
+  act.inter = args.dims.n / 2;
+  act.ldh = args.dims.n;
+  act.bias = args.glu_bias;
+  act.offsets = args.expert_offsets;
+  act.experts = args.experts;
+  act.kind = args.glu;
+  act.limit = args.glu_limit;
+  act.alpha = args.glu_alpha;
+  act.out = out.data_ptr();
+  if (dev.is_cpu()) return check(moe_activation_cpu(act));
+  const torch::stable::accelerator::DeviceGuard guard(dev.index());
+  check(moe_activation_cuda(act, current_stream(static_cast<int>(dev.index()))));
 }
 
 // Grouped (MoE) GEMM, contiguous rows: rows [offsets[e], offsets[e + 1]) of `a` times expert e's
@@ -487,9 +513,17 @@ void run_grouped(GemmArgs &args, CallPlan &plan, const torch::stable::Device &de
 // `rows_per_expert` (host-known, e.g. tokens x top_k / E) picks the tile (select_grouped_instance);
 // `assignments` (tokens x top_k, or -1 where unknown) its channel width and the producer's walk over
 // the experts' tiles (humming.h, grouped_pick).
+// `activation` (silu or swiglu-oai, with `limit` and `alpha`; "" for none): the experts' gated
+// activation of the weight's gate rows [0, n / 2) and up rows [n / 2, n), with `activation_bias`
+// fp32 [E, n] (gate first) where given; out is then [rows, n / 2]. On a GPU the GEMM's epilogue
+// computes it where the instance can (GemmArgs::glu: n a multiple of 128, a tile with the shared
+// memory for it), else the plain GEMM and the activation kernel run one after the other (an
+// instance named in `instance` that cannot is an error): the same values, bit for bit.
 Tensor moe_gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &scales,
                 const std::optional<Tensor> &zeros, const Tensor &offsets, const std::string &fmt_text, int64_t layout,
-                int64_t n, int64_t k, int64_t rows_per_expert, const std::string &instance, int64_t assignments) {
+                int64_t n, int64_t k, int64_t rows_per_expert, const std::string &instance, int64_t assignments,
+                const std::string &activation, double limit, double alpha,
+                const std::optional<Tensor> &activation_bias) {
   CallPlan &plan = call_plan(fmt_text, layout, n, k, instance);
   GemmArgs args = plan_args(plan);
   const torch::stable::Device dev = a.device();
@@ -499,10 +533,56 @@ Tensor moe_gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor
   check_shape(offsets, "expert row offsets", {args.experts + 1});
   args.expert_offsets = static_cast<const int32_t *>(offsets.data_ptr());
   args.expert_assignments = assignments;
-  Tensor out = empty_on(dev, {args.m, n}, storage_type(args.fmt.out));
-  args.out = out.data_ptr();
-  args.ldo = n;
-  run_grouped(args, plan, dev, rows_per_expert, "moe_gemm");
+  if (activation.empty()) {
+    require(!activation_bias.has_value(), "an activation bias needs an activation (silu or swiglu-oai)");
+    Tensor out = empty_on(dev, {args.m, n}, storage_type(args.fmt.out));
+    args.out = out.data_ptr();
+    args.ldo = n;
+    run_grouped(args, plan, dev, rows_per_expert, "moe_gemm");
+    return out;
+  }
+  require(activation == "silu" || activation == "swiglu-oai", "activation must be silu or swiglu-oai (or none), got '",
+          activation, "'");
+  require(n % 2 == 0, "a gated activation takes the gate and up halves of an even n, got n=", n);
+  const int32_t glu = activation == "silu" ? moe_route::kActSilu : moe_route::kActSwigluOai;
+  const float *glu_bias = nullptr;
+  if (activation_bias.has_value()) {
+    check_tensor(*activation_bias, "the activation bias", ScalarType::Float, dev, "the activations");
+    check_shape(*activation_bias, "the activation bias", {args.experts, n});
+    glu_bias = static_cast<const float *>(activation_bias->data_ptr());
+  }
+  Tensor out = empty_on(dev, {args.m, n / 2}, storage_type(args.fmt.out));
+  const auto plain_then_activate = [&] {
+    Tensor h = empty_on(dev, {args.m, n}, storage_type(args.fmt.out));
+    args.out = h.data_ptr();
+    args.ldo = n;
+    run_grouped(args, plan, dev, rows_per_expert, "moe_gemm");
+    GemmArgs act = args;
+    act.glu = glu, act.glu_limit = static_cast<float>(limit), act.glu_alpha = static_cast<float>(alpha);
+    act.glu_bias = glu_bias;
+    activate_rows(act, h, out, dev);
+  };
+  if (dev.is_cpu() || args.m == 0 || n % 128 != 0) {
+    plain_then_activate();
+    return out;
+  }
+  require(dev.is_cuda(), "humming.moe_gemm runs on CPU or CUDA tensors, got ", dev);
+  const int index = static_cast<int>(dev.index());
+  const torch::stable::accelerator::DeviceGuard guard(dev.index());
+  const InstanceInfo &inst = grouped_instance(args, plan, index, rows_per_expert); // chosen as without it
+  GemmArgs fused = args;
+  fused.glu = glu, fused.glu_limit = static_cast<float>(limit), fused.glu_alpha = static_cast<float>(alpha);
+  fused.glu_bias = glu_bias;
+  fused.out = out.data_ptr();
+  fused.ldo = n / 2;
+  const Status st = inst.can_implement(fused);
+  if (st) {
+    launch_on_gpu(fused, inst, index);
+  } else {
+    require(plan.named == nullptr, "instance ", inst.name,
+            " cannot compute the activation in its epilogue: ", st.message);
+    plain_then_activate();
+  }
   return out;
 }
 
@@ -1016,7 +1096,8 @@ STABLE_TORCH_LIBRARY(humming, m) {
   m.def("gemm(Tensor a, Tensor codes, Tensor? scales, Tensor? zeros, Tensor? global_scale, Tensor? a_scales, "
         "Tensor? bias, str fmt, int layout, int n, int k, str instance='') -> Tensor");
   m.def("moe_gemm(Tensor a, Tensor codes, Tensor? scales, Tensor? zeros, Tensor offsets, str fmt, int layout, int n, "
-        "int k, int rows_per_expert, str instance='', int assignments=-1) -> Tensor");
+        "int k, int rows_per_expert, str instance='', int assignments=-1, str activation='', float limit=0., "
+        "float alpha=0., Tensor? activation_bias=None) -> Tensor");
   m.def("moe_gemm_masked(Tensor a, Tensor codes, Tensor? scales, Tensor? zeros, Tensor counts, str fmt, int layout, "
         "int n, int k, int rows_per_expert, str instance='', int assignments=-1) -> Tensor");
   m.def("pack_weight(Tensor codes, Tensor? scales, Tensor? zeros, str weight_format, int layout) -> "

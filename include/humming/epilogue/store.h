@@ -48,16 +48,32 @@ template <uint32_t OutId> __device__ __forceinline__ void store_out_pair(void *b
   }
 }
 
-// Output channels n and n + 1 of row m (n < the problem's n): bias added, rounded to the output
-// type, one store where the address allows it (the usual case: even ldo, aligned output).
+// `v` rounded to the output type (as a store of it would round it) and back: exact in fp32.
+template <uint32_t OutId> __device__ __forceinline__ float round_out(float v) {
+  using Op = numeric::Operand<OutId == dtypes::bf16.id()>;
+  if constexpr (DType::from_id(OutId).bits == 32)
+    return v;
+  else
+    return Op::to_float2(Op::pair(v, v)).x;
+}
+
+// Output channels n and n + 1 of row m of an output of `cols` columns (n < cols): bias added,
+// rounded to the output type, one store where the address allows it (the usual case: even ldo,
+// aligned output).
 template <uint32_t OutId>
-__device__ __forceinline__ void write_pair(const GemmArgs &a, int64_t m, int64_t n, float2 v) {
-  const bool both = n + 1 < a.dims.n;
+__device__ __forceinline__ void write_pair(const GemmArgs &a, int64_t m, int64_t n, float2 v, int64_t cols) {
+  const bool both = n + 1 < cols;
   if (a.bias != nullptr) {
     v.x += load_out<OutId>(a.bias, n);
     if (both) v.y += load_out<OutId>(a.bias, n + 1);
   }
   store_out_pair<OutId>(a.out, m * a.ldo + n, v, both);
+}
+
+// The same for an output of the problem's n columns.
+template <uint32_t OutId>
+__device__ __forceinline__ void write_pair(const GemmArgs &a, int64_t m, int64_t n, float2 v) {
+  write_pair<OutId>(a, m, n, v, a.dims.n);
 }
 
 // Factors of the rows of a thread whose sums hold tokens m and m + 8 (the WGMMA fragment with the

@@ -12,6 +12,7 @@
 
 #include "humming/epilogue/store.h"
 #include "humming/humming.h"
+#include "humming/scheduler/moe_route.h"
 
 namespace humming {
 namespace epilogue {
@@ -28,15 +29,19 @@ namespace epilogue {
 // layers its instruction-cache misses took a quarter of a t128 launch (ncu, 3584 x 3584 at
 // m = 256). Both paths add, round and store the same values.
 // Rows from m_end on are not stored (-1: from a.m on; a grouped GEMM's tile ends at its expert's
-// last row).
+// last row), nor channels from n_cols on (kCols: from a.dims.n on; the gated activation's output
+// has n / 2).
+constexpr int64_t kCols = -1;
 template <uint32_t OutId, int Acc, bool TokenScales>
 __device__ __forceinline__ void store_wgmma_sums(const GemmArgs &a, int64_t m0, int64_t n, int lane,
-                                                 const float (&acc)[Acc], const float (&f)[2], int64_t m_end = -1) {
+                                                 const float (&acc)[Acc], const float (&f)[2], int64_t m_end = -1,
+                                                 int64_t n_cols = kCols) {
   constexpr int kOutBytes = static_cast<int>(DType::from_id(OutId).bits) / 8;
   const int64_t rows = m_end < 0 ? a.m : m_end;
+  const int64_t cols = n_cols == kCols ? a.dims.n : n_cols;
   const bool odd = (lane / 4) % 2 != 0;
   // This thread's channels are n - odd .. n + 9 - odd and its tokens m0 .. m0 + 2 Acc - 1 at most.
-  const bool inside = m0 + 2 * Acc <= rows && n + 10 <= a.dims.n && a.ldo % 2 == 0 &&
+  const bool inside = m0 + 2 * Acc <= rows && n + 10 <= cols && a.ldo % 2 == 0 &&
                       reinterpret_cast<uintptr_t>(a.out) % (2 * kOutBytes) == 0;
   const bool fast = __all_sync(0xFFFFFFFFu, inside);
   // The bias of this thread's two channel pairs (c, c + 1 with c = n + 8h - odd), for the fast path;
@@ -65,9 +70,30 @@ __device__ __forceinline__ void store_wgmma_sums(const GemmArgs &a, int64_t m0, 
       const float2 v = odd ? make_float2(other, own1) : make_float2(own0, other);
       if (fast)
         store_out_pair_aligned<OutId>(a.out, m * a.ldo + c, make_float2(v.x + bias[h].x, v.y + bias[h].y));
-      else if (m < rows && c < a.dims.n)
-        write_pair<OutId>(a, m, c, v);
+      else if (m < rows && c < cols)
+        write_pair<OutId>(a, m, c, v, cols);
     }
+  }
+}
+
+// One half of the experts' gated activation (GemmArgs::glu) in a grouped tile: v[i] = the sum
+// acc[i] of the thread's weight channel w (i % 4 < 2) or w + 8 times its factor f, rounded to the
+// output type as a store would round it, plus the channel's entry of a.glu_bias for `expert`
+// (fp32 [experts][n]; none where there is no bias or the output channel c or c + 8 lies past
+// F = n / 2): gate values in the gate half, up values in the up half, as moe_activation reads them
+// from the plain GEMM's output and adds its bias.
+template <uint32_t OutId, int Acc>
+__device__ __forceinline__ void glu_inputs(const GemmArgs &a, int expert, int64_t w, int64_t c, const float (&acc)[Acc],
+                                           const float (&f)[2], float (&v)[Acc]) {
+  float b[2] = {0.0f, 0.0f};
+  if (a.glu_bias != nullptr)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      if (c + 8 * h < a.dims.n / 2) b[h] = a.glu_bias[static_cast<int64_t>(expert) * a.dims.n + w + 8 * h];
+#pragma unroll
+  for (int i = 0; i < Acc; ++i) {
+    v[i] = round_out<OutId>(acc[i] * f[(i % 4) / 2]);
+    if (a.glu_bias != nullptr) v[i] += b[(i % 4) / 2];
   }
 }
 

@@ -118,7 +118,17 @@ struct Dense {
   static constexpr int kBoxBytes = epilogue::staged_box_bytes<BM>();
   static constexpr int kOutBytes = Grouped ? 0 : epilogue::staged_store_bytes<BM, Consumers, true>(kSmemRing);
   static constexpr bool kStagedStore = kOutBytes > 0;
-  static constexpr int kSmemTotal = kSmemRing + kOutBytes;
+  // Grouped kernels with an even number of consumer warpgroups can end a tile with the experts'
+  // gated activation (GemmArgs::glu): the first half of the warpgroups take the tile's gate
+  // channels, the second half the same channels of the up half, and each up thread hands its
+  // rounded outputs to its gate partner through shared memory after the ring (kGluBytes: a float
+  // per sum of each up thread), where it fits (not t256: 64 KiB more than the block has).
+  static constexpr int kGluExchange = Consumers / 2 * 128 * kAcc * 4;
+  static constexpr bool kGlu = Grouped && Consumers % 2 == 0 && kSmemRing + kGluExchange <= 227 * 1024;
+  static constexpr int kGluBytes = kGlu ? kGluExchange : 0;
+  // What the kernel keeps between its ring and the ring's barriers (run_block's RingBytes).
+  static constexpr int kRingAndAfter = kRingBytes + kOutBytes + kGluBytes;
+  static constexpr int kSmemTotal = kSmemRing + kOutBytes + kGluBytes;
   // Registers per thread of the producer and the consumers (backend/sm90/pipeline.h). The grouped
   // kernels' producer warp also walks the experts (expert_tile_warp), and with 40 registers ptxas
   // spilled 52 bytes there; with 64, none.
@@ -233,7 +243,7 @@ struct Dense {
   static __device__ __forceinline__ void produce(const Params &p, uint32_t ring, char *ring_ptr, uint32_t bars, int t) {
     Probe::begin(); // diagnosis builds only (backend/sm90/probe.h)
     RingPos pos;
-    SegmentNote *notes = ring_notes<Stages, kRingBytes>(ring_ptr);
+    SegmentNote *notes = ring_notes<Stages, kRingAndAfter>(ring_ptr);
     const bool issues = kProducers == 1 || t == 0;
     for_each_work<kLoneWalk>(
         p, [&](int64_t m0, int64_t m_end, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t unit) {
@@ -410,7 +420,45 @@ struct Dense {
     }
   }
 
-  static __device__ __forceinline__ void consume(const Params &p, uint32_t ring, const char *ring_ptr, uint32_t bars,
+  // The weight channel of the sum a thread at `col` inside the tile at n0 holds first: n0 + col, or
+  // with the gated activation (GemmArgs::glu, kGlu) gate channel n0 / 2 + col in the first half of
+  // the warpgroups and up channel F + n0 / 2 + col - BN / 2 in the second (F = n / 2).
+  static __device__ __forceinline__ int64_t weight_channel(const GemmArgs &a, int64_t n0, int col) {
+    if constexpr (kGlu)
+      if (a.glu >= 0) return n0 / 2 + col + (col >= BN / 2 ? a.dims.n / 2 - BN / 2 : 0);
+    return n0 + col;
+  }
+
+  // The gated activation's end of a tile (GemmArgs::glu) for a thread whose first sum is weight
+  // channel `channel` (weight_channel): each up thread (warpgroup cw >= half) puts its up values
+  // (epilogue::glu_inputs) into the exchange; its gate partner (warpgroup cw - half, the same
+  // thread index) turns its gate values and them into the activated outputs (moe_route::activate,
+  // as moe_activation) in its sums, with f set to 1, which the caller stores as channels
+  // n0 / 2 + col of F. Each pair of warpgroups meets twice at named barrier
+  // 2 + pair: first so that an up thread, which may be a tile ahead, never overwrites values its
+  // partner has not read yet; then so that the writes come before the reads.
+  static __device__ __forceinline__ void glu_exchange(const GemmArgs &a, char *exchange, int64_t n0, int64_t channel,
+                                                      int expert, int cw, int t, int col, float (&acc)[kAcc],
+                                                      float (&f)[2]) {
+    constexpr int kHalf = Consumers / 2;
+    const int pair = cw % kHalf;
+    float *x = reinterpret_cast<float *>(exchange) + pair * 128 * kAcc;
+    float v[kAcc];
+    epilogue::glu_inputs<ActId, kAcc>(a, expert, channel, n0 / 2 + col % (BN / 2), acc, f, v);
+    named_sync(2 + pair, 256);
+    if (cw >= kHalf) {
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) x[i * 128 + t] = v[i];
+      named_sync(2 + pair, 256);
+      return;
+    }
+    named_sync(2 + pair, 256);
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[i] = moe_route::activate(v[i], x[i * 128 + t], a.glu, a.glu_limit, a.glu_alpha);
+    f[0] = f[1] = 1.0f;
+  }
+
+  static __device__ __forceinline__ void consume(const Params &p, uint32_t ring, char *ring_ptr, uint32_t bars,
                                                  volatile int *flag) {
     const GemmArgs &a = p.args;
     const int ct = static_cast<int>(threadIdx.x) - 128; // thread among the consumers
@@ -430,7 +478,7 @@ struct Dense {
       for (int h = 0; h < 2; ++h) {
         zero[h] = kFloatCode ? 0.0f : static_cast<float>(1 << (kBits - 1));
         if constexpr (kIntZero && GroupK == 0) {
-          const int64_t n = n0 + col + 8 * h;
+          const int64_t n = weight_channel(a, n0, col) + 8 * h;
           const uint8_t *zeros = static_cast<const uint8_t *>(a.zeros) + expert * a.expert_zeros_stride;
           zero[h] = n < a.dims.n_pad ? static_cast<float>(zeros[n]) : 0.0f;
         }
@@ -454,18 +502,31 @@ struct Dense {
       }
       // The per-channel (the expert's) and global scales of the rows' fp32 sums (16-bit scales of
       // the activations' type; with K groups the sums carry the group scales already).
+      // The weight channel of this thread's first sums (recomputed here rather than kept through
+      // the main loop: the four-consumer tiles have no register to spare).
+      const int64_t channel = weight_channel(a, n0, col);
       float f[2];
       epilogue::channel_row_factors<ActId, GroupK == 0>(
-          a, static_cast<const char *>(a.scales) + expert * a.expert_scales_stride, n0 + col, f);
-      if constexpr (kStagedStore)
+          a, static_cast<const char *>(a.scales) + expert * a.expert_scales_stride, channel, f);
+      if constexpr (kStagedStore) {
         epilogue::stage_wgmma_sums<ActId, kAcc, false>(a, p.staged != 0, &p.out, ring + kRingBytes + cw * kBoxBytes,
                                                        2 + cw, m0, n0 + cw * 64, t, r.acc, f);
-      else
-        epilogue::store_wgmma_sums<ActId, kAcc, false>(a, m0, n0 + col, lane, r.acc, f, m_end);
+      } else {
+        // The channel of this thread's first output and the output's columns (-1: n).
+        int64_t out_channel = n0 + col, out_cols = epilogue::kCols;
+        if constexpr (kGlu)
+          if (a.glu >= 0) {
+            // The up threads store nothing (no columns): a path that returned here instead made
+            // ptxas spill in the four-consumer tiles.
+            glu_exchange(a, ring_ptr + kRingBytes + kOutBytes, n0, channel, expert, cw, t, col, r.acc, f);
+            out_channel = n0 / 2 + col, out_cols = cw < Consumers / 2 ? a.dims.n / 2 : 0;
+          }
+        epilogue::store_wgmma_sums<ActId, kAcc, false>(a, m0, out_channel, lane, r.acc, f, m_end, out_cols);
+      }
     };
     if constexpr (Grouped) {
       // The producer's notes (SegmentNote), each read once its segment's first stage has arrived.
-      const SegmentNote *notes = ring_notes<Stages, kRingBytes>(ring_ptr);
+      const SegmentNote *notes = ring_notes<Stages, kRingAndAfter>(ring_ptr);
       for (;;) {
         const uint32_t full = ring_bar<Stages>(bars, 0, pos.stage), parity = pos.phase;
         Probe::ring([=] { mbar_wait(full, parity); });
@@ -481,8 +542,8 @@ struct Dense {
   }
 
   static __device__ __forceinline__ void run(const Params &p, char *smem) {
-    // The boxes sit between the ring and its barriers.
-    run_block<Stages, Consumers, kRingBytes + kOutBytes, 1, Split::kProducer>(
+    // The boxes (or the gated activation's exchange) sit between the ring and its barriers.
+    run_block<Stages, Consumers, kRingAndAfter, 1, Split::kProducer>(
         smem,
         [&] {
           prefetch_tensor_map(&p.act);
@@ -540,6 +601,12 @@ template <HUMMING_SM90_TARGS> Status can_implement(const GemmArgs &args) {
                          ", got " + std::to_string(args.dims.k_pad));
   const Status rows = check_activation_rows(args, 2, "the sm90 backend");
   if (!rows) return rows;
+  using K = Dense<HUMMING_SM90_ARGS>;
+  if (args.glu >= 0 && !K::kGlu)
+    return Status::Error(K::Grouped ? "this grouped tile of " + std::to_string(BM) +
+                                          " tokens has no shared memory left for the gated activation's exchange "
+                                          "(GemmArgs::glu): run the plain GEMM, then the activation"
+                                    : std::string("the gated activation epilogue runs in grouped (MoE) GEMMs only"));
   if (args.m > 0x7FFFFFFF - 256 || args.dims.k_pad > 0x7FFFFFFF)
     return Status::Error("the sm90 backend takes at most 2^31 - 257 rows and 2^31 inputs");
   return Status::Ok();

@@ -4,6 +4,11 @@
 // the stage (contiguous per 64-input block: one bulk copy each), and the stage's scale and
 // zero-point rows. The stage layout is the one backend/sm90/stage_fragments.h reads.
 //
+// With the experts' gated activation (GemmArgs::glu; grouped kernels with K::kGlu) the tile at n0
+// is output channels n0 / 2 .. n0 / 2 + BN / 2 of F = n / 2: the stage's first Consumers / 2
+// blocks (and scale columns) are those gate channels', copied from channel n0 / 2, the others the
+// same channels of the up half, copied from F + n0 / 2.
+//
 // A tile whose rows end before BM (the last row of tiles, where BM does not divide m) loads its
 // activations in one box per 64 inputs of only its rows, rounded up to 8 (Params::tail_rows),
 // through a second map (Params::act_tail): a BM-row box mostly past m cost the copy engine more
@@ -35,9 +40,20 @@ template <class K> struct StageLoads {
                        kWBytes = K::kWBytes, kSBytes = K::kSBytes;
   static constexpr bool kIntZero = K::kIntZero;
 
-  // Channel blocks of the tile at n0 that lie inside n_pad: the copies stop there (the consumers
-  // of the others compute on whatever the stage holds, and nothing of theirs is stored).
+  // Whether this launch ends its tiles with the gated activation (the stage's two halves).
+  static __device__ __forceinline__ bool glu(const GemmArgs &a) {
+    if constexpr (K::kGlu) return a.glu >= 0;
+    return false;
+  }
+
+  // Channel blocks of the tile at n0 that lie inside n_pad (with glu: inside each half of F, both
+  // halves counted): the copies stop there (the consumers of the others compute on whatever the
+  // stage holds, and nothing of theirs is stored).
   static __device__ __forceinline__ int columns(const GemmArgs &a, int64_t n0) {
+    if (glu(a)) {
+      const int64_t left = (a.dims.n / 2 - n0 / 2) / 64;
+      return 2 * static_cast<int>(left < Consumers / 2 ? left : Consumers / 2);
+    }
     const int64_t left = (a.dims.n_pad - n0) / 64;
     return static_cast<int>(left < Consumers ? left : Consumers);
   }
@@ -61,20 +77,31 @@ template <class K> struct StageLoads {
       const int k0 = static_cast<int>(kt * BK + at * 64);
       tensor_copy_2d(stage + at * kAtomBytes, rows == BM ? &p.act : &p.act_tail, k0, static_cast<int>(m0), full);
     }
+    // One run of `count` channel blocks from weight channel c0 into the stage's blocks from `slot`.
+    const auto blocks = [&](int slot, int64_t c0, int count) {
 #pragma unroll
-    for (int at = 0; at < KAtoms; ++at) {
-      const int64_t kb = kt * KAtoms + at;
-      const char *src = codes + (kb * p.n_blocks + n0 / 64) * kBlockBytes;
-      bulk_copy(stage + kABytes + at * Consumers * kBlockBytes, src, cols * kBlockBytes, full);
-    }
-    if constexpr (GroupK != 0) {
-#pragma unroll
-      for (int r = 0; r < kScaleRows; ++r) {
-        const int64_t g = kt * BK / GroupK + r;
-        bulk_copy(stage + kABytes + kWBytes + r * BN * 2, scales + (g * a.dims.n_groups + n0) * 2, cols * 128, full);
-        if constexpr (kIntZero)
-          bulk_copy(stage + kABytes + kWBytes + kSBytes + r * BN, zeros + g * a.dims.n_groups + n0, cols * 64, full);
+      for (int at = 0; at < KAtoms; ++at) {
+        const int64_t kb = kt * KAtoms + at;
+        const char *src = codes + (kb * p.n_blocks + c0 / 64) * kBlockBytes;
+        bulk_copy(stage + kABytes + (at * Consumers + slot) * kBlockBytes, src, count * kBlockBytes, full);
       }
+      if constexpr (GroupK != 0) {
+#pragma unroll
+        for (int r = 0; r < kScaleRows; ++r) {
+          const int64_t g = kt * BK / GroupK + r;
+          bulk_copy(stage + kABytes + kWBytes + (r * BN + slot * 64) * 2, scales + (g * a.dims.n_groups + c0) * 2,
+                    count * 128, full);
+          if constexpr (kIntZero)
+            bulk_copy(stage + kABytes + kWBytes + kSBytes + r * BN + slot * 64, zeros + g * a.dims.n_groups + c0,
+                      count * 64, full);
+        }
+      }
+    };
+    if (glu(a)) {
+      blocks(0, n0 / 2, cols / 2);
+      blocks(Consumers / 2, a.dims.n / 2 + n0 / 2, cols / 2);
+    } else {
+      blocks(0, n0, cols);
     }
   }
 };
