@@ -40,12 +40,16 @@ every token's rows sorted by expert):
 Each point is the median CUDA-graph replay of the two GEMMs, after a read flush of 256 MiB
 (bench.Timer, as scripts/time_shapes.py --graph --flush read); the routing helpers (top-k, align,
 permute, combine: humming_aot.moe) are timed on their own
-the same way, and so is the whole layer as QuantMoE runs it (route, permute, the two GEMMs, the
-activation, combine); the helpers also without the flush (us_warm: their small inputs, code and
-parameters cached, as the router GEMM and the previous layer leave them in a model). For each point the bytes of the touched experts' weights give the weight
-bandwidth (GB/s).
+the same way, and so is the whole layer as QuantMoE runs it (route, permute, the gate-up GEMM with
+the activation in it, down, combine; layer_unfused_us: the same with the gate-up GEMM and the
+activation apart); the helpers also without the flush (us_warm: their small inputs, code and
+parameters cached, as the router GEMM and the previous layer leave them in a model). The
+humming-aot points also time the gate-up GEMM with the activation (us_gate_up_act: in the kernel's
+epilogue where it can) and the GEMM followed by the activation kernel (us_gate_up_then_act). For
+each point the bytes of the touched experts' weights give the weight bandwidth (GB/s).
 Writes JSON {"device", "format", "points": [{model, tokens, impl, us, us_gate_up, us_down,
-touched_experts, weight_gbs}], "routing": [{model, tokens, us, us_warm[, parts][, layer_us]}]} and the same as a markdown table
+touched_experts, weight_gbs[, us_gate_up_act, us_gate_up_then_act]}], "routing": [{model, tokens,
+us, us_warm[, parts][, layer_us, layer_unfused_us]}]} and the same as a markdown table
 (OUT.md) after every model, and prints one line per point.
 """
 
@@ -369,21 +373,23 @@ for model in args.models.split(","):
         if stacks is not None:
             # The whole layer as QuantMoE runs it (route, permute, gate-up, the activation, down,
             # combine), one graph: what the helpers and the activation add to the two GEMMs.
-            def layer():
+            # fused: the activation in the gate-up GEMM (moe_gemm's `activation`, in the kernel's
+            # epilogue where it can), as QuantMoE runs it; else the GEMM, then moe.activate.
+            def layer(fused=True):
                 w_, i_ = moe.topk_route(logits, top_k)
                 a_ = moe.moe_align(i_, e, 1, check_ids=False)
                 routed_ = tokens * top_k
-                h_ = moe.moe_gemm(
-                    moe.permute(x, a_), stacks[0], a_.offsets, fmt, rows_per_expert=per_expert, assignments=routed_
-                )
-                y_ = moe.moe_gemm(
-                    moe.activate(h_, dtype=x.dtype), stacks[1], a_.offsets, fmt, rows_per_expert=per_expert,
-                    assignments=routed_,
-                )  # fmt: skip
-                return moe.combine(y_, a_, w_)
+                kw = {"rows_per_expert": per_expert, "assignments": routed_}
+                rows_ = moe.permute(x, a_)
+                if fused:
+                    act_ = moe.moe_gemm(rows_, stacks[0], a_.offsets, fmt, activation="silu", **kw)
+                else:
+                    act_ = moe.activate(moe.moe_gemm(rows_, stacks[0], a_.offsets, fmt, **kw), dtype=x.dtype)
+                return moe.combine(moe.moe_gemm(act_, stacks[1], a_.offsets, fmt, **kw), a_, w_)
 
             try:
                 entry["layer_us"] = median_graph_us(layer)
+                entry["layer_unfused_us"] = median_graph_us(lambda: layer(False))
             except Exception as ex:  # recorded, the run goes on
                 entry["layer_error"] = f"{type(ex).__name__}: {ex}"[:300]
         routing.append(entry)
@@ -464,6 +470,16 @@ for model in args.models.split(","):
                 }
                 if impl in FORCED or impl in heights or impl == "humming-aot":
                     row["instances"] = ran  # gate-up, down
+                if impl == "humming-aot":
+                    # The gate-up GEMM with the activation: fused where the kernel can, and the
+                    # GEMM followed by moe.activate.
+                    kw = {"rows_per_expert": per_expert, "assignments": routed}
+                    row["us_gate_up_act"] = median_graph_us(
+                        lambda: moe.moe_gemm(rows, gu, al.offsets, fmt, activation="silu", **kw)
+                    )
+                    row["us_gate_up_then_act"] = median_graph_us(
+                        lambda: moe.activate(moe.moe_gemm(rows, gu, al.offsets, fmt, **kw), dtype=x.dtype)
+                    )
             except Exception as ex:  # a peer that cannot run a shape: recorded, the run goes on
                 row = {"model": model, "tokens": tokens, "impl": impl, "error": f"{type(ex).__name__}: {ex}"[:300]}
             points.append(row)
@@ -473,7 +489,14 @@ for model in args.models.split(","):
                 print(
                     f"{model} T={tokens} {impl}: {row['us']:.1f} us (gate-up {us_parts[0]:.1f}, down "
                     f"{us_parts[1]:.1f}); {touched} experts touched, weights at {row['weight_gbs']:.0f} GB/s; "
-                    f"routing {routing[-1]['us']:.1f} us",
+                    f"routing {routing[-1]['us']:.1f} us"
+                    + (
+                        f"; gate-up with the activation {row['us_gate_up_act']:.1f} us against "
+                        f"{row['us_gate_up_then_act']:.1f} apart; layer {routing[-1].get('layer_us', 0):.1f} "
+                        f"against {routing[-1].get('layer_unfused_us', 0):.1f}"
+                        if "us_gate_up_act" in row
+                        else ""
+                    ),
                     flush=True,
                 )
     save()
