@@ -986,7 +986,7 @@ def test_default_choice_splits_k_where_few_tiles_meet_a_deep_k_and_stays_right()
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
 @pytest.mark.parametrize("activation", ["silu", "swiglu-oai"])
-def test_moe_gemm_activation_in_the_epilogue_is_bitwise_the_gemm_then_activate(activation):
+def test_moe_gemm_activation_on_the_sm90_kernels_is_bitwise_the_gemm_then_activate(activation):
     """The gated activation in the grouped kernels' epilogue (GemmArgs::glu), on every built grouped
     tile of u4g128 (symmetric and -zi), forced by name: bit for bit the same tile's plain GEMM
     followed by moe.activate, with and without the experts' biases; F = 320 (the 256-channel tiles'
