@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the lent GPU machine, one call for the experts' gated activation in the grouped GEMMs' epilogue
 # (GemmArgs::glu, moe_gemm's `activation`; written in session 37 when no GPU was lent):
-# 1. a dev build of the grouped bf16 instances and the few others tests/test_moe.py needs;
+# 1. a dev+experimental build (only +experimental builds take the epilogue's activation until
+#    this check passes) of the grouped bf16 instances and the few others tests/test_moe.py needs;
 # 2. tests/test_moe.py (its GPU tests: every grouped tile fused against the same tile's plain GEMM
 #    and the activation kernel, bit for bit);
 # 3. compute-sanitizer racecheck and memcheck over that test (the gate and up warpgroups meet
@@ -15,7 +16,7 @@ OUT="${OUT:-$PWD/build/gpu-out}"
 mkdir -p "$OUT"
 . scripts/build_filtered.sh
 start=$(date +%s)
-build_filtered "${HUMMING_FILTER:-^(sm90_wgmma_moe_a-bf16|generic_dense_a-bf16|sm80_mma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t16x128)}"
+HUMMING_PROFILE="${HUMMING_PROFILE:-dev+experimental}" build_filtered "${HUMMING_FILTER:-^(sm90_wgmma_moe_a-bf16|generic_dense_a-bf16|sm80_mma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t16x128)}"
 echo "build took $(($(date +%s) - start)) s" | tee "$OUT/glu.txt"
 python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs 2>&1 | tail -15 | tee -a "$OUT/glu.txt"
 for tool in racecheck memcheck; do

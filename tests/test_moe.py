@@ -992,9 +992,14 @@ def test_moe_gemm_activation_on_the_sm90_kernels_is_bitwise_the_gemm_then_activa
     followed by moe.activate, with and without the experts' biases; F = 320 (the 256-channel tiles'
     last tile half past F), empty experts, an expert with more rows than a tile; the library's own
     choice; a layer whose F is no multiple of 64 (the plain GEMM and the activation kernel instead);
-    a CUDA graph; and the 256-row tiles, which have no shared memory for it, refuse it by name."""
+    a CUDA graph; and the 256-row tiles, which have no shared memory for it, refuse it by name.
+    (Experimental: only +experimental builds take the epilogue's activation.)"""
+    from humming_aot._ext import C
+
     if not torch.cuda.get_device_capability() == (9, 0):
         pytest.skip("the grouped GEMM kernels are sm90 ones; this GPU is not sm_90")
+    if "experimental" not in C.build_info()["profile"]:
+        pytest.skip("the epilogue's activation is experimental: this build's profile has no +experimental")
     tested = 0
     for wfmt in ("u4g128-sbf16", "u4g128-sbf16-zi"):
         fmt = f"a-bf16_w-{wfmt}_c-bf16"

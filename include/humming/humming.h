@@ -166,7 +166,8 @@ struct GemmArgs {
   // null) for the row's expert, then activated in fp32 and rounded once more: the values, bit for
   // bit, of the plain GEMM followed by moe_activation_cuda. Instances that cannot (the CPU reference,
   // tiles without the shared memory for it: InstanceInfo::can_implement says so) refuse it; -1:
-  // the plain [m][n] output.
+  // the plain [m][n] output. Experimental (session 37: not yet run on a GPU); the torch op uses it
+  // only in builds with +experimental.
   int32_t glu = -1;
   float glu_limit = 0.0f, glu_alpha = 0.0f;
   const float *glu_bias = nullptr;
