@@ -488,7 +488,7 @@ void run_grouped(GemmArgs &args, CallPlan &plan, const torch::stable::Device &de
 }
 
 // The experts' activation (MoeActivation) of the gate-up outputs h [m, n] of a grouped GEMM with
-// `args` into out [m, n / 2]: the rows' experts from args.expert_offsets, the bias from args.glu_bias.
+// `args` into out [m, n / 2]: the bias from args.glu_bias, for the rows' experts (args.expert_offsets).
 void activate_rows(const GemmArgs &args, const Tensor &h, const Tensor &out, const torch::stable::Device &dev) {
   MoeActivation act;
   act.h_type = act.out_type = args.fmt.out;
@@ -497,8 +497,9 @@ void activate_rows(const GemmArgs &args, const Tensor &h, const Tensor &out, con
   act.inter = args.dims.n / 2;
   act.ldh = args.dims.n;
   act.bias = args.glu_bias;
-  act.offsets = args.expert_offsets;
-  act.experts = args.experts;
+  // The rows' experts only where a bias needs them (each row's expert is a search).
+  act.offsets = args.glu_bias != nullptr ? args.expert_offsets : nullptr;
+  act.experts = args.glu_bias != nullptr ? args.experts : 1;
   act.kind = args.glu;
   act.limit = args.glu_limit;
   act.alpha = args.glu_alpha;
