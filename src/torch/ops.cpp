@@ -564,7 +564,7 @@ Tensor moe_gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor
     activate_rows(act, h, out, dev);
   };
   // The epilogue's activation is experimental (written in session 37 without a GPU to run it):
-  // only builds with +experimental take it until its GPU check (scripts/gpu_glu_check.sh) passes;
+  // only builds with +experimental take it until its GPU check (scripts/gpu_s37_check.sh) passes;
   // the others run the plain GEMM and the activation kernel, the same values.
   const bool fused_built = std::strstr(build_profile(), "experimental") != nullptr;
   if (dev.is_cpu() || args.m == 0 || n % 128 != 0 || !fused_built) {
