@@ -12,7 +12,6 @@
 
 #include "humming/epilogue/store.h"
 #include "humming/humming.h"
-#include "humming/scheduler/moe_route.h"
 
 namespace humming {
 namespace epilogue {

@@ -48,6 +48,7 @@
 #include "humming/layout/sm90.h"
 #include "humming/numeric/fast_dequant.h"
 #include "humming/scheduler/moe.h"
+#include "humming/scheduler/moe_route.h"
 #include "humming/scheduler/streamk.h"
 
 namespace humming {
