@@ -361,6 +361,8 @@ def test_fp4_scales_go_to_bf16_exactly_where_that_gives_a_fast_kernel(monkeypatc
     b = torch.tensor([[0, 1, 126, 127, 128, 254]], dtype=torch.uint8)
     s = loading._scales_in(b, mx.fmt, torch.bfloat16)
     assert torch.equal(s.float(), torch.exp2(b.double() - 127).float())
+    with pytest.raises(ValueError, match=r"scale at group \[0, 2\] is NaN \(byte 0xFF\)"):
+        loading._scales_in(torch.tensor([[1, 2, 0xFF]], dtype=torch.uint8), mx.fmt, torch.bfloat16)
     assert loading._scales_rounded(F.parse_weight_format("u4g128-sf16"), F.parse_weight_format("u4g128-sbf16"))
     from humming_aot import registry
 

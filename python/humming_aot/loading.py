@@ -766,9 +766,12 @@ def _scales_rounded(old_fmt, new_fmt) -> bool:
 
 def _scales_in(scales: torch.Tensor, fmt, dtype: torch.dtype) -> torch.Tensor:
     """Stored scales of weight format ``fmt`` as values of ``dtype`` (e8m0 exponent bytes decoded,
-    not cast), element by element: the layout's order stays."""
+    not cast), element by element: the layout's order stays. A NaN scale byte (e8m0 0xFF, e4m3
+    0x7F / 0xFF) is refused as packing refuses it (it would otherwise pass as a bf16 NaN)."""
+    from .pack import _refuse_nan_scales
     from .reference import scale_value
 
+    _refuse_nan_scales(scales, fmt)
     return scale_value(scales, fmt).to(dtype)
 
 
