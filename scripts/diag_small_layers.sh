@@ -8,8 +8,8 @@
 # 3. unless PROBE=0, the same tiles rebuilt with the timeline probe and probed on two shapes.
 # Logs to $OUT. SHAPES, MS, MATCH override the points; HUMMING_PROFILE=dev+experimental builds the
 # experimental tiles too; TESTS runs those pytest paths on the build.
-# Next (session 36): HUMMING_PROFILE=dev+experimental TESTS=tests/test_gpu.py PROBE=0 \
-#   HUMMING_FILTER='^sm90_wgmma_dense_a-bf16_w-u4(g128|gc)-sbf16_c-bf16_t(32|64)x' bash scripts/diag_small_layers.sh
+# Session 37 ran it with PROBE=0 SETTINGS='-' on the three-consumer tiles (since taken out):
+# benchmarks/results/h100/tuning/h100-2026-12-05-s37-README.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/diag-small-out}"
