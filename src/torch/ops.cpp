@@ -516,10 +516,11 @@ void activate_rows(const GemmArgs &args, const Tensor &h, const Tensor &out, con
 // the experts' tiles (humming.h, grouped_pick).
 // `activation` (silu or swiglu-oai, with `limit` and `alpha`; "" for none): the experts' gated
 // activation of the weight's gate rows [0, n / 2) and up rows [n / 2, n), with `activation_bias`
-// fp32 [E, n] (gate first) where given; out is then [rows, n / 2]. On a GPU the GEMM's epilogue
-// computes it where the instance can (GemmArgs::glu: n a multiple of 128, a tile with the shared
-// memory for it), else the plain GEMM and the activation kernel run one after the other (an
-// instance named in `instance` that cannot is an error): the same values, bit for bit.
+// fp32 [E, n] (gate first) where given; out is then [rows, n / 2]. On a GPU, in +experimental
+// builds, the GEMM's epilogue computes it where the instance can (GemmArgs::glu: n a multiple of
+// 128, a tile with the shared memory for it; an instance named in `instance` that cannot is an
+// error); else the plain GEMM and the activation kernel run one after the other: the same values,
+// bit for bit.
 Tensor moe_gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &scales,
                 const std::optional<Tensor> &zeros, const Tensor &offsets, const std::string &fmt_text, int64_t layout,
                 int64_t n, int64_t k, int64_t rows_per_expert, const std::string &instance, int64_t assignments,
@@ -553,15 +554,18 @@ Tensor moe_gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor
     glu_bias = static_cast<const float *>(activation_bias->data_ptr());
   }
   Tensor out = empty_on(dev, {args.m, n / 2}, storage_type(args.fmt.out));
+  // `g` with the activation's fields (args itself keeps glu = -1: the plain GEMM, chosen as such).
+  const auto with_glu = [&](GemmArgs g) {
+    g.glu = glu, g.glu_limit = static_cast<float>(limit), g.glu_alpha = static_cast<float>(alpha);
+    g.glu_bias = glu_bias;
+    return g;
+  };
   const auto plain_then_activate = [&] {
     Tensor h = empty_on(dev, {args.m, n}, storage_type(args.fmt.out));
     args.out = h.data_ptr();
     args.ldo = n;
     run_grouped(args, plan, dev, rows_per_expert, "moe_gemm");
-    GemmArgs act = args;
-    act.glu = glu, act.glu_limit = static_cast<float>(limit), act.glu_alpha = static_cast<float>(alpha);
-    act.glu_bias = glu_bias;
-    activate_rows(act, h, out, dev);
+    activate_rows(with_glu(args), h, out, dev);
   };
   // The epilogue's activation is experimental (written in session 37 without a GPU to run it):
   // only builds with +experimental take it until its GPU check (scripts/gpu_s37_check.sh) passes;
@@ -575,9 +579,7 @@ Tensor moe_gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor
   const int index = static_cast<int>(dev.index());
   const torch::stable::accelerator::DeviceGuard guard(dev.index());
   const InstanceInfo &inst = grouped_instance(args, plan, index, rows_per_expert); // chosen as without it
-  GemmArgs fused = args;
-  fused.glu = glu, fused.glu_limit = static_cast<float>(limit), fused.glu_alpha = static_cast<float>(alpha);
-  fused.glu_bias = glu_bias;
+  GemmArgs fused = with_glu(args);
   fused.out = out.data_ptr();
   fused.ldo = n / 2;
   const Status st = inst.can_implement(fused);

@@ -17,10 +17,12 @@
 //
 // Each consumer warpgroup keeps one WGMMA group in flight: while the tensor cores run stage i, it
 // waits for stage i + 1 and builds that stage's fragments into the other of two register sets,
-// then waits for stage i, hands it back and issues stage i + 1 (see advance). At most one group is
-// ever pending, and no ordinary instruction writes its registers, so ptxas keeps the WGMMAs
+// then waits for stage i, hands it back and issues stage i + 1. At most one group is ever
+// pending, and no ordinary instruction writes its registers, so ptxas keeps the WGMMAs
 // asynchronous. Tiles where it was measured to pay (kQueue) issue stage i + 1 before they wait for
-// stage i instead (queue_next), so the tensor cores never wait for the thread between stages.
+// stage i instead, so the tensor cores never wait for the thread between stages. The loops are
+// backend/sm90/mainloops.h (advance, queue_next); the gated activation's exchange of grouped
+// tiles is backend/sm90/glu_exchange.h.
 //
 // Scales: per-channel scales and the global scale multiply the fp32 sums at the end (exact). Group
 // scales, where the registers allow a sum per group (small token counts: kSumScales), multiply the
@@ -34,6 +36,8 @@
 
 #include <string>
 
+#include "humming/backend/sm90/glu_exchange.h"
+#include "humming/backend/sm90/mainloops.h"
 #include "humming/backend/sm90/pipeline.h"
 #include "humming/backend/sm90/probe.h"
 #include "humming/backend/sm90/ptx.h"
@@ -48,7 +52,6 @@
 #include "humming/layout/sm90.h"
 #include "humming/numeric/fast_dequant.h"
 #include "humming/scheduler/moe.h"
-#include "humming/scheduler/moe_route.h"
 #include "humming/scheduler/streamk.h"
 
 namespace humming {
@@ -88,8 +91,10 @@ struct Dense {
   static constexpr bool kFloatCode = kCode.kind == kFloat;
   static constexpr bool kIntZero = Zero == static_cast<int>(ZeroKind::kInt);
   static constexpr int kTileM = BM;
-  // The template parameters the components read (backend/sm90/stage_fragments.h, stage_loads.h).
-  static constexpr int kKAtoms = KAtoms, kConsumers = Consumers, kGroupK = GroupK;
+  // The template parameters the components read (backend/sm90/stage_fragments.h, stage_loads.h,
+  // mainloops.h, glu_exchange.h).
+  static constexpr int kKAtoms = KAtoms, kConsumers = Consumers, kGroupK = GroupK, kStages = Stages;
+  static constexpr uint32_t kActId = ActId;
   static constexpr int BN = 64 * Consumers;
   static constexpr int BK = 64 * KAtoms;
   static constexpr int kConsumerThreads = 128 * Consumers;
@@ -281,183 +286,12 @@ struct Dense {
   // The stage's fragments, zero points and scales (backend/sm90/stage_fragments.h).
   using Frags = StageFragments<Dense>;
 
-  // Per consumer thread: the sums of its tile (acc) and, with kSumScales, the current stage's sums
-  // per scale group (part; with kQueue one set per fragment set, as two stages are in flight), with
-  // the fragments and scales of two stages (the one the tensor cores run and the next).
-  struct Regs {
-    float acc[kAcc];
-    float part[kQueue ? 2 : 1][kSumScales ? kSets : 1][kSumScales ? kAcc : 1];
-    uint32_t af[2][kSteps][4];
-    float sc[2][kSets][2];
-  };
+  // The consumers' walk over a segment's stages, their registers (Loop::Regs) and steps
+  // (backend/sm90/mainloops.h).
+  using Loop = Mainloops<Dense>;
 
-  // Waits for stage `pos` and builds its fragments into set `B`.
-  template <int B>
-  static __device__ __forceinline__ void fetch(const char *ring_ptr, uint32_t bars, RingPos pos, int cw, int t, int col,
-                                               const uint32_t (&bias)[2], const float (&zero)[2], Regs &r) {
-    const uint32_t full = ring_bar<Stages>(bars, 0, pos.stage), parity = pos.phase;
-    Probe::ring([=] { mbar_wait(full, parity); });
-    Frags::load(ring_ptr + pos.stage * kStageBytes, cw, t, col, bias, zero, r.af[B], r.sc[B]);
-  }
-
-  // Issues the WGMMAs of stage `pos` from fragment set `B` as one group: into the group sums (each
-  // group's first K step starts its sum afresh) or straight into the tile's sums. The fragments
-  // and sums are final before the fence (the compiler may not sink their writes past it).
-  // Pending: a group of the same sums is still in flight (kQueue), whose sums no ordinary
-  // instruction may touch meanwhile, so they are not fenced here (a fence of the registers an
-  // asynchronous WGMMA writes makes ptxas wait for it).
-  template <int B, bool Pending = false>
-  static __device__ __forceinline__ void issue(uint32_t ring, RingPos pos, Regs &r) {
-    constexpr int P = kQueue ? B : 0; // the group sums this stage goes into
-#pragma unroll
-    for (int step = 0; step < kSteps; ++step) fence_regs(r.af[B][step]);
-    if constexpr (kSumScales) {
-#pragma unroll
-      for (int g = 0; g < kSets; ++g) fence_regs(r.part[P][g]);
-    } else if constexpr (!Pending) {
-      fence_regs(r.acc);
-    }
-    wgmma_fence();
-    const uint64_t desc = desc_sw128(ring + pos.stage * kStageBytes);
-#pragma unroll
-    for (int step = 0; step < kSteps; ++step) {
-      const uint64_t d = desc + (step / 4) * (kAtomBytes >> 4) + (step % 4) * 2;
-      if constexpr (kSumScales) {
-        constexpr int kSpan = GroupK < BK ? GroupK : BK; // inputs of one group inside the stage
-        Wgmma<BM, kBf16>::run(r.part[P][Frags::scale_row(step)], r.af[B][step], d, (step * 16) % kSpan == 0 ? 0 : 1);
-      } else {
-        Wgmma<BM, kBf16>::run(r.acc, r.af[B][step], d, 1);
-      }
-    }
-    wgmma_commit();
-  }
-
-  // Adds the group sums of the retired stage (set B) into the tile's sums (kSumScales), or keeps
-  // the compiler from moving the tile's sums across the wait (FenceAcc: no group in flight).
-  template <int B, bool FenceAcc> static __device__ __forceinline__ void retire(Regs &r) {
-    constexpr int P = kQueue ? B : 0;
-    if constexpr (kSumScales) {
-#pragma unroll
-      for (int g = 0; g < kSets; ++g) {
-        fence_regs(r.part[P][g]);
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) r.acc[i] = fmaf(r.part[P][g][i], r.sc[B][g][(i % 4) / 2], r.acc[i]);
-      }
-    } else if constexpr (FenceAcc) {
-      fence_regs(r.acc);
-    }
-  }
-
-  // Completes the stage in flight (`cur`, fragment set B) and starts the next one, if any: builds
-  // the next stage's fragments into set 1 - B while the tensor cores run, waits for them, adds the
-  // group sums into the tile's sums, hands the stage back and issues the next. True at the end.
-  template <int B>
-  static __device__ __forceinline__ bool advance(uint32_t ring, const char *ring_ptr, uint32_t bars, RingPos &cur,
-                                                 bool more, int cw, int t, int col, const uint32_t (&bias)[2],
-                                                 const float (&zero)[2], Regs &r) {
-    RingPos next = cur;
-    next.advance();
-    if (more) fetch<1 - B>(ring_ptr, bars, next, cw, t, col, bias, zero, r);
-    wgmma_wait<0>();
-    retire<B, true>(r);
-    release_stage<Stages>(bars, cur.stage);
-    cur = next;
-    if (more) issue<1 - B>(ring, cur, r);
-    return !more;
-  }
-
-  // kQueue: with the stage `cur` (set B) in flight, builds the next stage's fragments into set
-  // 1 - B, queues its WGMMAs behind the running ones, then waits for `cur` alone, adds its group
-  // sums and hands it back; the tensor cores go on from one stage to the next meanwhile. Every
-  // call leaves one group in flight, so ptxas sees the same state on every path.
-  template <int B>
-  static __device__ __forceinline__ void queue_next(uint32_t ring, const char *ring_ptr, uint32_t bars, RingPos &cur,
-                                                    int cw, int t, int col, const uint32_t (&bias)[2],
-                                                    const float (&zero)[2], Regs &r) {
-    RingPos next = cur;
-    next.advance();
-    fetch<1 - B>(ring_ptr, bars, next, cw, t, col, bias, zero, r);
-    issue<1 - B, true>(ring, next, r);
-    wgmma_wait<1>();
-    retire<B, false>(r);
-    release_stage<Stages>(bars, cur.stage);
-    cur = next;
-  }
-
-  // The `n` stages of one segment from ring position `pos` (left one past the last) into r.acc.
-  static __device__ __forceinline__ void mainloop(uint32_t ring, const char *ring_ptr, uint32_t bars, RingPos &pos,
-                                                  int64_t n, int cw, int t, int col, const uint32_t (&bias)[2],
-                                                  const float (&zero)[2], Regs &r) {
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) r.acc[i] = 0.0f;
-    fetch<0>(ring_ptr, bars, pos, cw, t, col, bias, zero, r);
-    issue<0>(ring, pos, r);
-    if constexpr (kQueue) {
-      // Stage j goes into set j % 2; two stages per trip so that each set has fixed registers.
-      int64_t j = 1;
-      for (; j + 1 < n; j += 2) {
-        queue_next<0>(ring, ring_ptr, bars, pos, cw, t, col, bias, zero, r);
-        queue_next<1>(ring, ring_ptr, bars, pos, cw, t, col, bias, zero, r);
-      }
-      const auto finish = [&](auto set) {
-        constexpr int B = decltype(set)::value;
-        wgmma_wait<0>();
-        retire<B, true>(r);
-        release_stage<Stages>(bars, pos.stage);
-        pos.advance();
-      };
-      if (j < n) {
-        queue_next<0>(ring, ring_ptr, bars, pos, cw, t, col, bias, zero, r);
-        finish(std::integral_constant<int, 1>{});
-      } else {
-        finish(std::integral_constant<int, 0>{});
-      }
-    } else {
-      // Two stages per trip so that each fragment set has fixed registers.
-      for (int64_t j = 1;; j += 2) {
-        if (advance<0>(ring, ring_ptr, bars, pos, j < n, cw, t, col, bias, zero, r)) break;
-        if (advance<1>(ring, ring_ptr, bars, pos, j + 1 < n, cw, t, col, bias, zero, r)) break;
-      }
-    }
-  }
-
-  // The weight channel of the sum a thread at `col` inside the tile at n0 holds first: n0 + col, or
-  // with the gated activation (GemmArgs::glu, kGlu) gate channel n0 / 2 + col in the first half of
-  // the warpgroups and up channel F + n0 / 2 + col - BN / 2 in the second (F = n / 2).
-  static __device__ __forceinline__ int64_t weight_channel(const GemmArgs &a, int64_t n0, int col) {
-    if constexpr (kGlu)
-      if (a.glu >= 0) return n0 / 2 + col + (col >= BN / 2 ? a.dims.n / 2 - BN / 2 : 0);
-    return n0 + col;
-  }
-
-  // The gated activation's end of a tile (GemmArgs::glu) for a thread whose first sum is weight
-  // channel `channel` (weight_channel): each up thread (warpgroup cw >= half) puts its up values
-  // (epilogue::glu_inputs) into the exchange; its gate partner (warpgroup cw - half, the same
-  // thread index) turns its gate values and them into the activated outputs (moe_route::activate,
-  // as moe_activation) in its sums, with f set to 1, which the caller stores as channels
-  // n0 / 2 + col of F. Each pair of warpgroups meets twice at named barrier
-  // 2 + pair: first so that an up thread, which may be a tile ahead, never overwrites values its
-  // partner has not read yet; then so that the writes come before the reads.
-  static __device__ __forceinline__ void glu_exchange(const GemmArgs &a, char *exchange, int64_t n0, int64_t channel,
-                                                      int expert, int cw, int t, int col, float (&acc)[kAcc],
-                                                      float (&f)[2]) {
-    constexpr int kHalf = Consumers / 2;
-    const int pair = cw % kHalf;
-    float *x = reinterpret_cast<float *>(exchange) + pair * 128 * kAcc;
-    float v[kAcc];
-    epilogue::glu_inputs<ActId, kAcc>(a, expert, channel, n0 / 2 + col % (BN / 2), acc, f, v);
-    named_sync(2 + pair, 256);
-    if (cw >= kHalf) {
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i) x[i * 128 + t] = v[i];
-      named_sync(2 + pair, 256);
-      return;
-    }
-    named_sync(2 + pair, 256);
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) acc[i] = moe_route::activate(v[i], x[i * 128 + t], a.glu, a.glu_limit, a.glu_alpha);
-    f[0] = f[1] = 1.0f;
-  }
+  // The gated activation's channels and exchange (backend/sm90/glu_exchange.h).
+  using Glu = GluExchange<Dense>;
 
   static __device__ __forceinline__ void consume(const Params &p, uint32_t ring, char *ring_ptr, uint32_t bars,
                                                  volatile int *flag) {
@@ -466,7 +300,7 @@ struct Dense {
     const int cw = ct / 128, t = ct % 128, warp = t / 32, lane = t % 32;
     const int col = cw * 64 + warp * 16 + lane / 4; // first channel of this thread inside the tile
     RingPos pos;
-    Regs r;
+    typename Loop::Regs r;
     Probe::begin();
     const auto segment = [&](int64_t m0, int64_t m_end, int64_t n0, int expert, int64_t kt0, int64_t kt1,
                              int64_t tile) {
@@ -479,13 +313,13 @@ struct Dense {
       for (int h = 0; h < 2; ++h) {
         zero[h] = kFloatCode ? 0.0f : static_cast<float>(1 << (kBits - 1));
         if constexpr (kIntZero && GroupK == 0) {
-          const int64_t n = weight_channel(a, n0, col) + 8 * h;
+          const int64_t n = Glu::weight_channel(a, n0, col) + 8 * h;
           const uint8_t *zeros = static_cast<const uint8_t *>(a.zeros) + expert * a.expert_zeros_stride;
           zero[h] = n < a.dims.n_pad ? static_cast<float>(zeros[n]) : 0.0f;
         }
         bias[h] = numeric::zero_bias<kBf16>(zero[h]);
       }
-      mainloop(ring, ring_ptr, bars, pos, kt1 - kt0, cw, t, col, bias, zero, r);
+      Loop::mainloop(ring, ring_ptr, bars, pos, kt1 - kt0, cw, t, col, bias, zero, r);
       Probe::segment_done();
 
       const StreamKPlan &plan = p.plan;
@@ -505,7 +339,7 @@ struct Dense {
       // the activations' type; with K groups the sums carry the group scales already).
       // The weight channel of this thread's first sums (recomputed here rather than kept through
       // the main loop: the four-consumer tiles have no register to spare).
-      const int64_t channel = weight_channel(a, n0, col);
+      const int64_t channel = Glu::weight_channel(a, n0, col);
       float f[2];
       epilogue::channel_row_factors<ActId, GroupK == 0>(
           a, static_cast<const char *>(a.scales) + expert * a.expert_scales_stride, channel, f);
@@ -519,7 +353,7 @@ struct Dense {
           if (a.glu >= 0) {
             // The up threads store nothing (no columns): a path that returned here instead made
             // ptxas spill in the four-consumer tiles.
-            glu_exchange(a, ring_ptr + kRingBytes + kOutBytes, n0, channel, expert, cw, t, col, r.acc, f);
+            Glu::exchange(a, ring_ptr + kRingBytes + kOutBytes, n0, channel, expert, cw, t, col, r.acc, f);
             out_channel = n0 / 2 + col, out_cols = cw < Consumers / 2 ? a.dims.n / 2 : 0;
           }
         epilogue::store_wgmma_sums<ActId, kAcc, false>(a, m0, out_channel, lane, r.acc, f, m_end, out_cols);

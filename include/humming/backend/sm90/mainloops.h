@@ -1,0 +1,174 @@
+// The consumer warpgroups' main loop of the sm90 weight-only kernel (kernel/sm90_dense.cuh): each
+// consumer thread's registers (the tile's sums, the group sums, two sets of fragments) and how a
+// warpgroup walks the stages of one segment: wait for a stage and build its fragments (fetch),
+// issue its WGMMAs as one group (issue), add the retired group's sums into the tile's (retire),
+// and hand the stage back; either with one group in flight while the next stage's fragments are
+// built (advance), or, where kQueue, with the next stage's group queued behind the running one
+// before each wait (queue_next).
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "humming/backend/sm90/pipeline.h"
+#include "humming/backend/sm90/probe.h"
+#include "humming/backend/sm90/ptx.h"
+
+namespace humming {
+namespace sm90 {
+
+// K: the kernel (sm90::Dense): its tile (kTileM tokens, kAcc sums a thread, kSteps K steps of 16
+//    per stage, BK, kGroupK and kSets scale groups a stage), its ring (kStages, kStageBytes,
+//    kAtomBytes per activation box, RingPos), its operands (kBf16) and fragments (Frags:
+//    backend/sm90/stage_fragments.h), and its rules kSumScales (sums per scale group) and kQueue.
+template <class K> struct Mainloops {
+  static constexpr int kAcc = K::kAcc, kSteps = K::kSteps, kSets = K::kSets, kStages = K::kStages;
+  static constexpr int kStageBytes = K::kStageBytes, kAtomBytes = K::kAtomBytes, BM = K::kTileM, BK = K::BK;
+  static constexpr int GroupK = K::kGroupK;
+  static constexpr bool kBf16 = K::kBf16, kSumScales = K::kSumScales, kQueue = K::kQueue;
+  using RingPos = typename K::RingPos;
+  using Frags = typename K::Frags;
+
+  // Per consumer thread: the sums of its tile (acc) and, with kSumScales, the current stage's sums
+  // per scale group (part; with kQueue one set per fragment set, as two stages are in flight), with
+  // the fragments and scales of two stages (the one the tensor cores run and the next).
+  struct Regs {
+    float acc[kAcc];
+    float part[kQueue ? 2 : 1][kSumScales ? kSets : 1][kSumScales ? kAcc : 1];
+    uint32_t af[2][kSteps][4];
+    float sc[2][kSets][2];
+  };
+
+  // Waits for stage `pos` and builds its fragments into set `B`.
+  template <int B>
+  static __device__ __forceinline__ void fetch(const char *ring_ptr, uint32_t bars, RingPos pos, int cw, int t, int col,
+                                               const uint32_t (&bias)[2], const float (&zero)[2], Regs &r) {
+    const uint32_t full = ring_bar<kStages>(bars, 0, pos.stage), parity = pos.phase;
+    Probe::ring([=] { mbar_wait(full, parity); });
+    Frags::load(ring_ptr + pos.stage * kStageBytes, cw, t, col, bias, zero, r.af[B], r.sc[B]);
+  }
+
+  // Issues the WGMMAs of stage `pos` from fragment set `B` as one group: into the group sums (each
+  // group's first K step starts its sum afresh) or straight into the tile's sums. The fragments
+  // and sums are final before the fence (the compiler may not sink their writes past it).
+  // Pending: a group of the same sums is still in flight (kQueue), whose sums no ordinary
+  // instruction may touch meanwhile, so they are not fenced here (a fence of the registers an
+  // asynchronous WGMMA writes makes ptxas wait for it).
+  template <int B, bool Pending = false>
+  static __device__ __forceinline__ void issue(uint32_t ring, RingPos pos, Regs &r) {
+    constexpr int P = kQueue ? B : 0; // the group sums this stage goes into
+#pragma unroll
+    for (int step = 0; step < kSteps; ++step) fence_regs(r.af[B][step]);
+    if constexpr (kSumScales) {
+#pragma unroll
+      for (int g = 0; g < kSets; ++g) fence_regs(r.part[P][g]);
+    } else if constexpr (!Pending) {
+      fence_regs(r.acc);
+    }
+    wgmma_fence();
+    const uint64_t desc = desc_sw128(ring + pos.stage * kStageBytes);
+#pragma unroll
+    for (int step = 0; step < kSteps; ++step) {
+      const uint64_t d = desc + (step / 4) * (kAtomBytes >> 4) + (step % 4) * 2;
+      if constexpr (kSumScales) {
+        constexpr int kSpan = GroupK < BK ? GroupK : BK; // inputs of one group inside the stage
+        Wgmma<BM, kBf16>::run(r.part[P][Frags::scale_row(step)], r.af[B][step], d, (step * 16) % kSpan == 0 ? 0 : 1);
+      } else {
+        Wgmma<BM, kBf16>::run(r.acc, r.af[B][step], d, 1);
+      }
+    }
+    wgmma_commit();
+  }
+
+  // Adds the group sums of the retired stage (set B) into the tile's sums (kSumScales), or keeps
+  // the compiler from moving the tile's sums across the wait (FenceAcc: no group in flight).
+  template <int B, bool FenceAcc> static __device__ __forceinline__ void retire(Regs &r) {
+    constexpr int P = kQueue ? B : 0;
+    if constexpr (kSumScales) {
+#pragma unroll
+      for (int g = 0; g < kSets; ++g) {
+        fence_regs(r.part[P][g]);
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) r.acc[i] = fmaf(r.part[P][g][i], r.sc[B][g][(i % 4) / 2], r.acc[i]);
+      }
+    } else if constexpr (FenceAcc) {
+      fence_regs(r.acc);
+    }
+  }
+
+  // Completes the stage in flight (`cur`, fragment set B) and starts the next one, if any: builds
+  // the next stage's fragments into set 1 - B while the tensor cores run, waits for them, adds the
+  // group sums into the tile's sums, hands the stage back and issues the next. True at the end.
+  template <int B>
+  static __device__ __forceinline__ bool advance(uint32_t ring, const char *ring_ptr, uint32_t bars, RingPos &cur,
+                                                 bool more, int cw, int t, int col, const uint32_t (&bias)[2],
+                                                 const float (&zero)[2], Regs &r) {
+    RingPos next = cur;
+    next.advance();
+    if (more) fetch<1 - B>(ring_ptr, bars, next, cw, t, col, bias, zero, r);
+    wgmma_wait<0>();
+    retire<B, true>(r);
+    release_stage<kStages>(bars, cur.stage);
+    cur = next;
+    if (more) issue<1 - B>(ring, cur, r);
+    return !more;
+  }
+
+  // kQueue: with the stage `cur` (set B) in flight, builds the next stage's fragments into set
+  // 1 - B, queues its WGMMAs behind the running ones, then waits for `cur` alone, adds its group
+  // sums and hands it back; the tensor cores go on from one stage to the next meanwhile. Every
+  // call leaves one group in flight, so ptxas sees the same state on every path.
+  template <int B>
+  static __device__ __forceinline__ void queue_next(uint32_t ring, const char *ring_ptr, uint32_t bars, RingPos &cur,
+                                                    int cw, int t, int col, const uint32_t (&bias)[2],
+                                                    const float (&zero)[2], Regs &r) {
+    RingPos next = cur;
+    next.advance();
+    fetch<1 - B>(ring_ptr, bars, next, cw, t, col, bias, zero, r);
+    issue<1 - B, true>(ring, next, r);
+    wgmma_wait<1>();
+    retire<B, false>(r);
+    release_stage<kStages>(bars, cur.stage);
+    cur = next;
+  }
+
+  // The `n` stages of one segment from ring position `pos` (left one past the last) into r.acc.
+  static __device__ __forceinline__ void mainloop(uint32_t ring, const char *ring_ptr, uint32_t bars, RingPos &pos,
+                                                  int64_t n, int cw, int t, int col, const uint32_t (&bias)[2],
+                                                  const float (&zero)[2], Regs &r) {
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) r.acc[i] = 0.0f;
+    fetch<0>(ring_ptr, bars, pos, cw, t, col, bias, zero, r);
+    issue<0>(ring, pos, r);
+    if constexpr (kQueue) {
+      // Stage j goes into set j % 2; two stages per trip so that each set has fixed registers.
+      int64_t j = 1;
+      for (; j + 1 < n; j += 2) {
+        queue_next<0>(ring, ring_ptr, bars, pos, cw, t, col, bias, zero, r);
+        queue_next<1>(ring, ring_ptr, bars, pos, cw, t, col, bias, zero, r);
+      }
+      const auto finish = [&](auto set) {
+        constexpr int B = decltype(set)::value;
+        wgmma_wait<0>();
+        retire<B, true>(r);
+        release_stage<kStages>(bars, pos.stage);
+        pos.advance();
+      };
+      if (j < n) {
+        queue_next<0>(ring, ring_ptr, bars, pos, cw, t, col, bias, zero, r);
+        finish(std::integral_constant<int, 1>{});
+      } else {
+        finish(std::integral_constant<int, 0>{});
+      }
+    } else {
+      // Two stages per trip so that each fragment set has fixed registers.
+      for (int64_t j = 1;; j += 2) {
+        if (advance<0>(ring, ring_ptr, bars, pos, j < n, cw, t, col, bias, zero, r)) break;
+        if (advance<1>(ring, ring_ptr, bars, pos, j + 1 < n, cw, t, col, bias, zero, r)) break;
+      }
+    }
+  }
+};
+
+} // namespace sm90
+} // namespace humming
