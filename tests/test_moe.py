@@ -799,7 +799,7 @@ def _sm90_instances(fmt):
 @pytest.mark.parametrize("load", ["uniform", "skewed", "one", "empty"])
 def test_moe_gemm_on_the_sm90_kernels_matches_the_reference(load):
     """Every built grouped sm90 tile of four formats (e2m1 with bf16 scales: gpt-oss's MXFP4 experts
-    after their exact scale conversion, in experimental builds) runs grouped rows: expert
+    after their exact scale conversion, in dev builds) runs grouped rows: expert
     boundaries inside tiles, experts with no rows, rows not a multiple of any tile, a k of 2880
     (gpt-oss)."""
     from humming_aot import registry
