@@ -19,11 +19,20 @@
 #include <string>
 #include <type_traits>
 
+#include "humming/backend/pdl.h"
 #include "humming/humming.h"
 #include "humming/scheduler/moe_route.h"
 
 namespace humming {
 namespace {
+
+// First in every kernel here: they launch programmatically where HUMMING_PDL and the device allow
+// (backend/pdl.h, launch_chained), so none touches global memory before the kernel before it has
+// finished; then the next launch (the next helper, or a grouped GEMM) may be scheduled.
+__device__ __forceinline__ void chain_in() {
+  pdl_wait();
+  pdl_allow();
+}
 
 constexpr int kTopkWarps = 4;      // tokens per block of the top-k kernel
 constexpr int kMaxTopK = 32;       // choices a warp keeps in registers
@@ -117,6 +126,7 @@ __device__ __forceinline__ void topk_token(const MoeTopk &a, int64_t t) {
 }
 
 __global__ void topk_kernel(MoeTopk a) {
+  chain_in();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kTopkWarps + threadIdx.x / 32;
   if (t < a.tokens) topk_token(a, t);
 }
@@ -177,6 +187,7 @@ template <int P> __device__ __forceinline__ void topk_token_registers(const MoeT
 }
 
 template <int P> __global__ void topk_registers_kernel(MoeTopk a) {
+  chain_in();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kTopkWarps + threadIdx.x / 32;
   if (t < a.tokens) topk_token_registers<P>(a, t);
 }
@@ -202,6 +213,7 @@ __device__ __forceinline__ void align_count(const MoeAlign &a, int32_t *chunk_co
 }
 
 __global__ void align_count_kernel(MoeAlign a, int32_t *chunk_counts) {
+  chain_in();
   extern __shared__ int32_t hist[];
   align_count(a, chunk_counts, blockIdx.x, hist);
 }
@@ -289,6 +301,7 @@ __device__ __forceinline__ void align_scan(const MoeAlign &a, int32_t *chunk_cou
 }
 
 __global__ void align_scan_kernel(MoeAlign a, int32_t *chunk_counts, int64_t chunks, int64_t capacity) {
+  chain_in();
   align_scan(a, chunk_counts, chunks, capacity, a.offsets);
 }
 
@@ -350,6 +363,7 @@ __device__ __forceinline__ void align_place(const MoeAlign &a, const int32_t *ch
 
 // The per-warp counts in dynamic shared memory where rank_counts_bytes gives them room.
 __global__ void align_place_kernel(MoeAlign a, const int32_t *chunk_first) {
+  chain_in();
   extern __shared__ uint32_t place_smem[];
   align_place(a, chunk_first, blockIdx.x,
               rank_counts_bytes(a.experts) > 0 ? reinterpret_cast<uint8_t *>(place_smem) : nullptr);
@@ -367,6 +381,7 @@ size_t one_block_smem_bytes(int32_t experts) {
 // (One block a launch: the minimum of one block per multiprocessor lets ptxas take the registers it
 // needs; without it, it kept 32 and spilled 8 bytes, CUDA 13.0.)
 __global__ void __launch_bounds__(kAlignChunk, 1) align_one_block_kernel(MoeAlign a, int64_t capacity) {
+  chain_in();
   extern __shared__ int32_t hist[];
   int32_t *offsets = hist + a.experts;
   uint8_t *warp_counts =
@@ -380,6 +395,7 @@ __global__ void __launch_bounds__(kAlignChunk, 1) align_one_block_kernel(MoeAlig
 
 __global__ void permute_kernel(DType type, const char *x, int64_t hidden, int64_t ldx, const int32_t *sorted_ids,
                                int64_t assignments, int32_t top_k, char *out) {
+  chain_in();
   const int64_t r = blockIdx.x;
   const int64_t bytes = hidden * type.storage_bytes();
   char *dst = out + r * bytes;
@@ -475,6 +491,7 @@ struct CombineBias {
 template <Elem E>
 __global__ void combine_kernel(DType type, const void *y, int64_t rows, int64_t hidden, const int32_t *positions,
                                const float *weights, int64_t tokens, int32_t top_k, void *out, CombineBias cb) {
+  chain_in();
   for (int64_t t = blockIdx.y; t < tokens; t += gridDim.y)
     for (int64_t h = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; h < hidden;
          h += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -503,6 +520,7 @@ __global__ void combine_kernel(DType type, const void *y, int64_t rows, int64_t 
 template <Elem E>
 __global__ void combine_wide_kernel(DType type, const void *y, int64_t rows, int64_t hidden, const int32_t *positions,
                                     const float *weights, int64_t tokens, int32_t top_k, void *out, CombineBias cb) {
+  chain_in();
   const int64_t units = hidden / 8;
   for (int64_t t = blockIdx.y; t < tokens; t += gridDim.y)
     for (int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < units;
@@ -535,6 +553,7 @@ __global__ void combine_wide_kernel(DType type, const void *y, int64_t rows, int
 
 // In: the element type of the gate-up rows (a.h_type), Out: of the output (a.out_type).
 template <Elem In, Elem Out> __global__ void activation_kernel(MoeActivation a) {
+  chain_in();
   for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
     // The row's expert once per row of a block (its search is a few loads all threads share).
     const int32_t e = a.offsets != nullptr ? moe_route::expert_of_row(a.offsets, a.experts, r) : 0;
@@ -560,15 +579,15 @@ Status moe_topk_cuda(const MoeTopk &a, void *stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const unsigned grid = static_cast<unsigned>(blocks), threads = 32 * kTopkWarps;
   if (a.experts <= 32)
-    topk_registers_kernel<1><<<grid, threads, 0, s>>>(a);
+    launch_chained(topk_registers_kernel<1>, dim3(grid), dim3(threads), 0, s, a);
   else if (a.experts <= 64)
-    topk_registers_kernel<2><<<grid, threads, 0, s>>>(a);
+    launch_chained(topk_registers_kernel<2>, dim3(grid), dim3(threads), 0, s, a);
   else if (a.experts <= 128)
-    topk_registers_kernel<4><<<grid, threads, 0, s>>>(a);
+    launch_chained(topk_registers_kernel<4>, dim3(grid), dim3(threads), 0, s, a);
   else if (a.experts <= 256)
-    topk_registers_kernel<8><<<grid, threads, 0, s>>>(a);
+    launch_chained(topk_registers_kernel<8>, dim3(grid), dim3(threads), 0, s, a);
   else
-    topk_kernel<<<grid, threads, 0, s>>>(a);
+    launch_chained(topk_kernel, dim3(grid), dim3(threads), 0, s, a);
   return launched("moe_topk");
 }
 
@@ -590,23 +609,25 @@ Status moe_align_cuda(const MoeAlign &a, void *stream) {
   // without opting in.
   constexpr size_t kStaticBytes = (kAlignChunk + 64) * sizeof(int32_t);
   if (chunks == 1 && one_block_smem_bytes(a.experts) + kStaticBytes <= 48 * 1024) {
-    align_one_block_kernel<<<1, kAlignChunk, one_block_smem_bytes(a.experts), s>>>(a, capacity);
+    launch_chained(align_one_block_kernel, dim3(1), dim3(kAlignChunk), one_block_smem_bytes(a.experts), s, a, capacity);
     return launched("moe_align");
   }
   if (chunks > 0)
-    align_count_kernel<<<static_cast<unsigned>(chunks), kAlignChunk, a.experts * sizeof(int32_t), s>>>(a, chunk_counts);
-  align_scan_kernel<<<1, kScanThreads, 0, s>>>(a, chunk_counts, chunks, capacity);
+    launch_chained(align_count_kernel, dim3(static_cast<unsigned>(chunks)), dim3(kAlignChunk),
+                   a.experts * sizeof(int32_t), s, a, chunk_counts);
+  launch_chained(align_scan_kernel, dim3(1), dim3(kScanThreads), 0, s, a, chunk_counts, chunks, capacity);
   if (chunks > 0)
-    align_place_kernel<<<static_cast<unsigned>(chunks), kAlignChunk, rank_counts_bytes(a.experts), s>>>(a,
-                                                                                                        chunk_counts);
+    launch_chained(align_place_kernel, dim3(static_cast<unsigned>(chunks)), dim3(kAlignChunk),
+                   rank_counts_bytes(a.experts), s, a, chunk_counts);
   return launched("moe_align");
 }
 
 Status moe_permute_cuda(DType type, const void *x, int64_t hidden, int64_t ldx, const int32_t *sorted_ids,
                         int64_t capacity, int64_t assignments, int32_t top_k, void *out, void *stream) {
   if (capacity == 0 || hidden == 0) return Status::Ok();
-  permute_kernel<<<static_cast<unsigned>(capacity), 128, 0, static_cast<cudaStream_t>(stream)>>>(
-      type, static_cast<const char *>(x), hidden, ldx, sorted_ids, assignments, top_k, static_cast<char *>(out));
+  launch_chained(permute_kernel, dim3(static_cast<unsigned>(capacity)), dim3(128), 0, static_cast<cudaStream_t>(stream),
+                 type, static_cast<const char *>(x), hidden, ldx, sorted_ids, assignments, top_k,
+                 static_cast<char *>(out));
   return launched("moe_permute");
 }
 
@@ -633,12 +654,13 @@ Status moe_combine_cuda(DType type, const void *y, int64_t rows, int64_t hidden,
       if (wide) {
         const int threads = units < 128 ? 32 * static_cast<int>((units + 31) / 32) : 128;
         const dim3 grid(static_cast<unsigned>((units + threads - 1) / threads), token_blocks);
-        combine_wide_kernel<E>
-            <<<grid, threads, 0, s>>>(type, y, rows, hidden, positions, weights, tokens, top_k, out, cb);
+        launch_chained(combine_wide_kernel<E>, dim3(grid), dim3(threads), 0, s, type, y, rows, hidden, positions,
+                       weights, tokens, top_k, out, cb);
         return;
       }
     const dim3 grid(static_cast<unsigned>((hidden + 255) / 256), token_blocks);
-    combine_kernel<E><<<grid, 256, 0, s>>>(type, y, rows, hidden, positions, weights, tokens, top_k, out, cb);
+    launch_chained(combine_kernel<E>, dim3(grid), dim3(256), 0, s, type, y, rows, hidden, positions, weights, tokens,
+                   top_k, out, cb);
   });
   return launched("moe_combine");
 }
@@ -654,8 +676,8 @@ Status moe_activation_cuda(const MoeActivation &a, void *stream) {
                   static_cast<unsigned>(a.rows < 65535 ? a.rows : 65535));
   with_elem(a.h_type, [&](auto in) {
     with_elem(a.out_type, [&](auto out) {
-      activation_kernel<decltype(in)::value, decltype(out)::value>
-          <<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+      launch_chained(activation_kernel<decltype(in)::value, decltype(out)::value>, dim3(grid), dim3(kThreads), 0,
+                     static_cast<cudaStream_t>(stream), a);
     });
   });
   return launched("moe_activation");

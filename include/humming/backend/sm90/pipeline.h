@@ -10,6 +10,7 @@
 #include <string>
 #include <type_traits>
 
+#include "humming/backend/pdl.h"
 #include "humming/backend/sm90/ptx.h"
 #include "humming/backend/sm90/tensor_map.h"
 #include "humming/humming.h"
@@ -150,11 +151,14 @@ __device__ __forceinline__ void run_block(char *smem, Prefetch prefetch, Produce
     init_ring<Stages, Consumers, FullArrivals, ConvertArrivals>(bars);
     prefetch();
   }
-  // With HUMMING_PDL=1 this block may start while the kernel before it still runs: everything
-  // above touches only shared memory and the kernel's parameters; no global memory is read or
-  // written before the kernel before has finished (it may have written the weights, the
-  // activations or the workspace, or still read memory that this kernel's output reuses).
-  grid_dependency_wait();
+  // With programmatic launches (backend/pdl.h) this block may start while the kernel before it
+  // still runs: everything above touches only shared memory and the kernel's parameters; no global
+  // memory is read or written before the kernel before has finished (it may have written the
+  // weights, the activations or the workspace, or still read memory that this kernel's output
+  // reuses). Then the next programmatic launch may be scheduled: its blocks take multiprocessors as
+  // this grid's blocks end, and wait for the whole grid.
+  pdl_wait();
+  pdl_allow();
   __syncthreads();
   if (threadIdx.x < 128) {
     regs_dealloc<RegSplit<Consumers, ProducerRegs>::kProducer>();
@@ -223,16 +227,6 @@ template <class K> Status prepare_launch(const char *what) {
   std::string why;
   if (tensor_map_encoder(&why) == nullptr) return Status::Error(why);
   return prepare_blocks<K>(what);
-}
-
-// HUMMING_PDL=1 (read once): sm90 GEMMs launch with programmatic stream serialization, so that
-// they may start while the kernel before them (quantize_act, which lets them) finishes.
-inline bool programmatic_launch() {
-  static const bool on = [] {
-    const char *v = std::getenv("HUMMING_PDL");
-    return v != nullptr && v[0] != '\0' && std::string(v) != "0";
-  }();
-  return on;
 }
 
 // The rows of the activations' tail box of a dense launch of m rows in tiles of BM (why:

@@ -160,10 +160,6 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t smem) {
   return d;
 }
 
-// Programmatic dependent launch: waits until the grid this launch depends on has finished and its
-// memory is visible (returns at once where the launch had no programmatic dependency).
-__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-
 // Orders this thread's register writes (A fragments, accumulators) before the WGMMA that reads them.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
