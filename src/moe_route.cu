@@ -121,7 +121,7 @@ __device__ __forceinline__ void topk_token(const MoeTopk &a, int64_t t) {
   for (int j = lane; j < a.top_k; j += 32) {
     // (chosen and weight are indexed by a lane-dependent j: they live in local memory, once per token.)
     a.ids[t * a.top_k + j] = chosen[j];
-    a.weights[t * a.top_k + j] = weight[j] / denom;
+    a.weights[t * a.top_k + j] = moe_route::routed_weight(weight[j], denom, a.scaling);
   }
 }
 
@@ -129,6 +129,48 @@ __global__ void topk_kernel(MoeTopk a) {
   chain_in();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kTopkWarps + threadIdx.x / 32;
   if (t < a.tokens) topk_token(a, t);
+}
+
+// Group-limited routing (MoeTopk::n_group > 0) on a row held as topk_token_registers holds it
+// (expert lane + 32 p in slot p of each lane, `open` its slots with an expert, s the scores): v
+// becomes each expert's choice value, 0 outside the topk_group best groups (moe_route.h, as the
+// CPU reference computes it). Each group's two best values by a butterfly of shuffles (the top two
+// of the union of two pairs), its rank into lane g; then topk_group rounds of warp_best over the
+// lanes' groups (higher rank, then lower group). Up to 32 groups.
+template <int P>
+__device__ __forceinline__ void group_limit(const MoeTopk &a, int lane, uint32_t open, const float (&s)[P],
+                                            float (&v)[P]) {
+  const int32_t size = a.experts / a.n_group;
+  int32_t group[P];
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    group[p] = (lane + 32 * p) / size;
+    v[p] = open >> p & 1u ? moe_route::group_choice(s[p], a.bias, lane + 32 * p) : -INFINITY;
+  }
+  float rank = -INFINITY; // lane g: group g's
+  for (int32_t g = 0; g < a.n_group; ++g) {
+    float best = -INFINITY, second = -INFINITY;
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+      if ((open >> p & 1u) && group[p] == g) second = fmaxf(second, fminf(best, v[p])), best = fmaxf(best, v[p]);
+    for (int d = 16; d > 0; d /= 2) {
+      const float ob = __shfl_xor_sync(kAll, best, d), os = __shfl_xor_sync(kAll, second, d);
+      second = fmaxf(fminf(best, ob), fmaxf(second, os));
+      best = fmaxf(best, ob);
+    }
+    if (lane == g) rank = moe_route::group_rank(best, second, size);
+  }
+  constexpr int32_t kNone = 32;
+  uint32_t allowed = 0; // bit g: group g is among the chosen
+  for (int32_t j = 0; j < a.topk_group; ++j) {
+    float score_unused = 0.0f;
+    int32_t g = lane < a.n_group && !(allowed >> lane & 1u) ? lane : kNone;
+    warp_best(kNone, rank, score_unused, g);
+    if (g != kNone) allowed |= 1u << g;
+  }
+#pragma unroll
+  for (int p = 0; p < P; ++p)
+    if (open >> p & 1u) v[p] = moe_route::group_masked(v[p], allowed >> group[p] & 1u);
 }
 
 // top-k with the row in registers, for rows of at most 32 x P experts: each lane loads its P logits
@@ -163,6 +205,7 @@ template <int P> __device__ __forceinline__ void topk_token_registers(const MoeT
     if (!a.sigmoid) s[p] /= sum;
     v[p] = open >> p & 1u ? moe_route::rank_value(logit[p], s[p], a.bias, lane + 32 * p) : -INFINITY;
   }
+  if (a.n_group > 0) group_limit<P>(a, lane, open, s, v);
   int32_t mine = 0; // lane j keeps choice j
   float mine_w = 0.0f, total = 0.0f;
 #pragma unroll 1
@@ -182,7 +225,7 @@ template <int P> __device__ __forceinline__ void topk_token_registers(const MoeT
   const float denom = a.renormalize ? fmaxf(total, 1.17549435e-38f) : 1.0f;
   if (lane < a.top_k) {
     a.ids[t * a.top_k + lane] = mine;
-    a.weights[t * a.top_k + lane] = mine_w / denom;
+    a.weights[t * a.top_k + lane] = moe_route::routed_weight(mine_w, denom, a.scaling);
   }
 }
 
@@ -574,6 +617,12 @@ Status moe_topk_cuda(const MoeTopk &a, void *stream) {
   if (a.top_k < 1 || a.top_k > a.experts || a.top_k > kMaxTopK)
     return Status::Error("top_k must lie in [1, min(experts=" + std::to_string(a.experts) + ", " +
                          std::to_string(kMaxTopK) + ")] on the GPU, got " + std::to_string(a.top_k));
+  if (a.n_group < 0 || (a.n_group > 0 && (a.experts % a.n_group != 0 || a.topk_group < 1 || a.topk_group > a.n_group ||
+                                          a.n_group > 32 || a.experts > 256)))
+    return Status::Error("group-limited routing on the GPU takes up to 256 experts in up to 32 equal groups and "
+                         "topk_group in [1, n_group], got " +
+                         std::to_string(a.experts) + " experts, n_group=" + std::to_string(a.n_group) +
+                         ", topk_group=" + std::to_string(a.topk_group));
   if (a.tokens == 0) return Status::Ok();
   const int64_t blocks = (a.tokens + kTopkWarps - 1) / kTopkWarps;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);

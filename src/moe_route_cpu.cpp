@@ -16,6 +16,14 @@ Status moe_topk_cpu(const MoeTopk &a) {
                          std::to_string(a.top_k));
   std::vector<float> logit(static_cast<size_t>(a.experts)), sc(logit.size()), rank(logit.size());
   std::vector<int32_t> order(logit.size());
+  if (a.n_group < 0 || (a.n_group > 0 && (a.experts % a.n_group != 0 || a.topk_group < 1 || a.topk_group > a.n_group)))
+    return Status::Error("group-limited routing needs n_group dividing the " + std::to_string(a.experts) +
+                         " experts and topk_group in [1, n_group], got n_group=" + std::to_string(a.n_group) +
+                         ", topk_group=" + std::to_string(a.topk_group));
+  const size_t groups = static_cast<size_t>(a.n_group > 0 ? a.n_group : 0);
+  std::vector<float> group_value(groups);
+  std::vector<int32_t> group_order(groups);
+  std::vector<char> allowed(groups);
   for (int64_t t = 0; t < a.tokens; ++t) {
     const void *row = static_cast<const char *>(a.logits) + t * a.ld * a.logits_type.storage_bytes();
     float row_max = -INFINITY, sum = 0.0f;
@@ -27,7 +35,29 @@ Status moe_topk_cpu(const MoeTopk &a) {
     }
     if (!a.sigmoid)
       for (int32_t e = 0; e < a.experts; ++e) sc[e] /= sum;
-    for (int32_t e = 0; e < a.experts; ++e) rank[e] = moe_route::rank_value(logit[e], sc[e], a.bias, e);
+    if (a.n_group > 0) {
+      // Group-limited: each group's two best choice values, the topk_group best groups by their
+      // sum (ties to the lower group), the other groups' experts at 0.
+      const int32_t size = a.experts / a.n_group;
+      for (int32_t e = 0; e < a.experts; ++e) rank[e] = moe_route::group_choice(sc[e], a.bias, e);
+      for (int32_t g = 0; g < a.n_group; ++g) {
+        float best = -INFINITY, second = -INFINITY;
+        for (int32_t e = g * size; e < (g + 1) * size; ++e) {
+          second = std::max(second, std::min(best, rank[e]));
+          best = std::max(best, rank[e]);
+        }
+        group_value[g] = moe_route::group_rank(best, second, size);
+        group_order[g] = g;
+      }
+      std::partial_sort(
+          group_order.begin(), group_order.begin() + a.topk_group, group_order.end(),
+          [&](int32_t x, int32_t y) { return moe_route::ranks_before(group_value[x], x, group_value[y], y); });
+      std::fill(allowed.begin(), allowed.end(), 0);
+      for (int32_t j = 0; j < a.topk_group; ++j) allowed[group_order[j]] = 1;
+      for (int32_t e = 0; e < a.experts; ++e) rank[e] = moe_route::group_masked(rank[e], allowed[e / size] != 0);
+    } else {
+      for (int32_t e = 0; e < a.experts; ++e) rank[e] = moe_route::rank_value(logit[e], sc[e], a.bias, e);
+    }
     for (int32_t e = 0; e < a.experts; ++e) order[e] = e;
     std::partial_sort(order.begin(), order.begin() + a.top_k, order.end(),
                       [&](int32_t x, int32_t y) { return moe_route::ranks_before(rank[x], x, rank[y], y); });
@@ -36,7 +66,7 @@ Status moe_topk_cpu(const MoeTopk &a) {
     const float denom = a.renormalize ? std::max(chosen, 1.17549435e-38f) : 1.0f;
     for (int32_t j = 0; j < a.top_k; ++j) {
       a.ids[t * a.top_k + j] = order[j];
-      a.weights[t * a.top_k + j] = sc[order[j]] / denom;
+      a.weights[t * a.top_k + j] = moe_route::routed_weight(sc[order[j]], denom, a.scaling);
     }
   }
   return Status::Ok();

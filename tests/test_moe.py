@@ -1267,6 +1267,90 @@ def test_quant_moe_with_biases_and_clamped_swiglu_on_the_grouped_kernels_matches
     assert (got - want).norm() / want.norm() <= _MOE_TOL
 
 
+GROUP_CASES = [  # experts, n_group, topk_group, top_k, scoring, bias
+    (256, 8, 4, 8, "sigmoid", True),  # DeepSeek-V3
+    (64, 8, 3, 6, "softmax", False),
+    (128, 16, 5, 8, "sigmoid", False),  # groups of 8: several in a lane's 32-expert slot
+    (96, 2, 1, 4, "sigmoid", True),  # groups of 48 across slots
+    (32, 32, 6, 4, "softmax", True),  # groups of one expert
+]
+
+
+def _group_case(experts, n_group, topk_group, top_k, scoring, bias, tokens, seed):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(tokens, experts, generator=g)
+    b = torch.randn(experts, generator=g) * 0.1 if bias else None
+    kw = dict(scoring=scoring, correction_bias=b, n_group=n_group, topk_group=topk_group, scaling=2.5)
+    return logits, kw
+
+
+@pytest.mark.parametrize("experts,n_group,topk_group,top_k,scoring,bias", GROUP_CASES)
+def test_group_limited_routing_kernel_matches_the_torch_formula(experts, n_group, topk_group, top_k, scoring, bias):
+    """The group-limited choice in the routing op (its CPU reference here) against the same rule in
+    torch ops (moe._group_limited, DeepSeek-V3's formula): the same experts in the same order, the
+    weights to fp32 rounding (the sums' order may differ), scaled after the renormalization."""
+    logits, kw = _group_case(experts, n_group, topk_group, top_k, scoring, bias, 23, experts + n_group)
+    w, ids = moe.topk_route(logits, top_k, **kw)
+    b = None if kw["correction_bias"] is None else kw["correction_bias"].float()
+    rw, rids = moe._group_limited(logits, top_k, scoring, True, b, n_group, topk_group)
+    assert torch.equal(ids, rids)
+    torch.testing.assert_close(w, rw * 2.5, rtol=2e-6, atol=1e-7)
+    # every chosen expert lies in one of the topk_group best groups, which the kernel ranks itself
+    size = experts // n_group
+    assert all(len({int(e) // size for e in row}) <= topk_group for row in ids)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
+@pytest.mark.parametrize("experts,n_group,topk_group,top_k,scoring,bias", GROUP_CASES)
+def test_group_limited_routing_on_the_gpu_matches_the_cpu(experts, n_group, topk_group, top_k, scoring, bias):
+    """The top-k kernel's group-limited choice (group ranks by shuffles, groups by warp arg-max)
+    against the CPU reference: the same experts (the two expf differ in the last bit; these logits
+    leave no near ties), the weights to fp32 rounding; eagerly and replayed from a CUDA graph."""
+    for tokens in (1, 5, 70):
+        logits, kw = _group_case(experts, n_group, topk_group, top_k, scoring, bias, tokens, tokens + experts)
+        w_c, i_c = moe.topk_route(logits, top_k, **kw)
+        gkw = dict(kw, correction_bias=None if kw["correction_bias"] is None else kw["correction_bias"].cuda())
+        lg = logits.cuda()
+        w_g, i_g = moe.topk_route(lg, top_k, **gkw)
+        assert torch.equal(i_g.cpu(), i_c), tokens
+        torch.testing.assert_close(w_g.cpu(), w_c, rtol=2e-6, atol=1e-7)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out_w, out_i = moe.topk_route(lg, top_k, **gkw)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out_i, i_g) and torch.equal(out_w, w_g)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
+def test_group_limited_routing_past_the_kernel_takes_torch_ops_and_the_op_says_why():
+    """More than 256 experts: topk_route's torch path on the GPU (the CPU's answer); the op itself
+    refuses with the limits in the message."""
+    logits, kw = _group_case(288, 8, 3, 6, "sigmoid", True, 4, 9)
+    w_c, i_c = moe.topk_route(logits, 6, **kw)
+    w_g, i_g = moe.topk_route(logits.cuda(), 6, **dict(kw, correction_bias=kw["correction_bias"].cuda()))
+    assert torch.equal(i_g.cpu(), i_c)
+    torch.testing.assert_close(w_g.cpu(), w_c, rtol=2e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="up to 256 experts in up to 32 equal groups"):
+        torch.ops.humming.moe_topk(logits.cuda(), 6, "sigmoid", True, None, 8, 3, 1.0)
+
+
+def test_routing_op_refuses_bad_groups():
+    """The op's own checks (topk_route checks before it): groups that do not divide the experts,
+    topk_group outside [1, n_group], a negative n_group, a scaling that is not finite."""
+    logits = torch.randn(3, 32)
+    for n_group, topk_group, scaling, want in (
+        (5, 2, 1.0, "n_group dividing the 32 experts"),
+        (8, 9, 1.0, "topk_group in \\[1, n_group\\]"),
+        (-1, 0, 1.0, "n_group must be 0"),
+        (0, 0, float("inf"), "scaling must be finite"),
+    ):
+        with pytest.raises(ValueError, match=want):
+            torch.ops.humming.moe_topk(logits, 4, "sigmoid", True, None, n_group, topk_group, scaling)
+
+
 def test_combine_refuses_positions_outside_the_expert_outputs():
     """A position past the expert outputs' rows (bad input) is an error naming it on the CPU, not
     a read outside the tensor (the GPU adds nothing for such a term)."""

@@ -416,14 +416,21 @@ Status quantize_act_cuda(const ActFormat &fmt, DType x_type, const void *x, int6
 // Top-k selection from router logits [tokens][experts] (row stride ld elements; f32, f16 or bf16):
 // scores are the softmax over the experts or the sigmoid of each logit; experts rank by score
 // (plus `bias`, if given, for the choice only), ties to the lower id; weights [tokens][top_k] are
-// the chosen scores (divided by their sum with renormalize), ids [tokens][top_k] best first.
+// the chosen scores (divided by their sum with renormalize, then times `scaling`), ids
+// [tokens][top_k] best first. With n_group > 0, DeepSeek-V3's group-limited choice (noaux_tc):
+// the experts form n_group equal groups, each ranked by the sum of its two best choice values
+// (score plus bias; moe_route::group_choice), ties to the lower group; experts outside the
+// topk_group best groups count 0 for the choice. The CUDA version takes groups up to 256 experts
+// and 32 groups.
 struct MoeTopk {
   const void *logits = nullptr;
   DType logits_type;
   int64_t tokens = 0, ld = 0;
   int32_t experts = 0, top_k = 0;
   bool sigmoid = false, renormalize = true;
-  const float *bias = nullptr; // [experts] or null
+  const float *bias = nullptr;         // [experts] or null
+  int32_t n_group = 0, topk_group = 0; // group-limited choice where n_group > 0
+  float scaling = 1.0f;                // the weights' factor (DeepSeek's routed_scaling_factor)
   float *weights = nullptr;
   int32_t *ids = nullptr;
 };

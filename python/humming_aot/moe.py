@@ -52,19 +52,23 @@ def topk_route(
     [T, top_k]), best first; equal scores go to the lower expert id.
 
     ``n_group`` / ``topk_group``: DeepSeek-V3's group-limited choice (its ``noaux_tc``): the experts
-    form ``n_group`` equal groups, each group is ranked by the sum of its two best biased scores,
-    and only the experts of the ``topk_group`` best groups may be chosen (the others' biased scores
-    count as 0, as there). This path is plain torch ops (capturable, no host synchronization;
-    equal scores in torch.topk's order). ``scaling``: the weights are multiplied by it after the
-    renormalization (``routed_scaling_factor``).
+    form ``n_group`` equal groups, each group is ranked by the sum of its two best biased scores
+    (ties to the lower group), and only the experts of the ``topk_group`` best groups may be chosen
+    (the others' biased scores count as 0, as there). Up to 256 experts in up to 32 groups this is
+    the same one kernel (``moe_topk``; its CPU reference on the CPU); beyond, plain torch ops
+    (capturable, no host synchronization; equal scores in torch.topk's order). ``scaling``: the
+    weights are multiplied by it after the renormalization (``routed_scaling_factor``).
     """
     correction_bias = _check_routing(logits, top_k, scoring, correction_bias)
     _check_group_routing(logits.shape[1], top_k, n_group, topk_group, scaling)
-    if n_group is not None or topk_group is not None:
+    grouped = n_group is not None or topk_group is not None
+    if grouped and (logits.shape[1] > 256 or n_group > 32):
         weights, ids = _group_limited(logits, top_k, scoring, renormalize, correction_bias, n_group, topk_group)
-    else:
-        weights, ids = torch.ops.humming.moe_topk(_kernel_logits(logits), top_k, scoring, renormalize, correction_bias)
-    return (weights * scaling if scaling != 1.0 else weights), ids
+        return (weights * scaling if scaling != 1.0 else weights), ids
+    return torch.ops.humming.moe_topk(
+        _kernel_logits(logits), top_k, scoring, renormalize, correction_bias,
+        n_group if grouped else 0, topk_group if grouped else 0, float(scaling),
+    )  # fmt: skip
 
 
 def _check_routing(logits, top_k, scoring, correction_bias) -> torch.Tensor | None:
@@ -117,7 +121,8 @@ def _check_group_routing(num_experts: int, top_k: int, n_group, topk_group, scal
 
 
 def _group_limited(logits, top_k, scoring, renormalize, bias, n_group, topk_group):
-    """topk_route's group-limited choice (DeepSeek-V3, noaux_tc), in torch (arguments checked)."""
+    """topk_route's group-limited choice (DeepSeek-V3, noaux_tc), in torch (arguments checked), for
+    what the kernel does not take (more than 256 experts or 32 groups)."""
     size = logits.shape[1] // n_group
     scores = torch.sigmoid(logits.float()) if scoring == "sigmoid" else torch.softmax(logits.float(), -1)
     choice = scores if bias is None else scores + bias

@@ -110,7 +110,7 @@ def _moe_gemm_masked_fake(
 
 
 @torch.library.register_fake("humming::moe_topk")
-def _moe_topk_fake(logits, top_k, scoring, renormalize, bias=None):
+def _moe_topk_fake(logits, top_k, scoring, renormalize, bias=None, n_group=0, topk_group=0, scaling=1.0):
     torch._check(logits.dim() == 2, lambda: f"router logits must be 2-D [tokens, experts], got {logits.dim()}-D")
     t = logits.shape[0]
     return logits.new_empty((t, top_k), dtype=torch.float32), logits.new_empty((t, top_k), dtype=torch.int32)

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -809,7 +810,7 @@ struct TopkCall {
   Tensor weights, ids;
 };
 TopkCall topk_call(const Tensor &logits, int64_t top_k, const std::string &scoring, bool renormalize,
-                   const std::optional<Tensor> &bias) {
+                   const std::optional<Tensor> &bias, int64_t n_group, int64_t topk_group, double scaling) {
   require(logits.dim() == 2, "router logits must be 2-D [tokens, experts], got shape ", logits.sizes());
   const DType lt = dtype_of(logits.scalar_type());
   require(lt.id() != 0, "router logits must be float32, float16 or bfloat16, got ", logits.scalar_type());
@@ -828,6 +829,14 @@ TopkCall topk_call(const Tensor &logits, int64_t top_k, const std::string &scori
   a.top_k = static_cast<int32_t>(top_k);
   a.sigmoid = scoring == "sigmoid";
   a.renormalize = renormalize;
+  require(n_group >= 0, "n_group must be 0 (no groups) or positive, got ", n_group);
+  require(n_group == 0 || (experts % n_group == 0 && topk_group >= 1 && topk_group <= n_group),
+          "group-limited routing needs n_group dividing the ", experts,
+          " experts and topk_group in [1, n_group], got n_group=", n_group, ", topk_group=", topk_group);
+  require(std::isfinite(scaling), "scaling must be finite, got ", scaling);
+  a.n_group = static_cast<int32_t>(n_group);
+  a.topk_group = static_cast<int32_t>(n_group > 0 ? topk_group : 0);
+  a.scaling = static_cast<float>(scaling);
   if (bias.has_value()) {
     check_tensor(*bias, "correction bias", ScalarType::Float, dev, "the router logits");
     check_shape(*bias, "correction bias", {experts});
@@ -841,8 +850,9 @@ TopkCall topk_call(const Tensor &logits, int64_t top_k, const std::string &scori
 }
 
 std::tuple<Tensor, Tensor> moe_topk(const Tensor &logits, int64_t top_k, const std::string &scoring, bool renormalize,
-                                    const std::optional<Tensor> &bias) {
-  TopkCall c = topk_call(logits, top_k, scoring, renormalize, bias);
+                                    const std::optional<Tensor> &bias, int64_t n_group, int64_t topk_group,
+                                    double scaling) {
+  TopkCall c = topk_call(logits, top_k, scoring, renormalize, bias, n_group, topk_group, scaling);
   on_cpu_or_cuda(
       logits.device(), "moe_topk", [&] { return moe_topk_cpu(c.a); },
       [&](void *stream) { return moe_topk_cuda(c.a, stream); });
@@ -1117,7 +1127,8 @@ STABLE_TORCH_LIBRARY(humming, m) {
   // Mixture-of-experts routing (humming_aot.moe wraps them): top-k choice, alignment into
   // per-expert blocks (sorted_ids, block_expert, num_padded, positions, counts, offsets), and the
   // permutations around the experts' GEMMs.
-  m.def("moe_topk(Tensor logits, int top_k, str scoring, bool renormalize, Tensor? bias) -> (Tensor, Tensor)");
+  m.def("moe_topk(Tensor logits, int top_k, str scoring, bool renormalize, Tensor? bias, int n_group=0, "
+        "int topk_group=0, float scaling=1.0) -> (Tensor, Tensor)");
   m.def("moe_align(Tensor ids, int num_experts, int block_m) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("moe_permute(Tensor x, Tensor sorted_ids, int top_k) -> Tensor");
   m.def("moe_combine(Tensor y, Tensor positions, Tensor weights, Tensor? bias=None, Tensor? ids=None) -> Tensor");

@@ -26,6 +26,26 @@ HUMMING_HD float rank_value(float logit, float score_value, const float *bias, i
   return bias == nullptr ? logit : score_value + bias[e];
 }
 
+// The value an expert is chosen by under group-limited routing (MoeTopk::n_group > 0), as DeepSeek-V3
+// computes it: its score plus its bias (the score alone without one), and 0 where its group is not
+// among the chosen ones (`allowed`). Groups are ranked by the sum of their two best unmasked
+// values (group_rank).
+HUMMING_HD float group_choice(float score_value, const float *bias, int32_t e) {
+  return bias == nullptr ? score_value : score_value + bias[e];
+}
+HUMMING_HD float group_masked(float choice, bool allowed) { return allowed ? choice : 0.0f; }
+// A group's rank from its best and second best choice values (a group of one expert: its value).
+HUMMING_HD float group_rank(float best, float second, int32_t group_size) {
+  return group_size >= 2 ? best + second : best;
+}
+
+// A chosen expert's weight: its score over the chosen scores' sum (denom, 1 without
+// renormalization), then times the routing's scaling, rounded after each step as torch does.
+HUMMING_HD float routed_weight(float score_value, float denom, float scaling) {
+  const float w = score_value / denom;
+  return scaling == 1.0f ? w : w * scaling;
+}
+
 // Whether expert a (rank value va) ranks before expert b (vb): the higher value, then the lower id.
 HUMMING_HD bool ranks_before(float va, int32_t a, float vb, int32_t b) { return va > vb || (va == vb && a < b); }
 
