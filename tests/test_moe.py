@@ -1267,6 +1267,67 @@ def test_quant_moe_with_biases_and_clamped_swiglu_on_the_grouped_kernels_matches
     assert (got - want).norm() / want.norm() <= _MOE_TOL
 
 
+_PDL_SCRIPT = """
+import sys, torch
+import humming_aot as ha
+from humming_aot import moe
+g = torch.Generator().manual_seed(7)
+e, h, f, k = 64, 512, 256, 6
+w1, w2 = torch.randn(e, 2 * f, h, generator=g) * 0.05, torch.randn(e, h, f, generator=g) * 0.05
+bias = torch.randn(e, generator=g) * 0.1
+layer = ha.QuantMoE.from_float(
+    w1, w2, "u4g128-sbf16", k, device="cuda", layout="sm90", scoring="sigmoid", correction_bias=bias,
+    n_group=8, topk_group=4, routed_scaling=2.5)
+outs = []
+for tokens in (1, 9, 130):
+    x = torch.randn(tokens, h, generator=g).to(torch.bfloat16).cuda()
+    logits = torch.randn(tokens, e, generator=g).cuda()
+    eager = layer(x, logits)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        replayed = layer(x, logits)
+    graph.replay()
+    torch.cuda.synchronize()
+    outs += [eager.cpu(), replayed.cpu()]
+torch.save(outs, sys.argv[1])
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
+def test_programmatic_launches_change_no_bit_of_a_moe_layer(tmp_path):
+    """HUMMING_PDL (read once per process) only lets launches overlap the kernel before them: a
+    whole grouped MoE layer (group-limited routing, align, permute, both GEMMs, the activation,
+    combine) gives the same bits with programmatic launches on and off, eagerly and replayed from
+    a CUDA graph, in two processes."""
+    import os
+    import subprocess
+    import sys
+
+    from humming_aot import registry
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the grouped GEMM kernels are sm90 ones; this GPU is not sm_90")
+    if not _sm90_instances("a-bf16_w-u4g128-sbf16_c-bf16"):
+        pytest.skip("this build has no grouped sm90 instance of u4g128-sbf16 (a filtered build)")
+    assert registry.instances()  # the package is importable here, so it is in the children too
+    script = tmp_path / "layer.py"
+    script.write_text(_PDL_SCRIPT)
+    results = {}
+    for pdl in ("0", "1"):
+        out = tmp_path / f"out{pdl}.pt"
+        env = dict(os.environ, HUMMING_PDL=pdl)
+        done = subprocess.run(
+            [sys.executable, str(script), str(out)], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        results[pdl] = torch.load(out)
+    assert len(results["0"]) == len(results["1"]) == 6
+    for off, on in zip(results["0"], results["1"]):
+        assert torch.equal(off, on)
+    assert all(torch.equal(results["1"][i], results["1"][i + 1]) for i in (0, 2, 4))  # graph == eager
+
+
 GROUP_CASES = [  # experts, n_group, topk_group, top_k, scoring, bias
     (256, 8, 4, 8, "sigmoid", True),  # DeepSeek-V3
     (64, 8, 3, 6, "softmax", False),
