@@ -4,9 +4,12 @@ implementation, at several token counts, in one run (issue 14, item 6).
 Usage (on the GPU machine, after a build): python3 scripts/bench_moe.py OUT.json
     [--models deepseek-v3,qwen3-30b-a3b,mixtral-8x7b,gpt-oss-120b] [--tokens 1,8,64,...]
     [--impls humming-aot,torch-grouped-bf16,cublas-loop] [--format u4g128-sbf16] [--iters 10] [--routing-parts]
+    [--model-routing]
 
 Implementations, each on the same routing (router logits from a seeded generator, softmax top-k,
-every token's rows sorted by expert):
+every token's rows sorted by expert; with --model-routing, each model's own rule where MODEL_ROUTING
+lists it: DeepSeek-V3's sigmoid scores, correction bias and 8 groups, which humming-jit's points
+then skip):
 - humming-aot: humming_aot.moe.moe_gemm (the grouped sm90 instances) on the format, the experts'
   codes random (their values do not change the time), scales of a real quantization;
 - torch-grouped-bf16: torch._grouped_mm on bf16 experts (the unquantized baseline);
@@ -71,6 +74,9 @@ import torch.nn.functional as Fn
 from humming_aot import bench  # no humming_aot._C: the humming-jit child imports this too
 
 MODELS = bench.MOE_MODELS  # (experts, top_k, hidden H, intermediate F)
+# Routing as the checkpoints configure it (--model-routing), topk_route's keywords; the correction
+# bias is drawn per run (seeded). Models not listed route with softmax top-k, renormalized.
+MODEL_ROUTING = {"deepseek-v3": {"scoring": "sigmoid", "n_group": 8, "topk_group": 4, "scaling": 2.5, "bias": True}}
 
 ap = argparse.ArgumentParser()
 ap.add_argument("out")
@@ -83,6 +89,12 @@ ap.add_argument(
 )
 ap.add_argument("--format", default="u4g128-sbf16")
 ap.add_argument("--routing-parts", action="store_true", help="also time top-k, align, permute and combine apart")
+ap.add_argument(
+    "--model-routing",
+    action="store_true",
+    help="route each model as its checkpoint does (DeepSeek-V3: sigmoid scores, a correction bias, 8 groups of "
+    "which the best 4, scaling 2.5) instead of softmax top-k for every model",
+)
 ap.add_argument("--iters", type=int, default=10)
 ap.add_argument(
     "--jit-budget-s", type=float, default=600.0, help="wall-clock limit of the humming-jit child process (default 600)"
@@ -194,6 +206,11 @@ def jit_worker() -> None:
         del w
         for tokens in [int(t) for t in args.tokens.split(",")]:
             point = {"model": model, "tokens": tokens, "impl": "humming-jit"}
+            if args.model_routing and model in MODEL_ROUTING:
+                # This process does not load humming_aot's kernels, whose routing the others share.
+                point["error"] = "the peer is timed on softmax top-k routing only: run without --model-routing"
+                out.append(point)
+                continue
             if isinstance(jit, str) or time.perf_counter() > deadline:
                 point["error"] = (
                     jit
@@ -244,6 +261,7 @@ def jit_points() -> tuple[dict, str]:
         out = pathlib.Path(tmp) / "jit.json"
         cmd = [sys.executable, __file__, str(out), "--jit-worker", "--models", args.models, "--tokens", args.tokens]
         cmd += ["--iters", str(args.iters), "--jit-budget-s", str(args.jit_budget_s)]
+        cmd += ["--model-routing"] if args.model_routing else []
         proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
         )
@@ -321,7 +339,13 @@ def table(points: list, routing: list) -> str:
 def save() -> None:
     with open(args.out, "w") as f:
         json.dump(
-            {"device": torch.cuda.get_device_name(), "format": args.format, "points": points, "routing": routing},
+            {
+                "device": torch.cuda.get_device_name(),
+                "format": args.format,
+                "model_routing": args.model_routing,
+                "points": points,
+                "routing": routing,
+            },
             f,
             indent=0,
         )
@@ -338,11 +362,17 @@ for model in args.models.split(","):
         # [E, N, K] per GEMM; _grouped_mm takes the transposed view [E, K, N].
         bf16 = tuple(torch.randn(e, n, k, device="cuda", dtype=torch.bfloat16) * 0.02 for n, k in ((2 * f, h), (h, f)))
     code_bytes = [None if stacks is None else s.codes[0].numel() * 4 + s.scales[0].numel() * 2 for s in stacks or ()]
+    route_kw = dict(MODEL_ROUTING.get(model, {})) if args.model_routing else {}
+    if route_kw.pop("bias", False):
+        route_kw["correction_bias"] = torch.randn(
+            e, device="cuda", generator=torch.Generator(device="cuda").manual_seed(e)
+        )
+        route_kw["correction_bias"] *= 0.1
     for tokens in [int(t) for t in args.tokens.split(",")]:
         gen = torch.Generator(device="cuda").manual_seed(tokens)
         logits = torch.randn(tokens, e, device="cuda", generator=gen)
         x = torch.randn(tokens, h, device="cuda", dtype=torch.bfloat16)
-        weights, ids = moe.topk_route(logits, top_k)
+        weights, ids = moe.topk_route(logits, top_k, **route_kw)
         al = moe.moe_align(ids, e, 1)
         rows = moe.permute(x, al)
         counts = al.counts.tolist()
@@ -352,7 +382,7 @@ for model in args.models.split(","):
         def route():
             # What a layer adds around its GEMMs (as QuantMoE runs them): choose, align, permute in,
             # combine out.
-            w_, i_ = moe.topk_route(logits, top_k)
+            w_, i_ = moe.topk_route(logits, top_k, **route_kw)
             a_ = moe.moe_align(i_, e, 1, check_ids=False)
             return moe.combine(moe.permute(x, a_), a_, w_)
 
@@ -362,7 +392,7 @@ for model in args.models.split(","):
         entry["us_warm"] = statistics.median(timer.graph(route, args.iters, flush=False))
         if args.routing_parts:  # each helper on its own (graph replay after the flush, as above)
             entry["parts"] = {
-                "topk": median_graph_us(lambda: moe.topk_route(logits, top_k)),
+                "topk": median_graph_us(lambda: moe.topk_route(logits, top_k, **route_kw)),
                 "align": median_graph_us(lambda: moe.moe_align(ids, e, 1, check_ids=False)),
                 "permute": median_graph_us(lambda: moe.permute(x, al)),
                 "combine": median_graph_us(lambda: moe.combine(rows, al, weights)),
@@ -376,7 +406,7 @@ for model in args.models.split(","):
             # fused: the activation in the gate-up GEMM (moe_gemm's `activation`, in the kernel's
             # epilogue where it can), as QuantMoE runs it; else the GEMM, then moe.activate.
             def layer(fused=True):
-                w_, i_ = moe.topk_route(logits, top_k)
+                w_, i_ = moe.topk_route(logits, top_k, **route_kw)
                 a_ = moe.moe_align(i_, e, 1, check_ids=False)
                 routed_ = tokens * top_k
                 kw = {"rows_per_expert": per_expert, "assignments": routed_}
