@@ -570,9 +570,10 @@ Tensor moe_gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor
   };
   // The epilogue's activation is experimental: correct (session 38, H100: bit for bit the plain
   // GEMM then the activation kernel on every grouped tile, compute-sanitizer clean) but slower than
-  // those two launches in every measured case (scripts/bench_moe.py: Mixtral-8x7B's gate-up at 64
-  // tokens 264 against 213 us, Qwen3-30B-A3B's at one token 18.8 against 16.7), so only builds with
-  // +experimental take it; the others run the plain GEMM and the activation kernel, the same values.
+  // those two launches at 31 of 32 measured points (scripts/bench_moe.py: Mixtral-8x7B's gate-up at
+  // 64 tokens 264 against 213 us, Qwen3-30B-A3B's at one token 18.8 against 16.7), so only builds
+  // with +experimental take it; the others run the plain GEMM and the activation kernel, the same
+  // values.
   const bool fused_built = std::strstr(build_profile(), "experimental") != nullptr;
   if (dev.is_cpu() || args.m == 0 || n % 128 != 0 || !fused_built) {
     plain_then_activate();
