@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# On the lent GPU machine, session 38's calls (PART=pdl, the default, or PART=groups); logs to
-# $OUT/s38.txt.
+# On the lent GPU machine, session 38's calls (PART=pdl, the default, PART=groups, or PART=check);
+# logs to $OUT/s38.txt.
 # PART=pdl: programmatic launches (backend/pdl.h: the MoE helper kernels launch programmatically
 #   after the kernel before them and wait for it first; the sm90 GEMMs let the next launch be
 #   scheduled from their start; HUMMING_PDL=0, read once per process, turns it off, so both sides
@@ -16,6 +16,11 @@
 #   tests/test_moe.py, compute-sanitizer memcheck over the group tests, then
 #   scripts/bench_group_routing.py (the kernel against the same rule in torch ops) to
 #   $OUT/group-routing.json.
+# PART=check (written for the next session, not yet run): a build filtered to the grouped u4g128
+#   tiles, then what session 38 could not run: tests/test_moe.py (with the bitwise test of a whole
+#   layer with programmatic launches on and off), and scripts/bench_moe.py --model-routing on
+#   DeepSeek-V3 (its layer routed as its checkpoint does) with HUMMING_PDL=0, then on, to
+#   $OUT/deepseek-{off,on}.{json,md}.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -24,6 +29,18 @@ export PYTHONUNBUFFERED=1
 . scripts/build_filtered.sh
 log() { tee -a "$OUT/s38.txt"; }
 start=$(date +%s)
+if [ "${PART:-pdl}" = check ]; then
+  build_filtered "${HUMMING_FILTER:-^(sm90_wgmma_moe_a-bf16_w-u4g128|generic_dense_a-bf16_w-u4-s)}"
+  echo "build took $(($(date +%s) - start)) s" | log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs 2>&1 | tail -6 | log
+  for v in off:0 on:1; do
+    HUMMING_PDL=${v#*:} python3 scripts/bench_moe.py "$OUT/deepseek-${v%%:*}.json" --model-routing \
+      --models deepseek-v3 --tokens "${TOKENS:-1,8,64}" --impls humming-aot 2>&1 | grep -E "humming-aot:|rror" \
+      | sed "s/^/pdl ${v%%:*} /" | log
+  done
+  echo "all done at $(($(date +%s) - start)) s" | log
+  exit 0
+fi
 if [ "${PART:-pdl}" = groups ]; then
   build_filtered "${HUMMING_FILTER:-^(sm90_wgmma_moe_a-bf16_w-u4g128|generic_dense_a-bf16_w-u4-s)}"
   echo "build took $(($(date +%s) - start)) s" | log
