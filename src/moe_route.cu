@@ -617,12 +617,10 @@ Status moe_topk_cuda(const MoeTopk &a, void *stream) {
   if (a.top_k < 1 || a.top_k > a.experts || a.top_k > kMaxTopK)
     return Status::Error("top_k must lie in [1, min(experts=" + std::to_string(a.experts) + ", " +
                          std::to_string(kMaxTopK) + ")] on the GPU, got " + std::to_string(a.top_k));
-  if (a.n_group < 0 || (a.n_group > 0 && (a.experts % a.n_group != 0 || a.topk_group < 1 || a.topk_group > a.n_group ||
-                                          a.n_group > 32 || a.experts > 256)))
-    return Status::Error("group-limited routing on the GPU takes up to 256 experts in up to 32 equal groups and "
-                         "topk_group in [1, n_group], got " +
-                         std::to_string(a.experts) + " experts, n_group=" + std::to_string(a.n_group) +
-                         ", topk_group=" + std::to_string(a.topk_group));
+  if (Status st = moe_topk_check_groups(a); !st) return st;
+  if (a.n_group > 32 || (a.n_group > 0 && a.experts > 256))
+    return Status::Error("group-limited routing on the GPU takes up to 256 experts in up to 32 equal groups, got " +
+                         std::to_string(a.experts) + " experts in " + std::to_string(a.n_group));
   if (a.tokens == 0) return Status::Ok();
   const int64_t blocks = (a.tokens + kTopkWarps - 1) / kTopkWarps;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);

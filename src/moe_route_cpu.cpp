@@ -10,16 +10,21 @@
 
 namespace humming {
 
+Status moe_topk_check_groups(const MoeTopk &a) {
+  if (a.n_group < 0 || (a.n_group > 0 && (a.experts % a.n_group != 0 || a.topk_group < 1 || a.topk_group > a.n_group)))
+    return Status::Error("group-limited routing needs n_group dividing the " + std::to_string(a.experts) +
+                         " experts and topk_group in [1, n_group], got n_group=" + std::to_string(a.n_group) +
+                         ", topk_group=" + std::to_string(a.topk_group));
+  return Status::Ok();
+}
+
 Status moe_topk_cpu(const MoeTopk &a) {
   if (a.top_k < 1 || a.top_k > a.experts)
     return Status::Error("top_k must lie in [1, experts=" + std::to_string(a.experts) + "], got " +
                          std::to_string(a.top_k));
   std::vector<float> logit(static_cast<size_t>(a.experts)), sc(logit.size()), rank(logit.size());
   std::vector<int32_t> order(logit.size());
-  if (a.n_group < 0 || (a.n_group > 0 && (a.experts % a.n_group != 0 || a.topk_group < 1 || a.topk_group > a.n_group)))
-    return Status::Error("group-limited routing needs n_group dividing the " + std::to_string(a.experts) +
-                         " experts and topk_group in [1, n_group], got n_group=" + std::to_string(a.n_group) +
-                         ", topk_group=" + std::to_string(a.topk_group));
+  if (Status st = moe_topk_check_groups(a); !st) return st;
   const size_t groups = static_cast<size_t>(a.n_group > 0 ? a.n_group : 0);
   std::vector<float> group_value(groups);
   std::vector<int32_t> group_order(groups);

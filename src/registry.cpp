@@ -528,9 +528,18 @@ bool splits_k(const InstanceInfo &i) { return name_ends(i, "_ks"); }
 
 } // namespace
 
-const InstanceInfo *lone_twin(const InstanceInfo &grouped, const GemmArgs &args, int cc) {
-  const InstanceInfo *twin = find_instance(std::string(grouped.name) + "_lone");
+namespace {
+
+// The instance named as `grouped` with `suffix`, where it could run args on cc.
+const InstanceInfo *suffixed_twin(const InstanceInfo &grouped, const char *suffix, const GemmArgs &args, int cc) {
+  const InstanceInfo *twin = find_instance(std::string(grouped.name) + suffix);
   return twin != nullptr && candidate(*twin, args, cc) ? twin : nullptr;
+}
+
+} // namespace
+
+const InstanceInfo *lone_twin(const InstanceInfo &grouped, const GemmArgs &args, int cc) {
+  return suffixed_twin(grouped, "_lone", args, cc);
 }
 
 const InstanceInfo *wide_twin(const InstanceInfo &grouped, const GemmArgs &args, int cc) {
@@ -549,8 +558,7 @@ const InstanceInfo *wide_twin(const InstanceInfo &grouped, const GemmArgs &args,
 }
 
 const InstanceInfo *split_twin(const InstanceInfo &grouped, const GemmArgs &args, int cc) {
-  const InstanceInfo *twin = find_instance(std::string(grouped.name) + "_ks");
-  return twin != nullptr && candidate(*twin, args, cc) ? twin : nullptr;
+  return suffixed_twin(grouped, "_ks", args, cc);
 }
 
 GroupedVariants grouped_variants(const InstanceInfo &chosen, const GemmArgs &args, int cc) {

@@ -436,6 +436,9 @@ struct MoeTopk {
 };
 Status moe_topk_cpu(const MoeTopk &args);
 Status moe_topk_cuda(const MoeTopk &args, void *stream);
+// The group-limited choice's arguments as both versions take them (n_group 0, or dividing the
+// experts with topk_group in [1, n_group]); the CUDA version adds its limits.
+Status moe_topk_check_groups(const MoeTopk &args);
 
 // Groups the assignments ids [assignments] (expert ids) by expert into blocks of block_m rows;
 // within an expert, assignments keep their order. Outputs (capacity = align_capacity, the most

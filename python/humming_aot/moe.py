@@ -369,8 +369,9 @@ def moe_gemm(x: torch.Tensor, experts: StackedExperts, offsets: torch.Tensor, fm
     ``activation`` (one of :data:`ACTIVATIONS`; ``limit`` / ``alpha`` for "swiglu-oai"): the weight
     is a gate-up one (the F gate rows, then the F up rows) and the result is :func:`activate` of
     the GEMM's output, [rows, F], with ``activation_bias`` fp32 [E, 2F] (gate first) for each row's
-    expert where given. On a GPU, in builds with ``+experimental`` (the epilogue's activation has
-    not yet run on a GPU), the kernel computes it in its epilogue where it can (F a multiple of 64;
+    expert where given. On a GPU, in builds with ``+experimental`` (the epilogue's activation is
+    correct but was slower than the two launches on an H100, session 38), the kernel computes it in
+    its epilogue where it can (F a multiple of 64;
     every grouped tile but the 256-row one): one launch, and no [rows, 2F] output; else the GEMM and
     :func:`activate` run one after the other. Both give the same values, bit for bit."""
     from .ops import activation_operand

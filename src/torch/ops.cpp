@@ -830,10 +830,10 @@ TopkCall topk_call(const Tensor &logits, int64_t top_k, const std::string &scori
   a.top_k = static_cast<int32_t>(top_k);
   a.sigmoid = scoring == "sigmoid";
   a.renormalize = renormalize;
-  require(n_group >= 0, "n_group must be 0 (no groups) or positive, got ", n_group);
-  require(n_group == 0 || (experts % n_group == 0 && topk_group >= 1 && topk_group <= n_group),
-          "group-limited routing needs n_group dividing the ", experts,
-          " experts and topk_group in [1, n_group], got n_group=", n_group, ", topk_group=", topk_group);
+  // The rule itself is the core's (moe_topk_check_groups); here only what 32 bits must hold.
+  require(n_group >= 0 && n_group <= experts && topk_group >= 0 && topk_group <= experts,
+          "n_group must be 0 (no groups) or positive, and n_group and topk_group at most the ", experts,
+          " experts, got n_group=", n_group, ", topk_group=", topk_group);
   require(std::isfinite(scaling), "scaling must be finite, got ", scaling);
   a.n_group = static_cast<int32_t>(n_group);
   a.topk_group = static_cast<int32_t>(n_group > 0 ? topk_group : 0);
