@@ -13,3 +13,12 @@ build_filtered() {
     python3 -m pip install --no-build-isolation --no-deps -v -C "cmake.define.CMAKE_CUDA_FLAGS=${CUDAFLAGS:-}" . \
     > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 }
+
+# device_log NAME: what a device script sets up after build_filtered.sh: $OUT made, log() appending
+# what it is given to $OUT/NAME (and echoing it), unbuffered Python, and `start` for elapsed times.
+device_log() {
+  mkdir -p "$OUT"
+  export PYTHONUNBUFFERED=1
+  eval "log() { tee -a \"\$OUT/$1\"; }"
+  start=$(date +%s)
+}

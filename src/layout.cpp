@@ -85,9 +85,11 @@ Status packed_dims(int layout, const WeightFormat &fmt, int64_t n, int64_t k, Pa
   return Status::Ok();
 }
 
-uint32_t packed_code(int layout, const PackedDims &d, int bits, const uint32_t *packed, int64_t n, int64_t k) {
+uint32_t packed_code(int layout, const PackedDims &d, DType code, const uint32_t *packed, int64_t n, int64_t k) {
+  const int bits = static_cast<int>(code.bits);
   if (layout == kLayoutSm80) return layout_sm80::code_at(packed, n, k, bits, d.k_pad / layout_sm80::kBlockK);
-  if (layout == kLayoutSm90) return layout_sm90::code_at(packed, n, k, bits, d.n_pad / layout_sm90::kBlockN);
+  if (layout == kLayoutSm90)
+    return layout_sm90::code_at(packed, n, k, bits, d.n_pad / layout_sm90::kBlockN, layout_sm90::spread_fp4(code));
   if (layout == kLayoutSm90A8) return layout_sm90_a8::code_at(packed + n * d.words_per_row, k);
   return layout_generic::code_at(packed + n * d.words_per_row, k, bits);
 }
@@ -102,7 +104,9 @@ Status pack_codes_cpu(int layout, const WeightFormat &fmt, const PackedDims &d, 
   }
   if (layout == kLayoutSm90) {
     const int64_t n_blocks = d.n_pad / layout_sm90::kBlockN;
-    for (int64_t w = 0; w < d.code_words; ++w) packed[w] = layout_sm90::pack_word(codes, d.n, d.k, bits, n_blocks, w);
+    const bool spread = layout_sm90::spread_fp4(fmt.code);
+    for (int64_t w = 0; w < d.code_words; ++w)
+      packed[w] = layout_sm90::pack_word(codes, d.n, d.k, bits, n_blocks, w, spread);
     return Status::Ok();
   }
   if (layout != kLayoutGeneric && layout != kLayoutSm90A8)
@@ -119,10 +123,9 @@ Status pack_codes_cpu(int layout, const WeightFormat &fmt, const PackedDims &d, 
 Status unpack_codes_cpu(int layout, const WeightFormat &fmt, const PackedDims &d, const uint32_t *packed,
                         uint8_t *codes) {
   if (!known_layout(layout)) return Status::Error("unknown weight layout id " + std::to_string(layout));
-  const int bits = static_cast<int>(fmt.code.bits);
   for (int64_t r = 0; r < d.n; ++r)
     for (int64_t c = 0; c < d.k; ++c)
-      codes[r * d.k + c] = static_cast<uint8_t>(packed_code(layout, d, bits, packed, r, c));
+      codes[r * d.k + c] = static_cast<uint8_t>(packed_code(layout, d, fmt.code, packed, r, c));
   return Status::Ok();
 }
 

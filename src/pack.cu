@@ -28,10 +28,11 @@ __global__ void pack_codes_sm80_kernel(PackedDims d, int bits, const uint8_t *co
   packed[i] = layout_sm80::pack_word(codes, d.n, d.k, bits, d.k_pad / layout_sm80::kBlockK, i);
 }
 
-__global__ void pack_codes_sm90_kernel(PackedDims d, int bits, const uint8_t *codes, uint32_t *packed) {
+// `spread`: layout_sm90::spread_fp4 of the code type (e2m1 spreads its bits over the word).
+__global__ void pack_codes_sm90_kernel(PackedDims d, int bits, bool spread, const uint8_t *codes, uint32_t *packed) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= d.code_words) return;
-  packed[i] = layout_sm90::pack_word(codes, d.n, d.k, bits, d.n_pad / layout_sm90::kBlockN, i);
+  packed[i] = layout_sm90::pack_word(codes, d.n, d.k, bits, d.n_pad / layout_sm90::kBlockN, i, spread);
 }
 
 __global__ void pack_codes_sm90_a8_kernel(PackedDims d, const uint8_t *codes, uint32_t *packed) {
@@ -48,10 +49,11 @@ __global__ void unpack_codes_sm90_a8_kernel(PackedDims d, const uint32_t *packed
   codes[i] = static_cast<uint8_t>(layout_sm90_a8::code_at(packed + r * d.words_per_row, c));
 }
 
-__global__ void unpack_codes_sm90_kernel(PackedDims d, int bits, const uint32_t *packed, uint8_t *codes) {
+__global__ void unpack_codes_sm90_kernel(PackedDims d, int bits, bool spread, const uint32_t *packed, uint8_t *codes) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= d.n * d.k) return;
-  codes[i] = static_cast<uint8_t>(layout_sm90::code_at(packed, i / d.k, i % d.k, bits, d.n_pad / layout_sm90::kBlockN));
+  codes[i] = static_cast<uint8_t>(
+      layout_sm90::code_at(packed, i / d.k, i % d.k, bits, d.n_pad / layout_sm90::kBlockN, spread));
 }
 
 __global__ void unpack_codes_sm80_kernel(PackedDims d, int bits, const uint32_t *packed, uint8_t *codes) {
@@ -102,7 +104,7 @@ Status pack_codes_cuda(int layout, const WeightFormat &fmt, const PackedDims &d,
   }
   if (layout == kLayoutSm90) {
     pack_codes_sm90_kernel<<<blocks_for(d.code_words), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        d, static_cast<int>(fmt.code.bits), codes, packed);
+        d, static_cast<int>(fmt.code.bits), layout_sm90::spread_fp4(fmt.code), codes, packed);
     return launched("packing codes on the GPU");
   }
   if (layout == kLayoutSm80) {
@@ -126,7 +128,7 @@ Status unpack_codes_cuda(int layout, const WeightFormat &fmt, const PackedDims &
   }
   if (layout == kLayoutSm90) {
     unpack_codes_sm90_kernel<<<blocks_for(d.n * d.k), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        d, static_cast<int>(fmt.code.bits), packed, codes);
+        d, static_cast<int>(fmt.code.bits), layout_sm90::spread_fp4(fmt.code), packed, codes);
     return launched("unpacking codes on the GPU");
   }
   if (layout == kLayoutSm80) {

@@ -125,19 +125,34 @@ def _sm90_position(n, k, bits, n_blocks):
     return word, bits * (pair % ppw + (k % 2) * ppw)
 
 
-@pytest.mark.parametrize("bits", [4, 8])
-def test_sm90_layout_matches_its_definition(bits):
+def _sm90_fp4_bits(bit):
+    """Where the e2m1 code that _sm90_position puts at `bit` (4 x its slot) spreads its mantissa,
+    exponent and sign bits instead, from layout 3's definition for e2m1: slot 4 h + p (pair p, element
+    h) owns byte j = 2 (p % 2) + h; pairs 0 and 1 keep those bits at 6, 7, 1 and 8 of the byte, pairs 2
+    and 3 at 2, 3, 5 and 12 (past the byte: the word wraps)."""
+    h, p = divmod(bit // 4, 4)
+    offsets = (6, 7, 1, 8) if p < 2 else (2, 3, 5, 12)
+    return [(8 * (2 * (p % 2) + h) + o) % 32 for o in offsets]
+
+
+@pytest.mark.parametrize("fmt", ["u4gc-sbf16", "u8gc-sbf16", "e2m1gc-sbf16"])
+def test_sm90_layout_matches_its_definition(fmt):
+    bits = F.parse_weight_format(fmt).code.bits
     n, k = 70, 100
     g = torch.Generator().manual_seed(bits + 1)
     codes = torch.randint(0, 1 << bits, (n, k), generator=g, dtype=torch.int64).to(torch.uint8)
-    p = ha.pack_weight(codes, torch.ones(n, 1, dtype=torch.bfloat16), None, None, f"u{bits}gc-sbf16", layout="sm90")
+    p = ha.pack_weight(codes, torch.ones(n, 1, dtype=torch.bfloat16), None, None, fmt, layout="sm90")
     assert (p.n_pad, p.k_pad, p.layout) == (128, 128, 3)
     words = (p.codes.reshape(-1).to(torch.int64) & 0xFFFFFFFF).tolist()
     expect = [0] * len(words)
     for r in range(n):
         for c in range(k):
             w, b = _sm90_position(r, c, bits, p.n_pad // 64)
-            expect[w] |= int(codes[r, c]) << b
+            if fmt.startswith("e2m1"):
+                for i, pos in enumerate(_sm90_fp4_bits(b)):
+                    expect[w] |= ((int(codes[r, c]) >> i) & 1) << pos
+            else:
+                expect[w] |= int(codes[r, c]) << b
     assert words == expect
 
 

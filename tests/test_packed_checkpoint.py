@@ -235,12 +235,55 @@ def test_wrong_schema_version_is_refused(packed):
     out, file = packed
     manifest = json.loads((out / pc.MANIFEST).read_text())
     (out / pc.MANIFEST).write_text(json.dumps({**manifest, "schema_version": pc.SCHEMA_VERSION + 1}))
-    with pytest.raises(pc.PackedCheckpointError, match="schema version 2.*reads schema version 1"):
+    with pytest.raises(pc.PackedCheckpointError, match="schema version 3.*reads schema versions 1, 2"):
         ha.load_quantized(out, progress=False)
     (out / pc.MANIFEST).write_text(json.dumps(manifest))  # the manifest right, a shard's header not
     rewrite(file, edit_meta=lambda md: md.update({"humming_aot.schema_version": "0"}))
     with pytest.raises(pc.PackedCheckpointError, match=str(file) + ".*schema version 0"):
         ha.load_quantized(out, progress=False)
+
+
+def _as_schema_1(out):
+    """Mark a packed checkpoint (manifest and shards) as written by schema 1, before session 39."""
+    manifest = json.loads((out / pc.MANIFEST).read_text())
+    (out / pc.MANIFEST).write_text(json.dumps({**manifest, "schema_version": 1}))
+    for file in manifest["files"]:
+        rewrite(out / file, edit_meta=lambda md: md.update({"humming_aot.schema_version": "1"}))
+
+
+def test_schema_1_reads_but_for_its_e2m1_codes_in_layout_3(tmp_path, packed):
+    """Schema 2 changed only where e2m1 codes sit in a layout-3 word: a schema-1 checkpoint of other
+    codes loads as before (the same tensors), and one with e2m1 codes in layout 3 is refused, naming
+    the layer, rather than misread. In another layout the e2m1 codes of schema 1 still load."""
+    out, _ = packed
+    before = ha.load_packed(out, progress=False)
+    _as_schema_1(out)
+    after = ha.load_packed(out, progress=False)
+    assert list(after) == list(before)
+    assert all(torch.equal(after[n].packed.codes, before[n].packed.codes) for n in before)
+
+    from humming_aot import reference as R
+    from humming_aot.convert import ConvertedWeight
+
+    g = torch.Generator().manual_seed(3)
+    w = {
+        "model.layers.0.mlp.down_proj": ConvertedWeight(
+            R.quantize_weight(torch.randn(64, 96, generator=g), "e2m1g32-sbf16")
+        )
+    }
+    for layout, refused in (("sm90", True), ("generic", False)):
+        d = tmp_path / f"fp4-{layout}"
+        pc.save_packed(w, d, layout=layout, progress=False)
+        _as_schema_1(d)
+        if refused:
+            with pytest.raises(
+                pc.PackedCheckpointError,
+                match=r"'model.layers.0.mlp.down_proj' holds e2m1g32-sbf16 codes in layout 3.*schema version 1.*convert",
+            ):
+                ha.load_packed(d, progress=False)
+        else:
+            got = ha.load_packed(d, progress=False)["model.layers.0.mlp.down_proj"]
+            assert torch.equal(pack.unpack_weight(got.packed).codes, w["model.layers.0.mlp.down_proj"].weight.codes)
 
 
 def test_tampered_shapes_are_refused(packed):

@@ -86,9 +86,9 @@ const char *layout_name(int layout);
 bool known_layout(int layout); // one of the LayoutId values
 Status packed_dims(int layout, const WeightFormat &fmt, int64_t n, int64_t k, PackedDims *out);
 
-// Bits of one code of layout `layout` in the packed codes (the CPU reference and tests read codes
-// through it).
-uint32_t packed_code(int layout, const PackedDims &d, int bits, const uint32_t *packed, int64_t n, int64_t k);
+// Bits of one code of type `code` in the packed codes of layout `layout` (the CPU reference and
+// tests read codes through it; the type matters where a layout orders a type's bits its own way).
+uint32_t packed_code(int layout, const PackedDims &d, DType code, const uint32_t *packed, int64_t n, int64_t k);
 
 // CPU packing: codes are uint8 bit patterns [n][k]; scales/zeros are [n_groups_logical]
 // [k_groups_logical] elements of `elem_bytes` bytes (row-major, the logical orientation).

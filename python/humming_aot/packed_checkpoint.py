@@ -53,8 +53,12 @@ __all__ = [
 MANIFEST = "humming_aot_packed.json"
 FORMAT = "humming-aot-packed"
 # Bump when the stored tensors or their meaning change (names, packing of a layout, metadata keys);
-# a loader accepts only its own schema version, since an old file would be misread, not just slow.
-SCHEMA_VERSION = 1
+# a loader accepts only the schema versions it reads right, since an old file would be misread, not
+# just slow. Schema 2 (session 39) spreads the bits of e2m1 codes in layout 3 (layout/sm90.h); a
+# schema-1 file reads the same in every other layout and format, so it stays readable but for its
+# e2m1 weights in layout 3, which are refused (_check_codes).
+SCHEMA_VERSION = 2
+_READABLE_SCHEMAS = ("1", "2")
 _SUFFIXES = ("hm_codes", "hm_scales", "hm_zeros", "hm_global_scale", "hm_perm")
 
 
@@ -217,15 +221,16 @@ def _save_file():
     return save_file
 
 
-def _check_schema(where: str, fmt, schema, want_layout: int | None, layout) -> None:
+def _check_schema(where: str, fmt, schema, want_layout: int | None, layout) -> int:
+    """The file's schema version, once its format, schema and layout are ones this version reads."""
     from .pack import LAYOUT_NAMES
 
     if fmt != FORMAT:
         raise PackedCheckpointError(f"{where}: format is {fmt!r}, not {FORMAT!r}: not a humming-aot packed checkpoint")
-    if str(schema) != str(SCHEMA_VERSION):
+    if str(schema) not in _READABLE_SCHEMAS:
         raise PackedCheckpointError(
             f"{where}: packed with schema version {schema}; this humming-aot ({_version()}) reads schema "
-            f"version {SCHEMA_VERSION} only: convert the source checkpoint again with this version"
+            f"versions {', '.join(_READABLE_SCHEMAS)}: convert the source checkpoint again with this version"
         )
     if want_layout is not None and int(layout) != want_layout:
         have = LAYOUT_NAMES.get(int(layout), "unknown")
@@ -233,6 +238,24 @@ def _check_schema(where: str, fmt, schema, want_layout: int | None, layout) -> N
             f"{where}: packed for layout {layout} ({have}), but layout {want_layout} "
             f"({LAYOUT_NAMES[want_layout]}) was asked for: convert the source checkpoint with "
             f"--arch {LAYOUT_NAMES[want_layout]} (packed weights are not converted between layouts)"
+        )
+    return int(schema)
+
+
+def _check_codes(where: str, key: str, meta: dict, schema: int, layout: int) -> None:
+    """Refuse a weight whose stored codes this version would misread: e2m1 codes in layout 3 from
+    schema 1, packed as contiguous nibbles before their bits were spread (see SCHEMA_VERSION)."""
+    from . import formats as F
+
+    if schema >= 2 or layout != 3:
+        return
+    code = F.parse_weight_format(str(meta["fmt"])).code
+    if code.kind == F.KIND_FLOAT and code.bits == 4:
+        raise PackedCheckpointError(
+            f"{where}: layer {key!r} holds {meta['fmt']} codes in layout 3 (sm90) packed with schema version "
+            f"{schema}, whose e2m1 bit order this humming-aot ({_version()}) no longer reads (schema "
+            f"{SCHEMA_VERSION} spreads each code's bits for a faster conversion): convert the source "
+            f"checkpoint again with this version"
         )
 
 
@@ -281,6 +304,7 @@ def load_packed(
         raise PackedCheckpointError(f"{mpath}: cannot read the packed checkpoint's manifest ({e})") from e
     _check_schema(mpath, manifest.get("format"), manifest.get("schema_version"), want, manifest.get("layout"))
     lid = int(manifest["layout"])
+    schemas: dict[str, int] = {}
     dev = torch.device(device) if device is not None else torch.device("cpu")
     shards = _Shards(directory)
     out: dict[str, PackedLayer | list[PackedLayer]] = {}
@@ -294,7 +318,7 @@ def load_packed(
             if file not in headers:
                 h = shards._open(file)
                 md = h.metadata() or {}
-                _check_schema(
+                schemas[file] = _check_schema(
                     path,
                     md.get("humming_aot.format"),
                     md.get("humming_aot.schema_version"),
@@ -309,6 +333,7 @@ def load_packed(
                 meta = headers[file].get(key)
                 if meta is None:
                     raise PackedCheckpointError(f"{path}: its header has no metadata for layer {key!r}")
+                _check_codes(path, key, meta, schemas[file], lid)
                 got.append(_read_weight(shards, file, path, key, meta, lid, dev, PackedWeight))
             out[prefix] = got[0] if parts is None else got
     finally:

@@ -13,6 +13,7 @@
 #include "humming/backend/sm90/operand_convert.h"
 #include "humming/backend/sm90/stage_convert.h"
 #include "humming/humming.h"
+#include "humming/layout/sm90.h"
 #include "humming/layout/sm90_a8.h"
 #include "humming/numeric/nibble_lut.h"
 #include "humming/scheduler/moe.h"
@@ -534,6 +535,50 @@ void test_nibble_operands() {
   }
 }
 
+// Layout 3's spread e2m1 order (layout/sm90.h) read the way the sm90 weight-only kernels read it:
+// a 64 x 64 block of random codes packed by pack_word, each thread's words found by word_in_block,
+// each register pair made by e2m1_operand_bits (numeric/nibble_lut.h). Register r of K step s of
+// thread t (warp w, lane l) must hold the bf16 bits of 2^-126 x the values of channel
+// 16 w + l / 4 + 8 (r % 2), inputs 16 s + 2 (l % 4) + 8 (r / 2) + {0, 1} (the PTX ISA's m64nNk16 A
+// fragment), computed here from the codes' values in float. take_code must give every code back.
+template <int P> uint32_t fp4_bits_of(uint32_t w) { return numeric::e2m1_operand_bits<P>(w); }
+
+void test_sm90_fp4_operands() {
+  std::mt19937 rng(5);
+  constexpr int kN = 64, kK = 64;
+  std::vector<uint8_t> codes(kN * kK);
+  for (auto &c : codes) c = static_cast<uint8_t>(rng() & 0xFu);
+  std::vector<uint32_t> block(layout_sm90::words_per_block(4));
+  for (size_t w = 0; w < block.size(); ++w) block[w] = layout_sm90::pack_word(codes.data(), kN, kK, 4, 1, w, true);
+  int bad = 0;
+  for (int t = 0; t < 128; ++t)
+    for (int pair = 0; pair < 16; ++pair) {
+      const uint32_t word = block[layout_sm90::word_in_block(t, pair / 4)];
+      const uint32_t got = pair % 4 == 0   ? fp4_bits_of<0>(word)
+                           : pair % 4 == 1 ? fp4_bits_of<1>(word)
+                           : pair % 4 == 2 ? fp4_bits_of<2>(word)
+                                           : fp4_bits_of<3>(word);
+      const int s = pair / 4, r = pair % 4, lane = t % 32;
+      const int n = 16 * (t / 32) + lane / 4 + 8 * (r % 2);
+      for (int h = 0; h < 2; ++h) {
+        const int k = 16 * s + 2 * (lane % 4) + 8 * (r / 2) + h;
+        const float v = std::ldexp(decode(dtypes::e2m1, codes[n * kK + k]), -126);
+        uint32_t f;
+        std::memcpy(&f, &v, 4);
+        const uint32_t want = f >> 16; // the values have two significant bits: bf16 holds them exactly
+        if (((got >> (16 * h)) & 0xFFFFu) != want && bad++ < 5)
+          EXPECT(false, "thread %d pair %d element %d (channel %d, input %d): %04x, not %04x", t, pair, h, n, k,
+                 (got >> (16 * h)) & 0xFFFFu, want);
+      }
+    }
+  for (int n = 0; n < kN; ++n)
+    for (int k = 0; k < kK; ++k)
+      if (layout_sm90::code_at(block.data(), n, k, 4, 1, true) != codes[n * kK + k] && bad++ < 5)
+        EXPECT(false, "code (%d, %d) read back as %u, not %u", n, k,
+               layout_sm90::code_at(block.data(), n, k, 4, 1, true), codes[n * kK + k]);
+  EXPECT(bad == 0, "layout 3's e2m1 operands: %d wrong", bad);
+}
+
 // The W4A8 register fragments (backend/sm90/operand_convert.h): a box of random codes, laid out as
 // the TMA's 64-byte swizzle leaves it (16-byte unit u of 64-byte row r at unit u ^ ((r / 2) % 4)),
 // read by every thread of both warpgroups of a 128-row box; register r of k32 step s of thread t
@@ -982,6 +1027,7 @@ int main() {
   test_half_conversions();
   test_nibble_operands();
   test_nibble_fragments();
+  test_sm90_fp4_operands();
   test_sm80_a8_fragments();
   test_stage_conversion();
   test_grouped_walk_rule();

@@ -13,6 +13,15 @@
 // 16 w + l / 4 + 8 (r % 2) and inputs 16 s + 2 (l % 4) + 8 (r / 2) + {0, 1}. Its first element sits
 // at bit bits * p, its second at bit bits * (p + pairs_per_word): the same pairing as layout 2, so
 // the same shift-and-mask turns a word into register pairs (numeric/fast_dequant.h).
+//
+// e2m1 (FP4) codes spread their four bits over the word instead (fp4_bit), so that the kernels make
+// each pair's operand bits with one byte permute and one AND, after three rotations of the word that
+// its four pairs share (numeric/nibble_lut.h e2m1_operand_bits): 2.75 integer instructions a pair,
+// where contiguous nibbles took five (e2m1 ran 14-23 % slower than u4 on the H100, session 38). Pairs
+// 0 and 1 keep code p + 4h in byte j = 2p + h with its mantissa and low exponent bit at bits 6, 7 of
+// the byte, its high exponent bit at bit 1 and its sign at bit 0 of the next byte; pairs 2 and 3 in
+// byte j = 2 (p - 2) + h with those bits at 2, 3, 5 and bit 4 of the next byte. Weights packed with
+// nibbles (packed-checkpoint schema 1) are refused by the loader (packed_checkpoint.py).
 #pragma once
 
 #include <cstdint>
@@ -51,9 +60,38 @@ __device__ __forceinline__ void load_thread_words(const uint32_t *block, int t, 
 }
 #endif
 
+// Whether codes of type `code` use the spread FP4 bit order (e2m1 only: the other float and integer
+// codes keep contiguous fields).
+HUMMING_HD constexpr bool spread_fp4(DType code) { return code.kind == kFloat && code.bits == 4; }
+
+// Bit of the word that holds bit b (0 mantissa, 1 and 2 exponent, 3 sign) of the e2m1 code of pair
+// slot p (0..3), element h (0 first, 1 second), in the spread order.
+HUMMING_HD constexpr int fp4_bit(int p, int h, int b) {
+  // Offsets in the code's byte of mantissa, exponent 0, exponent 1 and sign (the sign's past the byte).
+  constexpr int kLow[4] = {6, 7, 1, 8}, kHigh[4] = {2, 3, 5, 12};
+  return (8 * (2 * (p % 2) + h) + (p < 2 ? kLow[b] : kHigh[b])) % 32;
+}
+
+// `code` (bits wide) put into its place for pair slot p, element h of a word.
+HUMMING_HD uint32_t place_code(uint32_t code, int p, int h, int bits, bool spread) {
+  if (!spread) return code << (bits * (p + h * pairs_per_word(bits)));
+  uint32_t w = 0;
+  for (int b = 0; b < 4; ++b) w |= ((code >> b) & 1u) << fp4_bit(p, h, b);
+  return w;
+}
+
+// The code of pair slot p, element h of `word`.
+HUMMING_HD uint32_t take_code(uint32_t word, int p, int h, int bits, bool spread) {
+  if (!spread) return (word >> (bits * (p + h * pairs_per_word(bits)))) & ((1u << bits) - 1u);
+  uint32_t c = 0;
+  for (int b = 0; b < 4; ++b) c |= ((word >> fp4_bit(p, h, b)) & 1u) << b;
+  return c;
+}
+
 struct Position {
   int64_t word; // uint32 index into the packed codes
-  int bit;      // bit offset of the code inside that word
+  int pair;     // pair slot (0 .. pairs_per_word - 1) of the code inside that word
+  int half;     // 0 for the pair's first element (even input), 1 for its second
 };
 
 // Where code (n, k) is stored; n_blocks = n_pad / 64.
@@ -66,12 +104,13 @@ HUMMING_HD Position position(int64_t n, int64_t k, int bits, int64_t n_blocks) {
   const int pair = s * 4 + hi_k * 2 + hi_row;
   const int ppw = pairs_per_word(bits);
   const int64_t word = (kb * n_blocks + nb) * words_per_block(bits) + word_in_block(t, pair / ppw);
-  return Position{word, bits * (pair % ppw + h * ppw)};
+  return Position{word, pair % ppw, h};
 }
 
 // Word `w` of the packed codes from unpacked codes (uint8 bit patterns [n][k]; channels and inputs
-// past n, k are padding and pack as 0).
-HUMMING_HD uint32_t pack_word(const uint8_t *codes, int64_t n, int64_t k, int bits, int64_t n_blocks, int64_t w) {
+// past n, k are padding and pack as 0); `spread`: spread_fp4 of the code type.
+HUMMING_HD uint32_t pack_word(const uint8_t *codes, int64_t n, int64_t k, int bits, int64_t n_blocks, int64_t w,
+                              bool spread) {
   const int wpb = words_per_block(bits), ppw = pairs_per_word(bits);
   const int64_t block = w / wpb;
   const int in_block = static_cast<int>(w % wpb);
@@ -88,15 +127,15 @@ HUMMING_HD uint32_t pack_word(const uint8_t *codes, int64_t n, int64_t k, int bi
     const int64_t nn = nb * kBlockN + warp * 16 + lane / 4 + 8 * (r % 2);
     for (int h = 0; h < 2; ++h) {
       const int64_t kk = kb * kBlockK + s * 16 + 2 * (lane % 4) + 8 * (r / 2) + h;
-      if (nn < n && kk < k) word |= (codes[nn * k + kk] & mask) << (bits * (p + h * ppw));
+      if (nn < n && kk < k) word |= place_code(codes[nn * k + kk] & mask, p, h, bits, spread);
     }
   }
   return word;
 }
 
-HUMMING_HD uint32_t code_at(const uint32_t *packed, int64_t n, int64_t k, int bits, int64_t n_blocks) {
+HUMMING_HD uint32_t code_at(const uint32_t *packed, int64_t n, int64_t k, int bits, int64_t n_blocks, bool spread) {
   const Position pos = position(n, k, bits, n_blocks);
-  return (packed[pos.word] >> pos.bit) & ((1u << bits) - 1u);
+  return take_code(packed[pos.word], pos.pair, pos.half, bits, spread);
 }
 
 } // namespace layout_sm90

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# On the lent GPU machine, session 39's calls; logs to $OUT/s39.txt.
+# PART=new (the default): layout 3's spread e2m1 bit order (layout/sm90.h fp4_bit; the kernels turn
+#   a word's four pairs into bf16 operands with three rotations, four PRMTs and four ANDs):
+#   1. a build of the e2m1 and u4g128 bf16 sm90 instances (dense and grouped), the generic ones the
+#      tests fall back to, and the sm80 tile the MoE per-expert test needs;
+#   2. tests/test_gpu.py -k "e2m1 or pack" and all of tests/test_moe.py (it holds the grouped e2m1
+#      tests and session 38's never-run bitwise test of a layer with programmatic launches off / on);
+#   3. graph us after a read flush, e2m1g32-sbf16 and u4g128-sbf16 in the same run (SHAPES, MS).
+# PART=moe (next, on the warm machine, no build): bench_moe's layer in both formats (MODELS, TOKENS) to
+#   $OUT/moe-{e2m1,u4}-new.json, then session 38's unrun check: DeepSeek-V3's layer routed as its
+#   checkpoint does (bench_moe --model-routing), HUMMING_PDL off then on, to $OUT/deepseek-{off,on}.json.
+# PART=old (right after, on the warm machine): applies AB_PATCH (the reverse of this session's
+#   layout and kernel diff, an untracked file), rebuilds the e2m1 instances alone and times them the
+#   same way: the A/B of the bit order on one machine.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/build/gpu-out}"
+. scripts/build_filtered.sh
+device_log s39.txt
+SHAPES="${SHAPES:-28672x8192,8192x8192,5760x2880,2880x4096}"
+MS="${MS:-1,16,64,256,1024}"
+time_formats() { # $1: label; the rest: formats
+  local label=$1
+  shift
+  for f in "$@"; do
+    python3 scripts/time_shapes.py "$SHAPES" "$MS" --format "$f" --graph --flush read --iters 10 2>&1 \
+      | sed "s/^/$label $f /" | log
+  done
+}
+moe_formats() { # $1: label; the rest: formats
+  local label=$1
+  shift
+  for f in "$@"; do
+    python3 scripts/bench_moe.py "$OUT/moe-${f%%g*}-$label.json" --format "$f" \
+      --models "${MODELS:-qwen3-30b-a3b,gpt-oss-120b,mixtral-8x7b}" --tokens "${TOKENS:-1,8,64,256}" \
+      --impls humming-aot 2>&1 | grep -E "humming-aot:|rror" | sed "s/^/$label $f /" | log
+  done
+}
+if [ "${PART:-new}" = old ]; then
+  command -v patch > /dev/null && patch -p1 --forward -i "$AB_PATCH" > "$OUT/patch.log" 2>&1 \
+    || git apply "$AB_PATCH" >> "$OUT/patch.log" 2>&1 || { echo "the patch does not apply" | log; exit 1; }
+  build_filtered '^(sm90_wgmma_(dense|moe)_a-bf16_w-e2m1g32-sbf16_c-bf16)'
+  echo "old build took $(($(date +%s) - start)) s" | log
+  time_formats old e2m1g32-sbf16
+  moe_formats old e2m1g32-sbf16
+  echo "all done at $(($(date +%s) - start)) s" | log
+  exit 0
+fi
+if [ "${PART:-new}" = new ]; then
+build_filtered "${HUMMING_FILTER:-^(sm90_wgmma_(dense|moe)_a-bf16_w-(e2m1g(16|32)|u4g128)-sbf16_c-bf16|generic_dense_a-bf16_w-(u4|e2m1)-s|sm80_mma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t16x128)}"
+echo "build took $(($(date +%s) - start)) s" | log
+python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rfs -k "e2m1 or pack" 2>&1 | tail -8 | sed "s/^/test_gpu /" | log
+python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs 2>&1 | tail -8 | sed "s/^/test_moe /" | log
+echo "tests done at $(($(date +%s) - start)) s" | log
+time_formats new e2m1g32-sbf16 u4g128-sbf16
+echo "all done at $(($(date +%s) - start)) s" | log
+fi
+if [ "${PART:-new}" = moe ]; then
+moe_formats new e2m1g32-sbf16 u4g128-sbf16
+for v in off:0 on:1; do
+  HUMMING_PDL=${v#*:} python3 scripts/bench_moe.py "$OUT/deepseek-${v%%:*}.json" --model-routing \
+    --models deepseek-v3 --tokens 1,8,64 --impls humming-aot 2>&1 | grep -E "humming-aot:|rror" \
+    | sed "s/^/pdl ${v%%:*} /" | log
+done
+echo "all done at $(($(date +%s) - start)) s" | log
+fi
