@@ -267,20 +267,10 @@ Status launch_blocks(const typename K::Params &p, const GemmArgs &args, void *st
                          " bytes of workspace (its first 64 KiB zeroed), got " + std::to_string(args.workspace_bytes));
   Status st = prepare_blocks<K>(what);
   if (!st) return st;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(p.plan.blocks));
-  config.blockDim = dim3(K::kThreads);
-  config.dynamicSmemBytes = K::kSmemTotal;
-  config.stream = static_cast<cudaStream_t>(stream);
-  cudaLaunchAttribute attr[1];
-  if (programmatic_launch()) {
-    // The block's prologue (barriers, tensor-map prefetch) overlaps the tail of the kernel before.
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attr;
-    config.numAttrs = 1;
-  }
-  cudaError_t e = cudaLaunchKernelEx(&config, dense_kernel<K>, p);
+  // Chained (backend/pdl.h): the block's prologue (barriers, tensor-map prefetch) overlaps the tail
+  // of the kernel before.
+  cudaError_t e = launch_chained(dense_kernel<K>, dim3(static_cast<unsigned>(p.plan.blocks)), dim3(K::kThreads),
+                                 K::kSmemTotal, static_cast<cudaStream_t>(stream), p);
   if (e == cudaSuccess) e = cudaGetLastError();
   if (e != cudaSuccess) return Status::Error(std::string(what) + " failed to launch: " + cudaGetErrorString(e));
   return Status::Ok();
