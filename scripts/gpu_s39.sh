@@ -2,8 +2,9 @@
 # On the lent GPU machine, session 39's calls; logs to $OUT/s39.txt.
 # PART=new (the default): layout 3's spread e2m1 bit order (layout/sm90.h fp4_bit; the kernels turn
 #   a word's four pairs into bf16 operands with three rotations, four PRMTs and four ANDs):
-#   1. a build of the e2m1 and u4g128 bf16 sm90 instances (dense and grouped), the generic ones the
-#      tests fall back to, and the sm80 tile the MoE per-expert test needs;
+#   1. a build (profile full: its bf16 sm90 tiles of these formats are dev's) of the e2m1 and u4g128
+#      bf16 sm90 instances (dense and grouped), three f16 e2m1 tiles (the f16 operand path), the
+#      generic ones the tests fall back to, and the sm80 tile the MoE per-expert test needs;
 #   2. tests/test_gpu.py -k "e2m1 or pack" and all of tests/test_moe.py (it holds the grouped e2m1
 #      tests and session 38's never-run bitwise test of a layer with programmatic launches off / on);
 #   3. graph us after a read flush, e2m1g32-sbf16 and u4g128-sbf16 in the same run (SHAPES, MS).
@@ -37,22 +38,35 @@ moe_formats() { # $1: label; the rest: formats
       --impls humming-aot 2>&1 | grep -E "humming-aot:|rror" | sed "s/^/$label $f /" | log
   done
 }
+sass_mix() { # $1: label; SASS opcodes of the dense e2m1g32 t64 tile (cuobjdump is on the GPU machine only)
+  local g=/tmp/s39-gen
+  rm -rf "$g" && python3 tools/gen_instances.py --arch 90a --profile dev --out "$g" \
+    --filter 'sm90_wgmma_dense_a-bf16_w-e2m1g32-sbf16_c-bf16_t64x128' > /dev/null
+  for f in "$g"/instances/*.cu; do
+    nvcc -cubin -DHUMMING_VERSION=\"0.1.0\" -O3 -DNDEBUG -std=c++17 --expt-relaxed-constexpr -arch=sm_90a -I include \
+      "$f" -o "$g/k.cubin" && cuobjdump -sass "$g/k.cubin" | grep -oE '^\s+/\*[0-9a-f]+\*/\s+[A-Z0-9_.]+' \
+      | awk '{print $2}' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -14 | tr '\n' ' ' | sed "s/^/$1 sass $(basename "$f" .cu): /" | log
+    echo | log
+  done
+}
 if [ "${PART:-new}" = old ]; then
   command -v patch > /dev/null && patch -p1 --forward -i "$AB_PATCH" > "$OUT/patch.log" 2>&1 \
     || git apply "$AB_PATCH" >> "$OUT/patch.log" 2>&1 || { echo "the patch does not apply" | log; exit 1; }
   build_filtered '^(sm90_wgmma_(dense|moe)_a-bf16_w-e2m1g32-sbf16_c-bf16)'
   echo "old build took $(($(date +%s) - start)) s" | log
+  sass_mix old
   time_formats old e2m1g32-sbf16
   moe_formats old e2m1g32-sbf16
   echo "all done at $(($(date +%s) - start)) s" | log
   exit 0
 fi
 if [ "${PART:-new}" = new ]; then
-build_filtered "${HUMMING_FILTER:-^(sm90_wgmma_(dense|moe)_a-bf16_w-(e2m1g(16|32)|u4g128)-sbf16_c-bf16|generic_dense_a-bf16_w-(u4|e2m1)-s|sm80_mma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t16x128)}"
+HUMMING_PROFILE="${HUMMING_PROFILE:-full}" build_filtered "${HUMMING_FILTER:-^(sm90_wgmma_(dense|moe)_a-bf16_w-(e2m1g(16|32)|u4g128)-sbf16_c-bf16|sm90_wgmma_dense_a-f16_w-e2m1g32-sf16_c-f16_t(8|64)x|generic_dense_a-bf16_w-(u4|e2m1)-s|sm80_mma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t16x128)}"
 echo "build took $(($(date +%s) - start)) s" | log
 python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rfs -k "e2m1 or pack" 2>&1 | tail -8 | sed "s/^/test_gpu /" | log
 python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs 2>&1 | tail -8 | sed "s/^/test_moe /" | log
 echo "tests done at $(($(date +%s) - start)) s" | log
+sass_mix new
 time_formats new e2m1g32-sbf16 u4g128-sbf16
 echo "all done at $(($(date +%s) - start)) s" | log
 fi
