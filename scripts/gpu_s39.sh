@@ -38,13 +38,15 @@ moe_formats() { # $1: label; the rest: formats
       --impls humming-aot 2>&1 | grep -E "humming-aot:|rror" | sed "s/^/$label $f /" | log
   done
 }
-sass_mix() { # $1: label; SASS opcodes of the dense e2m1g32 t64 tile (cuobjdump is on the GPU machine only)
+sass_mix() { # $1: label; SASS opcodes of the dense t64 tiles (e2m1g32; u4g128 too for "new"), the whole
+  # SASS to $OUT/sass-LABEL-NAME.txt for reading here (cuobjdump is on the GPU machine only)
   local g=/tmp/s39-gen
   rm -rf "$g" && python3 tools/gen_instances.py --arch 90a --profile dev --out "$g" \
-    --filter 'sm90_wgmma_dense_a-bf16_w-e2m1g32-sbf16_c-bf16_t64x128' > /dev/null
+    --filter "sm90_wgmma_dense_a-bf16_w-(e2m1g32$([ "$1" = new ] && echo '|u4g128'))-sbf16_c-bf16_t64x128" > /dev/null
   for f in "$g"/instances/*.cu; do
     nvcc -cubin -DHUMMING_VERSION=\"0.1.0\" -O3 -DNDEBUG -std=c++17 --expt-relaxed-constexpr -arch=sm_90a -I include \
-      "$f" -o "$g/k.cubin" && cuobjdump -sass "$g/k.cubin" | grep -oE '^\s+/\*[0-9a-f]+\*/\s+[A-Z0-9_.]+' \
+      "$f" -o "$g/k.cubin" && cuobjdump -sass "$g/k.cubin" > "$OUT/sass-$1-$(basename "$f" .cu | cut -c1-60).txt"
+    grep -oE '^\s+/\*[0-9a-f]+\*/\s+[A-Z0-9_.]+' "$OUT/sass-$1-$(basename "$f" .cu | cut -c1-60).txt" \
       | awk '{print $2}' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -14 | tr '\n' ' ' | sed "s/^/$1 sass $(basename "$f" .cu): /" | log
     echo | log
   done
