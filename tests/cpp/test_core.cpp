@@ -540,8 +540,23 @@ void test_nibble_operands() {
 // each register pair made by e2m1_operand_bits (numeric/nibble_lut.h). Register r of K step s of
 // thread t (warp w, lane l) must hold the bf16 bits of 2^-126 x the values of channel
 // 16 w + l / 4 + 8 (r % 2), inputs 16 s + 2 (l % 4) + 8 (r / 2) + {0, 1} (the PTX ISA's m64nNk16 A
-// fragment), computed here from the codes' values in float. take_code must give every code back.
-template <int P> uint32_t fp4_bits_of(uint32_t w) { return numeric::e2m1_operand_bits<P>(w); }
+// fragment), computed here from the codes' values in float; likewise the f16 bits of 2^-14 x the
+// values. take_code must give every code back.
+template <bool Bf16, int P> uint32_t fp4_bits_of(uint32_t w) { return numeric::e2m1_operand_bits<Bf16, P>(w); }
+
+// The f16 bits of `v` (a float that f16 holds exactly: no rounding here).
+uint32_t f16_bits_exact(float v) {
+  uint32_t f;
+  std::memcpy(&f, &v, 4);
+  const uint32_t sign = (f >> 16) & 0x8000u;
+  const float a = std::fabs(v);
+  if (a == 0.0f) return sign;
+  int e = 0;
+  const float m = std::frexp(a, &e); // a = m 2^e, m in [0.5, 1)
+  if (e - 1 >= -14)                  // normal: exponent e - 1, biased by 15; ten mantissa bits
+    return sign | static_cast<uint32_t>(e - 1 + 15) << 10 | static_cast<uint32_t>((m * 2.0f - 1.0f) * 1024.0f);
+  return sign | static_cast<uint32_t>(std::ldexp(a, 24)); // subnormal: multiples of 2^-24
+}
 
 void test_sm90_fp4_operands() {
   std::mt19937 rng(5);
@@ -554,21 +569,28 @@ void test_sm90_fp4_operands() {
   for (int t = 0; t < 128; ++t)
     for (int pair = 0; pair < 16; ++pair) {
       const uint32_t word = block[layout_sm90::word_in_block(t, pair / 4)];
-      const uint32_t got = pair % 4 == 0   ? fp4_bits_of<0>(word)
-                           : pair % 4 == 1 ? fp4_bits_of<1>(word)
-                           : pair % 4 == 2 ? fp4_bits_of<2>(word)
-                                           : fp4_bits_of<3>(word);
+      const uint32_t got[2] = {pair % 4 == 0   ? fp4_bits_of<true, 0>(word)
+                               : pair % 4 == 1 ? fp4_bits_of<true, 1>(word)
+                               : pair % 4 == 2 ? fp4_bits_of<true, 2>(word)
+                                               : fp4_bits_of<true, 3>(word),
+                               pair % 4 == 0   ? fp4_bits_of<false, 0>(word)
+                               : pair % 4 == 1 ? fp4_bits_of<false, 1>(word)
+                               : pair % 4 == 2 ? fp4_bits_of<false, 2>(word)
+                                               : fp4_bits_of<false, 3>(word)};
       const int s = pair / 4, r = pair % 4, lane = t % 32;
       const int n = 16 * (t / 32) + lane / 4 + 8 * (r % 2);
       for (int h = 0; h < 2; ++h) {
         const int k = 16 * s + 2 * (lane % 4) + 8 * (r / 2) + h;
-        const float v = std::ldexp(decode(dtypes::e2m1, codes[n * kK + k]), -126);
+        const float value = decode(dtypes::e2m1, codes[n * kK + k]);
+        const float v = std::ldexp(value, -126);
         uint32_t f;
         std::memcpy(&f, &v, 4);
-        const uint32_t want = f >> 16; // the values have two significant bits: bf16 holds them exactly
-        if (((got >> (16 * h)) & 0xFFFFu) != want && bad++ < 5)
-          EXPECT(false, "thread %d pair %d element %d (channel %d, input %d): %04x, not %04x", t, pair, h, n, k,
-                 (got >> (16 * h)) & 0xFFFFu, want);
+        // The values have two significant bits: bf16 and f16 hold them exactly.
+        const uint32_t want[2] = {f >> 16, f16_bits_exact(std::ldexp(value, -14))};
+        for (int ty = 0; ty < 2; ++ty)
+          if (((got[ty] >> (16 * h)) & 0xFFFFu) != want[ty] && bad++ < 5)
+            EXPECT(false, "%s: thread %d pair %d element %d (channel %d, input %d): %04x, not %04x",
+                   ty == 0 ? "bf16" : "f16", t, pair, h, n, k, (got[ty] >> (16 * h)) & 0xFFFFu, want[ty]);
       }
     }
   for (int n = 0; n < kN; ++n)

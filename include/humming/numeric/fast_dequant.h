@@ -138,18 +138,10 @@ template <bool IsBf16, int P> __device__ __forceinline__ uint32_t e4m3_pair(uint
 
 // Register pair `P` of a word of e2m1 codes (OCP FP4: sign bit 3, exponent bits 2..1 with bias 1,
 // mantissa bit 0) in layout 3's spread order (layout/sm90.h): (value(code[P]), value(code[P + 4])),
-// exact. numeric/nibble_lut.h e2m1_operand_bits puts each code's exponent and mantissa bits at the
-// bottom of a bf16 exponent and the top of its mantissa, its sign at bit 15: the register holds
-// value x 2^-126 (bias 127 against 1), the subnormal 0.5 a subnormal of the same scale. f16 wants
-// the three bits at 11..9 (value x 2^-14): one shift and one LOP3 more, since nothing else is set.
-// One multiply by the power of two (exact) restores the value.
+// exact. numeric/nibble_lut.h e2m1_operand_bits gives the operand bits of value x 2^-126 (bf16) or
+// value x 2^-14 (f16); one multiply by the power of two (exact) restores the value.
 template <bool IsBf16, int P> __device__ __forceinline__ uint32_t e2m1_pair(uint32_t word) {
-  const uint32_t bits = e2m1_operand_bits<P>(word);
-  if constexpr (IsBf16) {
-    return Operand<true>::mul(bits, 0x7E807E80u); // x 2^126
-  } else {
-    return Operand<false>::mul(((bits << 3) | bits) & 0x8E008E00u, 0x74007400u); // x 2^14
-  }
+  return Operand<IsBf16>::mul(e2m1_operand_bits<IsBf16, P>(word), IsBf16 ? 0x7E807E80u : 0x74007400u);
 }
 
 // Register pair `P` of a word of codes of type CodeId (u4, i4, u8, i8, e4m3 or e2m1) as the exact operand

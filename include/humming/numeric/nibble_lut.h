@@ -122,20 +122,23 @@ HUMMING_HD void e2m1_to_shifted_e4m3(uint32_t w, uint32_t &out0, uint32_t &out1)
 HUMMING_HD constexpr uint32_t rotate_right(uint32_t w, int s) { return (w >> s) | (w << (32 - s)); }
 
 // Register pair `P` (0..3) of a word of e2m1 codes in layout 3's spread order (layout/sm90.h fp4_bit)
-// as bf16 operand bits of 2^-126 the codes' values: the first code's sign at bit 15 and its
-// exponent and mantissa at bits 8..6 (exponent 0 makes the subnormal 0.5 a bf16 subnormal of the
-// same scale), the second code's at 31 and 24..22. Pairs 0 and 1 find their mantissa and low
-// exponent bits in place in the word and their high exponent bit and sign in the word rotated by 1,
-// pairs 2 and 3 in the word rotated by 4 and by 5; one PRMT picks each pair's four bytes from those
-// and one AND clears the rest. The rotations are the same for the four pairs of a word, so a kernel
-// that unrolls them pays 3 + 4 x 2 integer instructions a word.
-template <int P> HUMMING_HD uint32_t e2m1_operand_bits(uint32_t w) {
+// as operand bits of the codes' values times 2^-126 (bf16: the first code's sign at bit 15, its
+// exponent and mantissa at bits 8..6, where exponent 0 makes the subnormal 0.5 a bf16 subnormal of
+// the same scale; the second code's at 31 and 24..22) or times 2^-14 (f16: the three bits at 11..9
+// and 27..25). Pairs 0 and 1 find their mantissa and low exponent bits in place in the word and their
+// high exponent bit and sign in the word rotated by 1, pairs 2 and 3 in the word rotated by 4 and by
+// 5; one PRMT picks each pair's four bytes from those and one AND clears the rest. The rotations are
+// the same for the four pairs of a word, so a kernel that unrolls them pays 3 + 4 x 2 integer
+// instructions a word for bf16; f16 moves the three bits up by one shift and one LOP3 more (nothing
+// else is set, so OR-ing the shifted copy and masking keeps exactly them and the signs).
+template <bool IsBf16, int P> HUMMING_HD uint32_t e2m1_operand_bits(uint32_t w) {
   static_assert(P >= 0 && P < 4, "a word holds four pairs of 4-bit codes");
   // Byte j of the result from byte sel_j of {a, b}: the code's own byte, then the rotated copy's.
   constexpr uint32_t kSelect = P == 0 ? 0x5140u : P == 1 ? 0x7362u : P == 2 ? 0x5043u : 0x7261u;
   const uint32_t a = P < 2 ? w : rotate_right(w, 4);
   const uint32_t b = rotate_right(w, P < 2 ? 1 : 5);
-  return prmt(a, b, kSelect) & 0x81C081C0u;
+  const uint32_t bits = prmt(a, b, kSelect) & 0x81C081C0u;
+  return IsBf16 ? bits : ((bits << 3) | bits) & 0x8E008E00u;
 }
 
 } // namespace numeric
