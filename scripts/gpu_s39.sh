@@ -14,6 +14,9 @@
 # PART=old (right after, on the warm machine): applies AB_PATCH (the reverse of this session's
 #   layout and kernel diff, an untracked file), rebuilds the e2m1 instances alone and times them the
 #   same way: the A/B of the bit order on one machine.
+# PART=ncu: PART=new's build, tests/test_moe.py, then ncu of one grouped GEMM (Qwen3-30B-A3B's
+#   gate-up at TOKENS, 64 unless set) in e2m1g32-sbf16 and in u4g128-sbf16 (scripts/ncu_moe_peer.sh
+#   with MOE_FORMAT): why the grouped e2m1 GEMM did not get faster with the cheaper conversion.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -62,8 +65,9 @@ if [ "${PART:-new}" = old ]; then
   echo "all done at $(($(date +%s) - start)) s" | log
   exit 0
 fi
+FILTER_NEW="${HUMMING_FILTER:-^(sm90_wgmma_(dense|moe)_a-bf16_w-(e2m1g(16|32)|u4g128)-sbf16_c-bf16|sm90_wgmma_dense_a-f16_w-e2m1g32-sf16_c-f16_t(8|64)x|generic_dense_a-bf16_w-(u4|e2m1)-s|sm80_mma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t16x128)}"
 if [ "${PART:-new}" = new ]; then
-HUMMING_PROFILE="${HUMMING_PROFILE:-full}" build_filtered "${HUMMING_FILTER:-^(sm90_wgmma_(dense|moe)_a-bf16_w-(e2m1g(16|32)|u4g128)-sbf16_c-bf16|sm90_wgmma_dense_a-f16_w-e2m1g32-sf16_c-f16_t(8|64)x|generic_dense_a-bf16_w-(u4|e2m1)-s|sm80_mma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t16x128)}"
+HUMMING_PROFILE="${HUMMING_PROFILE:-full}" build_filtered "$FILTER_NEW"
 echo "build took $(($(date +%s) - start)) s" | log
 python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rfs -k "e2m1 or pack" 2>&1 | tail -8 | sed "s/^/test_gpu /" | log
 python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs 2>&1 | tail -8 | sed "s/^/test_moe /" | log
@@ -80,4 +84,13 @@ for v in off:0 on:1; do
     | sed "s/^/pdl ${v%%:*} /" | log
 done
 echo "all done at $(($(date +%s) - start)) s" | log
+fi
+if [ "${PART:-new}" = ncu ]; then
+  HUMMING_PROFILE="${HUMMING_PROFILE:-full}" build_filtered "$FILTER_NEW"
+  echo "build took $(($(date +%s) - start)) s" | log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs 2>&1 | tail -8 | sed "s/^/test_moe /" | log
+  for f in e2m1g32-sbf16 u4g128-sbf16; do
+    SKIP_BUILD=1 IMPLS=aot MOE_FORMAT=$f TOKENS="${TOKENS:-64}" bash scripts/ncu_moe_peer.sh 2>&1 | tail -42 | sed "s/^/ncu $f /" | log
+  done
+  echo "all done at $(($(date +%s) - start)) s" | log
 fi

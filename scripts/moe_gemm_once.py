@@ -1,7 +1,7 @@
 """One grouped GEMM of a MoE layer (gate-up or down of a model, routed from seeded random logits as
 scripts/bench_moe.py routes them), run a few times to warm up and then once more inside an NVTX
 range named "measured", for a profiler to catch that launch alone (scripts/ncu_moe_peer.sh), by
-humming-aot (u4g128 bf16, its default instance) or by humming-kernels 0.1.20 (its MoE layer in the
+humming-aot (u4g128 bf16, or MOE_FORMAT's weight format, its default instance) or by humming-kernels 0.1.20 (its MoE layer in the
 same format, quantized by its own quantizer; the same rows, contiguous by expert). Run the two in
 separate processes: each library registers torch.ops.humming.
 
@@ -10,6 +10,7 @@ Usage: python3 scripts/moe_gemm_once.py {aot,jit} MODEL TOKENS {gate-up,down}
 
 from __future__ import annotations
 
+import os
 import sys
 
 from humming_aot import bench  # no humming_aot._C: the humming-jit run imports this too
@@ -39,8 +40,9 @@ else:
     from humming_aot import moe
     from humming_aot import reference as R
 
-    fmt = "a-bf16_w-u4g128-sbf16_c-bf16"
-    q = R.quantize_weight(torch.randn(n, k) * 0.02, "u4g128-sbf16")
+    wfmt = os.environ.get("MOE_FORMAT", "u4g128-sbf16")  # the weight format (humming-aot only)
+    fmt = f"a-bf16_w-{wfmt}_c-bf16"
+    q = R.quantize_weight(torch.randn(n, k) * 0.02, wfmt)
     w = ha.pack_weight(q, layout="sm90").to("cuda")
     codes = torch.randint(-(2**31), 2**31 - 1, (e, *w.codes.shape), dtype=torch.int32, device="cuda")
     stack = moe.StackedExperts(codes, w.scales.unsqueeze(0).expand(e, *w.scales.shape).contiguous(), None, w)

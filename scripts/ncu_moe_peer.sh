@@ -4,7 +4,8 @@
 # GEMM is faster: duration, DRAM, issue use, warps, stall reasons, instructions of each. Builds the
 # u4g128 bf16 grouped instances unless SKIP_BUILD=1; needs the peer's wheel in .peer/ (carry it).
 # Writes ncu_moe_<impl>_<model>_<tokens>_<part>.txt to $OUT.
-# Usage: [MODEL=qwen3-30b-a3b] [TOKENS=64] [PART=gate-up] [IMPLS="aot jit"] [NCU_SOURCE=1] bash scripts/ncu_moe_peer.sh
+# Usage: [MODEL=qwen3-30b-a3b] [TOKENS=64] [PART=gate-up] [IMPLS="aot jit"] [NCU_SOURCE=1] [MOE_FORMAT=...]
+#   bash scripts/ncu_moe_peer.sh   (MOE_FORMAT: humming-aot's weight format, default u4g128-sbf16)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -18,7 +19,7 @@ fi
 chmod +x "$peer"/humming/_native/*/* # zipfile drops the launcher's and compiler's exec bits
 model=${MODEL:-qwen3-30b-a3b} tokens=${TOKENS:-64} part=${PART:-gate-up}
 for impl in ${IMPLS:-aot jit}; do
-  report="$OUT/ncu_moe_${impl}_${model}_${tokens}_${part}.txt"
+  report="$OUT/ncu_moe_${impl}${MOE_FORMAT:+_$MOE_FORMAT}_${model}_${tokens}_${part}.txt"
   # NCU_SOURCE=1: the report kept and its SASS page summed (stall samples by reason, instructions
   # by opcode: scripts/ncu_sass_summary.py) into ..._sass.txt.
   extra=()

@@ -403,6 +403,14 @@ def test_quant_moe_bad_input_is_named():
         ha.QuantMoE(list(layer.gate_up[i].packed for i in range(2)), [layer.down[0].packed, layer.gate_up[1].packed], 1)
     with pytest.raises(ValueError, match=r"float experts must be \[E, 2F, H\]"):
         ha.QuantMoE.from_float(w1[0], w2, "u4g64-sbf16", 2)
+    with pytest.raises(ValueError, match=r"correction_bias must be a tensor \[experts\] = \[4\], got"):
+        ha.QuantMoE.from_float(w1, w2, "u4g64-sbf16", 2, scoring="sigmoid", correction_bias=torch.zeros(5))
+    # A bias is kept in fp32 beside the experts (on a GPU layer: no copy in each forward, which a
+    # CUDA graph capture could not make), and routes as the fp32 one does.
+    b = torch.randn(4, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    biased = ha.QuantMoE.from_float(w1, w2, "u4g64-sbf16", 2, scoring="sigmoid", correction_bias=b)
+    assert biased.correction_bias.dtype == torch.float32 and torch.equal(biased.correction_bias, b.float())
+    assert biased.correction_bias.device == biased.gate_up[0].codes.device
 
 
 def test_quant_moe_names_the_grouped_instances_of_a_call():

@@ -544,9 +544,17 @@ class QuantMoE(torch.nn.Module):
         self.n_group, self.topk_group, self.routed_scaling = n_group, topk_group, routed_scaling
         _check_group_routing(len(gate_up), top_k, n_group, topk_group, routed_scaling)
         self.activation, self.swiglu_alpha, self.swiglu_limit = activation, float(swiglu_alpha), float(swiglu_limit)
-        self.register_buffer("correction_bias", correction_bias, persistent=False)
+        if correction_bias is not None and (
+            not isinstance(correction_bias, torch.Tensor) or tuple(correction_bias.shape) != (len(gate_up),)
+        ):
+            raise ValueError(
+                f"correction_bias must be a tensor [experts] = [{len(gate_up)}], got {_describe(correction_bias)}"
+            )
         dev = gate_up[0].codes.device
         f32 = lambda b: None if b is None else b.detach().to(device=dev, dtype=torch.float32)  # noqa: E731
+        # On the experts' device once: a CPU bias would be copied in every forward, which also breaks
+        # CUDA graph capture (session 39's first GPU run of a DeepSeek-style layer from a CPU bias).
+        self.register_buffer("correction_bias", f32(correction_bias), persistent=False)
         self.register_buffer("gate_up_bias", f32(gate_up_bias), persistent=False)
         self.register_buffer("down_bias", f32(down_bias), persistent=False)
 
