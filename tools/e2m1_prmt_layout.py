@@ -1,4 +1,5 @@
-"""Design check (session 38), not used by the build: a bit order for e2m1 codes in a 32-bit word of
+"""Design check (session 38; the order is layout 3's for e2m1 since session 39: layout/sm90.h fp4_bit,
+numeric/nibble_lut.h e2m1_operand_bits, tests/cpp test_sm90_fp4_operands), not used by the build: a bit order for e2m1 codes in a 32-bit word of
 layout 3 under which the sm90 kernels could turn a register pair of codes into its bf16 operand
 pair (value x 2^-126, as numeric/fast_dequant.h e2m1_pair makes it: sign at bit 15 / 31, exponent
 and mantissa bits at 8..6 / 24..22) with one byte permute and one AND per pair, after three
@@ -13,9 +14,9 @@ word itself) and e1, sign at bits 8j+1, 8j+8 (read from the word rotated right b
 e1, sign at 8j+5, 8j+12 (rotated by 5). Every bit of the word is used once.
 
 Running it packs random codes in that order, emulates the rotations, prmt.b32 and the AND mask
-0x81C081C0, and checks every pair against the operand bits e2m1_pair gives. Changing layout 3's
-e2m1 bit order would make weights packed before the change wrong without an error: it needs its own
-layout id (or a version in the packed weight) as well as the packer, the unpacker and the kernels.
+0x81C081C0, and checks every pair against the operand bits e2m1_pair gave. Changing layout 3's
+e2m1 bit order made weights packed before the change wrong without an error; session 39 bumped the
+packed-checkpoint schema to 2, whose loader refuses schema-1 e2m1 weights in layout 3.
 """
 
 import random
