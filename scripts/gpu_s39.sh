@@ -14,7 +14,7 @@
 # PART=old (right after, on the warm machine): applies AB_PATCH (the reverse of this session's
 #   layout and kernel diff, an untracked file), rebuilds the e2m1 instances alone and times them the
 #   same way: the A/B of the bit order on one machine.
-# PART=fix: a build of the grouped u4g128 and e2m1g32 tiles alone, then tests/test_moe.py (the
+# PART=fix: a dev+experimental build of the grouped u4g128 and e2m1g32 tiles alone, then tests/test_moe.py (the
 #   correction-bias fix under session 38's PDL test; e2m1's new K-split twin t8ws), and bench_moe of
 #   e2m1g32 at 1 and 2 tokens (Mixtral-8x7B, gpt-oss-120b: where the split twin is taken), a short call.
 # PART=ncu: PART=new's build, tests/test_moe.py, then ncu of one grouped GEMM (Qwen3-30B-A3B's
@@ -98,7 +98,7 @@ if [ "${PART:-new}" = ncu ]; then
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
 if [ "${PART:-new}" = fix ]; then
-  build_filtered '^(sm90_wgmma_moe_a-bf16_w-(u4g128|e2m1g32)-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s|sm80_mma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t16x128)'
+  HUMMING_PROFILE="${HUMMING_PROFILE:-dev+experimental}" build_filtered '^(sm90_wgmma_moe_a-bf16_w-(u4g128|e2m1g32)-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s|sm80_mma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t16x128)'
   echo "build took $(($(date +%s) - start)) s" | log
   python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs 2>&1 | tail -8 | sed "s/^/test_moe /" | log
   python3 scripts/bench_moe.py "$OUT/moe-e2m1-split.json" --format e2m1g32-sbf16 --models mixtral-8x7b,gpt-oss-120b \
