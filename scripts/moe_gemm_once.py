@@ -1,9 +1,9 @@
 """One grouped GEMM of a MoE layer (gate-up or down of a model, routed from seeded random logits as
 scripts/bench_moe.py routes them), run a few times to warm up and then once more inside an NVTX
 range named "measured", for a profiler to catch that launch alone (scripts/ncu_moe_peer.sh), by
-humming-aot (u4g128 bf16, or MOE_FORMAT's weight format, its default instance) or by humming-kernels 0.1.20 (its MoE layer in the
-same format, quantized by its own quantizer; the same rows, contiguous by expert). Run the two in
-separate processes: each library registers torch.ops.humming.
+humming-aot (u4g128 bf16, or the weight format in MOE_FORMAT; its default instance) or by
+humming-kernels 0.1.20 (its MoE layer in u4g128, quantized by its own quantizer; the same rows,
+contiguous by expert). Run the two in separate processes: each library registers torch.ops.humming.
 
 Usage: python3 scripts/moe_gemm_once.py {aot,jit} MODEL TOKENS {gate-up,down}
 """

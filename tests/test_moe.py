@@ -406,7 +406,7 @@ def test_quant_moe_bad_input_is_named():
     with pytest.raises(ValueError, match=r"correction_bias must be a tensor \[experts\] = \[4\], got"):
         ha.QuantMoE.from_float(w1, w2, "u4g64-sbf16", 2, scoring="sigmoid", correction_bias=torch.zeros(5))
     # A bias is kept in fp32 beside the experts (on a GPU layer: no copy in each forward, which a
-    # CUDA graph capture could not make), and routes as the fp32 one does.
+    # CUDA graph capture could not make).
     b = torch.randn(4, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
     biased = ha.QuantMoE.from_float(w1, w2, "u4g64-sbf16", 2, scoring="sigmoid", correction_bias=b)
     assert biased.correction_bias.dtype == torch.float32 and torch.equal(biased.correction_bias, b.float())
