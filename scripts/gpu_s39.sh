@@ -44,6 +44,13 @@ moe_formats() { # $1: label; the rest: formats
       --impls humming-aot 2>&1 | grep -E "humming-aot:|rror" | sed "s/^/$label $f /" | log
   done
 }
+moe_tests() { # tests/test_moe.py, its summary into the log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs 2>&1 | tail -8 | sed "s/^/test_moe /" | log
+}
+built() { # $1: profile, $2: filter; builds them (build_filtered) and logs the time it took
+  HUMMING_PROFILE="$1" build_filtered "$2"
+  echo "build took $(($(date +%s) - start)) s" | log
+}
 sass_mix() { # $1: label; SASS opcodes of the dense t64 tiles (e2m1g32; u4g128 too for "new"), the whole
   # SASS to $OUT/sass-LABEL-NAME.txt for reading here (cuobjdump is on the GPU machine only)
   local g=/tmp/s39-gen
@@ -70,10 +77,9 @@ if [ "${PART:-new}" = old ]; then
 fi
 FILTER_NEW="${HUMMING_FILTER:-^(sm90_wgmma_(dense|moe)_a-bf16_w-(e2m1g(16|32)|u4g128)-sbf16_c-bf16|sm90_wgmma_dense_a-f16_w-e2m1g32-sf16_c-f16_t(8|64)x|generic_dense_a-bf16_w-(u4|e2m1)-s|sm80_mma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t16x128)}"
 if [ "${PART:-new}" = new ]; then
-HUMMING_PROFILE="${HUMMING_PROFILE:-full}" build_filtered "$FILTER_NEW"
-echo "build took $(($(date +%s) - start)) s" | log
+built "${HUMMING_PROFILE:-full}" "$FILTER_NEW"
 python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rfs -k "e2m1 or pack" 2>&1 | tail -8 | sed "s/^/test_gpu /" | log
-python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs 2>&1 | tail -8 | sed "s/^/test_moe /" | log
+moe_tests
 echo "tests done at $(($(date +%s) - start)) s" | log
 sass_mix new
 time_formats new e2m1g32-sbf16 u4g128-sbf16
@@ -89,18 +95,17 @@ done
 echo "all done at $(($(date +%s) - start)) s" | log
 fi
 if [ "${PART:-new}" = ncu ]; then
-  HUMMING_PROFILE="${HUMMING_PROFILE:-full}" build_filtered "$FILTER_NEW"
-  echo "build took $(($(date +%s) - start)) s" | log
-  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs 2>&1 | tail -8 | sed "s/^/test_moe /" | log
+  built "${HUMMING_PROFILE:-full}" "$FILTER_NEW"
+  moe_tests
   for f in e2m1g32-sbf16 u4g128-sbf16; do
     SKIP_BUILD=1 IMPLS=aot MOE_FORMAT=$f TOKENS="${TOKENS:-64}" bash scripts/ncu_moe_peer.sh 2>&1 | tail -42 | sed "s/^/ncu $f /" | log
   done
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
 if [ "${PART:-new}" = fix ]; then
-  HUMMING_PROFILE="${HUMMING_PROFILE:-dev+experimental}" build_filtered '^(sm90_wgmma_moe_a-bf16_w-(u4g128|e2m1g32)-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s|sm80_mma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t16x128)'
-  echo "build took $(($(date +%s) - start)) s" | log
-  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs 2>&1 | tail -8 | sed "s/^/test_moe /" | log
+  built "${HUMMING_PROFILE:-dev+experimental}" \
+    '^(sm90_wgmma_moe_a-bf16_w-(u4g128|e2m1g32)-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s|sm80_mma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t16x128)'
+  moe_tests
   python3 scripts/bench_moe.py "$OUT/moe-e2m1-split.json" --format e2m1g32-sbf16 --models mixtral-8x7b,gpt-oss-120b \
     --tokens 1,2 --impls humming-aot 2>&1 | grep -E "humming-aot:|rror" | sed "s/^/e2m1 split /" | log
   echo "all done at $(($(date +%s) - start)) s" | log
