@@ -651,6 +651,41 @@ const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::
   return grouped_variant_choice(pick(), args, cc, sms);
 }
 
+namespace {
+
+// One tile's cost per grouped height (select_grouped_instance): the table's (TileCost c1) where it
+// has one; for a height between two it has (the grouped-only heights 24, 48 and 80, which no dense
+// tile shares) the straight line between those two in the tile's rows, as a tile's cost is its rows
+// plus a fixed part; where a height has neither, rows plus kGroupedRowTileFixedRows for every height
+// (one unit for all, so that the heights compare).
+std::vector<double> grouped_height_costs(const std::vector<const InstanceInfo *> &heights, const DispatchTable *table) {
+  const size_t n = heights.size();
+  std::vector<double> cost(n, 0.0);
+  std::vector<bool> known(n, false); // the table's own, the only ones a line is drawn between
+  for (size_t j = 0; table != nullptr && j < n; ++j)
+    if (const TileCost *c = tile_cost(*table, *heights[j])) cost[j] = c->c[1], known[j] = true;
+  for (size_t j = 0; j < n; ++j) {
+    if (known[j]) continue;
+    const int m = heights[j]->tile_m;
+    int below = -1, above = -1; // the nearest heights with a table cost either side
+    for (size_t i = 0; i < n; ++i) {
+      if (!known[i]) continue;
+      const int h = heights[i]->tile_m;
+      if (h < m && (below < 0 || h > heights[below]->tile_m)) below = static_cast<int>(i);
+      if (h > m && (above < 0 || h < heights[above]->tile_m)) above = static_cast<int>(i);
+    }
+    if (below < 0 || above < 0) {
+      for (size_t i = 0; i < n; ++i) cost[i] = heights[i]->tile_m + kGroupedRowTileFixedRows;
+      return cost;
+    }
+    const double lo = heights[below]->tile_m, hi = heights[above]->tile_m;
+    cost[j] = cost[below] + (m - lo) / (hi - lo) * (cost[above] - cost[below]);
+  }
+  return cost;
+}
+
+} // namespace
+
 const InstanceInfo *select_grouped_instance(const GemmArgs &args, int64_t rows_per_expert, int cc, int sms,
                                             std::string *why) {
   GemmArgs like = args;
@@ -669,18 +704,7 @@ const InstanceInfo *select_grouped_instance(const GemmArgs &args, int64_t rows_p
       else if (info.tile_n < (*same)->tile_n)
         *same = &info;
     }
-    // One tile's cost: the table's where it has one for every height, else rows plus the fixed part.
-    const DispatchTable *table = table_for(cc, sms);
-    std::vector<double> cost;
-    for (const InstanceInfo *h : heights) {
-      const TileCost *c = table != nullptr ? tile_cost(*table, *h) : nullptr;
-      if (c == nullptr) break;
-      cost.push_back(c->c[1]);
-    }
-    if (cost.size() < heights.size()) {
-      cost.clear();
-      for (const InstanceInfo *h : heights) cost.push_back(h->tile_m + kGroupedRowTileFixedRows);
-    }
+    const std::vector<double> cost = grouped_height_costs(heights, table_for(cc, sms));
     const InstanceInfo *lowest = nullptr;
     double lowest_work = 0;
     for (size_t j = 0; j < heights.size(); ++j) {

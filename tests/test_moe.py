@@ -712,20 +712,28 @@ def test_expected_row_tiles_of_poisson_counts():
 
 def _grouped_height(per_expert, warp, costs):
     """The grouped tile height the rule picks, written out: per height the narrowest tile, its cost
-    the table's c1 where the table covers every height (else rows plus the fixed part), times the
-    expected row tiles; the least, the lower height among equals."""
+    the table's c1, or for a height the table lacks the line between the nearest heights below and
+    above that it has (where every height has one of the two; else rows plus the fixed part for all),
+    times the expected row tiles; the least, the lower height among equals."""
     from humming_aot._ext import C
 
     narrowest = {}
     for i in warp:
         if i.tile[0] not in narrowest or i.tile[1] < narrowest[i.tile[0]].tile[1]:
             narrowest[i.tile[0]] = i
-    keyed = {h: (None, tuple(i.tile), 1) for h, i in narrowest.items()}
-    costed = all(key in costs for key in keyed.values())
-    work = {
-        h: _poisson_row_tiles(per_expert, h) * (costs[keyed[h]][1] if costed else h + C.grouped_row_tile_fixed_rows)
-        for h in narrowest
-    }
+    table = {h: costs[(None, tuple(i.tile), 1)][1] for h, i in narrowest.items() if (None, tuple(i.tile), 1) in costs}
+    cost = {}
+    for h in narrowest:
+        below, above = [x for x in table if x < h], [x for x in table if x > h]
+        if h in table:
+            cost[h] = table[h]
+        elif below and above:
+            lo, hi = max(below), min(above)
+            cost[h] = table[lo] + (h - lo) / (hi - lo) * (table[hi] - table[lo])
+        else:
+            cost = {x: x + C.grouped_row_tile_fixed_rows for x in narrowest}
+            break
+    work = {h: _poisson_row_tiles(per_expert, h) * cost[h] for h in narrowest}
     least = min(work.values())
     return narrowest[min(h for h, w in work.items() if w <= least * (1 + 1e-6))]
 

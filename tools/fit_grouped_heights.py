@@ -7,7 +7,8 @@ For each point (model, tokens) with at most 256 rows per expert and two or more 
 rule picks a height and its regret is the picked height's time over the fastest (gate-up + down:
 the sum of the two GEMMs' graph times, or with --metric layer the one replay of both). Rules:
 - table: the expected row tiles of Poisson counts (humming.h expected_row_tiles) times the table's
-  cost per input of the dense tile of that height (TileCost c1), as registry.cpp picks by default;
+  cost per input of the dense tile of that height (TileCost c1; for the grouped-only heights 24, 48
+  and 80 the line between the heights either side), as registry.cpp picks by default;
 - rows+C: the expected row tiles times the height plus C (the fallback, kGroupedRowTileFixedRows),
   for a range of C;
 - lowest: the lowest height that holds the mean (the rule before session 29).
@@ -29,6 +30,10 @@ TILE_KEYS = {
     64: "64x128x128",
     128: "128x128x128",
     256: "256x128x64",
+    # The grouped-only heights (no dense tile shares them, so the table has no cost of theirs).
+    24: "24x128x128",
+    48: "48x128x128",
+    80: "80x128x128",
 }
 
 
@@ -81,10 +86,21 @@ def least_work(weight):
     return lambda rows, heights: min(heights, key=lambda h: (expected_row_tiles(rows, h) * weight(h), h))
 
 
+def table_cost(costs: dict, h: int) -> float:
+    """A height's tile cost: the table's c1 where it has one, else the straight line between the
+    nearest heights below and above that it has (registry.cpp grouped_height_costs)."""
+    if TILE_KEYS[h] in costs:
+        return costs[TILE_KEYS[h]][1]
+    known = sorted(x for x in TILE_KEYS if TILE_KEYS[x] in costs)
+    lo, hi = max(x for x in known if x < h), min(x for x in known if x > h)
+    c_lo, c_hi = costs[TILE_KEYS[lo]][1], costs[TILE_KEYS[hi]][1]
+    return c_lo + (h - lo) / (hi - lo) * (c_hi - c_lo)
+
+
 def table_rule(table_path) -> object:
     """The default rule with a dispatch table's tile costs (c1 of each height's narrowest tile)."""
     costs = json.loads(pathlib.Path(table_path).read_text())["tile_costs"]
-    return least_work(lambda h: costs[TILE_KEYS[h]][1])
+    return least_work(lambda h: table_cost(costs, h))
 
 
 def lowest_rule(rows, heights):

@@ -219,6 +219,26 @@ template <int N> struct WgmmaS8;
   C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), C(d[8]), C(d[9]), C(d[10]), C(d[11]),        \
       C(d[12]), C(d[13]), C(d[14]), C(d[15]), C(d[16]), C(d[17]), C(d[18]), C(d[19]), C(d[20]), C(d[21]), C(d[22]),    \
       C(d[23]), C(d[24]), C(d[25]), C(d[26]), C(d[27]), C(d[28]), C(d[29]), C(d[30]), C(d[31])
+// 12, 24 and 40 sums: the grouped tiles of 24, 48 and 80 tokens, between the powers of two (an
+// expert's rows spread about the square root of their mean around it, so the tile that holds
+// nearly all of them is about the mean plus two of those, not the next power of two).
+#define HUMMING_SM90_ACC_TEXT_12 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}"
+#define HUMMING_SM90_ACC_12(C)                                                                                         \
+  C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), C(d[8]), C(d[9]), C(d[10]), C(d[11])
+#define HUMMING_SM90_ACC_TEXT_24                                                                                       \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23}"
+#define HUMMING_SM90_ACC_24(C)                                                                                         \
+  C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), C(d[8]), C(d[9]), C(d[10]), C(d[11]),        \
+      C(d[12]), C(d[13]), C(d[14]), C(d[15]), C(d[16]), C(d[17]), C(d[18]), C(d[19]), C(d[20]), C(d[21]), C(d[22]),    \
+      C(d[23])
+#define HUMMING_SM90_ACC_TEXT_40                                                                                       \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "    \
+  "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}"
+#define HUMMING_SM90_ACC_40(C)                                                                                         \
+  C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), C(d[8]), C(d[9]), C(d[10]), C(d[11]),        \
+      C(d[12]), C(d[13]), C(d[14]), C(d[15]), C(d[16]), C(d[17]), C(d[18]), C(d[19]), C(d[20]), C(d[21]), C(d[22]),    \
+      C(d[23]), C(d[24]), C(d[25]), C(d[26]), C(d[27]), C(d[28]), C(d[29]), C(d[30]), C(d[31]), C(d[32]), C(d[33]),    \
+      C(d[34]), C(d[35]), C(d[36]), C(d[37]), C(d[38]), C(d[39])
 #define HUMMING_SM90_ACC_TEXT_64                                                                                       \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "    \
   "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "     \
@@ -325,8 +345,11 @@ template <int N> struct WgmmaS8;
   };
 HUMMING_SM90_WGMMA(8, 4, 4, 5, 6, 7, 8, 9)
 HUMMING_SM90_WGMMA(16, 8, 8, 9, 10, 11, 12, 13)
+HUMMING_SM90_WGMMA(24, 12, 12, 13, 14, 15, 16, 17)
 HUMMING_SM90_WGMMA(32, 16, 16, 17, 18, 19, 20, 21)
+HUMMING_SM90_WGMMA(48, 24, 24, 25, 26, 27, 28, 29)
 HUMMING_SM90_WGMMA(64, 32, 32, 33, 34, 35, 36, 37)
+HUMMING_SM90_WGMMA(80, 40, 40, 41, 42, 43, 44, 45)
 HUMMING_SM90_WGMMA(128, 64, 64, 65, 66, 67, 68, 69)
 HUMMING_SM90_WGMMA(160, 80, 80, 81, 82, 83, 84, 85)
 HUMMING_SM90_WGMMA(192, 96, 96, 97, 98, 99, 100, 101)
@@ -339,10 +362,16 @@ HUMMING_SM90_WGMMA(256, 128, 128, 129, 130, 131, 132, 133)
 #undef HUMMING_SM90_ACC_4
 #undef HUMMING_SM90_ACC_TEXT_8
 #undef HUMMING_SM90_ACC_8
+#undef HUMMING_SM90_ACC_TEXT_12
+#undef HUMMING_SM90_ACC_12
 #undef HUMMING_SM90_ACC_TEXT_16
 #undef HUMMING_SM90_ACC_16
+#undef HUMMING_SM90_ACC_TEXT_24
+#undef HUMMING_SM90_ACC_24
 #undef HUMMING_SM90_ACC_TEXT_32
 #undef HUMMING_SM90_ACC_32
+#undef HUMMING_SM90_ACC_TEXT_40
+#undef HUMMING_SM90_ACC_40
 #undef HUMMING_SM90_ACC_TEXT_64
 #undef HUMMING_SM90_ACC_64
 #undef HUMMING_SM90_ACC_TEXT_80
