@@ -342,7 +342,11 @@ bool grouped_split_k(int64_t assignments, int32_t experts, int64_t n_pad, int64_
 // points (DeepSeek-V3 at 2048 tokens: t128, 1.21x t64's time; by the layer's one replay t128 is
 // the faster), 1.002 by the layer's time (worst 1.04); rows plus 40 to 56 give 1.004 (worst 1.06:
 // t64 at 64 rows per expert, where t128 is faster); the lowest tile that holds the mean, the rule
-// before, 1.066 (worst 1.43x: Mixtral-8x7B at 64 tokens, t16 against t32).
+// before, 1.066 (worst 1.43x: Mixtral-8x7B at 64 tokens, t16 against t32). The grouped-only
+// heights 24, 48 and 80 (session 40), which no dense tile shares, take the line between the table's
+// costs of the heights either side; with them the rule's pick took 0.92x the time of its pick
+// without them in geometric mean over 6 points (H100, u4g128 bf16: Qwen3-30B-A3B at 1024 tokens t80
+// 250.6 against t128 302.5 us, Mixtral-8x7B at 256 t80 432.1 against 545.7; at most 1.4 % slower).
 double expected_row_tiles(double mean_rows, int tile_m);
 constexpr double kGroupedRowTileFixedRows = 48;
 // The default instance of a grouped GEMM whose experts hold about rows_per_expert rows each (host
