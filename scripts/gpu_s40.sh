@@ -41,7 +41,7 @@ fi
 # PART=b (the second call): a build of the grouped e2m1g32 and u4g128 bf16 tiles (dev+experimental:
 #   e2m1's heights t24 / t48 / t80 and lone twins; the warp-walk ones spill 8 bytes), then
 #   tests/test_moe.py, bench_moe e2m1g32 with every built height (Qwen3-30B-A3B, gpt-oss-120b at 256
-#   and 1024 tokens) to $OUT/moe-e2m1-heights.json, then PART=ncu's two profiles.
+#   and 1024 tokens) to $OUT/moe-e2m1-heights.json, then (unless NCU=0) PART=ncu's two profiles.
 if [ "${PART:-a}" = b ]; then
   HUMMING_PROFILE="${HUMMING_PROFILE:-dev+experimental}" build_filtered \
     '^(sm90_wgmma_moe_a-bf16_w-(u4g128-sbf16(-zi)?|e2m1g32-sbf16)_c-bf16|generic_dense_a-bf16_w-u4-s|sm80_mma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t16x128)'
@@ -51,5 +51,5 @@ if [ "${PART:-a}" = b ]; then
     --models qwen3-30b-a3b,gpt-oss-120b --tokens 256,1024 --impls humming-aot,humming-aot-heights 2>&1 \
     | grep -E "humming-aot|rror" | sed "s/^/e2m1 heights /" | log
   echo "heights done at $(($(date +%s) - start)) s" | log
-  PART=ncu bash "$0"
+  [ "${NCU:-1}" = 1 ] && PART=ncu bash "$0"
 fi
