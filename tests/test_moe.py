@@ -743,7 +743,8 @@ def test_grouped_height_rule_holds_on_the_committed_height_sweep():
     every height (benchmarks/results/h100/tuning/h100-2026-12-05-s29-moe-heights.json, scored by
     tools/fit_grouped_heights.py): within 1 % of the fastest height in geometric mean by the sum of
     the two GEMMs' times and 0.5 % by the layer's, and better than the lowest tile that holds the
-    mean; the tool's tile of each height is the narrowest grouped tile of that height in the matrix."""
+    mean; over session 40's sweep with the heights 24, 48 and 80, within 1 % and faster than without
+    them; the tool's tile of each height is the narrowest grouped tile of that height in the matrix."""
     import importlib.util
     import json
     import pathlib
@@ -766,6 +767,15 @@ def test_grouped_height_rule_holds_on_the_committed_height_sweep():
         mean, _, _, n = tool.score(points, rule)
         before, _, _, _ = tool.score(points, tool.lowest_rule)
         assert n >= 30 and mean <= bound and mean < before, (metric, mean, before, n)
+    # Session 40's sweep with the heights between the powers of two (24, 48, 80; H100): the rule
+    # with them within 1 % of the fastest height, and better than the same rule without them.
+    sweep = root / "benchmarks/results/h100/tuning/h100-2026-12-06-s40-moe-heights.json"
+    powers = lambda rows, heights: rule(rows, [h for h in heights if h & (h - 1) == 0])  # noqa: E731
+    for metric in ("parts", "layer"):
+        points = tool.load_points([sweep], metric)
+        mean, worst, _, n = tool.score(points, rule)
+        without, _, _, _ = tool.score(points, powers)
+        assert n >= 6 and mean <= 1.01 and worst <= 1.02 and mean < 0.95 * without, (metric, mean, worst, without)
 
 
 @pytest.mark.parametrize("experts,n,k", [(128, 1536, 2048), (128, 2048, 768), (256, 4096, 7168), (8, 28672, 4096)])
