@@ -17,9 +17,11 @@ cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
 . scripts/build_filtered.sh
 device_log s40.txt
+# The grouped u4g128 (with and without -zi) and e2m1g32 bf16 tiles, and the generic and sm80 instances
+# the tests fall back to.
+GROUPED='^(sm90_wgmma_moe_a-bf16_w-(u4g128-sbf16(-zi)?|e2m1g32-sbf16)_c-bf16|generic_dense_a-bf16_w-u4-s|sm80_mma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t16x128)'
 if [ "${PART:-a}" = a ]; then
-  HUMMING_PROFILE="${HUMMING_PROFILE:-dev+experimental}" build_filtered \
-    '^(sm90_wgmma_moe_a-bf16_w-(u4g128-sbf16(-zi)?|e2m1g32-sbf16)_c-bf16|generic_dense_a-bf16_w-u4-s|sm80_mma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t16x128)'
+  HUMMING_PROFILE="${HUMMING_PROFILE:-dev+experimental}" build_filtered "$GROUPED"
   echo "build took $(($(date +%s) - start)) s" | log
   python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs 2>&1 | tail -12 | sed "s/^/test_moe /" | log
   echo "tests done at $(($(date +%s) - start)) s" | log
@@ -43,8 +45,7 @@ fi
 #   tests/test_moe.py, bench_moe e2m1g32 with every built height (Qwen3-30B-A3B, gpt-oss-120b at 256
 #   and 1024 tokens) to $OUT/moe-e2m1-heights.json, then (unless NCU=0) PART=ncu's two profiles.
 if [ "${PART:-a}" = b ]; then
-  HUMMING_PROFILE="${HUMMING_PROFILE:-dev+experimental}" build_filtered \
-    '^(sm90_wgmma_moe_a-bf16_w-(u4g128-sbf16(-zi)?|e2m1g32-sbf16)_c-bf16|generic_dense_a-bf16_w-u4-s|sm80_mma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t16x128)'
+  HUMMING_PROFILE="${HUMMING_PROFILE:-dev+experimental}" build_filtered "$GROUPED"
   echo "build took $(($(date +%s) - start)) s" | log
   python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs 2>&1 | tail -4 | sed "s/^/test_moe /" | log
   python3 scripts/bench_moe.py "$OUT/moe-e2m1-heights.json" --format e2m1g32-sbf16 \
