@@ -41,6 +41,7 @@ Status gemm_cpu(const GemmArgs &args) {
       one.m = off != nullptr ? off[e + 1] - off[e] : counts[e];
       if (one.m == 0) continue;
       one.a = static_cast<const char *>(args.a) + first * args.lda * a_elem;
+      if (args.a_scales != nullptr) one.a_scales = args.a_scales + first * args.a_scale_cols;
       one.out = static_cast<char *>(args.out) + first * args.ldo * o_elem;
       one.codes =
           reinterpret_cast<const uint32_t *>(reinterpret_cast<const char *>(args.codes) + e * args.expert_codes_stride);

@@ -195,8 +195,8 @@ Status validate(const GemmArgs &a) {
       return Status::Error(
           "a masked grouped (MoE) GEMM needs m = experts x capacity rows, got m=" + std::to_string(a.m) + ", " +
           std::to_string(a.experts) + " experts and capacity " + std::to_string(a.expert_capacity));
-    if (a.bias != nullptr || a.global_scale != nullptr || a.fmt.act.granularity != ActScale::kNone)
-      return Status::Error("grouped (MoE) GEMMs take no bias, global scale or quantized activations yet");
+    if (a.bias != nullptr || a.global_scale != nullptr)
+      return Status::Error("grouped (MoE) GEMMs take no bias or global scale yet");
     const int64_t codes = a.dims.n_pad * a.dims.words_per_row * 4;
     const int64_t groups = a.dims.k_groups * a.dims.n_groups;
     const int64_t scales = w.has_scale() ? groups * w.scale.storage_bytes() : 0;

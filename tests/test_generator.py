@@ -806,7 +806,7 @@ def test_arch_without_matrix_entries_is_warned_about(gen):
 # ---- experimental entries (kernels not yet checked on a GPU) and the sm90 8-bit activation kernels
 
 A8_RE = re.compile(
-    r"sm90_wgmma_dense_a-(?P<act>e4m3|e5m2|i8)-(?P<agran>pt|g128)_w-(?P<code>e4m3|i8|u4|i4|e2m1)(?P<wgran>gc|g128n128|g128)"
+    r"sm90_wgmma_(?P<sched>dense|moe)_a-(?P<act>e4m3|e5m2|i8)-(?P<agran>pt|g128)_w-(?P<code>e4m3|i8|u4|i4|e2m1)(?P<wgran>gc|g128n128|g128)"
     r"-s(?P<scale>f32|bf16|f16)_c-(?P<out>[^_]+)_t(?P<bm>\d+)x(?P<bn>\d+)x128_(w1x(?P<wg>\d)x1|w(?P<wgm>\d)x1x1)_s(?P<stages>\d+)(_b(?P<batch>\d))?(_l(?P<layout>4))?$"
 )
 
@@ -843,7 +843,9 @@ def test_a8_instances_keys_and_entry_points(gen, tmp_path):
     token and 128 inputs and 128 x 128 weight blocks (fp32, 8-bit codes); 8-bit float tiles of at
     most 128 tokens, on the generic layout (4-bit codes also on layout 4), with the shared memory
     of their ring (4-bit codes: rows of 64 bytes in the weights' box); their translation units call
-    the FP8 kernel's entry points."""
+    the FP8 kernel's entry points. The grouped (MoE) ones (sm90_a8_moe.json) are the same kernel
+    with the grouped scheduler: a segment note per stage, no output boxes, and with blocks and the
+    tokens on M, 4 activation scales more per stage (kScaleLead)."""
     gen_mod = _load_generator()
     insts = [i for i in gen_mod.enumerate_instances(["90a"], "full+experimental") if A8_RE.match(i.name)]
     assert insts and any("-g128_" in i.name for i in insts) and any("-pt_" in i.name for i in insts)
@@ -865,6 +867,9 @@ def test_a8_instances_keys_and_entry_points(gen, tmp_path):
         assert layout == 1 or four, i.name
         assert (k["act_granularity"], k["group_k"], k["group_n"], k["zero"], k["layout"]) == (*want, 0, layout)
         assert (k["tile_m"], k["tile_n"], k["tile_k"], k["stages"]) == (bm, bn, 128, stages)
+        grouped = m["sched"] == "moe"
+        assert i.scheduler == m["sched"]
+        assert i.template_args[-1] == ("sm90::kSchedGroupedWarp" if grouped else "sm90::kSchedDense"), i.name
         # _w<c>x1x1: the tokens on the WGMMA's M side, 64 per consumer warpgroup, e4m3 x e4m3 (with
         # blocks, tiles of 128-channel multiples); _w1x<c>x1: the channels, 64 per warpgroup.
         tokens_m = m["wgm"] is not None
@@ -877,16 +882,17 @@ def test_a8_instances_keys_and_entry_points(gen, tmp_path):
             assert bn == 64 * consumers
         wblocks = ((64 if bn % 128 else 0) + bn + 127) // 128  # the 128-channel blocks a tile touches
         scale_bytes = {"f32": 4, "bf16": 2, "f16": 2}[m["scale"]]
-        scales = (bm + wblocks) * 4 if blocks else (bn * scale_bytes if groups else 0)
+        lead = 4 if grouped and blocks and tokens_m else 0
+        scales = (bm + lead + wblocks) * 4 if blocks else (bn * scale_bytes if groups else 0)
         stage = bn * (64 if four else 128) + bm * 128 + scales
-        smem = 1024 + -(-stage // 1024) * 1024 * stages + 16 * stages + 16
+        smem = 1024 + -(-stage // 1024) * 1024 * stages + 16 * stages + 16 + (32 * stages if grouped else 0)
         # The output boxes of the staged stores (epilogue/staged_store.h): one of bm rows x 128
         # bytes per consumer warpgroup, for 16-bit outputs in tiles of 64 tokens and more where
         # they fit beside the ring.
         # With the tokens on M: 64 tokens x bn outputs per consumer warpgroup.
         boxes = consumers * (64 * bn * 2 if tokens_m else bm * 128)
         fits = smem + boxes <= 227 * 1024
-        if m["out"] in ("bf16", "f16") and (tokens_m or (bm >= 64 and bm % 32 == 0)) and fits:
+        if m["out"] in ("bf16", "f16") and (tokens_m or (bm >= 64 and bm % 32 == 0)) and fits and not grouped:
             smem += boxes
         assert k["smem_bytes"] == smem <= 227 * 1024, i.name
         if blocks:

@@ -435,7 +435,7 @@ def test_quant_moe_names_the_grouped_instances_of_a_call():
     with pytest.raises(ValueError, match="both cc and sms"):
         layer.instances(1, cc=90)
     generic = ha.QuantMoE.from_float(w1, w2, "u4g128-sbf16", 2)
-    with pytest.raises(ValueError, match=r"packed for the sm90 kernels \(layout 3\)"):
+    with pytest.raises(ValueError, match=r"no grouped instance of a-bf16_w-u4g128-sbf16_c-bf16 in layout 1"):
         generic.instances(1, cc=90, sms=132)
 
 
@@ -649,6 +649,119 @@ def test_moe_gemm_masked_bad_input_is_named():
         moe.moe_gemm_masked(x, st, torch.tensor([1, 5, 0], dtype=torch.int32), fmt)
     with pytest.raises(ValueError, match="takes 0 to the capacity"):
         moe.moe_gemm_masked(x, st, torch.tensor([1, -1, 0], dtype=torch.int32), fmt)
+
+
+# ---- grouped GEMMs with 8-bit activations ---------------------------------------------------------
+
+# W8A8 MoE formats: DeepSeek-V3's FP8 experts (128 x 128 weight blocks, activations in 1 x 128
+# groups) and per-channel FP8 experts (per-token activation scales).
+A8_MOE = [("e4m3g128n128-sf32", "e4m3-g128"), ("e4m3gc-sf32", "e4m3-pt")]
+
+
+def _dequantized_act(codes, scales):
+    """fp64 activations from their 8-bit codes and fp32 scales (one per token, or per token and
+    group of inputs, the last group partial)."""
+    k = codes.shape[-1]
+    group = -(-k // scales.shape[-1])
+    return codes.float().double() * scales.double().repeat_interleave(group, dim=-1)[..., :k]
+
+
+def _ref_grouped_a8(codes, scales, qs, off):
+    """fp64: each expert's rows of the dequantized activations times its dequantized weight."""
+    from humming_aot import reference as R
+
+    a = _dequantized_act(codes, scales)
+    return torch.cat([a[off[e] : off[e + 1]] @ R.dequantize_weight(q).double().T for e, q in enumerate(qs)])
+
+
+@pytest.mark.parametrize("wfmt,act", A8_MOE)
+def test_moe_gemm_with_8bit_activations_on_the_cpu_is_each_experts_gemm(wfmt, act):
+    """8-bit activation codes and their scales through the grouped GEMM, contiguous and masked:
+    each expert's rows equal its dense GEMM of those rows and their scales, the fp64 product of
+    the dequantized operands holds, and missing or misshapen scales are named."""
+    import humming_aot as ha
+
+    qs, packed, st = _stacked(5, 256, 384, wfmt, "generic", 12)
+    counts = [3, 0, 9, 1, 4]
+    off = _offsets(counts)
+    x = torch.randn(17, 384, generator=torch.Generator().manual_seed(13)).to(torch.bfloat16)
+    codes, scales = ha.quantize_act(x, act)
+    fmt = f"a-{act}_w-{wfmt}_c-bf16"
+    y = moe.moe_gemm(codes, st, off, fmt, a_scales=scales)
+    assert y.shape == (17, 256) and y.dtype == torch.bfloat16
+    for e in range(5):
+        r = slice(int(off[e]), int(off[e + 1]))
+        if counts[e]:
+            assert torch.equal(y[r], ha.gemm(codes[r], packed[e], fmt, a_scales=scales[r])), e
+    ref = _ref_grouped_a8(codes, scales, qs, off)
+    assert (y.double() - ref).norm() / ref.norm() <= 2.0**-7
+    # The masked layout: each expert's rows in its slot of 9 (quantization is per row, so the
+    # slots' codes are the same rows' codes).
+    slots = torch.zeros(5, 9, 384, dtype=torch.bfloat16)
+    for e in range(5):
+        slots[e, : counts[e]] = x[off[e] : off[e + 1]]
+    mcodes, mscales = ha.quantize_act(slots.reshape(45, 384), act)
+    ym = moe.moe_gemm_masked(
+        mcodes.reshape(5, 9, 384), st, torch.tensor(counts, dtype=torch.int32), fmt,
+        a_scales=mscales.reshape(5, 9, -1),
+    )  # fmt: skip
+    for e in range(5):
+        assert torch.equal(ym[e, : counts[e]], y[off[e] : off[e + 1]]), e
+    with pytest.raises(Exception, match="needs activation scales"):
+        moe.moe_gemm(codes, st, off, fmt)
+    with pytest.raises(Exception, match="activation scales has shape"):
+        moe.moe_gemm(codes, st, off, fmt, a_scales=scales[:-1])
+    with pytest.raises(Exception, match="activation scales has shape"):
+        moe.moe_gemm_masked(mcodes.reshape(5, 9, 384), st, torch.tensor(counts, dtype=torch.int32), fmt,
+                            a_scales=mscales)  # fmt: skip
+
+
+def _ref_moe_a8(x, logits, w1, w2, fmt, act, top_k):
+    """_ref_moe with each GEMM's input quantized as the layer quantizes it: rounded to bf16, then
+    to 8-bit codes with their scales (the reference quantizer), dequantized; the gate-up output
+    rounded to bf16 before the activation, as the layer's GEMM returns it (an FP8 code is 2^-3 of
+    its value apart from the next, so the inputs of each quantization follow the layer's)."""
+    from humming_aot import reference as R
+
+    def q(v):
+        codes, scales = R.quantize_activation(v.to(torch.bfloat16).float()[None], act)
+        return _dequantized_act(codes, scales)[0]
+
+    deq = lambda w: R.dequantize_weight(R.quantize_weight(w, fmt)).double()  # noqa: E731
+    d1, d2 = [deq(w) for w in w1], [deq(w) for w in w2]
+    w, ids = _ref_topk(logits, top_k, "softmax", True)
+    f = w2.shape[2]
+    out = torch.zeros(x.shape[0], w2.shape[1], dtype=torch.float64)
+    for t in range(x.shape[0]):
+        for j in range(top_k):
+            e = int(ids[t, j])
+            hid = (d1[e] @ q(x[t])).to(torch.bfloat16).float()
+            out[t] += float(w[t, j]) * (d2[e] @ q(torch.nn.functional.silu(hid[:f]) * hid[f:]))
+    return out
+
+
+@pytest.mark.parametrize("wfmt,act", A8_MOE)
+def test_quant_moe_with_8bit_activations_runs_grouped_gemms_and_matches_the_reference(wfmt, act):
+    """A layer of FP8 experts with FP8 activations runs the grouped GEMMs (on the CPU, the
+    reference's), matches the token-by-token reference that quantizes each GEMM's input, and names
+    the grouped sm90 instances a GPU would run where the build has them."""
+    import humming_aot as ha
+
+    w1, w2 = _experts(8, 256, 128, 17)
+    layer = ha.QuantMoE.from_float(w1, w2, wfmt, 2, act_format=act)
+    g = torch.Generator().manual_seed(18)
+    x = torch.randn(11, 256, generator=g).to(torch.bfloat16)
+    logits = torch.randn(11, 8, generator=g)
+    assert layer._grouped_on(x)
+    got = layer(x, logits)
+    assert got.shape == (11, 256) and got.dtype == torch.bfloat16
+    ref = _ref_moe_a8(x.float(), logits, w1, w2, wfmt, act, 2)
+    err = (got.double() - ref).norm() / ref.norm()
+    assert err <= _MOE_TOL, f"relative error {err:.2e}"
+    fmt = f"a-{act}_w-{wfmt}_c-bf16"
+    if _sm90_instances(fmt):
+        got = layer.instances(64, cc=90, sms=132)
+        assert all(name.startswith(f"sm90_wgmma_moe_{fmt}_") for name in got.values()), got
 
 
 def test_grouped_and_dense_instances_refuse_each_others_gemms():
@@ -867,6 +980,103 @@ def test_moe_gemm_on_the_sm90_kernels_matches_the_reference(load):
             with pytest.raises(Exception, match="runs dense GEMMs"):
                 moe.moe_gemm(x.cuda(), st, off.cuda(), fmt, instance=dense)
     assert tested > 0, "this build has no grouped sm90 instance of the tested formats"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
+@pytest.mark.parametrize("load", ["uniform", "skewed", "empty"])
+def test_moe_gemm_with_8bit_activations_on_the_sm90_kernels_matches_the_reference(load):
+    """Every built grouped sm90 tile of the W8A8 MoE formats runs grouped rows of FP8 codes
+    quantized on the GPU: expert boundaries inside tiles and at rows that are not a multiple of 4
+    (where the tokens-M tiles' activation scale runs start early), experts with no rows, n and k
+    that are not multiples of 128 (320 x 2880); the library's choice too, the masked layout, and a
+    CUDA graph of the call."""
+    import humming_aot as ha
+
+    if not torch.cuda.get_device_capability() == (9, 0):
+        pytest.skip("the grouped GEMM kernels are sm90 ones; this GPU is not sm_90")
+    tested = 0
+    for wfmt, act in A8_MOE:
+        fmt = f"a-{act}_w-{wfmt}_c-bf16"
+        names = _sm90_instances(fmt)
+        if not names:
+            continue
+        tested += len(names)
+        e, n, k = 12, 320, 2880
+        qs, packed, st = _stacked(e, n, k, wfmt, "generic", 31, "cuda")
+        g = torch.Generator().manual_seed(5)
+        if load == "uniform":
+            counts = [int(v) for v in torch.randint(20, 200, (e,), generator=g)]
+        elif load == "skewed":
+            counts = [600 // (i + 1) for i in range(e)]
+        else:
+            counts = [0, 5, 0, 0, 131, 0, 0, 0, 1, 0, 0, 0]
+        off = _offsets(counts)
+        x = torch.randn(sum(counts), k, generator=g).to(torch.bfloat16)
+        codes, scales = ha.quantize_act(x.cuda(), act)
+        ref = _ref_grouped_a8(codes.cpu(), scales.cpu(), qs, off)
+        offd = off.cuda()
+        for name in names:
+            y = moe.moe_gemm(codes, st, offd, fmt, instance=name, a_scales=scales).cpu()
+            err = (y.double() - ref).norm() / ref.norm()
+            assert err <= 2.0**-7, (name, load, float(err))
+        for routed in (None, sum(counts)):
+            y = moe.moe_gemm(codes, st, offd, fmt, assignments=routed, a_scales=scales)
+            assert (y.cpu().double() - ref).norm() / ref.norm() <= 2.0**-7, routed
+        # masked: each expert's rows in a slot of the largest count plus 3
+        cap = max(counts) + 3
+        slot_codes = torch.zeros(e, cap, k, dtype=codes.dtype, device="cuda")
+        slot_scales = torch.ones(e, cap, scales.shape[1], device="cuda")
+        for i in range(e):
+            slot_codes[i, : counts[i]] = codes[off[i] : off[i + 1]]
+            slot_scales[i, : counts[i]] = scales[off[i] : off[i + 1]]
+        cnt = torch.tensor(counts, dtype=torch.int32, device="cuda")
+        ym = moe.moe_gemm_masked(slot_codes, st, cnt, fmt, a_scales=slot_scales).cpu()
+        got = torch.cat([ym[i, : counts[i]] for i in range(e)])
+        assert (got.double() - ref).norm() / ref.norm() <= 2.0**-7, "masked"
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = moe.moe_gemm(codes, st, offd, fmt, assignments=sum(counts), a_scales=scales)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, y), "graph replay"
+    if tested == 0:
+        pytest.skip("this build has no grouped sm90 instance with 8-bit activations (tools/matrix/sm90_a8_moe.json)")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
+def test_quant_moe_with_fp8_blocks_on_the_grouped_kernels_matches_the_cpu_and_captures():
+    """A DeepSeek-style layer (FP8 experts in 128 x 128 blocks, FP8 activations in 1 x 128
+    groups) on the grouped kernels: the GPU's result against the CPU's at 1, 37 and 300 tokens,
+    no per-expert loop, and a CUDA graph of the whole layer that replays the eager result."""
+    import humming_aot as ha
+
+    if not torch.cuda.get_device_capability() == (9, 0):
+        pytest.skip("the grouped GEMM kernels are sm90 ones; this GPU is not sm_90")
+    wfmt, act = A8_MOE[0]
+    if not _sm90_instances(f"a-{act}_w-{wfmt}_c-bf16"):
+        pytest.skip("this build has no grouped sm90 instance of the FP8 block format")
+    w1, w2 = _experts(16, 512, 256, 23)
+    cpu = ha.QuantMoE.from_float(w1, w2, wfmt, 4, act_format=act)
+    gpu = ha.QuantMoE.from_float(w1, w2, wfmt, 4, act_format=act, device="cuda")
+    g = torch.Generator().manual_seed(24)
+    for tokens in (1, 37, 300):
+        x = torch.randn(tokens, 512, generator=g).to(torch.bfloat16)
+        logits = torch.randn(tokens, 16, generator=g)
+        assert gpu._grouped_on(x.cuda())
+        want = cpu(x, logits)
+        got = gpu(x.cuda(), logits.cuda()).cpu()
+        err = (got.double() - want.double()).norm() / want.double().norm()
+        assert err <= 2.0**-6, (tokens, float(err))
+    xd, ld = x.cuda(), logits.cuda()
+    eager = gpu(xd, ld)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = gpu(xd, ld)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, eager)
 
 
 def _tile(name: str) -> tuple[int, int, int]:

@@ -444,8 +444,11 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
     activations x e4m3, u4, i4 or e2m1 weights, or i8 x i8, u4 or i4, in the generic layout, with
     per-token x per-channel scales (group 0); with group 128, 4-bit codes take a scale per channel
     and 128 inputs (per-token activations), e4m3 codes DeepSeek-style 1 x 128 activation groups x
-    128 x 128 weight blocks."""
+    128 x 128 weight blocks. A matrix with the "moe" scheduler (sm90_a8_moe.json) makes the grouped
+    (mixture-of-experts) kernels: the producer's warp walks the experts' tiles (kSchedGroupedWarp),
+    no output boxes, no conversion in the stage."""
     backend_archs, combos = _entries(matrix, profile, archs, ("act", "code", "scale", "group", "out", "tile"))
+    grouped = matrix["scheduler"] == "moe"
     out = []
     for entry, (act, code, scale, group, o, tile_name) in combos:
         t = matrix["tiles"][tile_name]
@@ -467,7 +470,7 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
             (act, code) != ("e4m3", "e4m3") or bm != 64 * consumers or batch > 1 or (group and bn % 128)
         ):
             continue
-        if staged and not four:  # 8-bit codes need no conversion
+        if staged and (not four or grouped):  # 8-bit codes need no conversion; grouped kernels convert none
             continue
         if layout != matrix["layout"] and (not four or staged):  # layout 4: register fragments of 4-bit codes
             continue
@@ -510,19 +513,23 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
             "1" if staged else "0",
             str(layout),
             str(channels_n),
+            "sm90::kSchedGroupedWarp" if grouped else "sm90::kSchedDense",
         )
         # A box of weights (bn rows of bk codes: 64 bytes each with 4-bit codes) and one of
-        # activations per stage. Then the scales: with blocks, fp32, bm of the activations and one per
-        # 128-channel weight block the tile touches; with groups, the bn channels' in their type.
+        # activations per stage. Then the scales: with blocks, fp32, bm of the activations (grouped
+        # tiles with the tokens on M: 4 more, kScaleLead) and one per 128-channel weight block the
+        # tile touches; with groups, the bn channels' in their type.
         wblocks = ((64 if bn % 128 else 0) + bn + 127) // 128
-        scales = (bm + wblocks) * 4 if blocks else (bn * F.dtype(scale).bits // 8 if group else 0)
+        lead = 4 if grouped and blocks and channels_n and bm >= 64 else 0
+        scales = (bm + lead + wblocks) * 4 if blocks else (bn * F.dtype(scale).bits // 8 if group else 0)
         stage = bn * bk * F.dtype(code).bits // 8 + bm * bk + scales
         # With the producer's conversion, the 8-bit box (bn rows of bk bytes) after them.
         stage = (stage + 1023) // 1024 * 1024 + (bn * bk if staged else 0)
-        smem = _sm90_smem(stage, stages, barrier_sets=3 if staged else 2)
+        smem = _sm90_smem(stage, stages, barrier_sets=3 if staged else 2, notes=grouped)
         if smem > SM90_MAX_SMEM:
             continue
-        smem += _sm90_out_boxes(smem, bm, consumers, o, channels_n)
+        if not grouped:  # the grouped tiles store directly
+            smem += _sm90_out_boxes(smem, bm, consumers, o, channels_n)
         # act_granularity 1: ActScale::kToken; 2: ActScale::kGroup
         tile = (bm, bn, bk)
         key = _tensor_core_key(

@@ -349,11 +349,14 @@ def _grouped_format(experts, fmt, op: str):
 
 def moe_gemm(x: torch.Tensor, experts: StackedExperts, offsets: torch.Tensor, fmt, *, rows_per_expert=None,
              instance: str = "", assignments=None, activation: str | None = None, limit: float = 7.0,
-             alpha: float = 1.702, activation_bias: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+             alpha: float = 1.702, activation_bias: torch.Tensor | None = None,
+             a_scales: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """The grouped GEMM over contiguous rows: out[r] = x[r] @ W_e.T for the rows r of expert e,
     ``offsets[e] <= r < offsets[e + 1]`` (``offsets`` int32 [E + 1] from 0 to x's rows, on x's
     device; a GPU reads them only in the kernel, so no host synchronization). ``fmt`` is the GEMM
-    format (16-bit activations). ``rows_per_expert`` (default rows / E) picks the tile: up to
+    format: 16-bit activations, or 8-bit ones (``x`` the codes and ``a_scales`` their fp32 scales,
+    [rows, groups], as :func:`humming_aot.quantize_act` gives them; on a GPU the grouped instances
+    of the sm90 8-bit activation kernels, weights in the generic layout). ``rows_per_expert`` (default rows / E) picks the tile: up to
     256 the tile height of least expected work (the row tiles of Poisson counts around it, some
     experts spilling into a second tile, times the device table's tile costs; humming.h,
     expected_row_tiles), else as for a dense GEMM of that many rows (select_grouped_instance).
@@ -403,7 +406,7 @@ def moe_gemm(x: torch.Tensor, experts: StackedExperts, offsets: torch.Tensor, fm
     return torch.ops.humming.moe_gemm(
         x, experts.codes, experts.scales, experts.zeros, offsets.to(device=x.device, dtype=torch.int32).contiguous(),
         str(g), w0.layout, w0.n, w0.k, int(rows), instance, _assignments(assignments), activation or "",
-        float(limit), float(alpha), activation_bias,
+        float(limit), float(alpha), activation_bias, a_scales,
     )  # fmt: skip
 
 
@@ -419,7 +422,8 @@ def _assignments(assignments) -> int:
 
 
 def moe_gemm_masked(x: torch.Tensor, experts: StackedExperts, counts: torch.Tensor, fmt, *, rows_per_expert=None,
-                    instance: str = "", assignments=None) -> torch.Tensor:  # fmt: skip
+                    instance: str = "", assignments=None,
+                    a_scales: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """The grouped GEMM over masked rows, the decode layout whose shapes never depend on the
     routing: ``x`` [E, capacity, k] holds a slot per expert, of which expert e's rows are the first
     ``counts[e]`` (``counts`` int32 [E] on x's device, read only by the kernel on a GPU). Returns
@@ -427,7 +431,7 @@ def moe_gemm_masked(x: torch.Tensor, experts: StackedExperts, counts: torch.Tens
     is left unwritten (undefined values; zeros on the CPU). A count outside [0, capacity] is an
     error on the CPU and clipped to that range on a GPU (which cannot report it).
     ``rows_per_expert`` (default the capacity) picks the tile and ``assignments`` the producer's
-    walk, as for :func:`moe_gemm`."""
+    walk, as for :func:`moe_gemm`. With 8-bit activations, ``a_scales`` fp32 [E, capacity, groups]."""
     g = _grouped_format(experts, fmt, "moe_gemm_masked")
     e = experts.num_experts
     if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[0] != e:
@@ -440,7 +444,7 @@ def moe_gemm_masked(x: torch.Tensor, experts: StackedExperts, counts: torch.Tens
         x = x.clone(memory_format=torch.contiguous_format)  # evenly spaced, aligned rows, as the kernels read
     return torch.ops.humming.moe_gemm_masked(
         x, experts.codes, experts.scales, experts.zeros, counts.to(device=x.device, dtype=torch.int32).contiguous(),
-        str(g), w0.layout, w0.n, w0.k, int(rows), instance, _assignments(assignments),
+        str(g), w0.layout, w0.n, w0.k, int(rows), instance, _assignments(assignments), a_scales,
     )  # fmt: skip
 
 
@@ -448,13 +452,14 @@ _WARNED_LOOP = False
 
 
 @functools.lru_cache(maxsize=256)
-def _has_grouped_instance(fmt: str) -> bool:
-    """Whether this build has a grouped (scheduler "moe") instance that computes GEMM format ``fmt``."""
+def _has_grouped_instance(fmt: str, layout: int) -> bool:
+    """Whether this build has a grouped (scheduler "moe") instance that computes GEMM format ``fmt``
+    from weights packed in ``layout``."""
     from . import dispatch, registry
     from . import formats as F
 
     g = F.parse_gemm_format(fmt)
-    return any(i.scheduler == "moe" and dispatch._computes(i, g) for i in registry.instances())
+    return any(i.scheduler == "moe" and i.layout == layout and dispatch._computes(i, g) for i in registry.instances())
 
 
 class QuantMoE(torch.nn.Module):
@@ -471,9 +476,11 @@ class QuantMoE(torch.nn.Module):
     "swiglu-oai", gpt-oss's 1.702 and 7.0 by default). ``gate_up_bias`` [E, 2F] (gate first, as the
     weight) and ``down_bias`` [E, H]: each expert's biases, added to its GEMMs' outputs in fp32.
 
-    With 16-bit activations on the CPU, or on a GPU with the experts packed for the sm90 kernels
-    (layout 3), the two GEMMs are grouped ones (:func:`moe_gemm`) over the expert-sorted rows: no
-    host synchronization, so a call can be captured in a CUDA graph. Otherwise each expert that has
+    On the CPU, or on a GPU where this build has grouped instances of both GEMMs' formats for the
+    experts' layout (16-bit activations: the sm90 weight-only kernels, layout 3; 8-bit activations:
+    the sm90 8-bit activation kernels, e4m3 weights in the generic layout, the activations quantized
+    on the GPU before each GEMM), the two GEMMs are grouped ones (:func:`moe_gemm`) over the
+    expert-sorted rows: no host synchronization, so a call can be captured in a CUDA graph. Otherwise each expert that has
     tokens runs its two GEMMs as dense humming GEMMs on its rows (the instance the dispatcher picks
     for that row count), which needs the per-expert counts on the host, one synchronization per call
     on a GPU, so such a call cannot be captured in a CUDA graph (refused with an error); on a GPU the
@@ -668,8 +675,8 @@ class QuantMoE(torch.nn.Module):
             raise RuntimeError(
                 "QuantMoE with these experts cannot be captured in a CUDA graph: it runs the per-expert loop, which "
                 "reads the per-expert token counts back to the host. The grouped MoE GEMMs, which do not, need the "
-                "experts packed for the sm90 kernels (layout 'sm90') in a format this build has grouped instances "
-                "for (humming_aot.registry.instances(), scheduler 'moe')"
+                "experts in a format and layout this build has grouped instances for "
+                "(humming_aot.registry.instances(), scheduler 'moe')"
             )
         if x.is_cuda and not _WARNED_LOOP:
             import warnings
@@ -723,17 +730,32 @@ class QuantMoE(torch.nn.Module):
         return weights, ids, al, permute(x, al)
 
     def _grouped_on(self, x: torch.Tensor) -> bool:
-        """Whether this call runs the grouped GEMMs: on the CPU reference, or on a GPU with the
-        experts packed for the sm90 kernels (layout 3), 16-bit activations and grouped instances
-        of both formats in this build (others take the per-expert loop)."""
-        if self._stacks is None or self.gate_up[0].fmt.act.quantized:
+        """Whether this call runs the grouped GEMMs: on the CPU reference, or on a GPU where this
+        build has grouped instances of both formats for the experts' layout (others take the
+        per-expert loop)."""
+        if self._stacks is None:
             return False
         if x.device.type == "cpu":
             return True
-        return (
-            x.is_cuda
-            and self._stacks[0].first.layout == 3
-            and all(_has_grouped_instance(str(lin.fmt)) for lin in (self.gate_up[0], self.down[0]))
+        return x.is_cuda and self._grouped_built()
+
+    def _grouped_built(self) -> bool:
+        """Whether this build has grouped instances of both GEMMs' formats for the experts' layout."""
+        return all(
+            _has_grouped_instance(str(lin.fmt), stack.first.layout)
+            for lin, stack in zip((self.gate_up[0], self.down[0]), self._stacks)
+        )
+
+    def _grouped_gemm(self, a: torch.Tensor, stack, fmt, al: Alignment, per_expert: int, routed: int, **kw):
+        """One grouped GEMM of the layer over the expert-sorted rows ``a`` (16-bit): with 8-bit
+        activations, ``a`` quantized first (on the GPU: one kernel)."""
+        a_scales = None
+        if fmt.act.quantized:
+            from .ops import quantize_act
+
+            a, a_scales = quantize_act(a, fmt.act)
+        return moe_gemm(
+            a, stack, al.offsets, fmt, rows_per_expert=per_expert, assignments=routed, a_scales=a_scales, **kw
         )
 
     def _forward_grouped(self, x: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
@@ -745,15 +767,14 @@ class QuantMoE(torch.nn.Module):
         fmt = self.gate_up[0].fmt
         if _OUT_TYPES.get(x.dtype) == str(fmt.out):
             # The activation in the gate-up GEMM (its epilogue where the kernel can).
-            act = moe_gemm(
-                rows, gu, al.offsets, fmt, rows_per_expert=per_expert, assignments=routed,
-                activation=self.activation, limit=self.swiglu_limit, alpha=self.swiglu_alpha,
-                activation_bias=self.gate_up_bias,
+            act = self._grouped_gemm(
+                rows, gu, fmt, al, per_expert, routed, activation=self.activation, limit=self.swiglu_limit,
+                alpha=self.swiglu_alpha, activation_bias=self.gate_up_bias,
             )  # fmt: skip
         else:
-            h = moe_gemm(rows, gu, al.offsets, fmt, rows_per_expert=per_expert, assignments=routed)
+            h = self._grouped_gemm(rows, gu, fmt, al, per_expert, routed)
             act = self._activate(h, x.dtype, self.gate_up_bias, al.offsets if self.gate_up_bias is not None else None)
-        y = moe_gemm(act, dn, al.offsets, self.down[0].fmt, rows_per_expert=per_expert, assignments=routed)
+        y = self._grouped_gemm(act, dn, self.down[0].fmt, al, per_expert, routed)
         return self._combine(y, al, weights, ids)
 
     def instances(self, tokens: int, *, device=None, cc: int | None = None, sms: int | None = None) -> dict:
@@ -763,7 +784,7 @@ class QuantMoE(torch.nn.Module):
         ``device`` (default: the current CUDA device), or on a device described by its compute
         capability ``cc`` (major * 10 + minor) and multiprocessor count ``sms``, which needs no GPU.
         A ValueError for a layer that does not run grouped GEMMs on a GPU (experts not packed for
-        the sm90 kernels, 8-bit activations, or no grouped instance of its formats in this build)."""
+        the grouped kernels' layout, or no grouped instance of its formats in this build)."""
         from ._ext import C
         from .dispatch import _device_facts
 
@@ -772,14 +793,16 @@ class QuantMoE(torch.nn.Module):
             raise ValueError(f"tokens must be at least 1, got {tokens}")
         if (cc is None) != (sms is None):
             raise ValueError("give both cc and sms to describe a device, or neither")
-        if self._stacks is None or self.gate_up[0].fmt.act.quantized or self._stacks[0].first.layout != 3:
-            raise ValueError(
-                "this layer runs no grouped GEMMs on a GPU: they take experts packed for the sm90 kernels "
-                "(layout 3) with 16-bit activations"
-            )
-        missing = [str(lin.fmt) for lin in (self.gate_up[0], self.down[0]) if not _has_grouped_instance(str(lin.fmt))]
+        if self._stacks is None:
+            raise ValueError("this layer runs no grouped GEMMs: its experts differ in layout or have global scales")
+        missing = [
+            f"{lin.fmt} in layout {stack.first.layout}"
+            for lin, stack in zip((self.gate_up[0], self.down[0]), self._stacks)
+            if not _has_grouped_instance(str(lin.fmt), stack.first.layout)
+        ]
         if missing:
-            raise ValueError(f"this build has no grouped instance of {', '.join(missing)}")
+            raise ValueError(f"this layer runs no grouped GEMMs on a GPU: this build has no grouped instance of "
+                             f"{', '.join(missing)}")  # fmt: skip
         if cc is None:
             cc, sms, _ = _device_facts(device)
         routed = tokens * self.top_k

@@ -81,6 +81,7 @@ def _moe_gemm_fake(
     limit=0.0,
     alpha=0.0,
     activation_bias=None,
+    a_scales=None,
 ):
     g = F.parse_gemm_format(fmt)
     _check_same_device(
@@ -91,6 +92,7 @@ def _moe_gemm_fake(
         zero_points=zeros,
         expert_offsets=offsets,
         activation_bias=activation_bias,
+        activation_scales=a_scales,
     )
     torch._check(a.dim() == 2, lambda: f"activations must be 2-D [rows, k], got {a.dim()}-D")
     torch._check(a.shape[1] == k, lambda: f"activations have {a.shape[1]} columns but the weight has k={k}")
@@ -100,10 +102,18 @@ def _moe_gemm_fake(
 
 @torch.library.register_fake("humming::moe_gemm_masked")
 def _moe_gemm_masked_fake(
-    a, codes, scales, zeros, counts, fmt, layout, n, k, rows_per_expert, instance="", assignments=-1
+    a, codes, scales, zeros, counts, fmt, layout, n, k, rows_per_expert, instance="", assignments=-1, a_scales=None
 ):
     g = F.parse_gemm_format(fmt)
-    _check_same_device(a, "activations", packed_codes=codes, scales=scales, zero_points=zeros, expert_counts=counts)
+    _check_same_device(
+        a,
+        "activations",
+        packed_codes=codes,
+        scales=scales,
+        zero_points=zeros,
+        expert_counts=counts,
+        activation_scales=a_scales,
+    )
     torch._check(a.dim() == 3, lambda: f"masked activations must be 3-D [experts, capacity, k], got {a.dim()}-D")
     torch._check(a.shape[2] == k, lambda: f"activations have {a.shape[2]} inputs but the weight has k={k}")
     return a.new_empty((a.shape[0], a.shape[1], n), dtype=torch_dtype(g.out))

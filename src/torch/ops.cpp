@@ -322,6 +322,28 @@ GemmArgs plan_args(const CallPlan &plan) {
   return args;
 }
 
+// The activations' scales into args where their format has them, else none: fp32 [m, cols] (a
+// column per K group, or one per token), or for masked activations [experts, capacity, cols]
+// (`capacity` > 0).
+void set_act_scales(GemmArgs &args, const std::optional<Tensor> &a_scales, const torch::stable::Device &dev, int64_t k,
+                    int64_t capacity = 0) {
+  if (args.fmt.act.granularity != ActScale::kNone) {
+    require(a_scales.has_value(), "activation format ", to_string(args.fmt.act),
+            " needs activation scales (quantize with torch.ops.humming.quantize_act)");
+    check_tensor(*a_scales, "activation scales", ScalarType::Float, dev);
+    const int64_t group = args.fmt.act.granularity == ActScale::kGroup ? args.fmt.act.group_k : k;
+    const int64_t cols = (k + group - 1) / group;
+    if (capacity > 0)
+      check_shape(*a_scales, "activation scales", {args.m / capacity, capacity, cols});
+    else
+      check_shape(*a_scales, "activation scales", {args.m, cols});
+    args.a_scales = static_cast<const float *>(a_scales->data_ptr());
+    args.a_scale_cols = cols;
+  } else {
+    require(!a_scales.has_value(), "activation format ", to_string(args.fmt.act), " takes no scales");
+  }
+}
+
 Tensor gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &scales,
             const std::optional<Tensor> &zeros, const std::optional<Tensor> &global_scale,
             const std::optional<Tensor> &a_scales, const std::optional<Tensor> &bias, const std::string &fmt_text,
@@ -361,17 +383,7 @@ Tensor gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &s
   } else {
     require(!global_scale.has_value(), "weight format ", to_string(w), " takes no global scale");
   }
-  if (args.fmt.act.granularity != ActScale::kNone) {
-    require(a_scales.has_value(), "activation format ", to_string(args.fmt.act),
-            " needs activation scales (quantize with torch.ops.humming.quantize_act)");
-    check_tensor(*a_scales, "activation scales", ScalarType::Float, dev);
-    const int64_t group = args.fmt.act.granularity == ActScale::kGroup ? args.fmt.act.group_k : k;
-    check_shape(*a_scales, "activation scales", {args.m, (k + group - 1) / group});
-    args.a_scales = static_cast<const float *>(a_scales->data_ptr());
-    args.a_scale_cols = (k + group - 1) / group;
-  } else {
-    require(!a_scales.has_value(), "activation format ", to_string(args.fmt.act), " takes no scales");
-  }
+  set_act_scales(args, a_scales, dev, k);
   if (bias.has_value()) {
     check_tensor(*bias, "bias", storage_type(args.fmt.out), dev);
     check_shape(*bias, "bias", {n});
@@ -411,8 +423,7 @@ void set_experts(GemmArgs &args, const Tensor &codes, const std::optional<Tensor
                  const std::optional<Tensor> &zeros, const torch::stable::Device &dev) {
   const PackedDims &d = args.dims;
   const WeightFormat &w = args.fmt.weight;
-  require(args.fmt.act.granularity == ActScale::kNone && !w.global_scale,
-          "grouped (MoE) GEMMs take 16-bit activations and no global scale yet, got ", to_string(args.fmt));
+  require(!w.global_scale, "grouped (MoE) GEMMs take no global scale yet, got ", to_string(args.fmt));
   require(codes.dim() == 3, "the experts' codes must be stacked [experts, n_pad, words], got shape ", codes.sizes());
   const int64_t experts = codes.size(0);
   require(experts >= 1 && experts <= 4096, "1 to 4096 experts, got ", experts);
@@ -525,12 +536,13 @@ void activate_rows(const GemmArgs &args, const Tensor &h, const Tensor &out, con
 Tensor moe_gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &scales,
                 const std::optional<Tensor> &zeros, const Tensor &offsets, const std::string &fmt_text, int64_t layout,
                 int64_t n, int64_t k, int64_t rows_per_expert, const std::string &instance, int64_t assignments,
-                const std::string &activation, double limit, double alpha,
-                const std::optional<Tensor> &activation_bias) {
+                const std::string &activation, double limit, double alpha, const std::optional<Tensor> &activation_bias,
+                const std::optional<Tensor> &a_scales) {
   CallPlan &plan = call_plan(fmt_text, layout, n, k, instance);
   GemmArgs args = plan_args(plan);
   const torch::stable::Device dev = a.device();
   set_activations(args, a, k);
+  set_act_scales(args, a_scales, dev, k);
   set_experts(args, codes, scales, zeros, dev);
   check_tensor(offsets, "expert row offsets", ScalarType::Int, dev);
   check_shape(offsets, "expert row offsets", {args.experts + 1});
@@ -603,7 +615,7 @@ Tensor moe_gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor
 Tensor moe_gemm_masked(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &scales,
                        const std::optional<Tensor> &zeros, const Tensor &counts, const std::string &fmt_text,
                        int64_t layout, int64_t n, int64_t k, int64_t rows_per_expert, const std::string &instance,
-                       int64_t assignments) {
+                       int64_t assignments, const std::optional<Tensor> &a_scales) {
   CallPlan &plan = call_plan(fmt_text, layout, n, k, instance);
   GemmArgs args = plan_args(plan);
   const torch::stable::Device dev = a.device();
@@ -621,6 +633,7 @@ Tensor moe_gemm_masked(const Tensor &a, const Tensor &codes, const std::optional
   args.m = experts * capacity;
   args.a = a.data_ptr();
   args.lda = a.stride(1);
+  set_act_scales(args, a_scales, dev, k, capacity);
   set_experts(args, codes, scales, zeros, dev);
   require(codes.size(0) == experts, "the activations have slots for ", experts, " experts but the codes stack ",
           codes.size(0));
@@ -1117,9 +1130,9 @@ STABLE_TORCH_LIBRARY(humming, m) {
         "Tensor? bias, str fmt, int layout, int n, int k, str instance='') -> Tensor");
   m.def("moe_gemm(Tensor a, Tensor codes, Tensor? scales, Tensor? zeros, Tensor offsets, str fmt, int layout, int n, "
         "int k, int rows_per_expert, str instance='', int assignments=-1, str activation='', float limit=0., "
-        "float alpha=0., Tensor? activation_bias=None) -> Tensor");
+        "float alpha=0., Tensor? activation_bias=None, Tensor? a_scales=None) -> Tensor");
   m.def("moe_gemm_masked(Tensor a, Tensor codes, Tensor? scales, Tensor? zeros, Tensor counts, str fmt, int layout, "
-        "int n, int k, int rows_per_expert, str instance='', int assignments=-1) -> Tensor");
+        "int n, int k, int rows_per_expert, str instance='', int assignments=-1, Tensor? a_scales=None) -> Tensor");
   m.def("pack_weight(Tensor codes, Tensor? scales, Tensor? zeros, str weight_format, int layout) -> "
         "(Tensor, Tensor, Tensor)");
   m.def("unpack_weight(Tensor codes, Tensor scales, Tensor zeros, str weight_format, int layout, int n, int k) -> "

@@ -194,7 +194,7 @@ __device__ __forceinline__ void stage_token_rows(const GemmArgs &a, bool tma, co
       const int j = 2 * jj + b;
       const int64_t c = n0 + 8 * j + 2 * (lane % 4);
       float f[2], bias[2] = {-0.0f, -0.0f}; // x + -0 is x, zeros' signs too
-      channel_pair_factors<ScaleId>(a, c, f);
+      channel_pair_factors<ScaleId>(a, a.scales, c, f);
 #pragma unroll
       for (int e = 0; e < 2; ++e)
         if (a.bias != nullptr && c + e < a.dims.n) bias[e] = load_out<OutId>(a.bias, c + e);

@@ -100,14 +100,14 @@ __device__ __forceinline__ void channel_row_factors(const GemmArgs &a, const voi
     for (int h = 0; h < 2; ++h) f[h] = n + 8 * h < a.dims.n_pad ? global * load_out<ScaleId>(scales, n + 8 * h) : 0.0f;
 }
 
-// The weight's per-channel scales of channels c and c + 1 (ScaleId: their DType id; 0 past n_pad),
-// or 1 where ScaleId is 0 (no per-channel scales).
+// The weight's per-channel scales (`scales`: a.scales, or a grouped GEMM's expert's) of channels c
+// and c + 1 (ScaleId: their DType id; 0 past n_pad), or 1 where ScaleId is 0 (no per-channel scales).
 template <uint32_t ScaleId>
-__device__ __forceinline__ void channel_pair_factors(const GemmArgs &a, int64_t c, float (&f)[2]) {
+__device__ __forceinline__ void channel_pair_factors(const GemmArgs &a, const void *scales, int64_t c, float (&f)[2]) {
   f[0] = f[1] = 1.0f;
   if constexpr (ScaleId != 0)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) f[e] = c + e < a.dims.n_pad ? load_out<ScaleId>(a.scales, c + e) : 0.0f;
+    for (int e = 0; e < 2; ++e) f[e] = c + e < a.dims.n_pad ? load_out<ScaleId>(scales, c + e) : 0.0f;
 }
 
 } // namespace epilogue

@@ -102,15 +102,18 @@ __device__ __forceinline__ void glu_inputs(const GemmArgs &a, int expert, int64_
 // its warpgroup's 64) and n0 the tile's first channel. Each thread holds adjacent channel pairs of
 // its own two tokens, so each pair goes out as one access with no exchange.
 // OutId, Acc, TokenScales: as store_wgmma_sums.
-// ScaleId:  DType id of the weight's per-channel scales (scales[n], n_pad of them), which multiply
-//           each channel's sums; 0: none (block scales are on the sums already).
-// `global` multiplies every sum (the weight's global scale, 1 without one).
+// ScaleId:  DType id of the weight's per-channel scales (`scales`, n_pad of them: a.scales, or a
+//           grouped GEMM's expert's), which multiply each channel's sums; 0: none (block scales are
+//           on the sums already).
+// `global` multiplies every sum (the weight's global scale, 1 without one). Rows from m_end on are
+// not stored (-1: from a.m on), as in store_wgmma_sums.
 template <uint32_t OutId, int Acc, bool TokenScales, uint32_t ScaleId>
 __device__ __forceinline__ void store_token_rows(const GemmArgs &a, int64_t m, int64_t n0, int lane,
-                                                 const float (&acc)[Acc], float global) {
+                                                 const float (&acc)[Acc], float global, const void *scales,
+                                                 int64_t m_end = -1) {
   constexpr int kOutBytes = static_cast<int>(DType::from_id(OutId).bits) / 8;
-  const int64_t c0 = n0 + 2 * (lane % 4);
-  const bool inside = m + 8 < a.m && n0 + 2 * Acc <= a.dims.n && a.ldo % 2 == 0 &&
+  const int64_t c0 = n0 + 2 * (lane % 4), rows = m_end < 0 ? a.m : m_end;
+  const bool inside = m + 8 < rows && n0 + 2 * Acc <= a.dims.n && a.ldo % 2 == 0 &&
                       reinterpret_cast<uintptr_t>(a.out) % (2 * kOutBytes) == 0;
   float ts[2];
   token_row_factors<TokenScales>(a, m, global, ts);
@@ -118,7 +121,7 @@ __device__ __forceinline__ void store_token_rows(const GemmArgs &a, int64_t m, i
   for (int j = 0; j < Acc / 4; ++j) {
     const int64_t c = c0 + 8 * j;
     float f[2];
-    channel_pair_factors<ScaleId>(a, c, f);
+    channel_pair_factors<ScaleId>(a, scales, c, f);
     float2 bias = make_float2(-0.0f, -0.0f); // x + -0 is x, zeros' signs too
     if (inside && a.bias != nullptr) bias = make_float2(load_out<OutId>(a.bias, c), load_out<OutId>(a.bias, c + 1));
 #pragma unroll
@@ -127,7 +130,7 @@ __device__ __forceinline__ void store_token_rows(const GemmArgs &a, int64_t m, i
       const int64_t row = m + 8 * h;
       if (inside)
         store_out_pair_aligned<OutId>(a.out, row * a.ldo + c, make_float2(v.x + bias.x, v.y + bias.y));
-      else if (row < a.m && c < a.dims.n)
+      else if (row < rows && c < a.dims.n)
         write_pair<OutId>(a, row, c, v);
     }
   }

@@ -8,6 +8,14 @@
 // its 8-bit codes are the row-major bytes of the weight (rows k_pad bytes long), so they go by TMA
 // like the activations. Each stage of the ring holds one box of BN weight rows and one of BM
 // activation rows, 128 inputs (bytes) wide, in the 128-byte swizzle the descriptors read.
+// Grouped instances (Sched kSchedGroupedWarp, scheduler "moe") run mixture-of-experts GEMMs:
+// every expert's rows (contiguous offsets or masked counts, runtime data on the device) against
+// that expert's weight, whole tiles walked by the producer's first warp (scheduler/moe.h) and
+// handed to the consumers as notes (backend/sm90/pipeline.h, SegmentNote), as in
+// kernel/sm90_dense.cuh; the experts' weights, stacked back to back, are one tensor map of
+// experts x n_pad rows. No stream-K, output boxes or tail boxes there: a tile ends at its expert's
+// last row.
+//
 // 4-bit codes (rows of k_pad / 2 bytes, code k at bits 4 (k % 8) of word k / 8; or in layout 4,
 // layout/sm90_a8.h, each 128-input chunk of a row in the fragments' order) land as a box of
 // BN rows x 64 bytes in the 64-byte swizzle, and each consumer thread reads its WGMMA A fragments
@@ -78,6 +86,7 @@
 #include "humming/epilogue/streamk_fixup.h"
 #include "humming/epilogue/wgmma_store.h"
 #include "humming/humming.h"
+#include "humming/scheduler/moe.h"
 #include "humming/scheduler/raster.h"
 #include "humming/scheduler/streamk.h"
 
@@ -124,9 +133,14 @@ constexpr int kOverlapSpareRegs = 32;
 //            activation scales instead of BM / 4: measured on the H200 (session 24, ncu,
 //            7168x16384 at m = 4096), the tensor pipe was 52 % busy with the BM / 4 loads and
 //            multiplies between the groups, 78 % with per-channel scales in the same tile.
+// Sched:     kSchedDense (persistent, stream-K for the tail) or kSchedGroupedWarp (the grouped
+//            mixture-of-experts walk; backend/sm90/pipeline.h). A template parameter, so that the
+//            dense kernels hold no trace of the walk.
 template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, int GroupN, uint32_t OutId, int BM,
-          int Consumers, int Stages, int Batch = 1, int StagedCodes = 0, int Layout = kLayoutGeneric, int ChannelsN = 0>
+          int Consumers, int Stages, int Batch = 1, int StagedCodes = 0, int Layout = kLayoutGeneric, int ChannelsN = 0,
+          int Sched = kSchedDense>
 struct DenseA8 {
+  static constexpr bool Grouped = Sched != kSchedDense;
   static constexpr bool kE5m2 = ActId == dtypes::e5m2.id();
   static constexpr bool kInt = ActId == dtypes::i8.id();
   static constexpr DType kCode = DType::from_id(CodeId);
@@ -151,8 +165,10 @@ struct DenseA8 {
   static constexpr bool kGroups = GroupK != 0 && GroupN == 1;
   // Registers of a producer thread: the scale warp computes addresses per stage (the converter
   // warps of kStaged fit 40: a unit's 4 words of codes and 8 of operands, two units unrolled; with
-  // 56 for them, the consumers of the 128-token tile spilled).
-  static constexpr int kProducerRegs = GroupK != 0 ? 56 : 40;
+  // 56 for them, the consumers of the 128-token tile spilled); in grouped kernels the producer's
+  // warps also walk the experts: 56 (ptxas, CUDA 13.0: no spills in any grouped tile of
+  // sm90_a8_moe.json; with 64 the tokens-M tile t128n128s5 lost the registers of kOverlap).
+  static constexpr int kProducerRegs = Grouped || GroupK != 0 ? 56 : 40;
   static constexpr int kTileM = BM;
   static constexpr int kBatch = Batch, kStages = Stages, kLayout = Layout;
   // Tokens on the WGMMA's M side (ChannelsN != 0): the consumer warpgroups split the tile's tokens.
@@ -178,7 +194,17 @@ struct DenseA8 {
   static constexpr int kWeightBlocks = ((BN % 128 != 0 ? 64 : 0) + BN + 127) / 128;
   static constexpr uint32_t kScaleId = ScaleId;
   static constexpr int kScaleBytes = DType::from_id(ScaleId).storage_bytes();
-  static constexpr int kSBytes = kBlocks ? (BM + kWeightBlocks) * 4 : (kGroups ? BN * kScaleBytes : 0);
+  // With blocks, in tiles of 64 tokens and more, a stage's activation scales come by one bulk copy
+  // from the scales transposed (backend/sm90/a8_stage_loads.h, A8StageLoads). A grouped tile starts
+  // at any row (its expert's first, plus whole tiles), where a bulk copy's 16-byte alignment does
+  // not hold: grouped tiles with the tokens on M copy the run from the 16-byte boundary at or before
+  // the tile's first row, kScaleLead scales longer, and their consumers read from (row % 4) on;
+  // grouped tiles with the channels on M keep the scale warp's copies.
+  static constexpr bool kScalesT = kBlocks && BM >= 64 && (!Grouped || kTokensM);
+  static constexpr int kScaleLead = Grouped && kScalesT ? 4 : 0;
+  // Slots of the stage's activation scales (with blocks): the weight blocks' scales follow.
+  static constexpr int kActScaleSlots = BM + kScaleLead;
+  static constexpr int kSBytes = kBlocks ? (kActScaleSlots + kWeightBlocks) * 4 : (kGroups ? BN * kScaleBytes : 0);
   // Arrivals of the scale warp on each stage's full barrier (one per lane, produce_scales).
   static constexpr int kScaleArrivals = GroupK != 0 ? 32 : 0;
   // kStaged: the converted box (BN rows of 128 operand bytes, 128-byte swizzle) after the scales,
@@ -189,16 +215,22 @@ struct DenseA8 {
   static constexpr int kStageBytes = (kWBytes + kABytes + kSBytes + 1023) / 1024 * 1024 + kCvtBytes;
   static constexpr int kRingBytes = Stages * kStageBytes;
   // Alignment slack, the ring, its barriers (a full and an empty one per stage, and a converted one
-  // when kStaged), the fix-up flag.
-  static constexpr int kSmemRing = 1024 + kRingBytes + ring_barrier_bytes<Stages, kConvThreads>() + 16;
+  // when kStaged), the fix-up flag; in grouped kernels a segment note per stage after them
+  // (backend/sm90/pipeline.h, SegmentNote).
+  static constexpr int kNoteBytes = Grouped ? Stages * static_cast<int>(sizeof(SegmentNote)) : 0;
+  static constexpr int kSmemRing = 1024 + kRingBytes + ring_barrier_bytes<Stages, kConvThreads>() + 16 + kNoteBytes;
   // Output boxes, one per consumer warpgroup, after the ring, where the tile takes them
   // (epilogue/staged_store.h).
   // (With kTokensM: each warpgroup's 64 tokens x BN channels, epilogue::stage_token_rows.)
   static constexpr bool kOut16 = DType::from_id(OutId).bits == 16;
   static constexpr int kBoxBytes =
       kTokensM ? epilogue::staged_token_rows_bytes<BN>() : epilogue::staged_box_bytes<BM>();
-  static constexpr int kOutBytes = kTokensM ? epilogue::staged_token_rows_store_bytes<BN, Consumers, kOut16>(kSmemRing)
-                                            : epilogue::staged_store_bytes<BM, Consumers, kOut16>(kSmemRing);
+  // (Not in the grouped kernels: their tiles end at their expert's last row, which a box's copy
+  // would write past.)
+  static constexpr int kOutBytes = Grouped ? 0
+                                   : kTokensM
+                                       ? epilogue::staged_token_rows_store_bytes<BN, Consumers, kOut16>(kSmemRing)
+                                       : epilogue::staged_store_bytes<BM, Consumers, kOut16>(kSmemRing);
   static constexpr bool kStagedStore = kOutBytes > 0;
   static constexpr int kSmemTotal = kSmemRing + kOutBytes;
   // 8-bit floats x 8-bit codes, one stage per batch: whether the consumers keep a group in flight
@@ -272,28 +304,47 @@ struct DenseA8 {
                 "batches of stages for 8-bit floats, whose sums fit the registers");
   static_assert(Stages >= Batch + 1, "the ring holds the batch and more");
   static_assert(StagedCodes == 0 || kFour, "only 4-bit codes are converted in the stage");
+  static_assert(Sched == kSchedDense || (Sched == kSchedGroupedWarp && !kStaged),
+                "the dense scheduler, or the grouped one with the producer's warp walking (no conversion in "
+                "the stage: the notes sit where the converted barriers would)");
   static_assert(Layout == kLayoutGeneric || (Layout == kLayoutSm90A8 && kRegFrags),
                 "weights in layout 1, or 4-bit codes read into register fragments from layout 4");
 
   struct Params {
     CUtensorMap act;    // activations [m][k] bytes, boxes of BM rows x 128
-    CUtensorMap weight; // codes [n_pad][k_pad] bytes, boxes of BN rows x 128 (4-bit: k_pad / 2, x 64, 64-byte swizzle)
+    CUtensorMap weight; // codes [n_pad][k_pad] bytes (grouped: every expert's, [experts x n_pad][k_pad]), boxes of
+                        // BN rows x 128 (4-bit: k_pad / 2, x 64, 64-byte swizzle)
     CUtensorMap out; // kStagedStore: the output [m][n], boxes of BM (kTokensM: 64) rows x 64 channels (when `staged`)
     int staged;      // kStagedStore: 1 where the boxes go out by TMA through `out`, 0 where the threads copy them
     CUtensorMap act_tail;  // where tail_rows: the activations in boxes of tail_rows rows (a8_stage_loads.h)
     int tail_rows;         // rows of the last row of tiles' activation boxes (rounded up to 8), 0: whole boxes
-    const float *scales_t; // Loads::kScalesT: the activation scales transposed, [K tile][m_pad]
+    const float *scales_t; // kScalesT: the activation scales transposed, [K tile][m_pad]
     int64_t m_pad;         // (zeros past m and past the scales' columns)
     GemmArgs args;
     StreamKPlan plan;
     int64_t n_tiles;
+    ExpertRows experts; // Grouped: the rows of each expert
+    int expert_rows;    // Grouped: rows of each expert's weight in `weight` (n_pad)
   };
 
   using RingPos = sm90::RingPos<Stages>;
 
-  // Tile `tile` of the launch's grid, in grouped order (scheduler/raster.h).
-  static __device__ __forceinline__ TileCoord coord(const Params &p, int64_t tile) {
-    return grouped_tile(tile, (p.args.m + BM - 1) / BM, p.n_tiles);
+  // The work of this block, in order: f(m0, m_end, n0, expert, kt0, kt1, tile) per segment, K tiles
+  // [kt0, kt1) of the tile of rows [m0, m_end) (-1: up to m) and channels from n0. Dense: the
+  // stream-K plan's segments in grouped order (scheduler/raster.h; tile: their index in the plan,
+  // for the fix-up). Grouped: every gridDim.x-th tile of the experts' order (scheduler/moe.h),
+  // whole, walked by a whole warp (the producer's first, and the scale warp), with its expert.
+  template <class F> static __device__ __forceinline__ void for_each_work(const Params &p, F f) {
+    if constexpr (Grouped) {
+      for_each_expert_tile<false>(p.experts, BM, p.n_tiles, p.args.m, [&](const ExpertTile &e) {
+        f(e.m0, e.m_end, e.n_tile * BN, e.expert, int64_t{0}, p.plan.k_tiles, int64_t{-1});
+      });
+    } else {
+      for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
+        const TileCoord c = grouped_tile(tile, (p.args.m + BM - 1) / BM, p.n_tiles);
+        f(c.row * BM, int64_t{-1}, c.col * BN, 0, kt0, kt1, tile);
+      });
+    }
   }
 
   // The copies of a stage (backend/sm90/a8_stage_loads.h).
@@ -305,41 +356,58 @@ struct DenseA8 {
   // every segment of this block (zeros past the matrices) by cp.async, each lane's copies then
   // counted as one arrival on the stage's full barrier (kScaleArrivals in all). Nothing here waits
   // for a load, so the warp runs as far ahead as the ring lets it: the activation scales of a stage
-  // are BM separate words (rows of a_scales), whose latency would otherwise gate every stage.
+  // are BM separate words (rows of a_scales), whose latency would otherwise gate every stage. In
+  // grouped kernels it walks the experts' tiles itself, and arrives on the stage of the end note
+  // too (which the consumers wait for with every arrival).
   static __device__ __forceinline__ void produce_scales(const Params &p, uint32_t ring, uint32_t bars, int lane) {
     const GemmArgs &a = p.args;
     RingPos pos;
-    for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
-      const TileCoord c = coord(p, tile);
-      const int64_t m0 = c.row * BM, n0 = c.col * BN;
+    for_each_work(p, [&](int64_t m0, int64_t, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t) {
       for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
         mbar_wait(ring_bar<Stages>(bars, 1, pos.stage), pos.phase ^ 1u);
-        Loads::scales(a, ring + pos.stage * kStageBytes + kWBytes + kABytes, kt, m0, n0, lane);
+        Loads::scales(a, ring + pos.stage * kStageBytes + kWBytes + kABytes, kt, m0, n0, expert, lane);
         cp_async_arrive(ring_bar<Stages>(bars, 0, pos.stage));
       }
     });
+    if constexpr (Grouped) {
+      mbar_wait(ring_bar<Stages>(bars, 1, pos.stage), pos.phase ^ 1u);
+      mbar_arrive(ring_bar<Stages>(bars, 0, pos.stage));
+    }
   }
 
-  // One thread: every stage of every segment of this block, in order. Boxes past the matrices land
-  // as zeros and still count their full size on the barrier.
-  static __device__ __forceinline__ void produce(const Params &p, uint32_t ring, uint32_t bars) {
+  // Threads that produce: one, or in grouped kernels the producer's first warp, which walks the
+  // experts together (expert_tile_warp) while its first thread issues each tile's copies.
+  static constexpr int kProducers = Grouped ? 32 : 1;
+
+  // Every stage of every segment of this block, in order; thread `t` of the producers. Boxes past
+  // the matrices land as zeros and still count their full size on the barrier. In grouped kernels
+  // the issuing thread also notes each segment for the consumers (SegmentNote) and, after the last,
+  // the end of the work.
+  static __device__ __forceinline__ void produce(const Params &p, uint32_t ring, char *ring_ptr, uint32_t bars, int t) {
     Probe::begin(); // diagnosis builds only (backend/sm90/probe.h)
     RingPos pos;
-    for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
-      Probe::segment_begin();
-      const TileCoord c = coord(p, tile);
-      const int m0 = static_cast<int>(c.row * BM), n0 = static_cast<int>(c.col * BN);
-      const int rows = box_rows<BM>(p, m0);
-      for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
-        const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
-                       empty = ring_bar<Stages>(bars, 1, pos.stage);
-        const uint32_t parity = pos.phase ^ 1u;
-        Probe::ring([=] { mbar_wait(empty, parity); });
-        mbar_arrive_expect_tx(full, Loads::tx_bytes(rows));
-        Loads::boxes(p, stage, full, kt, m0, n0, rows);
+    SegmentNote *notes = ring_notes<Stages, kRingBytes>(ring_ptr);
+    const bool issues = t == 0;
+    for_each_work(p, [&](int64_t m0, int64_t m_end, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t unit) {
+      if (issues) {
+        Probe::segment_begin();
+        const int rows = box_rows<BM>(p, m0);
+        for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
+          const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
+                         empty = ring_bar<Stages>(bars, 1, pos.stage);
+          const uint32_t parity = pos.phase ^ 1u;
+          Probe::ring([=] { mbar_wait(empty, parity); });
+          if constexpr (Grouped)
+            if (kt == kt0) notes[pos.stage] = SegmentNote::of(m0, m_end, n0, expert, kt0, kt1, unit);
+          mbar_arrive_expect_tx(full, Loads::tx_bytes(rows));
+          Loads::boxes(p, stage, full, kt, static_cast<int>(m0), static_cast<int>(n0), rows, expert);
+        }
+        Probe::segment_done();
       }
-      Probe::segment_done();
+      if constexpr (kProducers > 1) __syncwarp();
     });
+    if constexpr (Grouped)
+      if (issues) note_end<Stages, kRingBytes>(ring_ptr, bars, pos);
     Probe::report('P');
   }
 
@@ -351,7 +419,7 @@ struct DenseA8 {
   static __device__ __forceinline__ void produce_converted(const Params &p, char *ring_ptr, uint32_t bars, int i) {
     constexpr numeric::NibbleTable table = numeric::nibble_table(kCode, kInt);
     RingPos pos;
-    for_each_segment(p.plan, blockIdx.x, [&](int64_t, int64_t kt0, int64_t kt1) {
+    for_each_work(p, [&](int64_t, int64_t, int64_t, int, int64_t kt0, int64_t kt1, int64_t) {
       for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
         mbar_wait(ring_bar<Stages>(bars, 0, pos.stage), pos.phase);
         char *stage = ring_ptr + pos.stage * kStageBytes;
@@ -376,29 +444,34 @@ struct DenseA8 {
     RingPos pos;
     float acc[kAcc];
     Probe::begin();
-    for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
+    const auto segment = [&](int64_t m0, int64_t m_end, int64_t n0, int expert, int64_t kt0, int64_t kt1,
+                             int64_t tile) {
       Probe::segment_begin();
-      const TileCoord c = coord(p, tile);
-      const int64_t m0 = c.row * BM, n0 = c.col * BN;
       // With blocks: this warpgroup's weight block among the stage's scales.
       const int wblock = static_cast<int>((n0 % 128 + cw * 64) / 128);
+      // The thread's first token among the stage's activation scales (kTokensM; kScaleLead: the run
+      // starts at the 16-byte boundary at or before the tile's first row).
+      const int scol = col + (kScaleLead != 0 ? static_cast<int>(m0 % 4) : 0);
       if constexpr (kInt)
         Loops::mainloop_int(ring, ring_ptr, bars, pos, kt1 - kt0, cw, t, acc);
       else if constexpr (kOverlap)
-        Loops::mainloop_overlapped(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, col, t, acc);
+        Loops::mainloop_overlapped(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, scol, t, acc);
       else if constexpr (kPrefetch)
-        Loops::mainloop_prefetched(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, col, t, acc);
+        Loops::mainloop_prefetched(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, scol, t, acc);
       else
-        Loops::mainloop_promoted(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, col, t, acc);
+        Loops::mainloop_promoted(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, scol, t, acc);
       Probe::segment_done();
       const StreamKPlan &plan = p.plan;
-      if (!(kt0 == 0 && kt1 == plan.k_tiles)) {
-        const bool last =
-            epilogue::streamk_fixup<kAcc, kConsumerThreads>(plan, a.workspace, blockIdx.x, tile - plan.dp_tiles(), ct,
-                                                            acc, flag, [] { consumer_sync<kConsumerThreads>(); });
-        Probe::fixup_done();
-        if (!last) return;
-      }
+      if constexpr (!Grouped)
+        if (!(kt0 == 0 && kt1 == plan.k_tiles)) {
+          const bool last =
+              epilogue::streamk_fixup<kAcc, kConsumerThreads>(plan, a.workspace, blockIdx.x, tile - plan.dp_tiles(), ct,
+                                                              acc, flag, [] { consumer_sync<kConsumerThreads>(); });
+          Probe::fixup_done();
+          if (!last) return;
+        }
+      // The weight's per-channel scales (of the tile's expert in grouped GEMMs).
+      const void *scales = static_cast<const char *>(a.scales) + expert * a.expert_scales_stride;
       if constexpr (kTokensM) {
         const float global = a.global_scale != nullptr ? *a.global_scale : 1.0f;
         constexpr uint32_t kChannelScales = GroupK == 0 ? ScaleId : 0u;
@@ -406,18 +479,27 @@ struct DenseA8 {
           epilogue::stage_token_rows<OutId, kAcc, !kBlocks, kChannelScales>(
               a, p.staged != 0, &p.out, ring + kRingBytes + cw * kBoxBytes, 2 + cw, m0 + cw * 64, n0, t, acc, global);
         else
-          epilogue::store_token_rows<OutId, kAcc, !kBlocks, kChannelScales>(a, m0 + col, n0, lane, acc, global);
+          epilogue::store_token_rows<OutId, kAcc, !kBlocks, kChannelScales>(a, m0 + col, n0, lane, acc, global, scales,
+                                                                            m_end);
         return;
       }
       float f[2];
       // The stores multiply each token's scale in (with blocks, the sums carry those too).
-      epilogue::channel_row_factors<ScaleId, GroupK == 0>(a, a.scales, n0 + col, f);
+      epilogue::channel_row_factors<ScaleId, GroupK == 0>(a, scales, n0 + col, f);
       if constexpr (kStagedStore)
         epilogue::stage_wgmma_sums<OutId, kAcc, !kBlocks>(a, p.staged != 0, &p.out, ring + kRingBytes + cw * kBoxBytes,
                                                           2 + cw, m0, n0 + cw * 64, t, acc, f);
       else
-        epilogue::store_wgmma_sums<OutId, kAcc, !kBlocks>(a, m0, n0 + col, lane, acc, f);
-    });
+        epilogue::store_wgmma_sums<OutId, kAcc, !kBlocks>(a, m0, n0 + col, lane, acc, f, m_end);
+    };
+    if constexpr (Grouped) {
+      // The producer's notes (SegmentNote), each read once its segment's first stage has arrived.
+      for_each_note<Stages, kRingBytes>(ring_ptr, bars, pos, [&](const SegmentNote &note) {
+        segment(note.m0, note.m_end, note.n0, note.expert, note.kt0, note.kt1, note.unit);
+      });
+    } else {
+      for_each_work(p, segment);
+    }
     if (kStagedStore && p.staged) epilogue::finish_staged_stores(t);
     Probe::report('C');
   }
@@ -433,7 +515,7 @@ struct DenseA8 {
           if (kStagedStore && p.staged) prefetch_tensor_map(&p.out);
         },
         [&](int t, uint32_t ring, char *ring_ptr, uint32_t bars) {
-          if (t == 0) produce(p, ring, bars);
+          if (t < kProducers) produce(p, ring, ring_ptr, bars, t);
           if (GroupK != 0 && t / 32 == 1) produce_scales(p, ring, bars, t % 32);
           if (kStaged && t >= 128 - kConvThreads) produce_converted(p, ring_ptr, bars, t - (128 - kConvThreads));
         },
@@ -445,16 +527,19 @@ struct DenseA8 {
   static int64_t n_tiles(const GemmArgs &args) { return (args.dims.n_pad + BN - 1) / BN; }
 
   static StreamKPlan plan(const GemmArgs &args) {
+    const int64_t k_tiles = (args.dims.k_pad + BK - 1) / BK;
+    // Grouped: whole tiles that each block finds itself (scheduler/moe.h, grouped_plan).
+    if constexpr (Grouped) return grouped_plan(args.m, args.experts, BM, n_tiles(args), k_tiles, args.num_sms);
     const int64_t m_tiles = (args.m + BM - 1) / BM;
-    return plan_persistent(m_tiles * n_tiles(args), (args.dims.k_pad + BK - 1) / BK, BK, args.num_sms, BM, m_tiles);
+    return plan_persistent(m_tiles * n_tiles(args), k_tiles, BK, args.num_sms, BM, m_tiles);
   }
 };
 
 #define HUMMING_SM90_A8_TARGS                                                                                          \
   uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, int GroupN, uint32_t OutId, int BM, int Consumers,    \
-      int Stages, int Batch, int StagedCodes, int Layout, int ChannelsN
+      int Stages, int Batch, int StagedCodes, int Layout, int ChannelsN, int Sched
 #define HUMMING_SM90_A8_ARGS                                                                                           \
-  ActId, CodeId, ScaleId, GroupK, GroupN, OutId, BM, Consumers, Stages, Batch, StagedCodes, Layout, ChannelsN
+  ActId, CodeId, ScaleId, GroupK, GroupN, OutId, BM, Consumers, Stages, Batch, StagedCodes, Layout, ChannelsN, Sched
 
 template <HUMMING_SM90_A8_TARGS> Status can_implement_a8(const GemmArgs &args) {
   using K = DenseA8<HUMMING_SM90_A8_ARGS>;
@@ -480,6 +565,9 @@ template <HUMMING_SM90_A8_TARGS> Status can_implement_a8(const GemmArgs &args) {
                                        : "this sm90 8-bit activation instance takes one weight scale per channel and " +
                                              std::to_string(GroupK) + " inputs (g" + std::to_string(GroupK) + ")");
   }
+  if (args.glu >= 0)
+    return Status::Error("the sm90 8-bit activation kernels have no gated activation epilogue (GemmArgs::glu): run "
+                         "the plain GEMM, then the activation");
   const Status rows = check_activation_rows(args, 1, "the sm90 8-bit activation kernels");
   if (!rows) return rows;
   if (reinterpret_cast<uintptr_t>(args.codes) % 16 != 0)
@@ -495,6 +583,19 @@ template <HUMMING_SM90_A8_TARGS> Status can_implement_a8(const GemmArgs &args) {
                          std::to_string(args.dims.k));
   if (args.m > 0x7FFFFFFF - 256 || args.dims.k_pad > 0x7FFFFFFF - 128 || args.dims.n_pad > 0x7FFFFFFF - 256)
     return Status::Error("the sm90 8-bit activation kernels take at most 2^31 - 257 rows, inputs and channels");
+  if constexpr (K::Grouped) {
+    // One tensor map reads every expert's weight: the experts' codes must lie back to back (a
+    // choice made from the shape alone, without the call's tensors, has no stride to check yet).
+    const int64_t row_bytes = args.dims.k_pad * bits / 8;
+    if (args.codes != nullptr && args.expert_codes_stride != args.dims.n_pad * row_bytes)
+      return Status::Error("the grouped sm90 8-bit activation kernels need the experts' codes stacked back to back (" +
+                           std::to_string(args.dims.n_pad * row_bytes) + " bytes per expert), got a stride of " +
+                           std::to_string(args.expert_codes_stride) + " bytes");
+    if (static_cast<int64_t>(args.experts) * args.dims.n_pad > 0x7FFFFFFF)
+      return Status::Error("the grouped sm90 8-bit activation kernels take at most 2^31 - 1 weight rows in all "
+                           "(experts x n_pad), got " +
+                           std::to_string(static_cast<int64_t>(args.experts) * args.dims.n_pad));
+  }
   return Status::Ok();
 }
 
@@ -513,10 +614,20 @@ template <HUMMING_SM90_A8_TARGS> Status launch_a8(const GemmArgs &args, void *st
   typename K::Params p = base_params<K>(args);
   Status st = cached_rows_map(&p.act, args.a, MapElem::kByte, args.m, args.dims.k, args.lda, BM);
   if (!st) return st;
-  st = prepare_tail_box<BM>(&p, args, MapElem::kByte);
-  if (!st) return st;
+  // The grouped kernels' tiles end at their expert's last row, mostly inside the activations:
+  // their boxes stay whole.
+  p.tail_rows = 0;
+  p.experts = ExpertRows{};
+  p.expert_rows = static_cast<int>(args.dims.n_pad);
+  if constexpr (K::Grouped) {
+    p.experts = expert_rows(args);
+  } else {
+    st = prepare_tail_box<BM>(&p, args, MapElem::kByte);
+    if (!st) return st;
+  }
   const int64_t row_bytes = args.dims.k_pad * static_cast<int64_t>(K::kCode.bits) / 8;
-  st = cached_weight_map(&p.weight, args.codes, MapElem::kByte, args.dims.n_pad, row_bytes, row_bytes, K::BN,
+  const int64_t weight_rows = args.dims.n_pad * (K::Grouped ? args.experts : 1);
+  st = cached_weight_map(&p.weight, args.codes, MapElem::kByte, weight_rows, row_bytes, row_bytes, K::BN,
                          K::kFour ? 64 : 128);
   if (!st) return st;
   p.staged = 0;

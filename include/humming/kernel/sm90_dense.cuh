@@ -57,14 +57,6 @@
 namespace humming {
 namespace sm90 {
 
-// The scheduler kinds of the weight-only kernel (its Sched template argument; tools/gen_instances.py
-// writes them): dense; grouped with the producer's warp walking the experts' tiles; grouped with
-// one producer thread walking them (instances ending _lone; the dispatcher picks the walk per call,
-// humming.h grouped_walk_alone); grouped with the warp's walk and each tile's K split into shares
-// where the tiles alone leave multiprocessors idle (instances ending _ks; scheduler/moe.h
-// grouped_k_shares; the dispatcher takes them where humming.h grouped_split_k asks).
-constexpr int kSchedDense = 0, kSchedGroupedWarp = 1, kSchedGroupedLone = 2, kSchedGroupedSplit = 3;
-
 // ActId:     DType id of the activations, the operands, the scales and the output (f16 or bf16).
 // CodeId:    DType id of the weight codes: u4, i4, u8, i8, e4m3 or e2m1 (FP4).
 // Zero:      ZeroKind: none (unsigned codes are symmetric around 2^(bits-1)) or int (a byte per group).
@@ -74,7 +66,8 @@ constexpr int kSchedDense = 0, kSchedGroupedWarp = 1, kSchedGroupedLone = 2, kSc
 // Consumers: consumer warpgroups, 64 channels each (BN = 64 x Consumers).
 // KAtoms:    64-input blocks per stage (BK = 64 x KAtoms; layout 3 pads K to 128, so 1 or 2).
 // Stages:    depth of the shared-memory ring.
-// Sched:     the scheduler kind (kSched* above): the dense one (persistent, stream-K for the tail), or
+// Sched:     the scheduler kind (kSched*, backend/sm90/pipeline.h): the dense one (persistent, stream-K for the tail),
+// or
 //            the grouped mixture-of-experts one (scheduler/moe.h: every expert's rows against its
 //            own weight, whole tiles or K shares of them), whose producer walks the experts' tiles as
 //            a warp or alone.
@@ -201,28 +194,20 @@ struct Dense {
   // same tiles in the same order). kSplitK: unit u is share u % plan.units of the experts' tile
   // u / plan.units (tile: u, for the fix-up).
   template <bool Lone = false, class F> static __device__ __forceinline__ void for_each_work(const Params &p, F f) {
-    if constexpr (Grouped) {
+    if constexpr (kSplitK) {
       ExpertCursor cursor;
       ExpertTile et;
-      const int64_t m = p.args.m;
-      const auto visit = [&](const ExpertTile &e) {
-        if (e.m0 >= 0 && e.m0 < m)
-          f(e.m0, e.m_end < m ? e.m_end : m, e.n_tile * BN, e.expert, int64_t{0}, p.plan.k_tiles, int64_t{-1});
-      };
-      if constexpr (kSplitK) {
-        const int64_t shares = p.plan.units;
-        for (int64_t u = blockIdx.x; expert_tile_warp(p.experts, BM, p.n_tiles, u / shares, &cursor, &et);
-             u += gridDim.x)
-          if (et.m0 >= 0 && et.m0 < m) {
-            int64_t kt0, kt1;
-            grouped_k_share(p.plan.k_tiles, u % shares, shares, &kt0, &kt1);
-            f(et.m0, et.m_end < m ? et.m_end : m, et.n_tile * BN, et.expert, kt0, kt1, u);
-          }
-      } else if constexpr (Lone)
-        for (int64_t t = blockIdx.x; expert_tile(p.experts, BM, p.n_tiles, t, &cursor, &et); t += gridDim.x) visit(et);
-      else
-        for (int64_t t = blockIdx.x; expert_tile_warp(p.experts, BM, p.n_tiles, t, &cursor, &et); t += gridDim.x)
-          visit(et);
+      const int64_t m = p.args.m, shares = p.plan.units;
+      for (int64_t u = blockIdx.x; expert_tile_warp(p.experts, BM, p.n_tiles, u / shares, &cursor, &et); u += gridDim.x)
+        if (et.m0 >= 0 && et.m0 < m) {
+          int64_t kt0, kt1;
+          grouped_k_share(p.plan.k_tiles, u % shares, shares, &kt0, &kt1);
+          f(et.m0, et.m_end < m ? et.m_end : m, et.n_tile * BN, et.expert, kt0, kt1, u);
+        }
+    } else if constexpr (Grouped) {
+      for_each_expert_tile<Lone>(p.experts, BM, p.n_tiles, p.args.m, [&](const ExpertTile &e) {
+        f(e.m0, e.m_end, e.n_tile * BN, e.expert, int64_t{0}, p.plan.k_tiles, int64_t{-1});
+      });
     } else {
       for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
         f(tile / p.n_tiles * BM, int64_t{-1}, tile % p.n_tiles * BN, 0, kt0, kt1, tile);
@@ -275,12 +260,7 @@ struct Dense {
           if constexpr (kProducers > 1) __syncwarp();
         });
     if constexpr (Grouped)
-      if (issues) {
-        // The end: a note in the next stage, which arrives with no copies.
-        mbar_wait(ring_bar<Stages>(bars, 1, pos.stage), pos.phase ^ 1u);
-        notes[pos.stage] = SegmentNote{0, 0, 0, -1, 0, 0, -1};
-        mbar_arrive(ring_bar<Stages>(bars, 0, pos.stage));
-      }
+      if (issues) note_end<Stages, kRingAndAfter>(ring_ptr, bars, pos);
     Probe::report('P');
   }
 
@@ -364,14 +344,9 @@ struct Dense {
     };
     if constexpr (Grouped) {
       // The producer's notes (SegmentNote), each read once its segment's first stage has arrived.
-      const SegmentNote *notes = ring_notes<Stages, kRingAndAfter>(ring_ptr);
-      for (;;) {
-        const uint32_t full = ring_bar<Stages>(bars, 0, pos.stage), parity = pos.phase;
-        Probe::ring([=] { mbar_wait(full, parity); });
-        const SegmentNote note = notes[pos.stage];
-        if (note.expert < 0) break;
+      for_each_note<Stages, kRingAndAfter>(ring_ptr, bars, pos, [&](const SegmentNote &note) {
         segment(note.m0, note.m_end, note.n0, note.expert, note.kt0, note.kt1, note.unit);
-      }
+      });
     } else {
       for_each_work(p, segment);
     }
@@ -402,17 +377,14 @@ struct Dense {
   // model: change both together.)
   static StreamKPlan plan(const GemmArgs &args) {
     if constexpr (Grouped) {
-      // Grouped: whole tiles that each block finds itself (for_each_work); the plan sizes the grid
-      // by a bound on the tile count that needs no expert's rows, and takes no workspace. kSplitK:
-      // units = the K shares of each tile; where there are several, a block per share of every
-      // tile of the bound, and a slot per share in the workspace (sk_tiles makes
-      // streamk_workspace_bytes count them: twice a slot per block, the counters before).
-      StreamKPlan p;
-      p.k_tiles = p.units = args.dims.k_pad / BK;
-      p.tiles = expert_tiles_at_most(args.m, args.experts, BM, n_tiles(args));
-      const int64_t sms = args.num_sms > 0 ? args.num_sms : 1;
-      p.blocks = p.tiles < sms ? p.tiles : sms;
+      // Grouped: whole tiles that each block finds itself (for_each_work; scheduler/moe.h,
+      // grouped_plan). kSplitK: units = the K shares of each tile; where there are several, a
+      // block per share of every tile of the bound, and a slot per share in the workspace
+      // (sk_tiles makes streamk_workspace_bytes count them: twice a slot per block, the counters
+      // before).
+      StreamKPlan p = grouped_plan(args.m, args.experts, BM, n_tiles(args), args.dims.k_pad / BK, args.num_sms);
       if constexpr (kSplitK) {
+        const int64_t sms = args.num_sms > 0 ? args.num_sms : 1;
         p.units = grouped_k_shares(p.tiles, p.k_tiles, sms);
         if (p.units > 1) p.blocks = p.tiles * p.units, p.sk_tiles = p.tiles;
       }

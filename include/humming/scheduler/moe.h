@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "humming/format/dtype.h"
+#include "humming/scheduler/streamk.h"
 
 namespace humming {
 
@@ -148,6 +149,29 @@ __device__ __forceinline__ bool expert_tile_warp(const ExpertRows &g, int tile_m
   }
   return false;
 }
+
+// A persistent block's share of a grouped launch's whole tiles: every gridDim.x-th tile of the
+// order above from blockIdx.x, f(tile) for each, its rows clipped to [0, m) so that offsets or
+// counts past the activations never reach memory (a tile that starts outside them is skipped).
+// Lone: one thread walks (expert_tile); else every lane of the warp calls this together and gets
+// the same tiles (expert_tile_warp).
+template <bool Lone, class F>
+__device__ __forceinline__ void for_each_expert_tile(const ExpertRows &g, int tile_m, int64_t n_tiles, int64_t m, F f) {
+  ExpertCursor cursor;
+  ExpertTile et;
+  for (int64_t t = blockIdx.x;; t += gridDim.x) {
+    bool more;
+    if constexpr (Lone)
+      more = expert_tile(g, tile_m, n_tiles, t, &cursor, &et);
+    else
+      more = expert_tile_warp(g, tile_m, n_tiles, t, &cursor, &et);
+    if (!more) return;
+    if (et.m0 >= 0 && et.m0 < m) {
+      if (et.m_end > m) et.m_end = m;
+      f(et);
+    }
+  }
+}
 #endif
 
 // The rows of each expert of a GEMM's arguments (GemmArgs: expert_offsets or expert_counts and
@@ -168,6 +192,20 @@ template <class Args> HUMMING_HD ExpertRows expert_rows(const Args &a) {
 // term keeps the bound near the tiles that exist.
 HUMMING_HD int64_t expert_tiles_at_most(int64_t rows, int32_t experts, int tile_m, int64_t n_tiles) {
   return (rows / tile_m + (rows < experts ? rows : experts)) * n_tiles;
+}
+
+// The plan of a grouped launch of whole tiles, which its blocks find themselves
+// (for_each_expert_tile): k_tiles K tiles per tile (units: the same, one unit of work per K tile),
+// and as the tile count a bound that needs no expert's rows (expert_tiles_at_most over the launch's
+// m rows), one block per tile of it up to one per multiprocessor. No stream-K part: no workspace.
+HUMMING_HD StreamKPlan grouped_plan(int64_t m, int32_t experts, int tile_m, int64_t n_tiles, int64_t k_tiles,
+                                    int64_t num_sms) {
+  StreamKPlan p;
+  p.k_tiles = p.units = k_tiles;
+  p.tiles = expert_tiles_at_most(m, experts, tile_m, n_tiles);
+  const int64_t sms = num_sms > 0 ? num_sms : 1;
+  p.blocks = p.tiles < sms ? p.tiles : sms;
+  return p;
 }
 
 // The K shares of each tile of a grouped launch whose tiles split K (the kernels' K-split

@@ -14,16 +14,17 @@ namespace humming {
 namespace sm90 {
 
 // K: the kernel (sm90::DenseA8): its sums per thread (kAcc), its tile (kTileM tokens, BN
-//    channels), which scales its stages hold (kBlocks: kTileM fp32 activation scales in token
-//    order, then the weight blocks'; kGroups: the BN channels' scales of type kScaleId), its
+//    channels), which scales its stages hold (kBlocks: kActScaleSlots fp32 activation scales in
+//    token order, then the weight blocks'; kGroups: the BN channels' scales of type kScaleId), its
 //    orientation (kTokensM: the tokens are the WGMMA's M side) and kSumScale (the factor that
 //    turns the tensor cores' sums back into the codes' values, 1 but for shifted e2m1).
 template <class K> struct A8Promote {
-  static constexpr int kAcc = K::kAcc, BM = K::kTileM, BN = K::BN;
+  static constexpr int kAcc = K::kAcc, BN = K::BN, kActScaleSlots = K::kActScaleSlots;
 
   // acc += part times the scales of the stage at `scales` (its scale area). `col`: the thread's
-  // first channel in the tile (with kTokensM: its first token); `wblock`: its warpgroup's weight
-  // block among the stage's scales (channel-M tiles with blocks).
+  // first channel in the tile (with kTokensM: the slot of its first token's scale, which in
+  // grouped tiles is not its token: K::kScaleLead); `wblock`: its warpgroup's weight block among
+  // the stage's scales (channel-M tiles with blocks).
   static __device__ __forceinline__ void add(const char *scales, int wblock, int col, int lane,
                                              const float (&part)[kAcc], float (&acc)[kAcc]) {
     if constexpr (K::kBlocks && K::kTokensM) {
@@ -34,13 +35,13 @@ template <class K> struct A8Promote {
       const float a0 = sc[col], a1 = sc[col + 8];
 #pragma unroll
       for (int b = 0; b < BN / 128; ++b) {
-        const float w = sc[BM + b], s0 = w * a0, s1 = w * a1;
+        const float w = sc[kActScaleSlots + b], s0 = w * a0, s1 = w * a1;
 #pragma unroll
         for (int i = b * 64; i < b * 64 + 64; ++i) acc[i] = fmaf(part[i], (i % 4) / 2 ? s1 : s0, acc[i]);
       }
     } else if constexpr (K::kBlocks) {
       const float *sc = reinterpret_cast<const float *>(scales);
-      const float w = sc[BM + wblock];
+      const float w = sc[kActScaleSlots + wblock];
 #pragma unroll
       for (int jj = 0; jj < kAcc / 4; ++jj) {
         // acc[4jj + e] is token 8jj + 2 (lane % 4) + e % 2 of the tile (epilogue/wgmma_store.h).

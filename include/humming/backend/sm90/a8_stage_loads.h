@@ -50,8 +50,10 @@ inline Status transpose_act_scales(const float *src, int64_t m, int64_t cols, in
 // K: the kernel (sm90::DenseA8): its tile (kTileM tokens, BN channels, BK inputs), its codes
 //    (kCode), its stage layout (kWBytes of weights, then kABytes of activations, then the scales)
 //    and its scales (kBlocks: BM activation scales and the kWeightBlocks 128 x 128 weight blocks'
-//    fp32 scales; otherwise a row of BN channel scales of kScaleBytes each per 128 inputs), and
-//    its Params (tensor maps `weight`, `act` and, where `tail_rows`, `act_tail`; `args`).
+//    fp32 scales; otherwise a row of BN channel scales of kScaleBytes each per 128 inputs; kScalesT
+//    and kScaleLead, below), and its Params (tensor maps `weight`, `act` and, where `tail_rows`,
+//    `act_tail`; `args`; in grouped kernels, K::Grouped, `expert_rows`: the rows of each expert's
+//    weight in `weight`).
 template <class K> struct A8StageLoads {
   using Params = typename K::Params;
   static constexpr int BM = K::kTileM, BN = K::BN, BK = K::BK;
@@ -59,31 +61,40 @@ template <class K> struct A8StageLoads {
   static constexpr int kWeightBlocks = K::kWeightBlocks;
   static constexpr bool kBlocks = K::kBlocks;
   static constexpr int kCodeBits = static_cast<int>(K::kCode.bits);
-  // With blocks, in tiles of 64 tokens and more: a stage's BM activation scales come by one bulk
-  // copy from the transposed scales (Params scales_t, m_pad; prepare_scales) with the boxes.
-  // Smaller tiles keep the scale warp's copies: there the transposition's launch would cost more
-  // than the copies it saves.
-  static constexpr bool kScalesT = kBlocks && BM >= 64;
+  // With blocks, in tiles of 64 tokens and more (K::kScalesT): a stage's BM activation scales come
+  // by one bulk copy from the transposed scales (Params scales_t, m_pad; prepare_scales) with the
+  // boxes. Smaller tiles keep the scale warp's copies: there the transposition's launch would cost
+  // more than the copies it saves. Grouped tiles start at any row: their run starts at the 16-byte
+  // boundary at or before it and is K::kScaleLead scales longer (K::kActScaleSlots in all).
+  static constexpr bool kScalesT = K::kScalesT;
+  static constexpr int kScaleLead = K::kScaleLead, kActScaleSlots = K::kActScaleSlots;
   // The bytes the producer's copies bring into a stage (the transactions of its full barrier),
   // with an activation box of `rows` rows (box_rows, backend/sm90/pipeline.h; kABytes is BM rows
   // of 128 bytes).
   static __device__ __forceinline__ uint32_t tx_bytes(int rows) {
-    return kWBytes + rows * 128 + (kScalesT ? BM * 4 : 0);
+    return kWBytes + rows * 128 + (kScalesT ? kActScaleSlots * 4 : 0);
   }
 
   // The boxes of K tile kt of the tile at (m0, n0) into the stage at shared address `stage`
-  // (with kScalesT, and its activation scales after them); `rows`: box_rows.
+  // (with kScalesT, and its activation scales after them), from the weight of `expert` (0 but in
+  // grouped GEMMs); `rows`: box_rows.
   static __device__ __forceinline__ void boxes(const Params &p, uint32_t stage, uint32_t full, int64_t kt, int m0,
-                                               int n0, int rows) {
-    tensor_copy_2d(stage, &p.weight, static_cast<int>(kt * BK * kCodeBits / 8), n0, full);
+                                               int n0, int rows, int expert) {
+    const int w0 = K::Grouped ? expert * p.expert_rows + n0 : n0;
+    tensor_copy_2d(stage, &p.weight, static_cast<int>(kt * BK * kCodeBits / 8), w0, full);
     tensor_copy_2d(stage + kWBytes, rows == BM ? &p.act : &p.act_tail, static_cast<int>(kt * BK), m0, full);
-    if constexpr (kScalesT) bulk_copy(stage + kWBytes + kABytes, p.scales_t + kt * p.m_pad + m0, BM * 4, full);
+    if constexpr (kScalesT)
+      bulk_copy(stage + kWBytes + kABytes, p.scales_t + kt * p.m_pad + (kScaleLead != 0 ? m0 / 4 * 4 : m0),
+                kActScaleSlots * 4, full);
   }
 
   // Host, with kScalesT: the transposed scales' rows (m rounded up to BM, so that every tile's
-  // run of BM is inside its row) and their count (every K tile of the launch, at least the
-  // scales' columns: the padded K tiles read zeros).
-  static int64_t m_pad(const GemmArgs &args) { return (args.m + BM - 1) / BM * BM; }
+  // run of BM is inside its row; grouped: every run from a row below m, to a multiple of 4) and
+  // their count (every K tile of the launch, at least the scales' columns: the padded K tiles
+  // read zeros).
+  static int64_t m_pad(const GemmArgs &args) {
+    return kScaleLead != 0 ? (args.m + kActScaleSlots + 3) / 4 * 4 : (args.m + BM - 1) / BM * BM;
+  }
   static int64_t k_tiles(const GemmArgs &args) {
     const int64_t tiles = (args.dims.k_pad + BK - 1) / BK;
     return tiles > args.a_scale_cols ? tiles : args.a_scale_cols;
@@ -121,25 +132,27 @@ template <class K> struct A8StageLoads {
   }
 
   // Lane `lane`'s cp.async copies of the scales of K tile kt of the tile at (m0, n0) to shared
-  // address `dst` (the stage's scales). With blocks: the weight blocks' scales, and the tokens'
-  // unless the producer copies them from the transposed scales (kScalesT).
+  // address `dst` (the stage's scales), the weight's of `expert` (0 but in grouped GEMMs). With
+  // blocks: the weight blocks' scales, and the tokens' unless the producer copies them from the
+  // transposed scales (kScalesT).
   static __device__ __forceinline__ void scales(const GemmArgs &a, uint32_t dst, int64_t kt, int64_t m0, int64_t n0,
-                                                int lane) {
+                                                int expert, int lane) {
+    const char *expert_scales = static_cast<const char *>(a.scales) + expert * a.expert_scales_stride;
     if constexpr (kBlocks) {
       const int64_t nb0 = n0 / 128;
-      const auto *ws = static_cast<const float *>(a.scales);
+      const auto *ws = reinterpret_cast<const float *>(expert_scales);
       for (int i = lane; i < BM && !kScalesT; i += 32) {
         const bool in = m0 + i < a.m && kt < a.a_scale_cols;
         cp_async4(dst + 4 * i, in ? a.a_scales + (m0 + i) * a.a_scale_cols + kt : a.a_scales, in);
       }
       if (lane < kWeightBlocks) {
         const bool in = nb0 + lane < a.dims.n_groups && kt < a.dims.k_groups;
-        cp_async4(dst + 4 * (BM + lane), in ? ws + kt * a.dims.n_groups + nb0 + lane : ws, in);
+        cp_async4(dst + 4 * (kActScaleSlots + lane), in ? ws + kt * a.dims.n_groups + nb0 + lane : ws, in);
       }
     } else {
       // The row of group kt, channels n0 .. n0 + BN, as words (n_groups is even, so the two
       // 16-bit scales of a word are both inside or both past it).
-      const char *row = static_cast<const char *>(a.scales) + (kt * a.dims.n_groups + n0) * kScaleBytes;
+      const char *row = expert_scales + (kt * a.dims.n_groups + n0) * kScaleBytes;
       for (int i = lane; i < BN * kScaleBytes / 4; i += 32) {
         const bool in = n0 + i * 4 / kScaleBytes < a.dims.n_groups && kt < a.dims.k_groups;
         cp_async4(dst + 4 * i, in ? row + 4 * i : a.scales, in);

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "humming/backend/pdl.h"
+#include "humming/backend/sm90/probe.h"
 #include "humming/backend/sm90/ptx.h"
 #include "humming/backend/sm90/tensor_map.h"
 #include "humming/humming.h"
@@ -18,6 +19,15 @@
 
 namespace humming {
 namespace sm90 {
+
+// The scheduler kinds of the sm90 kernels (their Sched template argument; tools/gen_instances.py
+// writes them): dense; grouped with the producer's warp walking the experts' tiles; grouped with
+// one producer thread walking them (instances ending _lone; the dispatcher picks the walk per call,
+// humming.h grouped_walk_alone); grouped with the warp's walk and each tile's K split into shares
+// where the tiles alone leave multiprocessors idle (instances ending _ks; scheduler/moe.h
+// grouped_k_shares; the dispatcher takes them where humming.h grouped_split_k asks). The 8-bit
+// activation kernel has the first two.
+constexpr int kSchedDense = 0, kSchedGroupedWarp = 1, kSchedGroupedLone = 2, kSchedGroupedSplit = 3;
 
 // A stage of the ring and the parity of its current fill (flips each time the ring wraps).
 // Stages: depth of the ring.
@@ -88,6 +98,32 @@ struct SegmentNote {
 template <int Stages, int RingBytes, class Char> __device__ __forceinline__ auto ring_notes(Char *ring_ptr) {
   using Note = std::conditional_t<std::is_const_v<Char>, const SegmentNote, SegmentNote>;
   return reinterpret_cast<Note *>(ring_ptr + RingBytes + ring_barrier_bytes<Stages>() + 16);
+}
+
+// The producer's issuing thread of a grouped kernel, after the last segment of its block: the note
+// that ends the consumers' walk (expert < 0), in the next stage once the consumers have given it
+// back; the stage arrives with no copies (a kernel whose full barriers count more producer
+// arrivals makes those too).
+template <int Stages, int RingBytes>
+__device__ __forceinline__ void note_end(char *ring_ptr, uint32_t bars, const RingPos<Stages> &pos) {
+  mbar_wait(ring_bar<Stages>(bars, 1, pos.stage), pos.phase ^ 1u);
+  ring_notes<Stages, RingBytes>(ring_ptr)[pos.stage] = SegmentNote{0, 0, 0, -1, 0, 0, -1};
+  mbar_arrive(ring_bar<Stages>(bars, 0, pos.stage));
+}
+
+// The consumers of a grouped kernel: f(note) for each segment the producer noted, in order, each
+// once its first stage has arrived, until the end note. f walks the segment's stages from `pos`
+// (the consumers' own ring position) and leaves it past them.
+template <int Stages, int RingBytes, class F>
+__device__ __forceinline__ void for_each_note(const char *ring_ptr, uint32_t bars, RingPos<Stages> &pos, F f) {
+  const SegmentNote *notes = ring_notes<Stages, RingBytes>(ring_ptr);
+  for (;;) {
+    const uint32_t full = ring_bar<Stages>(bars, 0, pos.stage), parity = pos.phase;
+    Probe::ring([=] { mbar_wait(full, parity); });
+    const SegmentNote note = notes[pos.stage];
+    if (note.expert < 0) return;
+    f(note);
+  }
 }
 
 // One thread: every stage's "full" barrier waits for `FullArrivals` producer arrivals (and the

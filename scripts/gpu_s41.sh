@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# On the lent GPU machine, session 41's calls; logs to $OUT/s41.txt.
+# PART=a (the default): one build (dev+experimental) of the grouped sm90 kernels with 8-bit
+#   activations (tools/matrix/sm90_a8_moe.json: FP8 blocks and per-channel FP8), the dense ones of
+#   the same formats (the per-expert loop they are timed against), the grouped weight-only u4g128
+#   bf16 tiles (their kernel's walk and notes moved into shared helpers this session; e2m1's heights
+#   too, session 40's unrun check), and the generic and sm80 instances the tests fall back to; then
+#   1. tests/test_moe.py;
+#   2. scripts/bench_moe_a8.py on the FP8 block format (DeepSeek-V3's gate-up and down GEMMs, and
+#      4 experts x 8192 rows: issue 14's FP8 target) to $OUT/moe-a8-blocks.json;
+#   3. (unless E2M1=0) bench_moe e2m1g32 with every built height (Qwen3-30B-A3B, gpt-oss-120b at
+#      256 and 1024 tokens) to $OUT/moe-e2m1-heights.json.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/build/gpu-out}"
+. scripts/build_filtered.sh
+device_log s41.txt
+BUILT='^(sm90_wgmma_moe_a-e4m3|sm90_wgmma_dense_a-e4m3-(g128_w-e4m3g128n128-sf32|pt_w-e4m3gc-sf32)_c-bf16|'
+BUILT+='sm90_wgmma_moe_a-bf16_w-(u4g128-sbf16|e2m1g32-sbf16)_c-bf16|generic_dense_a-bf16_w-u4-s|'
+BUILT+='sm80_mma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t16x128)'
+if [ "${PART:-a}" = a ]; then
+  HUMMING_PROFILE="${HUMMING_PROFILE:-dev+experimental}" build_filtered "$BUILT"
+  echo "build took $(($(date +%s) - start)) s" | log
+  python3 -c "from humming_aot import registry; print(len(registry.instances()), 'instances')" 2>&1 | log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs 2>&1 | tail -30 | sed "s/^/test_moe /" | log
+  echo "tests done at $(($(date +%s) - start)) s" | log
+  python3 scripts/bench_moe_a8.py "$OUT/moe-a8-blocks.json" --iters "${ITERS:-10}" 2>&1 | tail -30 \
+    | sed "s/^/a8 /" | log
+  echo "a8 bench done at $(($(date +%s) - start)) s" | log
+  if [ "${E2M1:-1}" = 1 ]; then
+    python3 scripts/bench_moe.py "$OUT/moe-e2m1-heights.json" --format e2m1g32-sbf16 \
+      --models qwen3-30b-a3b,gpt-oss-120b --tokens 256,1024 --impls humming-aot,humming-aot-heights 2>&1 \
+      | grep -E "humming-aot|rror" | sed "s/^/e2m1 heights /" | log
+  fi
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
+# PART=dbg: a build of the grouped 8-bit activation instances only, then
+# scripts/debug_a8_moe_s41.py (per-row errors of each instance where an expert's rows start at a
+# row that is not a multiple of 4) and the 8-bit grouped tests of tests/test_moe.py.
+if [ "${PART:-a}" = dbg ]; then
+  HUMMING_PROFILE=dev build_filtered '^(sm90_wgmma_moe_a-e4m3|generic_dense_a-bf16_w-u4-s)'
+  echo "build took $(($(date +%s) - start)) s" | log
+  python3 scripts/debug_a8_moe_s41.py 2>&1 | tail -40 | log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -k "8bit or fp8" 2>&1 | tail -8 | log
+fi
