@@ -38,7 +38,7 @@ fi
 # scripts/debug_a8_moe_s41.py (per-row errors of each instance where an expert's rows start at a
 # row that is not a multiple of 4) and the 8-bit grouped tests of tests/test_moe.py.
 if [ "${PART:-a}" = dbg ]; then
-  HUMMING_PROFILE=dev build_filtered '^(sm90_wgmma_moe_a-e4m3|generic_dense_a-bf16_w-u4-s)'
+  HUMMING_PROFILE=dev+experimental build_filtered '^(sm90_wgmma_moe_a-e4m3|generic_dense_a-bf16_w-u4-s)'
   echo "build took $(($(date +%s) - start)) s" | log
   python3 scripts/debug_a8_moe_s41.py 2>&1 | tail -40 | log
   python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -k "8bit or fp8" 2>&1 | tail -8 | log
