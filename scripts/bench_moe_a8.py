@@ -15,6 +15,8 @@ Cases (';'-separated):
 Implementations, each timed as the median CUDA-graph replay after a read flush of 256 MiB
 (bench.Timer), the GEMMs alone (the activations quantized beforehand):
 - humming-aot: humming_aot.moe.moe_gemm, the library's choice among the grouped instances (recorded);
+- humming-aot=TEXT: the same on the built grouped instance of the format whose name contains TEXT
+  (e.g. humming-aot=_t128x128x128_), to compare tiles;
 - humming-aot-loop: one dense humming GEMM per expert with rows (the counts known on the host);
 - cublaslt-fp8-loop: one torch._scaled_mm per expert with rows (padded to a multiple of 16, which
   cuBLASLt's FP8 GEMM needs), with row-wise fp32 scales (per token x per channel: the cuBLASLt FP8
@@ -106,6 +108,20 @@ def run(case: str, tokens: int, counts: list[int], n: int, k: int) -> None:
                                  a_scales=scales),
             instance=name,
         )  # fmt: skip
+    for impl in impls:
+        if impl.startswith("humming-aot="):
+            from humming_aot import registry
+
+            text = impl.split("=", 1)[1]
+            forced = [
+                i.name for i in registry.instances() if i.name.startswith(f"sm90_wgmma_moe_{fmt}_") and text in i.name
+            ]
+            if forced:
+                record(
+                    impl,
+                    lambda name=forced[0]: moe.moe_gemm(codes, st, off, fmt, instance=name, a_scales=scales),
+                    instance=forced[0],
+                )
     bounds = [(i, int(off[i]), int(off[i + 1])) for i in touched]
     if "humming-aot-loop" in impls:
         experts = {i: st.expert(i) for i in touched}

@@ -7,7 +7,8 @@
 #   too, session 40's unrun check), and the generic and sm80 instances the tests fall back to; then
 #   1. tests/test_moe.py;
 #   2. scripts/bench_moe_a8.py on the FP8 block format (DeepSeek-V3's gate-up and down GEMMs, and
-#      4 experts x 8192 rows: issue 14's FP8 target) to $OUT/moe-a8-blocks.json;
+#      4 experts x 8192 rows: issue 14's FP8 target; the tokens-M tiles forced too) to
+#      $OUT/moe-a8-blocks.json, and on per-channel FP8 to $OUT/moe-a8-channels.json;
 #   3. (unless E2M1=0) bench_moe e2m1g32 with every built height (Qwen3-30B-A3B, gpt-oss-120b at
 #      256 and 1024 tokens) to $OUT/moe-e2m1-heights.json.
 set -uo pipefail
@@ -24,8 +25,11 @@ if [ "${PART:-a}" = a ]; then
   python3 -c "from humming_aot import registry; print(len(registry.instances()), 'instances')" 2>&1 | log
   python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs 2>&1 | tail -30 | sed "s/^/test_moe /" | log
   echo "tests done at $(($(date +%s) - start)) s" | log
-  python3 scripts/bench_moe_a8.py "$OUT/moe-a8-blocks.json" --iters "${ITERS:-10}" 2>&1 | tail -30 \
-    | sed "s/^/a8 /" | log
+  python3 scripts/bench_moe_a8.py "$OUT/moe-a8-blocks.json" --iters "${ITERS:-10}" \
+    --impls humming-aot,humming-aot=_t128x128x128_,humming-aot=_t192x128x128_,humming-aot-loop,cublaslt-fp8-loop \
+    2>&1 | tail -40 | sed "s/^/a8 /" | log
+  python3 scripts/bench_moe_a8.py "$OUT/moe-a8-channels.json" --iters "${ITERS:-10}" --format e4m3gc-sf32:e4m3-pt \
+    --cases "deepseek-v3:gate_up:1,64,4096;4x8192" 2>&1 | tail -20 | sed "s/^/a8 pc /" | log
   echo "a8 bench done at $(($(date +%s) - start)) s" | log
   if [ "${E2M1:-1}" = 1 ]; then
     python3 scripts/bench_moe.py "$OUT/moe-e2m1-heights.json" --format e2m1g32-sbf16 \
@@ -38,8 +42,8 @@ fi
 # scripts/debug_a8_moe_s41.py (per-row errors of each instance where an expert's rows start at a
 # row that is not a multiple of 4) and the 8-bit grouped tests of tests/test_moe.py.
 if [ "${PART:-a}" = dbg ]; then
-  HUMMING_PROFILE=dev+experimental build_filtered '^(sm90_wgmma_moe_a-e4m3|generic_dense_a-bf16_w-u4-s)'
+  HUMMING_PROFILE=dev+experimental build_filtered '^(sm90_wgmma_moe_a-e4m3|sm90_wgmma_dense_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16_t(128|192)x128x128_w[23]x1x1|generic_dense_a-bf16_w-u4-s)'
   echo "build took $(($(date +%s) - start)) s" | log
-  python3 scripts/debug_a8_moe_s41.py 2>&1 | tail -40 | log
-  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -k "8bit or fp8" 2>&1 | tail -8 | log
+  python3 scripts/debug_a8_moe_s41.py 2>&1 | tail -60 | log
+  [ "${TESTS:-1}" = 1 ] && python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -k "8bit or fp8" 2>&1 | tail -8 | log
 fi

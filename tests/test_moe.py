@@ -658,19 +658,21 @@ def test_moe_gemm_masked_bad_input_is_named():
 A8_MOE = [("e4m3g128n128-sf32", "e4m3-g128"), ("e4m3gc-sf32", "e4m3-pt")]
 
 
-def _dequantized_act(codes, scales):
-    """fp64 activations from their 8-bit codes and fp32 scales (one per token, or per token and
-    group of inputs, the last group partial)."""
+def _dequantized_act(codes, scales, act):
+    """fp64 activations from their 8-bit codes and fp32 scales in activation format ``act`` (one
+    scale per token, or per token and group of inputs, the last group partial)."""
+    from humming_aot import formats as F
+
     k = codes.shape[-1]
-    group = -(-k // scales.shape[-1])
+    group = F.parse_activation_format(act).group_k or k
     return codes.float().double() * scales.double().repeat_interleave(group, dim=-1)[..., :k]
 
 
-def _ref_grouped_a8(codes, scales, qs, off):
+def _ref_grouped_a8(codes, scales, act, qs, off):
     """fp64: each expert's rows of the dequantized activations times its dequantized weight."""
     from humming_aot import reference as R
 
-    a = _dequantized_act(codes, scales)
+    a = _dequantized_act(codes, scales, act)
     return torch.cat([a[off[e] : off[e + 1]] @ R.dequantize_weight(q).double().T for e, q in enumerate(qs)])
 
 
@@ -693,7 +695,7 @@ def test_moe_gemm_with_8bit_activations_on_the_cpu_is_each_experts_gemm(wfmt, ac
         r = slice(int(off[e]), int(off[e + 1]))
         if counts[e]:
             assert torch.equal(y[r], ha.gemm(codes[r], packed[e], fmt, a_scales=scales[r])), e
-    ref = _ref_grouped_a8(codes, scales, qs, off)
+    ref = _ref_grouped_a8(codes, scales, act, qs, off)
     assert (y.double() - ref).norm() / ref.norm() <= 2.0**-7
     # The masked layout: each expert's rows in its slot of 9 (quantization is per row, so the
     # slots' codes are the same rows' codes).
@@ -725,7 +727,7 @@ def _ref_moe_a8(x, logits, w1, w2, fmt, act, top_k):
 
     def q(v):
         codes, scales = R.quantize_activation(v.to(torch.bfloat16).float()[None], act)
-        return _dequantized_act(codes, scales)[0]
+        return _dequantized_act(codes, scales, act)[0]
 
     deq = lambda w: R.dequantize_weight(R.quantize_weight(w, fmt)).double()  # noqa: E731
     d1, d2 = [deq(w) for w in w1], [deq(w) for w in w2]
@@ -1014,7 +1016,7 @@ def test_moe_gemm_with_8bit_activations_on_the_sm90_kernels_matches_the_referenc
         off = _offsets(counts)
         x = torch.randn(sum(counts), k, generator=g).to(torch.bfloat16)
         codes, scales = ha.quantize_act(x.cuda(), act)
-        ref = _ref_grouped_a8(codes.cpu(), scales.cpu(), qs, off)
+        ref = _ref_grouped_a8(codes.cpu(), scales.cpu(), act, qs, off)
         offd = off.cuda()
         for name in names:
             y = moe.moe_gemm(codes, st, offd, fmt, instance=name, a_scales=scales).cpu()
