@@ -528,7 +528,7 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
         smem = _sm90_smem(stage, stages, barrier_sets=3 if staged else 2, notes=grouped)
         if smem > SM90_MAX_SMEM:
             continue
-        if not grouped:  # the grouped tiles store directly
+        if not grouped or channels_n:  # of the grouped tiles, only the tokens-M ones have boxes
             smem += _sm90_out_boxes(smem, bm, consumers, o, channels_n)
         # act_granularity 1: ActScale::kToken; 2: ActScale::kGroup
         tile = (bm, bn, bk)

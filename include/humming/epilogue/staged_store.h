@@ -166,10 +166,11 @@ template <int BN, int Consumers, bool Out16> constexpr int staged_token_rows_sto
 // `box`, `bar`, `tma` and `out_map` as stage_wgmma_sums, with the map's boxes 64 channels x 64
 // tokens: the matrix stores are not transposed, since the sums' rows are the output's rows, and
 // thread 0 of the warpgroup copies the BN / 64 boxes out.
+// `scales`: the per-channel scales (a.scales, or a grouped GEMM's expert's).
 template <uint32_t OutId, int Acc, bool TokenScales, uint32_t ScaleId>
 __device__ __forceinline__ void stage_token_rows(const GemmArgs &a, bool tma, const void *out_map, uint32_t box,
                                                  int bar, int64_t m_wg, int64_t n0, int t, const float (&acc)[Acc],
-                                                 float global) {
+                                                 float global, const void *scales) {
   static_assert(DType::from_id(OutId).bits == 16, "boxes hold 16-bit outputs");
   static_assert(Acc % 32 == 0, "whole boxes of 64 channels");
   constexpr int kBoxes = Acc / 32;
@@ -194,7 +195,7 @@ __device__ __forceinline__ void stage_token_rows(const GemmArgs &a, bool tma, co
       const int j = 2 * jj + b;
       const int64_t c = n0 + 8 * j + 2 * (lane % 4);
       float f[2], bias[2] = {-0.0f, -0.0f}; // x + -0 is x, zeros' signs too
-      channel_pair_factors<ScaleId>(a, a.scales, c, f);
+      channel_pair_factors<ScaleId>(a, scales, c, f);
 #pragma unroll
       for (int e = 0; e < 2; ++e)
         if (a.bias != nullptr && c + e < a.dims.n) bias[e] = load_out<OutId>(a.bias, c + e);

@@ -225,14 +225,17 @@ struct DenseA8 {
   static constexpr bool kOut16 = DType::from_id(OutId).bits == 16;
   static constexpr int kBoxBytes =
       kTokensM ? epilogue::staged_token_rows_bytes<BN>() : epilogue::staged_box_bytes<BM>();
-  // (Not in the grouped kernels: their tiles end at their expert's last row, which a box's copy
-  // would write past.)
-  static constexpr int kOutBytes = Grouped ? 0
-                                   : kTokensM
-                                       ? epilogue::staged_token_rows_store_bytes<BN, Consumers, kOut16>(kSmemRing)
-                                       : epilogue::staged_store_bytes<BM, Consumers, kOut16>(kSmemRing);
+  // Grouped tiles end at their expert's last row, which a box's copy would write past: only the
+  // tokens-M ones have boxes, and a warpgroup stores through its box only where its 64 rows are
+  // all its expert's (or run past the output, which the copy clips; in prefill, nearly every
+  // tile), else directly.
+  static constexpr int kOutBytes = kTokensM  ? epilogue::staged_token_rows_store_bytes<BN, Consumers, kOut16>(kSmemRing)
+                                   : Grouped ? 0
+                                             : epilogue::staged_store_bytes<BM, Consumers, kOut16>(kSmemRing);
   static constexpr bool kStagedStore = kOutBytes > 0;
   static constexpr int kSmemTotal = kSmemRing + kOutBytes;
+  // What the kernel keeps between its ring and the ring's barriers (run_block's RingBytes).
+  static constexpr int kRingAndAfter = kRingBytes + kOutBytes;
   // 8-bit floats x 8-bit codes, one stage per batch: whether the consumers keep a group in flight
   // while they add up the stage before (mainloop_overlapped), which takes a second set of stage
   // sums; where it fits the consumers' registers with room for the rest. Measured on the H200
@@ -386,7 +389,7 @@ struct DenseA8 {
   static __device__ __forceinline__ void produce(const Params &p, uint32_t ring, char *ring_ptr, uint32_t bars, int t) {
     Probe::begin(); // diagnosis builds only (backend/sm90/probe.h)
     RingPos pos;
-    SegmentNote *notes = ring_notes<Stages, kRingBytes>(ring_ptr);
+    SegmentNote *notes = ring_notes<Stages, kRingAndAfter>(ring_ptr);
     const bool issues = t == 0;
     for_each_work(p, [&](int64_t m0, int64_t m_end, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t unit) {
       if (issues) {
@@ -407,7 +410,7 @@ struct DenseA8 {
       if constexpr (kProducers > 1) __syncwarp();
     });
     if constexpr (Grouped)
-      if (issues) note_end<Stages, kRingBytes>(ring_ptr, bars, pos);
+      if (issues) note_end<Stages, kRingAndAfter>(ring_ptr, bars, pos);
     Probe::report('P');
   }
 
@@ -475,9 +478,12 @@ struct DenseA8 {
       if constexpr (kTokensM) {
         const float global = a.global_scale != nullptr ? *a.global_scale : 1.0f;
         constexpr uint32_t kChannelScales = GroupK == 0 ? ScaleId : 0u;
-        if constexpr (kStagedStore)
-          epilogue::stage_token_rows<OutId, kAcc, !kBlocks, kChannelScales>(
-              a, p.staged != 0, &p.out, ring + kRingBytes + cw * kBoxBytes, 2 + cw, m0 + cw * 64, n0, t, acc, global);
+        // (kOutBytes: grouped warpgroups whose 64 rows are not all their expert's store directly.)
+        const bool boxed = !Grouped || m0 + cw * 64 + 64 <= m_end || m_end >= a.m;
+        if (kStagedStore && boxed)
+          epilogue::stage_token_rows<OutId, kAcc, !kBlocks, kChannelScales>(a, p.staged != 0, &p.out,
+                                                                            ring + kRingBytes + cw * kBoxBytes, 2 + cw,
+                                                                            m0 + cw * 64, n0, t, acc, global, scales);
         else
           epilogue::store_token_rows<OutId, kAcc, !kBlocks, kChannelScales>(a, m0 + col, n0, lane, acc, global, scales,
                                                                             m_end);
@@ -494,7 +500,7 @@ struct DenseA8 {
     };
     if constexpr (Grouped) {
       // The producer's notes (SegmentNote), each read once its segment's first stage has arrived.
-      for_each_note<Stages, kRingBytes>(ring_ptr, bars, pos, [&](const SegmentNote &note) {
+      for_each_note<Stages, kRingAndAfter>(ring_ptr, bars, pos, [&](const SegmentNote &note) {
         segment(note.m0, note.m_end, note.n0, note.expert, note.kt0, note.kt1, note.unit);
       });
     } else {
@@ -506,7 +512,7 @@ struct DenseA8 {
 
   static __device__ __forceinline__ void run(const Params &p, char *smem) {
     // The boxes sit between the ring and its barriers.
-    run_block<Stages, Consumers, kRingBytes + kOutBytes, 1 + kScaleArrivals, kProducerRegs, kConvThreads>(
+    run_block<Stages, Consumers, kRingAndAfter, 1 + kScaleArrivals, kProducerRegs, kConvThreads>(
         smem,
         [&] {
           prefetch_tensor_map(&p.act);
