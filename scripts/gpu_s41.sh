@@ -47,3 +47,25 @@ if [ "${PART:-a}" = dbg ]; then
   python3 scripts/debug_a8_moe_s41.py 2>&1 | tail -60 | log
   [ "${TESTS:-1}" = 1 ] && python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -k "8bit or fp8" 2>&1 | tail -8 | log
 fi
+# PART=c: a build (dev) of the grouped 8-bit activation instances and of the dense ones this
+# session's kernel edits touch (the FP8 block and per-channel tiles, a W4A8 layout-4 tile pair, an
+# integer tile), then tests/test_gpu.py's per-instance tests on them, tests/test_moe.py's 8-bit
+# tests, and scripts/bench_moe_a8.py (FP8 blocks: DeepSeek-V3 and 4 experts x 8192 rows, the
+# tokens-M tiles forced too) to $OUT/moe-a8-blocks.json.
+if [ "${PART:-a}" = c ]; then
+  A8='^(sm90_wgmma_moe_a-e4m3|sm90_wgmma_dense_a-e4m3-(g128_w-e4m3g128n128-sf32|pt_w-e4m3gc-sf32)_c-bf16|'
+  A8+='sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t(8x256|128x128)x128_w1x[42]x1_s[0-9]+_l4|'
+  A8+='sm90_wgmma_dense_a-i8-pt_w-i8gc-sbf16_c-bf16_t16x|generic_dense_a-bf16_w-u4-s)'
+  HUMMING_PROFILE=dev build_filtered "$A8"
+  echo "build took $(($(date +%s) - start)) s" | log
+  python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rf -k \
+    "instance_against or output_rows or block_scaled or split_k or subnormal or waves or rings or heavy or w8a8" \
+    2>&1 | tail -8 | sed "s/^/test_gpu /" | log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rf -k "8bit or fp8" 2>&1 | tail -6 | sed "s/^/test_moe /" | log
+  echo "tests done at $(($(date +%s) - start)) s" | log
+  python3 scripts/bench_moe_a8.py "$OUT/moe-a8-blocks.json" --iters "${ITERS:-10}" \
+    --impls humming-aot,humming-aot=_t128x128x128_,humming-aot=_t192x128x128_,humming-aot-loop,cublaslt-fp8-loop \
+    --cases "${CASES:-4x8192;deepseek-v3:gate_up:1,64,1024,4096;deepseek-v3:down:64,4096}" 2>&1 | tail -40 \
+    | sed "s/^/a8 /" | log
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
