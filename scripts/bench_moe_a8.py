@@ -11,7 +11,10 @@ Cases (';'-separated):
   top-k, hidden H, intermediate F), routed by softmax top-k of seeded logits; its gate-up GEMM
   (n = 2F, k = H) or down GEMM (n = H, k = F) over the rows sorted by expert;
 - ExR (e.g. 4x8192): E experts of R rows each on DeepSeek-V3's gate-up GEMM (n = 4096, k = 7168),
-  issue 14's FP8 target (>= 1200 TFLOP/s).
+  issue 14's FP8 target (>= 1200 TFLOP/s);
+- MODEL:layer:TOKENS: the whole layer as humming_aot.QuantMoE runs it on the grouped kernels (route,
+  permute, quantize, gate-up, activation, quantize, down, combine), impl "layer", one point per
+  token count, beside which the GEMMs' own points show the share of the rest.
 Implementations, each timed as the median CUDA-graph replay after a read flush of 256 MiB
 (bench.Timer), the GEMMs alone (the activations quantized beforehand):
 - humming-aot: humming_aot.moe.moe_gemm, the library's choice among the grouped instances (recorded);
@@ -152,6 +155,35 @@ def run(case: str, tokens: int, counts: list[int], n: int, k: int) -> None:
         record("cublaslt-fp8-loop", scaled_loop)
 
 
+def layer(model: str, tokens_list: list[int]) -> None:
+    experts, top_k, h, f = bench.MOE_MODELS[model]
+    try:
+        gu = stack(experts, 2 * f, h)
+        stacks.clear()  # keep gu: the next stack() would drop it from the cache, not free it
+        dn = stack(experts, h, f)
+        mlp = ha.QuantMoE([gu.expert(i) for i in range(experts)], [dn.expert(i) for i in range(experts)], top_k,
+                          act_format=act)  # fmt: skip
+    except Exception as exc:  # noqa: BLE001  (a result, as the GEMMs' errors are)
+        points.append({"case": f"{model}:layer", "impl": "layer", "error": str(exc)[:300]})
+        print(f"{model}:layer: error {str(exc)[:200]}", flush=True)
+        return
+    del gu, dn
+    stacks.clear()
+    for t in tokens_list:
+        g = torch.Generator().manual_seed(t)
+        x = torch.randn(t, h, generator=g).to(torch.bfloat16).cuda()
+        logits = torch.randn(t, experts, generator=g).cuda()
+        assert mlp._grouped_on(x), "the layer would run the per-expert loop"
+        try:
+            us = median_graph_us(lambda: mlp(x, logits))
+        except Exception as exc:  # noqa: BLE001
+            points.append({"case": f"{model}:layer", "tokens": t, "impl": "layer", "error": str(exc)[:300]})
+            print(f"{model}:layer tokens={t}: error {str(exc)[:200]}", flush=True)
+            continue
+        points.append({"case": f"{model}:layer", "tokens": t, "rows": t * top_k, "impl": "layer", "us": us})
+        print(f"{model}:layer tokens={t}: {us:.1f} us (the whole layer)", flush=True)
+
+
 for spec in args.cases.split(";"):
     if "x" in spec and ":" not in spec:
         e, r = (int(v) for v in spec.split("x"))
@@ -159,6 +191,9 @@ for spec in args.cases.split(";"):
         run(spec, e * r, [r] * e, 2 * f, h)
         continue
     model, gemm, tokens = spec.split(":")
+    if gemm == "layer":
+        layer(model, [int(v) for v in tokens.split(",")])
+        continue
     experts, top_k, h, f = bench.MOE_MODELS[model]
     n, k = (2 * f, h) if gemm == "gate_up" else (h, f)
     for t in (int(v) for v in tokens.split(",")):

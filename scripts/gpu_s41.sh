@@ -69,3 +69,18 @@ if [ "${PART:-a}" = c ]; then
     | sed "s/^/a8 /" | log
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
+# PART=d: a build (dev) of the grouped 8-bit activation instances and the dense FP8 ones, then
+# scripts/bench_moe_a8.py on per-channel FP8 (DeepSeek-V3's gate-up, 4 x 8192) to
+# $OUT/moe-a8-channels.json, and on FP8 blocks the GEMMs and whole QuantMoE layers of Qwen3-30B-A3B
+# and DeepSeek-V3 at 1, 64 and 1024 tokens (the share of routing, quantization, activation and
+# combine) to $OUT/moe-a8-layers.json.
+if [ "${PART:-a}" = d ]; then
+  HUMMING_PROFILE=dev build_filtered '^(sm90_wgmma_moe_a-e4m3|sm90_wgmma_dense_a-e4m3-(g128_w-e4m3g128n128-sf32|pt_w-e4m3gc-sf32)_c-bf16|generic_dense_a-bf16_w-u4-s)'
+  echo "build took $(($(date +%s) - start)) s" | log
+  python3 scripts/bench_moe_a8.py "$OUT/moe-a8-channels.json" --format e4m3gc-sf32:e4m3-pt \
+    --cases "deepseek-v3:gate_up:1,64,1024,4096;4x8192" 2>&1 | tail -25 | sed "s/^/a8 pc /" | log
+  python3 scripts/bench_moe_a8.py "$OUT/moe-a8-layers.json" --impls humming-aot,cublaslt-fp8-loop \
+    --cases "qwen3-30b-a3b:gate_up:1,64,1024;qwen3-30b-a3b:down:1,64,1024;qwen3-30b-a3b:layer:1,64,1024;deepseek-v3:down:1,1024;deepseek-v3:layer:1,64,1024" \
+    2>&1 | tail -30 | sed "s/^/a8 layer /" | log
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
