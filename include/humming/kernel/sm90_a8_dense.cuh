@@ -13,8 +13,8 @@
 // that expert's weight, whole tiles walked by the producer's first warp (scheduler/moe.h) and
 // handed to the consumers as notes (backend/sm90/pipeline.h, SegmentNote), as in
 // kernel/sm90_dense.cuh; the experts' weights, stacked back to back, are one tensor map of
-// experts x n_pad rows. No stream-K, output boxes or tail boxes there: a tile ends at its expert's
-// last row.
+// experts x n_pad rows. No stream-K or tail boxes there, and output boxes only in the tokens-M
+// tiles, for warpgroups whose rows are all their expert's: a tile ends at its expert's last row.
 //
 // 4-bit codes (rows of k_pad / 2 bytes, code k at bits 4 (k % 8) of word k / 8; or in layout 4,
 // layout/sm90_a8.h, each 128-input chunk of a row in the fragments' order) land as a box of
