@@ -69,14 +69,19 @@ if [ "${PART:-a}" = c ]; then
     | sed "s/^/a8 /" | log
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
-# PART=d: a build (dev) of the grouped 8-bit activation instances and the dense FP8 ones, then
-# scripts/bench_moe_a8.py on per-channel FP8 (DeepSeek-V3's gate-up, 4 x 8192) to
+# PART=d: a build (dev+experimental: the lone twins) of the grouped 8-bit activation instances and
+# the dense FP8 ones, then tests/test_moe.py's 8-bit tests, the lone walk against the warp's on the
+# same tiles (scripts/bench_moe_a8.py to $OUT/moe-a8-lone.json), per-channel FP8 (DeepSeek-V3's gate-up, 4 x 8192) to
 # $OUT/moe-a8-channels.json, and on FP8 blocks the GEMMs and whole QuantMoE layers of Qwen3-30B-A3B
 # and DeepSeek-V3 at 1, 64 and 1024 tokens (the share of routing, quantization, activation and
 # combine) to $OUT/moe-a8-layers.json.
 if [ "${PART:-a}" = d ]; then
-  HUMMING_PROFILE=dev build_filtered '^(sm90_wgmma_moe_a-e4m3|sm90_wgmma_dense_a-e4m3-(g128_w-e4m3g128n128-sf32|pt_w-e4m3gc-sf32)_c-bf16|generic_dense_a-bf16_w-u4-s)'
+  HUMMING_PROFILE=dev+experimental build_filtered '^(sm90_wgmma_moe_a-e4m3|sm90_wgmma_dense_a-e4m3-(g128_w-e4m3g128n128-sf32|pt_w-e4m3gc-sf32)_c-bf16|generic_dense_a-bf16_w-u4-s)'
   echo "build took $(($(date +%s) - start)) s" | log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rf -k "8bit or fp8" 2>&1 | tail -6 | sed "s/^/test_moe /" | log
+  python3 scripts/bench_moe_a8.py "$OUT/moe-a8-lone.json" --iters 20 \
+    --impls humming-aot,humming-aot=_t64x128x128_w1x2x1_s8,humming-aot=_t64x128x128_w1x2x1_s8_lone,humming-aot=_t192x128x128_w3x1x1_s4,humming-aot=_t192x128x128_w3x1x1_s4_lone,humming-aot=_t128x128x128_w2x1x1_s5_lone \
+    --cases "deepseek-v3:gate_up:256,1024,4096;4x8192" 2>&1 | tail -30 | sed "s/^/a8 lone /" | log
   python3 scripts/bench_moe_a8.py "$OUT/moe-a8-channels.json" --format e4m3gc-sf32:e4m3-pt \
     --cases "deepseek-v3:gate_up:1,64,1024,4096;4x8192" 2>&1 | tail -25 | sed "s/^/a8 pc /" | log
   python3 scripts/bench_moe_a8.py "$OUT/moe-a8-layers.json" --impls humming-aot,cublaslt-fp8-loop \

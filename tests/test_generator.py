@@ -591,7 +591,8 @@ def test_lone_producer_moe_instances_are_twins_of_default_ones():
     only_exp = [n for n in exp if n.endswith("_lone") and n not in dev]
     between = ("_t24x", "_t48x", "_t80x")
     assert only_exp and all(
-        "_a-f16_" in n or "_w-u8gc-" in n or "_w1x4x1_" in n or any(h in n for h in between) for n in only_exp
+        "_a-f16_" in n or "_w-u8gc-" in n or "_w1x4x1_" in n or "_a-e4m3-" in n or any(h in n for h in between)
+        for n in only_exp
     )
     for name, i in exp.items():
         if not name.endswith("_lone"):
@@ -807,7 +808,7 @@ def test_arch_without_matrix_entries_is_warned_about(gen):
 
 A8_RE = re.compile(
     r"sm90_wgmma_(?P<sched>dense|moe)_a-(?P<act>e4m3|e5m2|i8)-(?P<agran>pt|g128)_w-(?P<code>e4m3|i8|u4|i4|e2m1)(?P<wgran>gc|g128n128|g128)"
-    r"-s(?P<scale>f32|bf16|f16)_c-(?P<out>[^_]+)_t(?P<bm>\d+)x(?P<bn>\d+)x128_(w1x(?P<wg>\d)x1|w(?P<wgm>\d)x1x1)_s(?P<stages>\d+)(_b(?P<batch>\d))?(_l(?P<layout>4))?$"
+    r"-s(?P<scale>f32|bf16|f16)_c-(?P<out>[^_]+)_t(?P<bm>\d+)x(?P<bn>\d+)x128_(w1x(?P<wg>\d)x1|w(?P<wgm>\d)x1x1)_s(?P<stages>\d+)(_b(?P<batch>\d))?(_l(?P<layout>4))?(?P<lone>_lone)?$"
 )
 
 
@@ -869,7 +870,9 @@ def test_a8_instances_keys_and_entry_points(gen, tmp_path):
         assert (k["tile_m"], k["tile_n"], k["tile_k"], k["stages"]) == (bm, bn, 128, stages)
         grouped = m["sched"] == "moe"
         assert i.scheduler == m["sched"]
-        assert i.template_args[-1] == ("sm90::kSchedGroupedWarp" if grouped else "sm90::kSchedDense"), i.name
+        walk = "sm90::kSchedGroupedLone" if m["lone"] else "sm90::kSchedGroupedWarp"
+        assert i.template_args[-1] == (walk if grouped else "sm90::kSchedDense"), i.name
+        assert grouped or not m["lone"], i.name
         # _w<c>x1x1: the tokens on the WGMMA's M side, 64 per consumer warpgroup, e4m3 x e4m3 (with
         # blocks, tiles of 128-channel multiples); _w1x<c>x1: the channels, 64 per warpgroup.
         tokens_m = m["wgm"] is not None

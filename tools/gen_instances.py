@@ -453,6 +453,11 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
     for entry, (act, code, scale, group, o, tile_name) in combos:
         t = matrix["tiles"][tile_name]
         bm, consumers, stages, batch = t["bm"], t["consumers"], t["stages"], t.get("batch", 1)
+        # A grouped tile's "producer": "warp" (default: the producer's first warp walks the experts'
+        # tiles) or "lone" (its one issuing thread walks them; named _lone).
+        lone = t.get("producer", "warp") == "lone"
+        if lone and not grouped:
+            raise SystemExit(f"tile {tile_name}: only grouped (moe) tiles choose their producer's walk")
         # "convert": "producer": the producer warpgroup's idle warps convert 4-bit codes into an
         # 8-bit box in each stage (names end _pc); else each consumer thread in registers.
         staged = t.get("convert", "registers") == "producer"
@@ -502,6 +507,7 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
             + (f"_b{batch}" if batch > 1 else "")
             + ("_pc" if staged else "")
             + (f"_l{layout}" if layout != matrix["layout"] else "")
+            + ("_lone" if lone else "")
         )
         group_n = group if blocks else 1
         targs = tuple(f"{_dtype_id(v)}u" for v in (act, code, scale)) + (str(group), str(group_n), f"{_dtype_id(o)}u")
@@ -513,7 +519,7 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
             "1" if staged else "0",
             str(layout),
             str(channels_n),
-            "sm90::kSchedGroupedWarp" if grouped else "sm90::kSchedDense",
+            ("sm90::kSchedGroupedLone" if lone else "sm90::kSchedGroupedWarp") if grouped else "sm90::kSchedDense",
         )
         # A box of weights (bn rows of bk codes: 64 bytes each with 4-bit codes) and one of
         # activations per stage. Then the scales: with blocks, fp32, bm of the activations (grouped

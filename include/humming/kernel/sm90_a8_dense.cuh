@@ -133,9 +133,12 @@ constexpr int kOverlapSpareRegs = 32;
 //            activation scales instead of BM / 4: measured on the H200 (session 24, ncu,
 //            7168x16384 at m = 4096), the tensor pipe was 52 % busy with the BM / 4 loads and
 //            multiplies between the groups, 78 % with per-channel scales in the same tile.
-// Sched:     kSchedDense (persistent, stream-K for the tail) or kSchedGroupedWarp (the grouped
-//            mixture-of-experts walk; backend/sm90/pipeline.h). A template parameter, so that the
-//            dense kernels hold no trace of the walk.
+// Sched:     kSchedDense (persistent, stream-K for the tail), kSchedGroupedWarp (the grouped
+//            mixture-of-experts walk, by the producer's first warp) or kSchedGroupedLone (the same
+//            tiles, the producer's thread walking them alone: instances ending _lone, which the
+//            dispatcher picks per call where a launch has many tiles per multiprocessor, humming.h
+//            grouped_walk_alone; the scale warp walks as a warp in both); backend/sm90/pipeline.h. A
+//            template parameter, so that the dense kernels hold no trace of the walk.
 template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, int GroupN, uint32_t OutId, int BM,
           int Consumers, int Stages, int Batch = 1, int StagedCodes = 0, int Layout = kLayoutGeneric, int ChannelsN = 0,
           int Sched = kSchedDense>
@@ -307,9 +310,9 @@ struct DenseA8 {
                 "batches of stages for 8-bit floats, whose sums fit the registers");
   static_assert(Stages >= Batch + 1, "the ring holds the batch and more");
   static_assert(StagedCodes == 0 || kFour, "only 4-bit codes are converted in the stage");
-  static_assert(Sched == kSchedDense || (Sched == kSchedGroupedWarp && !kStaged),
-                "the dense scheduler, or the grouped one with the producer's warp walking (no conversion in "
-                "the stage: the notes sit where the converted barriers would)");
+  static_assert(Sched == kSchedDense || ((Sched == kSchedGroupedWarp || Sched == kSchedGroupedLone) && !kStaged),
+                "the dense scheduler, or the grouped one with the producer's warp or thread walking (no conversion "
+                "in the stage: the notes sit where the converted barriers would)");
   static_assert(Layout == kLayoutGeneric || (Layout == kLayoutSm90A8 && kRegFrags),
                 "weights in layout 1, or 4-bit codes read into register fragments from layout 4");
 
@@ -336,10 +339,11 @@ struct DenseA8 {
   // [kt0, kt1) of the tile of rows [m0, m_end) (-1: up to m) and channels from n0. Dense: the
   // stream-K plan's segments in grouped order (scheduler/raster.h; tile: their index in the plan,
   // for the fix-up). Grouped: every gridDim.x-th tile of the experts' order (scheduler/moe.h),
-  // whole, walked by a whole warp (the producer's first, and the scale warp), with its expert.
-  template <class F> static __device__ __forceinline__ void for_each_work(const Params &p, F f) {
+  // whole, walked by a whole warp (the producer's first, and the scale warp), or where Lone by one
+  // thread, with its expert.
+  template <bool Lone = false, class F> static __device__ __forceinline__ void for_each_work(const Params &p, F f) {
     if constexpr (Grouped) {
-      for_each_expert_tile<false>(p.experts, BM, p.n_tiles, p.args.m, [&](const ExpertTile &e) {
+      for_each_expert_tile<Lone>(p.experts, BM, p.n_tiles, p.args.m, [&](const ExpertTile &e) {
         f(e.m0, e.m_end, e.n_tile * BN, e.expert, int64_t{0}, p.plan.k_tiles, int64_t{-1});
       });
     } else {
@@ -378,9 +382,11 @@ struct DenseA8 {
     }
   }
 
-  // Threads that produce: one, or in grouped kernels the producer's first warp, which walks the
-  // experts together (expert_tile_warp) while its first thread issues each tile's copies.
-  static constexpr int kProducers = Grouped ? 32 : 1;
+  // Threads that produce: one, or in grouped kernels of kSchedGroupedWarp the producer's first
+  // warp, which walks the experts together (expert_tile_warp) while its first thread issues each
+  // tile's copies; in kSchedGroupedLone kernels one thread walks alone (expert_tile).
+  static constexpr bool kLoneWalk = Sched == kSchedGroupedLone;
+  static constexpr int kProducers = Grouped && !kLoneWalk ? 32 : 1;
 
   // Every stage of every segment of this block, in order; thread `t` of the producers. Boxes past
   // the matrices land as zeros and still count their full size on the barrier. In grouped kernels
@@ -391,24 +397,25 @@ struct DenseA8 {
     RingPos pos;
     SegmentNote *notes = ring_notes<Stages, kRingAndAfter>(ring_ptr);
     const bool issues = t == 0;
-    for_each_work(p, [&](int64_t m0, int64_t m_end, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t unit) {
-      if (issues) {
-        Probe::segment_begin();
-        const int rows = box_rows<BM>(p, m0);
-        for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
-          const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
-                         empty = ring_bar<Stages>(bars, 1, pos.stage);
-          const uint32_t parity = pos.phase ^ 1u;
-          Probe::ring([=] { mbar_wait(empty, parity); });
-          if constexpr (Grouped)
-            if (kt == kt0) notes[pos.stage] = SegmentNote::of(m0, m_end, n0, expert, kt0, kt1, unit);
-          mbar_arrive_expect_tx(full, Loads::tx_bytes(rows));
-          Loads::boxes(p, stage, full, kt, static_cast<int>(m0), static_cast<int>(n0), rows, expert);
-        }
-        Probe::segment_done();
-      }
-      if constexpr (kProducers > 1) __syncwarp();
-    });
+    for_each_work<kLoneWalk>(
+        p, [&](int64_t m0, int64_t m_end, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t unit) {
+          if (issues) {
+            Probe::segment_begin();
+            const int rows = box_rows<BM>(p, m0);
+            for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
+              const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
+                             empty = ring_bar<Stages>(bars, 1, pos.stage);
+              const uint32_t parity = pos.phase ^ 1u;
+              Probe::ring([=] { mbar_wait(empty, parity); });
+              if constexpr (Grouped)
+                if (kt == kt0) notes[pos.stage] = SegmentNote::of(m0, m_end, n0, expert, kt0, kt1, unit);
+              mbar_arrive_expect_tx(full, Loads::tx_bytes(rows));
+              Loads::boxes(p, stage, full, kt, static_cast<int>(m0), static_cast<int>(n0), rows, expert);
+            }
+            Probe::segment_done();
+          }
+          if constexpr (kProducers > 1) __syncwarp();
+        });
     if constexpr (Grouped)
       if (issues) note_end<Stages, kRingAndAfter>(ring_ptr, bars, pos);
     Probe::report('P');
