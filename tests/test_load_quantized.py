@@ -818,7 +818,8 @@ def test_moe_checkpoint_on_the_gpu_matches_its_float_experts():
 
 def test_deepseek_fp8_block_experts_run_as_w8a8_blocks():
     """DeepSeek-V3-style FP8 experts (e4m3 weights, a float32 scale per 128 x 128 block) with FP8
-    activations in 1 x 128 groups: the W8A8 block format through the per-expert loop on the CPU."""
+    activations in 1 x 128 groups: the W8A8 block format through the grouped GEMMs (on the CPU the
+    reference's; on an sm90 GPU the grouped FP8 kernels of tools/matrix/sm90_a8_moe.json)."""
     g = torch.Generator().manual_seed(7)
     E, H, Fi = 3, 256, 128  # gate and up [128, 256]: whole 128-row blocks each, so they stack
     prefix = "model.layers.3.mlp"
@@ -853,6 +854,7 @@ def test_deepseek_fp8_block_experts_run_as_w8a8_blocks():
     want = moe_reference(x, logits, torch.stack(gate_up), torch.stack(down), 2)
     # FP8 activations round each input to 3 mantissa bits (before both GEMMs), so the bound is
     # looser than for 16-bit activations (measured 0.039); a wrong order is off by far more
+    assert moe._grouped_on(x)
     got = moe(x, logits)
     assert rel_err(got, want) < 6e-2
     swapped = [torch.cat([w[Fi:], w[:Fi]], 0) for w in gate_up]
