@@ -69,8 +69,9 @@ if [ "${PART:-a}" = c ]; then
     | sed "s/^/a8 /" | log
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
-# PART=d: a build (dev+experimental: the lone twins) of the grouped 8-bit activation instances and
-# the dense FP8 ones, then tests/test_moe.py's 8-bit tests, the lone walk against the warp's on the
+# PART=d: a build (dev+experimental: the FP8 lone twins and the W4A8 grouped tiles, all not yet run
+# on a GPU) of the grouped 8-bit activation instances and the dense FP8 ones, then
+# tests/test_moe.py's 8-bit tests (which cover every built grouped 8-bit tile), the lone walk against the warp's on the
 # same tiles (scripts/bench_moe_a8.py to $OUT/moe-a8-lone.json), per-channel FP8 (DeepSeek-V3's gate-up, 4 x 8192) to
 # $OUT/moe-a8-channels.json, and on FP8 blocks the GEMMs and whole QuantMoE layers of Qwen3-30B-A3B
 # and DeepSeek-V3 at 1, 64 and 1024 tokens (the share of routing, quantization, activation and

@@ -656,6 +656,12 @@ def test_moe_gemm_masked_bad_input_is_named():
 # W8A8 MoE formats: DeepSeek-V3's FP8 experts (128 x 128 weight blocks, activations in 1 x 128
 # groups) and per-channel FP8 experts (per-token activation scales).
 A8_MOE = [("e4m3g128n128-sf32", "e4m3-g128"), ("e4m3gc-sf32", "e4m3-pt")]
+# With W4A8 experts (4-bit codes in the sm90 W4A8 kernels' layout 4, experimental grouped tiles):
+# weight format, activation format, layout.
+A8_MOE_LAYOUTS = [(w, a, "generic") for w, a in A8_MOE] + [
+    ("u4g128-sbf16", "e4m3-pt", "sm90a8"),
+    ("e2m1gc-sbf16", "e4m3-pt", "sm90a8"),
+]
 
 
 def _dequantized_act(codes, scales, act):
@@ -676,14 +682,14 @@ def _ref_grouped_a8(codes, scales, act, qs, off):
     return torch.cat([a[off[e] : off[e + 1]] @ R.dequantize_weight(q).double().T for e, q in enumerate(qs)])
 
 
-@pytest.mark.parametrize("wfmt,act", A8_MOE)
-def test_moe_gemm_with_8bit_activations_on_the_cpu_is_each_experts_gemm(wfmt, act):
+@pytest.mark.parametrize("wfmt,act,layout", A8_MOE_LAYOUTS)
+def test_moe_gemm_with_8bit_activations_on_the_cpu_is_each_experts_gemm(wfmt, act, layout):
     """8-bit activation codes and their scales through the grouped GEMM, contiguous and masked:
     each expert's rows equal its dense GEMM of those rows and their scales, the fp64 product of
     the dequantized operands holds, and missing or misshapen scales are named."""
     import humming_aot as ha
 
-    qs, packed, st = _stacked(5, 256, 384, wfmt, "generic", 12)
+    qs, packed, st = _stacked(5, 256, 384, wfmt, layout, 12)
     counts = [3, 0, 9, 1, 4]
     off = _offsets(counts)
     x = torch.randn(17, 384, generator=torch.Generator().manual_seed(13)).to(torch.bfloat16)
@@ -988,7 +994,7 @@ def test_moe_gemm_on_the_sm90_kernels_matches_the_reference(load):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
 @pytest.mark.parametrize("load", ["uniform", "skewed", "empty"])
 def test_moe_gemm_with_8bit_activations_on_the_sm90_kernels_matches_the_reference(load):
-    """Every built grouped sm90 tile of the W8A8 MoE formats runs grouped rows of FP8 codes
+    """Every built grouped sm90 tile of the W8A8 MoE formats (and of W4A8, where built) runs grouped rows of FP8 codes
     quantized on the GPU: expert boundaries inside tiles and at rows that are not a multiple of 4
     (where the tokens-M tiles' activation scale runs start early), experts with no rows, n and k
     that are not multiples of 128 (320 x 2880); the library's choice too, the masked layout, and a
@@ -998,14 +1004,14 @@ def test_moe_gemm_with_8bit_activations_on_the_sm90_kernels_matches_the_referenc
     if not torch.cuda.get_device_capability() == (9, 0):
         pytest.skip("the grouped GEMM kernels are sm90 ones; this GPU is not sm_90")
     tested = 0
-    for wfmt, act in A8_MOE:
+    for wfmt, act, layout in A8_MOE_LAYOUTS:
         fmt = f"a-{act}_w-{wfmt}_c-bf16"
         names = _sm90_instances(fmt)
         if not names:
             continue
         tested += len(names)
         e, n, k = 12, 320, 2880
-        qs, packed, st = _stacked(e, n, k, wfmt, "generic", 31, "cuda")
+        qs, packed, st = _stacked(e, n, k, wfmt, layout, 31, "cuda")
         g = torch.Generator().manual_seed(5)
         if load == "uniform":
             counts = [int(v) for v in torch.randint(20, 200, (e,), generator=g)]
