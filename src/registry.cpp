@@ -147,6 +147,29 @@ bool instance_runs_on(const InstanceInfo &info, int cc, std::string *why) {
   return false;
 }
 
+namespace {
+
+// Bytes of one expert's packed codes, scales and zero points (none: 0).
+struct ExpertBytes {
+  int64_t codes, scales, zeros;
+};
+ExpertBytes expert_bytes(const GemmArgs &a) {
+  const WeightFormat &w = a.fmt.weight;
+  const int64_t groups = a.dims.k_groups * a.dims.n_groups;
+  return {a.dims.n_pad * a.dims.words_per_row * 4, w.has_scale() ? groups * w.scale.storage_bytes() : 0,
+          w.zero == ZeroKind::kNone ? 0 : groups * (w.zero == ZeroKind::kInt ? 1 : w.scale.storage_bytes())};
+}
+
+} // namespace
+
+void set_stacked_experts(GemmArgs &args, int32_t experts) {
+  const ExpertBytes b = expert_bytes(args);
+  args.experts = experts;
+  args.expert_codes_stride = b.codes;
+  args.expert_scales_stride = b.scales;
+  args.expert_zeros_stride = b.zeros;
+}
+
 Status validate(const GemmArgs &a) {
   const WeightFormat &w = a.fmt.weight;
   if (a.m < 0) return Status::Error("m must be >= 0, got " + std::to_string(a.m));
@@ -197,11 +220,7 @@ Status validate(const GemmArgs &a) {
           std::to_string(a.experts) + " experts and capacity " + std::to_string(a.expert_capacity));
     if (a.bias != nullptr || a.global_scale != nullptr)
       return Status::Error("grouped (MoE) GEMMs take no bias or global scale yet");
-    const int64_t codes = a.dims.n_pad * a.dims.words_per_row * 4;
-    const int64_t groups = a.dims.k_groups * a.dims.n_groups;
-    const int64_t scales = w.has_scale() ? groups * w.scale.storage_bytes() : 0;
-    const int64_t zeros =
-        w.zero == ZeroKind::kNone ? 0 : groups * (w.zero == ZeroKind::kInt ? 1 : w.scale.storage_bytes());
+    const auto [codes, scales, zeros] = expert_bytes(a);
     if (a.expert_codes_stride < codes || a.expert_scales_stride < scales || a.expert_zeros_stride < zeros)
       return Status::Error("the experts' weights overlap: per expert the codes take " + std::to_string(codes) +
                            " bytes, the scales " + std::to_string(scales) + " and the zero points " +

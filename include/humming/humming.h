@@ -135,9 +135,11 @@ struct GemmArgs {
   // read into any sum nor written). Exactly one of expert_offsets and expert_counts is set; both live
   // in the memory of the device that runs the GEMM (the GPU may have written them: nothing reads
   // them on the host). Expert e's codes, scales and zero points start expert_*_stride bytes after
-  // expert e - 1's (the pointers above are expert 0's). The grouped instances (scheduler "moe") of
-  // the sm90 weight-only kernels and the CPU reference run such GEMMs; no bias, global scale or
-  // quantized activations yet.
+  // expert e - 1's (the pointers above are expert 0's; set_stacked_experts sets the strides of
+  // experts stacked back to back). The grouped instances (scheduler "moe") of the sm90 weight-only
+  // and 8-bit activation kernels (the latter read every expert's codes through one tensor map, so
+  // they take only back-to-back codes) and the CPU reference run such GEMMs; no bias or global
+  // scale yet.
   const int32_t *expert_offsets = nullptr;
   const int32_t *expert_counts = nullptr;
   int64_t expert_capacity = 0;
@@ -176,6 +178,11 @@ struct GemmArgs {
 // Checks every field of `args` that does not depend on an instance (extents, strides, null
 // pointers, format rules). Run by gemm() and gemm_cpu().
 Status validate(const GemmArgs &args);
+
+// Sets a grouped GEMM's expert count and the strides of experts whose packed weights lie back to
+// back (codes, scales and zero points each [experts][...], as the torch binding and
+// humming_aot.moe.stack_experts stack them); args.fmt and args.dims first.
+void set_stacked_experts(GemmArgs &args, int32_t experts);
 
 // ---- registry --------------------------------------------------------------------------------
 

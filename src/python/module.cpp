@@ -205,7 +205,7 @@ PYBIND11_MODULE(_C, m) {
     if (experts <= 0) throw py::value_error("a grouped GEMM needs at least one expert, got " + std::to_string(experts));
     GemmArgs args = described_problem(fmt, layout, n, k, std::max<int64_t>(1, rows_per_expert) * experts);
     args.num_sms = sms;
-    args.experts = experts;
+    set_stacked_experts(args, experts); // as humming.moe_gemm stacks them
     args.expert_assignments = assignments;
     std::string why;
     const InstanceInfo *i = select_grouped_instance(args, rows_per_expert, cc, sms, &why);
@@ -229,7 +229,7 @@ PYBIND11_MODULE(_C, m) {
     const InstanceInfo &base = named_instance(name);
     GemmArgs args = described_problem(fmt, layout, n, k, std::max<int64_t>(1, assignments));
     args.num_sms = sms;
-    args.experts = experts;
+    set_stacked_experts(args, experts); // as humming.moe_gemm stacks them
     args.expert_assignments = assignments;
     check(instance_matches(base, args));
     const InstanceInfo *i = grouped_pick(grouped_variants(base, args, cc), args, sms);

@@ -430,14 +430,13 @@ void set_experts(GemmArgs &args, const Tensor &codes, const std::optional<Tensor
   check_tensor(codes, "packed codes", ScalarType::Int, dev);
   check_shape(codes, "packed codes", {experts, d.n_pad, d.words_per_row});
   args.codes = static_cast<const uint32_t *>(codes.data_ptr());
-  args.experts = static_cast<int32_t>(experts);
-  args.expert_codes_stride = d.n_pad * d.words_per_row * 4;
+  // Each of the three tensors is contiguous [experts, ...] (checked here): stacked back to back.
+  set_stacked_experts(args, static_cast<int32_t>(experts));
   if (w.has_scale()) {
     require(scales.has_value(), "weight format ", to_string(w), " needs scales");
     check_tensor(*scales, "scales", storage_type(w.scale), dev);
     check_shape(*scales, "packed scales", {experts, d.k_groups, d.n_groups});
     args.scales = scales->data_ptr();
-    args.expert_scales_stride = d.k_groups * d.n_groups * w.scale.storage_bytes();
   } else {
     require(!scales.has_value(), "weight format ", to_string(w), " takes no scales");
   }
@@ -447,7 +446,6 @@ void set_experts(GemmArgs &args, const Tensor &codes, const std::optional<Tensor
     check_tensor(*zeros, "zero points", int_zero ? ScalarType::Byte : storage_type(w.scale), dev);
     check_shape(*zeros, "packed zero points", {experts, d.k_groups, d.n_groups});
     args.zeros = zeros->data_ptr();
-    args.expert_zeros_stride = d.k_groups * d.n_groups * (int_zero ? 1 : w.scale.storage_bytes());
   } else {
     require(!zeros.has_value(), "weight format ", to_string(w), " takes no zero points");
   }

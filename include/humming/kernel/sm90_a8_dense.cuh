@@ -597,10 +597,10 @@ template <HUMMING_SM90_A8_TARGS> Status can_implement_a8(const GemmArgs &args) {
   if (args.m > 0x7FFFFFFF - 256 || args.dims.k_pad > 0x7FFFFFFF - 128 || args.dims.n_pad > 0x7FFFFFFF - 256)
     return Status::Error("the sm90 8-bit activation kernels take at most 2^31 - 257 rows, inputs and channels");
   if constexpr (K::Grouped) {
-    // One tensor map reads every expert's weight: the experts' codes must lie back to back (a
-    // choice made from the shape alone, without the call's tensors, has no stride to check yet).
+    // One tensor map reads every expert's weight: the experts' codes must lie back to back
+    // (set_stacked_experts).
     const int64_t row_bytes = args.dims.k_pad * bits / 8;
-    if (args.codes != nullptr && args.expert_codes_stride != args.dims.n_pad * row_bytes)
+    if (args.expert_codes_stride != args.dims.n_pad * row_bytes)
       return Status::Error("the grouped sm90 8-bit activation kernels need the experts' codes stacked back to back (" +
                            std::to_string(args.dims.n_pad * row_bytes) + " bytes per expert), got a stride of " +
                            std::to_string(args.expert_codes_stride) + " bytes");
