@@ -50,7 +50,7 @@
 // * integers: the s32 sums are exact and stay in the tensor cores' registers for the whole
 //   segment, one group kept in flight behind the next.
 // A stage goes back to the producer once its group has retired (and, with blocks, its scales have
-// been read).
+// been read). A tile's sums then go out through backend/sm90/a8_epilogue.h.
 //
 // Scales, three kinds (GroupK, GroupN):
 // * per channel x per token (GroupK 0): the weight's per-channel scale, its global scale and each
@@ -72,6 +72,7 @@
 #include <string>
 #include <type_traits>
 
+#include "humming/backend/sm90/a8_epilogue.h"
 #include "humming/backend/sm90/a8_stage_loads.h"
 #include "humming/backend/sm90/a8_mainloops.h"
 #include "humming/backend/sm90/a8_promote.h"
@@ -82,9 +83,7 @@
 #include "humming/backend/sm90/stage_convert.h"
 #include "humming/backend/sm90/tensor_map.h"
 #include "humming/epilogue/staged_store.h"
-#include "humming/epilogue/store.h"
 #include "humming/epilogue/streamk_fixup.h"
-#include "humming/epilogue/wgmma_store.h"
 #include "humming/humming.h"
 #include "humming/scheduler/moe.h"
 #include "humming/scheduler/raster.h"
@@ -172,7 +171,8 @@ struct DenseA8 {
   // warps also walk the experts: 56 (ptxas, CUDA 13.0: no spills in any grouped tile of
   // sm90_a8_moe.json; with 64 the tokens-M tile t128n128s5 lost the registers of kOverlap).
   static constexpr int kProducerRegs = Grouped || GroupK != 0 ? 56 : 40;
-  static constexpr int kTileM = BM;
+  static constexpr int kTileM = BM, kGroupK = GroupK;
+  static constexpr uint32_t kOutId = OutId;
   static constexpr int kBatch = Batch, kStages = Stages, kLayout = Layout;
   // Tokens on the WGMMA's M side (ChannelsN != 0): the consumer warpgroups split the tile's tokens.
   static constexpr bool kTokensM = ChannelsN != 0;
@@ -358,6 +358,8 @@ struct DenseA8 {
   using Loads = A8StageLoads<DenseA8>;
   // The consumers' walks over a segment's stages (backend/sm90/a8_mainloops.h).
   using Loops = A8Mainloops<DenseA8>;
+  // The tile's stores (backend/sm90/a8_epilogue.h).
+  using Epilogue = A8Epilogue<DenseA8>;
 
   // Warp 1 of the producer warpgroup, with scales per 128 inputs: the scales of every stage of
   // every segment of this block (zeros past the matrices) by cp.async, each lane's copies then
@@ -402,16 +404,12 @@ struct DenseA8 {
           if (issues) {
             Probe::segment_begin();
             const int rows = box_rows<BM>(p, m0);
-            for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
-              const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
-                             empty = ring_bar<Stages>(bars, 1, pos.stage);
-              const uint32_t parity = pos.phase ^ 1u;
-              Probe::ring([=] { mbar_wait(empty, parity); });
-              if constexpr (Grouped)
-                if (kt == kt0) notes[pos.stage] = SegmentNote::of(m0, m_end, n0, expert, kt0, kt1, unit);
-              mbar_arrive_expect_tx(full, Loads::tx_bytes(rows));
-              Loads::boxes(p, stage, full, kt, static_cast<int>(m0), static_cast<int>(n0), rows, expert);
-            }
+            fill_segment<Stages, kStageBytes, Grouped>(
+                ring, bars, pos, kt0, kt1, Loads::tx_bytes(rows), notes,
+                [&] { return SegmentNote::of(m0, m_end, n0, expert, kt0, kt1, unit); },
+                [&](uint32_t stage, uint32_t full, int64_t kt) {
+                  Loads::boxes(p, stage, full, kt, static_cast<int>(m0), static_cast<int>(n0), rows, expert);
+                });
             Probe::segment_done();
           }
           if constexpr (kProducers > 1) __syncwarp();
@@ -462,14 +460,7 @@ struct DenseA8 {
       // The thread's first token among the stage's activation scales (kTokensM; kScaleLead: the run
       // starts at the 16-byte boundary at or before the tile's first row).
       const int scol = col + (kScaleLead != 0 ? static_cast<int>(m0 % 4) : 0);
-      if constexpr (kInt)
-        Loops::mainloop_int(ring, ring_ptr, bars, pos, kt1 - kt0, cw, t, acc);
-      else if constexpr (kOverlap)
-        Loops::mainloop_overlapped(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, scol, t, acc);
-      else if constexpr (kPrefetch)
-        Loops::mainloop_prefetched(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, scol, t, acc);
-      else
-        Loops::mainloop_promoted(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, scol, t, acc);
+      Loops::mainloop(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, scol, t, acc);
       Probe::segment_done();
       const StreamKPlan &plan = p.plan;
       if constexpr (!Grouped)
@@ -482,28 +473,7 @@ struct DenseA8 {
         }
       // The weight's per-channel scales (of the tile's expert in grouped GEMMs).
       const void *scales = static_cast<const char *>(a.scales) + expert * a.expert_scales_stride;
-      if constexpr (kTokensM) {
-        const float global = a.global_scale != nullptr ? *a.global_scale : 1.0f;
-        constexpr uint32_t kChannelScales = GroupK == 0 ? ScaleId : 0u;
-        // (kOutBytes: grouped warpgroups whose 64 rows are not all their expert's store directly.)
-        const bool boxed = !Grouped || m0 + cw * 64 + 64 <= m_end || m_end >= a.m;
-        if (kStagedStore && boxed)
-          epilogue::stage_token_rows<OutId, kAcc, !kBlocks, kChannelScales>(a, p.staged != 0, &p.out,
-                                                                            ring + kRingBytes + cw * kBoxBytes, 2 + cw,
-                                                                            m0 + cw * 64, n0, t, acc, global, scales);
-        else
-          epilogue::store_token_rows<OutId, kAcc, !kBlocks, kChannelScales>(a, m0 + col, n0, lane, acc, global, scales,
-                                                                            m_end);
-        return;
-      }
-      float f[2];
-      // The stores multiply each token's scale in (with blocks, the sums carry those too).
-      epilogue::channel_row_factors<ScaleId, GroupK == 0>(a, scales, n0 + col, f);
-      if constexpr (kStagedStore)
-        epilogue::stage_wgmma_sums<OutId, kAcc, !kBlocks>(a, p.staged != 0, &p.out, ring + kRingBytes + cw * kBoxBytes,
-                                                          2 + cw, m0, n0 + cw * 64, t, acc, f);
-      else
-        epilogue::store_wgmma_sums<OutId, kAcc, !kBlocks>(a, m0, n0 + col, lane, acc, f, m_end);
+      Epilogue::store(p, ring + kRingBytes + cw * kBoxBytes, cw, t, lane, col, m0, m_end, n0, scales, acc);
     };
     if constexpr (Grouped) {
       // The producer's notes (SegmentNote), each read once its segment's first stage has arrived.

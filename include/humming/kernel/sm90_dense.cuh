@@ -244,17 +244,12 @@ struct Dense {
           if (issues) {
             Probe::segment_begin();
             const int cols = Loads::columns(p.args, n0), rows = box_rows<BM>(p, m0);
-            const uint32_t bytes = Loads::bytes(cols, rows);
-            for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
-              const uint32_t stage = ring + pos.stage * kStageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
-                             empty = ring_bar<Stages>(bars, 1, pos.stage);
-              const uint32_t parity = pos.phase ^ 1u;
-              Probe::ring([=] { mbar_wait(empty, parity); });
-              if constexpr (Grouped)
-                if (kt == kt0) notes[pos.stage] = SegmentNote::of(m0, m_end, n0, expert, kt0, kt1, unit);
-              mbar_arrive_expect_tx(full, bytes);
-              Loads::issue(p, stage, full, kt, m0, n0, cols, rows, expert);
-            }
+            fill_segment<Stages, kStageBytes, Grouped>(
+                ring, bars, pos, kt0, kt1, Loads::bytes(cols, rows), notes,
+                [&] { return SegmentNote::of(m0, m_end, n0, expert, kt0, kt1, unit); },
+                [&](uint32_t stage, uint32_t full, int64_t kt) {
+                  Loads::issue(p, stage, full, kt, m0, n0, cols, rows, expert);
+                });
           }
           Probe::segment_done();
           if constexpr (kProducers > 1) __syncwarp();

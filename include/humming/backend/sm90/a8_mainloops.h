@@ -204,6 +204,20 @@ template <class K> struct A8Mainloops {
     if (!rest(std::integral_constant<int, 0>())) alternate<1>(step);
   }
 
+  // The main loop of the kernel's kind of sums (K::kInt, kOverlap, kPrefetch; else
+  // mainloop_promoted) over the `n` stages of one segment from `pos` into acc.
+  static __device__ __forceinline__ void mainloop(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos, int64_t n,
+                                                  int cw, int wblock, int col, int t, float (&acc)[kAcc]) {
+    if constexpr (K::kInt)
+      mainloop_int(ring, ring_ptr, bars, pos, n, cw, t, acc);
+    else if constexpr (K::kOverlap)
+      mainloop_overlapped(ring, ring_ptr, bars, pos, n, cw, wblock, col, t, acc);
+    else if constexpr (K::kPrefetch)
+      mainloop_prefetched(ring, ring_ptr, bars, pos, n, cw, wblock, col, t, acc);
+    else
+      mainloop_promoted(ring, ring_ptr, bars, pos, n, cw, wblock, col, t, acc);
+  }
+
   // Integers: the `n` stages of one segment from ring position `pos` (left one past the last) into
   // acc. The s32 sums are exact, so they stay in the tensor cores' registers for the whole segment
   // (one group in flight behind the next) and are rounded to fp32 once, at the end. With 4-bit

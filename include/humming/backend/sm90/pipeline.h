@@ -100,6 +100,25 @@ template <int Stages, int RingBytes, class Char> __device__ __forceinline__ auto
   return reinterpret_cast<Note *>(ring_ptr + RingBytes + ring_barrier_bytes<Stages>() + 16);
 }
 
+// The producer's issuing thread: the stages of one segment, K tiles [kt0, kt1), from ring position
+// `pos` (left past them), each once the consumers have given it back: in grouped kernels (Notes)
+// the segment's note, note(), in its first stage (SegmentNote); then `bytes` expected on the
+// stage's full barrier and fill(stage, full, kt), the stage's copies (stage: its shared address).
+template <int Stages, int StageBytes, bool Notes, class Note, class Fill>
+__device__ __forceinline__ void fill_segment(uint32_t ring, uint32_t bars, RingPos<Stages> &pos, int64_t kt0,
+                                             int64_t kt1, uint32_t bytes, SegmentNote *notes, Note note, Fill fill) {
+  for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
+    const uint32_t stage = ring + pos.stage * StageBytes, full = ring_bar<Stages>(bars, 0, pos.stage),
+                   empty = ring_bar<Stages>(bars, 1, pos.stage);
+    const uint32_t parity = pos.phase ^ 1u;
+    Probe::ring([=] { mbar_wait(empty, parity); });
+    if constexpr (Notes)
+      if (kt == kt0) notes[pos.stage] = note();
+    mbar_arrive_expect_tx(full, bytes);
+    fill(stage, full, kt);
+  }
+}
+
 // The producer's issuing thread of a grouped kernel, after the last segment of its block: the note
 // that ends the consumers' walk (expert < 0), in the next stage once the consumers have given it
 // back; the stage arrives with no copies (a kernel whose full barriers count more producer
