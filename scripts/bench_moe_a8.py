@@ -158,9 +158,7 @@ def run(case: str, tokens: int, counts: list[int], n: int, k: int) -> None:
 def layer(model: str, tokens_list: list[int]) -> None:
     experts, top_k, h, f = bench.MOE_MODELS[model]
     try:
-        gu = stack(experts, 2 * f, h)
-        stacks.clear()  # keep gu: the next stack() would drop it from the cache, not free it
-        dn = stack(experts, h, f)
+        gu, dn = stack(experts, 2 * f, h), stack(experts, h, f)
         mlp = ha.QuantMoE([gu.expert(i) for i in range(experts)], [dn.expert(i) for i in range(experts)], top_k,
                           act_format=act)  # fmt: skip
     except Exception as exc:  # noqa: BLE001  (a result, as the GEMMs' errors are)

@@ -541,6 +541,7 @@ class QuantMoE(torch.nn.Module):
         # Stacked once for the grouped GEMM; the per-expert layers are views of the stacks (no copy).
         grouped = all(w.global_scale is None for w in gate_up + down) and len({w.layout for w in gate_up + down}) == 1
         self._stacks = (stack_experts(gate_up), stack_experts(down)) if grouped else None
+        self._grouped_instances_built = None  # _grouped_built's answer, once asked
         if self._stacks is not None:
             gate_up = [self._stacks[0].expert(e) for e in range(len(gate_up))]
             down = [self._stacks[1].expert(e) for e in range(len(down))]
@@ -740,11 +741,14 @@ class QuantMoE(torch.nn.Module):
         return x.is_cuda and self._grouped_built()
 
     def _grouped_built(self) -> bool:
-        """Whether this build has grouped instances of both GEMMs' formats for the experts' layout."""
-        return all(
-            _has_grouped_instance(str(lin.fmt), stack.first.layout)
-            for lin, stack in zip((self.gate_up[0], self.down[0]), self._stacks)
-        )
+        """Whether this build has grouped instances of both GEMMs' formats for the experts' layout
+        (asked once per layer: the registry does not change while the process runs)."""
+        if self._grouped_instances_built is None:
+            self._grouped_instances_built = all(
+                _has_grouped_instance(str(lin.fmt), stack.first.layout)
+                for lin, stack in zip((self.gate_up[0], self.down[0]), self._stacks)
+            )
+        return self._grouped_instances_built
 
     def _grouped_gemm(self, a: torch.Tensor, stack, fmt, al: Alignment, per_expert: int, routed: int, **kw):
         """One grouped GEMM of the layer over the expert-sorted rows ``a`` (16-bit): with 8-bit
