@@ -5,6 +5,7 @@ and 14).
 Usage (on the GPU machine, after a build):
     python3 scripts/bench_moe_a8.py OUT.json [--format e4m3g128n128-sf32:e4m3-g128]
         [--cases deepseek-v3:gate_up:1,64,1024,4096;deepseek-v3:down:64,4096;4x8192] [--iters 10]
+        [--layout generic | sm90a8 (W4A8 experts, e.g. --format e2m1gc-sbf16:e4m3-pt)]
 
 Cases (';'-separated):
 - MODEL:GEMM:TOKENS: TOKENS tokens (','-separated counts) of MODEL (bench.MOE_MODELS: experts,
@@ -45,6 +46,7 @@ ap.add_argument("--format", default="e4m3g128n128-sf32:e4m3-g128", help="WEIGHT:
 ap.add_argument("--cases", default="deepseek-v3:gate_up:1,64,1024,4096;deepseek-v3:down:64,4096;4x8192")
 ap.add_argument("--impls", default="humming-aot,humming-aot-loop,cublaslt-fp8-loop")
 ap.add_argument("--iters", type=int, default=10)
+ap.add_argument("--layout", default="generic", help="the experts' layout: generic (8-bit weights) or sm90a8 (W4A8)")
 args = ap.parse_args()
 wfmt, act = args.format.split(":")
 fmt = f"a-{act}_w-{wfmt}_c-bf16"
@@ -55,13 +57,13 @@ stacks = {}
 
 
 def stack(e: int, n: int, k: int) -> moe.StackedExperts:
-    """E experts of [n, k] in the weight format (generic layout), every one the same quantization
+    """E experts of [n, k] in the weight format (--layout), every one the same quantization
     of one random matrix, in its own memory."""
     if (e, n, k) not in stacks:
         stacks.clear()  # one layer's experts at a time: DeepSeek-V3's take 7.5 GB
         torch.cuda.empty_cache()
         g = torch.Generator().manual_seed(n * 7 + k)
-        w = ha.pack_weight(R.quantize_weight(torch.randn(n, k, generator=g) * 0.02, wfmt), layout="generic").to("cuda")
+        w = ha.pack_weight(R.quantize_weight(torch.randn(n, k, generator=g) * 0.02, wfmt), layout=args.layout).to("cuda")
         rep = lambda t: None if t is None else t.unsqueeze(0).expand(e, *t.shape).contiguous()  # noqa: E731
         stacks[(e, n, k)] = moe.StackedExperts(rep(w.codes), rep(w.scales), rep(w.zeros), w)
     return stacks[(e, n, k)]
@@ -136,7 +138,10 @@ def run(case: str, tokens: int, counts: list[int], n: int, k: int) -> None:
     if "cublaslt-fp8-loop" in impls:
         # cuBLASLt's FP8 GEMM takes row counts that are multiples of 16: each expert's rows padded
         # so (as a server without grouped kernels pads them), the padding rows computed too.
-        w8 = st.codes.view(torch.float8_e4m3fn).view(e, -1, st.codes.shape[-1] * 4)[:, :n, :k]
+        if wfmt.startswith("e4m3"):
+            w8 = st.codes.view(torch.float8_e4m3fn).view(e, -1, st.codes.shape[-1] * 4)[:, :n, :k]
+        else:  # 4-bit experts: cuBLASLt has no such GEMM; its FP8 GEMM on 8-bit experts of the shape
+            w8 = torch.zeros(e, n, k, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
         padded, at = [], 0
         for i, a, b in bounds:
             padded.append((i, at, at + -(-(b - a) // 16) * 16))

@@ -660,7 +660,9 @@ A8_MOE = [("e4m3g128n128-sf32", "e4m3-g128"), ("e4m3gc-sf32", "e4m3-pt")]
 # weight format, activation format, layout.
 A8_MOE_LAYOUTS = [(w, a, "generic") for w, a in A8_MOE] + [
     ("u4g128-sbf16", "e4m3-pt", "sm90a8"),
+    ("u4gc-sbf16", "e4m3-pt", "sm90a8"),
     ("e2m1gc-sbf16", "e4m3-pt", "sm90a8"),
+    ("e2m1g128-sbf16", "e4m3-pt", "sm90a8"),
 ]
 
 

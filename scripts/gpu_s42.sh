@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# On the lent GPU machine, session 42's calls; logs to $OUT/s42.txt.
+# PART=a (the default): one build (dev+experimental) of every grouped sm90 instance with 8-bit
+#   activations (tools/matrix/sm90_a8_moe.json: FP8 blocks, per-channel FP8, the experimental _lone
+#   FP8 twins and the experimental grouped W4A8 tiles), the dense ones of the same formats (the
+#   per-expert loops they are timed against, and session 41's dense kernel edits), one i8 tile and
+#   the generic instances the tests fall back to; then
+#   1. tests/test_moe.py's 8-bit tests (every built grouped 8-bit tile, W4A8 included) and
+#      tests/test_gpu.py's per-instance tests of the dense 8-bit tiles;
+#   2. scripts/bench_moe_a8.py: the lone walk against the warp's ($OUT/moe-a8-lone.json), grouped
+#      W4A8 (e2m1 and u4 g128 experts in layout 4) against its per-expert loop and cuBLASLt FP8's
+#      ($OUT/moe-w4a8-*.json), per-channel FP8 ($OUT/moe-a8-channels.json) and whole FP8 QuantMoE
+#      layers ($OUT/moe-a8-layers.json).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/build/gpu-out}"
+. scripts/build_filtered.sh
+device_log s42.txt
+if [ "${PART:-a}" = a ]; then
+  F='^(sm90_wgmma_moe_a-e4m3|sm90_wgmma_dense_a-e4m3-(g128_w-e4m3g128n128-sf32|pt_w-e4m3gc-sf32)_c-bf16|'
+  F+='sm90_wgmma_dense_a-e4m3-pt_w-(e2m1gc|u4g128)-sbf16_c-bf16_.*_l4|'
+  F+='sm90_wgmma_dense_a-i8-pt_w-i8gc-sbf16_c-bf16_t16x|generic_dense_a-bf16_w-u4-s)'
+  HUMMING_PROFILE=dev+experimental build_filtered "$F"
+  echo "build took $(($(date +%s) - start)) s" | log
+  python3 -c "from humming_aot import registry; print(len(registry.instances()), 'instances')" 2>&1 | log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rf -k "8bit or fp8" 2>&1 | tail -12 | sed "s/^/test_moe /" | log
+  python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rf -k \
+    "instance_against or output_rows or block_scaled or split_k or subnormal or waves or rings or heavy or w8a8" \
+    2>&1 | tail -12 | sed "s/^/test_gpu /" | log
+  echo "tests done at $(($(date +%s) - start)) s" | log
+  python3 scripts/bench_moe_a8.py "$OUT/moe-a8-lone.json" --iters 20 \
+    --impls humming-aot,humming-aot=_t64x128x128_w1x2x1_s8,humming-aot=_t64x128x128_w1x2x1_s8_lone,humming-aot=_t192x128x128_w3x1x1_s4,humming-aot=_t192x128x128_w3x1x1_s4_lone,humming-aot=_t128x128x128_w2x1x1_s5,humming-aot=_t128x128x128_w2x1x1_s5_lone \
+    --cases "deepseek-v3:gate_up:256,1024,4096;4x8192" 2>&1 | tail -30 | sed "s/^/a8 lone /" | log
+  for w in e2m1gc u4g128; do
+    python3 scripts/bench_moe_a8.py "$OUT/moe-w4a8-$w.json" --format "$w-sbf16:e4m3-pt" --layout sm90a8 \
+      --impls humming-aot,humming-aot=_t8x,humming-aot=_t16x,humming-aot=_t32x,humming-aot=_t64x,humming-aot=_t128x,humming-aot-loop,cublaslt-fp8-loop \
+      --cases "qwen3-30b-a3b:gate_up:1,64,1024;gpt-oss-120b:gate_up:1,64,1024;deepseek-v3:gate_up:64,4096" \
+      2>&1 | tail -70 | sed "s/^/w4a8 $w /" | log
+  done
+  python3 scripts/bench_moe_a8.py "$OUT/moe-a8-channels.json" --format e4m3gc-sf32:e4m3-pt \
+    --cases "deepseek-v3:gate_up:1,64,1024,4096;4x8192" 2>&1 | tail -25 | sed "s/^/a8 pc /" | log
+  python3 scripts/bench_moe_a8.py "$OUT/moe-a8-layers.json" --impls humming-aot,cublaslt-fp8-loop \
+    --cases "qwen3-30b-a3b:gate_up:1,64,1024;qwen3-30b-a3b:down:1,64,1024;qwen3-30b-a3b:layer:1,64,1024;deepseek-v3:down:1,1024;deepseek-v3:layer:1,64,1024" \
+    2>&1 | tail -30 | sed "s/^/a8 layer /" | log
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
