@@ -106,7 +106,7 @@ def run(case: str, tokens: int, counts: list[int], n: int, k: int) -> None:
 
         cc, _ = C.device_cc()
         sms = torch.cuda.get_device_properties(0).multi_processor_count
-        name = C.select_grouped_instance(fmt, 1, n, k, max(1, rows // e), e, rows, cc, sms)
+        name = C.select_grouped_instance(fmt, st.first.layout, n, k, max(1, rows // e), e, rows, cc, sms)
         record(
             "humming-aot",
             lambda: moe.moe_gemm(codes, st, off, fmt, rows_per_expert=max(1, rows // e), assignments=rows,

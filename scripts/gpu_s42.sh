@@ -16,6 +16,9 @@ cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
 . scripts/build_filtered.sh
 device_log s42.txt
+F='^(sm90_wgmma_moe_a-e4m3|sm90_wgmma_dense_a-e4m3-(g128_w-e4m3g128n128-sf32|pt_w-e4m3gc-sf32)_c-bf16|'
+F+='sm90_wgmma_dense_a-e4m3-pt_w-(e2m1gc|u4g128)-sbf16_c-bf16_.*_l4|'
+F+='sm90_wgmma_dense_a-i8-pt_w-i8gc-sbf16_c-bf16_t16x|generic_dense_a-bf16_w-u4-s)'
 if [ "${PART:-a}" = a ]; then
   F='^(sm90_wgmma_moe_a-e4m3|sm90_wgmma_dense_a-e4m3-(g128_w-e4m3g128n128-sf32|pt_w-e4m3gc-sf32)_c-bf16|'
   F+='sm90_wgmma_dense_a-e4m3-pt_w-(e2m1gc|u4g128)-sbf16_c-bf16_.*_l4|'
@@ -31,12 +34,21 @@ if [ "${PART:-a}" = a ]; then
   python3 scripts/bench_moe_a8.py "$OUT/moe-a8-lone.json" --iters 20 \
     --impls humming-aot,humming-aot=_t64x128x128_w1x2x1_s8,humming-aot=_t64x128x128_w1x2x1_s8_lone,humming-aot=_t192x128x128_w3x1x1_s4,humming-aot=_t192x128x128_w3x1x1_s4_lone,humming-aot=_t128x128x128_w2x1x1_s5,humming-aot=_t128x128x128_w2x1x1_s5_lone \
     --cases "deepseek-v3:gate_up:256,1024,4096;4x8192" 2>&1 | tail -30 | sed "s/^/a8 lone /" | log
+fi
+# PART=w: the same build, then only the grouped W4A8 bench of PART=a.
+if [ "${PART:-a}" = w ]; then
+  HUMMING_PROFILE=dev+experimental build_filtered "$F"
+  echo "build took $(($(date +%s) - start)) s" | log
+fi
+if [ "${PART:-a}" = a ] || [ "${PART:-a}" = w ]; then
   for w in e2m1gc u4g128; do
     python3 scripts/bench_moe_a8.py "$OUT/moe-w4a8-$w.json" --format "$w-sbf16:e4m3-pt" --layout sm90a8 \
       --impls humming-aot,humming-aot=_t8x,humming-aot=_t16x,humming-aot=_t32x,humming-aot=_t64x,humming-aot=_t128x,humming-aot-loop,cublaslt-fp8-loop \
       --cases "qwen3-30b-a3b:gate_up:1,64,1024;gpt-oss-120b:gate_up:1,64,1024;deepseek-v3:gate_up:64,4096" \
       2>&1 | tail -70 | sed "s/^/w4a8 $w /" | log
   done
+fi
+if [ "${PART:-a}" = a ]; then
   python3 scripts/bench_moe_a8.py "$OUT/moe-a8-channels.json" --format e4m3gc-sf32:e4m3-pt \
     --cases "deepseek-v3:gate_up:1,64,1024,4096;4x8192" 2>&1 | tail -25 | sed "s/^/a8 pc /" | log
   python3 scripts/bench_moe_a8.py "$OUT/moe-a8-layers.json" --impls humming-aot,cublaslt-fp8-loop \
