@@ -63,7 +63,9 @@ def stack(e: int, n: int, k: int) -> moe.StackedExperts:
         stacks.clear()  # one layer's experts at a time: DeepSeek-V3's take 7.5 GB
         torch.cuda.empty_cache()
         g = torch.Generator().manual_seed(n * 7 + k)
-        w = ha.pack_weight(R.quantize_weight(torch.randn(n, k, generator=g) * 0.02, wfmt), layout=args.layout).to("cuda")
+        w = ha.pack_weight(R.quantize_weight(torch.randn(n, k, generator=g) * 0.02, wfmt), layout=args.layout).to(
+            "cuda"
+        )
         rep = lambda t: None if t is None else t.unsqueeze(0).expand(e, *t.shape).contiguous()  # noqa: E731
         stacks[(e, n, k)] = moe.StackedExperts(rep(w.codes), rep(w.scales), rep(w.zeros), w)
     return stacks[(e, n, k)]

@@ -56,3 +56,42 @@ if [ "${PART:-a}" = a ]; then
     2>&1 | tail -30 | sed "s/^/a8 layer /" | log
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
+# PART=ab: the FP8 block kernel's two changes of this session, each against what was before, on
+# one build directory: (1) the tokens-M block tiles read a stage's scales while its group runs
+# (backend/sm90/a8_promote.h, A8Promote::load), (2) the stream-K tail of launches of more than 8
+# waves (HUMMING_PERSISTENT_MAX_WAVES=64 against the default 8). Builds the dense block tiles
+# t192n128s4 and t128n128s5, the per-channel t128x192 s5 and the grouped block t192n128s4; runs
+# their GPU tests; times them (scripts/time_shapes.py, GEMM alone, graph us after a read flush)
+# with cuBLASLt's FP8 GEMM in the same run, and bench_moe_a8 on 4 experts x 8192 rows; then the
+# kernel headers of HEAD (git diff reversed), rebuilt and timed the same way.
+if [ "${PART:-a}" = ab ]; then
+  AB='^(sm90_wgmma_dense_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16_t(192x128x128_w3x1x1_s4|128x128x128_w2x1x1_s5)|'
+  AB+='sm90_wgmma_dense_a-e4m3-pt_w-e4m3gc-sf32_c-bf16_t128x192x128_w1x3x1_s5|'
+  AB+='sm90_wgmma_moe_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16_t192x128x128_w3x1x1_s4|generic_dense_a-bf16_w-u4-s)'
+  B=sm90_wgmma_dense_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16_t
+  SHAPES="${SHAPES:-7168x16384,4096x7168,18432x7168,7168x18432}"
+  timing() { # $1: label
+    for waves in 8 64; do
+      HUMMING_PERSISTENT_MAX_WAVES=$waves python3 scripts/time_shapes.py "$SHAPES" 4096,8192 --format e4m3g128n128-sf32 \
+        --act e4m3-g128 --prequant --graph --flush read --iters 20 $([ $waves = 8 ] && echo --cublaslt) \
+        --instances ${B}192x128x128_w3x1x1_s4,${B}128x128x128_w2x1x1_s5 2>&1 | sed "s/^/$1 waves=$waves blk /" | log
+      HUMMING_PERSISTENT_MAX_WAVES=$waves python3 scripts/time_shapes.py "$SHAPES" 4096,8192 --format e4m3gc-sf32 \
+        --act e4m3-pt --prequant --graph --flush read --iters 20 \
+        --instances sm90_wgmma_dense_a-e4m3-pt_w-e4m3gc-sf32_c-bf16_t128x192x128_w1x3x1_s5 2>&1 | sed "s/^/$1 waves=$waves pc /" | log
+    done
+    python3 scripts/bench_moe_a8.py "$OUT/moe-a8-4x8192-$1.json" --iters 20 --cases "4x8192;8x4096" \
+      --impls humming-aot,cublaslt-fp8-loop 2>&1 | tail -4 | sed "s/^/$1 moe /" | log
+  }
+  HUMMING_PROFILE=dev build_filtered "$AB"
+  echo "build took $(($(date +%s) - start)) s" | log
+  python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rf -k "instance_against or block_scaled or output_rows or split_k or waves" \
+    2>&1 | tail -4 | sed "s/^/test_gpu /" | log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rf -k "8bit or fp8" 2>&1 | tail -4 | sed "s/^/test_moe /" | log
+  timing new
+  git diff HEAD -- include/humming/backend/sm90/a8_promote.h include/humming/backend/sm90/a8_stage_steps.h \
+    include/humming/backend/sm90/a8_mainloops.h | git apply -R && echo "kernel headers: HEAD's" | log
+  HUMMING_PROFILE=dev build_filtered "$AB"
+  echo "rebuild done at $(($(date +%s) - start)) s" | log
+  timing old
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi

@@ -1,7 +1,7 @@
 """Kernel time of humming-aot layers over a few shapes, for quick A/B runs on the GPU machine.
 
 Usage: python3 scripts/time_shapes.py NxK[,NxK...] M[,M...] [--format F] [--act A] [--layout L] [--instances A,B,...] [--graph]
-       [--flush write|read|none]
+       [--flush write|read|none] [--cublaslt]
 Prints one line per point: median microseconds of single calls, each after an L2 flush. Eager:
 CUDA events around the call (the flush kernel covers the host's launch cost). --graph: the call
 captured in a CUDA graph and replayed after the flush (GPU time only). --instances: time each named
@@ -34,6 +34,12 @@ ap.add_argument(
     "(torch.ops.humming.gemm, as the benchmark's humming-aot-gemm rows)",
 )
 ap.add_argument("--iters", type=int, default=15)
+ap.add_argument(
+    "--cublaslt",
+    action="store_true",
+    help="also time cuBLASLt's FP8 GEMM (torch._scaled_mm, row-wise fp32 scales, bf16 out) on each shape and M, "
+    "the same-run peer of the 8-bit formats",
+)
 ap.add_argument(
     "--flush",
     choices=("write", "read", "none"),
@@ -69,7 +75,35 @@ def timed(fn):
     return statistics.median(times)
 
 
+def graph_us(call) -> float:
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        call()
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        call()
+    us = timed(g.replay)
+    del g
+    return us
+
+
 for n, k in shapes:
+    if args.cublaslt:
+        w8 = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
+        for m in ms:
+            a8 = torch.randn(-(-m // 16) * 16, k, device="cuda").to(torch.float8_e4m3fn)
+            sa, sw = torch.ones(a8.shape[0], 1, device="cuda"), torch.ones(1, n, device="cuda")
+
+            def peer(a8=a8, w8=w8, sa=sa, sw=sw):
+                return torch._scaled_mm(a8, w8.t(), scale_a=sa, scale_b=sw, out_dtype=torch.bfloat16)
+
+            line = f"{n}x{k} m={m}: eager {timed(peer):8.1f} us"
+            if args.graph:
+                line += f"  graph {graph_us(peer):8.1f} us"
+            print(f"{line}  cublaslt-fp8", flush=True)
+        del w8
     lin = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
     layer = ha.QuantLinear.from_linear(lin, args.format, args.act, device="cuda", layout=args.layout)
     for name in names:
@@ -85,15 +119,6 @@ for n, k in shapes:
             us = timed(call)
             line = f"{n}x{k} m={m}: eager {us:8.1f} us"
             if args.graph:
-                g = torch.cuda.CUDAGraph()
-                s = torch.cuda.Stream()
-                s.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(s):
-                    call()
-                torch.cuda.current_stream().wait_stream(s)
-                with torch.cuda.graph(g):
-                    call()
-                line += f"  graph {timed(g.replay):8.1f} us"
-                del g
+                line += f"  graph {graph_us(call):8.1f} us"
             print(f"{line}  {layer.instance_for(m, 'cuda')}", flush=True)
     del layer, lin

@@ -206,7 +206,16 @@ inline StreamKPlan plan_stream_k(int64_t tiles, int64_t k_tiles, int64_t tile_k,
 // with the same deterministic fix-up as above. Below persistent_min_tail_k() inputs per block the
 // tail wave is merged with the last whole one; launches of more than kPersistentMaxWaves waves keep the idle
 // tail (at most a few per cent), which costs less than the partials of large tiles.
+// HUMMING_PERSISTENT_MAX_WAVES overrides it (tuning and diagnosis).
 constexpr int64_t kPersistentMaxWaves = 8;
+inline int64_t persistent_max_waves() {
+  static const int64_t value = [] {
+    const char *env = std::getenv("HUMMING_PERSISTENT_MAX_WAVES");
+    const long long v = env != nullptr ? std::atoll(env) : 0;
+    return v >= 1 ? static_cast<int64_t>(v) : kPersistentMaxWaves;
+  }();
+  return value;
+}
 // Tiles of kPersistentHeavyTileM tokens or more (the tensor-core-bound t128 / t256 of the sm90
 // backend) spread a launch of fewer tiles than multiprocessors only while each tile has at least
 // kPersistentHeavySlotsPerTile of them: with more tiles, the partials of such tiles (64 fp32 sums a
@@ -275,7 +284,7 @@ inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_
                             ((2 * tiles <= slots && depth >= kPersistentHeavySpreadMinK) ||
                              (3 * tiles <= 2 * slots && depth >= kPersistentHeavySpreadWideMinK));
   const bool crowded = full == 0 && tiles * slots_per_tile > slots && !heavy_spread;
-  const bool spread = stream_k_mode() != 0 && rem != 0 && full < kPersistentMaxWaves && k_tiles >= 2 &&
+  const bool spread = stream_k_mode() != 0 && rem != 0 && full < persistent_max_waves() && k_tiles >= 2 &&
                       (stream_k_mode() == 2 || !crowded);
   if (!spread) {
     p.blocks = tiles < slots ? tiles : slots;
