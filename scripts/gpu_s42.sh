@@ -56,43 +56,51 @@ if [ "${PART:-a}" = a ]; then
     2>&1 | tail -30 | sed "s/^/a8 layer /" | log
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
-# PART=ab: the FP8 block kernel's two changes of this session, each against what was before, on
-# one build directory: (1) the tokens-M block tiles read a stage's scales while its group runs
-# (backend/sm90/a8_promote.h, A8Promote::load), (2) the stream-K tail of launches of more than 8
-# waves (HUMMING_PERSISTENT_MAX_WAVES=64 against the default 8). Builds the dense block tiles
-# t192n128s4 and t128n128s5, the per-channel t128x192 s5 and the grouped block t192n128s4; runs
-# their GPU tests; times them (scripts/time_shapes.py, GEMM alone, graph us after a read flush)
-# with cuBLASLt's FP8 GEMM in the same run, and bench_moe_a8 on 4 experts x 8192 rows; then the
-# kernel headers from before the change (ab_old/), rebuilt and timed the same way.
-if [ "${PART:-a}" = ab ]; then
+# PART=waves: the stream-K tail of persistent launches of more than 8 waves
+# (HUMMING_PERSISTENT_MAX_WAVES=64 against the default 8) on the FP8 block kernel's dense tiles
+# t192n128s4 and t128n128s5 and the per-channel t128x192 s5, with cuBLASLt's FP8 GEMM in the same
+# run (scripts/time_shapes.py, GEMM alone, graph us after a read flush), and bench_moe_a8 on 4 x 8192
+# and 8 x 4096 rows (grouped: no stream-K). Session 42 ran this as PART=ab, twice on one build
+# directory: with the tokens-M block tiles reading a stage's scales before its group retired, then
+# without (7-12 % slower with it on the H100: reverted; benchmarks/results/h100/tuning/h100-2026-12-06-s42-README.md).
+if [ "${PART:-a}" = waves ]; then
   AB='^(sm90_wgmma_dense_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16_t(192x128x128_w3x1x1_s4|128x128x128_w2x1x1_s5)|'
   AB+='sm90_wgmma_dense_a-e4m3-pt_w-e4m3gc-sf32_c-bf16_t128x192x128_w1x3x1_s5|'
   AB+='sm90_wgmma_moe_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16_t192x128x128_w3x1x1_s4|generic_dense_a-bf16_w-u4-s)'
   B=sm90_wgmma_dense_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16_t
   SHAPES="${SHAPES:-7168x16384,4096x7168,18432x7168,7168x18432}"
-  timing() { # $1: label
-    for waves in 8 64; do
-      HUMMING_PERSISTENT_MAX_WAVES=$waves python3 scripts/time_shapes.py "$SHAPES" 4096,8192 --format e4m3g128n128-sf32 \
-        --act e4m3-g128 --prequant --graph --flush read --iters 20 $([ $waves = 8 ] && echo --cublaslt) \
-        --instances ${B}192x128x128_w3x1x1_s4,${B}128x128x128_w2x1x1_s5 2>&1 | sed "s/^/$1 waves=$waves blk /" | log
-      HUMMING_PERSISTENT_MAX_WAVES=$waves python3 scripts/time_shapes.py "$SHAPES" 4096,8192 --format e4m3gc-sf32 \
-        --act e4m3-pt --prequant --graph --flush read --iters 20 \
-        --instances sm90_wgmma_dense_a-e4m3-pt_w-e4m3gc-sf32_c-bf16_t128x192x128_w1x3x1_s5 2>&1 | sed "s/^/$1 waves=$waves pc /" | log
-    done
-    python3 scripts/bench_moe_a8.py "$OUT/moe-a8-4x8192-$1.json" --iters 20 --cases "4x8192;8x4096" \
-      --impls humming-aot,cublaslt-fp8-loop 2>&1 | tail -4 | sed "s/^/$1 moe /" | log
-  }
   HUMMING_PROFILE=dev build_filtered "$AB"
   echo "build took $(($(date +%s) - start)) s" | log
   python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rf -k "instance_against or block_scaled or output_rows or split_k or waves" \
     2>&1 | tail -4 | sed "s/^/test_gpu /" | log
-  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rf -k "8bit or fp8" 2>&1 | tail -4 | sed "s/^/test_moe /" | log
-  timing new
-  # ab_old/: the three headers before the change (untracked, copied in by hand for this call).
-  cp ab_old/a8_promote.h ab_old/a8_stage_steps.h ab_old/a8_mainloops.h include/humming/backend/sm90/ &&
-    echo "kernel headers: before the change" | log
-  HUMMING_PROFILE=dev build_filtered "$AB"
-  echo "rebuild done at $(($(date +%s) - start)) s" | log
-  timing old
+  for waves in 8 64; do
+    HUMMING_PERSISTENT_MAX_WAVES=$waves python3 scripts/time_shapes.py "$SHAPES" 4096,8192 --format e4m3g128n128-sf32 \
+      --act e4m3-g128 --prequant --graph --flush read --iters 20 $([ $waves = 8 ] && echo --cublaslt) \
+      --instances ${B}192x128x128_w3x1x1_s4,${B}128x128x128_w2x1x1_s5 2>&1 | sed "s/^/waves=$waves blk /" | log
+    HUMMING_PERSISTENT_MAX_WAVES=$waves python3 scripts/time_shapes.py "$SHAPES" 4096,8192 --format e4m3gc-sf32 \
+      --act e4m3-pt --prequant --graph --flush read --iters 20 \
+      --instances sm90_wgmma_dense_a-e4m3-pt_w-e4m3gc-sf32_c-bf16_t128x192x128_w1x3x1_s5 2>&1 | sed "s/^/waves=$waves pc /" | log
+  done
+  python3 scripts/bench_moe_a8.py "$OUT/moe-a8-4x8192.json" --iters 20 --cases "4x8192;8x4096" \
+    --impls humming-aot,cublaslt-fp8-loop 2>&1 | tail -4 | sed "s/^/moe /" | log
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
+# PART=v: the grouped 8-bit tiles promoted to dev this session (the W4A8 tiles, the FP8 block _lone
+# twins t64l and t128n128s5l) and the new grouped per-channel FP8 tile t128c3 (128 tokens x 192
+# channels, the dense per-channel table's choice from 4096 tokens): a dev build of the grouped 8-bit
+# instances, tests/test_moe.py's 8-bit tests (every built grouped 8-bit tile), per-channel FP8 on
+# DeepSeek-V3's gate-up and 4 x 8192 ($OUT/moe-a8-channels.json, the new tile forced too) and whole
+# W4A8 QuantMoE layers (e2m1 per channel, layout 4; $OUT/moe-w4a8-layers.json).
+if [ "${PART:-a}" = v ]; then
+  HUMMING_PROFILE=dev build_filtered '^(sm90_wgmma_moe_a-e4m3|sm90_wgmma_dense_a-e4m3-pt_w-e4m3gc-sf32_c-bf16_t128x192x128_w1x3x1_s5|generic_dense_a-bf16_w-u4-s)'
+  echo "build took $(($(date +%s) - start)) s" | log
+  python3 -c "from humming_aot import registry; print(len(registry.instances()), 'instances')" 2>&1 | log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rf -k "8bit or fp8" 2>&1 | tail -6 | sed "s/^/test_moe /" | log
+  python3 scripts/bench_moe_a8.py "$OUT/moe-a8-channels.json" --format e4m3gc-sf32:e4m3-pt --iters 20 \
+    --impls humming-aot,humming-aot=_t128x128x128_,humming-aot=_t128x192x128_,cublaslt-fp8-loop \
+    --cases "deepseek-v3:gate_up:1024,4096;4x8192;8x4096" 2>&1 | tail -20 | sed "s/^/a8 pc /" | log
+  python3 scripts/bench_moe_a8.py "$OUT/moe-w4a8-layers.json" --format e2m1gc-sbf16:e4m3-pt --layout sm90a8 \
+    --impls humming-aot --cases "qwen3-30b-a3b:layer:1,64,1024;gpt-oss-120b:layer:1,64,1024" 2>&1 | tail -8 \
+    | sed "s/^/w4a8 layer /" | log
   echo "all done at $(($(date +%s) - start)) s" | log
 fi

@@ -34,13 +34,12 @@ template <class K> struct A8Mainloops {
     for (int i = 0; i < kAcc; ++i) v[i] = T(0);
   }
 
-  // A retired stage `at`: at the end of a promotion window its sums `part` are added into acc with
-  // its scales `sc` and the stage given back (Steps::promote), else the stage is only given back.
-  static __device__ __forceinline__ void retire(bool add, uint32_t bars, RingPos at, const typename Steps::Scales &sc,
-                                                int wblock, int col, int lane, float (&part)[kAcc],
-                                                float (&acc)[kAcc]) {
+  // A retired stage `at`: at the end of a promotion window its sums `part` are added into acc and
+  // the stage given back (Steps::promote), else the stage is only given back.
+  static __device__ __forceinline__ void retire(bool add, const char *ring_ptr, uint32_t bars, RingPos at, int wblock,
+                                                int col, int lane, float (&part)[kAcc], float (&acc)[kAcc]) {
     if (add)
-      Steps::promote(bars, at, sc, wblock, col, lane, part, acc);
+      Steps::promote(ring_ptr, bars, at, wblock, col, lane, part, acc);
     else
       release_stage<K::kStages>(bars, at.stage);
   }
@@ -93,19 +92,17 @@ template <class K> struct A8Mainloops {
       constexpr int P = K::kPromoteBatches;
       const bool fresh = w % P == 0, add = (w + 1) % P == 0 || j + Batch >= n;
       RingPos at = pos;
-      typename Steps::Scales sc[Batch];
 #pragma unroll
       for (int b = 0; b < Batch; ++b, at.advance())
         if (b < count) {
           Steps::fetch(ring_ptr, bars, at, cw, t, af[b]);
           Steps::issue_stage(ring, at, cw, af[b], part[b], fresh);
-          sc[b] = Steps::scales(ring_ptr, at, col); // while the group runs
         }
       wgmma_wait<0>();
 #pragma unroll
       for (int b = 0; b < Batch; ++b)
         if (b < count) {
-          retire(add, bars, pos, sc[b], wblock, col, lane, part[b], acc);
+          retire(add, ring_ptr, bars, pos, wblock, col, lane, part[b], acc);
           pos.advance();
         }
     }
@@ -133,9 +130,8 @@ template <class K> struct A8Mainloops {
       pos.advance();
       const bool last = ++j >= n;
       if (!last) Steps::fetch(ring_ptr, bars, pos, cw, t, af[1 - S]);
-      const auto sc = Steps::scales(ring_ptr, cur, col);
       wgmma_wait<0>();
-      retire(last || j % kPromote == 0, bars, cur, sc, wblock, col, lane, part, acc);
+      retire(last || j % kPromote == 0, ring_ptr, bars, cur, wblock, col, lane, part, acc);
       return last;
     };
     alternate<0>(step);

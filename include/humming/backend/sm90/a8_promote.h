@@ -21,44 +21,21 @@ namespace sm90 {
 template <class K> struct A8Promote {
   static constexpr int kAcc = K::kAcc, BN = K::BN, kActScaleSlots = K::kActScaleSlots;
 
-  // What add() reads of a stage's scale area. The tokens-M block tiles read their few scales into
-  // registers (load, called before the stage's group retires), so that the scale products that
-  // start the add do not wait for shared memory after the retirement (ncu on an H100, session 42,
-  // 7168 x 16384 at m = 4096: the first FMUL after the wait held 5 % of the t192n128s4 kernel's
-  // stall samples, short scoreboard); the other modes read theirs in add, where the registers for
-  // them are scarcer (channel-M blocks: two per four sums) or the loads fewer.
-  struct Scales {
-    const char *at;                       // the stage's scale area
-    float a0, a1;                         // tokens-M blocks: the thread's two tokens' activation scales
-    float w[BN / 128 > 0 ? BN / 128 : 1]; // ... and the stage's weight blocks' scales
-  };
-
-  static __device__ __forceinline__ Scales load(const char *scales, int col) {
-    Scales s{scales, 0.0f, 0.0f, {}};
-    if constexpr (K::kBlocks && K::kTokensM) {
-      const float *sc = reinterpret_cast<const float *>(scales);
-      s.a0 = sc[col];
-      s.a1 = sc[col + 8];
-#pragma unroll
-      for (int b = 0; b < BN / 128; ++b) s.w[b] = sc[kActScaleSlots + b];
-    }
-    return s;
-  }
-
-  // acc += part times the scales of the stage (load: its scale area). `col`: the thread's first
-  // channel in the tile (with kTokensM: the slot of its first token's scale, which in grouped tiles
-  // is not its token: K::kScaleLead); `wblock`: its warpgroup's weight block among the stage's
-  // scales (channel-M tiles with blocks).
-  static __device__ __forceinline__ void add(const Scales &s, int wblock, int col, int lane, const float (&part)[kAcc],
-                                             float (&acc)[kAcc]) {
-    const char *scales = s.at;
+  // acc += part times the scales of the stage at `scales` (its scale area). `col`: the thread's
+  // first channel in the tile (with kTokensM: the slot of its first token's scale, which in
+  // grouped tiles is not its token: K::kScaleLead); `wblock`: its warpgroup's weight block among
+  // the stage's scales (channel-M tiles with blocks).
+  static __device__ __forceinline__ void add(const char *scales, int wblock, int col, int lane,
+                                             const float (&part)[kAcc], float (&acc)[kAcc]) {
     if constexpr (K::kBlocks && K::kTokensM) {
       // acc[4jj + e] is token col + 8 (e / 2) of the tile and channel 8jj + 2 (lane % 4) + e % 2 (a
       // tile starts at a multiple of 128 channels, so channels 128 b .. 128 b + 127 are weight
       // block b of the stage).
+      const float *sc = reinterpret_cast<const float *>(scales);
+      const float a0 = sc[col], a1 = sc[col + 8];
 #pragma unroll
       for (int b = 0; b < BN / 128; ++b) {
-        const float s0 = s.w[b] * s.a0, s1 = s.w[b] * s.a1;
+        const float w = sc[kActScaleSlots + b], s0 = w * a0, s1 = w * a1;
 #pragma unroll
         for (int i = b * 64; i < b * 64 + 64; ++i) acc[i] = fmaf(part[i], (i % 4) / 2 ? s1 : s0, acc[i]);
       }

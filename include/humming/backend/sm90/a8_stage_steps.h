@@ -89,29 +89,14 @@ template <class K> struct A8StageSteps {
     wgmma_commit();
   }
 
-  // What promote reads of stage `at`'s scales (A8Promote::Scales): read before the stage's group
-  // retires, where the main loop can.
-  using Scales = typename A8Promote<K>::Scales;
-  static __device__ __forceinline__ Scales scales(const char *ring_ptr, RingPos at, int col) {
-    return A8Promote<K>::load(ring_ptr + at.stage * kStageBytes + kWBytes + kABytes, col);
-  }
-
   // 8-bit floats: adds the retired sums `part` of stage `at` into acc in fp32, with the stage's
-  // scales `sc` where they apply (backend/sm90/a8_promote.h); then gives the stage back. `col` is
-  // the thread's first channel in the tile (kTokensM: its first token), `wblock` its warpgroup's
-  // weight block among the stage's scales.
-  static __device__ __forceinline__ void promote(uint32_t bars, RingPos at, const Scales &sc, int wblock, int col,
-                                                 int lane, float (&part)[kAcc], float (&acc)[kAcc]) {
-    fence_regs(part);
-    A8Promote<K>::add(sc, wblock, col, lane, part, acc);
-    release_stage<kStages>(bars, at.stage);
-  }
-  // The same, the scales read after the group retired (where reading them earlier in
-  // mainloop_overlapped made ptxas serialize its WGMMAs, warnings C7514 / C7518, CUDA 13.0).
+  // scales where they apply (backend/sm90/a8_promote.h); then gives the stage back. `col` is the
+  // thread's first channel in the tile (kTokensM: its first token), `wblock` its warpgroup's weight
+  // block among the stage's scales.
   static __device__ __forceinline__ void promote(const char *ring_ptr, uint32_t bars, RingPos at, int wblock, int col,
                                                  int lane, float (&part)[kAcc], float (&acc)[kAcc]) {
     fence_regs(part);
-    A8Promote<K>::add(scales(ring_ptr, at, col), wblock, col, lane, part, acc);
+    A8Promote<K>::add(ring_ptr + at.stage * kStageBytes + kWBytes + kABytes, wblock, col, lane, part, acc);
     release_stage<kStages>(bars, at.stage);
   }
 };
