@@ -104,3 +104,22 @@ if [ "${PART:-a}" = v ]; then
     | sed "s/^/w4a8 layer /" | log
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
+# PART=jit (carry .peer): where MoE stands against humming-kernels 0.1.20 on this code: a dev build
+# of the grouped u4g128 bf16 instances (W4A16) and the grouped W4A8 u4g128 ones (layout 4), then
+# scripts/bench_moe.py (W4A16, gate-up + down, with humming-kernels' grouped GEMM in a child) on
+# Qwen3-30B-A3B and Mixtral-8x7B at 1 to 1024 tokens ($OUT/moe-w4a16-jit.json / .md), and
+# bench_moe_a8.py on the same models' GEMMs in W4A8 ($OUT/moe-w4a8-u4g128.json).
+if [ "${PART:-a}" = jit ]; then
+  HUMMING_PROFILE=dev build_filtered '^(sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16|sm90_wgmma_moe_a-e4m3-pt_w-u4g128-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s)'
+  echo "build took $(($(date +%s) - start)) s" | log
+  peer=/tmp/peer
+  mkdir -p "$peer" && python3 -m zipfile -e .peer/humming_kernels-0.1.20-*.whl "$peer"
+  PYTHONPATH="$peer" python3 scripts/bench_moe.py "$OUT/moe-w4a16-jit.json" --models qwen3-30b-a3b,mixtral-8x7b \
+    --tokens 1,8,64,256,1024 --impls humming-aot,humming-jit --jit-budget-s 360 2>&1 | grep -E "humming|rror" \
+    | sed "s/^/w4a16 /" | log
+  echo "w4a16 done at $(($(date +%s) - start)) s" | log
+  python3 scripts/bench_moe_a8.py "$OUT/moe-w4a8-u4g128.json" --format u4g128-sbf16:e4m3-pt --layout sm90a8 \
+    --impls humming-aot --cases "qwen3-30b-a3b:gate_up:1,8,64,256,1024;qwen3-30b-a3b:down:1,8,64,256,1024;mixtral-8x7b:gate_up:1,8,64,256,1024;mixtral-8x7b:down:1,8,64,256,1024" \
+    2>&1 | tail -20 | sed "s/^/w4a8 /" | log
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
