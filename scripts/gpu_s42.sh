@@ -20,9 +20,6 @@ F='^(sm90_wgmma_moe_a-e4m3|sm90_wgmma_dense_a-e4m3-(g128_w-e4m3g128n128-sf32|pt_
 F+='sm90_wgmma_dense_a-e4m3-pt_w-(e2m1gc|u4g128)-sbf16_c-bf16_.*_l4|'
 F+='sm90_wgmma_dense_a-i8-pt_w-i8gc-sbf16_c-bf16_t16x|generic_dense_a-bf16_w-u4-s)'
 if [ "${PART:-a}" = a ]; then
-  F='^(sm90_wgmma_moe_a-e4m3|sm90_wgmma_dense_a-e4m3-(g128_w-e4m3g128n128-sf32|pt_w-e4m3gc-sf32)_c-bf16|'
-  F+='sm90_wgmma_dense_a-e4m3-pt_w-(e2m1gc|u4g128)-sbf16_c-bf16_.*_l4|'
-  F+='sm90_wgmma_dense_a-i8-pt_w-i8gc-sbf16_c-bf16_t16x|generic_dense_a-bf16_w-u4-s)'
   HUMMING_PROFILE=dev+experimental build_filtered "$F"
   echo "build took $(($(date +%s) - start)) s" | log
   python3 -c "from humming_aot import registry; print(len(registry.instances()), 'instances')" 2>&1 | log
@@ -113,12 +110,13 @@ if [ "${PART:-a}" = jit ]; then
   HUMMING_PROFILE=dev build_filtered '^(sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16|sm90_wgmma_moe_a-e4m3-pt_w-u4g128-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s)'
   echo "build took $(($(date +%s) - start)) s" | log
   peer=/tmp/peer
-  mkdir -p "$peer" && python3 -m zipfile -e .peer/humming_kernels-0.1.20-*.whl "$peer"
+  # pip keeps the wheel's launcher executable (zipfile -e does not: PermissionError on nvrtc_compile).
+  python3 -m pip install -q --no-deps --no-index --upgrade --target "$peer" .peer/humming_kernels-0.1.20-*.whl
   PYTHONPATH="$peer" python3 scripts/bench_moe.py "$OUT/moe-w4a16-jit.json" --models qwen3-30b-a3b,mixtral-8x7b \
     --tokens 1,8,64,256,1024 --impls humming-aot,humming-jit --jit-budget-s 360 2>&1 | grep -E "humming|rror" \
     | sed "s/^/w4a16 /" | log
   echo "w4a16 done at $(($(date +%s) - start)) s" | log
-  python3 scripts/bench_moe_a8.py "$OUT/moe-w4a8-u4g128.json" --format u4g128-sbf16:e4m3-pt --layout sm90a8 \
+  [ "${A8:-1}" = 1 ] && python3 scripts/bench_moe_a8.py "$OUT/moe-w4a8-u4g128.json" --format u4g128-sbf16:e4m3-pt --layout sm90a8 \
     --impls humming-aot --cases "qwen3-30b-a3b:gate_up:1,8,64,256,1024;qwen3-30b-a3b:down:1,8,64,256,1024;mixtral-8x7b:gate_up:1,8,64,256,1024;mixtral-8x7b:down:1,8,64,256,1024" \
     2>&1 | tail -20 | sed "s/^/w4a8 /" | log
   echo "all done at $(($(date +%s) - start)) s" | log

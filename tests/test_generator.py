@@ -575,18 +575,25 @@ def test_lone_producer_moe_instances_are_twins_of_default_ones():
     """The grouped tiles whose producer walks alone (names ending _lone) are each the twin of a
     default grouped instance with the same tile and key (so the dispatcher can swap one for the
     other per call). dev and ci build those GPU-tested (bf16 u4 g128 on the H200; dev also bf16 e2m1
-    g32, session 38 on an H100); the f16 and u8 twins, not yet run on a GPU, and the 256-channel
-    tiles (four consumer warpgroups: _w1x4x1), which wait for a dispatch rule, and the heights
-    between the powers of two (t24, t48, t80: session 40, not yet run on a GPU) only experimental
-    profiles."""
+    g32, session 38 on an H100, and the FP8 block tiles t64 and t128n128s5, faster than their warp
+    twins on an H100 in session 42); the f16 and u8 twins, not yet run on a GPU, the 256-channel
+    tiles (four consumer warpgroups: _w1x4x1), which wait for a dispatch rule, the heights between
+    the powers of two (t24, t48, t80: session 40, not yet run on a GPU) and the other FP8 block
+    twins (t192n128s4's slower than its warp twin, t32's untimed) only experimental profiles."""
     gen_mod = _load_generator()
     dev = {i.name: i for i in gen_mod.enumerate_instances(["90a"], "dev")}
     exp = {i.name: i for i in gen_mod.enumerate_instances(["90a"], "dev+experimental")}
     lone_dev = [n for n in dev if n.endswith("_lone")]
+    fp8_blocks = "sm90_wgmma_moe_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16_"
     assert lone_dev and all(
-        n.startswith(("sm90_wgmma_moe_a-bf16_w-u4g128-", "sm90_wgmma_moe_a-bf16_w-e2m1g32-")) for n in lone_dev
+        n.startswith(("sm90_wgmma_moe_a-bf16_w-u4g128-", "sm90_wgmma_moe_a-bf16_w-e2m1g32-", fp8_blocks))
+        for n in lone_dev
     )
     assert any(n.startswith("sm90_wgmma_moe_a-bf16_w-e2m1g32-") for n in lone_dev)
+    assert sorted(n for n in lone_dev if n.startswith(fp8_blocks)) == [
+        fp8_blocks + "t128x128x128_w2x1x1_s5_lone",
+        fp8_blocks + "t64x128x128_w1x2x1_s8_lone",
+    ]
     assert any(n.endswith("_lone") for n in (i.name for i in gen_mod.enumerate_instances(["90a"], "ci")))
     only_exp = [n for n in exp if n.endswith("_lone") and n not in dev]
     between = ("_t24x", "_t48x", "_t80x")
