@@ -197,7 +197,17 @@ template <int Stages, int Consumers, int RingBytes, int FullArrivals, int Produc
           class Prefetch, class Produce, class Consume>
 __device__ __forceinline__ void run_block(char *smem, Prefetch prefetch, Produce produce, Consume consume) {
   const uint32_t raw = smem_addr(smem);
-  const uint32_t ring = (raw + 1023u) & ~1023u;
+  uint32_t ring = (raw + 1023u) & ~1023u;
+#ifdef HUMMING_SM90_OPAQUE_RING
+  // Opt-in (CMAKE_CUDA_FLAGS=-DHUMMING_SM90_OPAQUE_RING, for A/B runs): the ring's address kept in
+  // a register, where ptxas otherwise derives it again at every stage from the shared window
+  // (ncu, session 42: S2UR SR_CgaCtaId and a dependent chain before each stage's first WGMMA of the
+  // FP8 block tile t192n128s4). H100, session 42, GEMM alone, graph us, with / without: t192n128s4
+  // 0.96-0.98x the time on 7168 x 16384 and 18432 x 7168 at m = 4096 and 8192, but t128n128s5
+  // 1.00-1.07x; weight-only u4g128 t64 on 28672 x 8192 at m = 256 0.88x, t128 and the per-channel
+  // FP8 t128x192 unchanged. Mixed, and one run on one card: not the default.
+  asm volatile("" : "+r"(ring));
+#endif
   char *ring_ptr = smem + (ring - raw);
   const uint32_t bars = ring + RingBytes;
   volatile int *flag =
