@@ -656,7 +656,7 @@ def test_moe_gemm_masked_bad_input_is_named():
 # W8A8 MoE formats: DeepSeek-V3's FP8 experts (128 x 128 weight blocks, activations in 1 x 128
 # groups) and per-channel FP8 experts (per-token activation scales).
 A8_MOE = [("e4m3g128n128-sf32", "e4m3-g128"), ("e4m3gc-sf32", "e4m3-pt")]
-# With W4A8 experts (4-bit codes in the sm90 W4A8 kernels' layout 4, experimental grouped tiles):
+# With W4A8 experts (4-bit codes in the sm90 W4A8 kernels' layout 4; grouped tiles in dev since session 42):
 # weight format, activation format, layout.
 A8_MOE_LAYOUTS = [(w, a, "generic") for w, a in A8_MOE] + [
     ("u4g128-sbf16", "e4m3-pt", "sm90a8"),

@@ -356,7 +356,8 @@ def moe_gemm(x: torch.Tensor, experts: StackedExperts, offsets: torch.Tensor, fm
     device; a GPU reads them only in the kernel, so no host synchronization). ``fmt`` is the GEMM
     format: 16-bit activations, or 8-bit ones (``x`` the codes and ``a_scales`` their fp32 scales,
     [rows, groups], as :func:`humming_aot.quantize_act` gives them; on a GPU the grouped instances
-    of the sm90 8-bit activation kernels, weights in the generic layout). ``rows_per_expert`` (default rows / E) picks the tile: up to
+    of the sm90 8-bit activation kernels, 8-bit weights in the generic layout or 4-bit ones in
+    layout 4). ``rows_per_expert`` (default rows / E) picks the tile: up to
     256 the tile height of least expected work (the row tiles of Poisson counts around it, some
     experts spilling into a second tile, times the device table's tile costs; humming.h,
     expected_row_tiles), else as for a dense GEMM of that many rows (select_grouped_instance).
@@ -478,8 +479,8 @@ class QuantMoE(torch.nn.Module):
 
     On the CPU, or on a GPU where this build has grouped instances of both GEMMs' formats for the
     experts' layout (16-bit activations: the sm90 weight-only kernels, layout 3; 8-bit activations:
-    the sm90 8-bit activation kernels, e4m3 weights in the generic layout, the activations quantized
-    on the GPU before each GEMM), the two GEMMs are grouped ones (:func:`moe_gemm`) over the
+    the sm90 8-bit activation kernels, e4m3 weights in the generic layout or 4-bit ones (W4A8) in
+    layout 4, the activations quantized on the GPU before each GEMM), the two GEMMs are grouped ones (:func:`moe_gemm`) over the
     expert-sorted rows: no host synchronization, so a call can be captured in a CUDA graph. Otherwise each expert that has
     tokens runs its two GEMMs as dense humming GEMMs on its rows (the instance the dispatcher picks
     for that row count), which needs the per-expert counts on the host, one synchronization per call
