@@ -126,7 +126,8 @@ fi
 # shared window (S2UR SR_CgaCtaId and a dependent chain before each stage's first WGMMA, ncu of
 # session 42): one build directory built without, timed, rebuilt with, timed (FP8 block t192n128s4 /
 # t128n128s5, per-channel t128x192 s5, weight-only u4g128 t128 and t64; GEMM alone, graph us after a
-# read flush), each build's SASS counts of S2UR in the t192 kernel.
+# read flush). (Session 42's run also counted S2UR in each build's SASS, but its filter found no
+# kernel; taken out.)
 if [ "${PART:-a}" = opaque ]; then
   OP='^(sm90_wgmma_dense_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16_t(192x128x128_w3x1x1_s4|128x128x128_w2x1x1_s5)|'
   OP+='sm90_wgmma_dense_a-e4m3-pt_w-e4m3gc-sf32_c-bf16_t128x192x128_w1x3x1_s5|'
@@ -135,9 +136,6 @@ if [ "${PART:-a}" = opaque ]; then
   for v in 0 1; do
     CUDAFLAGS=$([ $v = 1 ] && echo -DHUMMING_SM90_OPAQUE_RING) HUMMING_PROFILE=dev build_filtered "$OP"
     echo "opaque=$v build done at $(($(date +%s) - start)) s" | log
-    so=$(python3 -c "import humming_aot._C as c; print(c.__file__)")
-    cuobjdump -sass "$so" 2>/dev/null | awk '/Function : .*DenseA8.*Li192ELi3ELi4E/{f=1} /Function : /&&!/Li192ELi3ELi4E/{f=0} f' \
-      | grep -c "S2UR.*SR_CgaCtaId" | sed "s/^/opaque=$v t192 S2UR CgaCtaId count: /" | log
     python3 scripts/time_shapes.py 7168x16384,18432x7168 4096,8192 --format e4m3g128n128-sf32 --act e4m3-g128 --prequant \
       --graph --flush read --iters 20 --instances ${B}192x128x128_w3x1x1_s4,${B}128x128x128_w2x1x1_s5 2>&1 \
       | sed "s/^/opaque=$v blk /" | log
@@ -148,5 +146,17 @@ if [ "${PART:-a}" = opaque ]; then
       --iters 20 --instances sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t128x128x128_w1x2x1_s4,sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t64x128x128_w1x2x1_s5 \
       2>&1 | sed "s/^/opaque=$v w4a16 /" | log
   done
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
+# PART=final: after the review's host-side refactor (backend/sm90/pipeline.h
+# prepare_activation_rows, shared by both sm90 kernels' launches): a dev build of the grouped 8-bit
+# instances and one dense tile of each sm90 kernel, tests/test_moe.py's 8-bit tests and
+# tests/test_gpu.py's per-instance tests on them.
+if [ "${PART:-a}" = final ]; then
+  HUMMING_PROFILE=dev build_filtered '^(sm90_wgmma_moe_a-e4m3|sm90_wgmma_dense_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16_t192x128x128_w3x1x1_s4|sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t64x128x128_w1x2x1_s5|generic_dense_a-bf16_w-u4-s)'
+  echo "build took $(($(date +%s) - start)) s" | log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rf -k "8bit or fp8" 2>&1 | tail -4 | sed "s/^/test_moe /" | log
+  python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rf -k "instance_against or output_rows or block_scaled" 2>&1 \
+    | tail -4 | sed "s/^/test_gpu /" | log
   echo "all done at $(($(date +%s) - start)) s" | log
 fi

@@ -445,8 +445,9 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
     per-token x per-channel scales (group 0); with group 128, 4-bit codes take a scale per channel
     and 128 inputs (per-token activations), e4m3 codes DeepSeek-style 1 x 128 activation groups x
     128 x 128 weight blocks. A matrix with the "moe" scheduler (sm90_a8_moe.json) makes the grouped
-    (mixture-of-experts) kernels: the producer's warp walks the experts' tiles (kSchedGroupedWarp),
-    no output boxes, no conversion in the stage."""
+    (mixture-of-experts) kernels: the producer's warp (kSchedGroupedWarp) or, in tiles whose
+    "producer" is "lone", its one issuing thread (kSchedGroupedLone) walks the experts' tiles; output
+    boxes only in the tokens-M tiles, no conversion in the stage."""
     backend_archs, combos = _entries(matrix, profile, archs, ("act", "code", "scale", "group", "out", "tile"))
     grouped = matrix["scheduler"] == "moe"
     out = []

@@ -480,12 +480,12 @@ class QuantMoE(torch.nn.Module):
     On the CPU, or on a GPU where this build has grouped instances of both GEMMs' formats for the
     experts' layout (16-bit activations: the sm90 weight-only kernels, layout 3; 8-bit activations:
     the sm90 8-bit activation kernels, e4m3 weights in the generic layout or 4-bit ones (W4A8) in
-    layout 4, the activations quantized on the GPU before each GEMM), the two GEMMs are grouped ones (:func:`moe_gemm`) over the
-    expert-sorted rows: no host synchronization, so a call can be captured in a CUDA graph. Otherwise each expert that has
-    tokens runs its two GEMMs as dense humming GEMMs on its rows (the instance the dispatcher picks
-    for that row count), which needs the per-expert counts on the host, one synchronization per call
-    on a GPU, so such a call cannot be captured in a CUDA graph (refused with an error); on a GPU the
-    first call warns once.
+    layout 4, the activations quantized on the GPU before each GEMM), the two GEMMs are grouped
+    ones (:func:`moe_gemm`) over the expert-sorted rows: no host synchronization, so a call can be
+    captured in a CUDA graph. Otherwise each expert that has tokens runs its two GEMMs as dense
+    humming GEMMs on its rows (the instance the dispatcher picks for that row count), which needs
+    the per-expert counts on the host, one synchronization per call on a GPU, so such a call cannot
+    be captured in a CUDA graph (refused with an error); on a GPU the first call warns once.
     """
 
     def __init__(

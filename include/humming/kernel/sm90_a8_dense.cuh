@@ -595,19 +595,9 @@ template <HUMMING_SM90_A8_TARGS> Status launch_a8(const GemmArgs &args, void *st
   using K = DenseA8<HUMMING_SM90_A8_ARGS>;
   if (args.m == 0) return Status::Ok();
   typename K::Params p = base_params<K>(args);
-  Status st = cached_rows_map(&p.act, args.a, MapElem::kByte, args.m, args.dims.k, args.lda, BM);
+  Status st = prepare_activation_rows<BM, K::Grouped>(&p, args, MapElem::kByte);
   if (!st) return st;
-  // The grouped kernels' tiles end at their expert's last row, mostly inside the activations:
-  // their boxes stay whole.
-  p.tail_rows = 0;
-  p.experts = ExpertRows{};
   p.expert_rows = static_cast<int>(args.dims.n_pad);
-  if constexpr (K::Grouped) {
-    p.experts = expert_rows(args);
-  } else {
-    st = prepare_tail_box<BM>(&p, args, MapElem::kByte);
-    if (!st) return st;
-  }
   const int64_t row_bytes = args.dims.k_pad * static_cast<int64_t>(K::kCode.bits) / 8;
   const int64_t weight_rows = args.dims.n_pad * (K::Grouped ? args.experts : 1);
   st = cached_weight_map(&p.weight, args.codes, MapElem::kByte, weight_rows, row_bytes, row_bytes, K::BN,

@@ -66,12 +66,11 @@ namespace sm90 {
 // Consumers: consumer warpgroups, 64 channels each (BN = 64 x Consumers).
 // KAtoms:    64-input blocks per stage (BK = 64 x KAtoms; layout 3 pads K to 128, so 1 or 2).
 // Stages:    depth of the shared-memory ring.
-// Sched:     the scheduler kind (kSched*, backend/sm90/pipeline.h): the dense one (persistent, stream-K for the tail),
-// or
-//            the grouped mixture-of-experts one (scheduler/moe.h: every expert's rows against its
-//            own weight, whole tiles or K shares of them), whose producer walks the experts' tiles as
-//            a warp or alone.
-//            A template parameter, so that the dense kernels hold no trace of the grouped walk.
+// Sched:     the scheduler kind (kSched*, backend/sm90/pipeline.h): the dense one (persistent,
+//            stream-K for the tail), or the grouped mixture-of-experts one (scheduler/moe.h: every
+//            expert's rows against its own weight, whole tiles or K shares of them), whose producer
+//            walks the experts' tiles as a warp or alone. A template parameter, so that the dense
+//            kernels hold no trace of the grouped walk.
 template <uint32_t ActId, uint32_t CodeId, int Zero, int GroupK, int BM, int Consumers, int KAtoms, int Stages,
           int Sched>
 struct Dense {
@@ -430,18 +429,9 @@ template <HUMMING_SM90_TARGS> Status launch(const GemmArgs &args, void *stream) 
   if (args.m == 0) return Status::Ok();
   typename K::Params p = base_params<K>(args);
   p.n_blocks = args.dims.n_pad / layout_sm90::kBlockN;
-  p.experts = ExpertRows{};
-  if constexpr (K::Grouped) p.experts = expert_rows(args);
   const MapElem elem = K::kBf16 ? MapElem::kBf16 : MapElem::kF16;
-  Status st = cached_rows_map(&p.act, args.a, elem, args.m, args.dims.k, args.lda, BM);
+  Status st = prepare_activation_rows<BM, K::Grouped>(&p, args, elem);
   if (!st) return st;
-  // The grouped kernels' tiles end at their expert's last row, mostly inside the activations:
-  // their boxes stay whole.
-  p.tail_rows = 0;
-  if constexpr (!K::Grouped) {
-    st = prepare_tail_box<BM>(&p, args, elem);
-    if (!st) return st;
-  }
   p.staged = 0;
   if constexpr (K::kStagedStore) {
     st = epilogue::prepare_staged_store<BM>(&p, args, K::kBf16 ? MapElem::kBf16 : MapElem::kF16);

@@ -15,6 +15,7 @@
 #include "humming/backend/sm90/ptx.h"
 #include "humming/backend/sm90/tensor_map.h"
 #include "humming/humming.h"
+#include "humming/scheduler/moe.h"
 #include "humming/scheduler/streamk.h"
 
 namespace humming {
@@ -313,6 +314,24 @@ template <int BM, class Params> Status prepare_tail_box(Params *p, const GemmArg
   p->tail_rows = tail_box_rows(args.m, BM);
   return p->tail_rows == 0 ? Status::Ok()
                            : cached_rows_map(&p->act_tail, args.a, elem, args.m, args.dims.k, args.lda, p->tail_rows);
+}
+
+// Host: the activations' side of a launch of BM-row tiles (elements of type `elem`): p->act, their
+// map in boxes of BM rows; grouped launches (Grouped) p->experts, the rows of each expert, and
+// whole boxes everywhere (their tiles end at their expert's last row, mostly inside the
+// activations); dense ones the tail box (prepare_tail_box).
+template <int BM, bool Grouped, class Params>
+Status prepare_activation_rows(Params *p, const GemmArgs &args, MapElem elem) {
+  const Status st = cached_rows_map(&p->act, args.a, elem, args.m, args.dims.k, args.lda, BM);
+  if (!st) return st;
+  p->experts = ExpertRows{};
+  p->tail_rows = 0;
+  if constexpr (Grouped) {
+    p->experts = expert_rows(args);
+    return Status::Ok();
+  } else {
+    return prepare_tail_box<BM>(p, args, elem);
+  }
 }
 
 // Device: the rows of the activation boxes of the tile at row m0 (prepare_tail_box): BM, or the
