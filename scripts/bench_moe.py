@@ -30,10 +30,6 @@ then skip):
   times below it to 4 times above, at least 8), named humming-aot-h{height}, each the default
   choice with that height fixed (its width and walk picked from the routed rows, _C.grouped_variant):
   the data the grouped height rule (humming.h, expected_row_tiles) was checked on;
-- humming-aot-o2 / humming-aot-o2-lone / humming-aot-o2-warp: per GEMM, the default choice with
-  its tile swapped for the two-blocks-per-multiprocessor tile of the same height (names with _o2,
-  kernel/sm90_dense.cuh Blocks; experimental), with the default's walk or the one named; the
-  default itself where no such tile is built;
 - humming-jit: humming-kernels 0.1.20 (the JIT Humming library) HummingLayer with num_experts,
   quantized from bf16 experts (u4 g128, bench.JIT_CONFIGS["w4a16"]), its grouped-contiguous GEMM
   (expert_layout = the offsets of the rows sorted by expert). It registers ops in the same
@@ -167,24 +163,6 @@ def default_instance(n: int, k: int, rows_per_expert: int, experts: int, assignm
     cc, _ = C.device_cc()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     return C.select_grouped_instance(fmt, 3, n, k, rows_per_expert, experts, assignments, cc, sms)
-
-
-def o2_instance(default: str, walk: str = "") -> str:
-    """The built two-blocks-per-multiprocessor tile (_o2) of the format of default's height, with
-    default's walk (or `walk`, "lone" / "warp"); default where none is built."""
-    from humming_aot import registry
-
-    built = {i.name: i for i in registry.instances()}
-    lone = default.endswith("_lone") if not walk else walk == "lone"
-    twins = [
-        i
-        for i in built.values()
-        if i.name.startswith(f"sm90_wgmma_moe_{fmt}_")
-        and "_o2" in i.name
-        and i.tile[0] == built[default].tile[0]
-        and i.name.endswith("_lone") == lone
-    ]
-    return min(twins, key=lambda i: i.tile[1]).name if twins else default
 
 
 def median_graph_us(fn) -> float:
@@ -461,8 +439,7 @@ for model in args.models.split(","):
                 )
                 continue
             try:
-                o2 = impl.startswith("humming-aot-o2")
-                if impl in FORCED or impl in heights or impl == "humming-aot" or o2:
+                if impl in FORCED or impl in heights or impl == "humming-aot":
                     gu, dn = stacks
                     routed = tokens * top_k  # picks the producer's walk where no instance is forced
                     shapes = ((2 * f, h), (h, f))  # gate-up, down
@@ -473,11 +450,6 @@ for model in args.models.split(","):
                         forced = [grouped_instance(height, lone, wide, split)] * 2
                     elif impl in heights:  # the width and walk may differ between the two GEMMs
                         forced = [height_instance(heights[impl], n_, k_, e, routed) for n_, k_ in shapes]
-                    elif o2:
-                        walk = impl.removeprefix("humming-aot-o2").removeprefix("-")
-                        forced = [
-                            o2_instance(default_instance(n_, k_, per_expert, e, routed), walk) for n_, k_ in shapes
-                        ]
                     ran = [
                         name or default_instance(n_, k_, per_expert, e, routed)
                         for name, (n_, k_) in zip(forced, shapes, strict=True)
@@ -526,7 +498,7 @@ for model in args.models.split(","):
                     "touched_experts": touched,
                     "weight_gbs": wbytes / us / 1e3,
                 }
-                if impl in FORCED or impl in heights or impl == "humming-aot" or o2:
+                if impl in FORCED or impl in heights or impl == "humming-aot":
                     row["instances"] = ran  # gate-up, down
                 if impl == "humming-aot":
                     # The gate-up GEMM with the activation: fused where the kernel can, and the

@@ -535,7 +535,7 @@ def test_sm80_a8_matrix_reaches_every_range_of_the_8x_tables(cc):
 
 SM90_RE = re.compile(
     r"sm90_wgmma_(?P<sched>dense|moe)_a-(?P<act>[^_]+)_w-(?P<weight>[^_]+)_c-(?P<out>[^_]+)"
-    r"_t(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w1x(?P<wg>\d)x1_s(?P<stages>\d+)(?P<o2>_o2)?(?P<lone>_lone)?(?P<split>_ks)?$"
+    r"_t(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w1x(?P<wg>\d)x1_s(?P<stages>\d+)(?P<lone>_lone)?(?P<split>_ks)?$"
 )
 
 
@@ -543,7 +543,7 @@ def test_sm90_names_spell_format_and_tile(all_names):
     gen_mod = _load_generator()
     matrix = json.loads((ROOT / "tools" / "matrix" / "sm90.json").read_text())
     # The weight-only kernels (the 8-bit activation ones, also backend sm90, have their own test),
-    # dense and grouped (MoE): the same kernel template, its next-to-last argument the scheduler kind.
+    # dense and grouped (MoE): the same kernel template, its last argument the scheduler kind.
     insts = [i for i in gen_mod.enumerate_instances(["90a"], "full") if i.backend == "sm90" and i.kernel == "Dense"]
     assert insts and all(i.layout == 3 and i.archs == ("90a",) for i in insts)
     assert {i.scheduler for i in insts} == {"dense", "moe"}
@@ -561,12 +561,8 @@ def test_sm90_names_spell_format_and_tile(all_names):
         assert not (m["lone"] and m["split"])
         walk = "Split" if m["split"] else "Lone" if m["lone"] else "Warp"
         sched = f"sm90::kSchedGrouped{walk}" if i.scheduler == "moe" else "sm90::kSchedDense"
-        assert m["sched"] == i.scheduler and i.template_args[-2] == sched
+        assert m["sched"] == i.scheduler and i.template_args[-1] == sched
         assert not (m["lone"] or m["split"]) or i.scheduler == "moe"
-        # _o2: two blocks per multiprocessor (the last template argument), grouped tiles of whole
-        # K only, each block within its half of the multiprocessor's shared memory.
-        assert i.template_args[-1] == ("2" if m["o2"] else "1")
-        assert not m["o2"] or (i.scheduler == "moe" and not m["split"] and i.key["smem_bytes"] <= 113 * 1024)
         assert m["act"] == m["out"] == i.act
         assert (int(m["bm"]), int(m["bn"]), int(m["bk"]), int(m["stages"])) in tiles[i.scheduler]
         assert int(m["bn"]) == 64 * int(m["wg"]) and i.key["threads"] == 128 * (1 + int(m["wg"]))
@@ -602,12 +598,7 @@ def test_lone_producer_moe_instances_are_twins_of_default_ones():
     only_exp = [n for n in exp if n.endswith("_lone") and n not in dev]
     between = ("_t24x", "_t48x", "_t80x")
     assert only_exp and all(
-        "_a-f16_" in n
-        or "_w-u8gc-" in n
-        or "_w1x4x1_" in n
-        or "_a-e4m3-" in n
-        or "_o2_" in n
-        or any(h in n for h in between)
+        "_a-f16_" in n or "_w-u8gc-" in n or "_w1x4x1_" in n or "_a-e4m3-" in n or any(h in n for h in between)
         for n in only_exp
     )
     for name, i in exp.items():
@@ -615,17 +606,7 @@ def test_lone_producer_moe_instances_are_twins_of_default_ones():
             continue
         twin = exp[name[: -len("_lone")]]
         assert i.scheduler == twin.scheduler == "moe" and i.key == twin.key
-        # Only the scheduler kind differs (the weight-only kernel's blocks per multiprocessor follow it).
-        at = _sched_arg(i)
-        assert [a for j, a in enumerate(i.template_args) if j != at] == [
-            a for j, a in enumerate(twin.template_args) if j != at
-        ]
-        assert i.template_args[at] == "sm90::kSchedGroupedLone"
-
-
-def _sched_arg(inst) -> int:
-    """The index of an sm90 instance's scheduler kind among its template arguments."""
-    return next(j for j, a in enumerate(inst.template_args) if a.startswith("sm90::kSched"))
+        assert i.template_args[:-1] == twin.template_args[:-1] and i.template_args[-1] == "sm90::kSchedGroupedLone"
 
 
 def test_k_split_moe_instances_are_twins_of_warp_ones():
@@ -647,11 +628,8 @@ def test_k_split_moe_instances_are_twins_of_warp_ones():
     for name in split:
         i, twin = exp[name], exp[name[: -len("_ks")]]
         assert i.scheduler == twin.scheduler == "moe" and i.key == twin.key
-        at = _sched_arg(i)
-        assert [a for j, a in enumerate(i.template_args) if j != at] == [
-            a for j, a in enumerate(twin.template_args) if j != at
-        ]
-        assert twin.template_args[at] == "sm90::kSchedGroupedWarp" and i.template_args[at] == "sm90::kSchedGroupedSplit"
+        assert i.template_args[:-1] == twin.template_args[:-1]
+        assert twin.template_args[-1] == "sm90::kSchedGroupedWarp" and i.template_args[-1] == "sm90::kSchedGroupedSplit"
 
 
 def test_h200_table_gives_every_sm90_format_an_sm90_instance_per_range():

@@ -879,9 +879,7 @@ def test_grouped_height_rule_holds_on_the_committed_height_sweep():
     matrix = json.loads((root / "tools" / "matrix" / "sm90_moe.json").read_text())
     narrowest = {}
     for t in matrix["tiles"].values():
-        # (The two-blocks-per-multiprocessor tiles, experimental, sort after their height's tile in
-        # name order, which the rule takes first among equals.)
-        if t.get("producer", "warp") == "warp" and not t.get("split", False) and t.get("blocks", 1) == 1:
+        if t.get("producer", "warp") == "warp" and not t.get("split", False):
             shape = (64 * t["consumers"], 64 * t["k_atoms"])
             narrowest[t["bm"]] = min(narrowest.get(t["bm"], shape), shape)
     assert {h: f"{h}x{bn}x{bk}" for h, (bn, bk) in narrowest.items()} == tool.TILE_KEYS

@@ -234,18 +234,12 @@ def _sm90_smem(stage_bytes: int, stages: int, barrier_sets: int = 2, notes: bool
     return 1024 + stage_bytes * stages + stages * 8 * barrier_sets + 16 + (stages * 32 if notes else 0)
 
 
-def _sm90_smem_limit(blocks: int) -> int:
-    """Shared memory one block of an sm90 kernel with `blocks` blocks per multiprocessor may take
-    (backend/sm90/pipeline.h smem_per_block, the same rule)."""
-    return SM90_MAX_SMEM if blocks <= 1 else 228 * 1024 // blocks - 1024
-
-
-def _sm90_glu_exchange(smem: int, bm: int, consumers: int, blocks: int = 1) -> int:
+def _sm90_glu_exchange(smem: int, bm: int, consumers: int) -> int:
     """Bytes a grouped sm90 kernel keeps after its ring for the gated activation's exchange
     (kernel/sm90_dense.cuh, kGluBytes, the same rule): a float per sum (bm / 2 a thread) of each
     thread of half the consumer warpgroups, where their number is even and it fits."""
     exchange = consumers // 2 * 128 * (bm // 2) * 4
-    return exchange if consumers % 2 == 0 and smem + exchange <= _sm90_smem_limit(blocks) else 0
+    return exchange if consumers % 2 == 0 and smem + exchange <= SM90_MAX_SMEM else 0
 
 
 def _sm90_out_boxes(smem: int, bm: int, consumers: int, out: str, channels_n: int = 0) -> int:
@@ -407,14 +401,8 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
             raise SystemExit(f"tile {t}: only grouped (moe) tiles choose their producer's walk or split K")
         if lone and split:
             raise SystemExit(f"tile {t}: the K-split grouped tiles walk the experts with the producer's warp")
-        # "blocks": 2 runs two blocks per multiprocessor (kernel/sm90_dense.cuh, Blocks; named _o2,
-        # before _lone), each with half the registers and shared memory: grouped tiles of whole K only.
-        blocks = int(t.get("blocks", 1))
-        if blocks not in (1, 2) or (blocks == 2 and (matrix["scheduler"] != "moe" or split)):
-            raise SystemExit(f"tile {t}: two blocks per multiprocessor in grouped (moe) tiles of whole K only")
         name = (
             f"sm90_wgmma_{matrix['scheduler']}_a-{act}_w-{weight}_c-{act}_t{bm}x{bn}x{bk}_w1x{consumers}x1_s{stages}"
-            + ("_o2" if blocks == 2 else "")
             + ("_lone" if lone else "")
             + ("_ks" if split else "")
         )
@@ -432,19 +420,18 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
             # tiles (scheduler/moe.h), with the producer's warp or one producer thread, or the warp
             # with K shares of each tile.
             "sm90::kSchedDense" if matrix["scheduler"] != "moe" else f"sm90::kSchedGrouped{sched}",
-            str(blocks),
         )
         bits = F.dtype(code).bits
         rows = 0 if group == 0 else (1 if group >= bk else bk // group)
         stage = bm * bk * 2 + bk * bn * bits // 8 + rows * bn * 2 + (rows * bn if zero == "int" else 0)
         stage = (stage + 1023) // 1024 * 1024
         smem = _sm90_smem(stage, stages, notes=matrix["scheduler"] == "moe")
-        if smem > _sm90_smem_limit(blocks):  # e.g. the 256-channel decode tiles with 8-bit codes
+        if smem > SM90_MAX_SMEM:  # e.g. the 256-channel decode tiles with 8-bit codes
             continue
         if matrix["scheduler"] != "moe":  # the grouped tiles store directly
             smem += _sm90_out_boxes(smem, bm, consumers, act)
         else:
-            smem += _sm90_glu_exchange(smem, bm, consumers, blocks)
+            smem += _sm90_glu_exchange(smem, bm, consumers)
         key = _weight_only_key(
             act, code, zero, group, matrix["layout"], (bm, bn, bk), stages, 128 * (1 + consumers), smem
         )

@@ -299,8 +299,6 @@ struct DenseA8 {
                 "scales per channel or per block, one stage per batch");
   static_assert(Consumers >= 1 && Consumers <= 4, "one to four consumer warpgroups (a box has at most 256 rows)");
   static_assert(kSmemTotal <= 227 * 1024, "the ring fits a block's shared memory");
-  // One block per multiprocessor (backend/sm90/pipeline.h dense_kernel's __launch_bounds__).
-  static constexpr int kBlocksPerSm = 1;
   static_assert(GroupK == 0 || GroupK == 128, "weight scales per channel or per 128 inputs");
   static_assert(GroupK == 0 ? GroupN == 1 : (GroupN == 1 || GroupN == 128), "scales per channel or per 128 channels");
   static_assert(!kBlocks || (ScaleId == dtypes::f32.id() && !kFour),

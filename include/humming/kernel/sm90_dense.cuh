@@ -71,20 +71,10 @@ namespace sm90 {
 //            expert's rows against its own weight, whole tiles or K shares of them), whose producer
 //            walks the experts' tiles as a warp or alone. A template parameter, so that the dense
 //            kernels hold no trace of the grouped walk.
-// Blocks:    blocks per multiprocessor (1 or 2; 2 in grouped tiles only, instances ending _o2):
-//            with two, one block's tile ends (its last stages drain, its epilogue stores) while the
-//            other's main loop runs, and twice the warps hide the consumers' latency; each block
-//            gets half the registers and shared memory. Why: the grouped tiles of a few rows per
-//            expert run short tiles one after another, and one block per multiprocessor issued an
-//            instruction on half the cycles (ncu, session 27); the JIT library runs its MoE tiles
-//            two blocks per multiprocessor.
 template <uint32_t ActId, uint32_t CodeId, int Zero, int GroupK, int BM, int Consumers, int KAtoms, int Stages,
-          int Sched, int Blocks = 1>
+          int Sched>
 struct Dense {
   static constexpr bool Grouped = Sched != kSchedDense;
-  static constexpr int kBlocksPerSm = Blocks;
-  // Shared memory one block may take (backend/sm90/pipeline.h smem_per_block).
-  static constexpr int kSmemLimit = smem_per_block(Blocks);
   // Grouped tiles split over K into plan.units shares, one unit of work each, summed by the last
   // share to end (epilogue::split_fixup).
   static constexpr bool kSplitK = Sched == kSchedGroupedSplit;
@@ -133,7 +123,7 @@ struct Dense {
   // rounded outputs to its gate partner through shared memory after the ring (kGluBytes: a float
   // per sum of each up thread), where it fits (not t256: 64 KiB more than the block has).
   static constexpr int kGluExchange = Consumers / 2 * 128 * kAcc * 4;
-  static constexpr bool kGlu = Grouped && Consumers % 2 == 0 && kSmemRing + kGluExchange <= kSmemLimit;
+  static constexpr bool kGlu = Grouped && Consumers % 2 == 0 && kSmemRing + kGluExchange <= 227 * 1024;
   static constexpr int kGluBytes = kGlu ? kGluExchange : 0;
   // What the kernel keeps between its ring and the ring's barriers (run_block's RingBytes).
   static constexpr int kRingAndAfter = kRingBytes + kOutBytes + kGluBytes;
@@ -141,7 +131,7 @@ struct Dense {
   // Registers per thread of the producer and the consumers (backend/sm90/pipeline.h). The grouped
   // kernels' producer warp also walks the experts (expert_tile_warp), and with 40 registers ptxas
   // spilled 52 bytes there; with 64, none.
-  using Split = RegSplit<Consumers, Grouped ? 64 : 40, Blocks>;
+  using Split = RegSplit<Consumers, Grouped ? 64 : 40>;
   static constexpr int kConsumerRegs = Split::kConsumer;
   // Group sums in fp32 where the registers allow them: kSets x kAcc more sums per thread (besides
   // two fragment sets of 4 x kSteps registers), so four-consumer tiles (96 registers) keep at most
@@ -175,10 +165,7 @@ struct Dense {
   static_assert(Consumers >= 1 && Consumers <= 4, "one to four consumer warpgroups");
   static_assert(GroupK == 0 || GroupK % 16 == 0, "a K group covers whole WGMMA K steps");
   static_assert(GroupK == 0 || GroupK >= BK || BK % (GroupK == 0 ? 1 : GroupK) == 0, "groups tile the stage");
-  static_assert(kSmemTotal <= kSmemLimit, "the ring fits a block's shared memory");
-  static_assert(Blocks == 1 || (Blocks == 2 && Grouped && !kSplitK),
-                "two blocks per multiprocessor in the grouped tiles of whole K only (the dense plan and the "
-                "dispatcher's launch facts count one block per multiprocessor)");
+  static_assert(kSmemTotal <= 227 * 1024, "the ring fits a block's shared memory");
 
   struct Params {
     CUtensorMap act;      // activations [m][k], boxes of BM rows x 64 inputs (64-byte aligned by its type)
@@ -363,7 +350,7 @@ struct Dense {
 
   static __device__ __forceinline__ void run(const Params &p, char *smem) {
     // The boxes (or the gated activation's exchange) sit between the ring and its barriers.
-    run_block<Stages, Consumers, kRingAndAfter, 1, Split::kProducer, 0, Blocks>(
+    run_block<Stages, Consumers, kRingAndAfter, 1, Split::kProducer>(
         smem,
         [&] {
           prefetch_tensor_map(&p.act);
@@ -389,9 +376,7 @@ struct Dense {
       // block per share of every tile of the bound, and a slot per share in the workspace
       // (sk_tiles makes streamk_workspace_bytes count them: twice a slot per block, the counters
       // before).
-      // Blocks per multiprocessor count as multiprocessors of the plan.
-      StreamKPlan p =
-          grouped_plan(args.m, args.experts, BM, n_tiles(args), args.dims.k_pad / BK, args.num_sms * Blocks);
+      StreamKPlan p = grouped_plan(args.m, args.experts, BM, n_tiles(args), args.dims.k_pad / BK, args.num_sms);
       if constexpr (kSplitK) {
         const int64_t sms = args.num_sms > 0 ? args.num_sms : 1;
         p.units = grouped_k_shares(p.tiles, p.k_tiles, sms);
@@ -405,9 +390,8 @@ struct Dense {
 };
 
 #define HUMMING_SM90_TARGS                                                                                             \
-  uint32_t ActId, uint32_t CodeId, int Zero, int GroupK, int BM, int Consumers, int KAtoms, int Stages, int Sched,     \
-      int Blocks
-#define HUMMING_SM90_ARGS ActId, CodeId, Zero, GroupK, BM, Consumers, KAtoms, Stages, Sched, Blocks
+  uint32_t ActId, uint32_t CodeId, int Zero, int GroupK, int BM, int Consumers, int KAtoms, int Stages, int Sched
+#define HUMMING_SM90_ARGS ActId, CodeId, Zero, GroupK, BM, Consumers, KAtoms, Stages, Sched
 
 template <HUMMING_SM90_TARGS> Status can_implement(const GemmArgs &args) {
   if (args.layout != kLayoutSm90)

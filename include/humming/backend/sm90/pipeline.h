@@ -47,12 +47,10 @@ template <int Stages> struct RingPos {
 // Consumers: consumer warpgroups of the block (one producer warpgroup besides).
 // Producer:  registers each producer thread keeps (40 for a copy loop; more where a producer warp
 //            also computes, as the FP8 kernels' scale warp).
-// Blocks:    blocks that share a multiprocessor (__launch_bounds__' minimum, kBlocksPerSm of the
-//            kernel): each starts with its share of the register file.
-template <int Consumers, int Producer = 40, int Blocks = 1> struct RegSplit {
+template <int Consumers, int Producer = 40> struct RegSplit {
   static constexpr int kThreads = 128 * (1 + Consumers);
   static constexpr int kProducer = Producer;
-  static constexpr int kStart = 65536 / (kThreads * Blocks) / 8 * 8;
+  static constexpr int kStart = 65536 / kThreads / 8 * 8;
   static constexpr int kFit = (kStart * kThreads - kProducer * 128) / (128 * Consumers) / 8 * 8;
   static constexpr int kConsumer = kFit < 240 ? kFit : 240;
   static_assert(kConsumer >= kStart, "the consumers never give registers back");
@@ -195,10 +193,9 @@ inline bool allow_smem(const void *kernel, int bytes) {
 // Stages: ring depth; Consumers: consumer warpgroups; RingBytes: bytes of the ring (with what the
 // kernel keeps right after it, such as its output boxes);
 // FullArrivals: producer arrivals each fill of a stage makes (init_ring); ProducerRegs: RegSplit's;
-// ConvertArrivals: arrivals of the producer's converting threads per stage (0: none convert);
-// Blocks: blocks per multiprocessor (RegSplit's).
+// ConvertArrivals: arrivals of the producer's converting threads per stage (0: none convert).
 template <int Stages, int Consumers, int RingBytes, int FullArrivals, int ProducerRegs, int ConvertArrivals = 0,
-          int Blocks = 1, class Prefetch, class Produce, class Consume>
+          class Prefetch, class Produce, class Consume>
 __device__ __forceinline__ void run_block(char *smem, Prefetch prefetch, Produce produce, Consume consume) {
   const uint32_t raw = smem_addr(smem);
   uint32_t ring = (raw + 1023u) & ~1023u;
@@ -230,26 +227,17 @@ __device__ __forceinline__ void run_block(char *smem, Prefetch prefetch, Produce
   pdl_allow();
   __syncthreads();
   if (threadIdx.x < 128) {
-    regs_dealloc<RegSplit<Consumers, ProducerRegs, Blocks>::kProducer>();
+    regs_dealloc<RegSplit<Consumers, ProducerRegs>::kProducer>();
     produce(static_cast<int>(threadIdx.x), ring, ring_ptr, bars);
   } else {
-    regs_alloc<RegSplit<Consumers, ProducerRegs, Blocks>::kConsumer>();
+    regs_alloc<RegSplit<Consumers, ProducerRegs>::kConsumer>();
     consume(ring, ring_ptr, bars, flag);
   }
 }
 
-// Shared memory one block of a kernel with `blocks` blocks per multiprocessor may take: 227 KiB
-// alone; else an even share of the multiprocessor's 228 KiB, less the 1 KiB the hardware keeps
-// per block.
-__host__ __device__ constexpr int smem_per_block(int blocks) {
-  return blocks <= 1 ? 227 * 1024 : 228 * 1024 / blocks - 1024;
-}
-
-// The kernel of every sm90 kernel template K (K::run on sm_90a; other targets compile it empty),
-// K::kBlocksPerSm blocks of it per multiprocessor.
+// The kernel of every sm90 kernel template K (K::run on sm_90a; other targets compile it empty).
 template <class K>
-__global__ void __launch_bounds__(K::kThreads, K::kBlocksPerSm)
-    dense_kernel(const __grid_constant__ typename K::Params p) {
+__global__ void __launch_bounds__(K::kThreads, 1) dense_kernel(const __grid_constant__ typename K::Params p) {
   extern __shared__ __align__(1024) char smem[];
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   K::run(p, smem);
