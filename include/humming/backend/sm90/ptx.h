@@ -160,6 +160,15 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t smem) {
   return d;
 }
 
+// What adding `bytes` (a multiple of 16) to a descriptor's start address adds to the descriptor,
+// where the address stays inside the block's shared memory (below 2^18, as every shared address
+// of a block is, so the field's mask and shift commute with the add): desc_sw128(a + bytes) ==
+// desc_sw128(a) + desc_bytes(bytes). Why: a ring stage's descriptor written as the stage-0
+// descriptor (the same at every stage, which the compiler computes once) plus the stage's offset
+// takes one add a stage, where desc_sw128(ring + stage offset) made ptxas rebuild the ring's
+// address and mask it again before every stage's first WGMMA (ncu, session 42).
+__device__ __forceinline__ uint64_t desc_bytes(uint32_t bytes) { return static_cast<uint64_t>(bytes >> 4); }
+
 // Orders this thread's register writes (A fragments, accumulators) before the WGMMA that reads them.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }

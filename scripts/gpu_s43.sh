@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# On the lent GPU machine, session 43's calls; logs to $OUT/s43.txt.
+# PART=desc (the default): an A/B of the sm90 kernels' per-stage WGMMA descriptors, one build
+#   directory rebuilt per variant: "old", every stage's descriptors rebuilt from the ring's address
+#   (-DHUMMING_SM90_REBUILD_DESCS, the code before session 43); "new", stage 0's descriptors plus
+#   the stage's offset (backend/sm90/ptx.h desc_bytes); "opaque", new with the ring base kept in a
+#   register (-DHUMMING_SM90_OPAQUE_RING); then "old" again (the card's drift). Each times the FP8
+#   block tiles t192n128s4 / t128n128s5, the per-channel FP8 t128x192 s5 and the weight-only
+#   u4g128 t128 / t64 (scripts/time_shapes.py, GEMM alone, graph us after a read flush) and counts
+#   each kernel's SASS instructions and S2UR (cuobjdump). After the last "new" build:
+#   tests/test_gpu.py's per-instance tests of those tiles.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/build/gpu-out}"
+. scripts/build_filtered.sh
+device_log s43.txt
+AB='^(sm90_wgmma_dense_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16_t(192x128x128_w3x1x1_s4|128x128x128_w2x1x1_s5)|'
+AB+='sm90_wgmma_dense_a-e4m3-pt_w-e4m3gc-sf32_c-bf16_t128x192x128_w1x3x1_s5|'
+AB+='sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t(128x128x128_w1x2x1_s4|64x128x128_w1x2x1_s5)|generic_dense_a-bf16_w-u4-s)'
+B=sm90_wgmma_dense_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16_t
+W=sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t
+sass_counts() { # $1: variant; per sm90 kernel of the installed package: SASS instructions, S2UR
+  local dir
+  dir=$(python3 -c "import humming_aot, os; print(os.path.dirname(humming_aot.__file__))")
+  for so in $(find "$dir" -name '*.so'); do cuobjdump -sass "$so" 2>/dev/null; done | python3 -c '
+import re, sys
+name, counts = None, {}
+for line in sys.stdin:
+    m = re.match(r"\s*Function : (\S+)", line)
+    if m:
+        name = m.group(1); counts[name] = [0, 0]; continue
+    if name and re.search(r"/\*[0-9a-f]{4,}\*/\s+\S", line):
+        counts[name][0] += 1
+        counts[name][1] += "S2UR" in line
+for n, (c, s) in counts.items():
+    if "Dense" in n: print(f"{n[-90:]}: {c} instructions, {s} S2UR")
+' | sed "s/^/$1 sass /" | log
+}
+if [ "${PART:-desc}" = desc ]; then
+  for v in old new opaque old2; do
+    case $v in
+      old | old2) flags=-DHUMMING_SM90_REBUILD_DESCS ;;
+      new) flags= ;;
+      opaque) flags=-DHUMMING_SM90_OPAQUE_RING ;;
+    esac
+    CUDAFLAGS=$flags HUMMING_PROFILE=dev build_filtered "$AB"
+    echo "$v build done at $(($(date +%s) - start)) s" | log
+    [ $v = old2 ] || sass_counts $v
+    python3 scripts/time_shapes.py 7168x16384,18432x7168 4096,8192 --format e4m3g128n128-sf32 --act e4m3-g128 --prequant \
+      --graph --flush read --iters 20 --instances ${B}192x128x128_w3x1x1_s4,${B}128x128x128_w2x1x1_s5 2>&1 \
+      | sed "s/^/$v blk /" | log
+    python3 scripts/time_shapes.py 7168x16384,18432x7168 4096,8192 --format e4m3gc-sf32 --act e4m3-pt --prequant \
+      --graph --flush read --iters 20 --instances sm90_wgmma_dense_a-e4m3-pt_w-e4m3gc-sf32_c-bf16_t128x192x128_w1x3x1_s5 \
+      2>&1 | sed "s/^/$v pc /" | log
+    python3 scripts/time_shapes.py 8192x8192,28672x8192 256,4096 --format u4g128-sbf16 --layout sm90 --graph --flush read \
+      --iters 20 --instances ${W}128x128x128_w1x2x1_s4,${W}64x128x128_w1x2x1_s5 2>&1 | sed "s/^/$v w4a16 /" | log
+    if [ $v = new ]; then
+      python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rf -k "instance_against or output_rows or block_scaled or split_k" \
+        2>&1 | tail -4 | sed "s/^/test_gpu /" | log
+    fi
+  done
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
