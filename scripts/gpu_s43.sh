@@ -8,7 +8,12 @@
 #   block tiles t192n128s4 / t128n128s5, the per-channel FP8 t128x192 s5 and the weight-only
 #   u4g128 t128 / t64 (scripts/time_shapes.py, GEMM alone, graph us after a read flush) and counts
 #   each kernel's SASS instructions and S2UR (cuobjdump). After the last "new" build:
-#   tests/test_gpu.py's per-instance tests of those tiles.
+#   tests/test_gpu.py's per-instance tests of those tiles. (The "old" variants need the tree of
+#   commit 7feffe5, where the macro still selects the rebuild; it was taken out after this A/B.)
+# PART=waves: HUMMING_PERSISTENT_MAX_WAVES (scheduler/streamk.h) 8 (the default), 64, 8, 64 on the
+#   same tiles and shapes (one build), each variant timed as in PART=desc; launches of more than
+#   8 waves (the FP8 tiles at m = 4096 / 8192, the weight-only ones at 4096) spread their last wave
+#   by stream-K under 64.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -36,6 +41,24 @@ for n, (c, s) in counts.items():
     if "Dense" in n: print(f"{n[-90:]}: {c} instructions, {s} S2UR")
 ' | sed "s/^/$1 sass /" | log
 }
+time_tiles() { # $1: the variant's name in the log
+  python3 scripts/time_shapes.py 7168x16384,18432x7168 4096,8192 --format e4m3g128n128-sf32 --act e4m3-g128 --prequant \
+    --graph --flush read --iters 20 --instances ${B}192x128x128_w3x1x1_s4,${B}128x128x128_w2x1x1_s5 2>&1 \
+    | sed "s/^/$1 blk /" | log
+  python3 scripts/time_shapes.py 7168x16384,18432x7168 4096,8192 --format e4m3gc-sf32 --act e4m3-pt --prequant \
+    --graph --flush read --iters 20 --instances sm90_wgmma_dense_a-e4m3-pt_w-e4m3gc-sf32_c-bf16_t128x192x128_w1x3x1_s5 \
+    2>&1 | sed "s/^/$1 pc /" | log
+  python3 scripts/time_shapes.py 8192x8192,28672x8192 ${W4_M:-256,4096} --format u4g128-sbf16 --layout sm90 --graph \
+    --flush read --iters 20 --instances ${W}128x128x128_w1x2x1_s4,${W}64x128x128_w1x2x1_s5 2>&1 | sed "s/^/$1 w4a16 /" | log
+}
+if [ "${PART:-desc}" = waves ]; then
+  HUMMING_PROFILE=dev build_filtered "$AB"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  for w in 8 64 8 64; do
+    HUMMING_PERSISTENT_MAX_WAVES=$w W4_M=4096 time_tiles "waves=$w"
+  done
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
 if [ "${PART:-desc}" = desc ]; then
   for v in old new opaque old2; do
     case $v in
@@ -46,14 +69,7 @@ if [ "${PART:-desc}" = desc ]; then
     CUDAFLAGS=$flags HUMMING_PROFILE=dev build_filtered "$AB"
     echo "$v build done at $(($(date +%s) - start)) s" | log
     [ $v = old2 ] || sass_counts $v
-    python3 scripts/time_shapes.py 7168x16384,18432x7168 4096,8192 --format e4m3g128n128-sf32 --act e4m3-g128 --prequant \
-      --graph --flush read --iters 20 --instances ${B}192x128x128_w3x1x1_s4,${B}128x128x128_w2x1x1_s5 2>&1 \
-      | sed "s/^/$v blk /" | log
-    python3 scripts/time_shapes.py 7168x16384,18432x7168 4096,8192 --format e4m3gc-sf32 --act e4m3-pt --prequant \
-      --graph --flush read --iters 20 --instances sm90_wgmma_dense_a-e4m3-pt_w-e4m3gc-sf32_c-bf16_t128x192x128_w1x3x1_s5 \
-      2>&1 | sed "s/^/$v pc /" | log
-    python3 scripts/time_shapes.py 8192x8192,28672x8192 256,4096 --format u4g128-sbf16 --layout sm90 --graph --flush read \
-      --iters 20 --instances ${W}128x128x128_w1x2x1_s4,${W}64x128x128_w1x2x1_s5 2>&1 | sed "s/^/$v w4a16 /" | log
+    time_tiles $v
     if [ $v = new ]; then
       python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rf -k "instance_against or output_rows or block_scaled or split_k" \
         2>&1 | tail -4 | sed "s/^/test_gpu /" | log

@@ -63,19 +63,12 @@ template <class K> struct A8StageSteps {
   // The same with `fresh` known at run time only (the first stage of a promotion window).
   static __device__ __forceinline__ void issue_stage(uint32_t ring, RingPos pos, int cw, Frags &af, Sum (&d)[kAcc],
                                                      bool fresh) {
-#ifdef HUMMING_SM90_REBUILD_DESCS
-    const uint32_t stage = ring + pos.stage * kStageBytes;
-    const uint64_t da = kTokensM ? desc_sw128(stage + kWBytes + cw * 64 * BK)
-                                 : desc_sw128(stage + kCvtOffset + cw * 64 * BK),
-                   db = kTokensM ? desc_sw128(stage) : desc_sw128(stage + kWBytes);
-#else
     // M: this warpgroup's 64 weight rows (or with kTokensM its 64 token rows); N: the stage's
     // tokens (or its channels). Stage 0's descriptors plus the stage's offset (desc_bytes).
     const uint64_t at = desc_bytes(pos.stage * kStageBytes);
     const uint64_t da = at + (kTokensM ? desc_sw128(ring + kWBytes + cw * 64 * BK)
                                        : desc_sw128(ring + kCvtOffset + cw * 64 * BK)),
                    db = at + (kTokensM ? desc_sw128(ring) : desc_sw128(ring + kWBytes));
-#endif
     if constexpr (kRegFrags)
 #pragma unroll
       for (int step = 0; step < kSteps; ++step) fence_regs(af[step]);

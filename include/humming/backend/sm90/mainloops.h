@@ -66,11 +66,7 @@ template <class K> struct Mainloops {
       fence_regs(r.acc);
     }
     wgmma_fence();
-#ifdef HUMMING_SM90_REBUILD_DESCS
-    const uint64_t desc = desc_sw128(ring + pos.stage * kStageBytes);
-#else
     const uint64_t desc = desc_sw128(ring) + desc_bytes(pos.stage * kStageBytes);
-#endif
 #pragma unroll
     for (int step = 0; step < kSteps; ++step) {
       const uint64_t d = desc + (step / 4) * (kAtomBytes >> 4) + (step % 4) * 2;

@@ -166,7 +166,12 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t smem) {
 // desc_sw128(a) + desc_bytes(bytes). Why: a ring stage's descriptor written as the stage-0
 // descriptor (the same at every stage, which the compiler computes once) plus the stage's offset
 // takes one add a stage, where desc_sw128(ring + stage offset) made ptxas rebuild the ring's
-// address and mask it again before every stage's first WGMMA (ncu, session 42).
+// address and mask it again before every stage's first WGMMA (ncu, session 42). Measured on an
+// H100 (session 43, scripts/gpu_s43.sh PART=desc at 7feffe5, GEMM alone, graph us, against the
+// rebuild before and after): the FP8 block tile t192n128s4 0.96-0.99x the time on 7168 x 16384
+// and 18432 x 7168 at m = 4096 / 8192 (7168 x 16384 at 8192: 1508 against 1559 / 1585), the other
+// FP8 tiles and the weight-only t128 / t64 within the card's drift (0.99x in geometric mean over
+// 20 points).
 __device__ __forceinline__ uint64_t desc_bytes(uint32_t bytes) { return static_cast<uint64_t>(bytes >> 4); }
 
 // Orders this thread's register writes (A fragments, accumulators) before the WGMMA that reads them.
