@@ -51,6 +51,30 @@ time_tiles() { # $1: the variant's name in the log
   python3 scripts/time_shapes.py 8192x8192,28672x8192 ${W4_M:-256,4096} --format u4g128-sbf16 --layout sm90 --graph \
     --flush read --iters 20 --instances ${W}128x128x128_w1x2x1_s4,${W}64x128x128_w1x2x1_s5 2>&1 | sed "s/^/$1 w4a16 /" | log
 }
+# PART=raster: the order of the tiles of dense launches (scheduler/raster.h): rows of tiles walked
+#   together by the 8-bit kernel (-DHUMMING_RASTER_ROWS=N, default 8) and the weight-only kernel in
+#   that grouped order instead of row-major (-DHUMMING_SM90_W16_RASTER); variants r8 (the code
+#   before), r4w, r16w, r8w, each timed as in PART=waves. (Needs the tree of commit 7d1b2c3-, where
+#   the two macros still existed: the weight-only kernel takes the grouped order since.)
+# PART=final: the GPU tests of this session's kernel changes (the stage descriptors' add, the
+#   stream-K tail limit of 64 waves, the weight-only kernel's grouped tile order): a dev build of
+#   the dense u4g128 bf16 sm90 tiles, three grouped ones and their lone twins, one dense and one
+#   grouped FP8 block tile and the generic instances; tests/test_gpu.py's per-instance, wave,
+#   ring, stream-K, split-K, graph and stream tests and tests/test_moe.py's grouped sm90 ones.
+if [ "${PART:-desc}" = raster ]; then
+  for v in r8 r4w r16w r8w; do
+    case $v in
+      r8) flags= ;;
+      r4w) flags="-DHUMMING_RASTER_ROWS=4 -DHUMMING_SM90_W16_RASTER" ;;
+      r16w) flags="-DHUMMING_RASTER_ROWS=16 -DHUMMING_SM90_W16_RASTER" ;;
+      r8w) flags=-DHUMMING_SM90_W16_RASTER ;;
+    esac
+    CUDAFLAGS=$flags HUMMING_PROFILE=dev build_filtered "$AB"
+    echo "$v build done at $(($(date +%s) - start)) s" | log
+    W4_M=4096 time_tiles $v
+  done
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
 if [ "${PART:-desc}" = waves ]; then
   HUMMING_PROFILE=dev build_filtered "$AB"
   echo "build done at $(($(date +%s) - start)) s" | log
@@ -75,5 +99,19 @@ if [ "${PART:-desc}" = desc ]; then
         2>&1 | tail -4 | sed "s/^/test_gpu /" | log
     fi
   done
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
+if [ "${PART:-desc}" = final ]; then
+  FF='^(sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16_|sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16_t(8|16|24)x128x128_w1x2x1_s8(_lone)?$|'
+  FF+='sm90_wgmma_dense_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16_t192x128x128_w3x1x1_s4$|'
+  FF+='sm90_wgmma_moe_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16_t128x128x128_w2x1x1_s5$|generic_dense_a-bf16_w-u4-s)'
+  HUMMING_PROFILE=dev build_filtered "$FF"
+  echo "build took $(($(date +%s) - start)) s" | log
+  python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rf -k \
+    "instance_against or output_rows or block_scaled or split_k or waves or rings or heavy or graph or dispatch_crosses" \
+    2>&1 | tail -6 | sed "s/^/test_gpu /" | log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rf -k "sm90_kernels or fp8_blocks" 2>&1 | tail -4 \
+    | sed "s/^/test_moe /" | log
+  W4_M=4096 time_tiles final
   echo "all done at $(($(date +%s) - start)) s" | log
 fi

@@ -626,9 +626,10 @@ def test_launch_facts_follow_the_persistent_plan():
 def test_persistent_max_waves_setting_spreads_the_tail_of_longer_launches():
     """HUMMING_PERSISTENT_MAX_WAVES (read once per process, so each setting in its own): the FP8
     block tile t192n128s4 on 7168 x 16384 at m = 4096 has 56 x 22 = 1232 tiles, 9 whole waves on 132
-    multiprocessors and 44 tiles over; past the default limit of 8 waves its last wave keeps two
-    thirds of the blocks idle (10 whole tiles for the busiest), while a limit of 64 spreads those 44
-    tiles' K over every block (stream-K): 9 whole tiles and a share of 42 or 43 K tiles each."""
+    multiprocessors and 44 tiles over; with a limit of 8 waves its last wave keeps two thirds of the
+    blocks idle (10 whole tiles for the busiest), while the default limit of 64 spreads those 44
+    tiles' K over every block (stream-K): 9 whole tiles and a share of 42 or 43 K tiles each; a
+    launch of more whole waves than the limit keeps its tail."""
     import ast
     import os
     import subprocess
@@ -646,8 +647,9 @@ def test_persistent_max_waves_setting_spreads_the_tail_of_longer_launches():
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         return ast.literal_eval(out.stdout.strip())
 
-    assert facts(None) == (10 * 16384, 10, False, 0)
-    inputs, segments, stream_k, partials = facts(64)
+    assert facts(8) == (10 * 16384, 10, False, 0)
+    assert facts(10) == facts(None) == facts(64)
+    inputs, segments, stream_k, partials = facts(None)
     assert stream_k and 9 * 16384 + 42 * 128 <= inputs <= 9 * 16384 + 44 * 128 and segments in (10, 11)
     assert 1 <= partials <= 3  # 128 K tiles of a tile over blocks of 42 or 43: three or four contributors
 

@@ -206,11 +206,14 @@ inline StreamKPlan plan_stream_k(int64_t tiles, int64_t k_tiles, int64_t tile_k,
 // with the same deterministic fix-up as above. Below persistent_min_tail_k() inputs per block the
 // tail wave is merged with the last whole one; launches of more than kPersistentMaxWaves waves keep the idle
 // tail (at most a few per cent), which costs less than the partials of large tiles.
-// HUMMING_PERSISTENT_MAX_WAVES overrides it (tuning and diagnosis). H100, session 42, 64 against 8:
-// the FP8 block tile t192n128s4 took 0.93-1.01x the time over 4 layers at m = 4096 / 8192 (7168 x
-// 16384 at m = 4096: 770 against 813 us, its last wave a third full), the per-channel t128x192
-// s5 0.95-1.06x; not yet measured on the H200 or the weight-only kernels, so the default stays.
-constexpr int64_t kPersistentMaxWaves = 8;
+// HUMMING_PERSISTENT_MAX_WAVES overrides it (tuning and diagnosis). 64 rather than 8 since session
+// 43: H100, GEMM alone, graph us, two interleaved runs of each (scripts/gpu_s43.sh PART=waves): the
+// FP8 block tile t192n128s4 on 7168 x 16384 at m = 4096 (1232 tiles, its last wave a third full)
+// 0.954x the time (787.6 -> 751.6 us), the per-channel t128x192 s5 there 0.969x, weight-only
+// u4g128 t128 / t64 on 8192 x 8192 at m = 4096 0.985x / 0.976x; launches with no partial wave
+// (18432 x 7168) unchanged; 0.995x in geometric mean over 16 points of 5 tiles (session 42:
+// t192 0.93-1.01x over 4 layers). Not yet measured on the H200.
+constexpr int64_t kPersistentMaxWaves = 64;
 inline int64_t persistent_max_waves() {
   static const int64_t value = [] {
     const char *env = std::getenv("HUMMING_PERSISTENT_MAX_WAVES");
