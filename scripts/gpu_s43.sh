@@ -54,8 +54,10 @@ time_tiles() { # $1: the variant's name in the log
 # PART=raster: the order of the tiles of dense launches (scheduler/raster.h): rows of tiles walked
 #   together by the 8-bit kernel (-DHUMMING_RASTER_ROWS=N, default 8) and the weight-only kernel in
 #   that grouped order instead of row-major (-DHUMMING_SM90_W16_RASTER); variants r8 (the code
-#   before), r4w, r16w, r8w, each timed as in PART=waves. (Needs the tree of commit 7d1b2c3-, where
-#   the two macros still existed: the weight-only kernel takes the grouped order since.)
+#   before), r4w, r16w, r8w, each timed as in PART=waves. (The two macros existed only in the working tree of
+#   that run, on 7feffe5's successor: HUMMING_RASTER_ROWS set raster.h's kRasterRows, and
+#   HUMMING_SM90_W16_RASTER made sm90_dense.cuh's dense for_each_work call grouped_tile; the
+#   weight-only kernel takes the grouped order since, so this part no longer builds variants.)
 # PART=final: the GPU tests of this session's kernel changes (the stage descriptors' add, the
 #   stream-K tail limit of 64 waves, the weight-only kernel's grouped tile order): a dev build of
 #   the dense u4g128 bf16 sm90 tiles, three grouped ones and their lone twins, one dense and one
