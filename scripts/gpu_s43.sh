@@ -114,6 +114,5 @@ if [ "${PART:-desc}" = final ]; then
     2>&1 | tail -6 | sed "s/^/test_gpu /" | log
   python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rf -k "sm90_kernels or fp8_blocks" 2>&1 | tail -4 \
     | sed "s/^/test_moe /" | log
-  W4_M=4096 time_tiles final
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
