@@ -116,3 +116,15 @@ if [ "${PART:-desc}" = final ]; then
     | sed "s/^/test_moe /" | log
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
+# PART=standing: issue 11's FP8 points on the landed code against cuBLASLt's FP8 GEMM in the same run
+#   (GEMM alone, the dispatcher's choice, --prequant): 128 x 128 blocks on 7168 x 16384 at m = 4096,
+#   per channel on 8192 x 8192, 28672 x 8192 and 8192 x 28672 at m = 8192.
+if [ "${PART:-desc}" = standing ]; then
+  HUMMING_PROFILE=dev build_filtered '^(sm90_wgmma_dense_a-e4m3-(g128_w-e4m3g128n128-sf32|pt_w-e4m3gc-sf32)_c-bf16_|generic_dense_a-bf16_w-u4-s)'
+  echo "build took $(($(date +%s) - start)) s" | log
+  python3 scripts/time_shapes.py 7168x16384 4096 --format e4m3g128n128-sf32 --act e4m3-g128 --prequant --graph \
+    --flush read --iters 20 --cublaslt 2>&1 | sed "s/^/standing blk /" | log
+  python3 scripts/time_shapes.py 8192x8192,28672x8192,8192x28672 8192 --format e4m3gc-sf32 --act e4m3-pt --prequant \
+    --graph --flush read --iters 20 --cublaslt 2>&1 | sed "s/^/standing pc /" | log
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
