@@ -1,8 +1,9 @@
-// The order in which a launch visits its output tiles (both sm90 kernels' dense launches). Row-major order (all of one
-// row of tiles, then the next) makes every row of tiles stream the whole weight from memory again, which for large
-// batches is more traffic than the tensor cores need (28672 x 8192 e4m3 weights, 64 rows of 128 tokens: 15 GB). Grouped
-// order walks kRasterRows rows of tiles together, row fastest, so the blocks that run at the same time share each
-// weight tile through L2 (and a group's activations stay there while it walks the channels).
+// The order in which the dense launches of both sm90 kernels visit their output tiles. Row-major
+// order (all of one row of tiles, then the next) makes every row of tiles stream the whole weight
+// from memory again, which for large batches is more traffic than the tensor cores need (28672 x
+// 8192 e4m3 weights, 64 rows of 128 tokens: 15 GB). Grouped order walks kRasterRows rows of tiles
+// together, row fastest, so the blocks that run at the same time share each weight tile through
+// L2 (and a group's activations stay there while it walks the channels).
 #pragma once
 
 #include <cstdint>
