@@ -4,7 +4,7 @@ implementation, at several token counts, in one run (issue 14, item 6).
 Usage (on the GPU machine, after a build): python3 scripts/bench_moe.py OUT.json
     [--models deepseek-v3,qwen3-30b-a3b,mixtral-8x7b,gpt-oss-120b] [--tokens 1,8,64,...]
     [--impls humming-aot,torch-grouped-bf16,cublas-loop] [--format u4g128-sbf16] [--iters 10] [--routing-parts]
-    [--model-routing]
+    [--model-routing] [--act e4m3-pt] [--jit-config w4a8]
 
 Implementations, each on the same routing (router logits from a seeded generator, softmax top-k,
 every token's rows sorted by expert; with --model-routing, each model's own rule where MODEL_ROUTING
@@ -31,7 +31,9 @@ then skip):
   choice with that height fixed (its width and walk picked from the routed rows, _C.grouped_variant):
   the data the grouped height rule (humming.h, expected_row_tiles) was checked on;
 - humming-jit: humming-kernels 0.1.20 (the JIT Humming library) HummingLayer with num_experts,
-  quantized from bf16 experts (u4 g128, bench.JIT_CONFIGS["w4a16"]), its grouped-contiguous GEMM
+  quantized from bf16 experts (u4 g128, bench.JIT_CONFIGS["w4a16"], or with --jit-config w4a8 e2m1
+  per channel x e4m3 per token, its layer quantizing the bf16 rows inside each call, as humming-aot
+  does with --act e4m3-pt: pair them with --format e2m1gc-sbf16), its grouped-contiguous GEMM
   (expert_layout = the offsets of the rows sorted by expert). It registers ops in the same
   torch.ops.humming namespace as humming-aot, so it runs in a child process of this script
   (--jit-worker) that never loads humming_aot._C, within --jit-budget-s; the child routes the same
@@ -88,6 +90,19 @@ ap.add_argument(
     help="add humming-jit for the peer; humming-aot-warp,humming-aot-lone compare the grouped kernels' walks",
 )
 ap.add_argument("--format", default="u4g128-sbf16")
+ap.add_argument(
+    "--act",
+    default="bf16",
+    help="humming-aot's activations: bf16 (W4A16, the default) or an 8-bit format (e4m3-pt: W4A8 with "
+    "--format e2m1gc-sbf16 or u4g128-sbf16, the experts in layout 4, sm90a8), quantized inside each timed call",
+)
+ap.add_argument(
+    "--jit-config",
+    default="w4a16",
+    choices=sorted(bench.JIT_CONFIGS),
+    help="humming-jit's format (bench.JIT_CONFIGS; w4a8: e2m1 per channel x e4m3 per token, which its "
+    "layer quantizes inside each call; pair it with --format e2m1gc-sbf16 --act e4m3-pt)",
+)
 ap.add_argument("--routing-parts", action="store_true", help="also time top-k, align, permute and combine apart")
 ap.add_argument(
     "--model-routing",
@@ -111,7 +126,10 @@ FORCED = {
     for cover in ("", "-cover")
 }
 timer = bench.Timer(256, "read")
-fmt = f"a-bf16_w-{args.format}_c-bf16"
+fmt = f"a-{args.act}_w-{args.format}_c-bf16"
+# 8-bit activations: the W4A8 grouped tiles read the experts in layout 4 (sm90a8), the others layout 3.
+A8 = args.act != "bf16"
+LAYOUT, LAYOUT_NAME = (4, "sm90a8") if A8 else (3, "sm90")
 points, routing = [], []
 
 
@@ -153,7 +171,7 @@ def height_instance(height: int, n: int, k: int, experts: int, assignments: int)
     cc, _ = C.device_cc()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     base = grouped_instance(height, lone=False)
-    return C.grouped_variant(base, fmt, 3, n, k, experts, assignments, cc, sms)
+    return C.grouped_variant(base, fmt, LAYOUT, n, k, experts, assignments, cc, sms)
 
 
 def default_instance(n: int, k: int, rows_per_expert: int, experts: int, assignments: int) -> str:
@@ -162,7 +180,7 @@ def default_instance(n: int, k: int, rows_per_expert: int, experts: int, assignm
 
     cc, _ = C.device_cc()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    return C.select_grouped_instance(fmt, 3, n, k, rows_per_expert, experts, assignments, cc, sms)
+    return C.select_grouped_instance(fmt, LAYOUT, n, k, rows_per_expert, experts, assignments, cc, sms)
 
 
 def median_graph_us(fn) -> float:
@@ -174,8 +192,15 @@ def jit_layer(w: torch.Tensor):
     from humming.layer import HummingLayer
 
     e, n, k = w.shape
+    config = dict(bench.JIT_CONFIGS[args.jit_config])
+    act = config.pop("input", None)  # w4a8: its layer quantizes the bf16 rows inside each call
     layer = HummingLayer(
-        shape_n=n, shape_k=k, weight_config=dict(bench.JIT_CONFIGS["w4a16"]), num_experts=e, torch_dtype=torch.bfloat16
+        shape_n=n,
+        shape_k=k,
+        weight_config=config,
+        input_config=dict(act) if act else None,
+        num_experts=e,
+        torch_dtype=torch.bfloat16,
     ).to("cuda")
     layer.load_from_unquantized(w)
     layer.transform()
@@ -260,7 +285,7 @@ def jit_points() -> tuple[dict, str]:
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / "jit.json"
         cmd = [sys.executable, __file__, str(out), "--jit-worker", "--models", args.models, "--tokens", args.tokens]
-        cmd += ["--iters", str(args.iters), "--jit-budget-s", str(args.jit_budget_s)]
+        cmd += ["--iters", str(args.iters), "--jit-budget-s", str(args.jit_budget_s), "--jit-config", args.jit_config]
         cmd += ["--model-routing"] if args.model_routing else []
         proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
@@ -293,12 +318,21 @@ from humming_aot import reference as R  # noqa: E402
 jit_measured, jit_missing = jit_points() if "humming-jit" in impls else ({}, "")
 
 
+def gemm(x: torch.Tensor, stack: moe.StackedExperts, offsets: torch.Tensor, **kw) -> torch.Tensor:
+    """humming-aot's grouped GEMM of bf16 rows x: with 8-bit activations (--act), x quantized per
+    call first (ha.quantize_act), as a layer runs it and as humming-jit's W4A8 layer does inside."""
+    if not A8:
+        return moe.moe_gemm(x, stack, offsets, fmt, **kw)
+    codes, scales = ha.quantize_act(x, args.act)
+    return moe.moe_gemm(codes, stack, offsets, fmt, a_scales=scales, **kw)
+
+
 def quantized_stack(e: int, n: int, k: int) -> moe.StackedExperts:
     """E experts of [n, k] in the format, packed for the sm90 kernels: one real quantization for
     the scales, random codes for every expert."""
     g = torch.Generator().manual_seed(n * 7 + k)
     q = R.quantize_weight(torch.randn(n, k, generator=g) * 0.02, args.format)
-    w = ha.pack_weight(q, layout="sm90").to("cuda")
+    w = ha.pack_weight(q, layout=LAYOUT_NAME).to("cuda")
     codes = torch.randint(-(2**31), 2**31 - 1, (e, *w.codes.shape), dtype=torch.int32, device="cuda")
     rep = lambda t: None if t is None else t.unsqueeze(0).expand(e, *t.shape).contiguous()  # noqa: E731
     return moe.StackedExperts(codes, rep(w.scales), rep(w.zeros), w)
@@ -342,6 +376,8 @@ def save() -> None:
             {
                 "device": torch.cuda.get_device_name(),
                 "format": args.format,
+                "act": args.act,
+                "jit_config": args.jit_config,
                 "model_routing": args.model_routing,
                 "points": points,
                 "routing": routing,
@@ -412,10 +448,10 @@ for model in args.models.split(","):
                 kw = {"rows_per_expert": per_expert, "assignments": routed_}
                 rows_ = moe.permute(x, a_)
                 if fused:
-                    act_ = moe.moe_gemm(rows_, stacks[0], a_.offsets, fmt, activation="silu", **kw)
+                    act_ = gemm(rows_, stacks[0], a_.offsets, activation="silu", **kw)
                 else:
-                    act_ = moe.activate(moe.moe_gemm(rows_, stacks[0], a_.offsets, fmt, **kw), dtype=x.dtype)
-                return moe.combine(moe.moe_gemm(act_, stacks[1], a_.offsets, fmt, **kw), a_, w_)
+                    act_ = moe.activate(gemm(rows_, stacks[0], a_.offsets, **kw), dtype=x.dtype)
+                return moe.combine(gemm(act_, stacks[1], a_.offsets, **kw), a_, w_)
 
             try:
                 entry["layer_us"] = median_graph_us(layer)
@@ -455,17 +491,11 @@ for model in args.models.split(","):
                         for name, (n_, k_) in zip(forced, shapes, strict=True)
                     ]
                     parts = [
-                        lambda: moe.moe_gemm(
-                            rows,
-                            gu,
-                            al.offsets,
-                            fmt,
-                            rows_per_expert=per_expert,
-                            instance=forced[0],
-                            assignments=routed,
+                        lambda: gemm(
+                            rows, gu, al.offsets, rows_per_expert=per_expert, instance=forced[0], assignments=routed
                         ),
-                        lambda: moe.moe_gemm(
-                            act, dn, al.offsets, fmt, rows_per_expert=per_expert, instance=forced[1], assignments=routed
+                        lambda: gemm(
+                            act, dn, al.offsets, rows_per_expert=per_expert, instance=forced[1], assignments=routed
                         ),
                     ]
                     wbytes = touched * sum(code_bytes)
@@ -500,7 +530,7 @@ for model in args.models.split(","):
                 }
                 if impl in FORCED or impl in heights or impl == "humming-aot":
                     row["instances"] = ran  # gate-up, down
-                if impl == "humming-aot":
+                if impl == "humming-aot" and not A8:
                     # The gate-up GEMM with the activation: fused where the kernel can, and the
                     # GEMM followed by moe.activate.
                     kw = {"rows_per_expert": per_expert, "assignments": routed}
