@@ -1,5 +1,6 @@
-// The sm90 backend with the persistent dense scheduler (scheduler/streamk.h, plan_persistent):
-// weight-only GEMM (f16 / bf16 activations; u4, i4, u8, i8, e4m3 or e2m1 weights) on WGMMA, sm_90a.
+// The sm90 backend with the persistent dense scheduler (scheduler/streamk.h, plan_persistent)
+// visiting tiles in grouped order (scheduler/raster.h): weight-only GEMM (f16 / bf16 activations;
+// u4, i4, u8, i8, e4m3 or e2m1 weights) on WGMMA, sm_90a.
 //
 // Roles swap against the sm80 backend: the weights are the instruction's 64-row A operand, in
 // registers (channels as M), and the tokens its N (BM, any multiple of 8 up to 256), so a decode
