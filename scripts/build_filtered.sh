@@ -22,3 +22,10 @@ device_log() {
   eval "log() { tee -a \"\$OUT/$1\"; }"
   start=$(date +%s)
 }
+
+# install_peer: humming-kernels 0.1.20 from the wheel carried in .peer/ (run with `carry: [".peer"]`)
+# into /tmp/peer, for PYTHONPATH=/tmp/peer. pip keeps the wheel's launcher and compiler executable
+# (zipfile -e does not: PermissionError on nvrtc_compile, session 42).
+install_peer() {
+  python3 -m pip install -q --no-deps --no-index --upgrade --target /tmp/peer .peer/humming_kernels-0.1.20-*.whl
+}

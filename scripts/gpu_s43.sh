@@ -128,7 +128,7 @@ if [ "${PART:-desc}" = standing ]; then
     --graph --flush read --iters 20 --cublaslt 2>&1 | sed "s/^/standing pc /" | log
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
-# PART=w4a8jit (carry .peer; written in session 43, not yet run): W4A8 MoE against humming-kernels'
+# PART=w4a8jit (carry .peer; run in session 43 on Qwen3-30B-A3B at 64 / 256 tokens): W4A8 MoE against humming-kernels'
 #   W4A8 (issue 14): a dev build of the grouped W4A8 e2m1-per-channel tiles (layout 4), then
 #   scripts/bench_moe.py with humming-aot quantizing the rows inside each call (--act e4m3-pt) and
 #   humming-kernels' w4a8 layer (e2m1 per channel x e4m3 per token, quantizing inside too), gate-up
@@ -136,9 +136,8 @@ fi
 if [ "${PART:-desc}" = w4a8jit ]; then
   HUMMING_PROFILE=dev build_filtered '^(sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s)'
   echo "build took $(($(date +%s) - start)) s" | log
-  peer=/tmp/peer
-  python3 -m pip install -q --no-deps --no-index --upgrade --target "$peer" .peer/humming_kernels-0.1.20-*.whl
-  PYTHONPATH="$peer" python3 scripts/bench_moe.py "$OUT/moe-w4a8-jit.json" --models "${MODELS:-qwen3-30b-a3b,mixtral-8x7b}" \
+  install_peer
+  PYTHONPATH=/tmp/peer python3 scripts/bench_moe.py "$OUT/moe-w4a8-jit.json" --models "${MODELS:-qwen3-30b-a3b,mixtral-8x7b}" \
     --tokens "${TOKENS:-1,8,64,256,1024}" --format e2m1gc-sbf16 --act e4m3-pt --jit-config w4a8 \
     --impls humming-aot,humming-jit --jit-budget-s 360 2>&1 | grep -E "humming|rror" | sed "s/^/w4a8 /" | log
   echo "all done at $(($(date +%s) - start)) s" | log
