@@ -128,11 +128,12 @@ if [ "${PART:-desc}" = standing ]; then
     --graph --flush read --iters 20 --cublaslt 2>&1 | sed "s/^/standing pc /" | log
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
-# PART=w4a8jit (carry .peer; run in session 43 on Qwen3-30B-A3B at 64 / 256 tokens): W4A8 MoE against humming-kernels'
-#   W4A8 (issue 14): a dev build of the grouped W4A8 e2m1-per-channel tiles (layout 4), then
-#   scripts/bench_moe.py with humming-aot quantizing the rows inside each call (--act e4m3-pt) and
-#   humming-kernels' w4a8 layer (e2m1 per channel x e4m3 per token, quantizing inside too), gate-up
-#   + down, Qwen3-30B-A3B and Mixtral-8x7B at 1 to 1024 tokens ($OUT/moe-w4a8-jit.json / .md).
+# PART=w4a8jit (carry .peer; run in session 43 on Qwen3-30B-A3B at 64 / 256 tokens): W4A8 MoE
+#   against humming-kernels' W4A8 (issue 14): a dev build of the grouped W4A8 e2m1-per-channel tiles
+#   (layout 4), then scripts/bench_moe.py with humming-aot quantizing the rows inside each call
+#   (--act e4m3-pt) and humming-kernels' w4a8 layer (e2m1 per channel x e4m3 per token, quantizing
+#   inside too), gate-up + down, Qwen3-30B-A3B and Mixtral-8x7B at 1 to 1024 tokens
+#   ($OUT/moe-w4a8-jit.json / .md).
 if [ "${PART:-desc}" = w4a8jit ]; then
   HUMMING_PROFILE=dev build_filtered '^(sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s)'
   echo "build took $(($(date +%s) - start)) s" | log
