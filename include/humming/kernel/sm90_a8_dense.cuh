@@ -17,27 +17,26 @@
 // tiles, for warpgroups whose rows are all their expert's: a tile ends at its expert's last row.
 //
 // 4-bit codes (rows of k_pad / 2 bytes, code k at bits 4 (k % 8) of word k / 8; or in layout 4,
-// layout/sm90_a8.h, each 128-input chunk of a row in the fragments' order) land as a box of
-// BN rows x 64 bytes in the 64-byte swizzle, and each consumer thread reads its WGMMA A fragments
-// from it into registers, turning the codes into e4m3 or s8 operands on the way
+// layout/sm90_a8.h, each 128-input chunk of a row in the fragments' order) land as a box of BN rows
+// x 64 bytes in the 64-byte swizzle, and each consumer thread reads its WGMMA A fragments from it
+// into registers, turning the codes into e4m3 or s8 operands on the way
 // (backend/sm90/operand_convert.h; numeric/nibble_lut.h: exact values, by table lookup, or for e2m1
-// by bit moves into operands of 2^-6 their values, scaled back on the sums), while the
-// tensor cores run the other warpgroups' stages (and, in a batch, its own stage before); the
-// WGMMAs then take A from registers. Nothing is
-// written back to shared memory, so no proxy fence or barrier sits between the conversion and
-// the tensor cores. Or, in the tiles with StagedCodes, the producer warpgroup's idle warps convert
-// each stage's codes into an 8-bit box beside them in the stage (backend/sm90/stage_convert.h),
-// fence them for the async proxy and arrive on the stage's "converted" barrier; the consumers wait
-// on that barrier instead of "full" and run exactly the 8-bit codes' loop, both operands through
-// descriptors, so the conversion runs beside the tensor cores instead of between a warpgroup's
-// groups. The values of these codes are exact in the 8-bit operand, so their scales stay
-// on the sums as for 8-bit codes. The roles are those
-// of the weight-only kernel (sm90_dense.cuh): the weights are the instruction's M (64 channels per consumer warpgroup)
-// and the tokens its N (BM: 8 to 128 for 8-bit floats, 192 for 4-bit codes, to 256 for integers), so a decode launch of
-// one token runs m64n8 and wastes nothing on rows that do not exist. Tiles with ChannelsN (e4m3
-// x e4m3 only, both operands by descriptor) swap the two: 64 tokens per consumer warpgroup on M,
-// the tile's channels on N, which puts a block-scaled stage's activation scales on the sums' rows
-// (two per thread) instead of on their columns.
+// by bit moves into operands of 2^-6 their values, scaled back on the sums), while the tensor cores
+// run the other warpgroups' stages (and, in a batch, its own stage before); the WGMMAs then take A
+// from registers. Nothing is written back to shared memory, so no proxy fence or barrier sits
+// between the conversion and the tensor cores. Or, in the tiles with StagedCodes, the producer
+// warpgroup's idle warps convert each stage's codes into an 8-bit box beside them in the stage
+// (backend/sm90/a8_producers.h and stage_convert.h), fence them for the async proxy and arrive on
+// the stage's "converted" barrier; the consumers wait on that barrier instead of "full" and run
+// exactly the 8-bit codes' loop, both operands through descriptors, so the conversion runs beside
+// the tensor cores instead of between a warpgroup's groups. The values of these codes are exact in
+// the 8-bit operand, so their scales stay on the sums as for 8-bit codes. The roles are those of
+// the weight-only kernel (sm90_dense.cuh): the weights are the instruction's M (64 channels per
+// consumer warpgroup) and the tokens its N (BM: 8 to 128 for 8-bit floats, 192 for 4-bit codes, to
+// 256 for integers), so a decode launch of one token runs m64n8 and wastes nothing on rows that do
+// not exist. Tiles with ChannelsN (e4m3 x e4m3 only, both operands by descriptor) swap the two: 64
+// tokens per consumer warpgroup on M, the tile's channels on N, which puts a block-scaled stage's
+// activation scales on the sums' rows (two per thread) instead of on their columns.
 //
 // One producer thread fills the ring as in sm90_dense.cuh. A consumer warpgroup only issues
 // WGMMAs (the four k32 steps of a stage as one group) and adds up their sums, in one of the main
@@ -75,18 +74,17 @@
 #include "humming/backend/sm90/a8_epilogue.h"
 #include "humming/backend/sm90/a8_stage_loads.h"
 #include "humming/backend/sm90/a8_mainloops.h"
+#include "humming/backend/sm90/a8_producers.h"
 #include "humming/backend/sm90/a8_promote.h"
 #include "humming/backend/sm90/operand_convert.h"
 #include "humming/backend/sm90/pipeline.h"
 #include "humming/backend/sm90/probe.h"
 #include "humming/backend/sm90/ptx.h"
-#include "humming/backend/sm90/stage_convert.h"
 #include "humming/backend/sm90/tensor_map.h"
 #include "humming/epilogue/staged_store.h"
 #include "humming/epilogue/streamk_fixup.h"
 #include "humming/humming.h"
 #include "humming/scheduler/moe.h"
-#include "humming/scheduler/raster.h"
 #include "humming/scheduler/streamk.h"
 
 namespace humming {
@@ -347,10 +345,7 @@ struct DenseA8 {
         f(e.m0, e.m_end, e.n_tile * BN, e.expert, int64_t{0}, p.plan.k_tiles, int64_t{-1});
       });
     } else {
-      for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
-        const TileCoord c = grouped_tile(tile, (p.args.m + BM - 1) / BM, p.n_tiles);
-        f(c.row * BM, int64_t{-1}, c.col * BN, 0, kt0, kt1, tile);
-      });
+      for_each_dense_segment<BM, BN>(p, f);
     }
   }
 
@@ -360,29 +355,8 @@ struct DenseA8 {
   using Loops = A8Mainloops<DenseA8>;
   // The tile's stores (backend/sm90/a8_epilogue.h).
   using Epilogue = A8Epilogue<DenseA8>;
-
-  // Warp 1 of the producer warpgroup, with scales per 128 inputs: the scales of every stage of
-  // every segment of this block (zeros past the matrices) by cp.async, each lane's copies then
-  // counted as one arrival on the stage's full barrier (kScaleArrivals in all). Nothing here waits
-  // for a load, so the warp runs as far ahead as the ring lets it: the activation scales of a stage
-  // are BM separate words (rows of a_scales), whose latency would otherwise gate every stage. In
-  // grouped kernels it walks the experts' tiles itself, and arrives on the stage of the end note
-  // too (which the consumers wait for with every arrival).
-  static __device__ __forceinline__ void produce_scales(const Params &p, uint32_t ring, uint32_t bars, int lane) {
-    const GemmArgs &a = p.args;
-    RingPos pos;
-    for_each_work(p, [&](int64_t m0, int64_t, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t) {
-      for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
-        mbar_wait(ring_bar<Stages>(bars, 1, pos.stage), pos.phase ^ 1u);
-        Loads::scales(a, ring + pos.stage * kStageBytes + kWBytes + kABytes, kt, m0, n0, expert, lane);
-        cp_async_arrive(ring_bar<Stages>(bars, 0, pos.stage));
-      }
-    });
-    if constexpr (Grouped) {
-      mbar_wait(ring_bar<Stages>(bars, 1, pos.stage), pos.phase ^ 1u);
-      mbar_arrive(ring_bar<Stages>(bars, 0, pos.stage));
-    }
-  }
+  // The producer warpgroup's scale warp and converter threads (backend/sm90/a8_producers.h).
+  using Producers = A8Producers<DenseA8>;
 
   // Threads that produce: one, or in grouped kernels of kSchedGroupedWarp the producer's first
   // warp, which walks the experts together (expert_tile_warp) while its first thread issues each
@@ -417,25 +391,6 @@ struct DenseA8 {
     if constexpr (Grouped)
       if (issues) note_end<Stages, kRingAndAfter>(ring_ptr, bars, pos);
     Probe::report('P');
-  }
-
-  // Converter thread i of the producer warpgroup (kStaged): every stage of every segment of this
-  // block, in order, once its copies have landed: its share of the codes turned into the stage's
-  // 8-bit box (backend/sm90/stage_convert.h), fenced for the WGMMAs' reads (async proxy), then
-  // one arrival on the stage's converted barrier. The stage's next fill waits for the consumers'
-  // release, which comes after they waited on this barrier, so nothing overwrites the box early.
-  static __device__ __forceinline__ void produce_converted(const Params &p, char *ring_ptr, uint32_t bars, int i) {
-    constexpr numeric::NibbleTable table = numeric::nibble_table(kCode, kInt);
-    RingPos pos;
-    for_each_work(p, [&](int64_t, int64_t, int64_t, int, int64_t kt0, int64_t kt1, int64_t) {
-      for (int64_t kt = kt0; kt < kt1; ++kt, pos.advance()) {
-        mbar_wait(ring_bar<Stages>(bars, 0, pos.stage), pos.phase);
-        char *stage = ring_ptr + pos.stage * kStageBytes;
-        convert_stage_codes<BN, kConvThreads>(stage, stage + kCvtOffset, i, table);
-        fence_proxy_async_smem();
-        mbar_arrive(ring_bar<Stages>(bars, 2, pos.stage));
-      }
-    });
   }
 
   // This thread's A fragments of one stage with 4-bit codes (frag[step][r]: register r of k32
@@ -499,8 +454,8 @@ struct DenseA8 {
         },
         [&](int t, uint32_t ring, char *ring_ptr, uint32_t bars) {
           if (t < kProducers) produce(p, ring, ring_ptr, bars, t);
-          if (GroupK != 0 && t / 32 == 1) produce_scales(p, ring, bars, t % 32);
-          if (kStaged && t >= 128 - kConvThreads) produce_converted(p, ring_ptr, bars, t - (128 - kConvThreads));
+          if (GroupK != 0 && t / 32 == 1) Producers::scales(p, ring, bars, t % 32);
+          if (kStaged && t >= 128 - kConvThreads) Producers::converted(p, ring_ptr, bars, t - (128 - kConvThreads));
         },
         [&](uint32_t ring, char *ring_ptr, uint32_t bars, volatile int *flag) {
           consume(p, ring, ring_ptr, bars, flag);

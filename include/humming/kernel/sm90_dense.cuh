@@ -53,7 +53,6 @@
 #include "humming/layout/sm90.h"
 #include "humming/numeric/fast_dequant.h"
 #include "humming/scheduler/moe.h"
-#include "humming/scheduler/raster.h"
 #include "humming/scheduler/streamk.h"
 
 namespace humming {
@@ -212,10 +211,7 @@ struct Dense {
         f(e.m0, e.m_end, e.n_tile * BN, e.expert, int64_t{0}, p.plan.k_tiles, int64_t{-1});
       });
     } else {
-      for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
-        const TileCoord c = grouped_tile(tile, (p.args.m + BM - 1) / BM, p.n_tiles);
-        f(c.row * BM, int64_t{-1}, c.col * BN, 0, kt0, kt1, tile);
-      });
+      for_each_dense_segment<BM, BN>(p, f);
     }
   }
 

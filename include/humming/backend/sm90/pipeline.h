@@ -16,6 +16,7 @@
 #include "humming/backend/sm90/tensor_map.h"
 #include "humming/humming.h"
 #include "humming/scheduler/moe.h"
+#include "humming/scheduler/raster.h"
 #include "humming/scheduler/streamk.h"
 
 namespace humming {
@@ -118,6 +119,19 @@ __device__ __forceinline__ void fill_segment(uint32_t ring, uint32_t bars, RingP
     mbar_arrive_expect_tx(full, bytes);
     fill(stage, full, kt);
   }
+}
+
+// A dense launch's work of this block, in order: f(m0, m_end, n0, expert, kt0, kt1, tile) per
+// segment of the stream-K plan (scheduler/streamk.h, for_each_segment), K tiles [kt0, kt1) of the
+// BM x BN tile in grouped order (scheduler/raster.h) from row m0 and channel n0 (m_end -1: up to m;
+// expert 0; tile: the segment's tile index in the plan, for the fix-up). Params: a kernel's, with
+// `plan`, `n_tiles` and `args`.
+template <int BM, int BN, class Params, class F>
+__device__ __forceinline__ void for_each_dense_segment(const Params &p, F f) {
+  for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
+    const TileCoord c = grouped_tile(tile, (p.args.m + BM - 1) / BM, p.n_tiles);
+    f(c.row * BM, int64_t{-1}, c.col * BN, 0, kt0, kt1, tile);
+  });
 }
 
 // The producer's issuing thread of a grouped kernel, after the last segment of its block: the note
