@@ -261,17 +261,6 @@ struct DenseA8 {
   // with it, ptxas, CUDA 13.0.)
   static constexpr bool kPrefetch =
       kRegFrags && !kInt && Batch == 1 && BM >= 128 && 2 * kAcc + 2 * kSteps * 4 <= kConsumerRegs - kOverlapSpareRegs;
-  // Whether the consumer warpgroups issue each stage's group in turn (IssueTurns, backend/sm90/
-  // pipeline.h), in the loops where a warpgroup adds up a stage's sums with no group of its own in
-  // flight (mainloop_promoted, mainloop_prefetched): there the tensor cores idle while every
-  // warpgroup adds at once, unless the groups ran one after the other.
-  // HUMMING_SM90_ISSUE_TURNS: 0 never, 1 in tiles of 64 tokens and more, 2 in every such tile.
-#ifndef HUMMING_SM90_ISSUE_TURNS
-#define HUMMING_SM90_ISSUE_TURNS 1
-#endif
-  static constexpr bool kIssueTurns = Consumers > 1 && !kInt && !kOverlap &&
-                                      (HUMMING_SM90_ISSUE_TURNS == 2 || (HUMMING_SM90_ISSUE_TURNS == 1 && BM >= 64));
-  using Turns = IssueTurns<kIssueTurns ? Consumers : 1>;
   // Stages whose sums the tensor cores add up before they are promoted into fp32 (the loops with
   // one stage per batch: mainloop_prefetched, mainloop_overlapped). Scales per group or block
   // apply to each stage's sums, so those promote every stage; with per-channel scales the window
@@ -418,7 +407,6 @@ struct DenseA8 {
     RingPos pos;
     float acc[kAcc];
     Probe::begin();
-    Turns::begin(cw);
     const auto segment = [&](int64_t m0, int64_t m_end, int64_t n0, int expert, int64_t kt0, int64_t kt1,
                              int64_t tile) {
       Probe::segment_begin();
@@ -450,7 +438,6 @@ struct DenseA8 {
     } else {
       for_each_work(p, segment);
     }
-    Turns::end(cw);
     if (kStagedStore && p.staged) epilogue::finish_staged_stores(t);
     Probe::report('C');
   }

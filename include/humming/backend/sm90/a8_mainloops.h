@@ -28,8 +28,6 @@ template <class K> struct A8Mainloops {
   using Sum = typename K::Sum;
   // The per-stage steps (backend/sm90/a8_stage_steps.h).
   using Steps = A8StageSteps<K>;
-  // The consumer warpgroups' turns at issuing (backend/sm90/pipeline.h), where K::kIssueTurns.
-  using Turns = typename K::Turns;
 
   template <class T> static __device__ __forceinline__ void zero(T (&v)[kAcc]) {
 #pragma unroll
@@ -98,10 +96,8 @@ template <class K> struct A8Mainloops {
       for (int b = 0; b < Batch; ++b, at.advance())
         if (b < count) {
           Steps::fetch(ring_ptr, bars, at, cw, t, af[b]);
-          if (b == 0) Turns::wait(cw);
           Steps::issue_stage(ring, at, cw, af[b], part[b], fresh);
         }
-      Turns::pass(cw);
       wgmma_wait<0>();
 #pragma unroll
       for (int b = 0; b < Batch; ++b)
@@ -129,9 +125,7 @@ template <class K> struct A8Mainloops {
     Steps::fetch(ring_ptr, bars, pos, cw, t, af[0]);
     auto step = [&](auto set) {
       constexpr int S = decltype(set)::value;
-      Turns::wait(cw);
       Steps::issue_stage(ring, pos, cw, af[S], part, j % kPromote == 0);
-      Turns::pass(cw);
       const RingPos cur = pos;
       pos.advance();
       const bool last = ++j >= n;

@@ -190,37 +190,6 @@ template <int ConsumerThreads> __device__ __forceinline__ void consumer_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(ConsumerThreads) : "memory");
 }
 
-// The consumer warpgroups' turns at issuing their groups: warpgroup 0, 1, ..., Consumers - 1, 0,
-// ..., each group issued once the warpgroup before has issued its own of the same stage. Why: the
-// consumers of a block wait for the same stage and, let loose together, their WGMMAs interleave in
-// the tensor cores, so all their groups retire at once and every warpgroup then adds its sums
-// (two-level accumulation) while the tensor cores have nothing queued. Issued in turn, a stage's
-// groups run one after the other, and each warpgroup adds its sums while the next ones' run.
-// Named barrier kFirst + w is warpgroup w's turn: the warpgroup before arrives on it (bar.arrive)
-// and w waits on it (bar.sync), 256 threads; begin() lets warpgroup 0 start, end() takes the last
-// arrival, so that no barrier is left half arrived. A warpgroup cannot pass a turn twice before it
-// is taken: its next pass needs its own next turn, which needs the others' turns of this stage.
-// Every consumer warpgroup must issue the same number of groups between begin() and end().
-// Consumers: consumer warpgroups of the block (1: no turns).
-template <int Consumers> struct IssueTurns {
-  // Named barriers 0 (__syncthreads), 1 (consumer_sync) and 2..5 (the warpgroups' staged stores)
-  // are taken.
-  static constexpr int kFirst = 8;
-  static constexpr bool kOn = Consumers > 1;
-  static __device__ __forceinline__ void begin(int cw) {
-    if (kOn && cw == Consumers - 1) named_arrive(kFirst, 256);
-  }
-  static __device__ __forceinline__ void wait(int cw) {
-    if (kOn) named_sync(kFirst + cw, 256);
-  }
-  static __device__ __forceinline__ void pass(int cw) {
-    if (kOn) named_arrive(kFirst + (cw + 1) % Consumers, 256);
-  }
-  static __device__ __forceinline__ void end(int cw) {
-    if (kOn && cw == 0) named_sync(kFirst, 256);
-  }
-};
-
 // Raises a kernel's dynamic shared-memory limit; false where the device cannot give a block this
 // much (the error is cleared).
 inline bool allow_smem(const void *kernel, int bytes) {
