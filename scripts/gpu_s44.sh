@@ -74,3 +74,23 @@ if [ "${PART:-turns}" = wide ]; then
   fi
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
+# PART=twins: the GPU tests of every grouped W4A8 tile with its twins (u4 and e2m1, per channel and
+#   per 128 inputs, layout 4; dev+experimental: also t8l, t16l, t32l and the experimental t64w,
+#   t64wl, t128l), then scripts/bench_moe.py --impls humming-aot,humming-aot-heights (each tile
+#   height near the mean rows per expert, with the default's twin rules) on e2m1 per channel where
+#   the default took t128 or t64 in PART=wide: Qwen3-30B-A3B at 1024 tokens, Mixtral-8x7B at 256 and
+#   1024, DeepSeek-V3 at 1024 ($OUT/moe-heights.json / .md).
+if [ "${PART:-turns}" = twins ]; then
+  HUMMING_PROFILE=dev+experimental build_filtered \
+    '^(sm90_wgmma_moe_a-e4m3-pt_w-(u4|e2m1)(gc|g128)-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s)'
+  echo "build took $(($(date +%s) - start)) s" | log
+  python3 -c "import humming_aot.registry as r; n=[i.name for i in r.instances()]; print(len(n), 'instances')" 2>&1 | log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "8bit_activations" 2>&1 | tail -4 \
+    | sed "s/^/test_moe /" | log
+  for mt in qwen3-30b-a3b:1024 mixtral-8x7b:256,1024 deepseek-v3:1024; do
+    python3 scripts/bench_moe.py "$OUT/moe-heights-${mt%%:*}.json" --models "${mt%%:*}" --tokens "${mt#*:}" \
+      --format e2m1gc-sbf16 --act e4m3-pt --impls humming-aot,humming-aot-heights 2>&1 | grep -E "humming|rror" \
+      | sed "s/^/heights /" | log
+  done
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi

@@ -579,15 +579,23 @@ def test_lone_producer_moe_instances_are_twins_of_default_ones():
     twins on an H100 in session 42); the f16 and u8 twins, not yet run on a GPU, the 256-channel
     tiles (four consumer warpgroups: _w1x4x1), which wait for a dispatch rule, the heights between
     the powers of two (t24, t48, t80: session 40, not yet run on a GPU) and the other FP8 block
-    twins (t192n128s4's slower than its warp twin, t32's untimed) only experimental profiles."""
+    twins (t192n128s4's slower than its warp twin, t32's untimed) only experimental profiles. The
+    W4A8 grouped tiles (u4 and e2m1, per channel and per 128 inputs, layout 4) have in dev the lone
+    twins the dispatcher's rules took on an H100 in session 44 (t8wl, t16wl, t32wl of the 256-channel
+    tiles, and t64l); t8l, t16l and t32l stay experimental."""
     gen_mod = _load_generator()
     dev = {i.name: i for i in gen_mod.enumerate_instances(["90a"], "dev")}
     exp = {i.name: i for i in gen_mod.enumerate_instances(["90a"], "dev+experimental")}
     lone_dev = [n for n in dev if n.endswith("_lone")]
     fp8_blocks = "sm90_wgmma_moe_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16_"
+    w4a8 = tuple(f"sm90_wgmma_moe_a-e4m3-pt_w-{w}-sbf16_c-bf16_" for w in ("u4gc", "u4g128", "e2m1gc", "e2m1g128"))
     assert lone_dev and all(
-        n.startswith(("sm90_wgmma_moe_a-bf16_w-u4g128-", "sm90_wgmma_moe_a-bf16_w-e2m1g32-", fp8_blocks))
+        n.startswith(("sm90_wgmma_moe_a-bf16_w-u4g128-", "sm90_wgmma_moe_a-bf16_w-e2m1g32-", fp8_blocks) + w4a8)
         for n in lone_dev
+    )
+    w4a8_tiles = ["t16x256x128_w1x4x1_s8", "t32x256x128_w1x4x1_s8", "t64x128x128_w1x2x1_s8", "t8x256x128_w1x4x1_s8"]
+    assert sorted(n for n in lone_dev if n.startswith(w4a8)) == sorted(
+        w + t + "_l4_lone" for w in w4a8 for t in w4a8_tiles
     )
     assert any(n.startswith("sm90_wgmma_moe_a-bf16_w-e2m1g32-") for n in lone_dev)
     assert sorted(n for n in lone_dev if n.startswith(fp8_blocks)) == [
