@@ -94,3 +94,28 @@ if [ "${PART:-turns}" = twins ]; then
   done
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
+# PART=w16wide: 256-channel twins of the grouped W4A16 tiles of 24 and 32 rows (t24w, t32w and
+#   their lone twins; experimental; t48w and t64w spill 120-228 bytes at the four consumer
+#   warpgroups' 96 registers, so they were not built), u4g128 bf16: scripts/bench_moe.py's default
+#   choice on a dev build without them, then on a dev+experimental build with them (the dispatcher
+#   takes them by grouped_tiles_wide), Qwen3-30B-A3B, Mixtral-8x7B and DeepSeek-V3 at 64, 256 and
+#   1024 tokens, with humming-kernels' W4A16 in the second run on the first two models (carry .peer);
+#   tests/test_moe.py's grouped sm90 tests on the second build.
+if [ "${PART:-turns}" = w16wide ]; then
+  F16='^(sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16_t|generic_dense_a-bf16_w-u4-s)'
+  HUMMING_PROFILE=dev build_filtered "$F16"
+  echo "base build took $(($(date +%s) - start)) s" | log
+  python3 scripts/bench_moe.py "$OUT/w16-base.json" --models qwen3-30b-a3b,mixtral-8x7b,deepseek-v3 --tokens 64,256,1024 \
+    --impls humming-aot 2>&1 | grep -E "humming|rror" | sed "s/^/base /" | log
+  HUMMING_PROFILE=dev+experimental build_filtered "$F16"
+  echo "wide build done at $(($(date +%s) - start)) s" | log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "sm90_kernels or masked_on_the_sm90" 2>&1 | tail -4 \
+    | sed "s/^/test_moe /" | log
+  python3 scripts/bench_moe.py "$OUT/w16-wide.json" --models deepseek-v3 --tokens 64,256,1024 \
+    --impls humming-aot 2>&1 | grep -E "humming|rror" | sed "s/^/wide /" | log
+  install_peer
+  PYTHONPATH=/tmp/peer python3 scripts/bench_moe.py "$OUT/w16-wide-jit.json" --models qwen3-30b-a3b,mixtral-8x7b \
+    --tokens 64,256,1024 --impls humming-aot,humming-jit --jit-budget-s 240 2>&1 | grep -E "humming|rror" \
+    | sed "s/^/wide /" | log
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
