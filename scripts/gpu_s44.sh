@@ -119,3 +119,15 @@ if [ "${PART:-turns}" = w16wide ]; then
     | sed "s/^/wide /" | log
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
+# PART=final: the GPU tests of the landed grouped tiles: a dev build of every grouped W4A16 u4g128
+#   (with and without -zi) and e2m1g32 tile and every grouped W4A8 tile (u4 / e2m1, per channel and
+#   g128, layout 4), with this session's twins; tests/test_moe.py's grouped sm90 tests (W4A16 and
+#   W4A8 against the reference, the masked layout, graphs).
+if [ "${PART:-turns}" = final ]; then
+  HUMMING_PROFILE=dev build_filtered \
+    '^(sm90_wgmma_moe_a-(bf16_w-(u4g128|e2m1g32)|e4m3-pt_w-(u4|e2m1))|generic_dense_a-bf16_w-u4-s)'
+  echo "build took $(($(date +%s) - start)) s" | log
+  python3 -c "import humming_aot.registry as r; print(len(list(r.instances())), 'instances')" 2>&1 | log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "sm90" 2>&1 | tail -6 | sed "s/^/test_moe /" | log
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
