@@ -131,3 +131,21 @@ if [ "${PART:-turns}" = final ]; then
   python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "sm90" 2>&1 | tail -6 | sed "s/^/test_moe /" | log
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
+# PART=heights8: grouped W4A8 tiles of 24, 48 and 80 rows (the weight-only grouped heights between
+#   the powers of two; experimental), with lone and 256-channel twins (t24w, t48w): a
+#   dev+experimental build of the grouped e2m1 per-channel W4A8 tiles, tests/test_moe.py's 8-bit
+#   activation grouped tests on them, then scripts/bench_moe.py's default choice and every tile
+#   height near the mean (--impls humming-aot,humming-aot-heights) on Qwen3-30B-A3B at 256 / 1024
+#   tokens, Mixtral-8x7B at 64 / 256 / 1024 and DeepSeek-V3 at 256 / 1024 ($OUT/moe-h8-*.json).
+if [ "${PART:-turns}" = heights8 ]; then
+  HUMMING_PROFILE=dev+experimental build_filtered '^(sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s)'
+  echo "build took $(($(date +%s) - start)) s" | log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "8bit_activations" 2>&1 | tail -4 \
+    | sed "s/^/test_moe /" | log
+  for mt in qwen3-30b-a3b:256,1024 mixtral-8x7b:64,256,1024 deepseek-v3:256,1024; do
+    python3 scripts/bench_moe.py "$OUT/moe-h8-${mt%%:*}.json" --models "${mt%%:*}" --tokens "${mt#*:}" \
+      --format e2m1gc-sbf16 --act e4m3-pt --impls humming-aot,humming-aot-heights 2>&1 | grep -E "humming|rror" \
+      | sed "s/^/h8 /" | log
+  done
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
