@@ -149,3 +149,17 @@ if [ "${PART:-turns}" = heights8 ]; then
   done
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
+# PART=standing: W4A8 MoE on the landed dev tiles against humming-kernels' W4A8 in one run (carry
+#   .peer): a dev build of the grouped e2m1 per-channel W4A8 tiles, scripts/bench_moe.py
+#   --jit-config w4a8 on Qwen3-30B-A3B and Mixtral-8x7B at 256 and 1024 tokens
+#   ($OUT/moe-standing.json / .md).
+if [ "${PART:-turns}" = standing ]; then
+  HUMMING_PROFILE=dev build_filtered '^(sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s)'
+  echo "build took $(($(date +%s) - start)) s" | log
+  install_peer
+  PYTHONPATH=/tmp/peer python3 scripts/bench_moe.py "$OUT/moe-standing.json" --models qwen3-30b-a3b,mixtral-8x7b \
+    --tokens "${TOKENS:-256,1024}" --format e2m1gc-sbf16 --act e4m3-pt --jit-config w4a8 \
+    --impls humming-aot,humming-jit --jit-budget-s 150 2>&1 | grep -E "humming|rror" | grep -v "\[jit\]" \
+    | sed "s/^/standing /" | log
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
