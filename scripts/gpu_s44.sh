@@ -41,6 +41,24 @@ time_turns() { # $1: the variant's name in the log
   python3 scripts/bench_moe.py "$OUT/moe-w4a8-$1.json" --models qwen3-30b-a3b --tokens 64,256 --format e2m1gc-sbf16 \
     --act e4m3-pt --impls humming-aot 2>&1 | grep -E "humming|rror" | sed "s/^/$1 moe /" | log
 }
+w4a8_grouped_tests() { # $1: profile, $2: instance filter: the build, its instance count, then
+  # tests/test_moe.py's grouped 8-bit activation tests (every built W8A8 / W4A8 grouped tile)
+  HUMMING_PROFILE=$1 build_filtered "$2"
+  echo "build took $(($(date +%s) - start)) s" | log
+  python3 -c "import humming_aot.registry as r; print(len(list(r.instances())), 'instances')" 2>&1 | log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "8bit_activations" 2>&1 | tail -4 \
+    | sed "s/^/test_moe /" | log
+}
+w4a8_heights() { # $1: the tag (log prefix, $OUT/moe-$1-MODEL.json); then MODEL:TOKENS ... : the grouped e2m1
+  # per-channel W4A8 MoE's default choice and every tile height near the mean rows per expert
+  local tag=$1 mt
+  shift
+  for mt in "$@"; do
+    python3 scripts/bench_moe.py "$OUT/moe-$tag-${mt%%:*}.json" --models "${mt%%:*}" --tokens "${mt#*:}" \
+      --format e2m1gc-sbf16 --act e4m3-pt --impls humming-aot,humming-aot-heights 2>&1 | grep -E "humming|rror" \
+      | sed "s/^/$tag /" | log
+  done
+}
 if [ "${PART:-turns}" = turns ]; then
   for v in 0 2 ${AGAIN:-0}; do
     CUDAFLAGS=-DHUMMING_SM90_ISSUE_TURNS=$v HUMMING_PROFILE=dev build_filtered "$TT"
@@ -57,10 +75,7 @@ if [ "${PART:-turns}" = turns ]; then
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
 if [ "${PART:-turns}" = wide ]; then
-  HUMMING_PROFILE=dev+experimental build_filtered '^(sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s)'
-  echo "build took $(($(date +%s) - start)) s" | log
-  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "8bit_activations" 2>&1 | tail -4 \
-    | sed "s/^/test_moe /" | log
+  w4a8_grouped_tests dev+experimental '^(sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s)'
   python3 scripts/bench_moe.py "$OUT/moe-wide.json" --models "${MODELS:-qwen3-30b-a3b,mixtral-8x7b,deepseek-v3}" \
     --tokens "${TOKENS:-1,8,64,256,1024}" --format e2m1gc-sbf16 --act e4m3-pt \
     --impls humming-aot,humming-aot-warp,humming-aot-lone,humming-aot-wide,humming-aot-wide-lone 2>&1 \
@@ -81,17 +96,8 @@ fi
 #   the default took t128 or t64 in PART=wide: Qwen3-30B-A3B at 1024 tokens, Mixtral-8x7B at 256 and
 #   1024, DeepSeek-V3 at 1024 ($OUT/moe-heights.json / .md).
 if [ "${PART:-turns}" = twins ]; then
-  HUMMING_PROFILE=dev+experimental build_filtered \
-    '^(sm90_wgmma_moe_a-e4m3-pt_w-(u4|e2m1)(gc|g128)-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s)'
-  echo "build took $(($(date +%s) - start)) s" | log
-  python3 -c "import humming_aot.registry as r; n=[i.name for i in r.instances()]; print(len(n), 'instances')" 2>&1 | log
-  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "8bit_activations" 2>&1 | tail -4 \
-    | sed "s/^/test_moe /" | log
-  for mt in qwen3-30b-a3b:1024 mixtral-8x7b:256,1024 deepseek-v3:1024; do
-    python3 scripts/bench_moe.py "$OUT/moe-heights-${mt%%:*}.json" --models "${mt%%:*}" --tokens "${mt#*:}" \
-      --format e2m1gc-sbf16 --act e4m3-pt --impls humming-aot,humming-aot-heights 2>&1 | grep -E "humming|rror" \
-      | sed "s/^/heights /" | log
-  done
+  w4a8_grouped_tests dev+experimental '^(sm90_wgmma_moe_a-e4m3-pt_w-(u4|e2m1)(gc|g128)-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s)'
+  w4a8_heights heights qwen3-30b-a3b:1024 mixtral-8x7b:256,1024 deepseek-v3:1024
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
 # PART=w16wide: 256-channel twins of the grouped W4A16 tiles of 24 and 32 rows (t24w, t32w and
@@ -138,15 +144,8 @@ fi
 #   height near the mean (--impls humming-aot,humming-aot-heights) on Qwen3-30B-A3B at 256 / 1024
 #   tokens, Mixtral-8x7B at 64 / 256 / 1024 and DeepSeek-V3 at 256 / 1024 ($OUT/moe-h8-*.json).
 if [ "${PART:-turns}" = heights8 ]; then
-  HUMMING_PROFILE=dev+experimental build_filtered '^(sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s)'
-  echo "build took $(($(date +%s) - start)) s" | log
-  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "8bit_activations" 2>&1 | tail -4 \
-    | sed "s/^/test_moe /" | log
-  for mt in qwen3-30b-a3b:256,1024 mixtral-8x7b:64,256,1024 deepseek-v3:256,1024; do
-    python3 scripts/bench_moe.py "$OUT/moe-h8-${mt%%:*}.json" --models "${mt%%:*}" --tokens "${mt#*:}" \
-      --format e2m1gc-sbf16 --act e4m3-pt --impls humming-aot,humming-aot-heights 2>&1 | grep -E "humming|rror" \
-      | sed "s/^/h8 /" | log
-  done
+  w4a8_grouped_tests dev+experimental '^(sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s)'
+  w4a8_heights h8 qwen3-30b-a3b:256,1024 mixtral-8x7b:64,256,1024 deepseek-v3:256,1024
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
 # PART=standing: W4A8 MoE on the landed dev tiles against humming-kernels' W4A8 in one run (carry
