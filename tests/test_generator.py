@@ -575,12 +575,12 @@ def test_lone_producer_moe_instances_are_twins_of_default_ones():
     """The grouped tiles whose producer walks alone (names ending _lone) are each the twin of a
     default grouped instance with the same tile and key (so the dispatcher can swap one for the
     other per call). dev and ci build those GPU-tested (bf16 u4 g128 on the H200; dev also bf16 e2m1
-    g32, session 38 on an H100, and the FP8 block tiles t64 and t128n128s5, faster than their warp
-    twins on an H100 in session 42); the f16 and u8 twins, not yet run on a GPU, the 256-channel
-    tiles (four consumer warpgroups: _w1x4x1), which wait for a dispatch rule, the heights between
-    the powers of two (t24, t48, t80: session 40, not yet run on a GPU) and the other FP8 block
-    twins (t192n128s4's slower than its warp twin, t32's untimed) only experimental profiles. The
-    W4A8 grouped tiles (u4 and e2m1, per channel and per 128 inputs, layout 4) have in dev the lone
+    g32, session 38 on an H100, with the 256-channel twins (_w1x4x1) and the heights between the
+    powers of two (t24, t48, t80) that the dispatcher's rules take, and the FP8 block tiles t64 and
+    t128n128s5, faster than their warp twins on an H100 in session 42); the f16 and u8 twins, not
+    yet run on a GPU, the 256-channel or in-between-height twins no measured point takes, and the
+    other FP8 block twins (t192n128s4's slower than its warp twin, t32's untimed) only experimental
+    profiles. The W4A8 grouped tiles (u4 and e2m1, per channel and per 128 inputs, layout 4) have in dev the lone
     twins the dispatcher's rules took on an H100 in session 44 (t8wl, t16wl, t32wl, t64wl of the
     256-channel tiles, t64l and t128l; t24wl, t48wl and t80l of the heights between the powers of
     two); t8l, t16l, t24l, t32l and t48l stay experimental."""
