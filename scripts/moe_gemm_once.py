@@ -4,6 +4,11 @@ range named "measured", for a profiler to catch that launch alone (scripts/ncu_m
 humming-aot (u4g128 bf16, or the weight format in MOE_FORMAT; its default instance) or by
 humming-kernels 0.1.20 (its MoE layer in u4g128, quantized by its own quantizer; the same rows,
 contiguous by expert). Run the two in separate processes: each library registers torch.ops.humming.
+MOE_ACT=e4m3-pt makes it W4A8: humming-aot's rows quantized per token inside the measured range
+(ha.quantize_act, then the grouped GEMM on experts in layout 4; pair it with
+MOE_FORMAT=e2m1gc-sbf16), humming-kernels' layer in bench.JIT_CONFIGS["w4a8"] (e2m1 per channel x
+e4m3 per token, quantized inside its call). MOE_INSTANCE names a built grouped instance for
+humming-aot to run instead of its default choice.
 
 Usage: python3 scripts/moe_gemm_once.py {aot,jit} MODEL TOKENS {gate-up,down}
 """
@@ -26,10 +31,13 @@ counts = torch.bincount(torch.topk(logits, top_k, dim=1).indices.flatten(), minl
 offsets = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
 rows = torch.randn(tokens * top_k, k, device="cuda", dtype=torch.bfloat16)
 
+act = os.environ.get("MOE_ACT", "bf16")
 if impl == "jit":
     from humming.layer import HummingLayer
 
-    layer = HummingLayer(shape_n=n, shape_k=k, weight_config={"dtype": "uint4", "group_size": 128}, num_experts=e,
+    config = dict(bench.JIT_CONFIGS["w4a16" if act == "bf16" else "w4a8"])
+    inp = config.pop("input", None)
+    layer = HummingLayer(shape_n=n, shape_k=k, weight_config=config, input_config=inp, num_experts=e,
                          torch_dtype=torch.bfloat16).to("cuda")  # fmt: skip
     layer.load_from_unquantized(torch.randn(e, n, k, device="cuda", dtype=torch.bfloat16) * 0.02)
     layer.transform()
@@ -41,14 +49,25 @@ else:
     from humming_aot import reference as R
 
     wfmt = os.environ.get("MOE_FORMAT", "u4g128-sbf16")  # the weight format (humming-aot only)
-    fmt = f"a-bf16_w-{wfmt}_c-bf16"
+    fmt = f"a-{act}_w-{wfmt}_c-bf16"
     q = R.quantize_weight(torch.randn(n, k) * 0.02, wfmt)
-    w = ha.pack_weight(q, layout="sm90").to("cuda")
+    w = ha.pack_weight(q, layout="sm90" if act == "bf16" else "sm90a8").to("cuda")
     codes = torch.randint(-(2**31), 2**31 - 1, (e, *w.codes.shape), dtype=torch.int32, device="cuda")
     stack = moe.StackedExperts(codes, w.scales.unsqueeze(0).expand(e, *w.scales.shape).contiguous(), None, w)
     per_expert = max(1, tokens * top_k // e)
     offs = offsets.int()
-    run = lambda: moe.moe_gemm(rows, stack, offs, fmt, rows_per_expert=per_expert, assignments=tokens * top_k)
+    kw = dict(rows_per_expert=per_expert, assignments=tokens * top_k)
+    if os.environ.get("MOE_INSTANCE"):
+        kw["instance"] = os.environ["MOE_INSTANCE"]
+    if act == "bf16":
+        run = lambda: moe.moe_gemm(rows, stack, offs, fmt, **kw)
+    else:
+
+        def run():
+            codes, scales = ha.quantize_act(rows, act)
+            return moe.moe_gemm(codes, stack, offs, fmt, a_scales=scales, **kw)
+
+
 for _ in range(3):  # the first call compiles (jit) or loads the module (aot)
     run()
 torch.cuda.synchronize()

@@ -22,11 +22,15 @@ namespace epilogue {
 //               (per-token scales of quantized activations; cols is a.a_scale_cols).
 // `f[h]` multiplies the sums of channel n + 8h (per-channel and global scales, already combined).
 //
-// Warps whose tokens and channels all lie inside the output, with pair-aligned rows (the usual
-// case), take a path with no per-pair checks, and read their four bias elements once: the general
-// one, fully unrolled for 64 sums a thread, was about 1500 instructions of cold code, and on small
+// Warps whose channels all lie inside the output, with pair-aligned rows (the usual case), take a
+// path with no per-pair column checks, and read their four bias elements once: the general one,
+// fully unrolled for 64 sums a thread, was about 1500 instructions of cold code, and on small
 // layers its instruction-cache misses took a quarter of a t128 launch (ncu, 3584 x 3584 at
-// m = 256). Both paths add, round and store the same values.
+// m = 256). That path checks only each token against the tile's last row, one comparison per
+// eight sums: a grouped tile ends at its expert's last row, so at about a tile of rows per expert
+// nearly every tile ends early, and when a short tile took the general path its epilogue was
+// about 2000 instructions a warp, more than its main loop (ncu, grouped W4A8 t80, Qwen3-30B-A3B at
+// 1024 tokens, session 45). Both paths add, round and store the same values.
 // Rows from m_end on are not stored (-1: from a.m on; a grouped GEMM's tile ends at its expert's
 // last row), nor channels from n_cols on (kCols: from a.dims.n on; the gated activation's output
 // has n / 2).
@@ -40,9 +44,11 @@ __device__ __forceinline__ void store_wgmma_sums(const GemmArgs &a, int64_t m0, 
   const int64_t cols = n_cols == kCols ? a.dims.n : n_cols;
   const bool odd = (lane / 4) % 2 != 0;
   // This thread's channels are n - odd .. n + 9 - odd and its tokens m0 .. m0 + 2 Acc - 1 at most.
-  const bool inside = m0 + 2 * Acc <= rows && n + 10 <= cols && a.ldo % 2 == 0 &&
-                      reinterpret_cast<uintptr_t>(a.out) % (2 * kOutBytes) == 0;
+  const bool inside = n + 10 <= cols && a.ldo % 2 == 0 && reinterpret_cast<uintptr_t>(a.out) % (2 * kOutBytes) == 0;
   const bool fast = __all_sync(0xFFFFFFFFu, inside);
+  // The tile's tokens from m0 that are stored (at most 2 Acc; 0 or less: none), as a 32-bit count
+  // for the fast path's per-token comparisons.
+  const int left = rows - m0 >= 2 * Acc ? 2 * Acc : static_cast<int>(rows - m0 > 0 ? rows - m0 : 0);
   // The bias of this thread's two channel pairs (c, c + 1 with c = n + 8h - odd), for the fast path;
   // -0 without one (x + -0 is x, zeros' signs too).
   float2 bias[2] = {make_float2(-0.0f, -0.0f), make_float2(-0.0f, -0.0f)};
@@ -52,13 +58,25 @@ __device__ __forceinline__ void store_wgmma_sums(const GemmArgs &a, int64_t m0, 
       const int64_t c = n + 8 * h - (odd ? 1 : 0);
       bias[h] = make_float2(load_out<OutId>(a.bias, c), load_out<OutId>(a.bias, c + 1));
     }
+  // The token scales, all loaded before the first store: each lane loads the scale of one token of
+  // every 32 of the tile, and the lanes that need it take it by a shuffle. Loaded inside the loop
+  // (a scale pair per 8 tokens), each load waited behind the stores before it (they may alias, for
+  // all ptxas knows): ten round trips to memory in a row per tile of 80 tokens, a tenth of the
+  // grouped W4A8 t80 launch's stall samples (ncu, Qwen3-30B-A3B gate-up at 1024 tokens, session 45).
+  constexpr int kBlocks32 = (2 * Acc + 31) / 32;
+  float tok[kBlocks32];
+#pragma unroll
+  for (int i = 0; i < kBlocks32; ++i) {
+    const int64_t m = m0 + 32 * i + lane;
+    tok[i] = !TokenScales ? 1.0f : m < a.m ? a.a_scales[m * a.a_scale_cols] : 0.0f;
+  }
 #pragma unroll
   for (int j = 0; j < Acc / 4; ++j) {
     const int64_t t0 = m0 + 8 * j + 2 * (lane % 4); // the tokens of acc[4j + {0, 2}] and, + 1, acc[4j + {1, 3}]
     float ts[2] = {1.0f, 1.0f};
     if constexpr (TokenScales)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) ts[e] = fast || t0 + e < rows ? a.a_scales[(t0 + e) * a.a_scale_cols] : 0.0f;
+      for (int e = 0; e < 2; ++e) ts[e] = __shfl_sync(0xFFFFFFFFu, tok[j / 4], 8 * (j % 4) + 2 * (lane % 4) + e);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float own0 = acc[4 * j + 2 * h] * f[h] * ts[0], own1 = acc[4 * j + 2 * h + 1] * f[h] * ts[1];
@@ -67,9 +85,10 @@ __device__ __forceinline__ void store_wgmma_sums(const GemmArgs &a, int64_t m0, 
       const int64_t m = t0 + (odd ? 1 : 0);
       const int64_t c = n + 8 * h - (odd ? 1 : 0);
       const float2 v = odd ? make_float2(other, own1) : make_float2(own0, other);
-      if (fast)
-        store_out_pair_aligned<OutId>(a.out, m * a.ldo + c, make_float2(v.x + bias[h].x, v.y + bias[h].y));
-      else if (m < rows && c < cols)
+      if (fast) {
+        if (8 * j + 2 * (lane % 4) + (odd ? 1 : 0) < left)
+          store_out_pair_aligned<OutId>(a.out, m * a.ldo + c, make_float2(v.x + bias[h].x, v.y + bias[h].y));
+      } else if (m < rows && c < cols)
         write_pair<OutId>(a, m, c, v, cols);
     }
   }
