@@ -56,7 +56,7 @@ else:
     stack = moe.StackedExperts(codes, w.scales.unsqueeze(0).expand(e, *w.scales.shape).contiguous(), None, w)
     per_expert = max(1, tokens * top_k // e)
     offs = offsets.int()
-    kw = dict(rows_per_expert=per_expert, assignments=tokens * top_k)
+    kw = {"rows_per_expert": per_expert, "assignments": tokens * top_k}
     if os.environ.get("MOE_INSTANCE"):
         kw["instance"] = os.environ["MOE_INSTANCE"]
     if act == "bf16":
