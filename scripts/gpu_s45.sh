@@ -49,3 +49,15 @@ if [ "${PART:-ncu}" = epi ]; then
   python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "sm90" 2>&1 | tail -6 | sed "s/^/test_moe /" | log
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
+# PART=ncu2: PART=ncu again after the stores change (humming-aot's default choice on gate-up and
+#   down with the SASS page summed, humming-kernels' gate-up), everything in $OUT/ncu2.tgz (a call
+#   brings back only a few files).
+if [ "${PART:-ncu}" = ncu2 ]; then
+  HUMMING_PROFILE=dev build_filtered "$A8"
+  echo "build took $(($(date +%s) - start)) s" | log
+  export MOE_ACT=e4m3-pt MOE_FORMAT=e2m1gc-sbf16 MODEL=qwen3-30b-a3b TOKENS=${TOKENS:-1024} SKIP_BUILD=1
+  NCU_SOURCE=1 PART=gate-up IMPLS="aot jit" bash scripts/ncu_moe_peer.sh 2>&1 | log
+  NCU_SOURCE=1 PART=down IMPLS=aot bash scripts/ncu_moe_peer.sh 2>&1 | log
+  (cd "$OUT" && tar czf ncu2.tgz ncu_moe_* s45.txt && rm -f ncu_moe_*)
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
