@@ -61,3 +61,33 @@ if [ "${PART:-ncu}" = ncu2 ]; then
   (cd "$OUT" && tar czf ncu2.tgz ncu_moe_* s45.txt && rm -f ncu_moe_*)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
+# PART=inflight: an A/B of the W4A8 consumers' main loop with a group kept in flight
+#   (a8_mainloops.h mainloop_inflight, DenseA8::kInflight, tiles of HUMMING_SM90_A8_INFLIGHT tokens
+#   and more): A built with -DHUMMING_SM90_A8_INFLIGHT=100000 (never: the loops before), B with
+#   the default (48). Each a dev build of the grouped e2m1 per-channel W4A8 tiles and the dense
+#   e2m1 per-channel layout-4 ones; scripts/bench_moe.py's default choice on Qwen3-30B-A3B and
+#   Mixtral-8x7B at 256 and 1024 tokens and DeepSeek-V3 at 1024 ($OUT/moe-inflight-{A,B}.json),
+#   and the dense tiles of 64 and 128 tokens (scripts/time_shapes.py, GEMM alone, graph us after a
+#   read flush) on 8192x8192 and 28672x8192 at m = 64, 256, 2048 and 8192; then on B
+#   tests/test_moe.py's 8-bit activation grouped tests and tests/test_gpu.py's per-instance tests
+#   of the W4A8 dense tiles.
+if [ "${PART:-ncu}" = inflight ]; then
+  F='^(sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16|sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t.*_l4$|generic_dense_a-bf16_w-u4-s)'
+  for v in A B; do
+    CUDAFLAGS=$([ $v = A ] && echo -DHUMMING_SM90_A8_INFLIGHT=100000) HUMMING_PROFILE=dev build_filtered "$F"
+    echo "$v build done at $(($(date +%s) - start)) s" | log
+    for mt in qwen3-30b-a3b:256,1024 mixtral-8x7b:256,1024 deepseek-v3:1024; do
+      python3 scripts/bench_moe.py "$OUT/moe-inflight-$v-${mt%%:*}.json" --models "${mt%%:*}" --tokens "${mt#*:}" \
+        --format e2m1gc-sbf16 --act e4m3-pt --impls humming-aot 2>&1 | grep -E "humming|rror" | sed "s/^/$v moe /" | log
+    done
+    python3 scripts/time_shapes.py 8192x8192,28672x8192 64,256,2048,8192 --format e2m1gc-sbf16 --act e4m3-pt \
+      --layout sm90a8 --prequant --graph --flush read --iters 20 \
+      --match 'sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t(64|128)x.*_l4$' 2>&1 | sed "s/^/$v dense /" | log
+  done
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "8bit_activations" 2>&1 | tail -3 \
+    | sed "s/^/test_moe /" | log
+  python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rfs -k "instance_against or graph" 2>&1 | tail -3 \
+    | sed "s/^/test_gpu /" | log
+  (cd "$OUT" && tar czf inflight.tgz moe-inflight-* s45.txt && rm -f moe-inflight-*)
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi

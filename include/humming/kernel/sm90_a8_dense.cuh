@@ -264,6 +264,14 @@ struct DenseA8 {
   // with it, ptxas, CUDA 13.0.)
   static constexpr bool kPrefetch =
       kRegFrags && !kInt && Batch == 1 && BM >= 128 && 2 * kAcc + 2 * kSteps * 4 <= kConsumerRegs - kOverlapSpareRegs;
+  // The same, with the group of each stage kept in flight behind the next inside a promotion
+  // window (mainloop_inflight), for the tiles of HUMMING_SM90_A8_INFLIGHT tokens and more whose
+  // registers hold the second fragment set.
+#ifndef HUMMING_SM90_A8_INFLIGHT
+#define HUMMING_SM90_A8_INFLIGHT 48
+#endif
+  static constexpr bool kInflight = kRegFrags && !kInt && Batch == 1 && BM >= HUMMING_SM90_A8_INFLIGHT &&
+                                    2 * kAcc + 2 * kSteps * 4 <= kConsumerRegs - kOverlapSpareRegs;
   // Stages whose sums the tensor cores add up before they are promoted into fp32 (the loops with
   // one stage per batch: mainloop_prefetched, mainloop_overlapped). Scales per group or block
   // apply to each stage's sums, so those promote every stage; with per-channel scales the window

@@ -137,6 +137,49 @@ template <class K> struct A8Mainloops {
     alternate<0>(step);
   }
 
+  // 4-bit codes in register fragments, one stage per batch, with a group kept in flight
+  // (K::kInflight): stage j is issued, then (inside a promotion window) the group of stage j - 1
+  // retires behind it and its stage goes back, then stage j + 1's fragments are fetched into the
+  // set stage j - 1 used, all while stage j's group runs; only at the end of a window of kPromote
+  // stages does the warpgroup wait for its last group, to add the window's sums into acc. In
+  // mainloop_prefetched every stage waits for its own group, and in mainloop_promoted a stage is
+  // also fetched only after the stage before has retired: a warpgroup's tensor-core work and its
+  // conversion then take turns, and its groups reach the tensor cores one at a time (ncu, grouped
+  // W4A8 t80 of Qwen3-30B-A3B at 1024 tokens, session 45: a sixth of the stall samples on the
+  // per-stage wait). Two stages per trip, so that each fragment set has fixed registers.
+  static __device__ __forceinline__ void mainloop_inflight(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
+                                                           int64_t n, int cw, int wblock, int col, int t,
+                                                           float (&acc)[kAcc]) {
+    const int lane = t % 32;
+    zero(acc);
+    if (n <= 0) return;
+    float part[kAcc];
+    Frags af[2];
+    RingPos prev = pos;
+    int64_t j = 0;
+    Steps::fetch(ring_ptr, bars, pos, cw, t, af[0]);
+    auto step = [&](auto set) {
+      constexpr int S = decltype(set)::value;
+      const bool fresh = j % kPromote == 0;
+      Steps::issue_stage(ring, pos, cw, af[S], part, fresh);
+      if (!fresh) {
+        // Stage j - 1, of this window, has retired: its stage and fragment set are free.
+        wgmma_wait<1>();
+        release_stage<K::kStages>(bars, prev.stage);
+      }
+      prev = pos;
+      pos.advance();
+      const bool last = ++j >= n;
+      if (!last) Steps::fetch(ring_ptr, bars, pos, cw, t, af[1 - S]);
+      if (last || j % kPromote == 0) {
+        wgmma_wait<0>();
+        Steps::promote(ring_ptr, bars, prev, wblock, col, lane, part, acc);
+      }
+      return last;
+    };
+    alternate<0>(step);
+  }
+
   // 8-bit floats, one stage per batch, where the registers hold two sets of stage sums (kOverlap):
   // as mainloop_promoted, but stage j's group is issued (into the set stage j - 1 does not use)
   // before stage j - 1's sums are added, so the tensor cores run this warpgroup's next group while
@@ -204,7 +247,7 @@ template <class K> struct A8Mainloops {
     if (!rest(std::integral_constant<int, 0>())) alternate<1>(step);
   }
 
-  // The main loop of the kernel's kind of sums (K::kInt, kOverlap, kPrefetch; else
+  // The main loop of the kernel's kind of sums (K::kInt, kOverlap, kInflight, kPrefetch; else
   // mainloop_promoted) over the `n` stages of one segment from `pos` into acc.
   static __device__ __forceinline__ void mainloop(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos, int64_t n,
                                                   int cw, int wblock, int col, int t, float (&acc)[kAcc]) {
@@ -212,6 +255,8 @@ template <class K> struct A8Mainloops {
       mainloop_int(ring, ring_ptr, bars, pos, n, cw, t, acc);
     else if constexpr (K::kOverlap)
       mainloop_overlapped(ring, ring_ptr, bars, pos, n, cw, wblock, col, t, acc);
+    else if constexpr (K::kInflight)
+      mainloop_inflight(ring, ring_ptr, bars, pos, n, cw, wblock, col, t, acc);
     else if constexpr (K::kPrefetch)
       mainloop_prefetched(ring, ring_ptr, bars, pos, n, cw, wblock, col, t, acc);
     else
