@@ -91,3 +91,34 @@ if [ "${PART:-ncu}" = inflight ]; then
   (cd "$OUT" && tar czf inflight.tgz moe-inflight-* s45.txt && rm -f moe-inflight-*)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
+# PART=quant: activation quantization through the scale's reciprocal and a warp per short row
+#   (src/quantize_act.cu), then the standing against humming-kernels. QUANT_PATCH (default
+#   q.patch, untracked: `git diff src/quantize_act.cu`) is taken out for A and put back for B
+#   (only that file rebuilds): scripts/bench_quantize_act.py on bf16 rows of 768, 2048, 4096 and
+#   8192 inputs at 1024 and 8192 rows and 8192 x 28672 (e4m3-pt, e4m3-g128, i8-pt;
+#   $OUT/quant-{A,B}.json). On B: tests/test_gpu.py's quantize tests (bit for bit against the
+#   CPU path), the per-instance and graph tests and tests/test_moe.py's grouped sm90 tests; then
+#   scripts/bench_moe.py with humming-kernels (carry .peer) on Qwen3-30B-A3B and Mixtral-8x7B at
+#   64, 256 and 1024 tokens, W4A8 e2m1 per channel x e4m3 per token ($OUT/moe-standing-w4a8.json).
+#   Everything in $OUT/quant.tgz.
+if [ "${PART:-ncu}" = quant ]; then
+  QP=${QUANT_PATCH:-q.patch}
+  F='^(sm90_wgmma_moe_a-(e4m3-pt_w-e2m1gc-sbf16|bf16_w-u4g128-sbf16)_c-bf16|sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t.*_l4$|generic_dense_a-bf16_w-u4-s)'
+  QS=1024x768,1024x2048,8192x768,8192x2048,8192x4096,8192x8192,8192x28672
+  for v in A B; do
+    if [ $v = A ]; then patch -s -R -p1 < "$QP" || exit 1; else patch -s -p1 < "$QP" || exit 1; fi
+    HUMMING_PROFILE=dev build_filtered "$F"
+    echo "$v build done at $(($(date +%s) - start)) s" | log
+    python3 scripts/bench_quantize_act.py --out "$OUT/quant-$v.json" --impls humming-aot --formats e4m3-pt,e4m3-g128,i8-pt \
+      --shapes $QS 2>&1 | sed "s/^/$v quant /" | cut -c1-220 | log
+  done
+  python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rfs -k "quantize or instance_against or graph" 2>&1 \
+    | tail -3 | sed "s/^/test_gpu /" | log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "sm90" 2>&1 | tail -3 | sed "s/^/test_moe /" | log
+  install_peer
+  PYTHONPATH=/tmp/peer python3 scripts/bench_moe.py "$OUT/moe-standing-w4a8.json" --models qwen3-30b-a3b,mixtral-8x7b \
+    --tokens 64,256,1024 --format e2m1gc-sbf16 --act e4m3-pt --jit-config w4a8 --impls humming-aot,humming-jit \
+    --jit-budget-s 170 2>&1 | grep -E "humming|rror" | grep -v "\[jit\]" | sed "s/^/standing w4a8 /" | log
+  (cd "$OUT" && tar czf quant.tgz quant-*.json moe-standing-* s45.txt && rm -f quant-*.json moe-standing-*)
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi

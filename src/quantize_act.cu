@@ -4,10 +4,12 @@
 //
 // Rows of whole 16-byte units (k a multiple of 8, 16-byte aligned rows) take the vector kernels,
 // which read eight inputs per thread and access, have the input and code types as template
-// parameters and convert with the GPU's own float-to-FP8 instruction (round to nearest even, as
-// encode()):
+// parameters, divide by the scale through its reciprocal where that rounds as the division does
+// (reciprocal_quotient) and convert with the GPU's own float-to-FP8 instruction (round to nearest
+// even, as encode()):
 // * per token: one block per row, sized to the row, which holds the row in registers (rows of up
-//   to 65536 inputs; longer ones are read twice, the second time mostly from L1);
+//   to 65536 inputs; longer ones are read twice, the second time mostly from L1), or for many
+//   rows of at most 256 vectors (2048 16-bit inputs) a warp per row;
 // * per K group of 8 to 256 inputs: each thread holds one vector, and the group's amax is a
 //   shuffle across the group's lanes, so every input is read once.
 // Everything else (other group sizes, odd k, unaligned rows) takes the scalar kernel: one block
@@ -126,13 +128,64 @@ template <uint32_t ActId> __device__ __forceinline__ uint32_t encode_clipped(flo
     return __nv_cvt_float_to_fp8(q, __NV_SATFINITE, ActId == dtypes::e4m3.id() ? __NV_E4M3 : __NV_E5M2);
 }
 
-// Encodes v (eight inputs) with `scale` into eight codes at 8-byte aligned `out`.
-template <uint32_t ActId> __device__ __forceinline__ void encode8(const float (&v)[8], float scale, uint8_t *out) {
+// The codes of two clipped quotients, a in the low byte: for the FP8 types one conversion of the
+// pair (the instruction's first result lands in the low byte).
+template <uint32_t ActId> __device__ __forceinline__ uint32_t encode_pair(float a, float b) {
+  if constexpr (ActId == dtypes::i8.id())
+    return encode_clipped<ActId>(a) | encode_clipped<ActId>(b) << 8;
+  else
+    return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE,
+                                    ActId == dtypes::e4m3.id() ? __NV_E4M3 : __NV_E5M2);
+}
+
+// x / scale from y, the correctly rounded reciprocal of the scale, as the division rounds it
+// (Markstein's theorem): q0 = x y is within an ulp of the quotient, the remainder x - scale q0 is
+// exact in one FMA, and q0 + remainder y rounds to the correctly rounded quotient, as long as the
+// remainder does not underflow. Three instructions where the division takes about ten with its
+// range check; the division was most of the kernel's instructions (ncu, 8192 x 2048 bf16 rows,
+// e4m3 per token, session 45). A zero x keeps its sign (the sum would give +0 for -0).
+// by_reciprocal says where this holds: scales in [2^-60, 2^60] (one test per scale, not per
+// input). There every quotient an input can give is at most the type's maximum (|x| <= amax), and
+// a quotient that a code can tell from zero (at least 2^-17, half e5m2's smallest subnormal) has
+// |x| >= 2^-77, whose remainder (about 2^-24 |x|) is a normal float; smaller quotients round to
+// a zero code either way, with x's sign.
+__device__ __forceinline__ bool by_reciprocal(float scale) { return scale >= 0x1p-60f && scale <= 0x1p60f; }
+__device__ __forceinline__ float reciprocal_quotient(float x, float scale, float y) {
+  const float q0 = x * y;
+  return copysignf(fmaf(fmaf(-q0, scale, x), y, q0), x);
+}
+
+// Encodes v (eight inputs) with `scale` into eight codes at 8-byte aligned `out`; `y` is the
+// scale's reciprocal (1 / scale, correctly rounded), which Reciprocal uses (by_reciprocal).
+template <uint32_t ActId, bool Reciprocal>
+__device__ __forceinline__ void encode8(const float (&v)[8], float scale, float y, uint8_t *out) {
   const ActRange r = act_range(DType::from_id(ActId));
-  uint32_t word[2] = {0u, 0u};
+  float q[8];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) word[i / 4] |= encode_clipped<ActId>(act_quotient(r, v[i], scale)) << (8 * (i % 4));
+  for (int i = 0; i < 8; ++i)
+    q[i] = fminf(fmaxf(Reciprocal ? reciprocal_quotient(v[i], scale, y) : v[i] / scale, r.lo), r.hi);
+  uint32_t word[2];
+#pragma unroll
+  for (int w = 0; w < 2; ++w)
+    word[w] = encode_pair<ActId>(q[4 * w], q[4 * w + 1]) | encode_pair<ActId>(q[4 * w + 2], q[4 * w + 3]) << 16;
   *reinterpret_cast<uint2 *>(out) = make_uint2(word[0], word[1]);
+}
+
+// A scale and what encoding with it needs: its reciprocal, and whether the quotients may come
+// from it (by_reciprocal).
+struct ActScaleRcp {
+  float scale, y;
+  bool rcp;
+  __device__ __forceinline__ explicit ActScaleRcp(float s) : scale(s), y(1.0f / s), rcp(by_reciprocal(s)) {}
+};
+
+// encode8 with a scale's quotients from its reciprocal where that is exact, else by division.
+template <uint32_t ActId>
+__device__ __forceinline__ void encode8(const float (&v)[8], const ActScaleRcp &s, uint8_t *out) {
+  if (s.rcp)
+    encode8<ActId, true>(v, s.scale, s.y, out);
+  else
+    encode8<ActId, false>(v, s.scale, s.y, out);
 }
 
 // The scale of a row from each thread's amax over its share (blockDim.x a multiple of 32), stored
@@ -191,19 +244,71 @@ __global__ void __launch_bounds__(1024)
 #pragma unroll
     for (int j = 0; j < V; ++j)
       if (threadIdx.x + static_cast<int64_t>(j) * blockDim.x < vecs) amax = amax8(raw[j], amax);
-    const float scale = row_scale<ActId>(amax, scales + r, slot);
+    const ActScaleRcp scale(row_scale<ActId>(amax, scales + r, slot));
+    // One test of the scale for the row (a test per vector cost registers: 8 bytes of spills).
+    // Blocks of eight vectors a thread (rows of more than 32768 16-bit inputs) divide: at their 64
+    // registers (1024 threads) the reciprocal's spilled 24 bytes (ptxas, CUDA 13.0).
+    const auto encode_row = [&](auto rcp) {
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
-      if (i < vecs) {
-        float v[8];
-        to_float8(raw[j], v);
-        encode8<ActId>(v, scale, codes + r * k + 8 * i);
+      for (int j = 0; j < V; ++j) {
+        const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+        if (i < vecs) {
+          float v[8];
+          to_float8(raw[j], v);
+          encode8<ActId, decltype(rcp)::value>(v, scale.scale, scale.y, codes + r * k + 8 * i);
+        }
       }
-    }
+    };
+    if (V <= 4 && scale.rcp)
+      encode_row(std::integral_constant<bool, V <= 4>{});
+    else
+      encode_row(std::false_type{});
     if (!Stream) break;
     if (after < m) load_row(after, raw);
   }
+}
+
+// Per token, rows of at most 32 V vectors, many of them (prefill): a warp per row and kWarpRows
+// rows per block. Lane i holds vectors i, i + 32, ... of its warp's row in registers, and the row's
+// amax is a shuffle within the warp: no shared memory and no block barrier, where the block-wide
+// kernel above gave such rows blocks of 64 threads (two warps, the second mostly idle for rows of
+// 768 inputs) and met at a barrier per row.
+constexpr int kWarpRows = 4;
+template <class X, uint32_t ActId, int V>
+__global__ void __launch_bounds__(32 * kWarpRows)
+    quantize_act_warp_rows(const X *x, int64_t m, int64_t k, int64_t ldx, uint8_t *codes, float *scales) {
+  allow_dependents();
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32;
+  if (r >= m) return; // the whole warp
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t vecs = k / 8;
+  const X *row = x + r * ldx;
+  Raw8<X> raw[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j)
+    if (lane + 32 * j < vecs) raw[j] = load_raw8(row + 8 * (lane + 32 * j));
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < V; ++j)
+    if (lane + 32 * j < vecs) amax = amax8(raw[j], amax);
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, s));
+  const float sc = act_scale_from_amax(DType::from_id(ActId), amax);
+  if (lane == 0) scales[r] = sc;
+  const ActScaleRcp scale(sc);
+  const auto encode_row = [&](auto rcp) {
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      if (lane + 32 * j < vecs) {
+        float v[8];
+        to_float8(raw[j], v);
+        encode8<ActId, decltype(rcp)::value>(v, scale.scale, scale.y, codes + r * k + 8 * (lane + 32 * j));
+      }
+  };
+  if (scale.rcp)
+    encode_row(std::true_type{});
+  else
+    encode_row(std::false_type{});
 }
 
 // Per token, rows of any length: as above, a row per block, but the row is read twice (the amax,
@@ -217,7 +322,7 @@ __global__ void __launch_bounds__(1024)
   const int64_t vecs = k / 8;
   float amax = 0.0f;
   for (int64_t i = threadIdx.x; i < vecs; i += blockDim.x) amax = amax8(load_raw8(row + 8 * i), amax);
-  const float scale = row_scale<ActId>(amax, scales + r);
+  const ActScaleRcp scale(row_scale<ActId>(amax, scales + r));
   for (int64_t i = threadIdx.x; i < vecs; i += blockDim.x) {
     float v[8];
     load8(row + 8 * i, v);
@@ -255,7 +360,7 @@ __global__ void quantize_act_groups(const X *x, int64_t m, int64_t k, int64_t ld
       const float scale = act_scale_from_amax(DType::from_id(ActId), amax);
       if (!in || r >= m) continue;
       if (vec % lanes == 0) scales[r * cols + vec / lanes] = scale;
-      encode8<ActId>(v, scale, codes + r * k + 8 * vec);
+      encode8<ActId>(v, ActScaleRcp(scale), codes + r * k + 8 * vec);
     }
   }
 }
@@ -293,7 +398,21 @@ void launch_vector(const ActFormat &fmt, const void *x, int64_t m, int64_t k, in
       quantize_act_rows<X, ActId, V, false>
           <<<static_cast<unsigned>(m), threads, 0, stream>>>(xp, m, k, ldx, codes, scales);
     };
-    if (m <= 256 && vecs <= 1024)
+    // Many short rows: a warp per row (quantize_act_warp_rows), with the fewest vectors per lane
+    // that hold the row.
+    auto warp_rows = [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      const int64_t blocks = (m + kWarpRows - 1) / kWarpRows;
+      quantize_act_warp_rows<X, ActId, V>
+          <<<static_cast<unsigned>(blocks), 32 * kWarpRows, 0, stream>>>(xp, m, k, ldx, codes, scales);
+    };
+    if (m > 256 && vecs <= 32 * 2)
+      warp_rows(std::integral_constant<int, 2>{});
+    else if (m > 256 && vecs <= 32 * 4)
+      warp_rows(std::integral_constant<int, 4>{});
+    else if (m > 256 && vecs <= 32 * kMaxV)
+      warp_rows(std::integral_constant<int, kMaxV>{});
+    else if (m <= 256 && vecs <= 1024)
       rows(std::integral_constant<int, 1>{}, row_threads(vecs, 1));
     else if (vecs <= 4 * 1024)
       rows(std::integral_constant<int, 4>{}, row_threads(vecs, 4));

@@ -609,6 +609,42 @@ def test_gpu_quantize_act_equals_cpu(act, shape):
         assert torch.equal(c_gpu.cpu().view(torch.uint8), c_cpu.view(torch.uint8)), f"{act} {dt} codes"
 
 
+# Rows for the reciprocal quotients of the vector kernels: (rows, k): a warp per row of 768 and
+# of 2048 inputs (more than 256 rows), a block per row of 8192 inputs.
+RECIPROCAL_SHAPES = [(600, 768), (520, 2048), (40, 8192)]
+
+
+@pytest.mark.parametrize("act", ["e4m3-pt", "e5m2-pt", "i8-pt", "e4m3-g128", "e5m2-g16"])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("shape", RECIPROCAL_SHAPES, ids=[f"{m}x{k}" for m, k in RECIPROCAL_SHAPES])
+def test_gpu_quantize_act_quotients_round_as_the_division(act, dt, shape):
+    """The vector kernels divide by the scale through its reciprocal where that rounds as the
+    division does (scales in [2^-60, 2^60]) and divide outside: bit for bit against the CPU path's
+    division, on rows whose largest magnitudes have random significands over binades 2^-70 to 2^15
+    (so scales on both sides of the bounds), filled with values of every significand from 24 binades
+    below that maximum up to it (the inputs whose quotients reach a nonzero code), of both signs,
+    with exact zeros of both signs."""
+    m, k = shape
+    mant = 7 if dt == torch.bfloat16 else 10
+    g = torch.Generator().manual_seed(m + k + mant)
+    # Positive finite values of a 16-bit float type are ordered as their bit patterns.
+    lo_exp, hi_exp = (-70, 16) if dt == torch.bfloat16 else (-24, 15)  # (f16's largest binade is 2^15)
+    top = torch.ldexp(1.0 + torch.rand(m, generator=g), torch.randint(lo_exp, hi_exp, (m,), generator=g)).to(dt)
+    top_bits = top.view(torch.int16).to(torch.int64)
+    low = (top_bits - 24 * 2**mant).clamp(min=0)
+    span = top_bits - low + 1
+    mag = low[:, None] + (torch.rand(m, k, generator=g, dtype=torch.float64) * span[:, None]).long()
+    sign = torch.randint(0, 2, (m, k), generator=g, dtype=torch.int64) << 15
+    x = (mag | sign).to(torch.int32).to(torch.int16).view(dt)
+    x[:, 0] = top  # the row's largest magnitude, exactly
+    x[:, 1], x[:, 2] = 0.0, -0.0
+    c_cpu, s_cpu = ha.quantize_act(x, act)
+    c_gpu, s_gpu = ha.quantize_act(x.cuda(), act)
+    assert torch.equal(s_gpu.cpu(), s_cpu), f"{act} scales"
+    bad = (c_gpu.cpu().view(torch.uint8) != c_cpu.view(torch.uint8)).nonzero()
+    assert bad.numel() == 0, f"{act}: {bad.shape[0]} codes differ, first at {bad[0].tolist()}: x = {x[tuple(bad[0])]}"
+
+
 def test_quant_linear_dispatch_and_explain():
     from humming_aot import dispatch
 
