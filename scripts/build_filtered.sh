@@ -29,3 +29,17 @@ device_log() {
 install_peer() {
   python3 -m pip install -q --no-deps --no-index --upgrade --target /tmp/peer .peer/humming_kernels-0.1.20-*.whl
 }
+
+# w4a8_heights TAG MODEL:TOKENS ...: scripts/bench_moe.py on the grouped e2m1 per-channel W4A8 MoE (e4m3
+# per-token rows quantized in each call), its default choice and every tile height near the mean
+# rows per expert (--impls humming-aot,humming-aot-heights), to $OUT/moe-TAG-MODEL.json, lines through
+# log (device_log). Sessions 44 and 45.
+w4a8_heights() {
+  local tag=$1 mt
+  shift
+  for mt in "$@"; do
+    python3 scripts/bench_moe.py "$OUT/moe-$tag-${mt%%:*}.json" --models "${mt%%:*}" --tokens "${mt#*:}" \
+      --format e2m1gc-sbf16 --act e4m3-pt --impls humming-aot,humming-aot-heights 2>&1 | grep -E "humming|rror" \
+      | sed "s/^/$tag /" | log
+  done
+}

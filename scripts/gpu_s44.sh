@@ -49,16 +49,6 @@ w4a8_grouped_tests() { # $1: profile, $2: instance filter: the build, its instan
   python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "8bit_activations" 2>&1 | tail -4 \
     | sed "s/^/test_moe /" | log
 }
-w4a8_heights() { # $1: the tag (log prefix, $OUT/moe-$1-MODEL.json); then MODEL:TOKENS ... : the grouped e2m1
-  # per-channel W4A8 MoE's default choice and every tile height near the mean rows per expert
-  local tag=$1 mt
-  shift
-  for mt in "$@"; do
-    python3 scripts/bench_moe.py "$OUT/moe-$tag-${mt%%:*}.json" --models "${mt%%:*}" --tokens "${mt#*:}" \
-      --format e2m1gc-sbf16 --act e4m3-pt --impls humming-aot,humming-aot-heights 2>&1 | grep -E "humming|rror" \
-      | sed "s/^/$tag /" | log
-  done
-}
 if [ "${PART:-turns}" = turns ]; then
   for v in 0 2 ${AGAIN:-0}; do
     CUDAFLAGS=-DHUMMING_SM90_ISSUE_TURNS=$v HUMMING_PROFILE=dev build_filtered "$TT"

@@ -122,3 +122,27 @@ if [ "${PART:-ncu}" = quant ]; then
   (cd "$OUT" && tar czf quant.tgz quant-*.json moe-standing-* s45.txt && rm -f quant-*.json moe-standing-*)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
+# PART=prefetch: an A/B of the epilogue's scale prefetch (a8_epilogue.h A8Epilogue::prefetch: the
+#   token and channel scales the stores read, brought into L1 before the main loop): A built with
+#   -DHUMMING_SM90_EPILOGUE_PREFETCH=0, B with the default (on). Each a dev build of the grouped
+#   e2m1 per-channel W4A8 tiles and the dense e2m1 per-channel layout-4 ones; scripts/bench_moe.py's
+#   default choice on Qwen3-30B-A3B and Mixtral-8x7B at 256 and 1024 tokens
+#   ($OUT/moe-prefetch-{A,B}.json); on B also every tile height near the mean at Qwen3-30B-A3B 1024
+#   tokens and Mixtral-8x7B 256 (w4a8_heights), tests/test_moe.py's 8-bit activation grouped tests
+#   and tests/test_gpu.py's per-instance tests. Everything in $OUT/prefetch.tgz.
+if [ "${PART:-ncu}" = prefetch ]; then
+  F='^(sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16|sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t.*_l4$|generic_dense_a-bf16_w-u4-s)'
+  for v in A B; do
+    CUDAFLAGS=$([ $v = A ] && echo -DHUMMING_SM90_EPILOGUE_PREFETCH=0) HUMMING_PROFILE=dev build_filtered "$F"
+    echo "$v build done at $(($(date +%s) - start)) s" | log
+    python3 scripts/bench_moe.py "$OUT/moe-prefetch-$v.json" --models qwen3-30b-a3b,mixtral-8x7b --tokens 256,1024 \
+      --format e2m1gc-sbf16 --act e4m3-pt --impls humming-aot 2>&1 | grep -E "humming|rror" | sed "s/^/$v moe /" | log
+  done
+  w4a8_heights heights-B qwen3-30b-a3b:1024 mixtral-8x7b:256
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "8bit_activations" 2>&1 | tail -2 \
+    | sed "s/^/test_moe /" | log
+  python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rfs -k "instance_against or graph" 2>&1 | tail -2 \
+    | sed "s/^/test_gpu /" | log
+  (cd "$OUT" && tar czf prefetch.tgz moe-prefetch-* moe-heights-B-* s45.txt && rm -f moe-prefetch-* moe-heights-B-*)
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
