@@ -428,9 +428,6 @@ struct DenseA8 {
       // The thread's first token among the stage's activation scales (kTokensM; kScaleLead: the run
       // starts at the 16-byte boundary at or before the tile's first row).
       const int scol = col + (kScaleLead != 0 ? static_cast<int>(m0 % 4) : 0);
-      // The weight's per-channel scales (of the tile's expert in grouped GEMMs).
-      const void *scales = static_cast<const char *>(a.scales) + expert * a.expert_scales_stride;
-      Epilogue::prefetch(a, lane, col, m0, n0, scales);
       Loops::mainloop(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, scol, t, acc);
       Probe::segment_done();
       const StreamKPlan &plan = p.plan;
@@ -442,6 +439,8 @@ struct DenseA8 {
           Probe::fixup_done();
           if (!last) return;
         }
+      // The weight's per-channel scales (of the tile's expert in grouped GEMMs).
+      const void *scales = static_cast<const char *>(a.scales) + expert * a.expert_scales_stride;
       Epilogue::store(p, ring + kRingBytes + cw * kBoxBytes, cw, t, lane, col, m0, m_end, n0, scales, acc);
     };
     if constexpr (Grouped) {

@@ -6,16 +6,10 @@
 
 #include <cstdint>
 
-#include "humming/backend/sm90/ptx.h"
 #include "humming/epilogue/staged_store.h"
 #include "humming/epilogue/store.h"
 #include "humming/epilogue/wgmma_store.h"
 #include "humming/humming.h"
-
-// 0 turns A8Epilogue::prefetch off (an A/B switch).
-#ifndef HUMMING_SM90_EPILOGUE_PREFETCH
-#define HUMMING_SM90_EPILOGUE_PREFETCH 1
-#endif
 
 namespace humming {
 namespace sm90 {
@@ -28,31 +22,6 @@ template <class K> struct A8Epilogue {
   static constexpr int kAcc = K::kAcc;
   static constexpr uint32_t OutId = K::kOutId, ScaleId = K::kScaleId;
   static constexpr bool kBlocks = K::kBlocks, kTokensM = K::kTokensM, kStagedStore = K::kStagedStore;
-
-  // Brings into L1 the scales the stores of the tile of rows from m0 and channels from n0 will
-  // read, before its main loop (channel-M tiles): the token scales of its rows (one line per 32 of
-  // them) and this thread's two channels' scales. Read only after the last stage, each was a
-  // round trip to memory while the warpgroup's tensor-core work had run out (ncu, grouped W4A8
-  // t80 of Qwen3-30B-A3B at 1024 tokens, session 45: the stores' waits for these loads were about
-  // a twentieth of the stall samples). A prefetch holds no register across the main loop.
-  static __device__ __forceinline__ void prefetch(const GemmArgs &a, int lane, int col, int64_t m0, int64_t n0,
-                                                  const void *scales) {
-    if constexpr (!kTokensM && HUMMING_SM90_EPILOGUE_PREFETCH != 0) {
-      if constexpr (!kBlocks)
-#pragma unroll
-        for (int i = 0; i < (K::kTileM + 31) / 32; ++i) {
-          const int64_t m = m0 + 32 * i + lane;
-          if (a.a_scales != nullptr && m < a.m) sm90::prefetch_l1(a.a_scales + m * a.a_scale_cols);
-        }
-      if constexpr (K::kGroupK == 0) {
-        constexpr int kBytes = DType::from_id(ScaleId).storage_bytes();
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          if (a.scales != nullptr && n0 + col + 8 * h < a.dims.n_pad)
-            sm90::prefetch_l1(static_cast<const char *>(scales) + (n0 + col + 8 * h) * kBytes);
-      }
-    }
-  }
 
   // The sums `acc` of thread t (lane `lane`, its first channel, or with kTokensM its first token,
   // `col` inside the tile) of consumer warpgroup cw, whose output box is at shared address `box`,

@@ -133,9 +133,6 @@ __device__ __forceinline__ void prefetch_tensor_map(const void *map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
 }
 
-// Brings the line of global address p into L1 ahead of a load (no register waits for it).
-__device__ __forceinline__ void prefetch_l1(const void *p) { asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p)); }
-
 // ---- registers -------------------------------------------------------------------------------
 
 // Gives registers back (producer warpgroups) or takes them (consumer warpgroups): every thread of
