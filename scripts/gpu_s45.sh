@@ -147,3 +147,16 @@ if [ "${PART:-ncu}" = prefetch ]; then
   (cd "$OUT" && tar czf prefetch.tgz moe-prefetch-* moe-heights-B-* s45.txt && rm -f moe-prefetch-* moe-heights-B-*)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
+# PART=cover: the GPU tests of the other W4A8 tiles that take mainloop_inflight (two consumers, 48
+#   tokens and more): a dev build of the grouped and dense u4 / i4 / e2m1 tiles per channel and per
+#   128 inputs (but e2m1 per channel, tested in the calls before), tests/test_gpu.py's per-instance
+#   tests and tests/test_moe.py's 8-bit activation grouped tests.
+if [ "${PART:-ncu}" = cover ]; then
+  HUMMING_PROFILE=dev build_filtered \
+    '^(sm90_wgmma_(moe|dense)_a-e4m3-pt_w-(u4gc|u4g128|i4gc|e2m1g128)-sbf16_c-bf16_t(48|64|80|128)x128x128_w1x2x1|generic_dense_a-bf16_w-u4-s)'
+  echo "build done at $(($(date +%s) - start)) s" | log
+  python3 -c "import humming_aot.registry as r; print(len(list(r.instances())), 'instances')" 2>&1 | log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "8bit_activations" 2>&1 | tail -2 | sed "s/^/test_moe /" | log
+  python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rfs -k "instance_against" 2>&1 | tail -2 | sed "s/^/test_gpu /" | log
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
