@@ -254,26 +254,22 @@ struct DenseA8 {
   static constexpr bool kOverlap =
       !kInt && !kRegFrags && Batch == 1 && 3 * kAcc <= kConsumerRegs - kOverlapSpareRegs - (kGroups ? 8 : 0);
   // 4-bit codes into register fragments, one stage per batch: whether a consumer fetches the next
-  // stage's fragments while its own group runs (mainloop_prefetched), with a second fragment set.
-  // Measured on the H200 (session 20, t128x128, graph us at m = 2048 / 8192): e2m1gc 28672x8192
-  // 1058 -> 1013 and 8192x8192 1266 -> 1206 at 8192; u4g128 1234 -> 1182 and 1461 -> 1394. The
-  // 64-token tile at m = 64 went both ways (-1.5 % to +4 %): a fetch that waits for the next stage
-  // holds back the release of this one, and small tiles are bound by the ring, so they keep
-  // mainloop_promoted.
-  // (Where the registers hold the second set: the three-consumer 128-token tile spilled 820 bytes
-  // with it, ptxas, CUDA 13.0.)
-  static constexpr bool kPrefetch =
-      kRegFrags && !kInt && Batch == 1 && BM >= 128 && 2 * kAcc + 2 * kSteps * 4 <= kConsumerRegs - kOverlapSpareRegs;
-  // The same, with the group of each stage kept in flight behind the next inside a promotion
-  // window (mainloop_inflight), for the tiles of HUMMING_SM90_A8_INFLIGHT tokens and more whose
-  // registers hold the second fragment set.
-#ifndef HUMMING_SM90_A8_INFLIGHT
-#define HUMMING_SM90_A8_INFLIGHT 48
-#endif
-  static constexpr bool kInflight = kRegFrags && !kInt && Batch == 1 && BM >= HUMMING_SM90_A8_INFLIGHT &&
-                                    2 * kAcc + 2 * kSteps * 4 <= kConsumerRegs - kOverlapSpareRegs;
+  // stage's fragments into a second set while its own group runs, and keeps that group in flight
+  // behind the next inside a promotion window (mainloop_inflight). Fetching ahead alone, waiting
+  // for each stage's group, measured on the H200 (session 20, t128x128, graph us at m = 2048 /
+  // 8192): e2m1gc 28672x8192 1058 -> 1013 and 8192x8192 1266 -> 1206 at 8192; u4g128 1234 -> 1182
+  // and 1461 -> 1394; the 64-token tile at m = 64 went both ways (-1.5 % to +4 %), so then only
+  // the 128-token tiles took it. With the group in flight, from 48 tokens, an A/B on the H100
+  // (session 45, scripts/gpu_s45.sh PART=inflight, graph us): dense e2m1gc t64 8192x8192 at
+  // m = 2048 381 -> 339 and 28672x8192 1211 -> 1140, t128 28672x8192 at m = 8192 3676 -> 3537;
+  // the grouped W4A8 MoE (gate-up + down) Mixtral-8x7B at 1024 tokens 954 -> 907 (t128) and at
+  // 256 326 -> 320 (t80), Qwen3-30B-A3B at 256 / 1024 tokens and DeepSeek-V3 at 1024 within 0.5 %;
+  // t64 at m = 64 25.0 -> 24.4. (Where the registers hold the second set: the three-consumer
+  // 128-token tile spilled 820 bytes with it, ptxas, CUDA 13.0.)
+  static constexpr bool kInflight =
+      kRegFrags && !kInt && Batch == 1 && BM >= 48 && 2 * kAcc + 2 * kSteps * 4 <= kConsumerRegs - kOverlapSpareRegs;
   // Stages whose sums the tensor cores add up before they are promoted into fp32 (the loops with
-  // one stage per batch: mainloop_prefetched, mainloop_overlapped). Scales per group or block
+  // one stage per batch: mainloop_inflight, mainloop_overlapped). Scales per group or block
   // apply to each stage's sums, so those promote every stage; with per-channel scales the window
   // only bounds the error of the tensor cores' narrower running sum, which grows with the adds in
   // it. Measured on the H200 (session 21, scripts/a8_error.py: 4096 x 8192 and x 28672, m = 512,

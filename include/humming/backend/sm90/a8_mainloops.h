@@ -63,8 +63,9 @@ template <class K> struct A8Mainloops {
   // consumer warpgroups keep the tensor cores busy meanwhile. (Fetching the next batch's fragments
   // before this batch retires, into a second set, gained nothing at decode and cost 8% at m = 8192
   // in the 128-token tile in session 11; in session 20, one stage per batch, it gained 4-5 % there,
-  // with lookups and with bit moves alike: mainloop_prefetched, DenseA8::kPrefetch.) Tiles whose registers hold a
-  // second set of stage sums take mainloop_overlapped instead.
+  // with lookups and with bit moves alike; since session 45 such tiles also keep a group in flight:
+  // mainloop_inflight, DenseA8::kInflight.) Tiles whose registers hold a second set of stage sums
+  // take mainloop_overlapped instead.
   static __device__ __forceinline__ void mainloop_promoted(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
                                                            int64_t n, int cw, int wblock, int col, int t,
                                                            float (&acc)[kAcc]) {
@@ -108,45 +109,17 @@ template <class K> struct A8Mainloops {
     }
   }
 
-  // 4-bit codes in register fragments, one stage per batch: as mainloop_promoted, but stage j + 1's
-  // fragments are fetched into the other set while stage j's group runs, so the conversion of the
-  // next stage overlaps this warpgroup's own tensor-core work (two stages per trip, so that each
-  // fragment set has fixed registers). The stage sums run over kPromote stages before they are
-  // added into acc; each stage goes back to the producer as soon as its group has retired.
-  static __device__ __forceinline__ void mainloop_prefetched(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
-                                                             int64_t n, int cw, int wblock, int col, int t,
-                                                             float (&acc)[kAcc]) {
-    const int lane = t % 32;
-    zero(acc);
-    if (n <= 0) return;
-    float part[kAcc];
-    Frags af[2];
-    int64_t j = 0;
-    Steps::fetch(ring_ptr, bars, pos, cw, t, af[0]);
-    auto step = [&](auto set) {
-      constexpr int S = decltype(set)::value;
-      Steps::issue_stage(ring, pos, cw, af[S], part, j % kPromote == 0);
-      const RingPos cur = pos;
-      pos.advance();
-      const bool last = ++j >= n;
-      if (!last) Steps::fetch(ring_ptr, bars, pos, cw, t, af[1 - S]);
-      wgmma_wait<0>();
-      retire(last || j % kPromote == 0, ring_ptr, bars, cur, wblock, col, lane, part, acc);
-      return last;
-    };
-    alternate<0>(step);
-  }
-
-  // 4-bit codes in register fragments, one stage per batch, with a group kept in flight
-  // (K::kInflight): stage j is issued, then (inside a promotion window) the group of stage j - 1
-  // retires behind it and its stage goes back, then stage j + 1's fragments are fetched into the
-  // set stage j - 1 used, all while stage j's group runs; only at the end of a window of kPromote
-  // stages does the warpgroup wait for its last group, to add the window's sums into acc. In
-  // mainloop_prefetched every stage waits for its own group, and in mainloop_promoted a stage is
-  // also fetched only after the stage before has retired: a warpgroup's tensor-core work and its
-  // conversion then take turns, and its groups reach the tensor cores one at a time (ncu, grouped
-  // W4A8 t80 of Qwen3-30B-A3B at 1024 tokens, session 45: a sixth of the stall samples on the
-  // per-stage wait). Two stages per trip, so that each fragment set has fixed registers.
+  // 4-bit codes in register fragments, one stage per batch, with a second fragment set and a group
+  // kept in flight (K::kInflight): stage j is issued, then (inside a promotion window) the group
+  // of stage j - 1 retires behind it and its stage goes back, then stage j + 1's fragments are
+  // fetched into the set stage j - 1 used, all while stage j's group runs; only at the end of a
+  // window of kPromote stages does the warpgroup wait for its last group, to add the window's sums
+  // into acc. In mainloop_promoted a stage is fetched only after the stage before has retired, so
+  // a warpgroup's tensor-core work and its conversion take turns and its groups reach the tensor
+  // cores one at a time (ncu, grouped W4A8 t80 of Qwen3-30B-A3B at 1024 tokens, session 45: a
+  // sixth of the stall samples on the per-stage wait). Until session 45 the 128-token tiles
+  // fetched ahead but still waited for every stage's own group (mainloop_prefetched, session 20);
+  // this loop replaced it. Two stages per trip, so that each fragment set has fixed registers.
   static __device__ __forceinline__ void mainloop_inflight(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
                                                            int64_t n, int cw, int wblock, int col, int t,
                                                            float (&acc)[kAcc]) {
@@ -247,7 +220,7 @@ template <class K> struct A8Mainloops {
     if (!rest(std::integral_constant<int, 0>())) alternate<1>(step);
   }
 
-  // The main loop of the kernel's kind of sums (K::kInt, kOverlap, kInflight, kPrefetch; else
+  // The main loop of the kernel's kind of sums (K::kInt, kOverlap, kInflight; else
   // mainloop_promoted) over the `n` stages of one segment from `pos` into acc.
   static __device__ __forceinline__ void mainloop(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos, int64_t n,
                                                   int cw, int wblock, int col, int t, float (&acc)[kAcc]) {
@@ -257,8 +230,6 @@ template <class K> struct A8Mainloops {
       mainloop_overlapped(ring, ring_ptr, bars, pos, n, cw, wblock, col, t, acc);
     else if constexpr (K::kInflight)
       mainloop_inflight(ring, ring_ptr, bars, pos, n, cw, wblock, col, t, acc);
-    else if constexpr (K::kPrefetch)
-      mainloop_prefetched(ring, ring_ptr, bars, pos, n, cw, wblock, col, t, acc);
     else
       mainloop_promoted(ring, ring_ptr, bars, pos, n, cw, wblock, col, t, acc);
   }
