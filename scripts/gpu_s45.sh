@@ -12,6 +12,25 @@ OUT="${OUT:-$PWD/build/gpu-out}"
 . scripts/build_filtered.sh
 device_log s45.txt
 A8='^(sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s)'
+# The grouped e2m1 per-channel W4A8 tiles and the dense layout-4 ones (PART=inflight, prefetch).
+A8D='^(sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16|sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t.*_l4$|generic_dense_a-bf16_w-u4-s)'
+# ab_builds FLAG FILTER FUNC: a dev build of FILTER with CUDAFLAGS=FLAG ("A"), FUNC A, then one
+# without ("B"), FUNC B.
+ab_builds() {
+  local v
+  for v in A B; do
+    CUDAFLAGS=$([ $v = A ] && echo "$1") HUMMING_PROFILE=dev build_filtered "$2"
+    echo "$v build done at $(($(date +%s) - start)) s" | log
+    "$3" $v
+  done
+}
+# w4a8_tests K: tests/test_moe.py's 8-bit activation grouped tests and tests/test_gpu.py's tests
+# selected by K, on the build.
+w4a8_tests() {
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "8bit_activations" 2>&1 | tail -2 \
+    | sed "s/^/test_moe /" | log
+  python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rfs -k "$1" 2>&1 | tail -2 | sed "s/^/test_gpu /" | log
+}
 if [ "${PART:-ncu}" = ncu ]; then
   HUMMING_PROFILE=dev build_filtered "$A8"
   echo "build took $(($(date +%s) - start)) s" | log
@@ -70,24 +89,21 @@ fi
 #   and the dense tiles of 64 and 128 tokens (scripts/time_shapes.py, GEMM alone, graph us after a
 #   read flush) on 8192x8192 and 28672x8192 at m = 64, 256, 2048 and 8192; then on B
 #   tests/test_moe.py's 8-bit activation grouped tests and tests/test_gpu.py's per-instance tests
-#   of the W4A8 dense tiles.
-if [ "${PART:-ncu}" = inflight ]; then
-  F='^(sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16|sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t.*_l4$|generic_dense_a-bf16_w-u4-s)'
-  for v in A B; do
-    CUDAFLAGS=$([ $v = A ] && echo -DHUMMING_SM90_A8_INFLIGHT=100000) HUMMING_PROFILE=dev build_filtered "$F"
-    echo "$v build done at $(($(date +%s) - start)) s" | log
-    for mt in qwen3-30b-a3b:256,1024 mixtral-8x7b:256,1024 deepseek-v3:1024; do
-      python3 scripts/bench_moe.py "$OUT/moe-inflight-$v-${mt%%:*}.json" --models "${mt%%:*}" --tokens "${mt#*:}" \
-        --format e2m1gc-sbf16 --act e4m3-pt --impls humming-aot 2>&1 | grep -E "humming|rror" | sed "s/^/$v moe /" | log
-    done
-    python3 scripts/time_shapes.py 8192x8192,28672x8192 64,256,2048,8192 --format e2m1gc-sbf16 --act e4m3-pt \
-      --layout sm90a8 --prequant --graph --flush read --iters 20 \
-      --match 'sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t(64|128)x.*_l4$' 2>&1 | sed "s/^/$v dense /" | log
+#   of the W4A8 dense tiles. (Run at a3409da; the macro existed up to 69bb62a, which took it out
+#   with mainloop_prefetched.)
+inflight_points() { # $1: the variant
+  local mt
+  for mt in qwen3-30b-a3b:256,1024 mixtral-8x7b:256,1024 deepseek-v3:1024; do
+    python3 scripts/bench_moe.py "$OUT/moe-inflight-$1-${mt%%:*}.json" --models "${mt%%:*}" --tokens "${mt#*:}" \
+      --format e2m1gc-sbf16 --act e4m3-pt --impls humming-aot 2>&1 | grep -E "humming|rror" | sed "s/^/$1 moe /" | log
   done
-  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "8bit_activations" 2>&1 | tail -3 \
-    | sed "s/^/test_moe /" | log
-  python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rfs -k "instance_against or graph" 2>&1 | tail -3 \
-    | sed "s/^/test_gpu /" | log
+  python3 scripts/time_shapes.py 8192x8192,28672x8192 64,256,2048,8192 --format e2m1gc-sbf16 --act e4m3-pt \
+    --layout sm90a8 --prequant --graph --flush read --iters 20 \
+    --match 'sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t(64|128)x.*_l4$' 2>&1 | sed "s/^/$1 dense /" | log
+}
+if [ "${PART:-ncu}" = inflight ]; then
+  ab_builds -DHUMMING_SM90_A8_INFLIGHT=100000 "$A8D" inflight_points
+  w4a8_tests "instance_against or graph"
   (cd "$OUT" && tar czf inflight.tgz moe-inflight-* s45.txt && rm -f moe-inflight-*)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
@@ -131,19 +147,14 @@ fi
 #   tokens and Mixtral-8x7B 256 (w4a8_heights), tests/test_moe.py's 8-bit activation grouped tests
 #   and tests/test_gpu.py's per-instance tests. Everything in $OUT/prefetch.tgz. (Run at 5dc4ff9; no
 #   gain, reverted in the next commit: the macro and A8Epilogue::prefetch exist only in that tree.)
+prefetch_points() { # $1: the variant
+  python3 scripts/bench_moe.py "$OUT/moe-prefetch-$1.json" --models qwen3-30b-a3b,mixtral-8x7b --tokens 256,1024 \
+    --format e2m1gc-sbf16 --act e4m3-pt --impls humming-aot 2>&1 | grep -E "humming|rror" | sed "s/^/$1 moe /" | log
+}
 if [ "${PART:-ncu}" = prefetch ]; then
-  F='^(sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16|sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t.*_l4$|generic_dense_a-bf16_w-u4-s)'
-  for v in A B; do
-    CUDAFLAGS=$([ $v = A ] && echo -DHUMMING_SM90_EPILOGUE_PREFETCH=0) HUMMING_PROFILE=dev build_filtered "$F"
-    echo "$v build done at $(($(date +%s) - start)) s" | log
-    python3 scripts/bench_moe.py "$OUT/moe-prefetch-$v.json" --models qwen3-30b-a3b,mixtral-8x7b --tokens 256,1024 \
-      --format e2m1gc-sbf16 --act e4m3-pt --impls humming-aot 2>&1 | grep -E "humming|rror" | sed "s/^/$v moe /" | log
-  done
+  ab_builds -DHUMMING_SM90_EPILOGUE_PREFETCH=0 "$A8D" prefetch_points
   w4a8_heights heights-B qwen3-30b-a3b:1024 mixtral-8x7b:256
-  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "8bit_activations" 2>&1 | tail -2 \
-    | sed "s/^/test_moe /" | log
-  python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rfs -k "instance_against or graph" 2>&1 | tail -2 \
-    | sed "s/^/test_gpu /" | log
+  w4a8_tests "instance_against or graph"
   (cd "$OUT" && tar czf prefetch.tgz moe-prefetch-* moe-heights-B-* s45.txt && rm -f moe-prefetch-* moe-heights-B-*)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
@@ -154,9 +165,7 @@ fi
 if [ "${PART:-ncu}" = cover ]; then
   HUMMING_PROFILE=dev build_filtered \
     '^(sm90_wgmma_(moe|dense)_a-e4m3-pt_w-(u4gc|u4g128|i4gc|e2m1g128)-sbf16_c-bf16_t(48|64|80|128)x128x128_w1x2x1|generic_dense_a-bf16_w-u4-s)'
-  echo "build done at $(($(date +%s) - start)) s" | log
   python3 -c "import humming_aot.registry as r; print(len(list(r.instances())), 'instances')" 2>&1 | log
-  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "8bit_activations" 2>&1 | tail -2 | sed "s/^/test_moe /" | log
-  python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rfs -k "instance_against" 2>&1 | tail -2 | sed "s/^/test_gpu /" | log
+  w4a8_tests instance_against
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
