@@ -163,7 +163,7 @@ __device__ __forceinline__ void encode8(const float (&v)[8], float scale, float 
   float q[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i)
-    q[i] = fminf(fmaxf(Reciprocal ? reciprocal_quotient(v[i], scale, y) : v[i] / scale, r.lo), r.hi);
+    q[i] = Reciprocal ? act_clip(r, reciprocal_quotient(v[i], scale, y)) : act_quotient(r, v[i], scale);
   uint32_t word[2];
 #pragma unroll
   for (int w = 0; w < 2; ++w)
@@ -179,13 +179,19 @@ struct ActScaleRcp {
   __device__ __forceinline__ explicit ActScaleRcp(float s) : scale(s), y(1.0f / s), rcp(by_reciprocal(s)) {}
 };
 
+// f(std::true_type) where the quotients may come from the reciprocal, else f(std::false_type):
+// one test that picks a whole encoding loop, so that neither loop tests per vector.
+template <class F> __device__ __forceinline__ void with_reciprocal(bool rcp, F f) {
+  if (rcp)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
+}
+
 // encode8 with a scale's quotients from its reciprocal where that is exact, else by division.
 template <uint32_t ActId>
 __device__ __forceinline__ void encode8(const float (&v)[8], const ActScaleRcp &s, uint8_t *out) {
-  if (s.rcp)
-    encode8<ActId, true>(v, s.scale, s.y, out);
-  else
-    encode8<ActId, false>(v, s.scale, s.y, out);
+  with_reciprocal(s.rcp, [&](auto rcp) { encode8<ActId, decltype(rcp)::value>(v, s.scale, s.y, out); });
 }
 
 // The scale of a row from each thread's amax over its share (blockDim.x a multiple of 32), stored
@@ -305,10 +311,7 @@ __global__ void __launch_bounds__(32 * kWarpRows)
         encode8<ActId, decltype(rcp)::value>(v, scale.scale, scale.y, codes + r * k + 8 * (lane + 32 * j));
       }
   };
-  if (scale.rcp)
-    encode_row(std::true_type{});
-  else
-    encode_row(std::false_type{});
+  with_reciprocal(scale.rcp, encode_row);
 }
 
 // Per token, rows of any length: as above, a row per block, but the row is read twice (the amax,

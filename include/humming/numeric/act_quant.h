@@ -22,8 +22,11 @@ HUMMING_HD ActRange act_range(DType t) {
   return ActRange{-lim - (t.kind == kInt ? 1.0f : 0.0f), lim};
 }
 
+// A quotient clipped to `r`.
+HUMMING_HD float act_clip(ActRange r, float q) { return fminf(fmaxf(q, r.lo), r.hi); }
+
 // x / scale clipped to `r`: the value every quantizer encodes.
-HUMMING_HD float act_quotient(ActRange r, float x, float scale) { return fminf(fmaxf(x / scale, r.lo), r.hi); }
+HUMMING_HD float act_quotient(ActRange r, float x, float scale) { return act_clip(r, x / scale); }
 
 // Quantizes x[begin, end) of one row into codes (one byte each) with `scale`.
 HUMMING_HD void quantize_act_slice(DType t, DType x_t, const void *x_row, int64_t begin, int64_t end, float scale,
