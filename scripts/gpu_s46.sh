@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# On the lent GPU machine, session 46's calls; logs to $OUT/s46.txt, everything in $OUT/PART.tgz.
+# PART=held (the default): the grouped W4A8 tiles of 128 channels per consumer warpgroup, whose
+#   sums the tensor cores hold for the whole K (DenseA8 WgChannels 128, kHeldSums;
+#   tools/matrix/sm90_a8_moe.json t48d / t64d / t80d and their lone twins). A: a dev build of the
+#   grouped e2m1 per-channel W4A8 tiles without them; B: with them (the default choice then takes
+#   them as the wide twins of heights 48, 64 and 80), plus the u4 per-channel ones and one dense
+#   W4A8 tile of each format for scripts/a8_error.py. Each: scripts/bench_moe.py's default choice
+#   (moe_points). On B: tests/test_moe.py's 8-bit activation grouped tests, then scripts/a8_error.py
+#   on the held tiles against the windowed ones of the same heights (one expert of all the rows).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/build/gpu-out}"
+. scripts/build_filtered.sh
+device_log s46.txt
+# The grouped e2m1 per-channel W4A8 tiles (and the generic fallback every build needs).
+A8='sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s'
+HELD='x256x128_w1x2x1'
+# moe_points TAG: the default choice on the MoE points of the grouped W4A8 tiles' A/B.
+moe_points() {
+  local mt
+  for mt in qwen3-30b-a3b:64,256,1024 mixtral-8x7b:256,1024 deepseek-v3:256,1024 gpt-oss-120b:1024; do
+    python3 scripts/bench_moe.py "$OUT/moe-$1-${mt%%:*}.json" --models "${mt%%:*}" --tokens "${mt#*:}" \
+      --format e2m1gc-sbf16 --act e4m3-pt --impls humming-aot 2>&1 | grep -E "humming|rror" | sed "s/^/$1 /" | log
+  done
+}
+if [ "${PART:-held}" = held ]; then
+  HUMMING_PROFILE=dev build_filtered "^(?!.*$HELD)($A8)"
+  echo "A build done at $(($(date +%s) - start)) s" | log
+  moe_points A
+  HUMMING_PROFILE=dev build_filtered \
+    "^($A8|sm90_wgmma_moe_a-e4m3-pt_w-u4gc-sbf16_c-bf16_t\d+$HELD|sm90_wgmma_dense_a-e4m3-pt_w-(e2m1|u4)gc-sbf16_c-bf16_t64x128x128_w1x2x1_s8_l4$)"
+  echo "B build done at $(($(date +%s) - start)) s" | log
+  grep -E "ptxas.*(spill|stack)" "$OUT/build.log" | sort | uniq -c | head -5 | log
+  moe_points B
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "8bit_activations" 2>&1 | tail -3 \
+    | sed "s/^/test_moe /" | log
+  python3 scripts/a8_error.py 4096 2048 512 --ks 2048,8192,28672 --formats e2m1gc-sbf16,u4gc-sbf16 \
+    --moe '_t(64|80)x(128|256)x128_w1x2x1_s\d_l4$' 2>&1 | sed "s/^/error /" | log
+  (cd "$OUT" && tar czf held.tgz moe-* s46.txt && rm -f moe-*)
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
