@@ -8,6 +8,8 @@
 #   W4A8 tile of each format for scripts/a8_error.py. Each: scripts/bench_moe.py's default choice
 #   (moe_points). On B: tests/test_moe.py's 8-bit activation grouped tests, then scripts/a8_error.py
 #   on the held tiles against the windowed ones of the same heights (one expert of all the rows).
+#   (Run at 58a38b4, the only tree with those tiles: slower or equal, and less exact over long K;
+#   taken out in the next commit, benchmarks/results/h100/tuning/h100-2026-12-06-s46-README.md.)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"

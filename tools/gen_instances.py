@@ -470,16 +470,7 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
         # e4m3 x e4m3 with per-channel scales or blocks (then bn a multiple of 128). Else the
         # weights are the M (64 channels per consumer warpgroup; names _w1x<consumers>x1).
         channels_n = t.get("bn", 0)
-        # "wg_channels": 128: each consumer warpgroup runs two m64 blocks of channels (kernel
-        # template WgChannels; bn = 128 x consumers, names still _w1x<consumers>x1): grouped
-        # per-channel tiles of 4-bit codes in register fragments only, whose sums the tensor cores
-        # hold for the whole K.
-        wg_channels = t.get("wg_channels", 64)
-        if wg_channels != 64 and (
-            not grouped or group or act == "i8" or F.dtype(code).bits != 4 or channels_n or batch > 1
-        ):
-            continue
-        bn, bk = channels_n or wg_channels * consumers, 128
+        bn, bk = channels_n or 64 * consumers, 128
         four = F.dtype(code).bits == 4
         if channels_n and (
             (act, code) != ("e4m3", "e4m3") or bm != 64 * consumers or batch > 1 or (group and bn % 128)
@@ -530,7 +521,6 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
             str(layout),
             str(channels_n),
             ("sm90::kSchedGroupedLone" if lone else "sm90::kSchedGroupedWarp") if grouped else "sm90::kSchedDense",
-            str(wg_channels),
         )
         # A box of weights (bn rows of bk codes: 64 bytes each with 4-bit codes) and one of
         # activations per stage. Then the scales: with blocks, fp32, bm of the activations (grouped

@@ -95,10 +95,6 @@ namespace sm90 {
 // of stage sums (DenseA8::kOverlap).
 constexpr int kOverlapSpareRegs = 32;
 
-#ifndef HUMMING_SM90_A8_HOLD_NARROW
-#define HUMMING_SM90_A8_HOLD_NARROW 0
-#endif
-
 // ActId:     DType id of the activations: e4m3, e5m2 or i8, with fp32 scales (per token, or, for
 //            the floats, per token and K group).
 // CodeId:    DType id of the weight codes: e4m3, u4, i4 or e2m1 (float activations); i8, u4 or
@@ -143,15 +139,9 @@ constexpr int kOverlapSpareRegs = 32;
 //            dispatcher picks per call where a launch has many tiles per multiprocessor, humming.h
 //            grouped_walk_alone; the scale warp walks as a warp in both); backend/sm90/pipeline.h. A
 //            template parameter, so that the dense kernels hold no trace of the walk.
-// WgChannels: channels per consumer warpgroup: 64 (one m64 WGMMA per k32 step), or 128 (two, on
-//            the same activations; grouped per-channel tiles of 4-bit codes in register fragments
-//            only), where the warpgroup's sums then stay in the tensor cores for the whole segment
-//            (kHeldSums): a tile of 256 channels on two consumers reads each stage's activations for
-//            twice the channels that a 128-channel tile does, and its warpgroups run half the loop
-//            and store code per channel that four warpgroups of 64 would.
 template <uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, int GroupN, uint32_t OutId, int BM,
           int Consumers, int Stages, int Batch = 1, int StagedCodes = 0, int Layout = kLayoutGeneric, int ChannelsN = 0,
-          int Sched = kSchedDense, int WgChannels = 64>
+          int Sched = kSchedDense>
 struct DenseA8 {
   static constexpr bool Grouped = Sched != kSchedDense;
   static constexpr bool kE5m2 = ActId == dtypes::e5m2.id();
@@ -187,19 +177,14 @@ struct DenseA8 {
   static constexpr int kBatch = Batch, kStages = Stages, kLayout = Layout;
   // Tokens on the WGMMA's M side (ChannelsN != 0): the consumer warpgroups split the tile's tokens.
   static constexpr bool kTokensM = ChannelsN != 0;
-  // m64 blocks of channels per consumer warpgroup (WgChannels).
-  static constexpr int kWgBlocks = WgChannels / 64, kWgChannels = WgChannels;
-  static constexpr int BN = kTokensM ? ChannelsN : WgChannels * Consumers;
+  static constexpr int BN = kTokensM ? ChannelsN : 64 * Consumers;
   // The WGMMA's N: the tile's tokens, or with kTokensM its channels.
   static constexpr int kWgmmaN = kTokensM ? BN : BM;
   static constexpr int BK = 128; // one row of the 128-byte swizzle
   static constexpr int kSteps = BK / 32;
   static constexpr int kConsumerThreads = 128 * Consumers;
   static constexpr int kThreads = 128 + kConsumerThreads;
-  // fp32 sums per consumer thread and m64 block (its warpgroup's 64 x kWgmmaN), and in all: block b's
-  // are sums [b kBlockAcc, (b + 1) kBlockAcc).
-  static constexpr int kBlockAcc = kWgmmaN / 2;
-  static constexpr int kAcc = kBlockAcc * kWgBlocks;
+  static constexpr int kAcc = kWgmmaN / 2; // fp32 sums per consumer thread (its warpgroup's 64 x kWgmmaN)
   // A stage: the weights' box (per consumer 64 rows of 128 bytes in the 128-byte swizzle, or of 64
   // bytes of 4-bit codes in the 64-byte swizzle), then the activations' box. Both sizes are
   // multiples of 1024 (BM and BN are multiples of 8, BN of 64), so every box starts where its
@@ -281,16 +266,8 @@ struct DenseA8 {
   // 256 326 -> 320 (t80), Qwen3-30B-A3B at 256 / 1024 tokens and DeepSeek-V3 at 1024 within 0.5 %;
   // t64 at m = 64 25.0 -> 24.4. (Where the registers hold the second set: the three-consumer
   // 128-token tile spilled 820 bytes with it, ptxas, CUDA 13.0.)
-  // Whether a consumer warpgroup's sums stay in the tensor cores' registers for its whole segment,
-  // one group in flight behind the next, and are turned into fp32 values once, at its end
-  // (mainloop_held): integers, whose s32 sums are exact; and 4-bit codes with per-channel scales in
-  // tiles of 128 channels per warpgroup, whose sums and two fragment sets would not fit the
-  // registers beside a second set of sums. HUMMING_SM90_A8_HOLD_NARROW=1 (for A/B runs) holds the
-  // 64-channel tiles' sums too, which otherwise take mainloop_inflight's windows.
-  static constexpr bool kHeldSums =
-      kInt || (kRegFrags && GroupK == 0 && (WgChannels == 128 || HUMMING_SM90_A8_HOLD_NARROW != 0));
-  static constexpr bool kInflight = kRegFrags && !kInt && !kHeldSums && Batch == 1 && BM >= 48 &&
-                                    2 * kAcc + 2 * kSteps * 4 <= kConsumerRegs - kOverlapSpareRegs;
+  static constexpr bool kInflight =
+      kRegFrags && !kInt && Batch == 1 && BM >= 48 && 2 * kAcc + 2 * kSteps * 4 <= kConsumerRegs - kOverlapSpareRegs;
   // Stages whose sums the tensor cores add up before they are promoted into fp32 (the loops with
   // one stage per batch: mainloop_inflight, mainloop_overlapped). Scales per group or block
   // apply to each stage's sums, so those promote every stage; with per-channel scales the window
@@ -343,9 +320,6 @@ struct DenseA8 {
   static_assert(Sched == kSchedDense || ((Sched == kSchedGroupedWarp || Sched == kSchedGroupedLone) && !kStaged),
                 "the dense scheduler, or the grouped one with the producer's warp or thread walking (no conversion "
                 "in the stage: the notes sit where the converted barriers would)");
-  static_assert(WgChannels == 64 || (WgChannels == 128 && kRegFrags && !kInt && GroupK == 0 && Grouped && Batch == 1),
-                "64 channels per consumer warpgroup, or 128 in grouped tiles of 4-bit codes in register fragments "
-                "with per-channel scales (their sums held for the whole segment, mainloop_held)");
   static_assert(Layout == kLayoutGeneric || (Layout == kLayoutSm90A8 && kRegFrags),
                 "weights in layout 1, or 4-bit codes read into register fragments from layout 4");
 
@@ -428,10 +402,9 @@ struct DenseA8 {
     Probe::report('P');
   }
 
-  // This thread's A fragments of one stage with 4-bit codes (frag[b kSteps + step][r]: register r
-  // of k32 step `step` of its warpgroup's m64 block b, backend/sm90/operand_convert.h); unused with
-  // 8-bit codes.
-  using Frags = uint32_t[kWgBlocks * kSteps][4];
+  // This thread's A fragments of one stage with 4-bit codes (frag[step][r]: register r of k32
+  // step `step`, backend/sm90/operand_convert.h); unused with 8-bit codes.
+  using Frags = uint32_t[kSteps][4];
 
   static __device__ __forceinline__ void consume(const Params &p, uint32_t ring, char *ring_ptr, uint32_t bars,
                                                  volatile int *flag) {
@@ -439,7 +412,7 @@ struct DenseA8 {
     const int ct = static_cast<int>(threadIdx.x) - 128; // thread among the consumers
     const int cw = ct / 128, t = ct % 128, warp = t / 32, lane = t % 32;
     // This thread's first channel inside the tile (with kTokensM: its first token).
-    const int col = cw * WgChannels + warp * 16 + lane / 4;
+    const int col = cw * 64 + warp * 16 + lane / 4;
     RingPos pos;
     float acc[kAcc];
     Probe::begin();
@@ -511,10 +484,9 @@ struct DenseA8 {
 
 #define HUMMING_SM90_A8_TARGS                                                                                          \
   uint32_t ActId, uint32_t CodeId, uint32_t ScaleId, int GroupK, int GroupN, uint32_t OutId, int BM, int Consumers,    \
-      int Stages, int Batch, int StagedCodes, int Layout, int ChannelsN, int Sched, int WgChannels
+      int Stages, int Batch, int StagedCodes, int Layout, int ChannelsN, int Sched
 #define HUMMING_SM90_A8_ARGS                                                                                           \
-  ActId, CodeId, ScaleId, GroupK, GroupN, OutId, BM, Consumers, Stages, Batch, StagedCodes, Layout, ChannelsN, Sched,  \
-      WgChannels
+  ActId, CodeId, ScaleId, GroupK, GroupN, OutId, BM, Consumers, Stages, Batch, StagedCodes, Layout, ChannelsN, Sched
 
 template <HUMMING_SM90_A8_TARGS> Status can_implement_a8(const GemmArgs &args) {
   using K = DenseA8<HUMMING_SM90_A8_ARGS>;

@@ -14,8 +14,7 @@
 namespace humming {
 namespace sm90 {
 
-// K: the kernel (sm90::DenseA8): its sums (kAcc per thread; kBlockAcc per m64 block of channels,
-//    kWgBlocks of them a warpgroup), output type (kOutId), scales (kScaleId,
+// K: the kernel (sm90::DenseA8): its sums (kAcc per thread), output type (kOutId), scales (kScaleId,
 //    kGroupK; kBlocks: the sums carry the block scales and the tokens' already), orientation
 //    (kTokensM), boxes (kStagedStore; Params `out` and `staged`), and whether it is grouped
 //    (Grouped: a tile ends at its expert's last row, m_end).
@@ -23,7 +22,6 @@ template <class K> struct A8Epilogue {
   static constexpr int kAcc = K::kAcc;
   static constexpr uint32_t OutId = K::kOutId, ScaleId = K::kScaleId;
   static constexpr bool kBlocks = K::kBlocks, kTokensM = K::kTokensM, kStagedStore = K::kStagedStore;
-  static_assert(K::kWgBlocks == 1 || (!kTokensM && !kStagedStore), "warpgroups of two m64 blocks store directly");
 
   // The sums `acc` of thread t (lane `lane`, its first channel, or with kTokensM its first token,
   // `col` inside the tile) of consumer warpgroup cw, whose output box is at shared address `box`,
@@ -48,21 +46,13 @@ template <class K> struct A8Epilogue {
       return;
     }
     float f[2];
-    if constexpr (kStagedStore) {
-      // The stores multiply each token's scale in (with blocks, the sums carry those too).
-      epilogue::channel_row_factors<ScaleId, K::kGroupK == 0>(a, scales, n0 + col, f);
+    // The stores multiply each token's scale in (with blocks, the sums carry those too).
+    epilogue::channel_row_factors<ScaleId, K::kGroupK == 0>(a, scales, n0 + col, f);
+    if constexpr (kStagedStore)
       epilogue::stage_wgmma_sums<OutId, kAcc, !kBlocks>(a, p.staged != 0, &p.out, box, 2 + cw, m0, n0 + cw * 64, t, acc,
                                                         f);
-    } else {
-      // Each m64 block of the warpgroup's channels (K::kWgBlocks), 64 channels apart.
-#pragma unroll
-      for (int b = 0; b < K::kWgBlocks; ++b) {
-        const int c = col + 64 * b;
-        epilogue::channel_row_factors<ScaleId, K::kGroupK == 0>(a, scales, n0 + c, f);
-        const auto &sums = *reinterpret_cast<const float (*)[K::kBlockAcc]>(&acc[b * K::kBlockAcc]);
-        epilogue::store_wgmma_sums<OutId, K::kBlockAcc, !kBlocks>(a, m0, n0 + c, lane, sums, f, m_end);
-      }
-    }
+    else
+      epilogue::store_wgmma_sums<OutId, kAcc, !kBlocks>(a, m0, n0 + col, lane, acc, f, m_end);
   }
 };
 

@@ -1,9 +1,8 @@
 // The consumer warpgroups' main loops of the sm90 8-bit activation kernel
 // (kernel/sm90_a8_dense.cuh): how a warpgroup walks the stages of one segment, in which order it
 // waits for a stage, fetches its fragments, issues its group, retires it and adds its sums, for
-// each kind of sums the kernel keeps (fp32 stage sums promoted every stage or window, with or
-// without a second set in flight or a fetch ahead; sums held for the whole segment: exact s32
-// ones, or 4-bit codes' fp32 ones with per-channel scales).
+// each kind of sums the kernel keeps (fp32 stage sums promoted every stage, with or without a
+// second set in flight or a fetch ahead; exact s32 sums kept for the whole segment).
 #pragma once
 
 #include <cstdint>
@@ -221,12 +220,12 @@ template <class K> struct A8Mainloops {
     if (!rest(std::integral_constant<int, 0>())) alternate<1>(step);
   }
 
-  // The main loop of the kernel's kind of sums (K::kHeldSums, kOverlap, kInflight; else
+  // The main loop of the kernel's kind of sums (K::kInt, kOverlap, kInflight; else
   // mainloop_promoted) over the `n` stages of one segment from `pos` into acc.
   static __device__ __forceinline__ void mainloop(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos, int64_t n,
                                                   int cw, int wblock, int col, int t, float (&acc)[kAcc]) {
-    if constexpr (K::kHeldSums)
-      mainloop_held(ring, ring_ptr, bars, pos, n, cw, t, acc);
+    if constexpr (K::kInt)
+      mainloop_int(ring, ring_ptr, bars, pos, n, cw, t, acc);
     else if constexpr (K::kOverlap)
       mainloop_overlapped(ring, ring_ptr, bars, pos, n, cw, wblock, col, t, acc);
     else if constexpr (K::kInflight)
@@ -235,16 +234,13 @@ template <class K> struct A8Mainloops {
       mainloop_promoted(ring, ring_ptr, bars, pos, n, cw, wblock, col, t, acc);
   }
 
-  // Sums held for the whole segment (K::kHeldSums): the `n` stages of one segment from ring
-  // position `pos` (left one past the last) into out. The sums stay in the tensor cores' registers
-  // (one group in flight behind the next) and become fp32 values once, at the end: integers' s32
-  // sums, which are exact; 4-bit codes' fp32 sums with per-channel scales (times kSumScale), whose
-  // error the narrower running sum then bounds over the whole K instead of a window (measured in
-  // DenseA8::kHeldSums). With 4-bit codes, each stage's fragments are loaded while the group
-  // before runs, into the fragment set the group before that used (two stages per trip, so that
-  // each set has fixed registers).
-  static __device__ __forceinline__ void mainloop_held(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
-                                                       int64_t n, int cw, int t, float (&out)[kAcc]) {
+  // Integers: the `n` stages of one segment from ring position `pos` (left one past the last) into
+  // acc. The s32 sums are exact, so they stay in the tensor cores' registers for the whole segment
+  // (one group in flight behind the next) and are rounded to fp32 once, at the end. With 4-bit
+  // codes, each stage's fragments are loaded while the group before runs, into the fragment set
+  // the group before that used (two stages per trip, so that each set has fixed registers).
+  static __device__ __forceinline__ void mainloop_int(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
+                                                      int64_t n, int cw, int t, float (&out)[kAcc]) {
     Sum acc[kAcc];
     zero(acc);
     Frags af[2];
@@ -274,7 +270,7 @@ template <class K> struct A8Mainloops {
     fence_regs(acc);
     if (n > 0) release_stage<K::kStages>(bars, prev.stage);
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) out[i] = static_cast<float>(acc[i]) * K::kSumScale;
+    for (int i = 0; i < kAcc; ++i) out[i] = static_cast<float>(acc[i]);
   }
 };
 

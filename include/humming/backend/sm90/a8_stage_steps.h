@@ -26,7 +26,6 @@ template <class K> struct A8StageSteps {
   static constexpr int kStages = K::kStages, kStageBytes = K::kStageBytes, kLayout = K::kLayout;
   static constexpr int kWBytes = K::kWBytes, kABytes = K::kABytes, kCvtOffset = K::kCvtOffset, BK = K::BK;
   static constexpr int kSteps = K::kSteps, kAcc = K::kAcc, kTileM = K::kTileM, kWgmmaN = K::kWgmmaN;
-  static constexpr int kWgBlocks = K::kWgBlocks, kBlockAcc = K::kBlockAcc, kWgChannels = K::kWgChannels;
   static constexpr bool kStaged = K::kStaged, kRegFrags = K::kRegFrags, kShiftedE2m1 = K::kShiftedE2m1;
   static constexpr bool kInt = K::kInt, kE5m2 = K::kE5m2, kTokensM = K::kTokensM;
   static constexpr DType kCode = K::kCode;
@@ -34,43 +33,29 @@ template <class K> struct A8StageSteps {
   using Frags = typename K::Frags;
   using Sum = typename K::Sum;
 
-  // The fragments of m64 block b among a thread's (Frags), and the sums of block b among its kAcc.
-  static __device__ __forceinline__ uint32_t (&block_frags(Frags &af, int b)) [kSteps][4] {
-    return *reinterpret_cast<uint32_t (*)[kSteps][4]>(&af[b * kSteps]);
-  } static __device__ __forceinline__
-      Sum (&block_sums(Sum (&d)[kAcc], int b))
-          [kBlockAcc] { return *reinterpret_cast<Sum(*)[kBlockAcc]>(&d[b * kBlockAcc]); }
-
   // Waits for stage `pos` (kStaged: for its converted box); with fragments in registers, reads
-  // this thread's fragments of warpgroup cw's kWgChannels rows (each m64 block's) out of it.
-  static __device__ __forceinline__
-      void fetch(const char *ring_ptr, uint32_t bars, RingPos pos, int cw, int t, Frags &af) {
+  // this thread's fragments of warpgroup cw's 64 rows out of it.
+  static __device__ __forceinline__ void fetch(const char *ring_ptr, uint32_t bars, RingPos pos, int cw, int t,
+                                               Frags &af) {
     const uint32_t full = ring_bar<kStages>(bars, kStaged ? 2 : 0, pos.stage), parity = pos.phase;
     Probe::ring([=] { mbar_wait(full, parity); });
-    const char *stage = ring_ptr + pos.stage * kStageBytes;
-#pragma unroll
-    for (int b = 0; b < kWgBlocks; ++b) {
-      const int row0 = cw * kWgChannels + 64 * b;
-      if constexpr (kShiftedE2m1) {
-        layout_fragments<kLayout>(
-            stage, row0, t, [](uint32_t w, uint32_t &lo, uint32_t &hi) { numeric::e2m1_to_shifted_e4m3(w, lo, hi); },
-            block_frags(af, b));
-      } else if constexpr (kRegFrags) {
-        // Operand bytes of the codes (numeric/nibble_lut.h), as immediates.
-        constexpr numeric::NibbleTable table = numeric::nibble_table(kCode, kInt);
-        layout_fragments<kLayout>(
-            stage, row0, t,
-            [&](uint32_t w, uint32_t &lo, uint32_t &hi) { numeric::nibbles_to_bytes(w, table, lo, hi); },
-            block_frags(af, b));
-      }
+    if constexpr (kShiftedE2m1) {
+      layout_fragments<kLayout>(
+          ring_ptr + pos.stage * kStageBytes, cw * 64, t,
+          [](uint32_t w, uint32_t &lo, uint32_t &hi) { numeric::e2m1_to_shifted_e4m3(w, lo, hi); }, af);
+    } else if constexpr (kRegFrags) {
+      // Operand bytes of the codes (numeric/nibble_lut.h), as immediates.
+      constexpr numeric::NibbleTable table = numeric::nibble_table(kCode, kInt);
+      layout_fragments<kLayout>(
+          ring_ptr + pos.stage * kStageBytes, cw * 64, t,
+          [&](uint32_t w, uint32_t &lo, uint32_t &hi) { numeric::nibbles_to_bytes(w, table, lo, hi); }, af);
     }
   }
 
   // Issues the four k32 steps of stage `pos` (fetched) into `d` as one group (the first starting
-  // `d` afresh when Fresh): the weights from fragments `af` (kRegFrags; each step of each m64 block
-  // of the warpgroup, the blocks of a step on the same activations) or from consumer cw's rows of
-  // the stage's 8-bit box (the TMA's, or the converted one), 64 x 128 bytes in. The fragments and
-  // sums are final before the fence (the compiler may not sink their writes past it).
+  // `d` afresh when Fresh): the weights from fragments `af` (kRegFrags) or from consumer cw's
+  // rows of the stage's 8-bit box (the TMA's, or the converted one), 64 x 128 bytes in. The
+  // fragments and sums are final before the fence (the compiler may not sink their writes past it).
   template <bool Fresh>
   static __device__ __forceinline__ void issue_stage(uint32_t ring, RingPos pos, int cw, Frags &af, Sum (&d)[kAcc]) {
     issue_stage(ring, pos, cw, af, d, Fresh);
@@ -97,9 +82,7 @@ template <class K> struct A8StageSteps {
       else if constexpr (kInt)
         WgmmaS8<kTileM>::run(d, da + 2 * step, db + 2 * step, accumulate);
       else if constexpr (kRegFrags)
-#pragma unroll
-        for (int b = 0; b < kWgBlocks; ++b)
-          WgmmaFp8<kTileM, kE5m2>::run(block_sums(d, b), af[b * kSteps + step], db + 2 * step, accumulate);
+        WgmmaFp8<kTileM, kE5m2>::run(d, af[step], db + 2 * step, accumulate);
       else
         WgmmaFp8<kWgmmaN, kE5m2>::run(d, da + 2 * step, db + 2 * step, accumulate);
     }
