@@ -42,3 +42,30 @@ if [ "${PART:-held}" = held ]; then
   (cd "$OUT" && tar czf held.tgz moe-* s46.txt && rm -f moe-*)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
+# PART=fuse: moe_permute_quantize (src/quantize_act.cu: the quantize kernels read the rows through
+#   the alignment; QuantMoE quantizes the gate-up GEMM's rows as it gathers them). A dev build of the
+#   grouped e2m1 per-channel W4A8 tiles and the FP8-block grouped tiles; tests/test_moe.py's
+#   permute-quantize, QuantMoE and 8-bit activation grouped tests and tests/test_gpu.py's quantize
+#   tests; scripts/bench_permute_quantize.py (permute then quantize_act against the one pass, e4m3
+#   per token on the four models, e4m3-g128 on DeepSeek-V3); scripts/bench_quantize_act.py on
+#   session 45's shapes (the plain quantization, whose kernels now read through a gather); and
+#   scripts/bench_moe.py's W4A8 points with the whole layer as QuantMoE runs it (layer_us).
+if [ "${PART:-held}" = fuse ]; then
+  HUMMING_PROFILE=dev build_filtered "^($A8|sm90_wgmma_moe_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16)"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "permute or quant_moe or 8bit_activations" 2>&1 \
+    | tail -4 | sed "s/^/test_moe /" | log
+  python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rfs -k "quantize" 2>&1 | tail -2 | sed "s/^/test_gpu /" | log
+  python3 scripts/bench_permute_quantize.py "$OUT/permute-quantize-pt.json" 2>&1 | sed "s/^/pq /" | log
+  python3 scripts/bench_permute_quantize.py "$OUT/permute-quantize-g128.json" --models deepseek-v3 --act e4m3-g128 \
+    2>&1 | sed "s/^/pq /" | log
+  python3 scripts/bench_quantize_act.py --out "$OUT/quant.json" --impls humming-aot --formats e4m3-pt,e4m3-g128,i8-pt \
+    --shapes 1024x768,1024x2048,8192x768,8192x2048,8192x4096,8192x8192,8192x28672 2>&1 | cut -c1-200 \
+    | sed "s/^/quant /" | log
+  for mt in qwen3-30b-a3b:64,256,1024 mixtral-8x7b:64,256,1024; do
+    python3 scripts/bench_moe.py "$OUT/moe-fuse-${mt%%:*}.json" --models "${mt%%:*}" --tokens "${mt#*:}" \
+      --format e2m1gc-sbf16 --act e4m3-pt --impls humming-aot 2>&1 | grep -E "humming|rror" | sed "s/^/moe /" | log
+  done
+  (cd "$OUT" && tar czf fuse.tgz permute-quantize-* quant.json moe-* s46.txt && rm -f moe-*)
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi

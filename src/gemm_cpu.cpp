@@ -90,6 +90,28 @@ Status check_act_quant(const ActFormat &fmt, DType x_type, int64_t m, int64_t k,
 }
 } // namespace
 
+namespace {
+// Quantizes one row (`row`, or zeros where it is null) into codes_row and its scales.
+void quantize_row(const ActFormat &fmt, DType x_type, const void *row, int64_t k, int64_t group, uint8_t *codes_row,
+                  float *scales_row) {
+  const int64_t cols = (k + group - 1) / group;
+  const ActRange range = act_range(fmt.type);
+  for (int64_t g = 0; g < cols; ++g) {
+    const int64_t begin = g * group, end = std::min(k, begin + group);
+    float amax = 0.0f;
+    if (row != nullptr)
+      for (int64_t i = begin; i < end; ++i) amax = std::fmax(amax, std::fabs(load_element(x_type, row, i)));
+    const float scale = act_scale_from_amax(fmt.type, amax);
+    scales_row[g] = scale;
+    if (row != nullptr)
+      quantize_act_slice(fmt.type, x_type, row, begin, end, scale, codes_row);
+    else
+      for (int64_t i = begin; i < end; ++i)
+        codes_row[i] = static_cast<uint8_t>(encode(fmt.type, act_quotient(range, 0.0f, scale)));
+  }
+}
+} // namespace
+
 Status quantize_act_cpu(const ActFormat &fmt, DType x_type, const void *x, int64_t m, int64_t k, int64_t ldx,
                         void *codes, float *scales) {
   Status st = check_act_quant(fmt, x_type, m, k, ldx);
@@ -97,17 +119,25 @@ Status quantize_act_cpu(const ActFormat &fmt, DType x_type, const void *x, int64
   const int64_t group = act_group_extent(fmt, k);
   const int64_t cols = (k + group - 1) / group;
   const int64_t elem = x_type.storage_bytes();
-  for (int64_t r = 0; r < m; ++r) {
-    const void *row = static_cast<const uint8_t *>(x) + r * ldx * elem;
-    auto *out_row = static_cast<uint8_t *>(codes) + r * k;
-    for (int64_t g = 0; g < cols; ++g) {
-      const int64_t begin = g * group, end = std::min(k, begin + group);
-      float amax = 0.0f;
-      for (int64_t i = begin; i < end; ++i) amax = std::fmax(amax, std::fabs(load_element(x_type, row, i)));
-      const float scale = act_scale_from_amax(fmt.type, amax);
-      scales[r * cols + g] = scale;
-      quantize_act_slice(fmt.type, x_type, row, begin, end, scale, out_row);
-    }
+  for (int64_t r = 0; r < m; ++r)
+    quantize_row(fmt, x_type, static_cast<const uint8_t *>(x) + r * ldx * elem, k, group,
+                 static_cast<uint8_t *>(codes) + r * k, scales + r * cols);
+  return Status::Ok();
+}
+
+Status moe_permute_quantize_cpu(const ActFormat &fmt, DType x_type, const void *x, int64_t k, int64_t ldx,
+                                const int32_t *sorted_ids, int64_t capacity, int64_t assignments, int32_t top_k,
+                                void *codes, float *scales) {
+  Status st = check_act_quant(fmt, x_type, capacity, k, ldx);
+  if (!st) return st;
+  if (top_k < 1) return Status::Error("top_k must be positive, got " + std::to_string(top_k));
+  const int64_t group = act_group_extent(fmt, k);
+  const int64_t cols = (k + group - 1) / group;
+  const int64_t elem = x_type.storage_bytes();
+  for (int64_t r = 0; r < capacity; ++r) {
+    const int64_t a = sorted_ids[r];
+    const void *row = a >= 0 && a < assignments ? static_cast<const uint8_t *>(x) + (a / top_k) * ldx * elem : nullptr;
+    quantize_row(fmt, x_type, row, k, group, static_cast<uint8_t *>(codes) + r * k, scales + r * cols);
   }
   return Status::Ok();
 }

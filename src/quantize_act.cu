@@ -14,6 +14,11 @@
 //   shuffle across the group's lanes, so every input is read once.
 // Everything else (other group sizes, odd k, unaligned rows) takes the scalar kernel: one block
 // per (token, group), any DType at run time.
+//
+// Every kernel reads its rows through a RowGather: row r of x, or for moe_permute_quantize the row
+// that moe_permute would put at r (a token's row, or zeros in a padding row), so that a mixture of
+// experts' sorted rows are quantized straight from the tokens' activations, without writing them
+// out in 16 bits first and reading them back.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -36,22 +41,40 @@ __device__ __forceinline__ void allow_dependents() {
 #endif
 }
 
+// Where row r of the rows being quantized comes from: row r of x (sorted_ids null), or row
+// sorted_ids[r] / top_k, a token's, where sorted_ids[r] lies in [0, assignments), else none (a
+// padding row: zeros, as moe_permute writes it).
+struct RowGather {
+  const int32_t *sorted_ids;
+  int64_t assignments;
+  int32_t top_k;
+  // The source row of row r, or -1 for zeros.
+  __device__ __forceinline__ int64_t source(int64_t r) const {
+    if (sorted_ids == nullptr) return r;
+    const int64_t a = sorted_ids[r];
+    return a >= 0 && a < assignments ? a / top_k : -1;
+  }
+};
+
 constexpr int kScalarThreads = 128;
 constexpr int kGroupThreads = 256;
 constexpr int kGroupRows = 4;            // rows a thread of the group kernel loads at once
 constexpr int kMaxRowsPerLaunch = 65535; // grid.y; larger batches loop over rows
 
 __global__ void quantize_act_scalar(ActFormat fmt, DType x_t, const void *x, int64_t m, int64_t k, int64_t ldx,
-                                    int64_t group, int64_t cols, uint8_t *codes, float *scales) {
+                                    int64_t group, int64_t cols, uint8_t *codes, float *scales, RowGather gather) {
   allow_dependents();
   const int64_t g = blockIdx.x;
   const int64_t begin = g * group, end = min(k, begin + group);
   __shared__ float partial[kScalarThreads];
+  const ActRange range = act_range(fmt.type);
   for (int64_t r = blockIdx.y; r < m; r += gridDim.y) {
-    const void *row = static_cast<const uint8_t *>(x) + r * ldx * x_t.storage_bytes();
+    const int64_t src = gather.source(r);
+    const void *row = src < 0 ? nullptr : static_cast<const uint8_t *>(x) + src * ldx * x_t.storage_bytes();
+    // Input i of the row (zeros in a padding row).
+    const auto value = [&](int64_t i) { return row != nullptr ? load_element(x_t, row, i) : 0.0f; };
     float amax = 0.0f;
-    for (int64_t i = begin + threadIdx.x; i < end; i += kScalarThreads)
-      amax = fmaxf(amax, fabsf(load_element(x_t, row, i)));
+    for (int64_t i = begin + threadIdx.x; i < end; i += kScalarThreads) amax = fmaxf(amax, fabsf(value(i)));
     partial[threadIdx.x] = amax;
     __syncthreads();
     for (int s = kScalarThreads / 2; s > 0; s >>= 1) {
@@ -62,7 +85,7 @@ __global__ void quantize_act_scalar(ActFormat fmt, DType x_t, const void *x, int
     __syncthreads(); // partial[0] is read by every thread before the next row overwrites it
     if (threadIdx.x == 0) scales[r * cols + g] = scale;
     for (int64_t i = begin + threadIdx.x; i < end; i += kScalarThreads)
-      quantize_act_slice(fmt.type, x_t, row, i, i + 1, scale, codes + r * k);
+      codes[r * k + i] = static_cast<uint8_t>(encode(fmt.type, act_quotient(range, value(i), scale)));
   }
 }
 
@@ -225,15 +248,19 @@ template <uint32_t ActId> __device__ __forceinline__ float row_scale(float amax,
 // still: 75.9 us for 8192 x 8192.)
 template <class X, uint32_t ActId, int V, bool Stream>
 __global__ void __launch_bounds__(1024)
-    quantize_act_rows(const X *x, int64_t m, int64_t k, int64_t ldx, uint8_t *codes, float *scales) {
+    quantize_act_rows(const X *x, int64_t m, int64_t k, int64_t ldx, uint8_t *codes, float *scales, RowGather gather) {
   allow_dependents();
   const int64_t vecs = k / 8;
+  // Rows of eight vectors a thread (1024 threads, 64 registers) read no gather: with it they
+  // spilled 8 bytes (ptxas, CUDA 13.0); launch_vector sends gathered rows that long to
+  // quantize_act_long_rows.
   auto load_row = [&](int64_t r, Raw8<X>(&raw)[V]) {
-    const X *row = x + r * ldx;
+    const int64_t src = V <= 4 ? gather.source(r) : r;
+    const X *row = x + src * ldx;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
-      if (i < vecs) raw[j] = load_raw8(row + 8 * i);
+      if (i < vecs) raw[j] = src >= 0 ? load_raw8(row + 8 * i) : Raw8<X>{};
     }
   };
   Raw8<X> raw[V];
@@ -241,8 +268,9 @@ __global__ void __launch_bounds__(1024)
   if (r < m) load_row(r, raw);
   for (int slot = 0; r < m; r += gridDim.x, slot ^= 1) {
     const int64_t after = r + gridDim.x;
-    if (Stream && after < m) {
-      const char *row = reinterpret_cast<const char *>(x + after * ldx);
+    const int64_t after_src = Stream && after < m ? (V <= 4 ? gather.source(after) : after) : -1;
+    if (after_src >= 0) {
+      const char *row = reinterpret_cast<const char *>(x + after_src * ldx);
       for (int64_t line = threadIdx.x; line * 128 < k * static_cast<int64_t>(sizeof(X)); line += blockDim.x)
         asm volatile("prefetch.global.L2 [%0];" ::"l"(row + line * 128));
     }
@@ -282,17 +310,19 @@ __global__ void __launch_bounds__(1024)
 constexpr int kWarpRows = 4;
 template <class X, uint32_t ActId, int V>
 __global__ void __launch_bounds__(32 * kWarpRows)
-    quantize_act_warp_rows(const X *x, int64_t m, int64_t k, int64_t ldx, uint8_t *codes, float *scales) {
+    quantize_act_warp_rows(const X *x, int64_t m, int64_t k, int64_t ldx, uint8_t *codes, float *scales,
+                           RowGather gather) {
   allow_dependents();
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32;
   if (r >= m) return; // the whole warp
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t vecs = k / 8;
-  const X *row = x + r * ldx;
+  const int64_t src = gather.source(r);
+  const X *row = x + src * ldx;
   Raw8<X> raw[V];
 #pragma unroll
   for (int j = 0; j < V; ++j)
-    if (lane + 32 * j < vecs) raw[j] = load_raw8(row + 8 * (lane + 32 * j));
+    if (lane + 32 * j < vecs) raw[j] = src >= 0 ? load_raw8(row + 8 * (lane + 32 * j)) : Raw8<X>{};
   float amax = 0.0f;
 #pragma unroll
   for (int j = 0; j < V; ++j)
@@ -318,17 +348,20 @@ __global__ void __launch_bounds__(32 * kWarpRows)
 // then the codes; the second pass mostly hits L1).
 template <class X, uint32_t ActId>
 __global__ void __launch_bounds__(1024)
-    quantize_act_long_rows(const X *x, int64_t k, int64_t ldx, uint8_t *codes, float *scales) {
+    quantize_act_long_rows(const X *x, int64_t k, int64_t ldx, uint8_t *codes, float *scales, RowGather gather) {
   allow_dependents();
   const int64_t r = blockIdx.x;
-  const X *row = x + r * ldx;
+  const int64_t src = gather.source(r);
+  const X *row = x + src * ldx;
   const int64_t vecs = k / 8;
+  // Eight inputs of the row (zeros in a padding row).
+  const auto raw8 = [&](int64_t i) { return src >= 0 ? load_raw8(row + 8 * i) : Raw8<X>{}; };
   float amax = 0.0f;
-  for (int64_t i = threadIdx.x; i < vecs; i += blockDim.x) amax = amax8(load_raw8(row + 8 * i), amax);
+  for (int64_t i = threadIdx.x; i < vecs; i += blockDim.x) amax = amax8(raw8(i), amax);
   const ActScaleRcp scale(row_scale<ActId>(amax, scales + r));
   for (int64_t i = threadIdx.x; i < vecs; i += blockDim.x) {
     float v[8];
-    load8(row + 8 * i, v);
+    to_float8(raw8(i), v);
     encode8<ActId>(v, scale, codes + r * k + 8 * i);
   }
 }
@@ -339,7 +372,7 @@ __global__ void __launch_bounds__(1024)
 // thread are in flight together.
 template <class X, uint32_t ActId>
 __global__ void quantize_act_groups(const X *x, int64_t m, int64_t k, int64_t ldx, int group, int64_t cols,
-                                    uint8_t *codes, float *scales) {
+                                    uint8_t *codes, float *scales, RowGather gather) {
   allow_dependents();
   const int64_t vec = static_cast<int64_t>(blockIdx.x) * kGroupThreads + threadIdx.x;
   const bool in = vec < k / 8;
@@ -351,7 +384,8 @@ __global__ void quantize_act_groups(const X *x, int64_t m, int64_t k, int64_t ld
     for (int j = 0; j < kGroupRows; ++j) {
       const int64_t r = r0 + j * step;
       raw[j] = Raw8<X>{};
-      if (in && r < m) raw[j] = load_raw8(x + r * ldx + 8 * vec);
+      const int64_t src = in && r < m ? gather.source(r) : -1;
+      if (src >= 0) raw[j] = load_raw8(x + src * ldx + 8 * vec);
     }
 #pragma unroll
     for (int j = 0; j < kGroupRows; ++j) {
@@ -376,7 +410,7 @@ unsigned row_threads(int64_t vecs, int per) {
 
 template <class X, uint32_t ActId>
 void launch_vector(const ActFormat &fmt, const void *x, int64_t m, int64_t k, int64_t ldx, uint8_t *codes,
-                   float *scales, cudaStream_t stream) {
+                   float *scales, const RowGather &gather, cudaStream_t stream) {
   const X *xp = static_cast<const X *>(x);
   const int64_t vecs = k / 8;
   // Vectors a thread holds at most: eight of 16-bit inputs, four of floats (64 registers).
@@ -394,12 +428,12 @@ void launch_vector(const ActFormat &fmt, const void *x, int64_t m, int64_t k, in
         const int64_t resident = static_cast<int64_t>(sms) * (2048 / threads);
         if (sms > 0 && resident < m) {
           quantize_act_rows<X, ActId, V, true>
-              <<<static_cast<unsigned>(resident), threads, 0, stream>>>(xp, m, k, ldx, codes, scales);
+              <<<static_cast<unsigned>(resident), threads, 0, stream>>>(xp, m, k, ldx, codes, scales, gather);
           return;
         }
       }
       quantize_act_rows<X, ActId, V, false>
-          <<<static_cast<unsigned>(m), threads, 0, stream>>>(xp, m, k, ldx, codes, scales);
+          <<<static_cast<unsigned>(m), threads, 0, stream>>>(xp, m, k, ldx, codes, scales, gather);
     };
     // Many short rows: a warp per row (quantize_act_warp_rows), with the fewest vectors per lane
     // that hold the row.
@@ -407,7 +441,7 @@ void launch_vector(const ActFormat &fmt, const void *x, int64_t m, int64_t k, in
       constexpr int V = decltype(v)::value;
       const int64_t blocks = (m + kWarpRows - 1) / kWarpRows;
       quantize_act_warp_rows<X, ActId, V>
-          <<<static_cast<unsigned>(blocks), 32 * kWarpRows, 0, stream>>>(xp, m, k, ldx, codes, scales);
+          <<<static_cast<unsigned>(blocks), 32 * kWarpRows, 0, stream>>>(xp, m, k, ldx, codes, scales, gather);
     };
     if (m > 256 && vecs <= 32 * 2)
       warp_rows(std::integral_constant<int, 2>{});
@@ -419,10 +453,11 @@ void launch_vector(const ActFormat &fmt, const void *x, int64_t m, int64_t k, in
       rows(std::integral_constant<int, 1>{}, row_threads(vecs, 1));
     else if (vecs <= 4 * 1024)
       rows(std::integral_constant<int, 4>{}, row_threads(vecs, 4));
-    else if (vecs <= kMaxV * 1024)
+    else if (vecs <= kMaxV * 1024 && (kMaxV <= 4 || gather.sorted_ids == nullptr))
       rows(std::integral_constant<int, kMaxV>{}, row_threads(vecs, kMaxV));
     else
-      quantize_act_long_rows<X, ActId><<<static_cast<unsigned>(m), 1024, 0, stream>>>(xp, k, ldx, codes, scales);
+      quantize_act_long_rows<X, ActId>
+          <<<static_cast<unsigned>(m), 1024, 0, stream>>>(xp, k, ldx, codes, scales, gather);
   } else {
     const int64_t cols = (k + fmt.group_k - 1) / fmt.group_k;
     const dim3 grid(static_cast<unsigned>((vecs + kGroupThreads - 1) / kGroupThreads),
@@ -430,19 +465,19 @@ void launch_vector(const ActFormat &fmt, const void *x, int64_t m, int64_t k, in
                                               ? (m + kGroupRows - 1) / kGroupRows
                                               : kMaxRowsPerLaunch));
     quantize_act_groups<X, ActId>
-        <<<grid, kGroupThreads, 0, stream>>>(xp, m, k, ldx, static_cast<int>(fmt.group_k), cols, codes, scales);
+        <<<grid, kGroupThreads, 0, stream>>>(xp, m, k, ldx, static_cast<int>(fmt.group_k), cols, codes, scales, gather);
   }
 }
 
 template <class X>
 void launch_vector_for_act(const ActFormat &fmt, const void *x, int64_t m, int64_t k, int64_t ldx, uint8_t *codes,
-                           float *scales, cudaStream_t stream) {
+                           float *scales, const RowGather &gather, cudaStream_t stream) {
   if (fmt.type == dtypes::e4m3)
-    launch_vector<X, dtypes::e4m3.id()>(fmt, x, m, k, ldx, codes, scales, stream);
+    launch_vector<X, dtypes::e4m3.id()>(fmt, x, m, k, ldx, codes, scales, gather, stream);
   else if (fmt.type == dtypes::e5m2)
-    launch_vector<X, dtypes::e5m2.id()>(fmt, x, m, k, ldx, codes, scales, stream);
+    launch_vector<X, dtypes::e5m2.id()>(fmt, x, m, k, ldx, codes, scales, gather, stream);
   else
-    launch_vector<X, dtypes::i8.id()>(fmt, x, m, k, ldx, codes, scales, stream);
+    launch_vector<X, dtypes::i8.id()>(fmt, x, m, k, ldx, codes, scales, gather, stream);
 }
 
 // Whether the vector kernels take this call: a code type they encode, rows of whole 16-byte units
@@ -457,10 +492,9 @@ bool vector_path(const ActFormat &fmt, DType x_type, const void *x, int64_t k, i
   return type && rows && groups;
 }
 
-} // namespace
-
-Status quantize_act_cuda(const ActFormat &fmt, DType x_type, const void *x, int64_t m, int64_t k, int64_t ldx,
-                         void *codes, float *scales, void *stream) {
+// quantize_act_cuda and moe_permute_quantize_cuda: m rows of k inputs, read through `gather`.
+Status quantize_rows(const ActFormat &fmt, DType x_type, const void *x, int64_t m, int64_t k, int64_t ldx, void *codes,
+                     float *scales, const RowGather &gather, void *stream) {
   if (fmt.granularity == ActScale::kNone)
     return Status::Error("activation format " + to_string(fmt) +
                          " is not quantized; quantize_act takes e4m3, e5m2 or i8 with -pt or -g{K}");
@@ -474,23 +508,38 @@ Status quantize_act_cuda(const ActFormat &fmt, DType x_type, const void *x, int6
   const auto s = static_cast<cudaStream_t>(stream);
   if (vector_path(fmt, x_type, x, k, ldx)) {
     if (x_type == dtypes::f32)
-      launch_vector_for_act<float>(fmt, x, m, k, ldx, out, scales, s);
+      launch_vector_for_act<float>(fmt, x, m, k, ldx, out, scales, gather, s);
     else if (x_type == dtypes::f16)
-      launch_vector_for_act<__half>(fmt, x, m, k, ldx, out, scales, s);
+      launch_vector_for_act<__half>(fmt, x, m, k, ldx, out, scales, gather, s);
     else
-      launch_vector_for_act<__nv_bfloat16>(fmt, x, m, k, ldx, out, scales, s);
+      launch_vector_for_act<__nv_bfloat16>(fmt, x, m, k, ldx, out, scales, gather, s);
   } else {
     const int64_t group = act_group_extent(fmt, k);
     const int64_t cols = (k + group - 1) / group;
     if (cols > 0x7FFFFFFF)
       return Status::Error("quantize_act takes at most 2^31 - 1 groups per row, got " + std::to_string(cols));
     const dim3 grid(static_cast<unsigned>(cols), static_cast<unsigned>(m < kMaxRowsPerLaunch ? m : kMaxRowsPerLaunch));
-    quantize_act_scalar<<<grid, kScalarThreads, 0, s>>>(fmt, x_type, x, m, k, ldx, group, cols, out, scales);
+    quantize_act_scalar<<<grid, kScalarThreads, 0, s>>>(fmt, x_type, x, m, k, ldx, group, cols, out, scales, gather);
   }
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
     return Status::Error(std::string("quantize_act kernel failed to launch: ") + cudaGetErrorString(e));
   return Status::Ok();
+}
+
+} // namespace
+
+Status quantize_act_cuda(const ActFormat &fmt, DType x_type, const void *x, int64_t m, int64_t k, int64_t ldx,
+                         void *codes, float *scales, void *stream) {
+  return quantize_rows(fmt, x_type, x, m, k, ldx, codes, scales, RowGather{nullptr, 0, 1}, stream);
+}
+
+Status moe_permute_quantize_cuda(const ActFormat &fmt, DType x_type, const void *x, int64_t k, int64_t ldx,
+                                 const int32_t *sorted_ids, int64_t capacity, int64_t assignments, int32_t top_k,
+                                 void *codes, float *scales, void *stream) {
+  if (top_k < 1) return Status::Error("top_k must be positive, got " + std::to_string(top_k));
+  return quantize_rows(fmt, x_type, x, capacity, k, ldx, codes, scales, RowGather{sorted_ids, assignments, top_k},
+                       stream);
 }
 
 } // namespace humming

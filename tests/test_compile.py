@@ -314,6 +314,10 @@ def _opcheck_cases():
         ],
         "moe_align": [(torch.randint(0, 6, (10,), dtype=torch.int32), 6, 4), (torch.zeros(0, dtype=torch.int32), 3, 1)],
         "moe_permute": [(torch.randn(3, 8), torch.tensor([1, 5, 6, 0, 2, 6], dtype=torch.int32), 2)],
+        "moe_permute_quantize": [
+            (torch.randn(3, 64), torch.tensor([1, 5, 6, 0, 2, 6], dtype=torch.int32), 2, "e4m3-g32"),
+            (torch.randn(2, 40).to(torch.bfloat16), torch.tensor([3, 0, 1, 2], dtype=torch.int32), 2, "i8-pt"),
+        ],
         "moe_combine": [
             (
                 torch.randn(6, 8).to(torch.bfloat16),

@@ -119,6 +119,55 @@ def test_permute_and_combine_match_a_loop():
     assert out.dtype == torch.bfloat16 and torch.equal(moe.combine(y, al, w), out)
 
 
+def _sorted_rows(x, al):
+    """The expert-sorted rows as a loop over the alignment writes them: token sorted_ids[r] // top_k,
+    zeros in padding rows."""
+    rows = torch.zeros(al.capacity, x.shape[1], dtype=x.dtype)
+    for r in range(al.capacity):
+        a = int(al.sorted_ids[r])
+        if 0 <= a < al.num_assignments:
+            rows[r] = x[a // al.top_k]
+    return rows
+
+
+@pytest.mark.parametrize("act", ["e4m3-pt", "e4m3-g128", "e5m2-g16", "i8-pt"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_permute_quantize_is_the_reference_quantization_of_the_sorted_rows(act, dtype):
+    """moe.permute_quantize gives, bit for bit, the reference quantizer's codes and scales of the
+    rows a loop over the alignment gathers (padding rows of blocks of 4: zero codes, scale 1), from
+    activations with a row stride past their width."""
+    from humming_aot import reference as R
+
+    g = torch.Generator().manual_seed(11)
+    t, h, e, k = 23, 256, 8, 3
+    wide = (torch.randn(t, h + 40, generator=g) * 4).to(dtype)
+    x = wide[:, :h]  # row stride h + 40
+    x[5] = 0.0  # a token of zeros: scale 1 in each of its rows
+    _, ids = moe.topk_route(torch.randn(t, e, generator=g), k)
+    al = moe.moe_align(ids, e, 4)
+    assert al.capacity > t * k  # padding rows
+    codes, scales = moe.permute_quantize(x, al, act)
+    rc, rs = R.quantize_activation(_sorted_rows(x, al), act)
+    assert codes.shape == (al.capacity, h) and codes.dtype == rc.dtype
+    assert torch.equal(scales, rs.float())
+    assert torch.equal(codes.view(torch.uint8), rc.view(torch.uint8))
+    pad = [r for r in range(al.capacity) if int(al.sorted_ids[r]) >= t * k]
+    assert pad and bool((codes[pad].view(torch.uint8) == 0).all()) and bool((scales[pad] == 1).all())
+
+
+def test_permute_quantize_refuses_what_it_cannot_quantize():
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(5, 64, generator=g).to(torch.bfloat16)
+    _, ids = moe.topk_route(torch.randn(5, 4, generator=g), 2)
+    al = moe.moe_align(ids, 4, 1)
+    with pytest.raises(ValueError, match=r"tokens x top_k = 10 assignments, got shape \(4, 64\)"):
+        moe.permute_quantize(x[:4], al, "e4m3-pt")
+    with pytest.raises(TypeError, match="float32, float16 or bfloat16, got torch.int32"):
+        moe.permute_quantize(x.to(torch.int32), al, "e4m3-pt")
+    with pytest.raises(Exception, match="not quantized"):
+        moe.permute_quantize(x, al, "bf16")
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_combine_with_an_expert_output_bias_is_each_terms_bias_first(dtype):
     """combine with the down projection's bias [E, H] and the assignments' expert ids: each term is
@@ -272,6 +321,58 @@ def test_routing_on_the_gpu_is_graph_capturable_and_matches_the_cpu():
         al.block_expert.cpu(), cpu_al.block_expert
     )
     assert torch.equal(out.cpu(), moe.combine(moe.permute(x, cpu_al), cpu_al, cpu_w))
+
+
+# (tokens, hidden, act): the kernels of quantize_act that permute_quantize reads through the
+# alignment: a warp per row (more than 256 rows of at most 2048 inputs), a block per row (few rows;
+# 4 and 8 vectors a thread: rows of 8192 and 40960 inputs, the latter sent to the long rows' kernel
+# when gathered), the long rows' kernel (beyond 65536), the groups' kernel, and the scalar one (k
+# not a multiple of 8).
+PERMUTE_QUANT_CASES = [
+    (120, 2048, "e4m3-pt"),
+    (9, 768, "i8-pt"),
+    (9, 8192, "e4m3-pt"),
+    (3, 40960, "e5m2-pt"),
+    (2, 70000, "e4m3-pt"),
+    (40, 7168, "e4m3-g128"),
+    (17, 100, "e4m3-pt"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
+@pytest.mark.parametrize("t,h,act", PERMUTE_QUANT_CASES, ids=[f"{t}x{h}-{a}" for t, h, a in PERMUTE_QUANT_CASES])
+def test_permute_quantize_on_the_gpu_is_quantize_of_permute(t, h, act):
+    """On the GPU, permute_quantize gives the CPU path's codes and scales bit for bit, and
+    quantize_act of the GPU's permute bit for bit, with padding rows (blocks of 16) and without, for
+    bf16 and fp32 tokens; and it runs inside a CUDA graph."""
+    import humming_aot as ha
+
+    g = torch.Generator().manual_seed(t * 31 + h)
+    e, k = 8, 4
+    _, ids = moe.topk_route(torch.randn(t, e, generator=g), k)
+    x = torch.randn(t, h, generator=g) * torch.exp2(torch.randint(-10, 10, (t, 1), generator=g).float())
+    x[t // 2] = 0.0
+    for dtype in (torch.bfloat16, torch.float32):
+        xs = x.to(dtype)
+        for block_m in (1, 16):
+            al = moe.moe_align(ids, e, block_m)
+            al_g = moe.Alignment(*(getattr(al, f).cuda() for f in _ALIGN_FIELDS), al.block_m, al.num_assignments, k)
+            c_cpu, s_cpu = moe.permute_quantize(xs, al, act)
+            c_gpu, s_gpu = moe.permute_quantize(xs.cuda(), al_g, act)
+            c_two, s_two = ha.quantize_act(moe.permute(xs.cuda(), al_g), act)
+            for c, s, what in ((c_cpu, s_cpu, "cpu"), (c_two.cpu(), s_two.cpu(), "quantize_act(permute)")):
+                assert torch.equal(s_gpu.cpu(), s), (dtype, block_m, what)
+                assert torch.equal(c_gpu.cpu().view(torch.uint8), c.view(torch.uint8)), (dtype, block_m, what)
+    xg = x.to(torch.bfloat16).cuda()
+    graph = torch.cuda.CUDAGraph()
+    moe.permute_quantize(xg, al_g, act)  # loads the module outside the capture
+    with torch.cuda.graph(graph):
+        c_graph, s_graph = moe.permute_quantize(xg, al_g, act)
+    graph.replay()
+    torch.cuda.synchronize()
+    c_ref, s_ref = moe.permute_quantize(xg, al_g, act)
+    assert torch.equal(c_graph.view(torch.uint8), c_ref.view(torch.uint8)) and torch.equal(s_graph, s_ref)
 
 
 @pytest.mark.gpu
@@ -1707,7 +1808,7 @@ def test_group_limited_routing_as_deepseek_v3():
         torch.randn(e, 64, 128, generator=g), torch.randn(e, 128, 32, generator=g), "u4g128-sbf16", k,
         scoring="sigmoid", correction_bias=bias, n_group=n_group, topk_group=topk_group, routed_scaling=2.5,
     )  # fmt: skip
-    lw, lids, _, _ = layer._route(torch.randn(t, 128, generator=g).to(torch.bfloat16), logits)
+    lw, lids, _ = layer._route(torch.randn(t, 128, generator=g).to(torch.bfloat16), logits)
     assert torch.equal(lw, w) and torch.equal(lids, ids)
     with pytest.raises(ValueError, match="n_group must divide"):
         moe.QuantMoE.from_float(

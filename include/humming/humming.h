@@ -479,6 +479,18 @@ Status moe_permute_cpu(DType type, const void *x, int64_t hidden, int64_t ldx, c
 Status moe_permute_cuda(DType type, const void *x, int64_t hidden, int64_t ldx, const int32_t *sorted_ids,
                         int64_t capacity, int64_t assignments, int32_t top_k, void *out, void *stream);
 
+// quantize_act of moe_permute's rows in one pass: codes [capacity][k] and scales [capacity][ceil(k /
+// group)] equal, bit for bit, to quantize_act of the rows moe_permute would write (token
+// sorted_ids[r] / top_k of x, f32, f16 or bf16 with row stride ldx; zeros in padding rows, which
+// get scale 1 and zero codes), without those 16-bit rows: the rows an expert GEMM with 8-bit
+// activations reads, from the tokens' activations.
+Status moe_permute_quantize_cpu(const ActFormat &fmt, DType x_type, const void *x, int64_t k, int64_t ldx,
+                                const int32_t *sorted_ids, int64_t capacity, int64_t assignments, int32_t top_k,
+                                void *codes, float *scales);
+Status moe_permute_quantize_cuda(const ActFormat &fmt, DType x_type, const void *x, int64_t k, int64_t ldx,
+                                 const int32_t *sorted_ids, int64_t capacity, int64_t assignments, int32_t top_k,
+                                 void *codes, float *scales, void *stream);
+
 // out[t] = sum over j of weights[t][j] x y[positions[t * top_k + j]], in fp32, j = 0 first (one
 // product, then one add per term: no fused multiply-add), rounded once to `type` (f32, f16 or
 // bf16; y [rows][hidden] and out contiguous). With a bias [experts][hidden] (fp32) and the

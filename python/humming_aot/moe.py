@@ -212,6 +212,29 @@ def permute(x: torch.Tensor, alignment: Alignment) -> torch.Tensor:
     return torch.ops.humming.moe_permute(x if x.stride(-1) == 1 else x.contiguous(), ids, alignment.top_k)
 
 
+def permute_quantize(x: torch.Tensor, alignment: Alignment, act_format):
+    """:func:`permute` and :func:`humming_aot.quantize_act` in one pass: (codes, scales) of the
+    expert-sorted rows [capacity, H] quantized to ``act_format`` (e4m3 / e5m2 / i8 with -pt or
+    -g{K}), equal bit for bit to ``quantize_act(permute(x, alignment), act_format)``, read straight
+    from the tokens' activations (padding rows: zero codes, scale 1) without writing the sorted rows
+    in 16 bits: the input of an expert GEMM with 8-bit activations."""
+    from . import formats as F
+    from .ops import _act_text
+
+    if x.dim() != 2 or x.shape[0] * alignment.top_k != alignment.num_assignments:
+        raise ValueError(
+            f"activations must be [tokens, hidden] with tokens x top_k = {alignment.num_assignments} "
+            f"assignments, got shape {tuple(x.shape)} (top_k {alignment.top_k})"
+        )
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"activations must be float32, float16 or bfloat16, got {x.dtype}")
+    ids = alignment.sorted_ids.to(device=x.device, dtype=torch.int32)
+    text = _act_text(act_format) if isinstance(act_format, str) else str(F.parse_activation_format(act_format))
+    return torch.ops.humming.moe_permute_quantize(
+        x if x.stride(-1) == 1 else x.contiguous(), ids, alignment.top_k, text
+    )
+
+
 def combine(
     y: torch.Tensor,
     alignment: Alignment,
@@ -690,7 +713,8 @@ class QuantMoE(torch.nn.Module):
                 "GEMM at small batch",
                 stacklevel=2,
             )
-        weights, ids, al, rows = self._route(x, router_logits)
+        weights, ids, al = self._route(x, router_logits)
+        rows = permute(x, al)
         # Blocks of one row pad nothing: every row belongs to an expert and is written below.
         y = x.new_empty(al.capacity, self.hidden, dtype=self.down[0]._out_dtype)
         start = 0
@@ -721,15 +745,15 @@ class QuantMoE(torch.nn.Module):
         )  # fmt: skip
 
     def _route(self, x: torch.Tensor, router_logits: torch.Tensor):
-        """Routing weights and expert ids, the alignment (blocks of one row: the experts' rows back
-        to back) and the activations in its expert-sorted order."""
+        """Routing weights and expert ids, and the alignment (blocks of one row: the experts' rows
+        back to back)."""
         weights, ids = topk_route(
             router_logits, self.top_k, scoring=self.scoring, renormalize=self.renormalize,
             correction_bias=self.correction_bias, n_group=self.n_group, topk_group=self.topk_group,
             scaling=self.routed_scaling,
         )  # fmt: skip
         al = moe_align(ids, self.num_experts, 1, check_ids=False)  # topk_route's ids are valid: no host sync
-        return weights, ids, al, permute(x, al)
+        return weights, ids, al
 
     def _grouped_on(self, x: torch.Tensor) -> bool:
         """Whether this call runs the grouped GEMMs: on the CPU reference, or on a GPU where this
@@ -751,11 +775,14 @@ class QuantMoE(torch.nn.Module):
             )
         return self._grouped_instances_built
 
-    def _grouped_gemm(self, a: torch.Tensor, stack, fmt, al: Alignment, per_expert: int, routed: int, **kw):
+    def _grouped_gemm(self, a, stack, fmt, al: Alignment, per_expert: int, routed: int, **kw):
         """One grouped GEMM of the layer over the expert-sorted rows ``a`` (16-bit): with 8-bit
-        activations, ``a`` quantized first (on the GPU: one kernel)."""
+        activations, ``a`` quantized first (on the GPU: one kernel), or given as quantized (codes,
+        scales)."""
         a_scales = None
-        if fmt.act.quantized:
+        if isinstance(a, tuple):
+            a, a_scales = a
+        elif fmt.act.quantized:
             from .ops import quantize_act
 
             a, a_scales = quantize_act(a, fmt.act)
@@ -765,11 +792,14 @@ class QuantMoE(torch.nn.Module):
 
     def _forward_grouped(self, x: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
         # No host synchronization: the experts' rows are device offsets that the kernels read.
-        weights, ids, al, rows = self._route(x, router_logits)
+        weights, ids, al = self._route(x, router_logits)
         per_expert = max(1, al.capacity // self.num_experts)
         gu, dn = self._stacks
         routed = x.shape[0] * self.top_k
         fmt = self.gate_up[0].fmt
+        # With 8-bit activations, the sorted rows are quantized as they are gathered (one pass over
+        # the tokens' activations instead of writing 16-bit rows and reading them back).
+        rows = permute_quantize(x, al, fmt.act) if fmt.act.quantized else permute(x, al)
         if _OUT_TYPES.get(x.dtype) == str(fmt.out):
             # The activation in the gate-up GEMM (its epilogue where the kernel can).
             act = self._grouped_gemm(

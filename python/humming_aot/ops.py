@@ -251,6 +251,17 @@ def _quantize_act_fake(x, act_format):
     )
 
 
+@torch.library.register_fake("humming::moe_permute_quantize")
+def _moe_permute_quantize_fake(x, sorted_ids, top_k, act_format):
+    torch._check(x.dim() == 2, lambda: f"activations must be 2-D [tokens, hidden], got {x.dim()}-D")
+    f = F.parse_activation_format(act_format)
+    rows, k = sorted_ids.shape[0], x.shape[1]
+    return (
+        x.new_empty((rows, k), dtype=torch_dtype(f.type)),
+        x.new_empty((rows, _act_scale_cols(f, k)), dtype=torch.float32),
+    )
+
+
 def quantize_act(x: torch.Tensor, act_format: str | F.ActivationFormat):
     """Quantize activations [m, k] to ``act_format`` (e4m3/e5m2/i8 with -pt or -g{K}).
 

@@ -948,6 +948,41 @@ Tensor moe_permute(const Tensor &x, const Tensor &sorted_ids, int64_t top_k) {
   return out;
 }
 
+std::tuple<Tensor, Tensor> moe_permute_quantize(const Tensor &x, const Tensor &sorted_ids, int64_t top_k,
+                                                const std::string &afmt) {
+  const ActFormat f = parse_act(afmt);
+  require(f.granularity != ActScale::kNone, "activation format ", afmt,
+          " is not quantized; moe_permute_quantize takes e4m3, e5m2 or i8 with -pt or -g{K}");
+  require(x.dim() == 2, "activations must be 2-D [tokens, hidden], got shape ", x.sizes());
+  const DType xt = dtype_of(x.scalar_type());
+  require(xt.id() != 0, "activations to quantize must be float32, float16 or bfloat16, got ", x.scalar_type());
+  require(x.size(1) > 0, "activations must have hidden > 0 columns");
+  require(x.stride(1) == 1 || x.size(1) == 1, "activations must have unit stride along hidden");
+  const torch::stable::Device dev = x.device();
+  check_tensor(sorted_ids, "sorted ids", ScalarType::Int, dev);
+  require(sorted_ids.dim() == 1 && sorted_ids.is_contiguous(), "sorted ids must be a contiguous 1-D tensor");
+  require(top_k >= 1 && top_k <= 0x7FFFFFFF, "top_k must be positive, got ", top_k);
+  const int64_t k = x.size(1), capacity = sorted_ids.size(0), assignments = x.size(0) * top_k;
+  const int64_t group = f.granularity == ActScale::kGroup ? f.group_k : k;
+  const int64_t ldx = x.size(0) <= 1 ? k : x.stride(0);
+  Tensor codes = empty_on(dev, {capacity, k}, storage_type(f.type));
+  Tensor scales = empty_on(dev, {capacity, (k + group - 1) / group}, ScalarType::Float);
+  const auto *ids = static_cast<const int32_t *>(sorted_ids.data_ptr());
+  auto *scale_ptr = static_cast<float *>(scales.data_ptr());
+  const auto t = static_cast<int32_t>(top_k);
+  on_cpu_or_cuda(
+      dev, "moe_permute_quantize",
+      [&] {
+        return moe_permute_quantize_cpu(f, xt, x.data_ptr(), k, ldx, ids, capacity, assignments, t, codes.data_ptr(),
+                                        scale_ptr);
+      },
+      [&](void *stream) {
+        return moe_permute_quantize_cuda(f, xt, x.data_ptr(), k, ldx, ids, capacity, assignments, t, codes.data_ptr(),
+                                         scale_ptr, stream);
+      });
+  return {codes, scales};
+}
+
 Tensor moe_combine(const Tensor &y, const Tensor &positions, const Tensor &weights, const std::optional<Tensor> &bias,
                    const std::optional<Tensor> &ids) {
   require(y.dim() == 2 && y.is_contiguous(),
@@ -1143,6 +1178,7 @@ STABLE_TORCH_LIBRARY(humming, m) {
         "int topk_group=0, float scaling=1.0) -> (Tensor, Tensor)");
   m.def("moe_align(Tensor ids, int num_experts, int block_m) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("moe_permute(Tensor x, Tensor sorted_ids, int top_k) -> Tensor");
+  m.def("moe_permute_quantize(Tensor x, Tensor sorted_ids, int top_k, str act_format) -> (Tensor, Tensor)");
   m.def("moe_combine(Tensor y, Tensor positions, Tensor weights, Tensor? bias=None, Tensor? ids=None) -> Tensor");
   // The experts' activation between their GEMMs (silu(gate) x up, or gpt-oss's clamped SwiGLU),
   // with per-expert biases found through the rows' expert offsets.
@@ -1160,6 +1196,7 @@ STABLE_TORCH_LIBRARY_IMPL(humming, CPU, m) {
   m.impl("moe_topk", TORCH_BOX(&humming::torch_ops::moe_topk));
   m.impl("moe_align", TORCH_BOX(&humming::torch_ops::moe_align));
   m.impl("moe_permute", TORCH_BOX(&humming::torch_ops::moe_permute));
+  m.impl("moe_permute_quantize", TORCH_BOX(&humming::torch_ops::moe_permute_quantize));
   m.impl("moe_combine", TORCH_BOX(&humming::torch_ops::moe_combine));
   m.impl("moe_activation", TORCH_BOX(&humming::torch_ops::moe_activation));
 }
@@ -1174,6 +1211,7 @@ STABLE_TORCH_LIBRARY_IMPL(humming, CUDA, m) {
   m.impl("moe_topk", TORCH_BOX(&humming::torch_ops::moe_topk));
   m.impl("moe_align", TORCH_BOX(&humming::torch_ops::moe_align));
   m.impl("moe_permute", TORCH_BOX(&humming::torch_ops::moe_permute));
+  m.impl("moe_permute_quantize", TORCH_BOX(&humming::torch_ops::moe_permute_quantize));
   m.impl("moe_combine", TORCH_BOX(&humming::torch_ops::moe_combine));
   m.impl("moe_activation", TORCH_BOX(&humming::torch_ops::moe_activation));
 }
