@@ -46,15 +46,17 @@ Each point is the median CUDA-graph replay of the two GEMMs, after a read flush 
 (bench.Timer, as scripts/time_shapes.py --graph --flush read); the routing helpers (top-k, align,
 permute, combine: humming_aot.moe) are timed on their own
 the same way, and so is the whole layer as QuantMoE runs it (route, permute, the gate-up GEMM with
-the activation in it, down, combine; layer_unfused_us: the same with the gate-up GEMM and the
-activation apart); the helpers also without the flush (us_warm: their small inputs, code and
+the activation in it, down, combine; with --act, the gate-up GEMM's rows quantized as they are
+gathered, moe.permute_quantize; layer_unfused_us: the same with the gate-up GEMM and the
+activation apart; with --act, layer_permute_then_quantize_us: the rows permuted in 16 bits and
+then quantized, as QuantMoE ran them before session 46); the helpers also without the flush (us_warm: their small inputs, code and
 parameters cached, as the router GEMM and the previous layer leave them in a model). The
 humming-aot points also time the gate-up GEMM with the activation (us_gate_up_act: in the kernel's
 epilogue where it can) and the GEMM followed by the activation kernel (us_gate_up_then_act). For
 each point the bytes of the touched experts' weights give the weight bandwidth (GB/s).
 Writes JSON {"device", "format", "points": [{model, tokens, impl, us, us_gate_up, us_down,
 touched_experts, weight_gbs[, us_gate_up_act, us_gate_up_then_act]}], "routing": [{model, tokens,
-us, us_warm[, parts][, layer_us, layer_unfused_us]}]} and the same as a markdown table
+us, us_warm[, parts][, layer_us, layer_unfused_us[, layer_permute_then_quantize_us]]}]} and the same as a markdown table
 (OUT.md) after every model, and prints one line per point.
 """
 
@@ -320,7 +322,10 @@ jit_measured, jit_missing = jit_points() if "humming-jit" in impls else ({}, "")
 
 def gemm(x: torch.Tensor, stack: moe.StackedExperts, offsets: torch.Tensor, **kw) -> torch.Tensor:
     """humming-aot's grouped GEMM of bf16 rows x: with 8-bit activations (--act), x quantized per
-    call first (ha.quantize_act), as a layer runs it and as humming-jit's W4A8 layer does inside."""
+    call first (ha.quantize_act), as a layer runs it and as humming-jit's W4A8 layer does inside;
+    or x given quantized, (codes, scales)."""
+    if isinstance(x, tuple):
+        return moe.moe_gemm(x[0], stack, offsets, fmt, a_scales=x[1], **kw)
     if not A8:
         return moe.moe_gemm(x, stack, offsets, fmt, **kw)
     codes, scales = ha.quantize_act(x, args.act)
@@ -441,12 +446,15 @@ for model in args.models.split(","):
             # combine), one graph: what the helpers and the activation add to the two GEMMs.
             # fused: the activation in the gate-up GEMM (moe_gemm's `activation`, in the kernel's
             # epilogue where it can), as QuantMoE runs it; else the GEMM, then moe.activate.
-            def layer(fused=True):
+            def layer(fused=True, gather_quantized=True):
                 w_, i_ = moe.topk_route(logits, top_k, **route_kw)
                 a_ = moe.moe_align(i_, e, 1, check_ids=False)
                 routed_ = tokens * top_k
                 kw = {"rows_per_expert": per_expert, "assignments": routed_}
-                rows_ = moe.permute(x, a_)
+                if A8 and gather_quantized:
+                    rows_ = moe.permute_quantize(x, a_, args.act)
+                else:
+                    rows_ = moe.permute(x, a_)
                 if fused:
                     act_ = gemm(rows_, stacks[0], a_.offsets, activation="silu", **kw)
                 else:
@@ -456,6 +464,8 @@ for model in args.models.split(","):
             try:
                 entry["layer_us"] = median_graph_us(layer)
                 entry["layer_unfused_us"] = median_graph_us(lambda: layer(False))
+                if A8:
+                    entry["layer_permute_then_quantize_us"] = median_graph_us(lambda: layer(True, False))
             except Exception as ex:  # recorded, the run goes on
                 entry["layer_error"] = f"{type(ex).__name__}: {ex}"[:300]
         routing.append(entry)
@@ -555,6 +565,12 @@ for model in args.models.split(","):
                         f"{row['us_gate_up_then_act']:.1f} apart; layer {routing[-1].get('layer_us', 0):.1f} "
                         f"against {routing[-1].get('layer_unfused_us', 0):.1f}"
                         if "us_gate_up_act" in row
+                        else ""
+                    )
+                    + (
+                        f"; layer {routing[-1]['layer_us']:.1f} us (rows permuted, then quantized: "
+                        f"{routing[-1]['layer_permute_then_quantize_us']:.1f})"
+                        if "layer_permute_then_quantize_us" in routing[-1]
                         else ""
                     ),
                     flush=True,
