@@ -416,6 +416,87 @@ def test_activate_on_the_gpu_matches_the_cpu_and_is_graph_capturable(activation)
     assert torch.equal(captured, gpu)
 
 
+# (rows, F, act, activation): a row of whole groups, a last group cut short (2880 = 22.5 x 128),
+# groups of 16, a long row, and the per-token formats.
+ACT_QUANT_CASES = [
+    (37, 256, "e4m3-pt", "silu"),
+    (40, 2880, "e4m3-g128", "swiglu-oai"),
+    (9, 200, "e5m2-g16", "silu"),
+    (6, 14336, "i8-pt", "silu"),
+    (300, 768, "e4m3-pt", "swiglu-oai"),
+]
+
+
+def _act_quant_inputs(rows, f, seed):
+    g = torch.Generator().manual_seed(seed)
+    experts = 4
+    h = torch.randn(rows, 2 * f, generator=g) * 3
+    h[rows // 2] = 0.0  # a row of zero gate-up outputs (only its expert's bias then)
+    bias = torch.randn(experts, 2 * f, generator=g)
+    cuts = sorted(torch.randint(0, rows + 1, (experts - 1,), generator=g).tolist())
+    offsets = torch.tensor([0, *cuts, rows], dtype=torch.int32)
+    return h, bias, offsets
+
+
+@pytest.mark.parametrize("rows,f,act,activation", ACT_QUANT_CASES[:3])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_activate_quantize_is_the_reference_quantization_of_the_activation(rows, f, act, activation, dtype):
+    """moe.activate_quantize gives, bit for bit, the reference quantizer's codes and scales of
+    moe.activate's outputs (each rounded to the output dtype, with each row's expert's bias), for
+    gate-up outputs in bf16 and fp32."""
+    from humming_aot import reference as R
+
+    h, bias, offsets = _act_quant_inputs(rows, f, rows + f)
+    h = h.to(dtype)
+    kw = {"bias": bias, "offsets": offsets, "limit": 7.0, "alpha": 1.702, "dtype": torch.bfloat16}
+    codes, scales = moe.activate_quantize(h, act, activation, **kw)
+    rc, rs = R.quantize_activation(moe.activate(h, activation, **kw), act)
+    assert codes.shape == (rows, f) and codes.dtype == rc.dtype
+    assert torch.equal(scales, rs.float())
+    assert torch.equal(codes.view(torch.uint8), rc.view(torch.uint8))
+
+
+def test_activate_quantize_refuses_what_it_cannot_quantize():
+    h = torch.randn(4, 64).to(torch.bfloat16)
+    with pytest.raises(Exception, match="not quantized"):
+        moe.activate_quantize(h, "bf16")
+    with pytest.raises(ValueError, match="activation must be one of"):
+        moe.activate_quantize(h, "e4m3-pt", "gelu")
+    with pytest.raises(ValueError, match=r"\[rows, 2 x intermediate\]"):
+        moe.activate_quantize(h[:, :63], "e4m3-pt")
+    assert moe.activate_quantizes("e4m3-g128") and moe.activate_quantizes("i8-pt")
+    assert not moe.activate_quantizes("e4m3-g512") and not moe.activate_quantizes("bf16")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
+@pytest.mark.parametrize(
+    "rows,f,act,activation", ACT_QUANT_CASES, ids=[f"{r}x{f}-{a}-{k}" for r, f, a, k in ACT_QUANT_CASES]
+)
+def test_activate_quantize_on_the_gpu_is_quantize_of_activate(rows, f, act, activation):
+    """On the GPU, activate_quantize gives quantize_act of the GPU's activate bit for bit (bf16 and
+    fp32 gate-up outputs, biases through device offsets), inside a CUDA graph too; a format its
+    kernel does not take is refused by name."""
+    import humming_aot as ha
+
+    h, bias, offsets = _act_quant_inputs(rows, f, rows * 3 + f)
+    kw = {"bias": bias.cuda(), "offsets": offsets.cuda(), "limit": 7.0, "alpha": 1.702, "dtype": torch.bfloat16}
+    for dtype in (torch.bfloat16, torch.float32):
+        hd = h.to(dtype).cuda()
+        codes, scales = moe.activate_quantize(hd, act, activation, **kw)
+        rc, rs = ha.quantize_act(moe.activate(hd, activation, **kw), act)
+        assert torch.equal(scales, rs), dtype
+        assert torch.equal(codes.view(torch.uint8), rc.view(torch.uint8)), dtype
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        c_graph, s_graph = moe.activate_quantize(hd, act, activation, **kw)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(c_graph.view(torch.uint8), codes.view(torch.uint8)) and torch.equal(s_graph, scales)
+    with pytest.raises(Exception, match="power of two from 8 to 256"):
+        moe.activate_quantize(hd, "e4m3-g512", activation, **kw)
+
+
 def _experts(e, h, f, seed):
     g = torch.Generator().manual_seed(seed)
     return torch.randn(e, 2 * f, h, generator=g) * 0.05, torch.randn(e, h, f, generator=g) * 0.05
