@@ -69,15 +69,18 @@ if [ "${PART:-held}" = fuse ]; then
   (cd "$OUT" && tar czf fuse.tgz permute-quantize-* quant.json moe-* s46.txt && rm -f moe-*)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
-# PART=fuse2: PART=fuse's build again; the two tests/test_moe.py failures of PART=fuse's selection
-#   with their messages; then scripts/bench_moe.py's W4A8 layer, whose gate-up rows now come from
-#   moe.permute_quantize as in QuantMoE, against the rows permuted and then quantized in the same
-#   run (layer_permute_then_quantize_us), on the four models at 64, 256 and 1024 tokens.
+# PART=fuse2: PART=fuse's build again; tests/test_moe.py's permute-quantize, activate-quantize,
+#   QuantMoE and 8-bit activation tests with the failures' messages (PART=fuse had two, not shown),
+#   tests/test_gpu.py's quantize tests; then scripts/bench_moe.py's W4A8 layer as QuantMoE runs it
+#   (the gate-up rows from moe.permute_quantize, the down GEMM's from moe.activate_quantize) against
+#   both steps in two passes and against the gather's one pass only, in the same run
+#   (layer_two_pass_us, layer_gather_quantized_us), on the four models at 64, 256 and 1024 tokens.
 if [ "${PART:-held}" = fuse2 ]; then
   HUMMING_PROFILE=dev build_filtered "^($A8|sm90_wgmma_moe_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16)"
   echo "build done at $(($(date +%s) - start)) s" | log
-  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rf -k "${TESTS:-permute or quant_moe or 8bit_activations}" \
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rf -k "${TESTS:-permute or activate or quant_moe or 8bit_activations}" \
     2>&1 | grep -E "^(FAILED|E  )|passed|failed" | cut -c1-400 | head -60 | sed "s/^/test_moe /" | log
+  python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rf -k "quantize" 2>&1 | tail -2 | sed "s/^/test_gpu /" | log
   for mt in qwen3-30b-a3b mixtral-8x7b gpt-oss-120b deepseek-v3; do
     python3 scripts/bench_moe.py "$OUT/moe-layer-$mt.json" --models "$mt" --tokens 64,256,1024 \
       --format e2m1gc-sbf16 --act e4m3-pt --impls humming-aot 2>&1 | grep -E "humming|rror" | sed "s/^/moe /" | log
