@@ -47,18 +47,16 @@ Each point is the median CUDA-graph replay of the two GEMMs, after a read flush 
 permute, combine: humming_aot.moe) are timed on their own
 the same way, and so is the whole layer as QuantMoE runs it (route, permute, the gate-up GEMM with
 the activation in it, down, combine; with --act, as QuantMoE runs it since session 46: the gate-up
-GEMM's rows quantized as they are gathered, moe.permute_quantize, and the down GEMM's input as the
-activation computes it, moe.activate_quantize; layer_unfused_us: the same with the gate-up GEMM and
-the activation apart; with --act, layer_two_pass_us: the rows permuted in 16 bits and then
-quantized, and the activation written in 16 bits and then quantized, as QuantMoE ran them before
-session 46, and layer_gather_quantized_us: only the first of the two one-pass steps); the helpers also without the flush (us_warm: their small inputs, code and
+GEMM's rows quantized as they are gathered, moe.permute_quantize; layer_unfused_us: the same with
+the gate-up GEMM and the activation apart; with --act, layer_two_pass_us: the rows permuted in 16
+bits and then quantized, as QuantMoE ran them before session 46); the helpers also without the flush (us_warm: their small inputs, code and
 parameters cached, as the router GEMM and the previous layer leave them in a model). The
 humming-aot points also time the gate-up GEMM with the activation (us_gate_up_act: in the kernel's
 epilogue where it can) and the GEMM followed by the activation kernel (us_gate_up_then_act). For
 each point the bytes of the touched experts' weights give the weight bandwidth (GB/s).
 Writes JSON {"device", "format", "points": [{model, tokens, impl, us, us_gate_up, us_down,
 touched_experts, weight_gbs[, us_gate_up_act, us_gate_up_then_act]}], "routing": [{model, tokens,
-us, us_warm[, parts][, layer_us, layer_unfused_us[, layer_two_pass_us, layer_gather_quantized_us]]}]} and the same as a markdown table
+us, us_warm[, parts][, layer_us, layer_unfused_us[, layer_two_pass_us]]}]} and the same as a markdown table
 (OUT.md) after every model, and prints one line per point.
 """
 
@@ -448,7 +446,7 @@ for model in args.models.split(","):
             # combine), one graph: what the helpers and the activation add to the two GEMMs.
             # fused: the activation in the gate-up GEMM (moe_gemm's `activation`, in the kernel's
             # epilogue where it can), as QuantMoE runs it; else the GEMM, then moe.activate.
-            def layer(fused=True, gather_quantized=True, act_quantized=True):
+            def layer(fused=True, gather_quantized=True):
                 w_, i_ = moe.topk_route(logits, top_k, **route_kw)
                 a_ = moe.moe_align(i_, e, 1, check_ids=False)
                 routed_ = tokens * top_k
@@ -457,9 +455,7 @@ for model in args.models.split(","):
                     rows_ = moe.permute_quantize(x, a_, args.act)
                 else:
                     rows_ = moe.permute(x, a_)
-                if A8 and act_quantized and moe.activate_quantizes(args.act):
-                    act_ = moe.activate_quantize(gemm(rows_, stacks[0], a_.offsets, **kw), args.act, dtype=x.dtype)
-                elif fused:
+                if fused:
                     act_ = gemm(rows_, stacks[0], a_.offsets, activation="silu", **kw)
                 else:
                     act_ = moe.activate(gemm(rows_, stacks[0], a_.offsets, **kw), dtype=x.dtype)
@@ -469,8 +465,7 @@ for model in args.models.split(","):
                 entry["layer_us"] = median_graph_us(layer)
                 entry["layer_unfused_us"] = median_graph_us(lambda: layer(False))
                 if A8:
-                    entry["layer_two_pass_us"] = median_graph_us(lambda: layer(True, False, False))
-                    entry["layer_gather_quantized_us"] = median_graph_us(lambda: layer(True, True, False))
+                    entry["layer_two_pass_us"] = median_graph_us(lambda: layer(True, False))
             except Exception as ex:  # recorded, the run goes on
                 entry["layer_error"] = f"{type(ex).__name__}: {ex}"[:300]
         routing.append(entry)
@@ -573,9 +568,8 @@ for model in args.models.split(","):
                         else ""
                     )
                     + (
-                        f"; layer {routing[-1]['layer_us']:.1f} us (two passes each: "
-                        f"{routing[-1]['layer_two_pass_us']:.1f}; the gather's one pass only: "
-                        f"{routing[-1]['layer_gather_quantized_us']:.1f})"
+                        f"; layer {routing[-1]['layer_us']:.1f} us (rows permuted, then quantized: "
+                        f"{routing[-1]['layer_two_pass_us']:.1f})"
                         if "layer_two_pass_us" in routing[-1]
                         else ""
                     ),

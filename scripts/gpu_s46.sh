@@ -71,10 +71,13 @@ if [ "${PART:-held}" = fuse ]; then
 fi
 # PART=fuse2: PART=fuse's build again; tests/test_moe.py's permute-quantize, activate-quantize,
 #   QuantMoE and 8-bit activation tests with the failures' messages (PART=fuse had two, not shown),
-#   tests/test_gpu.py's quantize tests; then scripts/bench_moe.py's W4A8 layer as QuantMoE runs it
-#   (the gate-up rows from moe.permute_quantize, the down GEMM's from moe.activate_quantize) against
-#   both steps in two passes and against the gather's one pass only, in the same run
-#   (layer_two_pass_us, layer_gather_quantized_us), on the four models at 64, 256 and 1024 tokens.
+#   tests/test_gpu.py's quantize tests; then scripts/bench_moe.py's W4A8 layer as QuantMoE ran it at
+#   4b9a0fa (the gate-up rows from moe.permute_quantize, the down GEMM's from
+#   moe.activate_quantize, a one-pass activation and quantization that existed only in that tree:
+#   slower, taken out in the next commit) against both steps in two passes and against the
+#   gather's one pass only, in the same run, on the four models at 64, 256 and 1024 tokens. Since
+#   then bench_moe.py times the layer with the gather's one pass (layer_us) and with two passes
+#   (layer_two_pass_us).
 if [ "${PART:-held}" = fuse2 ]; then
   HUMMING_PROFILE=dev build_filtered "^($A8|sm90_wgmma_moe_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16)"
   echo "build done at $(($(date +%s) - start)) s" | log

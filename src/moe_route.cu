@@ -21,7 +21,6 @@
 
 #include "humming/backend/pdl.h"
 #include "humming/humming.h"
-#include "humming/numeric/act_quant.h"
 #include "humming/scheduler/moe_route.h"
 
 namespace humming {
@@ -612,70 +611,7 @@ template <Elem In, Elem Out> __global__ void activation_kernel(MoeActivation a) 
   }
 }
 
-// v rounded to the element type E (t) and back, as a store and a load of it would give it.
-template <Elem E> __device__ __forceinline__ float round_as(DType t, float v) {
-  if constexpr (E == Elem::kF32)
-    return v;
-  else
-    return decode_as<E>(t, encode_as<E>(t, v));
-}
-
-// The activation of a block's rows quantized (MoeActivation with codes): block (0, y) takes rows y,
-// y + gridDim.y, ... whole. Each row is computed twice, from the same inputs by the same
-// instructions: first for each group's amax (of the values rounded to out_type, as quantize_act
-// reads them once stored), then for its codes, so that nothing of the row is held or written but
-// the codes. The amax of group g sits in shared memory (gmax[g], `cols` of them); lanes reduce
-// theirs by shuffles over min(group, 32) lanes first (group: a power of two, or the whole row),
-// whose first lane takes the group's maximum by an integer atomicMax (amax >= 0, where the float
-// order is the integer order of the bits).
-template <Elem In, Elem Out> __global__ void activation_quantize_kernel(MoeActivation a, int64_t group, int64_t cols) {
-  chain_in();
-  extern __shared__ float gmax[];
-  const DType qt = a.quant.type;
-  const ActRange range = act_range(qt);
-  const int lanes = group < 32 ? static_cast<int>(group) : 32;
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  auto *codes = static_cast<uint8_t *>(a.codes);
-  for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
-    const int32_t e = a.offsets != nullptr ? moe_route::expert_of_row(a.offsets, a.experts, r) : 0;
-    const float *bias = a.bias != nullptr ? a.bias + e * 2 * a.inter : nullptr;
-    // Output c of the row, as out_type holds it.
-    const auto value = [&](int64_t c) {
-      float gate = load_as<In>(a.h_type, a.h, r * a.ldh + c);
-      float up = load_as<In>(a.h_type, a.h, r * a.ldh + a.inter + c);
-      if (bias != nullptr) gate += bias[c], up += bias[a.inter + c];
-      return round_as<Out>(a.out_type, moe_route::activate(gate, up, a.kind, a.limit, a.alpha));
-    };
-    for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) gmax[i] = 0.0f;
-    __syncthreads();
-    for (int64_t base = 0; base < a.inter; base += blockDim.x) {
-      const int64_t c = base + threadIdx.x;
-      float m = c < a.inter ? fabsf(value(c)) : 0.0f;
-      for (int s = lanes / 2; s > 0; s >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, s));
-      if (c < a.inter && lane % lanes == 0) atomicMax(reinterpret_cast<int *>(gmax + c / group), __float_as_int(m));
-    }
-    __syncthreads();
-    for (int64_t c = threadIdx.x; c < a.inter; c += blockDim.x) {
-      const float scale = act_scale_from_amax(qt, gmax[c / group]);
-      if (c % group == 0) a.scales[r * cols + c / group] = scale;
-      codes[r * a.inter + c] = static_cast<uint8_t>(encode(qt, act_quotient(range, value(c), scale)));
-    }
-    __syncthreads(); // every thread has read gmax before the next row clears it
-  }
-}
-
-// The largest number of groups a row of moe_activation_cuda's quantized outputs may have (their
-// amax in shared memory, 32 KiB).
-constexpr int64_t kMaxActivationGroups = 8192;
-
 } // namespace
-
-bool moe_activation_quantizes(const ActFormat &q) {
-  const bool type = q.type == dtypes::e4m3 || q.type == dtypes::e5m2 || q.type == dtypes::i8;
-  const int g = q.group_k;
-  return type && (q.granularity == ActScale::kToken ||
-                  (q.granularity == ActScale::kGroup && g >= 8 && g <= 256 && (g & (g - 1)) == 0));
-}
 
 Status moe_topk_cuda(const MoeTopk &a, void *stream) {
   if (a.top_k < 1 || a.top_k > a.experts || a.top_k > kMaxTopK)
@@ -778,28 +714,6 @@ Status moe_combine_cuda(DType type, const void *y, int64_t rows, int64_t hidden,
 
 Status moe_activation_cuda(const MoeActivation &a, void *stream) {
   if (a.experts < 1) return Status::Error("moe_activation needs at least one expert");
-  if (a.codes != nullptr) {
-    if (!moe_activation_quantizes(a.quant))
-      return Status::Error("moe_activation quantizes its outputs on the GPU to e4m3, e5m2 or i8 per token or per "
-                           "group of a power of two from 8 to 256 inputs, not to " +
-                           to_string(a.quant));
-    const int64_t group = a.quant.granularity == ActScale::kToken ? (a.inter > 0 ? a.inter : 1) : a.quant.group_k;
-    const int64_t cols = (a.inter + group - 1) / group;
-    if (cols > kMaxActivationGroups)
-      return Status::Error("moe_activation quantizes rows of at most " + std::to_string(kMaxActivationGroups) +
-                           " scale groups on the GPU, got " + std::to_string(cols));
-    if (a.rows == 0 || a.inter == 0) return Status::Ok();
-    // A block of 256 threads per row, the rows over y (grid-stride past 65535).
-    const dim3 grid(1, static_cast<unsigned>(a.rows < 65535 ? a.rows : 65535));
-    const size_t smem = static_cast<size_t>(cols) * sizeof(float);
-    with_elem(a.h_type, [&](auto in) {
-      with_elem(a.out_type, [&](auto out) {
-        launch_chained(activation_quantize_kernel<decltype(in)::value, decltype(out)::value>, grid, dim3(256), smem,
-                       static_cast<cudaStream_t>(stream), a, group, cols);
-      });
-    });
-    return launched("moe_activation");
-  }
   if (a.rows == 0 || a.inter == 0) return Status::Ok();
   // Blocks over rows (y) and 256-output chunks of a row (x), so that a few long rows (decode on few
   // experts: Mixtral's 2 rows of 14336) still spread over the GPU.

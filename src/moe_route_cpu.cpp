@@ -156,11 +156,6 @@ Status moe_combine_cpu(DType type, const void *y, int64_t rows, int64_t hidden, 
 
 Status moe_activation_cpu(const MoeActivation &a) {
   if (a.experts < 1) return Status::Error("moe_activation needs at least one expert");
-  // With codes: each row stored in out_type into `row`, then quantized as quantize_act quantizes it.
-  const bool quantize = a.codes != nullptr;
-  const int64_t group = a.quant.granularity == ActScale::kGroup ? a.quant.group_k : (a.inter > 0 ? a.inter : 1);
-  const int64_t cols = (a.inter + group - 1) / group;
-  std::vector<char> row(quantize ? static_cast<size_t>(a.inter * a.out_type.storage_bytes()) : 0);
   for (int64_t r = 0; r < a.rows; ++r) {
     const int32_t e = a.offsets != nullptr ? moe_route::expert_of_row(a.offsets, a.experts, r) : 0;
     const float *bias = a.bias != nullptr ? a.bias + e * 2 * a.inter : nullptr;
@@ -168,16 +163,7 @@ Status moe_activation_cpu(const MoeActivation &a) {
       float gate = load_element(a.h_type, a.h, r * a.ldh + c),
             up = load_element(a.h_type, a.h, r * a.ldh + a.inter + c);
       if (bias != nullptr) gate += bias[c], up += bias[a.inter + c];
-      const float v = moe_route::activate(gate, up, a.kind, a.limit, a.alpha);
-      if (quantize)
-        store_element(a.out_type, row.data(), c, v);
-      else
-        store_element(a.out_type, a.out, r * a.inter + c, v);
-    }
-    if (quantize && a.inter > 0) {
-      Status st = quantize_act_cpu(a.quant, a.out_type, row.data(), 1, a.inter, a.inter,
-                                   static_cast<uint8_t *>(a.codes) + r * a.inter, a.scales + r * cols);
-      if (!st) return st;
+      store_element(a.out_type, a.out, r * a.inter + c, moe_route::activate(gate, up, a.kind, a.limit, a.alpha));
     }
   }
   return Status::Ok();

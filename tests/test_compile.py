@@ -325,19 +325,6 @@ def _opcheck_cases():
                 torch.rand(3, 2),
             )
         ],
-        "moe_activation_quantize": [
-            (torch.randn(5, 64).to(torch.bfloat16), None, None, "silu", 7.0, 1.702, "bf16", "e4m3-pt"),
-            (
-                torch.randn(5, 64),
-                torch.randn(3, 64),
-                torch.tensor([0, 2, 2, 5], dtype=torch.int32),
-                "swiglu-oai",
-                7.0,
-                1.702,
-                "f32",
-                "i8-g16",
-            ),
-        ],
         "moe_activation": [
             (torch.randn(5, 12).to(torch.bfloat16), None, None, "silu", 7.0, 1.702, "bf16"),
             (

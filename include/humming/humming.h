@@ -513,11 +513,6 @@ Status moe_combine_cuda(DType type, const void *y, int64_t rows, int64_t hidden,
 // offsets [experts + 1] (expert_of_row) where given, else 0; bias [experts][2 x inter] fp32 or
 // null (no bias). One pass instead of the conversions, slices and elementwise ops the same
 // formula takes in torch.
-// With `codes` (and `scales`), the outputs are quantized instead of stored (out unused): codes
-// [rows][inter] and scales [rows][ceil(inter / group)] of activation format `quant`, bit for bit
-// what quantize_act gives for out [rows][inter] (each value rounded to out_type first): the input of
-// a down GEMM with 8-bit activations, without the 16-bit rows in between. The GPU takes per-token
-// formats and groups of a power of two from 8 to 256 inputs (moe_activation_quantizes).
 struct MoeActivation {
   DType h_type, out_type;
   const void *h = nullptr;
@@ -528,13 +523,7 @@ struct MoeActivation {
   int32_t kind = 0;
   float limit = 0.0f, alpha = 0.0f;
   void *out = nullptr;
-  ActFormat quant{};
-  void *codes = nullptr;
-  float *scales = nullptr;
 };
-// Whether moe_activation_cuda quantizes its outputs to `quant` itself (per token, or per group of
-// a power of two from 8 to 256 inputs, into e4m3, e5m2 or i8).
-bool moe_activation_quantizes(const ActFormat &quant);
 Status moe_activation_cpu(const MoeActivation &args);
 Status moe_activation_cuda(const MoeActivation &args, void *stream);
 

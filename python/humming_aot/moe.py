@@ -310,58 +310,6 @@ def activate(
     return torch.ops.humming.moe_activation(h, bias, offsets, activation, float(limit), float(alpha), _OUT_TYPES[out])
 
 
-def activate_quantizes(act_format) -> bool:
-    """Whether :func:`activate_quantize` takes ``act_format`` on a GPU (the CPU takes every
-    quantized format): e4m3, e5m2 or i8 per token, or per group of a power of two from 8 to 256."""
-    from . import formats as F
-
-    f = F.parse_activation_format(act_format)
-    if not f.quantized or str(f.type) not in ("e4m3", "e5m2", "i8"):
-        return False
-    g = f.group_k
-    return g == 0 or (8 <= g <= 256 and g & (g - 1) == 0)
-
-
-def activate_quantize(
-    h: torch.Tensor,
-    act_format,
-    activation: str = "silu",
-    *,
-    bias: torch.Tensor | None = None,
-    offsets: torch.Tensor | None = None,
-    limit: float = 7.0,
-    alpha: float = 1.702,
-    dtype: torch.dtype | None = None,
-):
-    """:func:`activate` and :func:`humming_aot.quantize_act` in one pass: (codes, scales) of the
-    activation of ``h`` quantized to ``act_format``, bit for bit
-    ``quantize_act(activate(h, activation, ..., dtype=dtype), act_format)`` (each value rounded to
-    ``dtype``, default h's, before it is quantized), without the [rows, F] outputs in between: the
-    input of a down GEMM with 8-bit activations (``torch.ops.humming.moe_activation_quantize``). On
-    a GPU, the formats :func:`activate_quantizes` accepts."""
-    from . import formats as F
-
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
-    if not isinstance(h, torch.Tensor) or h.dim() != 2 or h.shape[1] % 2:
-        raise ValueError(f"gate-up outputs must be a 2-D tensor [rows, 2 x intermediate], got {_describe(h)}")
-    if h.dtype not in _OUT_TYPES:
-        raise TypeError(f"gate-up outputs must be float32, float16 or bfloat16, got {h.dtype}")
-    out = h.dtype if dtype is None else dtype
-    if out not in _OUT_TYPES:
-        raise TypeError(f"the activation's dtype must be float32, float16 or bfloat16, got {out}")
-    if h.stride(-1) != 1:
-        h = h.contiguous()
-    if bias is not None:
-        bias = bias.to(device=h.device, dtype=torch.float32).contiguous()
-    if offsets is not None:
-        offsets = offsets.to(device=h.device, dtype=torch.int32).contiguous()
-    text = str(F.parse_activation_format(act_format))
-    return torch.ops.humming.moe_activation_quantize(
-        h, bias, offsets, activation, float(limit), float(alpha), _OUT_TYPES[out], text
-    )
-
-
 @dataclasses.dataclass(frozen=True)
 class StackedExperts:
     """The packed weights of E experts of one format, shape and layout, stacked for
@@ -848,20 +796,11 @@ class QuantMoE(torch.nn.Module):
         per_expert = max(1, al.capacity // self.num_experts)
         gu, dn = self._stacks
         routed = x.shape[0] * self.top_k
-        fmt, down_act = self.gate_up[0].fmt, self.down[0].fmt.act
+        fmt = self.gate_up[0].fmt
         # With 8-bit activations, the sorted rows are quantized as they are gathered (one pass over
         # the tokens' activations instead of writing 16-bit rows and reading them back).
         rows = permute_quantize(x, al, fmt.act) if fmt.act.quantized else permute(x, al)
-        if down_act.quantized and (not x.is_cuda or activate_quantizes(down_act)):
-            # The down GEMM's 8-bit input straight from the gate-up outputs (the activation and
-            # its quantization in one pass, nothing of [rows, F] written in 16 bits).
-            h = self._grouped_gemm(rows, gu, fmt, al, per_expert, routed)
-            act = activate_quantize(
-                h, down_act, self.activation, bias=self.gate_up_bias,
-                offsets=al.offsets if self.gate_up_bias is not None else None, limit=self.swiglu_limit,
-                alpha=self.swiglu_alpha, dtype=x.dtype,
-            )  # fmt: skip
-        elif _OUT_TYPES.get(x.dtype) == str(fmt.out):
+        if _OUT_TYPES.get(x.dtype) == str(fmt.out):
             # The activation in the gate-up GEMM (its epilogue where the kernel can).
             act = self._grouped_gemm(
                 rows, gu, fmt, al, per_expert, routed, activation=self.activation, limit=self.swiglu_limit,

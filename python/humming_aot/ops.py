@@ -154,17 +154,6 @@ def _moe_activation_fake(h, bias, offsets, activation, limit, alpha, out_type):
     return h.new_empty((h.shape[0], h.shape[1] // 2), dtype=dtype)
 
 
-@torch.library.register_fake("humming::moe_activation_quantize")
-def _moe_activation_quantize_fake(h, bias, offsets, activation, limit, alpha, out_type, act_format):
-    torch._check(h.dim() == 2, lambda: f"gate-up outputs must be 2-D [rows, 2 x intermediate], got {h.dim()}-D")
-    f = F.parse_activation_format(act_format)
-    rows, inter = h.shape[0], h.shape[1] // 2
-    return (
-        h.new_empty((rows, inter), dtype=torch_dtype(f.type)),
-        h.new_empty((rows, _act_scale_cols(f, inter)), dtype=torch.float32),
-    )
-
-
 def activation_operand(a: torch.Tensor, fast: bool) -> torch.Tensor:
     """``a`` [m, k] as the kernels read it: ``a`` itself where they can, otherwise a contiguous copy
     (so strided, transposed and unaligned activations work, copied only when needed). Every kernel

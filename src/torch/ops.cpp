@@ -1027,9 +1027,8 @@ Tensor moe_combine(const Tensor &y, const Tensor &positions, const Tensor &weigh
   return out;
 }
 
-// The MoeActivation of moe_activation's arguments (checked), its outputs not yet placed.
-MoeActivation activation_args(const Tensor &h, const std::optional<Tensor> &bias, const std::optional<Tensor> &offsets,
-                              const std::string &activation, double limit, double alpha, const std::string &out_type) {
+Tensor moe_activation(const Tensor &h, const std::optional<Tensor> &bias, const std::optional<Tensor> &offsets,
+                      const std::string &activation, double limit, double alpha, const std::string &out_type) {
   require(h.dim() == 2 && h.size(1) % 2 == 0 && h.stride(1) == 1 && h.stride(0) >= h.size(1),
           "gate-up outputs must be 2-D [rows, 2 x intermediate] with unit stride along the row, got shape ", h.sizes());
   const DType ht = dtype_of(h.scalar_type());
@@ -1070,45 +1069,12 @@ MoeActivation activation_args(const Tensor &h, const std::optional<Tensor> &bias
     require(experts <= 1, "a gate-up bias of ", experts, " experts needs the rows' expert offsets");
   }
   a.experts = static_cast<int32_t>(experts < 1 ? 1 : experts);
-  return a;
-}
-
-Tensor moe_activation(const Tensor &h, const std::optional<Tensor> &bias, const std::optional<Tensor> &offsets,
-                      const std::string &activation, double limit, double alpha, const std::string &out_type) {
-  MoeActivation a = activation_args(h, bias, offsets, activation, limit, alpha, out_type);
-  const torch::stable::Device dev = h.device();
-  Tensor out = empty_on(dev, {a.rows, a.inter}, storage_type(a.out_type));
+  Tensor out = empty_on(dev, {rows, inter}, storage_type(ot));
   a.out = out.data_ptr();
   on_cpu_or_cuda(
       dev, "moe_activation", [&] { return moe_activation_cpu(a); },
       [&](void *stream) { return moe_activation_cuda(a, stream); });
   return out;
-}
-
-// moe_activation's outputs quantized to `act_format` as quantize_act would quantize them once
-// stored in out_type: (codes [rows, inter], fp32 scales [rows, groups]), with nothing of out_type
-// written.
-std::tuple<Tensor, Tensor> moe_activation_quantize(const Tensor &h, const std::optional<Tensor> &bias,
-                                                   const std::optional<Tensor> &offsets, const std::string &activation,
-                                                   double limit, double alpha, const std::string &out_type,
-                                                   const std::string &act_format) {
-  MoeActivation a = activation_args(h, bias, offsets, activation, limit, alpha, out_type);
-  a.quant = parse_act(act_format);
-  require(a.quant.granularity != ActScale::kNone, "activation format ", act_format,
-          " is not quantized; moe_activation_quantize takes e4m3, e5m2 or i8 with -pt or -g{K}");
-  const torch::stable::Device dev = h.device();
-  require(dev.is_cpu() || moe_activation_quantizes(a.quant), "moe_activation_quantize on a GPU takes e4m3, e5m2 or ",
-          "i8 per token or per group of a power of two from 8 to 256 inputs, not ", act_format,
-          " (activate, then quantize_act)");
-  const int64_t group = a.quant.granularity == ActScale::kGroup ? a.quant.group_k : (a.inter > 0 ? a.inter : 1);
-  Tensor codes = empty_on(dev, {a.rows, a.inter}, storage_type(a.quant.type));
-  Tensor scales = empty_on(dev, {a.rows, (a.inter + group - 1) / group}, ScalarType::Float);
-  a.codes = codes.data_ptr();
-  a.scales = static_cast<float *>(scales.data_ptr());
-  on_cpu_or_cuda(
-      dev, "moe_activation_quantize", [&] { return moe_activation_cpu(a); },
-      [&](void *stream) { return moe_activation_cuda(a, stream); });
-  return {codes, scales};
 }
 
 // A direct entry's result: `make()`'s tensor as a new handle in *out (0), or its error in `error`:
@@ -1216,8 +1182,6 @@ STABLE_TORCH_LIBRARY(humming, m) {
   m.def("moe_combine(Tensor y, Tensor positions, Tensor weights, Tensor? bias=None, Tensor? ids=None) -> Tensor");
   // The experts' activation between their GEMMs (silu(gate) x up, or gpt-oss's clamped SwiGLU),
   // with per-expert biases found through the rows' expert offsets.
-  m.def("moe_activation_quantize(Tensor h, Tensor? bias, Tensor? offsets, str activation, float limit, float alpha, "
-        "str out_type, str act_format) -> (Tensor, Tensor)");
   m.def("moe_activation(Tensor h, Tensor? bias, Tensor? offsets, str activation, float limit, float alpha, "
         "str out_type) -> Tensor");
 }
@@ -1235,7 +1199,6 @@ STABLE_TORCH_LIBRARY_IMPL(humming, CPU, m) {
   m.impl("moe_permute_quantize", TORCH_BOX(&humming::torch_ops::moe_permute_quantize));
   m.impl("moe_combine", TORCH_BOX(&humming::torch_ops::moe_combine));
   m.impl("moe_activation", TORCH_BOX(&humming::torch_ops::moe_activation));
-  m.impl("moe_activation_quantize", TORCH_BOX(&humming::torch_ops::moe_activation_quantize));
 }
 
 STABLE_TORCH_LIBRARY_IMPL(humming, CUDA, m) {
@@ -1251,5 +1214,4 @@ STABLE_TORCH_LIBRARY_IMPL(humming, CUDA, m) {
   m.impl("moe_permute_quantize", TORCH_BOX(&humming::torch_ops::moe_permute_quantize));
   m.impl("moe_combine", TORCH_BOX(&humming::torch_ops::moe_combine));
   m.impl("moe_activation", TORCH_BOX(&humming::torch_ops::moe_activation));
-  m.impl("moe_activation_quantize", TORCH_BOX(&humming::torch_ops::moe_activation_quantize));
 }
