@@ -778,31 +778,49 @@ std::tuple<Tensor, Tensor, Tensor> unpack_weight(const Tensor &packed_in, const 
 
 // ---- activation quantization ---------------------------------------------------------------------
 
-std::tuple<Tensor, Tensor> quantize_act(const Tensor &x, const std::string &afmt) {
+// What quantize_act and moe_permute_quantize (`op`) share: the activation format `afmt` and the
+// activations x [_, k] checked (`dims` names x's dimensions in messages), and the outputs allocated
+// for `rows` rows: codes [rows, k] in the format's storage type, fp32 scales [rows, groups].
+struct ActQuantCall {
+  ActFormat f;
+  DType xt;
+  int64_t k, ldx;
+  Tensor codes, scales;
+};
+ActQuantCall act_quant_call(const Tensor &x, const std::string &afmt, const char *op, const char *dims, int64_t rows) {
   const ActFormat f = parse_act(afmt);
-  require(f.granularity != ActScale::kNone, "activation format ", afmt,
-          " is not quantized; quantize_act takes e4m3, e5m2 or i8 with -pt or -g{K}");
-  require(x.dim() == 2, "activations must be 2-D [m, k], got shape ", x.sizes());
+  require(f.granularity != ActScale::kNone, "activation format ", afmt, " is not quantized; ", op,
+          " takes e4m3, e5m2 or i8 with -pt or -g{K}");
+  require(x.dim() == 2, "activations must be 2-D [", dims, "], got shape ", x.sizes());
   const DType xt = dtype_of(x.scalar_type());
   require(xt.id() != 0, "activations to quantize must be float32, float16 or bfloat16, got ", x.scalar_type());
-  require(x.size(1) > 0, "activations must have k > 0 columns");
-  require(x.stride(1) == 1 || x.size(1) == 1, "activations must have unit stride along k");
-  const int64_t m = x.size(0), k = x.size(1);
+  require(x.size(1) > 0, "activations must have more than 0 columns");
+  require(x.stride(1) == 1 || x.size(1) == 1, "activations must have unit stride along their rows");
+  const int64_t k = x.size(1);
   const int64_t group = f.granularity == ActScale::kGroup ? f.group_k : k;
   const torch::stable::Device dev = x.device();
-  Tensor codes = empty_on(dev, {m, k}, storage_type(f.type));
-  Tensor scales = empty_on(dev, {m, (k + group - 1) / group}, ScalarType::Float);
-  const int64_t ldx = m <= 1 ? k : x.stride(0);
-  auto *scale_ptr = static_cast<float *>(scales.data_ptr());
+  return {f,
+          xt,
+          k,
+          x.size(0) <= 1 ? k : x.stride(0),
+          empty_on(dev, {rows, k}, storage_type(f.type)),
+          empty_on(dev, {rows, (k + group - 1) / group}, ScalarType::Float)};
+}
+
+std::tuple<Tensor, Tensor> quantize_act(const Tensor &x, const std::string &afmt) {
+  const int64_t m = x.dim() == 2 ? x.size(0) : 0;
+  ActQuantCall c = act_quant_call(x, afmt, "quantize_act", "m, k", m);
+  const torch::stable::Device dev = x.device();
+  auto *scale_ptr = static_cast<float *>(c.scales.data_ptr());
   if (dev.is_cpu()) {
-    check(quantize_act_cpu(f, xt, x.data_ptr(), m, k, ldx, codes.data_ptr(), scale_ptr));
+    check(quantize_act_cpu(c.f, c.xt, x.data_ptr(), m, c.k, c.ldx, c.codes.data_ptr(), scale_ptr));
   } else {
     require(dev.is_cuda(), "quantize_act runs on CPU or CUDA tensors, got ", dev);
     const OnDevice on(dev);
-    check(quantize_act_cuda(f, xt, x.data_ptr(), m, k, ldx, codes.data_ptr(), scale_ptr,
+    check(quantize_act_cuda(c.f, c.xt, x.data_ptr(), m, c.k, c.ldx, c.codes.data_ptr(), scale_ptr,
                             static_cast<cudaStream_t>(on.stream)));
   }
-  return {codes, scales};
+  return {c.codes, c.scales};
 }
 
 // ---- mixture-of-experts routing (humming.h: moe_topk_*, moe_align_*, moe_permute_*, moe_combine_*) --
@@ -950,37 +968,27 @@ Tensor moe_permute(const Tensor &x, const Tensor &sorted_ids, int64_t top_k) {
 
 std::tuple<Tensor, Tensor> moe_permute_quantize(const Tensor &x, const Tensor &sorted_ids, int64_t top_k,
                                                 const std::string &afmt) {
-  const ActFormat f = parse_act(afmt);
-  require(f.granularity != ActScale::kNone, "activation format ", afmt,
-          " is not quantized; moe_permute_quantize takes e4m3, e5m2 or i8 with -pt or -g{K}");
-  require(x.dim() == 2, "activations must be 2-D [tokens, hidden], got shape ", x.sizes());
-  const DType xt = dtype_of(x.scalar_type());
-  require(xt.id() != 0, "activations to quantize must be float32, float16 or bfloat16, got ", x.scalar_type());
-  require(x.size(1) > 0, "activations must have hidden > 0 columns");
-  require(x.stride(1) == 1 || x.size(1) == 1, "activations must have unit stride along hidden");
   const torch::stable::Device dev = x.device();
   check_tensor(sorted_ids, "sorted ids", ScalarType::Int, dev);
   require(sorted_ids.dim() == 1 && sorted_ids.is_contiguous(), "sorted ids must be a contiguous 1-D tensor");
   require(top_k >= 1 && top_k <= 0x7FFFFFFF, "top_k must be positive, got ", top_k);
-  const int64_t k = x.size(1), capacity = sorted_ids.size(0), assignments = x.size(0) * top_k;
-  const int64_t group = f.granularity == ActScale::kGroup ? f.group_k : k;
-  const int64_t ldx = x.size(0) <= 1 ? k : x.stride(0);
-  Tensor codes = empty_on(dev, {capacity, k}, storage_type(f.type));
-  Tensor scales = empty_on(dev, {capacity, (k + group - 1) / group}, ScalarType::Float);
+  const int64_t capacity = sorted_ids.size(0);
+  ActQuantCall c = act_quant_call(x, afmt, "moe_permute_quantize", "tokens, hidden", capacity);
+  const int64_t assignments = x.size(0) * top_k;
   const auto *ids = static_cast<const int32_t *>(sorted_ids.data_ptr());
-  auto *scale_ptr = static_cast<float *>(scales.data_ptr());
+  auto *scale_ptr = static_cast<float *>(c.scales.data_ptr());
   const auto t = static_cast<int32_t>(top_k);
   on_cpu_or_cuda(
       dev, "moe_permute_quantize",
       [&] {
-        return moe_permute_quantize_cpu(f, xt, x.data_ptr(), k, ldx, ids, capacity, assignments, t, codes.data_ptr(),
-                                        scale_ptr);
+        return moe_permute_quantize_cpu(c.f, c.xt, x.data_ptr(), c.k, c.ldx, ids, capacity, assignments, t,
+                                        c.codes.data_ptr(), scale_ptr);
       },
       [&](void *stream) {
-        return moe_permute_quantize_cuda(f, xt, x.data_ptr(), k, ldx, ids, capacity, assignments, t, codes.data_ptr(),
-                                         scale_ptr, stream);
+        return moe_permute_quantize_cuda(c.f, c.xt, x.data_ptr(), c.k, c.ldx, ids, capacity, assignments, t,
+                                         c.codes.data_ptr(), scale_ptr, stream);
       });
-  return {codes, scales};
+  return {c.codes, c.scales};
 }
 
 Tensor moe_combine(const Tensor &y, const Tensor &positions, const Tensor &weights, const std::optional<Tensor> &bias,
