@@ -91,3 +91,15 @@ if [ "${PART:-held}" = fuse2 ]; then
   (cd "$OUT" && tar czf fuse2.tgz moe-* s46.txt && rm -f moe-*)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
+# PART=final: the landed tree's GPU tests on PART=fuse's build: tests/test_moe.py's permute-quantize,
+#   QuantMoE and 8-bit activation tests and tests/test_gpu.py's quantize, per-instance and graph
+#   tests.
+if [ "${PART:-held}" = final ]; then
+  HUMMING_PROFILE=dev build_filtered "^($A8|sm90_wgmma_moe_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16)"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rf -k "permute or quant_moe or 8bit_activations" 2>&1 \
+    | grep -E "^FAILED|passed|failed" | cut -c1-300 | sed "s/^/test_moe /" | log
+  python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rf -k "quantize or instance_against or graph" 2>&1 \
+    | grep -E "^FAILED|passed|failed" | cut -c1-300 | sed "s/^/test_gpu /" | log
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
