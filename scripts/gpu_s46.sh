@@ -42,6 +42,12 @@ if [ "${PART:-held}" = held ]; then
   (cd "$OUT" && tar czf held.tgz moe-* s46.txt && rm -f moe-*)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
+# fuse_build: the dev build of PART=fuse, fuse2 and final: the grouped e2m1 per-channel W4A8 tiles
+#   and the FP8-block grouped tiles.
+fuse_build() {
+  HUMMING_PROFILE=dev build_filtered "^($A8|sm90_wgmma_moe_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16)"
+  echo "build done at $(($(date +%s) - start)) s" | log
+}
 # PART=fuse: moe_permute_quantize (src/quantize_act.cu: the quantize kernels read the rows through
 #   the alignment; QuantMoE quantizes the gate-up GEMM's rows as it gathers them). A dev build of the
 #   grouped e2m1 per-channel W4A8 tiles and the FP8-block grouped tiles; tests/test_moe.py's
@@ -51,8 +57,7 @@ fi
 #   session 45's shapes (the plain quantization, whose kernels now read through a gather); and
 #   scripts/bench_moe.py's W4A8 points with the whole layer as QuantMoE runs it (layer_us).
 if [ "${PART:-held}" = fuse ]; then
-  HUMMING_PROFILE=dev build_filtered "^($A8|sm90_wgmma_moe_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16)"
-  echo "build done at $(($(date +%s) - start)) s" | log
+  fuse_build
   python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "permute or quant_moe or 8bit_activations" 2>&1 \
     | tail -4 | sed "s/^/test_moe /" | log
   python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rfs -k "quantize" 2>&1 | tail -2 | sed "s/^/test_gpu /" | log
@@ -79,8 +84,7 @@ fi
 #   then bench_moe.py times the layer with the gather's one pass (layer_us) and with two passes
 #   (layer_two_pass_us).
 if [ "${PART:-held}" = fuse2 ]; then
-  HUMMING_PROFILE=dev build_filtered "^($A8|sm90_wgmma_moe_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16)"
-  echo "build done at $(($(date +%s) - start)) s" | log
+  fuse_build
   python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rf -k "${TESTS:-permute or activate or quant_moe or 8bit_activations}" \
     2>&1 | grep -E "^(FAILED|E  )|passed|failed" | cut -c1-400 | head -60 | sed "s/^/test_moe /" | log
   python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rf -k "quantize" 2>&1 | tail -2 | sed "s/^/test_gpu /" | log
@@ -95,8 +99,7 @@ fi
 #   QuantMoE and 8-bit activation tests and tests/test_gpu.py's quantize, per-instance and graph
 #   tests. (Not run in session 46: its device time ran out; the next session can run it first.)
 if [ "${PART:-held}" = final ]; then
-  HUMMING_PROFILE=dev build_filtered "^($A8|sm90_wgmma_moe_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16)"
-  echo "build done at $(($(date +%s) - start)) s" | log
+  fuse_build
   python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rf -k "permute or quant_moe or 8bit_activations" 2>&1 \
     | grep -E "^FAILED|passed|failed" | cut -c1-300 | sed "s/^/test_moe /" | log
   python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rf -k "quantize or instance_against or graph" 2>&1 \

@@ -88,26 +88,26 @@ Status check_act_quant(const ActFormat &fmt, DType x_type, int64_t m, int64_t k,
     return Status::Error("activation row stride " + std::to_string(ldx) + " is below k=" + std::to_string(k));
   return Status::Ok();
 }
-} // namespace
 
-namespace {
-// Quantizes one row (`row`, or zeros where it is null) into codes_row and its scales.
+// Quantizes one row (`row`, or zeros where it is null: scale 1 and the code of zero) into
+// codes_row and its scales.
 void quantize_row(const ActFormat &fmt, DType x_type, const void *row, int64_t k, int64_t group, uint8_t *codes_row,
                   float *scales_row) {
   const int64_t cols = (k + group - 1) / group;
-  const ActRange range = act_range(fmt.type);
+  if (row == nullptr) {
+    const float scale = act_scale_from_amax(fmt.type, 0.0f);
+    std::fill(scales_row, scales_row + cols, scale);
+    std::fill(codes_row, codes_row + k,
+              static_cast<uint8_t>(encode(fmt.type, act_quotient(act_range(fmt.type), 0.0f, scale))));
+    return;
+  }
   for (int64_t g = 0; g < cols; ++g) {
     const int64_t begin = g * group, end = std::min(k, begin + group);
     float amax = 0.0f;
-    if (row != nullptr)
-      for (int64_t i = begin; i < end; ++i) amax = std::fmax(amax, std::fabs(load_element(x_type, row, i)));
+    for (int64_t i = begin; i < end; ++i) amax = std::fmax(amax, std::fabs(load_element(x_type, row, i)));
     const float scale = act_scale_from_amax(fmt.type, amax);
     scales_row[g] = scale;
-    if (row != nullptr)
-      quantize_act_slice(fmt.type, x_type, row, begin, end, scale, codes_row);
-    else
-      for (int64_t i = begin; i < end; ++i)
-        codes_row[i] = static_cast<uint8_t>(encode(fmt.type, act_quotient(range, 0.0f, scale)));
+    quantize_act_slice(fmt.type, x_type, row, begin, end, scale, codes_row);
   }
 }
 } // namespace

@@ -198,18 +198,25 @@ def moe_align(ids: torch.Tensor, num_experts: int, block_m: int, *, check_ids: b
     return Alignment(*out, block_m, a, top_k)
 
 
-def permute(x: torch.Tensor, alignment: Alignment) -> torch.Tensor:
-    """The activations [T, H] in the expert-sorted layout [capacity, H]: row r holds the token of
-    assignment ``sorted_ids[r]``; padding rows are zeros."""
+def _gather_operands(x: torch.Tensor, alignment: Alignment):
+    """``x`` [T, H] checked against the alignment, with unit stride along H, and the sorted ids as
+    int32 on x's device: what the ops that gather the expert-sorted rows take."""
     if x.dim() != 2 or x.shape[0] * alignment.top_k != alignment.num_assignments:
         raise ValueError(
             f"activations must be [tokens, hidden] with tokens x top_k = {alignment.num_assignments} "
             f"assignments, got shape {tuple(x.shape)} (top_k {alignment.top_k})"
         )
-    ids = alignment.sorted_ids.to(device=x.device, dtype=torch.int32)
     if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise TypeError(f"activations must be float32, float16 or bfloat16, got {x.dtype}")
-    return torch.ops.humming.moe_permute(x if x.stride(-1) == 1 else x.contiguous(), ids, alignment.top_k)
+    ids = alignment.sorted_ids.to(device=x.device, dtype=torch.int32)
+    return (x if x.stride(-1) == 1 else x.contiguous()), ids
+
+
+def permute(x: torch.Tensor, alignment: Alignment) -> torch.Tensor:
+    """The activations [T, H] in the expert-sorted layout [capacity, H]: row r holds the token of
+    assignment ``sorted_ids[r]``; padding rows are zeros."""
+    x, ids = _gather_operands(x, alignment)
+    return torch.ops.humming.moe_permute(x, ids, alignment.top_k)
 
 
 def permute_quantize(x: torch.Tensor, alignment: Alignment, act_format):
@@ -218,21 +225,10 @@ def permute_quantize(x: torch.Tensor, alignment: Alignment, act_format):
     -g{K}), equal bit for bit to ``quantize_act(permute(x, alignment), act_format)``, read straight
     from the tokens' activations (padding rows: zero codes, scale 1) without writing the sorted rows
     in 16 bits: the input of an expert GEMM with 8-bit activations."""
-    from . import formats as F
-    from .ops import _act_text
+    from .ops import act_format_text
 
-    if x.dim() != 2 or x.shape[0] * alignment.top_k != alignment.num_assignments:
-        raise ValueError(
-            f"activations must be [tokens, hidden] with tokens x top_k = {alignment.num_assignments} "
-            f"assignments, got shape {tuple(x.shape)} (top_k {alignment.top_k})"
-        )
-    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        raise TypeError(f"activations must be float32, float16 or bfloat16, got {x.dtype}")
-    ids = alignment.sorted_ids.to(device=x.device, dtype=torch.int32)
-    text = _act_text(act_format) if isinstance(act_format, str) else str(F.parse_activation_format(act_format))
-    return torch.ops.humming.moe_permute_quantize(
-        x if x.stride(-1) == 1 else x.contiguous(), ids, alignment.top_k, text
-    )
+    x, ids = _gather_operands(x, alignment)
+    return torch.ops.humming.moe_permute_quantize(x, ids, alignment.top_k, act_format_text(act_format))
 
 
 def combine(

@@ -267,9 +267,15 @@ def quantize_act(x: torch.Tensor, act_format: str | F.ActivationFormat):
 
     Returns (codes, scales): codes in the format's storage dtype, fp32 scales [m, ceil(k / group)].
     """
+    return torch.ops.humming.quantize_act(x, act_format_text(act_format))
+
+
+def act_format_text(act_format: str | F.ActivationFormat) -> str:
+    """The activation format as the ops take it (checked; under torch.compile a text is parsed
+    once, at trace time, _act_text)."""
     if torch.compiler.is_compiling() and isinstance(act_format, str):
-        return torch.ops.humming.quantize_act(x, _act_text(act_format))
-    return torch.ops.humming.quantize_act(x, str(F.parse_activation_format(act_format)))
+        return _act_text(act_format)
+    return str(F.parse_activation_format(act_format))
 
 
 # Under torch.compile a format given as text is parsed and printed once, at trace time, by these
