@@ -35,18 +35,19 @@ __global__ void pack_codes_sm90_kernel(PackedDims d, int bits, bool spread, cons
   packed[i] = layout_sm90::pack_word(codes, d.n, d.k, bits, d.n_pad / layout_sm90::kBlockN, i, spread);
 }
 
-__global__ void pack_codes_sm90_a8_kernel(PackedDims d, const uint8_t *codes, uint32_t *packed) {
+// `fp4`: layout_sm90_a8::fp4_order of the code type (e2m1 spreads its bits over the word).
+__global__ void pack_codes_sm90_a8_kernel(PackedDims d, bool fp4, const uint8_t *codes, uint32_t *packed) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= d.code_words) return;
   const int64_t r = i / d.words_per_row, w = i % d.words_per_row;
-  packed[i] = r < d.n ? layout_sm90_a8::pack_word(codes + r * d.k, d.k, w) : 0u;
+  packed[i] = r < d.n ? layout_sm90_a8::pack_word(codes + r * d.k, d.k, w, fp4) : 0u;
 }
 
-__global__ void unpack_codes_sm90_a8_kernel(PackedDims d, const uint32_t *packed, uint8_t *codes) {
+__global__ void unpack_codes_sm90_a8_kernel(PackedDims d, bool fp4, const uint32_t *packed, uint8_t *codes) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= d.n * d.k) return;
   const int64_t r = i / d.k, c = i % d.k;
-  codes[i] = static_cast<uint8_t>(layout_sm90_a8::code_at(packed + r * d.words_per_row, c));
+  codes[i] = static_cast<uint8_t>(layout_sm90_a8::code_at(packed + r * d.words_per_row, c, fp4));
 }
 
 __global__ void unpack_codes_sm90_kernel(PackedDims d, int bits, bool spread, const uint32_t *packed, uint8_t *codes) {
@@ -98,8 +99,8 @@ Status pack_codes_cuda(int layout, const WeightFormat &fmt, const PackedDims &d,
   if (!known_layout(layout)) return Status::Error("unknown weight layout id " + std::to_string(layout));
   if (d.code_words == 0) return Status::Ok();
   if (layout == kLayoutSm90A8) {
-    pack_codes_sm90_a8_kernel<<<blocks_for(d.code_words), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(d, codes,
-                                                                                                            packed);
+    pack_codes_sm90_a8_kernel<<<blocks_for(d.code_words), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        d, layout_sm90_a8::fp4_order(fmt.code), codes, packed);
     return launched("packing codes on the GPU");
   }
   if (layout == kLayoutSm90) {
@@ -122,8 +123,8 @@ Status unpack_codes_cuda(int layout, const WeightFormat &fmt, const PackedDims &
   if (!known_layout(layout)) return Status::Error("unknown weight layout id " + std::to_string(layout));
   if (d.n * d.k == 0) return Status::Ok();
   if (layout == kLayoutSm90A8) {
-    unpack_codes_sm90_a8_kernel<<<blocks_for(d.n * d.k), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(d, packed,
-                                                                                                           codes);
+    unpack_codes_sm90_a8_kernel<<<blocks_for(d.n * d.k), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        d, layout_sm90_a8::fp4_order(fmt.code), packed, codes);
     return launched("unpacking codes on the GPU");
   }
   if (layout == kLayoutSm90) {

@@ -167,6 +167,16 @@ def _sm90a8_position(n, k, words_per_row):
     return n * words_per_row + 16 * c + 4 * q + s, 4 * (4 * h + j)
 
 
+def _sm90a8_e2m1_bits(nibble):
+    """The word bits of the e2m1 code at `nibble` (0..7) of an sm90a8 word, mantissa first: nibbles
+    0..3 at their operand bits (byte j: mantissa 2, exponent 3 and 4, sign 7), nibbles 4..7 where a
+    left rotation by 4 (mantissa, high exponent bit) or by 2 (low exponent bit, sign) puts them."""
+    byte, operand = nibble % 4, (2, 3, 4, 7)
+    if nibble < 4:
+        return [8 * byte + b for b in operand]
+    return [(8 * byte + b - rot) % 32 for b, rot in zip(operand, (4, 2, 4, 2), strict=True)]
+
+
 def test_sm90a8_layout_matches_its_definition():
     n, k = 70, 300
     g = torch.Generator().manual_seed(9)
@@ -179,8 +189,17 @@ def test_sm90a8_layout_matches_its_definition():
     for r in range(n):
         for c in range(k):
             w, b = _sm90a8_position(r, c, p.k_pad // 8)
-            expect[w] |= int(codes[r, c]) << b
+            # e2m1 codes spread their bits over the word (layout/sm90_a8.h fp4_order)
+            for i, bit in enumerate(_sm90a8_e2m1_bits(b // 4)):
+                expect[w] |= ((int(codes[r, c]) >> i) & 1) << bit
     assert words == expect
+    u = ha.pack_weight(codes, torch.ones(n, 1, dtype=torch.bfloat16), None, None, "u4gc-sbf16", layout="sm90a8")
+    expect = [0] * len(words)
+    for r in range(n):
+        for c in range(k):
+            w, b = _sm90a8_position(r, c, p.k_pad // 8)
+            expect[w] |= int(codes[r, c]) << b
+    assert (u.codes.reshape(-1).to(torch.int64) & 0xFFFFFFFF).tolist() == expect  # u4: a nibble each
     # Lane quad q's 16-byte unit of a chunk holds exactly the inputs of its A fragments.
     for q in range(4):
         want = sorted(32 * s + 16 * h + 4 * q + j for s in range(4) for h in range(2) for j in range(4))

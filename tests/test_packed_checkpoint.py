@@ -235,7 +235,7 @@ def test_wrong_schema_version_is_refused(packed):
     out, file = packed
     manifest = json.loads((out / pc.MANIFEST).read_text())
     (out / pc.MANIFEST).write_text(json.dumps({**manifest, "schema_version": pc.SCHEMA_VERSION + 1}))
-    with pytest.raises(pc.PackedCheckpointError, match="schema version 3.*reads schema versions 1, 2"):
+    with pytest.raises(pc.PackedCheckpointError, match="schema version 4.*reads schema versions 1, 2, 3"):
         ha.load_quantized(out, progress=False)
     (out / pc.MANIFEST).write_text(json.dumps(manifest))  # the manifest right, a shard's header not
     rewrite(file, edit_meta=lambda md: md.update({"humming_aot.schema_version": "0"}))
@@ -243,12 +243,13 @@ def test_wrong_schema_version_is_refused(packed):
         ha.load_quantized(out, progress=False)
 
 
-def _as_schema_1(out):
-    """Mark a packed checkpoint (manifest and shards) as written by schema 1, before session 39."""
+def _as_schema_1(out, schema=1):
+    """Mark a packed checkpoint (manifest and shards) as written by an earlier schema: 1, before
+    session 39, or 2, before session 46."""
     manifest = json.loads((out / pc.MANIFEST).read_text())
-    (out / pc.MANIFEST).write_text(json.dumps({**manifest, "schema_version": 1}))
+    (out / pc.MANIFEST).write_text(json.dumps({**manifest, "schema_version": schema}))
     for file in manifest["files"]:
-        rewrite(out / file, edit_meta=lambda md: md.update({"humming_aot.schema_version": "1"}))
+        rewrite(out / file, edit_meta=lambda md: md.update({"humming_aot.schema_version": str(schema)}))
 
 
 def test_schema_1_reads_but_for_its_e2m1_codes_in_layout_3(tmp_path, packed):
@@ -284,6 +285,34 @@ def test_schema_1_reads_but_for_its_e2m1_codes_in_layout_3(tmp_path, packed):
         else:
             got = ha.load_packed(d, progress=False)["model.layers.0.mlp.down_proj"]
             assert torch.equal(pack.unpack_weight(got.packed).codes, w["model.layers.0.mlp.down_proj"].weight.codes)
+
+
+def test_schema_2_reads_but_for_its_e2m1_codes_in_layout_4(tmp_path):
+    """Schema 3 changed only where e2m1 codes sit in a layout-4 (sm90a8) word: a schema-2
+    checkpoint's e2m1 codes in layout 4 are refused, naming the layer and the layout, rather than
+    misread; its u4 codes in layout 4 and its e2m1 codes in layout 3 still load."""
+    from humming_aot import reference as R
+    from humming_aot.convert import ConvertedWeight
+
+    g = torch.Generator().manual_seed(4)
+    for fmt, layout, refused in (
+        ("e2m1gc-sbf16", "sm90a8", True),
+        ("u4gc-sbf16", "sm90a8", False),
+        ("e2m1g32-sbf16", "sm90", False),
+    ):
+        w = {"model.layers.0.mlp.up_proj": ConvertedWeight(R.quantize_weight(torch.randn(64, 256, generator=g), fmt))}
+        d = tmp_path / f"{fmt}-{layout}"
+        pc.save_packed(w, d, layout=layout, progress=False)
+        _as_schema_1(d, schema=2)
+        if refused:
+            with pytest.raises(
+                pc.PackedCheckpointError,
+                match=r"'model.layers.0.mlp.up_proj' holds e2m1gc-sbf16 codes in layout 4 \(sm90a8\).*schema version 2",
+            ):
+                ha.load_packed(d, progress=False)
+        else:
+            got = ha.load_packed(d, progress=False)["model.layers.0.mlp.up_proj"]
+            assert torch.equal(pack.unpack_weight(got.packed).codes, w["model.layers.0.mlp.up_proj"].weight.codes)
 
 
 def test_tampered_shapes_are_refused(packed):

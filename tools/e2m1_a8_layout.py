@@ -1,4 +1,6 @@
-"""Design check (session 46), not used by the build: a bit order for e2m1 codes in a 32-bit word of
+"""Design check (session 46; built on branch s46-e2m1-a8-order, not on main until it is timed and
+tested on a GPU: layout/sm90_a8.h fp4_order / fp4_bit, numeric/nibble_lut.h
+e2m1_a8_to_shifted_e4m3), not used by the build: a bit order for e2m1 codes in a 32-bit word of
 layout 4 (sm90a8, layout/sm90_a8.h) under which the W4A8 kernels could turn a word's eight codes
 into their two registers of shifted e4m3 operand bytes (numeric/nibble_lut.h e2m1_to_shifted_e4m3:
 sign at bit 7 of the byte, exponent and mantissa at bits 4..2, 2^-6 the code's value) in five

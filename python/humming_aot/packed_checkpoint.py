@@ -56,9 +56,10 @@ FORMAT = "humming-aot-packed"
 # a loader accepts only the schema versions it reads right, since an old file would be misread, not
 # just slow. Schema 2 (session 39) spreads the bits of e2m1 codes in layout 3 (layout/sm90.h); a
 # schema-1 file reads the same in every other layout and format, so it stays readable but for its
-# e2m1 weights in layout 3, which are refused (_check_codes).
-SCHEMA_VERSION = 2
-_READABLE_SCHEMAS = ("1", "2")
+# e2m1 weights in layout 3, which are refused (_check_codes). Schema 3 spreads them in layout 4 too
+# (layout/sm90_a8.h fp4_order): earlier files' e2m1 weights in layout 4 are refused likewise.
+SCHEMA_VERSION = 3
+_READABLE_SCHEMAS = ("1", "2", "3")
 _SUFFIXES = ("hm_codes", "hm_scales", "hm_zeros", "hm_global_scale", "hm_perm")
 
 
@@ -242,19 +243,25 @@ def _check_schema(where: str, fmt, schema, want_layout: int | None, layout) -> i
     return int(schema)
 
 
+# The schema from which each layout stores e2m1 codes with their bits spread (see SCHEMA_VERSION).
+_E2M1_SPREAD_FROM = {3: 2, 4: 3}
+_LAYOUT_NAMES = {3: "sm90", 4: "sm90a8"}
+
+
 def _check_codes(where: str, key: str, meta: dict, schema: int, layout: int) -> None:
     """Refuse a weight whose stored codes this version would misread: e2m1 codes in layout 3 from
-    schema 1, packed as contiguous nibbles before their bits were spread (see SCHEMA_VERSION)."""
+    schema 1 or in layout 4 from schemas 1 and 2, packed as contiguous nibbles before their bits
+    were spread (see SCHEMA_VERSION)."""
     from . import formats as F
 
-    if schema >= 2 or layout != 3:
+    if schema >= _E2M1_SPREAD_FROM.get(layout, 0):
         return
     code = F.parse_weight_format(str(meta["fmt"])).code
     if code.kind == F.KIND_FLOAT and code.bits == 4:
         raise PackedCheckpointError(
-            f"{where}: layer {key!r} holds {meta['fmt']} codes in layout 3 (sm90) packed with schema version "
-            f"{schema}, whose e2m1 bit order this humming-aot ({_version()}) no longer reads (schema "
-            f"{SCHEMA_VERSION} spreads each code's bits for a faster conversion): convert the source "
+            f"{where}: layer {key!r} holds {meta['fmt']} codes in layout {layout} ({_LAYOUT_NAMES[layout]}) packed "
+            f"with schema version {schema}, whose e2m1 bit order this humming-aot ({_version()}) no longer reads "
+            f"(schema {SCHEMA_VERSION} spreads each code's bits for a faster conversion): convert the source "
             f"checkpoint again with this version"
         )
 

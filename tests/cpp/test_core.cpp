@@ -533,6 +533,26 @@ void test_nibble_operands() {
              i, got, decode(dtypes::e2m1, c));
     }
   }
+  // The same from layout 4's spread order (layout_sm90_a8::fp4_bit): code i of a word read bit by
+  // bit where fp4_bit places it, against e2m1_a8_to_shifted_e4m3's byte i % 4 of register i / 4.
+  for (int trial = 0; trial < 400; ++trial) {
+    uint32_t w = static_cast<uint32_t>(rng());
+    if (trial < 2) w = trial == 0 ? 0u : 0xFFFFFFFFu;
+    uint32_t out[2];
+    numeric::e2m1_a8_to_shifted_e4m3(w, out[0], out[1]);
+    for (int i = 0; i < 8; ++i) {
+      uint32_t c = 0;
+      for (int b = 0; b < 4; ++b) c |= ((w >> layout_sm90_a8::fp4_bit(i, b)) & 1u) << b;
+      const float got = decode(dtypes::e4m3, (out[i / 4] >> (8 * (i % 4))) & 0xFFu) * numeric::kE2m1ShiftScale;
+      EXPECT(got == decode(dtypes::e2m1, c), "layout 4's e2m1: code %u (word %08x, place %d) gave %g x 64, not %g", c,
+             w, i, got, decode(dtypes::e2m1, c));
+    }
+  }
+  // fp4_bit places the 32 bits of a word's eight codes on the 32 bits of the word, once each.
+  uint32_t seen = 0;
+  for (int i = 0; i < 8; ++i)
+    for (int b = 0; b < 4; ++b) seen |= 1u << layout_sm90_a8::fp4_bit(i, b);
+  EXPECT(seen == 0xFFFFFFFFu, "layout 4's e2m1 order leaves bits %08x unused", ~seen);
 }
 
 // Layout 3's spread e2m1 order (layout/sm90.h) read the way the sm90 weight-only kernels read it:
@@ -615,8 +635,11 @@ void test_nibble_fragments() {
       std::mt19937 rng(11);
       const DType code = shifted ? dtypes::e2m1 : dtypes::uint_type(4);
       const numeric::NibbleTable table = numeric::nibble_table(code, false);
+      // Layout 4 spreads e2m1 codes' bits (layout_sm90_a8::fp4_order) for its own conversion.
       const auto convert = [&](uint32_t w, uint32_t &lo, uint32_t &hi) {
-        if (shifted)
+        if (shifted && chunked)
+          numeric::e2m1_a8_to_shifted_e4m3(w, lo, hi);
+        else if (shifted)
           numeric::e2m1_to_shifted_e4m3(w, lo, hi);
         else
           numeric::nibbles_to_bytes(w, table, lo, hi);
@@ -629,7 +652,8 @@ void test_nibble_fragments() {
       for (int r = 0; r < kRows; ++r) {
         if (chunked) {
           for (int w = 0; w < 16; ++w) {
-            const uint32_t word = layout_sm90_a8::pack_word(codes.data() + r * kCodes, kCodes, w);
+            const uint32_t word =
+                layout_sm90_a8::pack_word(codes.data() + r * kCodes, kCodes, w, layout_sm90_a8::fp4_order(code));
             std::memcpy(box + r * 64 + 16 * ((w / 4) ^ ((r / 2) % 4)) + 4 * (w % 4), &word, 4);
           }
           continue;

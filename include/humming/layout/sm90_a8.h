@@ -10,6 +10,14 @@
 // q's A fragment registers take (inputs 4 q + {0..3} of the step in its low half, 16 + 4 q + {0..3}
 // in its high half: the PTX ISA's m64nNk32 A fragment of 8-bit types), in the order the
 // conversions of numeric/nibble_lut.h read, and the four words of quad q are its 16-byte unit.
+//
+// e2m1 codes (fp4_order) spread their bits over the word instead of taking a nibble each, so that
+// the kernels turn a word into its two operand registers of e4m3 bytes of 2^-6 the codes' values
+// (numeric/nibble_lut.h e2m1_a8_to_shifted_e4m3) in five instructions instead of nine: the codes
+// of nibbles 0..3 (register 0's) sit at their operand bits (byte j: sign at bit 7, exponent at 4..3,
+// mantissa at 2), those of nibbles 4..7 (register 1's) in the bits left over, where a left
+// rotation by 2 (sign, low exponent bit) or by 4 (high exponent bit, mantissa) moves them to their
+// operand bits (fp4_bit; tools/e2m1_a8_layout.py checks the order on random words).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +33,19 @@ constexpr int64_t kAlignN = 8;
 
 HUMMING_HD constexpr bool supports_bits(int bits) { return bits == 4; }
 
+// Whether codes of type `code` take the spread bit order (e2m1) rather than a nibble each.
+HUMMING_HD constexpr bool fp4_order(DType code) { return code.kind == kFloat && code.bits == 4; }
+
+// Bit of the word that holds bit b (0 mantissa, 1 and 2 exponent, 3 sign) of the e2m1 code at
+// nibble i (0..7) in the spread order.
+HUMMING_HD constexpr int fp4_bit(int i, int b) {
+  constexpr int kOperandBit[4] = {2, 3, 4, 7}; // register 0: byte i, at the operand bits
+  if (i < 4) return 8 * i + kOperandBit[b];
+  const int j = i - 4; // register 1's byte j: sign and e0 two bits below, e1 and m four below
+  constexpr int kRotation[4] = {4, 2, 4, 2};
+  return (8 * j + kOperandBit[b] - kRotation[b] + 32) % 32;
+}
+
 // Word of a row (k_pad / 8 words) holding input k, and the nibble of it.
 HUMMING_HD constexpr int64_t word_of(int64_t k) {
   const int kk = static_cast<int>(k % kChunkK);
@@ -35,19 +56,32 @@ HUMMING_HD constexpr int nibble_of(int64_t k) {
   return 4 * (r / 16) + r % 4;
 }
 
-// Code k of the row that starts at `row`.
-HUMMING_HD uint32_t code_at(const uint32_t *row, int64_t k) { return (row[word_of(k)] >> (4 * nibble_of(k))) & 0xFu; }
+// Code k of the row that starts at `row` (fp4: in the spread order, fp4_order).
+HUMMING_HD uint32_t code_at(const uint32_t *row, int64_t k, bool fp4) {
+  const uint32_t word = row[word_of(k)];
+  const int i = nibble_of(k);
+  if (!fp4) return (word >> (4 * i)) & 0xFu;
+  uint32_t code = 0;
+  for (int b = 0; b < 4; ++b) code |= ((word >> fp4_bit(i, b)) & 1u) << b;
+  return code;
+}
 
 // Word `w` of a packed row from unpacked codes (uint8 bit patterns, `k` of them; inputs past `k`
-// are padding and pack as 0).
-HUMMING_HD uint32_t pack_word(const uint8_t *codes_row, int64_t k, int64_t w) {
+// are padding and pack as 0); fp4: in the spread order (fp4_order).
+HUMMING_HD uint32_t pack_word(const uint8_t *codes_row, int64_t k, int64_t w, bool fp4) {
   const int64_t chunk = w / 16;
   const int q = static_cast<int>(w % 16) / 4, s = static_cast<int>(w % 4);
   uint32_t word = 0;
   for (int h = 0; h < 2; ++h)
     for (int j = 0; j < 4; ++j) {
       const int64_t kk = chunk * kChunkK + 32 * s + 16 * h + 4 * q + j;
-      if (kk < k) word |= (codes_row[kk] & 0xFu) << (4 * (4 * h + j));
+      if (kk >= k) continue;
+      const uint32_t code = codes_row[kk] & 0xFu;
+      const int i = 4 * h + j;
+      if (!fp4)
+        word |= code << (4 * i);
+      else
+        for (int b = 0; b < 4; ++b) word |= ((code >> b) & 1u) << fp4_bit(i, b);
     }
   return word;
 }

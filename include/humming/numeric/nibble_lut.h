@@ -116,6 +116,19 @@ HUMMING_HD void e2m1_to_shifted_e4m3(uint32_t w, uint32_t &out0, uint32_t &out1)
   out1 = prmt(even, odd, 0x7362u);
 }
 
+// A left rotation of `w` by `s` (0 < s < 32): one funnel shift on the GPU.
+HUMMING_HD constexpr uint32_t rotate_left(uint32_t w, int s) { return (w << s) | (w >> (32 - s)); }
+
+// The same operand bytes as e2m1_to_shifted_e4m3 from a word of layout 4's spread order
+// (layout/sm90_a8.h fp4_order, fp4_bit): out0's codes are at their operand bits already, out1's
+// two bits left of theirs (sign, low exponent bit) or four (high exponent bit, mantissa; the
+// rotation carries the last byte's mantissa bit into the first). Five integer instructions: one AND,
+// two funnel shifts and two LOP3.
+HUMMING_HD void e2m1_a8_to_shifted_e4m3(uint32_t w, uint32_t &out0, uint32_t &out1) {
+  out0 = w & 0x9C9C9C9Cu;
+  out1 = (rotate_left(w, 2) & 0x88888888u) | (rotate_left(w, 4) & 0x14141414u);
+}
+
 // A right rotation of `w` by `s` (0 < s < 32): one funnel shift on the GPU. Written out rather than
 // as __funnelshift_r, whose inline assembly the compiler does not merge when four pairs of a word
 // ask for the same rotation.

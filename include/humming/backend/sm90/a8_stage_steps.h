@@ -39,7 +39,12 @@ template <class K> struct A8StageSteps {
                                                Frags &af) {
     const uint32_t full = ring_bar<kStages>(bars, kStaged ? 2 : 0, pos.stage), parity = pos.phase;
     Probe::ring([=] { mbar_wait(full, parity); });
-    if constexpr (kShiftedE2m1) {
+    if constexpr (kShiftedE2m1 && kLayout == kLayoutSm90A8) {
+      // Layout 4 spreads e2m1 codes' bits for this conversion (layout/sm90_a8.h fp4_order).
+      layout_fragments<kLayout>(
+          ring_ptr + pos.stage * kStageBytes, cw * 64, t,
+          [](uint32_t w, uint32_t &lo, uint32_t &hi) { numeric::e2m1_a8_to_shifted_e4m3(w, lo, hi); }, af);
+    } else if constexpr (kShiftedE2m1) {
       layout_fragments<kLayout>(
           ring_ptr + pos.stage * kStageBytes, cw * 64, t,
           [](uint32_t w, uint32_t &lo, uint32_t &hi) { numeric::e2m1_to_shifted_e4m3(w, lo, hi); }, af);

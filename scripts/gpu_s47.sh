@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# On the lent GPU machine, session 47's calls; logs to $OUT/s47.txt, everything in $OUT/PART.tgz.
+# PART=order (the default): layout 4's spread e2m1 bit order (layout/sm90_a8.h fp4_order;
+#   numeric/nibble_lut.h e2m1_a8_to_shifted_e4m3: 5 instructions per 8 codes where the nibble
+#   order takes 9), session 46's branch s46-e2m1-a8-order. ORDER_PATCH (default order.patch,
+#   untracked: `git diff <tree without it> -- include src`) is taken out for A and put back for B.
+#   A is session 46's landed tree: its GPU tests first (tests/test_moe.py permute-quantize, QuantMoE
+#   and 8-bit activations; tests/test_gpu.py quantize, per-instance and graph), its build with the
+#   u4g128 W4A16 grouped tiles those QuantMoE tests need. Each variant: scripts/bench_moe.py's
+#   default choice on Qwen3-30B-A3B and Mixtral-8x7B at 256 and 1024 tokens and DeepSeek-V3 at 1024,
+#   and the dense e2m1 layout-4 tiles of 64 and 128 tokens on 8192x8192 and 28672x8192 at m = 64,
+#   2048 and 8192. On B the GPU tests of every path that reads layout 4 (tests/test_moe.py 8-bit
+#   activations, tests/test_gpu.py per-instance, graph and pack/unpack round trips).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/build/gpu-out}"
+. scripts/build_filtered.sh
+device_log s47.txt
+# The instances both variants build: the grouped e2m1 per-channel W4A8 tiles, the FP8-block grouped
+# tiles, the dense e2m1 per-channel layout-4 tiles and the generic fallback every build needs.
+F='sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16|sm90_wgmma_moe_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16|sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t.*_l4$|generic_dense_a-bf16_w-u4-s'
+order_points() { # $1: the variant
+  local mt
+  for mt in qwen3-30b-a3b:256,1024 mixtral-8x7b:256,1024 deepseek-v3:1024; do
+    python3 scripts/bench_moe.py "$OUT/moe-order-$1-${mt%%:*}.json" --models "${mt%%:*}" --tokens "${mt#*:}" \
+      --format e2m1gc-sbf16 --act e4m3-pt --impls humming-aot 2>&1 | grep -E "humming|rror" | sed "s/^/$1 moe /" | log
+  done
+  python3 scripts/time_shapes.py 8192x8192,28672x8192 64,2048,8192 --format e2m1gc-sbf16 --act e4m3-pt \
+    --layout sm90a8 --prequant --graph --flush read --iters 20 \
+    --match 'sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t(64|128)x.*_l4$' 2>&1 | sed "s/^/$1 dense /" | log
+}
+if [ "${PART:-order}" = order ]; then
+  OP=${ORDER_PATCH:-order.patch}
+  patch -s -R -p1 < "$OP" || exit 1
+  HUMMING_PROFILE=dev build_filtered "^($F|sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16)"
+  echo "A build done at $(($(date +%s) - start)) s" | log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rf -k "permute or quant_moe or 8bit_activations" 2>&1 \
+    | grep -E "^FAILED|passed|failed" | cut -c1-300 | sed "s/^/A test_moe /" | log
+  python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rf -k "quantize or instance_against or graph" 2>&1 \
+    | grep -E "^FAILED|passed|failed" | cut -c1-300 | sed "s/^/A test_gpu /" | log
+  echo "A tests done at $(($(date +%s) - start)) s" | log
+  order_points A
+  patch -s -p1 < "$OP" || exit 1
+  HUMMING_PROFILE=dev build_filtered "^($F)"
+  echo "B build done at $(($(date +%s) - start)) s" | log
+  order_points B
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rf -k "8bit_activations" 2>&1 \
+    | grep -E "^FAILED|passed|failed" | cut -c1-300 | sed "s/^/B test_moe /" | log
+  python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rf -k "instance_against or graph or pack" 2>&1 \
+    | grep -E "^FAILED|passed|failed" | cut -c1-300 | sed "s/^/B test_gpu /" | log
+  (cd "$OUT" && tar czf order.tgz moe-order-* s47.txt build.log && rm -f moe-order-*)
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
