@@ -51,3 +51,26 @@ if [ "${PART:-order}" = order ]; then
   (cd "$OUT" && tar czf order.tgz moe-order-* s47.txt build.log && rm -f moe-order-*)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
+# PART=standing (carry .peer): where the W4A8 e2m1 per-channel points stand after the order, in one
+#   run with the peers. A dev build of the grouped and dense e2m1 per-channel W4A8 tiles; the
+#   dense tiles of 128, 160 and 192 tokens forced on 8192x8192 and 28672x8192 at m = 2048 and 8192
+#   (the table's large-m choice is t192); the harness (python -m humming_aot.bench, format w4a8)
+#   against cuBLASLt FP8 and humming-kernels 0.1.20 W4A8 on the three headline shapes at m = 1, 64,
+#   256 and 8192; scripts/bench_moe.py against humming-kernels' W4A8 MoE on Qwen3-30B-A3B and
+#   Mixtral-8x7B at 64, 256 and 1024 tokens. Everything in $OUT/standing.tgz.
+if [ "${PART:-order}" = standing ]; then
+  HUMMING_PROFILE=dev build_filtered "^(sm90_wgmma_(moe|dense)_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s)"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  install_peer
+  python3 scripts/time_shapes.py 8192x8192,28672x8192 2048,8192 --format e2m1gc-sbf16 --act e4m3-pt \
+    --layout sm90a8 --prequant --graph --flush read --iters 20 \
+    --match 'sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t(128|160|192)x.*_l4$' --cublaslt 2>&1 | sed "s/^/tiles /" | log
+  PYTHONPATH=/tmp/peer python3 -m humming_aot.bench --shapes 28672x8192,8192x8192,8192x28672 --ms 1,64,256,8192 \
+    --formats w4a8 --impls humming-aot,cublaslt-fp8,humming-jit --jit-formats w4a8 --out-dir "$OUT" \
+    --name dense-w4a8 --no-plot --time-budget-s 240 2>&1 | tail -40 | sed "s/^/dense /" | log
+  PYTHONPATH=/tmp/peer python3 scripts/bench_moe.py "$OUT/moe-standing-w4a8.json" --models qwen3-30b-a3b,mixtral-8x7b \
+    --tokens 64,256,1024 --format e2m1gc-sbf16 --act e4m3-pt --jit-config w4a8 --impls humming-aot,humming-jit \
+    --jit-budget-s 200 2>&1 | grep -E "humming|rror" | grep -v "\[jit\]" | sed "s/^/moe /" | log
+  (cd "$OUT" && tar czf standing.tgz dense-w4a8* moe-standing-* s47.txt && rm -f moe-standing-* dense-w4a8*)
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
