@@ -74,3 +74,20 @@ if [ "${PART:-order}" = standing ]; then
   (cd "$OUT" && tar czf standing.tgz dense-w4a8* moe-standing-* s47.txt && rm -f moe-standing-* dense-w4a8*)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
+# PART=sweep: the dense W4A8 tiles of layout 4 (dev+experimental), every tile forced over the shape
+#   corpus (scripts/sweep_tiles.py: graph us of the layer with its activation quantization, after a
+#   read flush, and the dispatcher's own choice) at m = 1 to 256: e2m1 per channel first (the
+#   order's change made its conversion cheaper than u4's, which the table's a8w4 costs lump together),
+#   then u4 per channel. For tools/fit_tile_costs.py and tools/table_regret.py. $OUT/sweep.tgz.
+if [ "${PART:-order}" = sweep ]; then
+  HUMMING_PROFILE=dev+experimental build_filtered "^(sm90_wgmma_dense_a-e4m3-pt_w-(e2m1|u4)gc-sbf16_c-bf16_.*_l4$|generic_dense_a-bf16_w-u4-s)"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  for f in e2m1gc u4gc; do
+    timeout "${SWEEP_S:-220}" python3 scripts/sweep_tiles.py "$OUT/sweep-$f.json" --format $f-sbf16 --act e4m3-pt \
+      --layout sm90a8 --match "^sm90_wgmma_dense_a-e4m3-pt_w-$f-sbf16_c-bf16_.*_l4\$" --ms "${SWEEP_MS:-1,8,16,32,64,128,256}" \
+      --iters 8 2>&1 | sed "s/^/$f /" | log
+    echo "$f done at $(($(date +%s) - start)) s" | log
+  done
+  (cd "$OUT" && tar czf sweep.tgz sweep-*.json s47.txt)
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
