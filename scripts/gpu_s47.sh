@@ -91,3 +91,26 @@ if [ "${PART:-order}" = sweep ]; then
   (cd "$OUT" && tar czf sweep.tgz sweep-*.json s47.txt)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
+# PART=warm: the dense W4A8 kernels' weight boxes of each block's first K tiles brought into L2
+#   before griddepcontrol.wait (backend/sm90/a8_stage_loads.h warm_weights), while the activations'
+#   quantization, whose grid lets the GEMM start early, still runs. WARM_PATCH (default warm.patch,
+#   untracked: `git diff <tree without it> -- include`) is taken out for A and put back for B, each
+#   a dev build of the dense e2m1 per-channel layout-4 tiles: the layer as QuantLinear runs it
+#   (quantization + GEMM, the dispatcher's choice, scripts/time_shapes.py --graph) on five corpus
+#   shapes at m = 1 to 2048; on B tests/test_gpu.py's per-instance and graph tests. (Run at
+#   75cb804 on branch s47-warm: B slower by 1-2 us at m <= 64, taken out; the change is
+#   benchmarks/results/h100/tuning/h100-2026-12-06-s47-warm-weights.patch, for `git apply`.)
+if [ "${PART:-order}" = warm ]; then
+  WP=${WARM_PATCH:-warm.patch}
+  for v in A B; do
+    if [ $v = A ]; then patch -s -R -p1 < "$WP" || exit 1; else patch -s -p1 < "$WP" || exit 1; fi
+    HUMMING_PROFILE=dev build_filtered "^(sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_.*_l4$|generic_dense_a-bf16_w-u4-s)"
+    echo "$v build done at $(($(date +%s) - start)) s" | log
+    python3 scripts/time_shapes.py 28672x8192,8192x8192,8192x28672,5120x13824,4096x14336 1,16,64,256,2048 \
+      --format e2m1gc-sbf16 --act e4m3-pt --layout sm90a8 --graph --flush read --iters 30 2>&1 | sed "s/^/$v /" | log
+  done
+  python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rf -k "instance_against or graph" 2>&1 \
+    | grep -E "^FAILED|passed|failed" | cut -c1-300 | sed "s/^/B test_gpu /" | log
+  (cd "$OUT" && tar czf warm.tgz s47.txt)
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi

@@ -20,7 +20,7 @@ import torch
 
 from humming_aot import _ext, formats
 
-LAYOUTS = {"generic": 1, "sm80": 2, "sm90": 3}
+LAYOUTS = {"generic": 1, "sm80": 2, "sm90": 3, "sm90a8": 4}
 
 
 def cost_key(name: str, tile: tuple, fmt) -> str:
