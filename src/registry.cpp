@@ -345,15 +345,18 @@ bool persistent_launch_facts(const InstanceInfo &info, const GemmArgs &args, int
 
 namespace {
 
-// The stages per batch an instance's name ends with ("_b2"), or 1. Read in place: estimates ask it
-// of every candidate against every tile cost of the table.
+// The stages per batch of an instance, from its name's "_b<batch>" part (the part after the stage
+// count, which later parts such as "_l4" or "_lone" may follow), or 1. Read in place: estimates ask
+// it of every candidate against every tile cost of the table. (Sessions before 47 read only a
+// final "_b<batch>", so layout-4 tiles, "..._s8_b2_l4", took the costs of their unbatched twins.)
 int name_batch(const char *name) {
-  const char *end = name + std::strlen(name), *digits = end;
-  while (digits > name && digits[-1] >= '0' && digits[-1] <= '9') --digits;
-  if (digits == end || digits - name < 2 || digits[-1] != 'b' || digits[-2] != '_') return 1;
-  int batch = 0;
-  for (const char *c = digits; c < end; ++c) batch = batch * 10 + (*c - '0');
-  return batch > 0 ? batch : 1;
+  for (const char *p = std::strstr(name, "_b"); p != nullptr; p = std::strstr(p + 1, "_b")) {
+    const char *c = p + 2;
+    int batch = 0;
+    while (*c >= '0' && *c <= '9') batch = batch * 10 + (*c++ - '0');
+    if (c != p + 2 && (*c == 0 || *c == '_')) return batch > 0 ? batch : 1;
+  }
+  return 1;
 }
 
 } // namespace

@@ -762,6 +762,11 @@ def test_tile_costs_of_a_kernel_class_cover_only_it():
     assert cost("a-f16_w-u8gc-sf16-zi_c-f16") == 2.0
     assert cost("a-e4m3-pt_w-u4g128-sbf16_c-bf16") == 3.0
     assert cost("a-e4m3-pt_w-u4g128-sbf16_c-bf16", "_b2") == 4.0
+    # The batch part is read where later parts follow it (layout-4 tiles end "_b2_l4"); "_b4" has
+    # no key, so a batch-4 tile is outside the model rather than costed as its unbatched twin.
+    assert cost("a-e4m3-pt_w-u4g128-sbf16_c-bf16", "_b2_l4") == 4.0
+    assert cost("a-e4m3-pt_w-u4g128-sbf16_c-bf16", "_l4") == 3.0
+    assert cost("a-e4m3-pt_w-u4g128-sbf16_c-bf16", "_b4_l4") is None
     assert cost("a-e4m3-pt_w-e4m3gc-sf32_c-bf16") is None  # a8w8: no cost of its class, none of another
     assert cost("a-bf16_w-u4g128-sbf16_c-bf16", "_b2") is None
     generic = types.SimpleNamespace(name="generic_dense_a-bf16_w-u4-sbf16_c-bf16", tile=(1, 1, 1))

@@ -31,7 +31,7 @@ def cost_key(name: str, tile: tuple, fmt) -> str:
     key = "x".join(map(str, tile))
     if (act, code) != (16, 4):
         key = f"a{act}w{code}:{key}"
-    batch = re.search(r"_b(\d+)$", name)
+    batch = re.search(r"_b(\d+)(?=_|$)", name)  # later parts ("_l4") may follow, as dispatch._BATCH
     return key + (f"_b{batch.group(1)}" if batch else "")
 
 

@@ -88,6 +88,11 @@ def _tile_costs(table: dict) -> dict:
     return out
 
 
+# An instance name's batch part, "_b<stages per batch>", which later parts ("_l4", "_lone") may
+# follow (humming::name_batch in registry.cpp reads it the same way).
+_BATCH = re.compile(r"_b(\d+)(?=_|$)")
+
+
 @functools.lru_cache(maxsize=8192)
 def _cost_class(name: str) -> tuple[str, int, int] | None:
     """(kernel class "a{act bits}w{code bits}", activation bits, batch) of a tiled instance's name;
@@ -96,7 +101,7 @@ def _cost_class(name: str) -> tuple[str, int, int] | None:
     if fmt is None:
         return None
     g = F.parse_gemm_format(fmt.group(1))
-    batch = re.search(r"_b(\d+)$", name)
+    batch = re.search(_BATCH, name)
     return f"a{g.act.type.bits}w{g.weight.code.bits}", g.act.type.bits, int(batch.group(1)) if batch else 1
 
 

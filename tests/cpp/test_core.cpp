@@ -1020,6 +1020,9 @@ void test_tile_cost_classes() {
   const InstanceInfo wo8 = inst("sm90_x_t16x128x128_w1x2x1_s8", dtypes::f16, dtypes::uint_type(8));
   const InstanceInfo a8w4 = inst("sm90_x_t16x128x128_w1x2x1_s8", dtypes::e4m3, dtypes::uint_type(4));
   const InstanceInfo a8w4b2 = inst("sm90_x_t16x128x128_w1x2x1_s8_b2", dtypes::e4m3, dtypes::uint_type(4));
+  // Layout-4 tiles name their batch before the layout ("_b2_l4").
+  const InstanceInfo a8w4b2l4 = inst("sm90_x_t16x128x128_w1x2x1_s8_b2_l4", dtypes::e4m3, dtypes::uint_type(4));
+  const InstanceInfo a8w4l4 = inst("sm90_x_t16x128x128_w1x2x1_s8_l4", dtypes::e4m3, dtypes::uint_type(4));
   const InstanceInfo a8w8 = inst("sm90_x_t16x128x128_w1x2x1_s8", dtypes::e4m3, dtypes::e4m3);
   TileCost plain{16, 128, 128, {1, 0, 0, 0}};
   TileCost of_a8w4{16, 128, 128, {1, 0, 0, 0}, 8, 4, 1};
@@ -1032,6 +1035,9 @@ void test_tile_cost_classes() {
   EXPECT(!tile_cost_covers(of_a8w4, a8w4b2) && tile_cost_covers(of_a8w4b2, a8w4b2) &&
              !tile_cost_covers(of_a8w4b2, a8w4),
          "a batch covers the tiles of that batch only");
+  EXPECT(tile_cost_covers(of_a8w4b2, a8w4b2l4) && !tile_cost_covers(of_a8w4, a8w4b2l4) &&
+             tile_cost_covers(of_a8w4, a8w4l4) && !tile_cost_covers(of_a8w4b2, a8w4l4),
+         "the batch is read where later parts of the name follow it");
   EXPECT(!tile_cost_covers(other_shape, wo4), "the tile shape must match");
 }
 
