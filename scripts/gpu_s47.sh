@@ -16,8 +16,10 @@ cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
 . scripts/build_filtered.sh
 device_log s47.txt
-# The instances both variants build: the grouped e2m1 per-channel W4A8 tiles, the FP8-block grouped
-# tiles, the dense e2m1 per-channel layout-4 tiles and the generic fallback every build needs.
+# The grouped e2m1 per-channel W4A8 tiles and the generic fallback every build needs.
+A8='sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s'
+# The instances both variants of PART=order build: the grouped e2m1 per-channel W4A8 tiles, the
+# FP8-block grouped tiles, the dense e2m1 per-channel layout-4 tiles and the generic fallback.
 F='sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16|sm90_wgmma_moe_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16|sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t.*_l4$|generic_dense_a-bf16_w-u4-s'
 order_points() { # $1: the variant
   local mt
@@ -112,5 +114,46 @@ if [ "${PART:-order}" = warm ]; then
   python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rf -k "instance_against or graph" 2>&1 \
     | grep -E "^FAILED|passed|failed" | cut -c1-300 | sed "s/^/B test_gpu /" | log
   (cd "$OUT" && tar czf warm.tgz s47.txt)
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
+# PART=route: top-k and align in one kernel at decode (src/moe_route.cu topk_align_kernel,
+#   moe_topk_align_cuda; moe.route, which QuantMoE now routes with). A dev build of the grouped e2m1
+#   per-channel W4A8 tiles, the u4g128 W4A16 grouped tiles and the FP8-block grouped tiles (the
+#   routing kernels are always built); tests/test_moe.py's routing, QuantMoE and 8-bit activation
+#   tests (every QuantMoE layer routes through the new kernel); then scripts/bench_moe.py
+#   --routing-parts on the four models at 1 to 256 tokens, W4A8, where each routing point times the
+#   one kernel (us) and the two (us_topk_then_align) in the same run, and the whole layer with it.
+#   (Run at eecb627 on branch s47-route: tests passed, routing no faster at 1 to 8 tokens and up to
+#   2.4x slower from 64; taken out. The change is
+#   benchmarks/results/h100/tuning/h100-2026-12-06-s47-topk-align.patch, for `git apply`.)
+if [ "${PART:-order}" = route ]; then
+  HUMMING_PROFILE=dev build_filtered "^($A8|sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16|sm90_wgmma_moe_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16)"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rf -k "route or routing or align or quant_moe or 8bit_activations" 2>&1 \
+    | grep -E "^FAILED|^E  |passed|failed" | cut -c1-300 | head -40 | sed "s/^/test_moe /" | log
+  echo "tests done at $(($(date +%s) - start)) s" | log
+  for mt in qwen3-30b-a3b deepseek-v3 mixtral-8x7b gpt-oss-120b; do
+    timeout 60 python3 scripts/bench_moe.py "$OUT/moe-route-$mt.json" --models "$mt" --tokens 1,8,64,256 --routing-parts \
+      --format e2m1gc-sbf16 --act e4m3-pt --impls humming-aot 2>&1 | grep -E "humming|routing|rror" | sed "s/^/route /" | log
+  done
+  (cd "$OUT" && tar czf route.tgz moe-route-* s47.txt && rm -f moe-route-*)
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
+# PART=final: the landed tree's GPU tests (the e2m1 layout-4 order of call 1 and the tile costs'
+#   batch read where later name parts follow it): a dev build of the dense and grouped e2m1
+#   per-channel W4A8 tiles, the u4 per-channel dense layout-4 tiles and the u4g128 W4A16 grouped
+#   tiles; tests/test_gpu.py's per-instance, graph and dispatch tests, tests/test_moe.py's QuantMoE,
+#   permute-quantize and 8-bit activation tests; then the layer as QuantLinear runs it (the
+#   dispatcher's choice, which the batch read may change at m = 16 to 64) on three shapes.
+if [ "${PART:-order}" = final ]; then
+  HUMMING_PROFILE=dev build_filtered "^($A8|sm90_wgmma_dense_a-e4m3-pt_w-(e2m1|u4)gc-sbf16_c-bf16_.*_l4$|sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16)"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rf -k "instance_against or graph or dispatch" 2>&1 \
+    | grep -E "^FAILED|passed|failed" | cut -c1-300 | sed "s/^/test_gpu /" | log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rf -k "quant_moe or permute or 8bit_activations" 2>&1 \
+    | grep -E "^FAILED|passed|failed" | cut -c1-300 | sed "s/^/test_moe /" | log
+  echo "tests done at $(($(date +%s) - start)) s" | log
+  python3 scripts/time_shapes.py 28672x8192,8192x8192,4608x3584 1,16,32,64 --format e2m1gc-sbf16 --act e4m3-pt \
+    --layout sm90a8 --graph --flush read --iters 30 2>&1 | sed "s/^/layer /" | log
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
