@@ -413,7 +413,10 @@ def test_dispatch_crosses_ranges_with_fast_instances():
         )
         for lay, lid in (("sm80", 2), ("sm90", 3))
     }
-    expected = next((lay for lay in table.get("layouts", []) + ["sm80", "sm90"] if has[lay]), None)
+    # (The table also names layouts of other formats, such as sm90a8 for 8-bit activations.)
+    expected = next((lay for lay in table.get("layouts", []) + ["sm80", "sm90"] if has.get(lay)), None)
+    if expected is None:
+        pytest.skip("this build has no dense sm80 or sm90 u4g128-sbf16 instance that runs on this GPU")
     assert layer.layout == {"sm80": 2, "sm90": 3}[expected]
     q = R.quantize_weight(lin.weight.detach(), "u4g128-sbf16")
     w = R.dequantize_weight(q)
