@@ -21,6 +21,11 @@ A8='sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s'
 # The instances both variants of PART=order build: the grouped e2m1 per-channel W4A8 tiles, the
 # FP8-block grouped tiles, the dense e2m1 per-channel layout-4 tiles and the generic fallback.
 F='sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16|sm90_wgmma_moe_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16|sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t.*_l4$|generic_dense_a-bf16_w-u4-s'
+# gpu_tests TAG FILE K: pytest's summary and failures of tests/FILE -k K, through log with TAG.
+gpu_tests() {
+  python3 -m pytest -q "tests/$2" -p no:cacheprovider -rf -k "$3" 2>&1 | grep -E "^FAILED|passed|failed" | cut -c1-300 \
+    | sed "s/^/$1 /" | log
+}
 order_points() { # $1: the variant
   local mt
   for mt in qwen3-30b-a3b:256,1024 mixtral-8x7b:256,1024 deepseek-v3:1024; do
@@ -36,20 +41,16 @@ if [ "${PART:-order}" = order ]; then
   patch -s -R -p1 < "$OP" || exit 1
   HUMMING_PROFILE=dev build_filtered "^($F|sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16)"
   echo "A build done at $(($(date +%s) - start)) s" | log
-  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rf -k "permute or quant_moe or 8bit_activations" 2>&1 \
-    | grep -E "^FAILED|passed|failed" | cut -c1-300 | sed "s/^/A test_moe /" | log
-  python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rf -k "quantize or instance_against or graph" 2>&1 \
-    | grep -E "^FAILED|passed|failed" | cut -c1-300 | sed "s/^/A test_gpu /" | log
+  gpu_tests "A test_moe" test_moe.py "permute or quant_moe or 8bit_activations"
+  gpu_tests "A test_gpu" test_gpu.py "quantize or instance_against or graph"
   echo "A tests done at $(($(date +%s) - start)) s" | log
   order_points A
   patch -s -p1 < "$OP" || exit 1
   HUMMING_PROFILE=dev build_filtered "^($F)"
   echo "B build done at $(($(date +%s) - start)) s" | log
   order_points B
-  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rf -k "8bit_activations" 2>&1 \
-    | grep -E "^FAILED|passed|failed" | cut -c1-300 | sed "s/^/B test_moe /" | log
-  python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rf -k "instance_against or graph or pack" 2>&1 \
-    | grep -E "^FAILED|passed|failed" | cut -c1-300 | sed "s/^/B test_gpu /" | log
+  gpu_tests "B test_moe" test_moe.py "8bit_activations"
+  gpu_tests "B test_gpu" test_gpu.py "instance_against or graph or pack"
   (cd "$OUT" && tar czf order.tgz moe-order-* s47.txt build.log && rm -f moe-order-*)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
@@ -111,8 +112,7 @@ if [ "${PART:-order}" = warm ]; then
     python3 scripts/time_shapes.py 28672x8192,8192x8192,8192x28672,5120x13824,4096x14336 1,16,64,256,2048 \
       --format e2m1gc-sbf16 --act e4m3-pt --layout sm90a8 --graph --flush read --iters 30 2>&1 | sed "s/^/$v /" | log
   done
-  python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rf -k "instance_against or graph" 2>&1 \
-    | grep -E "^FAILED|passed|failed" | cut -c1-300 | sed "s/^/B test_gpu /" | log
+  gpu_tests "B test_gpu" test_gpu.py "instance_against or graph"
   (cd "$OUT" && tar czf warm.tgz s47.txt)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
@@ -148,10 +148,8 @@ fi
 if [ "${PART:-order}" = final ]; then
   HUMMING_PROFILE=dev build_filtered "^($A8|sm90_wgmma_dense_a-e4m3-pt_w-(e2m1|u4)gc-sbf16_c-bf16_.*_l4$|sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16)"
   echo "build done at $(($(date +%s) - start)) s" | log
-  python3 -m pytest -q tests/test_gpu.py -p no:cacheprovider -rf -k "instance_against or graph or dispatch" 2>&1 \
-    | grep -E "^FAILED|passed|failed" | cut -c1-300 | sed "s/^/test_gpu /" | log
-  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rf -k "quant_moe or permute or 8bit_activations" 2>&1 \
-    | grep -E "^FAILED|passed|failed" | cut -c1-300 | sed "s/^/test_moe /" | log
+  gpu_tests "test_gpu" test_gpu.py "instance_against or graph or dispatch"
+  gpu_tests "test_moe" test_moe.py "quant_moe or permute or 8bit_activations"
   echo "tests done at $(($(date +%s) - start)) s" | log
   python3 scripts/time_shapes.py 28672x8192,8192x8192,4608x3584 1,16,32,64 --format e2m1gc-sbf16 --act e4m3-pt \
     --layout sm90a8 --graph --flush read --iters 30 2>&1 | sed "s/^/layer /" | log

@@ -252,6 +252,18 @@ def _as_schema_1(out, schema=1):
         rewrite(out / file, edit_meta=lambda md: md.update({"humming_aot.schema_version": str(schema)}))
 
 
+def _loads_or_refuses(d, weights, refusal):
+    """The packed checkpoint at d refused with a PackedCheckpointError matching `refusal`, or (None)
+    loaded with each weight's codes as saved."""
+    if refusal is not None:
+        with pytest.raises(pc.PackedCheckpointError, match=refusal):
+            ha.load_packed(d, progress=False)
+        return
+    got = ha.load_packed(d, progress=False)
+    for name, w in weights.items():
+        assert torch.equal(pack.unpack_weight(got[name].packed).codes, w.weight.codes), name
+
+
 def test_schema_1_reads_but_for_its_e2m1_codes_in_layout_3(tmp_path, packed):
     """Schema 2 changed only where e2m1 codes sit in a layout-3 word: a schema-1 checkpoint of other
     codes loads as before (the same tensors), and one with e2m1 codes in layout 3 is refused, naming
@@ -276,15 +288,10 @@ def test_schema_1_reads_but_for_its_e2m1_codes_in_layout_3(tmp_path, packed):
         d = tmp_path / f"fp4-{layout}"
         pc.save_packed(w, d, layout=layout, progress=False)
         _as_schema_1(d)
-        if refused:
-            with pytest.raises(
-                pc.PackedCheckpointError,
-                match=r"'model.layers.0.mlp.down_proj' holds e2m1g32-sbf16 codes in layout 3.*schema version 1.*convert",
-            ):
-                ha.load_packed(d, progress=False)
-        else:
-            got = ha.load_packed(d, progress=False)["model.layers.0.mlp.down_proj"]
-            assert torch.equal(pack.unpack_weight(got.packed).codes, w["model.layers.0.mlp.down_proj"].weight.codes)
+        _loads_or_refuses(
+            d, w, r"'model.layers.0.mlp.down_proj' holds e2m1g32-sbf16 codes in layout 3.*schema version 1.*convert"
+            if refused else None,
+        )  # fmt: skip
 
 
 def test_schema_2_reads_but_for_its_e2m1_codes_in_layout_4(tmp_path):
@@ -304,15 +311,10 @@ def test_schema_2_reads_but_for_its_e2m1_codes_in_layout_4(tmp_path):
         d = tmp_path / f"{fmt}-{layout}"
         pc.save_packed(w, d, layout=layout, progress=False)
         _as_schema_1(d, schema=2)
-        if refused:
-            with pytest.raises(
-                pc.PackedCheckpointError,
-                match=r"'model.layers.0.mlp.up_proj' holds e2m1gc-sbf16 codes in layout 4 \(sm90a8\).*schema version 2",
-            ):
-                ha.load_packed(d, progress=False)
-        else:
-            got = ha.load_packed(d, progress=False)["model.layers.0.mlp.up_proj"]
-            assert torch.equal(pack.unpack_weight(got.packed).codes, w["model.layers.0.mlp.up_proj"].weight.codes)
+        _loads_or_refuses(
+            d, w, r"'model.layers.0.mlp.up_proj' holds e2m1gc-sbf16 codes in layout 4 \(sm90a8\).*schema version 2"
+            if refused else None,
+        )  # fmt: skip
 
 
 def test_tampered_shapes_are_refused(packed):
