@@ -18,7 +18,7 @@ import re
 
 import torch
 
-from humming_aot import _ext, formats
+from humming_aot import _ext, dispatch, formats
 
 LAYOUTS = {"generic": 1, "sm80": 2, "sm90": 3, "sm90a8": 4}
 
@@ -31,7 +31,7 @@ def cost_key(name: str, tile: tuple, fmt) -> str:
     key = "x".join(map(str, tile))
     if (act, code) != (16, 4):
         key = f"a{act}w{code}:{key}"
-    batch = re.search(r"_b(\d+)(?=_|$)", name)  # later parts ("_l4") may follow, as dispatch._BATCH
+    batch = dispatch._BATCH.search(name)
     return key + (f"_b{batch.group(1)}" if batch else "")
 
 

@@ -23,7 +23,7 @@ import operator
 
 import torch
 
-from . import ops as _ops  # noqa: F401  (loads the extension: torch.ops.humming.moe_* and their fakes)
+from . import ops as _ops  # loads the extension: torch.ops.humming.moe_* and their fakes
 
 SCORINGS = ("softmax", "sigmoid")
 # The experts' activations between their two GEMMs: "silu", silu(gate) * up (Mixtral, Qwen-MoE,
@@ -225,10 +225,8 @@ def permute_quantize(x: torch.Tensor, alignment: Alignment, act_format):
     -g{K}), equal bit for bit to ``quantize_act(permute(x, alignment), act_format)``, read straight
     from the tokens' activations (padding rows: zero codes, scale 1) without writing the sorted rows
     in 16 bits: the input of an expert GEMM with 8-bit activations."""
-    from .ops import act_format_text
-
     x, ids = _gather_operands(x, alignment)
-    return torch.ops.humming.moe_permute_quantize(x, ids, alignment.top_k, act_format_text(act_format))
+    return torch.ops.humming.moe_permute_quantize(x, ids, alignment.top_k, _ops.act_format_text(act_format))
 
 
 def combine(
@@ -397,8 +395,6 @@ def moe_gemm(x: torch.Tensor, experts: StackedExperts, offsets: torch.Tensor, fm
     its epilogue where it can (F a multiple of 64;
     every grouped tile but the 256-row one): one launch, and no [rows, 2F] output; else the GEMM and
     :func:`activate` run one after the other. Both give the same values, bit for bit."""
-    from .ops import activation_operand
-
     g = _grouped_format(experts, fmt, "moe_gemm")
     if not isinstance(x, torch.Tensor) or x.dim() != 2:
         raise ValueError(f"moe_gemm takes activations [rows, k], got {_describe(x)}")
@@ -422,7 +418,7 @@ def moe_gemm(x: torch.Tensor, experts: StackedExperts, offsets: torch.Tensor, fm
             )
         activation_bias = activation_bias.to(device=x.device, dtype=torch.float32).contiguous()
     rows = rows_per_expert if rows_per_expert is not None else max(1, x.shape[0] // experts.num_experts)
-    x = activation_operand(x, x.is_cuda)
+    x = _ops.activation_operand(x, x.is_cuda)
     return torch.ops.humming.moe_gemm(
         x, experts.codes, experts.scales, experts.zeros, offsets.to(device=x.device, dtype=torch.int32).contiguous(),
         str(g), w0.layout, w0.n, w0.k, int(rows), instance, _assignments(assignments), activation or "",
@@ -779,9 +775,7 @@ class QuantMoE(torch.nn.Module):
         if isinstance(a, tuple):
             a, a_scales = a
         elif fmt.act.quantized:
-            from .ops import quantize_act
-
-            a, a_scales = quantize_act(a, fmt.act)
+            a, a_scales = _ops.quantize_act(a, fmt.act)
         return moe_gemm(
             a, stack, al.offsets, fmt, rows_per_expert=per_expert, assignments=routed, a_scales=a_scales, **kw
         )

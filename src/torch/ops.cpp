@@ -778,6 +778,15 @@ std::tuple<Tensor, Tensor, Tensor> unpack_weight(const Tensor &packed_in, const 
 
 // ---- activation quantization ---------------------------------------------------------------------
 
+// Runs the CPU reference on CPU tensors, the CUDA version on the tensors' device otherwise.
+template <class Cpu, class Cuda>
+void on_cpu_or_cuda(const torch::stable::Device &dev, const char *op, Cpu cpu, Cuda cuda) {
+  if (dev.is_cpu()) return check(cpu());
+  require(dev.is_cuda(), "humming.", op, " runs on CPU or CUDA tensors, got ", dev);
+  const OnDevice on(dev);
+  check(cuda(on.stream));
+}
+
 // What quantize_act and moe_permute_quantize (`op`) share: the activation format `afmt` and the
 // activations x [_, k] checked (`dims` names x's dimensions in messages), and the outputs allocated
 // for `rows` rows: codes [rows, k] in the format's storage type, fp32 scales [rows, groups].
@@ -810,29 +819,17 @@ ActQuantCall act_quant_call(const Tensor &x, const std::string &afmt, const char
 std::tuple<Tensor, Tensor> quantize_act(const Tensor &x, const std::string &afmt) {
   const int64_t m = x.dim() == 2 ? x.size(0) : 0;
   ActQuantCall c = act_quant_call(x, afmt, "quantize_act", "m, k", m);
-  const torch::stable::Device dev = x.device();
   auto *scale_ptr = static_cast<float *>(c.scales.data_ptr());
-  if (dev.is_cpu()) {
-    check(quantize_act_cpu(c.f, c.xt, x.data_ptr(), m, c.k, c.ldx, c.codes.data_ptr(), scale_ptr));
-  } else {
-    require(dev.is_cuda(), "quantize_act runs on CPU or CUDA tensors, got ", dev);
-    const OnDevice on(dev);
-    check(quantize_act_cuda(c.f, c.xt, x.data_ptr(), m, c.k, c.ldx, c.codes.data_ptr(), scale_ptr,
-                            static_cast<cudaStream_t>(on.stream)));
-  }
+  on_cpu_or_cuda(
+      x.device(), "quantize_act",
+      [&] { return quantize_act_cpu(c.f, c.xt, x.data_ptr(), m, c.k, c.ldx, c.codes.data_ptr(), scale_ptr); },
+      [&](void *stream) {
+        return quantize_act_cuda(c.f, c.xt, x.data_ptr(), m, c.k, c.ldx, c.codes.data_ptr(), scale_ptr, stream);
+      });
   return {c.codes, c.scales};
 }
 
 // ---- mixture-of-experts routing (humming.h: moe_topk_*, moe_align_*, moe_permute_*, moe_combine_*) --
-
-// Runs the CPU reference on CPU tensors, the CUDA version on the tensors' device otherwise.
-template <class Cpu, class Cuda>
-void on_cpu_or_cuda(const torch::stable::Device &dev, const char *op, Cpu cpu, Cuda cuda) {
-  if (dev.is_cpu()) return check(cpu());
-  require(dev.is_cuda(), "humming.", op, " runs on CPU or CUDA tensors, got ", dev);
-  const OnDevice on(dev);
-  check(cuda(on.stream));
-}
 
 // A top-k's arguments with its outputs (weights fp32, ids int32 [tokens, top_k]) allocated.
 struct TopkCall {
