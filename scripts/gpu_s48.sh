@@ -3,24 +3,52 @@
 # PART=stream (the default): where the W4A8 decode pace stands against the weight stream's own
 #   floor. scripts/mbench_rows.cu first (no build: the stage boxes of 4-bit codes read by TMA, in
 #   the generic row order of layout 4 and in two block orders), then a dev build of the dense e2m1
-#   per-channel layout-4 tiles: the GEMM alone (--prequant) and the layer (quantization + GEMM) at
-#   m = 1, 16 and 64 on the shapes the stream bench reads.
+#   per-channel layout-4 tiles, dense and grouped, A/B: A without KMAJOR_PATCH (default kmajor.patch,
+#   untracked: `git diff -- include src` of layout 4's K-tile-major chunk order, layout/sm90_a8.h),
+#   B with it; kmajor_points on each, then B's GPU tests (tests/test_gpu.py per-instance, graph and
+#   pack; tests/test_moe.py 8-bit activations).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
 . scripts/build_filtered.sh
 device_log s48.txt
+# gpu_tests TAG FILE K: pytest's summary and failures of tests/FILE -k K, through log with TAG.
+gpu_tests() {
+  python3 -m pytest -q "tests/$2" -p no:cacheprovider -rf -k "$3" 2>&1 | grep -E "^FAILED|passed|failed" | cut -c1-300 \
+    | sed "s/^/$1 /" | log
+}
+# kmajor_points V: the A/B points of PART=stream for variant V: the GEMM alone (--prequant; the
+#   dispatcher's choice) on three shapes at m = 1, 16, 64 and on 8192x8192 at 2048 and 8192; the
+#   layer (quantization + GEMM) at m = 1; the grouped GEMMs of two models at 64 and 1024 tokens.
+kmajor_points() {
+  python3 scripts/time_shapes.py 28672x8192,8192x8192,8192x28672 1,16,64 --format e2m1gc-sbf16 --act e4m3-pt \
+    --layout sm90a8 --prequant --graph --flush read --iters 30 2>&1 | sed "s/^/$1 gemm /" | log
+  python3 scripts/time_shapes.py 8192x8192 2048,8192 --format e2m1gc-sbf16 --act e4m3-pt \
+    --layout sm90a8 --prequant --graph --flush read --iters 20 2>&1 | sed "s/^/$1 gemm /" | log
+  python3 scripts/time_shapes.py 28672x8192,8192x8192,8192x28672 1 --format e2m1gc-sbf16 --act e4m3-pt \
+    --layout sm90a8 --graph --flush read --iters 30 2>&1 | sed "s/^/$1 layer /" | log
+  local mt
+  for mt in qwen3-30b-a3b mixtral-8x7b; do
+    python3 scripts/bench_moe.py "$OUT/moe-$1-$mt.json" --models "$mt" --tokens 64,1024 \
+      --format e2m1gc-sbf16 --act e4m3-pt --impls humming-aot 2>&1 | grep -E "humming|rror" | sed "s/^/$1 moe /" | log
+  done
+}
 if [ "${PART:-stream}" = stream ]; then
   nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | log
   nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -I include scripts/mbench_rows.cu -o /tmp/mr && /tmp/mr 2>&1 \
     | sed "s/^/stream /" | log
   echo "stream done at $(($(date +%s) - start)) s" | log
-  HUMMING_PROFILE=dev build_filtered "^(sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_.*_l4$|generic_dense_a-bf16_w-u4-s)"
-  echo "build done at $(($(date +%s) - start)) s" | log
-  python3 scripts/time_shapes.py 28672x8192,8192x8192,8192x28672,57344x8192 1,16,64 --format e2m1gc-sbf16 --act e4m3-pt \
-    --layout sm90a8 --prequant --graph --flush read --iters 30 2>&1 | sed "s/^/gemm /" | log
-  python3 scripts/time_shapes.py 28672x8192,8192x8192,8192x28672,57344x8192 1,16,64 --format e2m1gc-sbf16 --act e4m3-pt \
-    --layout sm90a8 --graph --flush read --iters 30 2>&1 | sed "s/^/layer /" | log
-  (cd "$OUT" && tar czf stream.tgz s48.txt)
+  KP=${KMAJOR_PATCH:-kmajor.patch}
+  F8="^(sm90_wgmma_(dense|moe)_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_.*_l4(_lone)?$|generic_dense_a-bf16_w-u4-s)"
+  for v in A B; do
+    if [ $v = A ]; then patch -s -R -p1 < "$KP" || exit 1; else patch -s -p1 < "$KP" || exit 1; fi
+    HUMMING_PROFILE=dev build_filtered "$F8"
+    echo "$v build done at $(($(date +%s) - start)) s" | log
+    kmajor_points $v
+    echo "$v points done at $(($(date +%s) - start)) s" | log
+  done
+  gpu_tests "B test_gpu" test_gpu.py "instance_against or graph or pack"
+  gpu_tests "B test_moe" test_moe.py "8bit_activations"
+  (cd "$OUT" && tar czf stream.tgz s48.txt moe-*.json)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
