@@ -52,3 +52,26 @@ if [ "${PART:-stream}" = stream ]; then
   (cd "$OUT" && tar czf stream.tgz s48.txt moe-*.json)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
+# PART=final (carry .peer): layout 4's K-tile-major order on every path that reads it: a dev build of
+#   every layout-4 instance (dense and grouped; e2m1, u4, i4; e4m3 and i8 activations), the u4g128
+#   W4A16 grouped tiles the QuantMoE tests need and the generic fallback; tests/test_gpu.py's
+#   per-instance, graph, pack and dispatch tests, tests/test_moe.py's QuantMoE, permute-quantize and
+#   8-bit activation tests; then the W4A8 e2m1 standing in one run with the peers (the harness against
+#   cuBLASLt FP8 and humming-kernels 0.1.20 on the three headline shapes; scripts/bench_moe.py against
+#   humming-kernels' W4A8 MoE). $OUT/final.tgz.
+if [ "${PART:-stream}" = final ]; then
+  HUMMING_PROFILE=dev build_filtered "^(sm90_wgmma_(dense|moe)_.*_l4(_lone)?$|sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s)"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  gpu_tests "test_gpu" test_gpu.py "instance_against or graph or pack or dispatch"
+  gpu_tests "test_moe" test_moe.py "quant_moe or permute or 8bit_activations"
+  echo "tests done at $(($(date +%s) - start)) s" | log
+  install_peer
+  PYTHONPATH=/tmp/peer python3 -m humming_aot.bench --shapes 28672x8192,8192x8192,8192x28672 --ms 1,64,256,8192 \
+    --formats w4a8 --impls humming-aot,cublaslt-fp8,humming-jit --jit-formats w4a8 --out-dir "$OUT" \
+    --name dense-w4a8 --no-plot --time-budget-s 240 2>&1 | tail -40 | sed "s/^/dense /" | log
+  PYTHONPATH=/tmp/peer python3 scripts/bench_moe.py "$OUT/moe-standing-w4a8.json" --models qwen3-30b-a3b,mixtral-8x7b \
+    --tokens 64,256,1024 --format e2m1gc-sbf16 --act e4m3-pt --jit-config w4a8 --impls humming-aot,humming-jit \
+    --jit-budget-s 200 2>&1 | grep -E "humming|rror" | grep -v "\[jit\]" | sed "s/^/moe /" | log
+  (cd "$OUT" && tar czf final.tgz dense-w4a8* moe-standing-* s48.txt)
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
