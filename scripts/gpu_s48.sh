@@ -5,8 +5,9 @@
 #   the generic row order of layout 4 and in two block orders), then a dev build of the dense e2m1
 #   per-channel layout-4 tiles, dense and grouped, A/B: A without KMAJOR_PATCH (default kmajor.patch,
 #   untracked: `git diff -- include src` of layout 4's K-tile-major chunk order, layout/sm90_a8.h),
-#   B with it; kmajor_points on each, then B's GPU tests (tests/test_gpu.py per-instance, graph and
-#   pack; tests/test_moe.py 8-bit activations).
+#   B with it (built with every layout-4 instance, $L4); kmajor_points on each, then B's GPU tests
+#   (tests/test_gpu.py per-instance, graph, pack and dispatch; tests/test_moe.py QuantMoE,
+#   permute-quantize and 8-bit activations).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -17,19 +18,23 @@ gpu_tests() {
   python3 -m pytest -q "tests/$2" -p no:cacheprovider -rf -k "$3" 2>&1 | grep -E "^FAILED|passed|failed" | cut -c1-300 \
     | sed "s/^/$1 /" | log
 }
+# Every layout-4 instance (dense and grouped; e2m1, u4, i4; e4m3 and i8 activations), the u4g128 W4A16
+# grouped tiles the QuantMoE tests need and the generic fallback.
+L4="^(sm90_wgmma_(dense|moe)_.*_l4(_lone)?$|sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s)"
 # kmajor_points V: the A/B points of PART=stream for variant V: the GEMM alone (--prequant; the
-#   dispatcher's choice) on three shapes at m = 1, 16, 64 and on 8192x8192 at 2048 and 8192; the
-#   layer (quantization + GEMM) at m = 1; the grouped GEMMs of two models at 64 and 1024 tokens.
+#   dispatcher's choice) on three shapes at m = 1 and 64 and on 8192x8192 at 8192; the layer
+#   (quantization + GEMM) at m = 1; the grouped GEMMs of Qwen3-30B-A3B at 64 and 1024 tokens and
+#   of Mixtral-8x7B at 1024.
 kmajor_points() {
-  python3 scripts/time_shapes.py 28672x8192,8192x8192,8192x28672 1,16,64 --format e2m1gc-sbf16 --act e4m3-pt \
-    --layout sm90a8 --prequant --graph --flush read --iters 30 2>&1 | sed "s/^/$1 gemm /" | log
-  python3 scripts/time_shapes.py 8192x8192 2048,8192 --format e2m1gc-sbf16 --act e4m3-pt \
+  python3 scripts/time_shapes.py 28672x8192,8192x8192,8192x28672 1,64 --format e2m1gc-sbf16 --act e4m3-pt \
     --layout sm90a8 --prequant --graph --flush read --iters 20 2>&1 | sed "s/^/$1 gemm /" | log
-  python3 scripts/time_shapes.py 28672x8192,8192x8192,8192x28672 1 --format e2m1gc-sbf16 --act e4m3-pt \
-    --layout sm90a8 --graph --flush read --iters 30 2>&1 | sed "s/^/$1 layer /" | log
+  python3 scripts/time_shapes.py 8192x8192 8192 --format e2m1gc-sbf16 --act e4m3-pt \
+    --layout sm90a8 --prequant --graph --flush read --iters 10 2>&1 | sed "s/^/$1 gemm /" | log
+  python3 scripts/time_shapes.py 28672x8192,8192x8192 1 --format e2m1gc-sbf16 --act e4m3-pt \
+    --layout sm90a8 --graph --flush read --iters 20 2>&1 | sed "s/^/$1 layer /" | log
   local mt
-  for mt in qwen3-30b-a3b mixtral-8x7b; do
-    python3 scripts/bench_moe.py "$OUT/moe-$1-$mt.json" --models "$mt" --tokens 64,1024 \
+  for mt in qwen3-30b-a3b:64,1024 mixtral-8x7b:1024; do
+    python3 scripts/bench_moe.py "$OUT/moe-$1-${mt%%:*}.json" --models "${mt%%:*}" --tokens "${mt#*:}" \
       --format e2m1gc-sbf16 --act e4m3-pt --impls humming-aot 2>&1 | grep -E "humming|rror" | sed "s/^/$1 moe /" | log
   done
 }
@@ -41,14 +46,15 @@ if [ "${PART:-stream}" = stream ]; then
   KP=${KMAJOR_PATCH:-kmajor.patch}
   F8="^(sm90_wgmma_(dense|moe)_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_.*_l4(_lone)?$|generic_dense_a-bf16_w-u4-s)"
   for v in A B; do
-    if [ $v = A ]; then patch -s -R -p1 < "$KP" || exit 1; else patch -s -p1 < "$KP" || exit 1; fi
+    # B builds every layout-4 instance and the u4g128 W4A16 grouped tiles the QuantMoE tests need.
+    if [ $v = A ]; then patch -s -R -p1 < "$KP" || exit 1; else patch -s -p1 < "$KP" && F8="$L4" || exit 1; fi
     HUMMING_PROFILE=dev build_filtered "$F8"
     echo "$v build done at $(($(date +%s) - start)) s" | log
     kmajor_points $v
     echo "$v points done at $(($(date +%s) - start)) s" | log
   done
-  gpu_tests "B test_gpu" test_gpu.py "instance_against or graph or pack"
-  gpu_tests "B test_moe" test_moe.py "8bit_activations"
+  gpu_tests "B test_gpu" test_gpu.py "instance_against or graph or pack or dispatch"
+  gpu_tests "B test_moe" test_moe.py "quant_moe or permute or 8bit_activations"
   (cd "$OUT" && tar czf stream.tgz s48.txt moe-*.json)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
@@ -60,7 +66,7 @@ fi
 #   cuBLASLt FP8 and humming-kernels 0.1.20 on the three headline shapes; scripts/bench_moe.py against
 #   humming-kernels' W4A8 MoE). $OUT/final.tgz.
 if [ "${PART:-stream}" = final ]; then
-  HUMMING_PROFILE=dev build_filtered "^(sm90_wgmma_(dense|moe)_.*_l4(_lone)?$|sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s)"
+  HUMMING_PROFILE=dev build_filtered "$L4"
   echo "build done at $(($(date +%s) - start)) s" | log
   gpu_tests "test_gpu" test_gpu.py "instance_against or graph or pack or dispatch"
   gpu_tests "test_moe" test_moe.py "quant_moe or permute or 8bit_activations"
