@@ -123,9 +123,9 @@ int main() {
             } else {
               dims[0] = 64, dims[1] = bytes / 64, strides[0] = 64, box[0] = 64, box[1] = pattern == 1 ? bn : 64;
             }
-            const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, w, dims, strides, box, es,
-                                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_64B, promos[pr],
-                                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+            const CUresult r =
+                encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, w, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                       CU_TENSOR_MAP_SWIZZLE_64B, promos[pr], CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
             if (r != CUDA_SUCCESS) {
               printf("encode failed %d\n", int(r));
               continue;

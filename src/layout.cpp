@@ -90,8 +90,7 @@ uint32_t packed_code(int layout, const PackedDims &d, DType code, const uint32_t
   if (layout == kLayoutSm80) return layout_sm80::code_at(packed, n, k, bits, d.k_pad / layout_sm80::kBlockK);
   if (layout == kLayoutSm90)
     return layout_sm90::code_at(packed, n, k, bits, d.n_pad / layout_sm90::kBlockN, layout_sm90::spread_fp4(code));
-  if (layout == kLayoutSm90A8)
-    return layout_sm90_a8::code_at(packed + n * d.words_per_row, k, layout_sm90_a8::fp4_order(code));
+  if (layout == kLayoutSm90A8) return layout_sm90_a8::code_at(packed, d.n_pad, n, k, layout_sm90_a8::fp4_order(code));
   return layout_generic::code_at(packed + n * d.words_per_row, k, bits);
 }
 
@@ -115,9 +114,10 @@ Status pack_codes_cpu(int layout, const WeightFormat &fmt, const PackedDims &d, 
   const bool chunks = layout == kLayoutSm90A8, fp4 = layout_sm90_a8::fp4_order(fmt.code);
   for (int64_t r = 0; r < d.n_pad; ++r)
     for (int64_t w = 0; w < d.words_per_row; ++w)
-      packed[r * d.words_per_row + w] = r >= d.n ? 0u
-                                        : chunks ? layout_sm90_a8::pack_word(codes + r * d.k, d.k, w, fp4)
-                                                 : layout_generic::pack_word(codes + r * d.k, d.k, bits, w);
+      packed[chunks ? layout_sm90_a8::word_index(d.n_pad, r, w) : r * d.words_per_row + w] =
+          r >= d.n ? 0u
+          : chunks ? layout_sm90_a8::pack_word(codes + r * d.k, d.k, w, fp4)
+                   : layout_generic::pack_word(codes + r * d.k, d.k, bits, w);
   return Status::Ok();
 }
 

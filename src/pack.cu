@@ -39,7 +39,8 @@ __global__ void pack_codes_sm90_kernel(PackedDims d, int bits, bool spread, cons
 __global__ void pack_codes_sm90_a8_kernel(PackedDims d, bool fp4, const uint8_t *codes, uint32_t *packed) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= d.code_words) return;
-  const int64_t r = i / d.words_per_row, w = i % d.words_per_row;
+  int64_t r, w;
+  layout_sm90_a8::word_place(d.n_pad, i, r, w);
   packed[i] = r < d.n ? layout_sm90_a8::pack_word(codes + r * d.k, d.k, w, fp4) : 0u;
 }
 
@@ -47,7 +48,7 @@ __global__ void unpack_codes_sm90_a8_kernel(PackedDims d, bool fp4, const uint32
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= d.n * d.k) return;
   const int64_t r = i / d.k, c = i % d.k;
-  codes[i] = static_cast<uint8_t>(layout_sm90_a8::code_at(packed + r * d.words_per_row, c, fp4));
+  codes[i] = static_cast<uint8_t>(layout_sm90_a8::code_at(packed, d.n_pad, r, c, fp4));
 }
 
 __global__ void unpack_codes_sm90_kernel(PackedDims d, int bits, bool spread, const uint32_t *packed, uint8_t *codes) {

@@ -156,15 +156,16 @@ def test_sm90_layout_matches_its_definition(fmt):
     assert words == expect
 
 
-def _sm90a8_position(n, k, words_per_row):
-    """Word and bit of code (n, k) in the sm90a8 layout, written out from its definition: generic
-    rows of k_pad / 8 words; inside 128-input chunk c, input 32 s + 16 h + 4 q + j sits in word
-    16 c + 4 q + s at nibble 4 h + j."""
+def _sm90a8_position(n, k, n_pad):
+    """Word and bit of code (n, k) in the sm90a8 layout, written out from its definition: the
+    128-input chunks of the channels, 16 words each, K tile by K tile (chunk c of channel n is the
+    (c * n_pad + n)-th); inside chunk c, input 32 s + 16 h + 4 q + j sits in word 4 q + s at
+    nibble 4 h + j."""
     c, kk = divmod(k, 128)
     s, r = divmod(kk, 32)
     h, r = divmod(r, 16)
     q, j = divmod(r, 4)
-    return n * words_per_row + 16 * c + 4 * q + s, 4 * (4 * h + j)
+    return 16 * (c * n_pad + n) + 4 * q + s, 4 * (4 * h + j)
 
 
 def _sm90a8_e2m1_bits(nibble):
@@ -183,12 +184,12 @@ def test_sm90a8_layout_matches_its_definition():
     codes = torch.randint(0, 16, (n, k), generator=g, dtype=torch.int64).to(torch.uint8)
     p = ha.pack_weight(codes, torch.ones(n, 1, dtype=torch.bfloat16), None, None, "e2m1gc-sbf16", layout="sm90a8")
     assert (p.n_pad, p.k_pad, p.layout, p.layout_name) == (72, 384, 4, "sm90a8")
-    assert tuple(p.codes.shape) == (72, 384 // 8)  # the generic layout's rows: TMA boxes of row chunks
+    assert tuple(p.codes.shape) == (72, 384 // 8)  # the generic layout's extent, chunks K tile by K tile
     words = (p.codes.reshape(-1).to(torch.int64) & 0xFFFFFFFF).tolist()
     expect = [0] * len(words)
     for r in range(n):
         for c in range(k):
-            w, b = _sm90a8_position(r, c, p.k_pad // 8)
+            w, b = _sm90a8_position(r, c, p.n_pad)
             # e2m1 codes spread their bits over the word (layout/sm90_a8.h fp4_order)
             for i, bit in enumerate(_sm90a8_e2m1_bits(b // 4)):
                 expect[w] |= ((int(codes[r, c]) >> i) & 1) << bit
@@ -197,13 +198,13 @@ def test_sm90a8_layout_matches_its_definition():
     expect = [0] * len(words)
     for r in range(n):
         for c in range(k):
-            w, b = _sm90a8_position(r, c, p.k_pad // 8)
+            w, b = _sm90a8_position(r, c, p.n_pad)
             expect[w] |= int(codes[r, c]) << b
     assert (u.codes.reshape(-1).to(torch.int64) & 0xFFFFFFFF).tolist() == expect  # u4: a nibble each
     # Lane quad q's 16-byte unit of a chunk holds exactly the inputs of its A fragments.
     for q in range(4):
         want = sorted(32 * s + 16 * h + 4 * q + j for s in range(4) for h in range(2) for j in range(4))
-        got = sorted(kk for kk in range(128) if _sm90a8_position(0, kk, 48)[0] // 4 == q)
+        got = sorted(kk for kk in range(128) if _sm90a8_position(0, kk, 72)[0] // 4 == q)
         assert got == want
     with pytest.raises(ValueError, match="layout 4 \\(sm90a8\\) holds 4-bit codes"):
         ha.pack_weight(codes, torch.ones(n, 1, dtype=torch.bfloat16), None, None, "u8gc-sbf16", layout="sm90a8")

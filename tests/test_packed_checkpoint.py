@@ -235,7 +235,7 @@ def test_wrong_schema_version_is_refused(packed):
     out, file = packed
     manifest = json.loads((out / pc.MANIFEST).read_text())
     (out / pc.MANIFEST).write_text(json.dumps({**manifest, "schema_version": pc.SCHEMA_VERSION + 1}))
-    with pytest.raises(pc.PackedCheckpointError, match="schema version 4.*reads schema versions 1, 2, 3"):
+    with pytest.raises(pc.PackedCheckpointError, match="schema version 5.*reads schema versions 1, 2, 3, 4"):
         ha.load_quantized(out, progress=False)
     (out / pc.MANIFEST).write_text(json.dumps(manifest))  # the manifest right, a shard's header not
     rewrite(file, edit_meta=lambda md: md.update({"humming_aot.schema_version": "0"}))
@@ -245,7 +245,7 @@ def test_wrong_schema_version_is_refused(packed):
 
 def _as_schema_1(out, schema=1):
     """Mark a packed checkpoint (manifest and shards) as written by an earlier schema: 1, before
-    session 39, or 2, before session 46."""
+    session 39, 2, before session 46, or 3, before session 48."""
     manifest = json.loads((out / pc.MANIFEST).read_text())
     (out / pc.MANIFEST).write_text(json.dumps({**manifest, "schema_version": schema}))
     for file in manifest["files"]:
@@ -294,27 +294,32 @@ def test_schema_1_reads_but_for_its_e2m1_codes_in_layout_3(tmp_path, packed):
         )  # fmt: skip
 
 
-def test_schema_2_reads_but_for_its_e2m1_codes_in_layout_4(tmp_path):
-    """Schema 3 changed only where e2m1 codes sit in a layout-4 (sm90a8) word: a schema-2
-    checkpoint's e2m1 codes in layout 4 are refused, naming the layer and the layout, rather than
-    misread; its u4 codes in layout 4 and its e2m1 codes in layout 3 still load."""
+def test_schemas_before_4_are_refused_in_layout_4_only(tmp_path):
+    """Schema 4 stores layout 4's (sm90a8) chunks K tile by K tile, and schema 3 spread its e2m1
+    codes' bits: a checkpoint of schema 2 or 3 in layout 4 is refused whatever its codes, naming the
+    layer and the layout, rather than misread; the same weights in layout 3 still load (e2m1 from
+    schema 2, which spread their bits there)."""
     from humming_aot import reference as R
     from humming_aot.convert import ConvertedWeight
 
     g = torch.Generator().manual_seed(4)
-    for fmt, layout, refused in (
-        ("e2m1gc-sbf16", "sm90a8", True),
-        ("u4gc-sbf16", "sm90a8", False),
-        ("e2m1g32-sbf16", "sm90", False),
-    ):
-        w = {"model.layers.0.mlp.up_proj": ConvertedWeight(R.quantize_weight(torch.randn(64, 256, generator=g), fmt))}
-        d = tmp_path / f"{fmt}-{layout}"
-        pc.save_packed(w, d, layout=layout, progress=False)
-        _as_schema_1(d, schema=2)
-        _loads_or_refuses(
-            d, w, r"'model.layers.0.mlp.up_proj' holds e2m1gc-sbf16 codes in layout 4 \(sm90a8\).*schema version 2"
-            if refused else None,
-        )  # fmt: skip
+    for schema in (2, 3):
+        for fmt, layout, refused in (
+            ("e2m1gc-sbf16", "sm90a8", True),
+            ("u4gc-sbf16", "sm90a8", True),
+            ("e2m1g32-sbf16", "sm90", False),
+            ("u4g128-sbf16", "sm90", False),
+        ):
+            w = {
+                "model.layers.0.mlp.up_proj": ConvertedWeight(R.quantize_weight(torch.randn(64, 256, generator=g), fmt))
+            }
+            d = tmp_path / f"{fmt}-{layout}-{schema}"
+            pc.save_packed(w, d, layout=layout, progress=False)
+            _as_schema_1(d, schema=schema)
+            _loads_or_refuses(
+                d, w, rf"'model.layers.0.mlp.up_proj' holds {fmt} codes in layout 4 \(sm90a8\).*schema version "
+                rf"{schema}.*order of the codes.*convert" if refused else None,
+            )  # fmt: skip
 
 
 def test_tampered_shapes_are_refused(packed):

@@ -58,8 +58,10 @@ FORMAT = "humming-aot-packed"
 # schema-1 file reads the same in every other layout and format, so it stays readable but for its
 # e2m1 weights in layout 3, which are refused (_check_codes). Schema 3 spreads them in layout 4 too
 # (layout/sm90_a8.h fp4_order): earlier files' e2m1 weights in layout 4 are refused likewise.
-SCHEMA_VERSION = 3
-_READABLE_SCHEMAS = ("1", "2", "3")
+# Schema 4 (session 48) stores layout 4's 128-input chunks K tile by K tile instead of channel by
+# channel (layout/sm90_a8.h word_index): every weight in layout 4 from an earlier schema is refused.
+SCHEMA_VERSION = 4
+_READABLE_SCHEMAS = ("1", "2", "3", "4")
 _SUFFIXES = ("hm_codes", "hm_scales", "hm_zeros", "hm_global_scale", "hm_perm")
 
 
@@ -245,15 +247,25 @@ def _check_schema(where: str, fmt, schema, want_layout: int | None, layout) -> i
 
 # The schema from which each layout stores e2m1 codes with their bits spread (see SCHEMA_VERSION).
 _E2M1_SPREAD_FROM = {3: 2, 4: 3}
+# The schema from which each layout stores its words where this version reads them (layout 4's
+# chunks K tile by K tile, see SCHEMA_VERSION).
+_ORDER_FROM = {4: 4}
 _LAYOUT_NAMES = {3: "sm90", 4: "sm90a8"}
 
 
 def _check_codes(where: str, key: str, meta: dict, schema: int, layout: int) -> None:
-    """Refuse a weight whose stored codes this version would misread: e2m1 codes in layout 3 from
-    schema 1 or in layout 4 from schemas 1 and 2, packed as contiguous nibbles before their bits
-    were spread (see SCHEMA_VERSION)."""
+    """Refuse a weight whose stored codes this version would misread: any weight in layout 4 from
+    schemas 1 to 3, whose chunks were stored channel by channel; e2m1 codes in layout 3 from schema
+    1, packed as contiguous nibbles before their bits were spread (see SCHEMA_VERSION)."""
     from . import formats as F
 
+    if schema < _ORDER_FROM.get(layout, 0):
+        raise PackedCheckpointError(
+            f"{where}: layer {key!r} holds {meta['fmt']} codes in layout {layout} ({_LAYOUT_NAMES[layout]}) packed "
+            f"with schema version {schema}, whose order of the codes this humming-aot ({_version()}) no longer "
+            f"reads (schema {SCHEMA_VERSION} stores each 128-input chunk of the channels K tile by K tile, so that "
+            f"the kernels read contiguous bytes): convert the source checkpoint again with this version"
+        )
     if schema >= _E2M1_SPREAD_FROM.get(layout, 0):
         return
     code = F.parse_weight_format(str(meta["fmt"])).code

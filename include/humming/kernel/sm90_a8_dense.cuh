@@ -17,8 +17,9 @@
 // tiles, for warpgroups whose rows are all their expert's: a tile ends at its expert's last row.
 //
 // 4-bit codes (rows of k_pad / 2 bytes, code k at bits 4 (k % 8) of word k / 8; or in layout 4,
-// layout/sm90_a8.h, each 128-input chunk of a row in the fragments' order) land as a box of BN rows
-// x 64 bytes in the 64-byte swizzle, and each consumer thread reads its WGMMA A fragments from it
+// layout/sm90_a8.h, each 128-input chunk of a row in the fragments' order, and a K tile's chunks of
+// every channel together, so that a stage's box is contiguous) land as a box of BN rows x 64 bytes
+// in the 64-byte swizzle, and each consumer thread reads its WGMMA A fragments from it
 // into registers, turning the codes into e4m3 or s8 operands on the way
 // (backend/sm90/operand_convert.h; numeric/nibble_lut.h: exact values, by table lookup, or for e2m1
 // by bit moves into operands of 2^-6 their values, scaled back on the sums), while the tensor cores
@@ -326,7 +327,8 @@ struct DenseA8 {
   struct Params {
     CUtensorMap act;    // activations [m][k] bytes, boxes of BM rows x 128
     CUtensorMap weight; // codes [n_pad][k_pad] bytes (grouped: every expert's, [experts x n_pad][k_pad]), boxes of
-                        // BN rows x 128 (4-bit: k_pad / 2, x 64, 64-byte swizzle)
+                        // BN rows x 128 (4-bit: k_pad / 2, x 64, 64-byte swizzle); layout 4: 64-byte rows, K tile
+                        // kt of channel r at row kt n_pad + r (grouped: after the experts' before)
     CUtensorMap out; // kStagedStore: the output [m][n], boxes of BM (kTokensM: 64) rows x 64 channels (when `staged`)
     int staged;      // kStagedStore: 1 where the boxes go out by TMA through `out`, 0 where the threads copy them
     CUtensorMap act_tail;  // where tail_rows: the activations in boxes of tail_rows rows (a8_stage_loads.h)
@@ -337,7 +339,8 @@ struct DenseA8 {
     StreamKPlan plan;
     int64_t n_tiles;
     ExpertRows experts; // Grouped: the rows of each expert
-    int expert_rows;    // Grouped: rows of each expert's weight in `weight` (n_pad)
+    int expert_rows;    // Grouped: rows of each expert's weight in `weight` (n_pad; layout 4: n_pad x K tiles)
+    int chunk_rows;     // Layout 4: rows of one K tile of the weight in `weight` (n_pad)
   };
 
   using RingPos = sm90::RingPos<Stages>;
@@ -543,6 +546,13 @@ template <HUMMING_SM90_A8_TARGS> Status can_implement_a8(const GemmArgs &args) {
                            "(experts x n_pad), got " +
                            std::to_string(static_cast<int64_t>(args.experts) * args.dims.n_pad));
   }
+  // Layout 4's map has a row per 128-input chunk of a channel (launch_a8).
+  const int64_t map_rows = args.dims.n_pad * (K::Grouped ? static_cast<int64_t>(args.experts) : 1) *
+                           (Layout == kLayoutSm90A8 ? args.dims.k_pad / 128 : 1);
+  if (map_rows > 0x7FFFFFFF)
+    return Status::Error("the sm90 8-bit activation kernels read at most 2^31 - 1 rows of 64 bytes of 4-bit codes "
+                         "(layout 4: experts x n_pad x k_pad / 128), got " +
+                         std::to_string(map_rows));
   return Status::Ok();
 }
 
@@ -561,11 +571,15 @@ template <HUMMING_SM90_A8_TARGS> Status launch_a8(const GemmArgs &args, void *st
   typename K::Params p = base_params<K>(args);
   Status st = prepare_activation_rows<BM, K::Grouped>(&p, args, MapElem::kByte);
   if (!st) return st;
-  p.expert_rows = static_cast<int>(args.dims.n_pad);
   const int64_t row_bytes = args.dims.k_pad * static_cast<int64_t>(K::kCode.bits) / 8;
-  const int64_t weight_rows = args.dims.n_pad * (K::Grouped ? args.experts : 1);
-  st = cached_weight_map(&p.weight, args.codes, MapElem::kByte, weight_rows, row_bytes, row_bytes, K::BN,
-                         K::kFour ? 64 : 128);
+  // Layout 4 keeps each K tile's 64-byte chunks of every channel together (layout/sm90_a8.h): the map
+  // has one 64-byte row per chunk, so a stage's box is BN x 64 contiguous bytes.
+  const int64_t chunks = K::kLayout == kLayoutSm90A8 ? row_bytes / 64 : 1;
+  p.chunk_rows = static_cast<int>(args.dims.n_pad);
+  p.expert_rows = static_cast<int>(args.dims.n_pad * chunks);
+  const int64_t weight_rows = args.dims.n_pad * chunks * (K::Grouped ? args.experts : 1);
+  st = cached_weight_map(&p.weight, args.codes, MapElem::kByte, weight_rows, row_bytes / chunks, row_bytes / chunks,
+                         K::BN, K::kFour ? 64 : 128);
   if (!st) return st;
   p.staged = 0;
   st = K::Loads::prepare_scales(p, args, workspace_of<K>(args), stream);

@@ -1,15 +1,22 @@
-// The sm90 8-bit activation layout of 4-bit codes (LayoutId kLayoutSm90A8): the generic layout's
-// rows, each 128-input chunk of them reordered so that a thread of the sm90 W4A8 kernels
+// The sm90 8-bit activation layout of 4-bit codes (LayoutId kLayoutSm90A8): each channel's codes
+// cut into 128-input chunks (one stage of the kernels, 64 bytes), the chunks stored K tile by K
+// tile, and inside a chunk the codes reordered so that a thread of the sm90 W4A8 kernels
 // (kernel/sm90_a8_dense.cuh) reads all its A fragment codes of a stage with one 16-byte load per
-// row, where the generic order takes sixteen 2-byte loads and eight byte permutes.
+// channel, where the generic order takes sixteen 2-byte loads and eight byte permutes.
 //
-// A row holds k_pad / 2 bytes (k_pad a multiple of 128), as in the generic layout, so the stages
-// still copy boxes of 64-byte row chunks by TMA. Inside chunk c (inputs 128 c .. 128 c + 127),
-// input kk = 32 s + 16 h + 4 q + j (k32 step s, half h, lane quad q = lane % 4, j < 4) sits in word
-// 4 q + s of the chunk, at nibble 4 h + j: word 4 q + s is the eight codes of step s that lane quad
-// q's A fragment registers take (inputs 4 q + {0..3} of the step in its low half, 16 + 4 q + {0..3}
-// in its high half: the PTX ISA's m64nNk32 A fragment of 8-bit types), in the order the
-// conversions of numeric/nibble_lut.h read, and the four words of quad q are its 16-byte unit.
+// Chunk order: chunk c of channel r (inputs 128 c .. 128 c + 127) is the 64 bytes at
+// (c n_pad + r) x 64: K tile c of every channel, then K tile c + 1 (word_index). So a stage's box
+// of BN channels is BN x 64 contiguous bytes, one box of a 2-D tensor map over 64-byte rows. In the
+// generic order (each channel's k_pad / 2 bytes together, until session 48) the same box was BN
+// pieces of 64 bytes, k_pad / 2 bytes apart. The packed codes keep the generic layout's extent:
+// n_pad x k_pad / 8 words.
+//
+// Inside chunk c, input kk = 32 s + 16 h + 4 q + j (k32 step s, half h, lane quad q = lane % 4,
+// j < 4) sits in word 4 q + s of the chunk, at nibble 4 h + j: word 4 q + s is the eight codes of
+// step s that lane quad q's A fragment registers take (inputs 4 q + {0..3} of the step in its low
+// half, 16 + 4 q + {0..3} in its high half: the PTX ISA's m64nNk32 A fragment of 8-bit types), in
+// the order the conversions of numeric/nibble_lut.h read, and the four words of quad q are its
+// 16-byte unit.
 //
 // e2m1 codes (fp4_order) spread their bits over the word instead of taking a nibble each, so that
 // the kernels turn a word into its two operand registers of e4m3 bytes of 2^-6 the codes' values
@@ -46,7 +53,8 @@ HUMMING_HD constexpr int fp4_bit(int i, int b) {
   return (8 * j + kOperandBit[b] - kRotation[b] + 32) % 32;
 }
 
-// Word of a row (k_pad / 8 words) holding input k, and the nibble of it.
+// Word of a channel's k_pad / 8 (in chunk order: word w / 16 of chunk w / 16) holding input k,
+// and the nibble of it.
 HUMMING_HD constexpr int64_t word_of(int64_t k) {
   const int kk = static_cast<int>(k % kChunkK);
   return (k / kChunkK) * 16 + 4 * ((kk % 16) / 4) + kk / 32;
@@ -56,9 +64,22 @@ HUMMING_HD constexpr int nibble_of(int64_t k) {
   return 4 * (r / 16) + r % 4;
 }
 
-// Code k of the row that starts at `row` (fp4: in the spread order, fp4_order).
-HUMMING_HD uint32_t code_at(const uint32_t *row, int64_t k, bool fp4) {
-  const uint32_t word = row[word_of(k)];
+constexpr int64_t kChunkWords = kChunkK / 8; // 16 words, 64 bytes
+
+// Index in the packed codes of word w (word_of) of channel r, for a weight of n_pad channels.
+HUMMING_HD constexpr int64_t word_index(int64_t n_pad, int64_t r, int64_t w) {
+  return ((w / kChunkWords) * n_pad + r) * kChunkWords + w % kChunkWords;
+}
+// Its inverse: the channel (r) and word (w) that packed word i holds.
+HUMMING_HD constexpr void word_place(int64_t n_pad, int64_t i, int64_t &r, int64_t &w) {
+  const int64_t c = i / kChunkWords;
+  r = c % n_pad;
+  w = (c / n_pad) * kChunkWords + i % kChunkWords;
+}
+
+// Code k of channel r of packed codes of n_pad channels (fp4: in the spread order, fp4_order).
+HUMMING_HD uint32_t code_at(const uint32_t *packed, int64_t n_pad, int64_t r, int64_t k, bool fp4) {
+  const uint32_t word = packed[word_index(n_pad, r, word_of(k))];
   const int i = nibble_of(k);
   if (!fp4) return (word >> (4 * i)) & 0xFu;
   uint32_t code = 0;
@@ -66,7 +87,7 @@ HUMMING_HD uint32_t code_at(const uint32_t *row, int64_t k, bool fp4) {
   return code;
 }
 
-// Word `w` of a packed row from unpacked codes (uint8 bit patterns, `k` of them; inputs past `k`
+// Word `w` (word_of) of a channel from its unpacked codes (uint8 bit patterns, `k` of them; inputs past `k`
 // are padding and pack as 0); fp4: in the spread order (fp4_order).
 HUMMING_HD uint32_t pack_word(const uint8_t *codes_row, int64_t k, int64_t w, bool fp4) {
   const int64_t chunk = w / 16;

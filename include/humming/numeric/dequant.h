@@ -28,7 +28,7 @@ HUMMING_HD float weight_value_generic(const GemmArgs &args, DType code_t, DType 
       : args.layout == kLayoutSm90 ? layout_sm90::code_at(args.codes, n, k, bits, d.n_pad / layout_sm90::kBlockN,
                                                           layout_sm90::spread_fp4(code_t))
       : args.layout == kLayoutSm90A8
-          ? layout_sm90_a8::code_at(args.codes + n * d.words_per_row, k, layout_sm90_a8::fp4_order(code_t))
+          ? layout_sm90_a8::code_at(args.codes, d.n_pad, n, k, layout_sm90_a8::fp4_order(code_t))
           : layout_generic::code_at(args.codes + n * d.words_per_row, k, bits);
   float v = decode(code_t, code);
   // Unsigned codes without zero points are symmetric around the middle of their range (GPTQ

@@ -81,7 +81,10 @@ template <class K> struct A8StageLoads {
   static __device__ __forceinline__ void boxes(const Params &p, uint32_t stage, uint32_t full, int64_t kt, int m0,
                                                int n0, int rows, int expert) {
     const int w0 = K::Grouped ? expert * p.expert_rows + n0 : n0;
-    tensor_copy_2d(stage, &p.weight, static_cast<int>(kt * BK * kCodeBits / 8), w0, full);
+    if constexpr (K::kLayout == kLayoutSm90A8)
+      tensor_copy_2d(stage, &p.weight, 0, w0 + static_cast<int>(kt) * p.chunk_rows, full);
+    else
+      tensor_copy_2d(stage, &p.weight, static_cast<int>(kt * BK * kCodeBits / 8), w0, full);
     tensor_copy_2d(stage + kWBytes, rows == BM ? &p.act : &p.act_tail, static_cast<int>(kt * BK), m0, full);
     if constexpr (kScalesT)
       bulk_copy(stage + kWBytes + kABytes, p.scales_t + kt * p.m_pad + (kScaleLead != 0 ? m0 / 4 * 4 : m0),
