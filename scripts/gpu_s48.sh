@@ -81,3 +81,18 @@ if [ "${PART:-stream}" = final ]; then
   (cd "$OUT" && tar czf final.tgz dense-w4a8* moe-standing-* s48.txt)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
+# PART=ncu: the W4A8 decode GEMM under ncu, 28672x8192 at m = 1 (the dispatcher's t8x256 s6 tile of
+#   layout 4), to tell what keeps it at 51.5 us where PART=stream's copy-only floor of the same
+#   stage boxes took 42.4 (H100): scripts/ncu_a8.sh's sections with the SASS page (stall samples per
+#   instruction), then, in a second run, ncu's PmSampling section (DRAM and SM throughput over the
+#   kernel's time: start-up and tail) if this ncu has it. $OUT/0-ncu.tgz.
+if [ "${PART:-stream}" = ncu ]; then
+  I=sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t8x256x128_w1x4x1_s6_l4
+  NCU_SOURCE=1 NCU_SPEC="28672 8192 1 e2m1gc-sbf16 $I w4a8_t8x256_m1 e4m3-pt sm90a8" bash scripts/ncu_a8.sh 2>&1 | log
+  timeout 120 ncu --kernel-name regex:dense_kernel --launch-skip 2 --launch-count 1 --section PmSampling \
+    --print-details all python3 scripts/profile_one.py 28672 8192 1 e2m1gc-sbf16 sm90a8 e4m3-pt "$I" \
+    > "$OUT/ncu_pm_w4a8_t8x256_m1.txt" 2>&1
+  echo "pm sampling rc=$? $(wc -l < "$OUT/ncu_pm_w4a8_t8x256_m1.txt") lines" | log
+  (cd "$OUT" && tar czf 0-ncu.tgz --exclude=build.log --exclude=0-ncu.tgz .)
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
