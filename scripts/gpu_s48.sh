@@ -96,3 +96,13 @@ if [ "${PART:-stream}" = ncu ]; then
   (cd "$OUT" && tar czf 0-ncu.tgz --exclude=build.log --exclude=0-ncu.tgz .)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
+# PART=probe: where the W4A8 decode GEMM's time goes beyond its loop (PART=ncu: the SMs active
+#   only 83 % of the kernel's cycles): the timeline probe (backend/sm90/probe.h; a diagnosis build
+#   of the e2m1 per-channel layout-4 t8 tiles) at m = 1 on 28672x8192 and 8192x8192, the tile the
+#   dispatcher takes and t8x128. $OUT/probe.tgz.
+if [ "${PART:-stream}" = probe ]; then
+  HUMMING_FILTER='^sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t8x(128|256)x128_w1x[24]x1_s[68]_l4$|^generic_dense_a-bf16_w-u4-s' \
+    bash scripts/probe_sm90.sh 28672x8192,8192x8192 1 --format e2m1gc-sbf16 --act e4m3-pt --reps 5 2>&1 | log
+  (cd "$OUT" && tar czf probe.tgz probe.txt probe.json s48.txt)
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
