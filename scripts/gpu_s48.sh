@@ -102,7 +102,7 @@ fi
 #   dispatcher takes and t8x128. $OUT/probe.tgz.
 if [ "${PART:-stream}" = probe ]; then
   HUMMING_FILTER='^sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t8x(128|256)x128_w1x[24]x1_s[68]_l4$|^generic_dense_a-bf16_w-u4-s' \
-    bash scripts/probe_sm90.sh 28672x8192,8192x8192 1 --format e2m1gc-sbf16 --act e4m3-pt --reps 5 2>&1 | log
+    bash scripts/probe_sm90.sh 28672x8192,8192x8192 1 --format e2m1gc-sbf16 --act e4m3-pt --reps 5 --match "_t8x" 2>&1 | log
   (cd "$OUT" && tar czf probe.tgz probe.txt probe.json s48.txt)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
