@@ -43,3 +43,24 @@ w4a8_heights() {
       | sed "s/^/$tag /" | log
   done
 }
+
+# gpu_tests TAG FILE K: pytest's summary and failures of tests/FILE -k K, through log (device_log)
+# with TAG. Sessions 47 and 48.
+gpu_tests() {
+  python3 -m pytest -q "tests/$2" -p no:cacheprovider -rf -k "$3" 2>&1 | grep -E "^FAILED|passed|failed" | cut -c1-300 \
+    | sed "s/^/$1 /" | log
+}
+
+# w4a8_standing: the W4A8 e2m1 per-channel standing in one run with the peers (install_peer first):
+# the harness (python -m humming_aot.bench, format w4a8) against cuBLASLt FP8 and humming-kernels
+# 0.1.20 W4A8 on the three headline shapes at m = 1, 64, 256 and 8192 ($OUT/dense-w4a8.*), and
+# scripts/bench_moe.py against humming-kernels' W4A8 MoE on Qwen3-30B-A3B and Mixtral-8x7B at 64, 256
+# and 1024 tokens ($OUT/moe-standing-w4a8.*); lines through log (device_log). Sessions 47 and 48.
+w4a8_standing() {
+  PYTHONPATH=/tmp/peer python3 -m humming_aot.bench --shapes 28672x8192,8192x8192,8192x28672 --ms 1,64,256,8192 \
+    --formats w4a8 --impls humming-aot,cublaslt-fp8,humming-jit --jit-formats w4a8 --out-dir "$OUT" \
+    --name dense-w4a8 --no-plot --time-budget-s 240 2>&1 | tail -40 | sed "s/^/dense /" | log
+  PYTHONPATH=/tmp/peer python3 scripts/bench_moe.py "$OUT/moe-standing-w4a8.json" --models qwen3-30b-a3b,mixtral-8x7b \
+    --tokens 64,256,1024 --format e2m1gc-sbf16 --act e4m3-pt --jit-config w4a8 --impls humming-aot,humming-jit \
+    --jit-budget-s 200 2>&1 | grep -E "humming|rror" | grep -v "\[jit\]" | sed "s/^/moe /" | log
+}

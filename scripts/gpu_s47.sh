@@ -21,11 +21,6 @@ A8='sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s'
 # The instances both variants of PART=order build: the grouped e2m1 per-channel W4A8 tiles, the
 # FP8-block grouped tiles, the dense e2m1 per-channel layout-4 tiles and the generic fallback.
 F='sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16|sm90_wgmma_moe_a-e4m3-g128_w-e4m3g128n128-sf32_c-bf16|sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t.*_l4$|generic_dense_a-bf16_w-u4-s'
-# gpu_tests TAG FILE K: pytest's summary and failures of tests/FILE -k K, through log with TAG.
-gpu_tests() {
-  python3 -m pytest -q "tests/$2" -p no:cacheprovider -rf -k "$3" 2>&1 | grep -E "^FAILED|passed|failed" | cut -c1-300 \
-    | sed "s/^/$1 /" | log
-}
 order_points() { # $1: the variant
   local mt
   for mt in qwen3-30b-a3b:256,1024 mixtral-8x7b:256,1024 deepseek-v3:1024; do
@@ -68,12 +63,7 @@ if [ "${PART:-order}" = standing ]; then
   python3 scripts/time_shapes.py 8192x8192,28672x8192 2048,8192 --format e2m1gc-sbf16 --act e4m3-pt \
     --layout sm90a8 --prequant --graph --flush read --iters 20 \
     --match 'sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t(128|160|192)x.*_l4$' --cublaslt 2>&1 | sed "s/^/tiles /" | log
-  PYTHONPATH=/tmp/peer python3 -m humming_aot.bench --shapes 28672x8192,8192x8192,8192x28672 --ms 1,64,256,8192 \
-    --formats w4a8 --impls humming-aot,cublaslt-fp8,humming-jit --jit-formats w4a8 --out-dir "$OUT" \
-    --name dense-w4a8 --no-plot --time-budget-s 240 2>&1 | tail -40 | sed "s/^/dense /" | log
-  PYTHONPATH=/tmp/peer python3 scripts/bench_moe.py "$OUT/moe-standing-w4a8.json" --models qwen3-30b-a3b,mixtral-8x7b \
-    --tokens 64,256,1024 --format e2m1gc-sbf16 --act e4m3-pt --jit-config w4a8 --impls humming-aot,humming-jit \
-    --jit-budget-s 200 2>&1 | grep -E "humming|rror" | grep -v "\[jit\]" | sed "s/^/moe /" | log
+  w4a8_standing
   (cd "$OUT" && tar czf standing.tgz dense-w4a8* moe-standing-* s47.txt && rm -f moe-standing-* dense-w4a8*)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi

@@ -13,11 +13,6 @@ cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
 . scripts/build_filtered.sh
 device_log s48.txt
-# gpu_tests TAG FILE K: pytest's summary and failures of tests/FILE -k K, through log with TAG.
-gpu_tests() {
-  python3 -m pytest -q "tests/$2" -p no:cacheprovider -rf -k "$3" 2>&1 | grep -E "^FAILED|passed|failed" | cut -c1-300 \
-    | sed "s/^/$1 /" | log
-}
 # Every layout-4 instance (dense and grouped; e2m1, u4, i4; e4m3 and i8 activations), the u4g128 W4A16
 # grouped tiles the QuantMoE tests need and the generic fallback.
 L4="^(sm90_wgmma_(dense|moe)_.*_l4(_lone)?$|sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16|generic_dense_a-bf16_w-u4-s)"
@@ -72,12 +67,7 @@ if [ "${PART:-stream}" = final ]; then
   gpu_tests "test_moe" test_moe.py "quant_moe or permute or 8bit_activations"
   echo "tests done at $(($(date +%s) - start)) s" | log
   install_peer
-  PYTHONPATH=/tmp/peer python3 -m humming_aot.bench --shapes 28672x8192,8192x8192,8192x28672 --ms 1,64,256,8192 \
-    --formats w4a8 --impls humming-aot,cublaslt-fp8,humming-jit --jit-formats w4a8 --out-dir "$OUT" \
-    --name dense-w4a8 --no-plot --time-budget-s 240 2>&1 | tail -40 | sed "s/^/dense /" | log
-  PYTHONPATH=/tmp/peer python3 scripts/bench_moe.py "$OUT/moe-standing-w4a8.json" --models qwen3-30b-a3b,mixtral-8x7b \
-    --tokens 64,256,1024 --format e2m1gc-sbf16 --act e4m3-pt --jit-config w4a8 --impls humming-aot,humming-jit \
-    --jit-budget-s 200 2>&1 | grep -E "humming|rror" | grep -v "\[jit\]" | sed "s/^/moe /" | log
+  w4a8_standing
   (cd "$OUT" && tar czf final.tgz dense-w4a8* moe-standing-* s48.txt)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi

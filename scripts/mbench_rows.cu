@@ -21,6 +21,7 @@
 #include <cstdio>
 
 #include "humming/backend/sm90/ptx.h"
+#include "mbench_ring.cuh"
 
 using namespace humming::sm90;
 
@@ -63,23 +64,8 @@ __global__ void __launch_bounds__(128 + 4 * 32, 1)
       if (++s == uint32_t(c.stages)) s = 0, ph ^= 1u;
     }
   } else if (threadIdx.x >= 128 && threadIdx.x < 128 + 32 * warps && threadIdx.x % 32 == 0) {
-    uint32_t s = 0, ph = 0;
-    int acc = 0;
-    for (long u = u0; u < u1; ++u) {
-      mbar_wait(bars + 8 * s, ph);
-      acc += smem[s * stage_bytes + threadIdx.x];
-      mbar_arrive(bars + 8 * (c.stages + s));
-      if (++s == uint32_t(c.stages)) s = 0, ph ^= 1u;
-    }
-    if (acc == 123456) *sink = acc;
+    drain_stages(smem, bars, c.stages, stage_bytes, u1 - u0, sink);
   }
-}
-
-// Reads a buffer larger than L2, leaving it full of clean lines.
-__global__ void read_all(const int4 *p, long n, int *sink) {
-  int acc = 0;
-  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n; i += long(gridDim.x) * blockDim.x) acc ^= p[i].x;
-  if (acc == 123456) *sink = acc;
 }
 
 int main() {
