@@ -66,7 +66,7 @@ enum LayoutId : int {
   kLayoutGeneric = 1, // codes as a bit stream per output channel; read by the generic backend
   kLayoutSm80 = 2,    // mma.sync B fragments, one vector load per lane (4- and 8-bit codes)
   kLayoutSm90 = 3,    // WGMMA register A fragments, one vector load per thread (4- and 8-bit codes)
-  kLayoutSm90A8 = 4,  // generic rows, 128-input chunks in the FP8 / s8 WGMMA fragment order (4-bit codes)
+  kLayoutSm90A8 = 4,  // 128-input chunks in the FP8 / s8 WGMMA fragment order, K tile by K tile (4-bit codes)
 };
 
 // Logical and padded extents of a weight packed for one layout. Scales and zero points are stored
