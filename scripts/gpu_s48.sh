@@ -96,3 +96,24 @@ if [ "${PART:-stream}" = probe ]; then
   (cd "$OUT" && tar czf probe.tgz probe.txt probe.json s48.txt)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
+# PART=plans (not run in session 48): whether the decode plan's split of tiles over blocks, not the
+#   loop, costs the W4A8 decode GEMM its time beyond PART=stream's floor (PART=ncu: SMs active 83 %
+#   of the kernel). At m = 1, 112 tiles of t8x256 (28672 x 8192) spread over 132 blocks whose shares
+#   cross tiles (two segments and a fix-up each); the comment on plan_persistent (scheduler/streamk.h)
+#   records 8192 x 8192 at 23.4 us with 132 blocks over 32 tiles and 19.6 with 128 blocks, 4 a tile.
+#   The GEMM alone (--prequant, dispatcher's choice) on five corpus shapes at m = 1 and 16 with the
+#   default plan (HUMMING_STREAM_K=1), whole tiles only (0) and every launch spread (2), each in its
+#   own process (the mode is read once per process); the same shapes forced to t8x128.
+if [ "${PART:-stream}" = plans ]; then
+  HUMMING_PROFILE=dev build_filtered "^(sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_.*_l4$|generic_dense_a-bf16_w-u4-s)"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  S=28672x8192,8192x8192,8192x28672,5120x13824,4096x14336
+  for mode in 1 0 2; do
+    HUMMING_STREAM_K=$mode python3 scripts/time_shapes.py $S 1,16 --format e2m1gc-sbf16 --act e4m3-pt --layout sm90a8 \
+      --prequant --graph --flush read --iters 30 2>&1 | sed "s/^/sk$mode /" | log
+    HUMMING_STREAM_K=$mode python3 scripts/time_shapes.py $S 1 --format e2m1gc-sbf16 --act e4m3-pt --layout sm90a8 \
+      --prequant --graph --flush read --iters 30 --match '_t8x128x128_w1x2x1_s8_l4$' 2>&1 | sed "s/^/sk$mode t8x128 /" | log
+  done
+  (cd "$OUT" && tar czf plans.tgz s48.txt)
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
