@@ -87,6 +87,54 @@ void test_pack_round_trip() {
   }
 }
 
+// Layout 4 (layout/sm90_a8.h) stores its 128-input chunks K tile by K tile: word_place (which the
+// GPU packer runs) inverts word_index over every word of the codes, the 16 words of chunk c of
+// channel r are the 64 bytes at (c n_pad + r) x 64 and hold that chunk's pack_word words, and
+// unpacking gives the codes back.
+void test_sm90a8_chunk_order() {
+  std::mt19937 rng(5);
+  for (const bool fp4 : {false, true}) {
+    WeightFormat f;
+    f.code = fp4 ? dtypes::e2m1 : dtypes::uint_type(4);
+    f.scale = dtypes::bf16;
+    const int64_t n = 21, k = 300; // both padded: n_pad 24, k_pad 384 (three chunks)
+    PackedDims d;
+    Status st = packed_dims(kLayoutSm90A8, f, n, k, &d);
+    EXPECT(st.ok, "%s", st.message.c_str());
+    EXPECT(d.n_pad == 24 && d.k_pad == 384 && d.words_per_row == 48, "layout 4 pads 21 x 300 to %lld x %lld",
+           static_cast<long long>(d.n_pad), static_cast<long long>(d.k_pad));
+    std::vector<int> hits(d.code_words, 0);
+    for (int64_t r = 0; r < d.n_pad; ++r)
+      for (int64_t w = 0; w < d.words_per_row; ++w) {
+        const int64_t i = layout_sm90_a8::word_index(d.n_pad, r, w);
+        EXPECT(i >= 0 && i < d.code_words, "word %lld of channel %lld outside the codes", static_cast<long long>(w),
+               static_cast<long long>(r));
+        if (i < 0 || i >= d.code_words) continue;
+        ++hits[i];
+        int64_t r2 = -1, w2 = -1;
+        layout_sm90_a8::word_place(d.n_pad, i, r2, w2);
+        EXPECT(r2 == r && w2 == w, "word_place(%lld) = (%lld, %lld), not (%lld, %lld)", static_cast<long long>(i),
+               static_cast<long long>(r2), static_cast<long long>(w2), static_cast<long long>(r),
+               static_cast<long long>(w));
+      }
+    EXPECT(std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; }), "word_index is not one to one");
+    std::vector<uint8_t> codes(n * k), back(n * k);
+    for (auto &c : codes) c = static_cast<uint8_t>(rng() & 0xFu);
+    std::vector<uint32_t> packed(d.code_words, 0xFFFFFFFFu);
+    pack_codes_cpu(kLayoutSm90A8, f, d, codes.data(), packed.data());
+    int bad = 0;
+    for (int64_t c = 0; c < d.k_pad / 128; ++c)
+      for (int64_t r = 0; r < d.n_pad; ++r)
+        for (int64_t j = 0; j < 16; ++j) {
+          const uint32_t want = r < n ? layout_sm90_a8::pack_word(codes.data() + r * k, k, 16 * c + j, fp4) : 0u;
+          bad += packed[(c * d.n_pad + r) * 16 + j] != want;
+        }
+    EXPECT(bad == 0, "%s: %d words of layout 4 out of their chunk's place", fp4 ? "e2m1" : "u4", bad);
+    unpack_codes_cpu(kLayoutSm90A8, f, d, packed.data(), back.data());
+    EXPECT(codes == back, "%s: layout 4 round trip", fp4 ? "e2m1" : "u4");
+  }
+}
+
 // No silent slow path: a choice of the generic backend on a GPU comes with a note naming the
 // format, the device and the formats with fast kernels there; HUMMING_STRICT=1 refuses it; a fast
 // choice has no note.
@@ -1094,6 +1142,7 @@ int main() {
   test_stream_k_plans();
   test_format_round_trip();
   test_pack_round_trip();
+  test_sm90a8_chunk_order();
   test_gemm_cpu();
   test_slow_path_note();
   test_registry();
