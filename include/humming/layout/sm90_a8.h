@@ -53,7 +53,7 @@ HUMMING_HD constexpr int fp4_bit(int i, int b) {
   return (8 * j + kOperandBit[b] - kRotation[b] + 32) % 32;
 }
 
-// Word of a channel's k_pad / 8 (in chunk order: word w / 16 of chunk w / 16) holding input k,
+// Word w of a channel's k_pad / 8 that holds input k (word w % 16 of the channel's chunk w / 16),
 // and the nibble of it.
 HUMMING_HD constexpr int64_t word_of(int64_t k) {
   const int kk = static_cast<int>(k % kChunkK);
