@@ -86,16 +86,8 @@ if [ "${PART:-stream}" = ncu ]; then
   (cd "$OUT" && tar czf 0-ncu.tgz --exclude=build.log --exclude=0-ncu.tgz .)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
-# PART=probe: where the W4A8 decode GEMM's time goes beyond its loop (PART=ncu: the SMs active
-#   only 83 % of the kernel's cycles): the timeline probe (backend/sm90/probe.h; a diagnosis build
-#   of the e2m1 per-channel layout-4 t8 tiles) at m = 1 on 28672x8192 and 8192x8192, the tile the
-#   dispatcher takes and t8x128. $OUT/probe.tgz.
-if [ "${PART:-stream}" = probe ]; then
-  HUMMING_FILTER='^sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t8x(128|256)x128_w1x[24]x1_s[68]_l4$|^generic_dense_a-bf16_w-u4-s' \
-    bash scripts/probe_sm90.sh 28672x8192,8192x8192 1 --format e2m1gc-sbf16 --act e4m3-pt --reps 5 --match "_t8x" 2>&1 | log
-  (cd "$OUT" && tar czf probe.tgz probe.txt probe.json s48.txt)
-  echo "all done at $(($(date +%s) - start)) s" | log
-fi
+# PART=decode: PART=plans, then PART=probe, in one call (one machine start): the plans' timings on a
+#   normal build first, since the probe's diagnosis build must not be timed.
 # PART=plans (not run in session 48): whether the decode plan's split of tiles over blocks, not the
 #   loop, costs the W4A8 decode GEMM its time beyond PART=stream's floor (PART=ncu: SMs active 83 %
 #   of the kernel). At m = 1, 112 tiles of t8x256 (28672 x 8192) spread over 132 blocks whose shares
@@ -104,7 +96,7 @@ fi
 #   The GEMM alone (--prequant, dispatcher's choice) on five corpus shapes at m = 1 and 16 with the
 #   default plan (HUMMING_STREAM_K=1), whole tiles only (0) and every launch spread (2), each in its
 #   own process (the mode is read once per process); the same shapes forced to t8x128.
-if [ "${PART:-stream}" = plans ]; then
+if [ "${PART:-stream}" = plans ] || [ "${PART:-stream}" = decode ]; then
   HUMMING_PROFILE=dev build_filtered "^(sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_.*_l4$|generic_dense_a-bf16_w-u4-s)"
   echo "build done at $(($(date +%s) - start)) s" | log
   S=28672x8192,8192x8192,8192x28672,5120x13824,4096x14336
@@ -115,5 +107,15 @@ if [ "${PART:-stream}" = plans ]; then
       --prequant --graph --flush read --iters 30 --match '_t8x128x128_w1x2x1_s8_l4$' 2>&1 | sed "s/^/sk$mode t8x128 /" | log
   done
   (cd "$OUT" && tar czf plans.tgz s48.txt)
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
+# PART=probe: where the W4A8 decode GEMM's time goes beyond its loop (PART=ncu: the SMs active
+#   only 83 % of the kernel's cycles): the timeline probe (backend/sm90/probe.h; a diagnosis build
+#   of the e2m1 per-channel layout-4 t8 tiles) at m = 1 on 28672x8192 and 8192x8192, the tile the
+#   dispatcher takes and t8x128. $OUT/probe.tgz.
+if [ "${PART:-stream}" = probe ] || [ "${PART:-stream}" = decode ]; then
+  HUMMING_FILTER='^sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t8x(128|256)x128_w1x[24]x1_s[68]_l4$|^generic_dense_a-bf16_w-u4-s' \
+    bash scripts/probe_sm90.sh 28672x8192,8192x8192 1 --format e2m1gc-sbf16 --act e4m3-pt --reps 5 --match "_t8x" 2>&1 | log
+  (cd "$OUT" && tar czf probe.tgz probe.txt probe.json s48.txt)
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
