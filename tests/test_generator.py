@@ -777,6 +777,9 @@ def test_table_regret_reads_ranges_as_the_dispatcher_does():
         import table_regret
     finally:
         sys.path.pop(0)
+    from humming_aot.pack import LAYOUTS
+
+    assert table_regret.LAYOUTS == LAYOUTS  # its copy, kept so that it runs without a built package
     gen_mod = _load_generator()
     fmt = "a-bf16_w-u4g128-sbf16_c-bf16"
     insts = [i for i in gen_mod.enumerate_instances(["90a"], "dev") if i.name.startswith(f"sm90_wgmma_dense_{fmt}_")]

@@ -19,8 +19,7 @@ import re
 import torch
 
 from humming_aot import _ext, dispatch, formats
-
-LAYOUTS = {"generic": 1, "sm80": 2, "sm90": 3, "sm90a8": 4}
+from humming_aot.pack import LAYOUTS
 
 
 def cost_key(name: str, tile: tuple, fmt) -> str:

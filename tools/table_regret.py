@@ -19,7 +19,8 @@ import math
 import pathlib
 import re
 
-# Layout ids by name (a sweep records the layout it packed for; sweeps older than that packed for sm90).
+# Layout ids by name (a sweep records the layout it packed for; sweeps older than that packed for sm90):
+# humming_aot.pack.LAYOUTS, written out so that tables without estimate ranges need no built package.
 LAYOUTS = {"generic": 1, "sm80": 2, "sm90": 3, "sm90a8": 4}
 DEFAULT_TABLE = pathlib.Path(__file__).resolve().parents[1] / "python/humming_aot/tables/h200.json"
 

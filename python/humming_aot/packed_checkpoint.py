@@ -250,7 +250,6 @@ _E2M1_SPREAD_FROM = {3: 2, 4: 3}
 # The schema from which each layout stores its words where this version reads them (layout 4's
 # chunks K tile by K tile, see SCHEMA_VERSION).
 _ORDER_FROM = {4: 4}
-_LAYOUT_NAMES = {3: "sm90", 4: "sm90a8"}
 
 
 def _check_codes(where: str, key: str, meta: dict, schema: int, layout: int) -> None:
@@ -258,10 +257,11 @@ def _check_codes(where: str, key: str, meta: dict, schema: int, layout: int) -> 
     schemas 1 to 3, whose chunks were stored channel by channel; e2m1 codes in layout 3 from schema
     1, packed as contiguous nibbles before their bits were spread (see SCHEMA_VERSION)."""
     from . import formats as F
+    from .pack import LAYOUT_NAMES
 
     if schema < _ORDER_FROM.get(layout, 0):
         raise PackedCheckpointError(
-            f"{where}: layer {key!r} holds {meta['fmt']} codes in layout {layout} ({_LAYOUT_NAMES[layout]}) packed "
+            f"{where}: layer {key!r} holds {meta['fmt']} codes in layout {layout} ({LAYOUT_NAMES[layout]}) packed "
             f"with schema version {schema}, whose order of the codes this humming-aot ({_version()}) no longer "
             f"reads (schema {SCHEMA_VERSION} stores each 128-input chunk of the channels K tile by K tile, so that "
             f"the kernels read contiguous bytes): convert the source checkpoint again with this version"
@@ -271,7 +271,7 @@ def _check_codes(where: str, key: str, meta: dict, schema: int, layout: int) -> 
     code = F.parse_weight_format(str(meta["fmt"])).code
     if code.kind == F.KIND_FLOAT and code.bits == 4:
         raise PackedCheckpointError(
-            f"{where}: layer {key!r} holds {meta['fmt']} codes in layout {layout} ({_LAYOUT_NAMES[layout]}) packed "
+            f"{where}: layer {key!r} holds {meta['fmt']} codes in layout {layout} ({LAYOUT_NAMES[layout]}) packed "
             f"with schema version {schema}, whose e2m1 bit order this humming-aot ({_version()}) no longer reads "
             f"(schema {SCHEMA_VERSION} spreads each code's bits for a faster conversion): convert the source "
             f"checkpoint again with this version"
