@@ -1,9 +1,13 @@
 // The deterministic stream-K fix-up (scheduler/streamk.h) for kernels whose threads hold a
-// tile's fp32 sums in registers in a fixed order: each contributor stores its partial to its own
-// workspace slot and counts itself on the tile's counter; the last to count adds every slot in
-// block order, so the sum order never depends on which block finishes last. Two slot layouts:
-// the sums of each thread in turn (streamk_fixup, the sm90 kernels) and row-major pairs of
-// adjacent channels (streamk_fixup_pairs, the sm80 kernels).
+// tile's fp32 sums in registers in a fixed order. Two schemes, both adding the partials in block
+// order from the tile's first contributor, so the sum order never depends on which block finishes
+// last and results are bitwise identical run to run:
+// * streamk_fixup (the persistent sm90 kernels, whose blocks are all resident): the first
+//   contributor finishes the tile; the others store their partials and count themselves, and it
+//   waits for their count (each thread's sums in turn in a slot);
+// * streamk_fixup_pairs (the sm80 kernels, whose launches need not be resident at once, so no
+//   block may wait for another): each contributor stores its partial and counts itself, and the
+//   last to count adds them all (row-major pairs of adjacent channels in a slot).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -35,32 +39,65 @@ __device__ __forceinline__ bool count_partial(int *counters, int64_t t, int64_t 
   return *flag != 0;
 }
 
+// A release add of one to a tile's counter (gpu scope): the thread's earlier writes, and those of
+// every thread that met it at a barrier since, reach whoever acquires the sum. No value returns,
+// so nothing waits for the round trip.
+__device__ __forceinline__ void release_count(int *counter) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
+}
+
+// The counter's value (gpu scope, acquire: later reads see what the releases before it ordered).
+__device__ __forceinline__ int acquire_count(const int *counter) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
+  return v;
+}
+
 // Vals:    sums per thread.
 // Threads: threads of the group that holds the tile (`thread` is this one's index in it); slot
 //          element i * Threads + thread is this thread's sum i, so the stores and loads coalesce.
-// `sync` is a barrier over the group; `flag` a shared word. Returns true in the last contributor,
-// whose `acc` then holds the whole tile's sums (the tile's counter is back at zero); false in the
-// others, which have nothing more to do for this tile.
+// `sync` is a barrier over the group.
+// The tile's first contributor (the owner of its first unit) finishes it: every other contributor
+// stores its partial, counts itself on the tile's counter and goes on; the first waits until all
+// of them have counted and adds their partials to its own sums, in block order. Why the first: a
+// block's share is contiguous units, so the first contributor's part of the tile is the last
+// segment of its share, while every later contributor's part is the first segment of its own (or,
+// for a tile spread over three blocks or more, a middle block's whole share). The partials the
+// first waits for are therefore written early, and the one wait of a block is at its end: the
+// contributors before it no longer stall mid-share on a fence and an atomic whose result they
+// waited for, and the finisher no longer stores its own partial, counts, and reads it back (H100,
+// session 49, probe_sm90.sh: 2.0-2.5 us a block for that at m = 1). Blocks wait only for later
+// blocks, and the plan never launches more blocks than multiprocessors (one resident block each),
+// so every block waited for runs. The sum order is the one the last-to-count scheme used (block
+// order from the first), so results are bitwise what they were, and identical run to run.
+// Returns true in the first contributor, whose `acc` then holds the whole tile's sums (the tile's
+// counter is back at zero); false in the others, which have nothing more to do for this tile.
 template <int Vals, int Threads, class Sync>
 __device__ __forceinline__ bool streamk_fixup(const StreamKPlan &plan, void *workspace, int64_t block, int64_t sk_tile,
-                                              int thread, float (&acc)[Vals], volatile int *flag, Sync sync) {
+                                              int thread, float (&acc)[Vals], Sync sync) {
   constexpr int64_t kSlot = static_cast<int64_t>(Vals) * Threads;
   float *partials = streamk_partials(workspace);
-  int *counters = streamk_counters(workspace);
-  float *mine = partials + plan.partial_slot(block, sk_tile) * kSlot;
-#pragma unroll
-  for (int i = 0; i < Vals; ++i) __stcg(mine + i * Threads + thread, acc[i]);
+  int *counter = streamk_counters(workspace) + sk_tile;
   const int64_t first_block = plan.sk_owner(sk_tile * plan.units);
-  const int64_t last_block = plan.sk_owner(sk_tile * plan.units + plan.units - 1);
-  const bool last = count_partial(counters, sk_tile, first_block, last_block, thread == 0, flag, sync);
-  sync(); // the flag is read before the next tile's fix-up writes it
-  if (!last) return false;
-  const float *first = partials + plan.partial_slot(first_block, sk_tile) * kSlot;
+  if (block != first_block) {
+    // A later contributor starts inside the tile, so its partial goes to its first slot, 2b.
+    float *mine = partials + 2 * block * kSlot;
 #pragma unroll
-  for (int i = 0; i < Vals; ++i) acc[i] = __ldcg(first + i * Threads + thread);
-  // Every later contributor starts inside the tile, so its partial is in its first slot, 2b. The
-  // loads of kBatch contributors go out together and the adds follow in block order (a slot past
-  // the last contributor reads as -0, which leaves every sum unchanged, zeros' signs too): one
+    for (int i = 0; i < Vals; ++i) __stcg(mine + i * Threads + thread, acc[i]);
+    sync(); // every thread's stores before the release
+    if (thread == 0) release_count(counter);
+    return false;
+  }
+  const int64_t last_block = plan.sk_owner(sk_tile * plan.units + plan.units - 1);
+  if (thread == 0) {
+    const int others = static_cast<int>(last_block - first_block);
+    while (acquire_count(counter) != others) {
+    }
+    *counter = 0; // ready for the next launch (every contributor has counted)
+  }
+  sync(); // the partials are read after the acquire
+  // The loads of kBatch contributors go out together and the adds follow in block order (a slot
+  // past the last contributor reads as -0, which leaves every sum unchanged, zeros' signs too): one
   // contributor per trip left an L2 round trip per contributor exposed, 13 in a row for a decode
   // tile spread over 14 blocks.
   constexpr int kBatch = Vals >= 32 ? 1 : (32 / Vals < 8 ? 32 / Vals : 8);
@@ -78,7 +115,6 @@ __device__ __forceinline__ bool streamk_fixup(const StreamKPlan &plan, void *wor
 #pragma unroll
       for (int i = 0; i < Vals; ++i) acc[i] += v[j][i];
   }
-  if (thread == 0) counters[sk_tile] = 0; // ready for the next launch
   return true;
 }
 

@@ -409,8 +409,9 @@ struct DenseA8 {
   // step `step`, backend/sm90/operand_convert.h); unused with 8-bit codes.
   using Frags = uint32_t[kSteps][4];
 
+  // (run_block's shared flag goes unused: the stream-K fix-up needs none.)
   static __device__ __forceinline__ void consume(const Params &p, uint32_t ring, char *ring_ptr, uint32_t bars,
-                                                 volatile int *flag) {
+                                                 volatile int * /*flag*/) {
     const GemmArgs &a = p.args;
     const int ct = static_cast<int>(threadIdx.x) - 128; // thread among the consumers
     const int cw = ct / 128, t = ct % 128, warp = t / 32, lane = t % 32;
@@ -434,7 +435,7 @@ struct DenseA8 {
         if (!(kt0 == 0 && kt1 == plan.k_tiles)) {
           const bool last =
               epilogue::streamk_fixup<kAcc, kConsumerThreads>(plan, a.workspace, blockIdx.x, tile - plan.dp_tiles(), ct,
-                                                              acc, flag, [] { consumer_sync<kConsumerThreads>(); });
+                                                              acc, [] { consumer_sync<kConsumerThreads>(); });
           Probe::fixup_done();
           if (!last) return;
         }

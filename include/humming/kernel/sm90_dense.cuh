@@ -309,7 +309,7 @@ struct Dense {
       } else if (!(kt0 == 0 && kt1 == plan.k_tiles)) {
         const bool last =
             epilogue::streamk_fixup<kAcc, kConsumerThreads>(plan, a.workspace, blockIdx.x, tile - plan.dp_tiles(), ct,
-                                                            r.acc, flag, [] { consumer_sync<kConsumerThreads>(); });
+                                                            r.acc, [] { consumer_sync<kConsumerThreads>(); });
         Probe::fixup_done();
         if (!last) return;
       }

@@ -7,10 +7,12 @@
 // them: block b owns units [sk_begin(b), sk_begin(b + 1)) in order, which may end one tile and
 // start the next. (A plain launch is the same machinery with one data-parallel wave: block b
 // computes tile b whole.)
-// A tile whose units span several blocks is assembled from fp32 partials: each contributor writes
-// its partial to its own workspace slot and counts itself on the tile's counter; the last to count
-// adds the partials in block order and writes the output. The sum order never depends on which
-// block finishes last, so results are bitwise identical run to run.
+// A tile whose units span several blocks is assembled from fp32 partials in block order
+// (epilogue/streamk_fixup.h): each contributor writes its partial to its own workspace slot and
+// counts itself on the tile's counter; in plain launches the last to count adds the partials and
+// writes the output, in persistent ones the tile's first contributor waits for the others' count
+// and does. The sum order never depends on which block finishes last, so results are bitwise
+// identical run to run.
 #pragma once
 
 #include <cstddef>
