@@ -601,14 +601,16 @@ def test_launch_facts_follow_the_persistent_plan():
     assert C.persistent_launch_facts("sm90", 64, 128, 128, FMT90, 3, 8192, 8192, 128, 132) == (8192, 1, False, 0)
     # 264 such tiles (n = 132 x 128): exactly two waves, each block two whole tiles.
     assert C.persistent_launch_facts("sm90", 64, 128, 128, FMT90, 3, 132 * 128, 8192, 128, 132) == (16384, 2, False, 0)
-    # 100 decode tiles: spread over the multiprocessors by K (stream-K), so the busiest block takes
+    # 80 decode tiles: spread over the multiprocessors by K (stream-K), so the busiest block takes
     # less than a whole tile's K, in at most two segments (the ends of two tiles); a block's share
-    # (48 or 49 of the 6400 K tiles) is shorter than a tile's 64, so some tile has three
-    # contributors, none four: its last one adds two partials.
+    # (38 or 39 of the 5120 K tiles) is shorter than a tile's 64, so some tile has three
+    # contributors, none four: the one that finishes it adds two partials.
     inputs, segments, stream_k, partials = C.persistent_launch_facts(
-        "sm90", 8, 128, 128, FMT90, 3, 100 * 128, 8192, 8, 132
+        "sm90", 8, 128, 128, FMT90, 3, 80 * 128, 8192, 8, 132
     )
-    assert stream_k and 8192 * 100 / 132 <= inputs < 8192 and 1 <= segments <= 2 and partials == 2
+    assert stream_k and 8192 * 80 / 132 <= inputs < 8192 and 1 <= segments <= 2 and partials == 2
+    # 100 decode tiles keep three quarters of the multiprocessors busy: whole tiles, no partials.
+    assert C.persistent_launch_facts("sm90", 8, 128, 128, FMT90, 3, 100 * 128, 8192, 8, 132) == (8192, 1, False, 0)
     # 1536 x 7168 at m = 100 in t128: 12 tiles of 56 K tiles, each split evenly over 132 / 12 = 11
     # blocks (5 or 6 K tiles each, above the 512-input minimum): the last of 11 adds 10 partials.
     assert C.persistent_launch_facts("sm90", 128, 128, 128, FMT90, 3, 1536, 7168, 100, 132) == (768, 1, True, 10)

@@ -754,16 +754,40 @@ def test_h200_table_is_near_the_fastest_tile_over_the_sweeps(name, points, tiles
         times.setdefault((p["n"], p["k"], p["m"]), {})[p["instance"]] = p["us"]
     names = sorted({p["instance"] for p in sweep["points"]})
     assert len(times) >= points and len(names) == tiles
-    ratios, far = [], []
+    ratios, far, retimed = [], [], 0
     for (n, k, m), here in times.items():
-        pick = table_regret.choose(table, m, n, k, names, 132, table_regret.sweep_layout(sweep))
+        layout = table_regret.sweep_layout(sweep)
+        pick = table_regret.choose(table, m, n, k, names, 132, layout)
         assert pick in here, (n, k, m, pick)  # the sweep timed every tile the table can pick
+        if _whole_decode_wave(pick, n, k, m, layout):
+            retimed += 1
+            continue
         ratio = here[pick] / min(here.values())
         ratios.append(ratio)
         if ratio > point_bound:
             far.append((n, k, m, pick, ratio))
     assert not far, far
     assert math.exp(sum(map(math.log, ratios)) / len(ratios)) < mean_bound
+    assert retimed <= len(times) // 20, f"{retimed} of {len(times)} points need a new sweep"
+
+
+def _whole_decode_wave(name: str, n: int, k: int, m: int, layout: int) -> bool:
+    """Whether the launch of instance `name` is one row of decode tiles (m up to the tile's height)
+    whose partial last wave now stays whole tiles (scheduler/streamk.h, kPersistentDecodeBusyNum:
+    since session 49): the sweeps above predate the rule and timed such launches spread, so their
+    times are not the pick's. H100, session 49 (benchmarks/results/h100/tuning/
+    h100-2026-12-06-s49-README.md), u4g128 at m = 4: 16384 x 2048 and 16384 x 3072, which the
+    estimates now give t16x128 (128 whole tiles), took 12.5 and 15.2 us against 16.4 and 19.0 for
+    the spread t8x256 they gave before; the holdout sweep's times make t16x128 1.16x its fastest."""
+    from humming_aot import formats
+    from humming_aot._ext import C
+
+    tile = tuple(int(v) for v in re.search(r"_t(\d+)x(\d+)x(\d+)_", name).groups())
+    if tile[0] >= 32 or m > tile[0]:
+        return False
+    fmt = formats.parse_gemm_format(re.search(r"_(a-.*_c-[a-z0-9]+)_t\d", name).group(1))
+    facts = C.persistent_launch_facts(name.split("_", 1)[0], *tile, str(fmt), layout, n, k, m, 132)
+    return facts is not None and not facts[2] and -(-n // tile[1]) % 132 != 0
 
 
 def test_table_regret_reads_ranges_as_the_dispatcher_does():

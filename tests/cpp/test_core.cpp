@@ -413,7 +413,14 @@ void test_persistent_plans() {
     EXPECT(plan_persistent(112, 28, 128, sms, tile_m, 1).sk_tiles == 112, "one row of 112 tiles of %lld tokens spread",
            static_cast<long long>(tile_m));
   }
-  EXPECT(plan_persistent(112, 28, 128, sms, 8, 1).sk_tiles == 112, "112 decode tiles spread");
+  // Decode tiles keep whole tiles while the last wave keeps two thirds of the multiprocessors busy
+  // (112 tiles of 28672 x 8192, 224 = 132 + 92), and spread fewer (64 tiles, or a tail of 80).
+  EXPECT(plan_persistent(112, 64, 128, sms, 8, 1).sk_tiles == 0, "112 decode tiles stay whole");
+  EXPECT(plan_persistent(112, 28, 128, sms, 8, 1).blocks == 112, "112 decode tiles: one block each");
+  const StreamKPlan two = plan_persistent(224, 64, 128, sms, 8, 1);
+  EXPECT(two.sk_tiles == 0 && two.dp_waves == 2, "224 decode tiles: two whole waves");
+  EXPECT(plan_persistent(64, 64, 128, sms, 8, 1).sk_tiles == 64, "64 decode tiles spread");
+  EXPECT(plan_persistent(212, 64, 128, sms, 16, 1).sk_tiles == 80, "a decode tail of 80 tiles spread");
   EXPECT(plan_persistent(112, 112, 128, sms, 64, 4).sk_tiles == 112, "112 tiles of 64 tokens over K = 14336 spread");
   const StreamKPlan wave = plan_persistent(132, 64, 128, sms);
   EXPECT(wave.sk_tiles == 0 && wave.blocks == 132 && wave.dp_waves == 1, "a whole wave stays plain");

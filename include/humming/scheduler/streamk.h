@@ -262,8 +262,26 @@ constexpr int64_t kPersistentHeavySpreadWideMinK = 8192;
 // and only for launches of two or more rows of tiles, as every swept one was: a launch of one row
 // (m up to the tile's height) is the nearest to memory-bound, where idle multiprocessors also
 // leave DRAM bandwidth unused (unmeasured: those keep spreading).
-// Decode tiles (t8, t16) keep spreading every launch of fewer tiles than multiprocessors: their
-// partials are small and they need every multiprocessor's loads.
+// Decode tiles (t8, t16) spread a launch's last wave (or its only one) unless the launch is one
+// row of tiles (m up to the tile's height) and that wave keeps at least kPersistentDecodeBusyNum /
+// kPersistentDecodeBusyDen of the multiprocessors busy: a decode launch is bound by the weights'
+// stream, which some 90 blocks already draw near DRAM's rate, so the idle ones cost less than the
+// fix-ups of spread tiles. H100, session 49, GEMM alone, graph us after a read flush, the
+// dispatcher's choice with this rule / with every partial wave spread as before
+// (HUMMING_STREAM_K=2), the fix-up of epilogue/streamk_fixup.h in both: W4A8 e2m1 28672 x 8192
+// at m = 1 / 16, 45.5 / 48.8 and 45.2 / 51.0; W4A16 u4g128 28672 x 8192 at m = 1 / 4 / 16,
+// 48.8 / 53.3, 49.0 / 52.8, 46.7 / 54.4; 16384 x 2048 at m = 4 12.5 / 16.4 and 16384 x 3072
+// 15.2 / 19.0 (t16x128, 128 whole tiles, against t8x256 spread); every other point measured
+// (8192 x 8192, 8192 x 28672, 5120 x 13824, 4096 x 14336) keeps its plan, within 0.2 us.
+// The threshold: with half the multiprocessors or fewer the spread wins or ties (whole tiles /
+// spread, HUMMING_STREAM_K=0 / 1: 64 tiles of 128 channels on 8192 x 8192, W4A8 18.8 / 20.1 but
+// W4A16 27.3 / 21.9, and W4A8 over K = 28672 50.0 / 47.3; 32 to 40 tiles 27-28 / 19-22), and a
+// second wave of 92 of 132 (224 tiles of 128 on 28672 x 8192) gains (44.3 whole, 46.5 spread).
+// Otherwise their partials are small and they need every multiprocessor's loads. (Launches of
+// several rows keep spreading: the tile costs of the dispatcher's estimates were fitted to their
+// spread plans, and none of them was timed with whole tiles.)
+constexpr int64_t kPersistentDecodeBusyNum = 2;
+constexpr int64_t kPersistentDecodeBusyDen = 3;
 constexpr int64_t kPersistentMidTileM = 32;
 constexpr int64_t kPersistentMidSlotsPerTile = 2;
 constexpr int64_t kPersistentMidMaxK = 8192;
@@ -291,7 +309,9 @@ inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_
   const bool heavy_spread = spread_heavy && tile_m >= kPersistentHeavyTileM && tile_m < 2 * kPersistentHeavyTileM &&
                             ((2 * tiles <= slots && depth >= kPersistentHeavySpreadMinK) ||
                              (3 * tiles <= 2 * slots && depth >= kPersistentHeavySpreadWideMinK));
-  const bool crowded = full == 0 && tiles * slots_per_tile > slots && !heavy_spread;
+  const bool crowded = (full == 0 && tiles * slots_per_tile > slots && !heavy_spread) ||
+                       (tile_m < kPersistentMidTileM && m_tiles == 1 &&
+                        rem * kPersistentDecodeBusyDen >= slots * kPersistentDecodeBusyNum);
   const bool spread = stream_k_mode() != 0 && rem != 0 && full < persistent_max_waves() && k_tiles >= 2 &&
                       (stream_k_mode() == 2 || !crowded);
   if (!spread) {
