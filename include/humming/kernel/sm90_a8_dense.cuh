@@ -85,6 +85,7 @@
 #include "humming/epilogue/staged_store.h"
 #include "humming/epilogue/streamk_fixup.h"
 #include "humming/humming.h"
+#include "humming/layout/sm90_a8.h"
 #include "humming/scheduler/moe.h"
 #include "humming/scheduler/streamk.h"
 
@@ -492,6 +493,13 @@ struct DenseA8 {
 #define HUMMING_SM90_A8_ARGS                                                                                           \
   ActId, CodeId, ScaleId, GroupK, GroupN, OutId, BM, Consumers, Stages, Batch, StagedCodes, Layout, ChannelsN, Sched
 
+// Rows of the weight's tensor map per channel: layout 4 keeps each K tile's 64-byte chunks of every
+// channel together (layout/sm90_a8.h), so its map has a row per chunk and a stage's box is BN x 64
+// contiguous bytes; the generic layout has one row of k_pad / 2 bytes per channel.
+template <class K> int64_t weight_map_chunks(const GemmArgs &args) {
+  return K::kLayout == kLayoutSm90A8 ? layout_sm90_a8::chunks_per_channel(args.dims.k_pad) : 1;
+}
+
 template <HUMMING_SM90_A8_TARGS> Status can_implement_a8(const GemmArgs &args) {
   using K = DenseA8<HUMMING_SM90_A8_ARGS>;
   const GemmFormat &f = args.fmt;
@@ -547,13 +555,14 @@ template <HUMMING_SM90_A8_TARGS> Status can_implement_a8(const GemmArgs &args) {
                            "(experts x n_pad), got " +
                            std::to_string(static_cast<int64_t>(args.experts) * args.dims.n_pad));
   }
-  // Layout 4's map has a row per 128-input chunk of a channel (launch_a8).
-  const int64_t map_rows = args.dims.n_pad * (K::Grouped ? static_cast<int64_t>(args.experts) : 1) *
-                           (Layout == kLayoutSm90A8 ? args.dims.k_pad / 128 : 1);
-  if (map_rows > 0x7FFFFFFF)
-    return Status::Error("the sm90 8-bit activation kernels read at most 2^31 - 1 rows of 64 bytes of 4-bit codes "
-                         "(layout 4: experts x n_pad x k_pad / 128), got " +
-                         std::to_string(map_rows));
+  if constexpr (Layout == kLayoutSm90A8) {
+    const int64_t map_rows =
+        args.dims.n_pad * (K::Grouped ? static_cast<int64_t>(args.experts) : 1) * weight_map_chunks<K>(args);
+    if (map_rows > 0x7FFFFFFF)
+      return Status::Error("the sm90 8-bit activation kernels read at most 2^31 - 1 rows of 64 bytes of 4-bit codes "
+                           "in layout 4 (experts x n_pad x k_pad / 128), got " +
+                           std::to_string(map_rows));
+  }
   return Status::Ok();
 }
 
@@ -573,9 +582,7 @@ template <HUMMING_SM90_A8_TARGS> Status launch_a8(const GemmArgs &args, void *st
   Status st = prepare_activation_rows<BM, K::Grouped>(&p, args, MapElem::kByte);
   if (!st) return st;
   const int64_t row_bytes = args.dims.k_pad * static_cast<int64_t>(K::kCode.bits) / 8;
-  // Layout 4 keeps each K tile's 64-byte chunks of every channel together (layout/sm90_a8.h): the map
-  // has one 64-byte row per chunk, so a stage's box is BN x 64 contiguous bytes.
-  const int64_t chunks = K::kLayout == kLayoutSm90A8 ? row_bytes / 64 : 1;
+  const int64_t chunks = weight_map_chunks<K>(args);
   p.chunk_rows = static_cast<int>(args.dims.n_pad);
   p.expert_rows = static_cast<int>(args.dims.n_pad * chunks);
   const int64_t weight_rows = args.dims.n_pad * chunks * (K::Grouped ? args.experts : 1);

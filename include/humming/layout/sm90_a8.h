@@ -66,6 +66,9 @@ HUMMING_HD constexpr int nibble_of(int64_t k) {
 
 constexpr int64_t kChunkWords = kChunkK / 8; // 16 words, 64 bytes
 
+// Chunks of each channel, for a weight of k_pad inputs: the 64-byte rows a kernel's map reads.
+HUMMING_HD constexpr int64_t chunks_per_channel(int64_t k_pad) { return k_pad / kChunkK; }
+
 // Index in the packed codes of word w (word_of) of channel r, for a weight of n_pad channels.
 HUMMING_HD constexpr int64_t word_index(int64_t n_pad, int64_t r, int64_t w) {
   return ((w / kChunkWords) * n_pad + r) * kChunkWords + w % kChunkWords;
