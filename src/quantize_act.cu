@@ -27,18 +27,22 @@
 #include <string>
 #include <type_traits>
 
+#include "humming/backend/pdl.h"
 #include "humming/humming.h"
 #include "humming/numeric/act_quant.h"
 
 namespace humming {
 namespace {
 
-// Lets a GEMM launched after this kernel with programmatic serialization (HUMMING_PDL=1) start its
-// prologue now; it still waits for this whole grid before it reads the codes (no-op before sm_90).
-__device__ __forceinline__ void allow_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+// Every kernel here is launched chained (backend/pdl.h, launch_chained) and starts with this: it
+// waits for the launch before (which may have written x or the gather's ids, or still read what
+// the codes overwrite), then lets the next chained launch (the GEMM that reads the codes) be
+// scheduled, so that its prologue overlaps this kernel. Allowing only after the wait is what
+// GemmArgs::early_weights rests on: a launch after this one begins only once everything before
+// this one has finished.
+__device__ __forceinline__ void wait_then_allow() {
+  pdl_wait();
+  pdl_allow();
 }
 
 // Where row r of the rows being quantized comes from: row r of x (sorted_ids null), or row
@@ -63,7 +67,7 @@ constexpr int kMaxRowsPerLaunch = 65535; // grid.y; larger batches loop over row
 
 __global__ void quantize_act_scalar(ActFormat fmt, DType x_t, const void *x, int64_t m, int64_t k, int64_t ldx,
                                     int64_t group, int64_t cols, uint8_t *codes, float *scales, RowGather gather) {
-  allow_dependents();
+  wait_then_allow();
   const int64_t g = blockIdx.x;
   const int64_t begin = g * group, end = min(k, begin + group);
   __shared__ float partial[kScalarThreads];
@@ -249,7 +253,7 @@ template <uint32_t ActId> __device__ __forceinline__ float row_scale(float amax,
 template <class X, uint32_t ActId, int V, bool Stream>
 __global__ void __launch_bounds__(1024)
     quantize_act_rows(const X *x, int64_t m, int64_t k, int64_t ldx, uint8_t *codes, float *scales, RowGather gather) {
-  allow_dependents();
+  wait_then_allow();
   const int64_t vecs = k / 8;
   // Rows of eight vectors a thread (1024 threads, 64 registers) read no gather: with it they
   // spilled 8 bytes (ptxas, CUDA 13.0); launch_vector sends gathered rows that long to
@@ -312,7 +316,7 @@ template <class X, uint32_t ActId, int V>
 __global__ void __launch_bounds__(32 * kWarpRows)
     quantize_act_warp_rows(const X *x, int64_t m, int64_t k, int64_t ldx, uint8_t *codes, float *scales,
                            RowGather gather) {
-  allow_dependents();
+  wait_then_allow();
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32;
   if (r >= m) return; // the whole warp
   const int lane = static_cast<int>(threadIdx.x % 32);
@@ -349,7 +353,7 @@ __global__ void __launch_bounds__(32 * kWarpRows)
 template <class X, uint32_t ActId>
 __global__ void __launch_bounds__(1024)
     quantize_act_long_rows(const X *x, int64_t k, int64_t ldx, uint8_t *codes, float *scales, RowGather gather) {
-  allow_dependents();
+  wait_then_allow();
   const int64_t r = blockIdx.x;
   const int64_t src = gather.source(r);
   const X *row = x + src * ldx;
@@ -373,7 +377,7 @@ __global__ void __launch_bounds__(1024)
 template <class X, uint32_t ActId>
 __global__ void quantize_act_groups(const X *x, int64_t m, int64_t k, int64_t ldx, int group, int64_t cols,
                                     uint8_t *codes, float *scales, RowGather gather) {
-  allow_dependents();
+  wait_then_allow();
   const int64_t vec = static_cast<int64_t>(blockIdx.x) * kGroupThreads + threadIdx.x;
   const bool in = vec < k / 8;
   const int lanes = group / 8; // a power of two that divides 32
@@ -427,21 +431,21 @@ void launch_vector(const ActFormat &fmt, const void *x, int64_t m, int64_t k, in
         const int sms = threads > 512 ? current_device_sms() : 0; // 0 (or unknown): a block per row
         const int64_t resident = static_cast<int64_t>(sms) * (2048 / threads);
         if (sms > 0 && resident < m) {
-          quantize_act_rows<X, ActId, V, true>
-              <<<static_cast<unsigned>(resident), threads, 0, stream>>>(xp, m, k, ldx, codes, scales, gather);
+          launch_chained(quantize_act_rows<X, ActId, V, true>, dim3(static_cast<unsigned>(resident)), dim3(threads), 0,
+                         stream, xp, m, k, ldx, codes, scales, gather);
           return;
         }
       }
-      quantize_act_rows<X, ActId, V, false>
-          <<<static_cast<unsigned>(m), threads, 0, stream>>>(xp, m, k, ldx, codes, scales, gather);
+      launch_chained(quantize_act_rows<X, ActId, V, false>, dim3(static_cast<unsigned>(m)), dim3(threads), 0, stream,
+                     xp, m, k, ldx, codes, scales, gather);
     };
     // Many short rows: a warp per row (quantize_act_warp_rows), with the fewest vectors per lane
     // that hold the row.
     auto warp_rows = [&](auto v) {
       constexpr int V = decltype(v)::value;
       const int64_t blocks = (m + kWarpRows - 1) / kWarpRows;
-      quantize_act_warp_rows<X, ActId, V>
-          <<<static_cast<unsigned>(blocks), 32 * kWarpRows, 0, stream>>>(xp, m, k, ldx, codes, scales, gather);
+      launch_chained(quantize_act_warp_rows<X, ActId, V>, dim3(static_cast<unsigned>(blocks)), dim3(32 * kWarpRows), 0,
+                     stream, xp, m, k, ldx, codes, scales, gather);
     };
     if (m > 256 && vecs <= 32 * 2)
       warp_rows(std::integral_constant<int, 2>{});
@@ -456,16 +460,16 @@ void launch_vector(const ActFormat &fmt, const void *x, int64_t m, int64_t k, in
     else if (vecs <= kMaxV * 1024 && (kMaxV <= 4 || gather.sorted_ids == nullptr))
       rows(std::integral_constant<int, kMaxV>{}, row_threads(vecs, kMaxV));
     else
-      quantize_act_long_rows<X, ActId>
-          <<<static_cast<unsigned>(m), 1024, 0, stream>>>(xp, k, ldx, codes, scales, gather);
+      launch_chained(quantize_act_long_rows<X, ActId>, dim3(static_cast<unsigned>(m)), dim3(1024), 0, stream, xp, k,
+                     ldx, codes, scales, gather);
   } else {
     const int64_t cols = (k + fmt.group_k - 1) / fmt.group_k;
     const dim3 grid(static_cast<unsigned>((vecs + kGroupThreads - 1) / kGroupThreads),
                     static_cast<unsigned>((m + kGroupRows - 1) / kGroupRows < kMaxRowsPerLaunch
                                               ? (m + kGroupRows - 1) / kGroupRows
                                               : kMaxRowsPerLaunch));
-    quantize_act_groups<X, ActId>
-        <<<grid, kGroupThreads, 0, stream>>>(xp, m, k, ldx, static_cast<int>(fmt.group_k), cols, codes, scales, gather);
+    launch_chained(quantize_act_groups<X, ActId>, grid, dim3(kGroupThreads), 0, stream, xp, m, k, ldx,
+                   static_cast<int>(fmt.group_k), cols, codes, scales, gather);
   }
 }
 
@@ -519,7 +523,8 @@ Status quantize_rows(const ActFormat &fmt, DType x_type, const void *x, int64_t 
     if (cols > 0x7FFFFFFF)
       return Status::Error("quantize_act takes at most 2^31 - 1 groups per row, got " + std::to_string(cols));
     const dim3 grid(static_cast<unsigned>(cols), static_cast<unsigned>(m < kMaxRowsPerLaunch ? m : kMaxRowsPerLaunch));
-    quantize_act_scalar<<<grid, kScalarThreads, 0, s>>>(fmt, x_type, x, m, k, ldx, group, cols, out, scales, gather);
+    launch_chained(quantize_act_scalar, grid, dim3(kScalarThreads), 0, s, fmt, x_type, x, m, k, ldx, group, cols, out,
+                   scales, gather);
   }
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)

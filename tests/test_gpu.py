@@ -558,6 +558,63 @@ def test_w4a8_weight_in_the_generic_layout_still_runs_on_the_fp8_kernels(wfmt, a
         assert_gemm_close(layer(x), a_deq.double() @ w.double().T, a_deq, w, f"{name} m={m}")
 
 
+@pytest.mark.parametrize(
+    "wfmt,act", [("e2m1gc-sbf16", "e4m3-pt"), ("u4g128-sbf16", "e4m3-pt"), ("e4m3gc-sf32", "e4m3-pt")]
+)
+def test_quantize_and_gemm_reads_the_latest_weight_and_activations(wfmt, act):
+    """QuantLinear's quantize-and-GEMM call lets the sm90 GEMM copy its first stages' weights
+    before it waits for the quantize kernel (GemmArgs::early_weights), and that kernel waits for the
+    launches before it. Back-to-back calls with no synchronization, each right after the layer's
+    weight was overwritten in place with one of two weights and with fresh activations, give bit
+    for bit what the separate quantize_act and gemm ops give for that weight and those activations
+    (and the two weights' results differ, so a stale weight or stale codes would show)."""
+    fmt = f"a-{act}_w-{wfmt}_c-bf16"
+    if not any(i.name.startswith("sm90_wgmma_dense_") and f"_{fmt}_" in i.name for i in A8_INSTANCES):
+        pytest.skip(f"this build has no sm90 8-bit activation instance for {fmt}")
+    n, k = 4096, 4096
+    lins = [torch.nn.Linear(k, n, bias=False) for _ in range(2)]
+    for i, lin in enumerate(lins):
+        torch.nn.init.normal_(lin.weight, std=0.02, generator=torch.Generator().manual_seed(10 + i))
+    sources = [ha.QuantLinear.from_linear(lin, wfmt, act, device="cuda") for lin in lins]
+    layer = ha.QuantLinear.from_linear(lins[0], wfmt, act, device="cuda")
+    ms = (1, 16, 1, 64, 256, 1, 8, 16)
+    xs = [
+        torch.randn(m, k, generator=torch.Generator().manual_seed(100 + i)).to("cuda", torch.bfloat16)
+        for i, m in enumerate(ms)
+    ]
+    names = [b for b in ("codes", "scales", "zeros", "global_scale") if layer._buffers.get(b) is not None]
+
+    def separate(src, x):
+        a, s = torch.ops.humming.quantize_act(x, src._act_str)
+        b = src._buffers
+        return torch.ops.humming.gemm(
+            a,
+            b["codes"],
+            b["scales"],
+            b["zeros"],
+            b["global_scale"],
+            s,
+            b["bias"],
+            src._fmt_str,
+            src.layout,
+            n,
+            k,
+            layer.instance_for(x.shape[0], "cuda"),
+        )
+
+    expected = [separate(sources[i % 2], x) for i, x in enumerate(xs)]
+    other = [separate(sources[(i + 1) % 2], x) for i, x in enumerate(xs)]
+    outs = []
+    for i, x in enumerate(xs):
+        for b in names:
+            layer._buffers[b].copy_(sources[i % 2]._buffers[b])
+        outs.append(layer(x))
+    torch.cuda.synchronize()
+    for i, m in enumerate(ms):
+        assert not torch.equal(expected[i], other[i]), f"m={m}: the two weights give the same output"
+        assert torch.equal(outs[i], expected[i]), f"call {i} (m={m}, {layer.instance_for(m, 'cuda')})"
+
+
 _PACK_CASES = [
     (fmt, lay)
     for fmt in ["u4g128-sbf16-zi", "u3g32-sbf16", "e2m1g16-se4m3-gs", "i8gc-sf32", "u7g64-sf16-zf"]

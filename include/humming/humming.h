@@ -173,6 +173,14 @@ struct GemmArgs {
   int32_t glu = -1;
   float glu_limit = 0.0f, glu_alpha = 0.0f;
   const float *glu_bias = nullptr;
+  // 1 where the launch just before this GEMM on its stream only began once everything before it
+  // had finished (a plain launch, or one of this library's chained kernels, which wait first:
+  // quantize_act_cuda's) and nothing since has written the weight (codes and scales): the dense
+  // sm90 8-bit activation kernels may then copy their first stages' weights before they wait for
+  // that launch (backend/pdl.h), so the copies overlap it; the activations, their scales, the
+  // output and the workspace still wait. 0 (the default): nothing is read before the wait.
+  // QuantLinear's quantize-and-GEMM call sets it; other kernels ignore it.
+  int32_t early_weights = 0;
 };
 
 // Checks every field of `args` that does not depend on an instance (extents, strides, null

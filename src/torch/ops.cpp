@@ -344,12 +344,16 @@ void set_act_scales(GemmArgs &args, const std::optional<Tensor> &a_scales, const
   }
 }
 
-Tensor gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &scales,
-            const std::optional<Tensor> &zeros, const std::optional<Tensor> &global_scale,
-            const std::optional<Tensor> &a_scales, const std::optional<Tensor> &bias, const std::string &fmt_text,
-            int64_t layout, int64_t n, int64_t k, const std::string &instance) {
+// torch.ops.humming.gemm (gemm, below), and with `early_weights` the GEMM of quantize-and-GEMM
+// (GemmArgs::early_weights: the caller has just launched quantize_act's kernel on this stream, and
+// nothing else since).
+Tensor gemm_with(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &scales,
+                 const std::optional<Tensor> &zeros, const std::optional<Tensor> &global_scale,
+                 const std::optional<Tensor> &a_scales, const std::optional<Tensor> &bias, const std::string &fmt_text,
+                 int64_t layout, int64_t n, int64_t k, const std::string &instance, bool early_weights) {
   CallPlan &plan = call_plan(fmt_text, layout, n, k, instance);
   GemmArgs args = plan_args(plan);
+  args.early_weights = early_weights ? 1 : 0;
   const PackedDims &d = args.dims;
   const torch::stable::Device dev = a.device();
   const WeightFormat &w = args.fmt.weight;
@@ -415,6 +419,13 @@ Tensor gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &s
   }
   launch_on_gpu(args, *inst, index);
   return out;
+}
+
+Tensor gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor> &scales,
+            const std::optional<Tensor> &zeros, const std::optional<Tensor> &global_scale,
+            const std::optional<Tensor> &a_scales, const std::optional<Tensor> &bias, const std::string &fmt_text,
+            int64_t layout, int64_t n, int64_t k, const std::string &instance) {
+  return gemm_with(a, codes, scales, zeros, global_scale, a_scales, bias, fmt_text, layout, n, k, instance, false);
 }
 
 // The experts' stacked packed weights of a grouped (MoE) GEMM into args: codes
@@ -1137,8 +1148,12 @@ humming_quantize_gemm_direct(AtenTensorHandle a, AtenTensorHandle codes, AtenTen
   return direct_result(
       [&] {
         auto [a_codes, a_scales] = quantize_act(*borrowed(a), std::string(act, act_size));
-        return gemm(a_codes, *borrowed(codes), borrowed(scales), borrowed(zeros), borrowed(global_scale), a_scales,
-                    borrowed(bias), std::string(fmt, fmt_size), layout, n, k, std::string(instance, instance_size));
+        // The quantize kernel just launched is the launch right before the GEMM's, and it begins
+        // only once everything before it has finished: the GEMM may start copying the weight at
+        // once (GemmArgs::early_weights).
+        return gemm_with(a_codes, *borrowed(codes), borrowed(scales), borrowed(zeros), borrowed(global_scale), a_scales,
+                         borrowed(bias), std::string(fmt, fmt_size), layout, n, k, std::string(instance, instance_size),
+                         true);
       },
       out, error, error_size);
 }

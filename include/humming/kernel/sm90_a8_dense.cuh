@@ -386,13 +386,25 @@ struct DenseA8 {
     RingPos pos;
     SegmentNote *notes = ring_notes<Stages, kRingAndAfter>(ring_ptr);
     const bool issues = t == 0;
+    // Where early_weights: the stages whose weights head_start has copied (of the first segment).
+    bool head = issues && early_weights(p);
     for_each_work<kLoneWalk>(
         p, [&](int64_t m0, int64_t m_end, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t unit) {
           if (issues) {
             Probe::segment_begin();
             const int rows = box_rows<BM>(p, m0);
+            int64_t kt = kt0;
+            if (head) {
+              const int ahead = early_stages(kt0, kt1);
+              fill_rest_early<Stages, kStageBytes>(ring, bars, pos, kt0, ahead,
+                                                   [&](uint32_t stage, uint32_t full, int64_t k) {
+                                                     Loads::act_boxes(p, stage, full, k, static_cast<int>(m0), rows);
+                                                   });
+              kt += ahead;
+              head = false;
+            }
             fill_segment<Stages, kStageBytes, Grouped>(
-                ring, bars, pos, kt0, kt1, Loads::tx_bytes(rows), notes,
+                ring, bars, pos, kt, kt1, Loads::tx_bytes(rows), notes,
                 [&] { return SegmentNote::of(m0, m_end, n0, expert, kt0, kt1, unit); },
                 [&](uint32_t stage, uint32_t full, int64_t kt) {
                   Loads::boxes(p, stage, full, kt, static_cast<int>(m0), static_cast<int>(n0), rows, expert);
@@ -456,6 +468,33 @@ struct DenseA8 {
     Probe::report('C');
   }
 
+  // Whether thread 0 copies the first stages' weights before the wait for the launch before
+  // (GemmArgs::early_weights; dense launches only: the grouped walk reads the experts' rows, which
+  // that launch may have written).
+  static __device__ __forceinline__ bool early_weights(const Params &p) {
+    return !Grouped && p.args.early_weights != 0;
+  }
+  // How many stages of a first segment of K tiles [kt0, kt1) get their weights early: as many as
+  // the ring holds.
+  static __device__ __forceinline__ int early_stages(int64_t kt0, int64_t kt1) {
+    return static_cast<int>(kt1 - kt0 < Stages ? kt1 - kt0 : Stages);
+  }
+  // run_block's head_start: where early_weights, the weights of the first stages of this block's
+  // first segment (produce copies the rest of those stages after the wait).
+  static __device__ __forceinline__ void head_start(const Params &p, uint32_t ring, uint32_t bars) {
+    if (!early_weights(p)) return;
+    bool first = true;
+    for_each_work(p, [&](int64_t m0, int64_t, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t) {
+      if (!first) return;
+      first = false;
+      fill_weights_early<Stages, kStageBytes>(ring, bars, kt0, early_stages(kt0, kt1),
+                                              Loads::tx_bytes(box_rows<BM>(p, m0)),
+                                              [&](uint32_t stage, uint32_t full, int64_t k) {
+                                                Loads::weight_box(p, stage, full, k, static_cast<int>(n0), expert);
+                                              });
+    });
+  }
+
   static __device__ __forceinline__ void run(const Params &p, char *smem) {
     // The boxes sit between the ring and its barriers.
     run_block<Stages, Consumers, kRingAndAfter, 1 + kScaleArrivals, kProducerRegs, kConvThreads>(
@@ -473,7 +512,8 @@ struct DenseA8 {
         },
         [&](uint32_t ring, char *ring_ptr, uint32_t bars, volatile int *flag) {
           consume(p, ring, ring_ptr, bars, flag);
-        });
+        },
+        [&](uint32_t ring, uint32_t bars) { head_start(p, ring, bars); });
   }
 
   static int64_t n_tiles(const GemmArgs &args) { return (args.dims.n_pad + BN - 1) / BN; }

@@ -80,11 +80,22 @@ template <class K> struct A8StageLoads {
   // grouped GEMMs); `rows`: box_rows.
   static __device__ __forceinline__ void boxes(const Params &p, uint32_t stage, uint32_t full, int64_t kt, int m0,
                                                int n0, int rows, int expert) {
+    weight_box(p, stage, full, kt, n0, expert);
+    act_boxes(p, stage, full, kt, m0, rows);
+  }
+  // What boxes() copies from the weight alone: it may go before the wait for the launch before
+  // (GemmArgs::early_weights).
+  static __device__ __forceinline__ void weight_box(const Params &p, uint32_t stage, uint32_t full, int64_t kt, int n0,
+                                                    int expert) {
     const int w0 = K::Grouped ? expert * p.expert_rows + n0 : n0;
     if constexpr (K::kLayout == kLayoutSm90A8)
       tensor_copy_2d(stage, &p.weight, 0, w0 + static_cast<int>(kt) * p.chunk_rows, full);
     else
       tensor_copy_2d(stage, &p.weight, static_cast<int>(kt * BK * kCodeBits / 8), w0, full);
+  }
+  // The rest of boxes(): the activations' box (and their transposed scales).
+  static __device__ __forceinline__ void act_boxes(const Params &p, uint32_t stage, uint32_t full, int64_t kt, int m0,
+                                                   int rows) {
     tensor_copy_2d(stage + kWBytes, rows == BM ? &p.act : &p.act_tail, static_cast<int>(kt * BK), m0, full);
     if constexpr (kScalesT)
       bulk_copy(stage + kWBytes + kABytes, p.scales_t + kt * p.m_pad + (kScaleLead != 0 ? m0 / 4 * 4 : m0),

@@ -121,6 +121,32 @@ __device__ __forceinline__ void fill_segment(uint32_t ring, uint32_t bars, RingP
   }
 }
 
+// Where GemmArgs::early_weights lets a kernel copy weights before it waits for the launch before
+// (run_block's head_start, on thread 0 before the wait): the first `ahead` stages of the block's
+// first segment, K tiles [kt0, kt0 + ahead) (ahead <= Stages) into the fresh ring from its first
+// stage, each stage's `bytes` expected on its full barrier and weights(stage, full, kt) copied.
+// The barriers cannot complete a phase before fill_rest_early has copied the rest, whose bytes
+// they expect.
+template <int Stages, int StageBytes, class Weights>
+__device__ __forceinline__ void fill_weights_early(uint32_t ring, uint32_t bars, int64_t kt0, int ahead, uint32_t bytes,
+                                                   Weights weights) {
+#pragma unroll 1
+  for (int s = 0; s < ahead; ++s) {
+    const uint32_t full = ring_bar<Stages>(bars, 0, s);
+    mbar_arrive_expect_tx(full, bytes);
+    weights(ring + s * StageBytes, full, kt0 + s);
+  }
+}
+
+// The producer's issuing thread, after the wait: the rest of those stages' copies,
+// rest(stage, full, kt) for each; leaves `pos` past them.
+template <int Stages, int StageBytes, class Rest>
+__device__ __forceinline__ void fill_rest_early(uint32_t ring, uint32_t bars, RingPos<Stages> &pos, int64_t kt0,
+                                                int ahead, Rest rest) {
+#pragma unroll 1
+  for (int s = 0; s < ahead; ++s, pos.advance()) rest(ring + s * StageBytes, ring_bar<Stages>(bars, 0, s), kt0 + s);
+}
+
 // A dense launch's work of this block, in order: f(m0, m_end, n0, expert, kt0, kt1, tile) per
 // segment of the stream-K plan (scheduler/streamk.h, for_each_segment), K tiles [kt0, kt1) of the
 // BM x BN tile in grouped order (scheduler/raster.h) from row m0 and channel n0 (m_end -1: up to m;
@@ -198,19 +224,27 @@ inline bool allow_smem(const void *kernel, int bytes) {
   return e == cudaSuccess;
 }
 
+// run_block's head_start where the kernel has none.
+struct NoHeadStart {
+  __device__ __forceinline__ void operator()(uint32_t, uint32_t) const {}
+};
+
 // A block's dynamic shared memory: the ring (1024-byte aligned, where the 128-byte swizzle
 // repeats), then the full and empty barriers (and the converted ones), then the stream-K fix-up
 // flag. The caller runs
 // `prefetch` on thread 0 while it sets up the barriers, then the producer warpgroup gives registers
 // back and each of its threads runs produce(t, ring, ring_ptr, bars) with t its index (the kernel
 // picks which work); the consumers take the registers and run consume(ring, ring_ptr, bars, flag).
+// Thread 0 also runs head_start(ring, bars) before the wait for the launch before: copies that
+// may go first (fill_weights_early), or nothing.
 // Stages: ring depth; Consumers: consumer warpgroups; RingBytes: bytes of the ring (with what the
 // kernel keeps right after it, such as its output boxes);
 // FullArrivals: producer arrivals each fill of a stage makes (init_ring); ProducerRegs: RegSplit's;
 // ConvertArrivals: arrivals of the producer's converting threads per stage (0: none convert).
 template <int Stages, int Consumers, int RingBytes, int FullArrivals, int ProducerRegs, int ConvertArrivals = 0,
-          class Prefetch, class Produce, class Consume>
-__device__ __forceinline__ void run_block(char *smem, Prefetch prefetch, Produce produce, Consume consume) {
+          class Prefetch, class Produce, class Consume, class HeadStart = NoHeadStart>
+__device__ __forceinline__ void run_block(char *smem, Prefetch prefetch, Produce produce, Consume consume,
+                                          HeadStart head_start = {}) {
   const uint32_t raw = smem_addr(smem);
   uint32_t ring = (raw + 1023u) & ~1023u;
 #ifdef HUMMING_SM90_OPAQUE_RING
@@ -230,13 +264,15 @@ __device__ __forceinline__ void run_block(char *smem, Prefetch prefetch, Produce
   if (threadIdx.x == 0) {
     init_ring<Stages, Consumers, FullArrivals, ConvertArrivals>(bars);
     prefetch();
+    head_start(ring, bars);
   }
   // With programmatic launches (backend/pdl.h) this block may start while the kernel before it
-  // still runs: everything above touches only shared memory and the kernel's parameters; no global
-  // memory is read or written before the kernel before has finished (it may have written the
-  // weights, the activations or the workspace, or still read memory that this kernel's output
-  // reuses). Then the next programmatic launch may be scheduled: its blocks take multiprocessors as
-  // this grid's blocks end, and wait for the whole grid.
+  // still runs: everything above touches only shared memory and the kernel's parameters (and, in
+  // head_start, only the weight; see GemmArgs::early_weights); no global memory is read or written
+  // before the kernel before has finished (it may have written the weights, the activations or the
+  // workspace, or still read memory that this kernel's output reuses). Then the next programmatic
+  // launch may be scheduled: its blocks take multiprocessors as this grid's blocks end, and wait for
+  // the whole grid.
   pdl_wait();
   pdl_allow();
   __syncthreads();
