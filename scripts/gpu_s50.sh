@@ -87,7 +87,7 @@ if [ "${PART:-ab}" = bc ]; then
   echo "build done at $(($(date +%s) - start)) s" | log
   for r in 1 2; do
     for v in B C; do
-      HUMMING_EAGER_OPS=$([ $v = C ] && echo 1 || echo 0) python3 scripts/time_shapes.py $S5 1,16,64,256 \
+      HUMMING_EAGER_OPS=$([ $v = C ] && echo 1 || echo 0) python3 scripts/time_shapes.py ${BC_SHAPES:-$S5} ${BC_MS:-1,16,64,256} \
         --format e2m1gc-sbf16 --act e4m3-pt --layout sm90a8 --graph --flush read --iters 60 2>&1 \
         | sed "s/^/$v$r layer w4a8 /" | log
     done
