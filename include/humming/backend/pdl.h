@@ -1,10 +1,13 @@
-// Programmatic dependent launch (PDL), shared by the sm90 GEMMs and the MoE helper kernels
-// (src/moe_route.cu): with HUMMING_PDL on, a launch may start while the kernel before it in the
-// stream still runs, so that its launch and prologue overlap that kernel's tail. The rules that
-// keep it correct: every kernel launched this way calls pdl_wait() before it reads or writes
-// global memory (the wait returns once the grid before has finished and its writes are visible, so
-// whatever ran before that grid is finished too), and a kernel calls pdl_allow() only to let the
-// next launch be scheduled early, never as a signal about its own results.
+// Programmatic dependent launch (PDL), shared by the sm90 GEMMs, the MoE helper kernels
+// (src/moe_route.cu) and activation quantization (src/quantize_act.cu): with HUMMING_PDL on, a
+// launch may start while the kernel before it in the stream still runs, so that its launch and
+// prologue overlap that kernel's tail. The rules that keep it correct: every kernel launched this
+// way calls pdl_wait() before it reads or writes global memory (the wait returns once the grid
+// before has finished and its writes are visible, so whatever ran before that grid is finished
+// too), and a kernel calls pdl_allow() only to let the next launch be scheduled early, never as a
+// signal about its own results. The one exception: where the caller promises that the launch before
+// began only once everything before it had finished and that nothing since wrote the weight
+// (GemmArgs::early_weights), the sm90 8-bit activation GEMM copies weight boxes before its wait.
 #pragma once
 
 #include <cuda_runtime.h>
