@@ -86,7 +86,6 @@
 #include "humming/epilogue/staged_store.h"
 #include "humming/epilogue/streamk_fixup.h"
 #include "humming/humming.h"
-#include "humming/layout/sm90_a8.h"
 #include "humming/scheduler/moe.h"
 #include "humming/scheduler/streamk.h"
 
