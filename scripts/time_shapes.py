@@ -1,7 +1,7 @@
 """Kernel time of humming-aot layers over a few shapes, for quick A/B runs on the GPU machine.
 
 Usage: python3 scripts/time_shapes.py NxK[,NxK...] M[,M...] [--format F] [--act A] [--layout L] [--instances A,B,...] [--graph]
-       [--flush write|read|none] [--cublaslt]
+       [--flush write|read|none] [--cublaslt] [--lead CYCLES]
 Prints one line per point: median microseconds of single calls, each after an L2 flush. Eager:
 CUDA events around the call (the flush kernel covers the host's launch cost). --graph: the call
 captured in a CUDA graph and replayed after the flush (GPU time only). --instances: time each named
@@ -34,6 +34,14 @@ ap.add_argument(
     "(torch.ops.humming.gemm, as the benchmark's humming-aot-gemm rows)",
 )
 ap.add_argument("--iters", type=int, default=15)
+ap.add_argument(
+    "--lead",
+    type=int,
+    default=0,
+    help="a kernel of the caller's before each call (torch.cuda._sleep of this many cycles, in the graph too), as a "
+    "model's previous kernel comes before a layer: the times printed are those of the pair less those of the sleep "
+    "alone, so that a launch that overlaps the kernel before it shows",
+)
 ap.add_argument(
     "--cublaslt",
     action="store_true",
@@ -116,9 +124,24 @@ for n, k in shapes:
                 print(f"{n}x{k} m={m}: {name}: {str(e).splitlines()[0]}", flush=True)
                 continue
             call = (lambda: layer(x)) if not args.prequant else prequantized_gemm(layer, x, name)
-            us = timed(call)
+            lead_us = lead_graph_us = 0.0
+            if args.lead:
+                own = call
+
+                def sleep():
+                    torch.cuda._sleep(args.lead)
+
+                def call(own=own):
+                    sleep()
+                    return own()
+
+                lead_us = timed(sleep)
+                lead_graph_us = graph_us(sleep) if args.graph else 0.0
+            us = timed(call) - lead_us
             line = f"{n}x{k} m={m}: eager {us:8.1f} us"
             if args.graph:
-                line += f"  graph {graph_us(call):8.1f} us"
+                line += f"  graph {graph_us(call) - lead_graph_us:8.1f} us"
+            if args.lead:
+                line += f"  (after a sleep of {lead_us:.1f} / {lead_graph_us:.1f} us)"
             print(f"{line}  {layer.instance_for(m, 'cuda')}", flush=True)
     del layer, lin
