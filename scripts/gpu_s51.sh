@@ -6,12 +6,12 @@
 #   GemmArgs::early_weights) and the GEMM alone, eager and graph, HUMMING_PDL 0 and 1, alone and
 #   after a sleep kernel (time_shapes.py --lead: the pair less the sleep, as a model's previous
 #   kernel precedes a layer); then the dense W4A8 standing with the peers (m = 1 to 256).
-# PART=moe (EARLY_PATCH, default moe-early.patch, untracked: `git diff` of the change): the grouped
-#   kernels' early weights A/B. A: main without the patch, built with the e2m1 per-channel dense
-#   and grouped layout-4 tiles: PART=one's overlap points (fewer), then bench_moe (W4A8 e2m1 per
-#   channel, graph us) on Qwen3-30B-A3B and Mixtral-8x7B at 1 / 8 / 64 tokens. B: the patch, built
-#   with ALL: the GPU tests (with the new early-weights test), the same MoE points, the layer's
-#   overlap points.
+# PART=moe (EARLY_PATCH, default moe-early.patch, untracked: `git diff` of the change, applied in
+#   the tree carried): the grouped kernels' early weights A/B. B (the tree) built with ALL: the GPU
+#   tests (with the new early-weights test), bench_moe (W4A8 e2m1 per channel, graph us) on
+#   Qwen3-30B-A3B and Mixtral-8x7B at 1 / 8 / 64 tokens, PART=one's overlap points. A (main: the
+#   patch taken out) built with the e2m1 per-channel dense and grouped layout-4 tiles: the same MoE
+#   points and the layer at m = 1 after nothing and after a sleep.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -40,20 +40,7 @@ moe_points() {
 if [ "${PART:-one}" = moe ]; then
   nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | log
   EP=${EARLY_PATCH:-moe-early.patch}
-  patch -s -R -p1 < "$EP" || exit 1
-  HUMMING_PROFILE=dev build_filtered "^sm90_wgmma_(dense|moe)_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_.*_l4(_lone)?$"
-  echo "A build done at $(($(date +%s) - start)) s" | log
-  for pdl in 1 0; do
-    for lead in 0 40000; do
-      HUMMING_PDL=$pdl python3 scripts/time_shapes.py 8192x8192,28672x8192 1 $A8 --lead $lead 2>&1 \
-        | sed "s/^/A pdl$pdl lead$lead layer /" | log
-    done
-  done
-  python3 scripts/time_shapes.py 8192x8192,28672x8192 1 $A8 --prequant 2>&1 | sed "s/^/A pdl1 lead0 gemm /" | log
-  echo "A overlap done at $(($(date +%s) - start)) s" | log
-  moe_points A
-  echo "A moe done at $(($(date +%s) - start)) s" | log
-  patch -s -p1 < "$EP" || exit 1
+  # B first (the tree as carried), so that its tests run whatever time is left for A.
   HUMMING_PROFILE=dev build_filtered "$ALL"
   echo "B build done at $(($(date +%s) - start)) s" | log
   gpu_tests "B test_moe" test_moe.py "$TESTS_MOE or early_weights"
@@ -61,8 +48,21 @@ if [ "${PART:-one}" = moe ]; then
   echo "B tests done at $(($(date +%s) - start)) s" | log
   moe_points B
   echo "B moe done at $(($(date +%s) - start)) s" | log
+  for pdl in 1 0; do
+    for lead in 0 40000; do
+      HUMMING_PDL=$pdl python3 scripts/time_shapes.py 8192x8192,28672x8192 1 $A8 --lead $lead 2>&1 \
+        | sed "s/^/B pdl$pdl lead$lead layer /" | log
+    done
+  done
+  python3 scripts/time_shapes.py 8192x8192,28672x8192 1 $A8 --prequant 2>&1 | sed "s/^/B pdl1 lead0 gemm /" | log
+  echo "B overlap done at $(($(date +%s) - start)) s" | log
+  patch -s -R -p1 < "$EP" || exit 1
+  HUMMING_PROFILE=dev build_filtered "^sm90_wgmma_(dense|moe)_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_.*_l4(_lone)?$"
+  echo "A build done at $(($(date +%s) - start)) s" | log
+  moe_points A
+  echo "A moe done at $(($(date +%s) - start)) s" | log
   for lead in 0 40000; do
-    python3 scripts/time_shapes.py 8192x8192,28672x8192 1 $A8 --lead $lead 2>&1 | sed "s/^/B pdl1 lead$lead layer /" | log
+    python3 scripts/time_shapes.py 8192x8192,28672x8192 1 $A8 --lead $lead 2>&1 | sed "s/^/A pdl1 lead$lead layer /" | log
   done
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
