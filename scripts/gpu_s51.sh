@@ -66,6 +66,34 @@ if [ "${PART:-one}" = moe ]; then
   done
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
+# PART=mini (for a call of about 300 s; EARLY_PATCH as PART=moe): B (the tree) built with the e2m1
+#   per-channel dense and grouped layout-4 tiles: the GPU tests that reach them, the MoE points on
+#   Qwen3-30B-A3B (1 / 8 / 64 tokens), the layer at m = 1 with programmatic launches on and off;
+#   then A (main) on the same instances: the same MoE points.
+if [ "${PART:-one}" = mini ]; then
+  nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | log
+  EP=${EARLY_PATCH:-moe-early.patch}
+  E2M1="^sm90_wgmma_(dense|moe)_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_.*_l4(_lone)?$"
+  HUMMING_PROFILE=dev build_filtered "$E2M1"
+  echo "B build done at $(($(date +%s) - start)) s" | log
+  gpu_tests "B test_moe" test_moe.py "$TESTS_MOE or early_weights"
+  gpu_tests "B test_gpu" test_gpu.py "instance_against or graph or quantize_and_gemm or quantize_act"
+  echo "B tests done at $(($(date +%s) - start)) s" | log
+  moe_qwen() {
+    python3 scripts/bench_moe.py "$OUT/moe-$1.json" --models qwen3-30b-a3b --tokens 1,8,64 --format e2m1gc-sbf16 \
+      --act e4m3-pt --impls humming-aot 2>&1 | grep -E "humming|rror" | sed "s/^/$1 moe /" | log
+  }
+  moe_qwen B
+  for pdl in 1 0; do
+    HUMMING_PDL=$pdl python3 scripts/time_shapes.py 8192x8192,28672x8192 1 $A8 2>&1 | sed "s/^/B pdl$pdl layer /" | log
+  done
+  echo "B done at $(($(date +%s) - start)) s" | log
+  patch -s -R -p1 < "$EP" || exit 1
+  HUMMING_PROFILE=dev build_filtered "$E2M1"
+  echo "A build done at $(($(date +%s) - start)) s" | log
+  moe_qwen A
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
 if [ "${PART:-one}" = one ]; then
   nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | log
   HUMMING_PROFILE=dev build_filtered "$ALL"
