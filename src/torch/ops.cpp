@@ -21,6 +21,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -227,6 +228,96 @@ CallPlan &call_plan(const std::string &fmt_text, int64_t layout, int64_t n, int6
   return *plans.back();
 }
 
+// HUMMING_GRAPH_SCRATCH=1 (read at each captured launch that takes scratch): a captured graph's
+// stream-K scratch comes from GraphScratch below; unset or 0, from the graph's pool, its counter
+// region zeroed by a fill captured before each such launch (the behavior up to session 50). Opt-in
+// because it was written after session 51's last device call: not yet run on a GPU.
+bool graph_scratch_owned() {
+  const char *v = std::getenv("HUMMING_GRAPH_SCRATCH");
+  return v != nullptr && std::string(v) == "1";
+}
+
+// A captured graph's stream-K scratch: one buffer per stream and capture sequence, from CUDA's
+// stream-ordered allocator, its counter region zeroed once while the capture runs (by a copy on a
+// stream of our own, outside the capture) and held by the graph through a CUDA user object, whose
+// destructor (which may make no CUDA call) queues it for the next call outside capture to free.
+// Why not a buffer from the graph's pool, zeroed by a captured fill: that fill became a node that
+// every replay ran between the kernel before the GEMM and the GEMM, which then waited on it instead
+// of overlapping the kernel before (programmatic launch, backend/pdl.h). Measured on an H100
+// (session 51, W4A8 e2m1 per channel, 8192 x 8192 at m = 1, whose plan splits K: quantize + GEMM
+// after a sleep kernel, graph us): 20.8 against 17.7 for the same launches eagerly; 28672 x 8192,
+// whose whole tiles take no scratch, 44.8 against 44.0. The kernels on one stream of a graph run
+// in order, so they share the buffer, as eager calls share the kept one.
+class GraphScratch {
+public:
+  static GraphScratch &get() {
+    static auto *g = new GraphScratch(); // never destroyed: freeing CUDA memory at exit is not safe
+    return *g;
+  }
+
+  // Scratch of at least `bytes` for a launch on `stream`, which is capturing sequence `id` into
+  // `graph`, on device `index`.
+  void *take(int index, cudaStream_t stream, unsigned long long id, cudaGraph_t graph, size_t bytes) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    Slot &slot = slots_[{index, stream}];
+    if (slot.id == id && slot.ptr != nullptr && slot.bytes >= bytes) return slot.ptr;
+    // A new buffer (a first launch of this capture, or a larger one: the launches before keep the
+    // old, which the graph holds as well). The capture forbids allocations and synchronization on
+    // the capturing thread in its default mode; they touch no capturing stream here.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    ensure(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess, "cannot relax the stream capture mode");
+    void *p = nullptr;
+    cudaStream_t &zeroing = zeroing_[index]; // the caller's device guard has selected device `index`
+    cudaError_t e = zeroing != nullptr ? cudaSuccess : cudaStreamCreateWithFlags(&zeroing, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaMallocAsync(&p, bytes, zeroing);
+    if (e == cudaSuccess) e = cudaMemsetAsync(p, 0, std::min(bytes, kWorkspaceZeroBytes), zeroing);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(zeroing);
+    cudaUserObject_t holder = nullptr;
+    if (e == cudaSuccess)
+      e = cudaUserObjectCreate(&holder, p, &GraphScratch::released, 1, cudaUserObjectNoDestructorSync);
+    if (e == cudaSuccess) e = cudaGraphRetainUserObject(graph, holder, 1, cudaGraphUserObjectMove);
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    if (e != cudaSuccess) {
+      cudaGetLastError(); // reported here, not left for the next call
+      if (p != nullptr && holder == nullptr) cudaFreeAsync(p, zeroing);
+      ensure(false, "preparing ", bytes, " bytes of stream-K scratch for a CUDA graph on cuda:", index,
+             " failed: ", cudaGetErrorString(e));
+    }
+    slot = Slot{id, p, bytes};
+    return p;
+  }
+
+  // Frees, in `stream`'s order, the buffers of graphs destroyed since the last call (outside capture).
+  void free_released(cudaStream_t stream) {
+    std::vector<void *> dead;
+    {
+      const std::lock_guard<std::mutex> lock(released_mu_);
+      if (released_.empty()) return;
+      dead.swap(released_);
+    }
+    for (void *p : dead) cudaFreeAsync(p, stream);
+  }
+
+private:
+  struct Slot {
+    unsigned long long id = 0;
+    void *ptr = nullptr;
+    size_t bytes = 0;
+  };
+  // The user object's destructor: the graph that held `p` is gone, and its launches are done.
+  static void CUDART_CB released(void *p) {
+    GraphScratch &g = get();
+    const std::lock_guard<std::mutex> lock(g.released_mu_);
+    g.released_.push_back(p);
+  }
+  std::mutex mu_;
+  // One per (device, stream): a stream captures one sequence at a time.
+  std::map<std::pair<int, cudaStream_t>, Slot> slots_;
+  std::map<int, cudaStream_t> zeroing_; // per device: the stream that zeroes new buffers
+  std::mutex released_mu_;
+  std::vector<void *> released_;
+};
+
 // Stream-K scratch (and, past it, the block-scaled sm90 kernels' transposed activation scales,
 // which each launch writes before it reads them). The kernels need its first kWorkspaceZeroBytes zeroed only before
 // first use (they return their tile counters to zero), so outside graph capture each (device, stream) keeps one buffer
@@ -236,12 +327,20 @@ CallPlan &call_plan(const std::string &fmt_text, int64_t layout, int64_t n, int6
 // the pool active), and a kept tensor allocated there is a persistent pool tensor that torch rejects ("tensor(s) in the
 // cudagraph pool not tracked as outputs"). Growing frees the old buffer in stream order. Under graph
 // capture a fresh buffer comes from torch's allocator, that is from the graph's pool (only its
-// counter region zeroed), so a graph never points at a buffer that eager calls or another replay
-// stream also use. The kept buffers (1 MiB to 256 MiB per stream that ran a stream-K launch) do
-// not show in torch.cuda.memory_allocated.
+// counter region zeroed, by a fill the graph replays), or with HUMMING_GRAPH_SCRATCH=1 the graph
+// gets buffers of its own (GraphScratch); either way a graph never points at a buffer that eager
+// calls or another replay stream also use. The kept buffers (1 MiB to 256 MiB per
+// stream that ran a stream-K launch, and those of live graphs) do not show in
+// torch.cuda.memory_allocated.
 void *kernel_workspace(int index, cudaStream_t stream, size_t bytes, std::optional<Tensor> *hold) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  ensure(cudaStreamIsCapturing(stream, &capture) == cudaSuccess, "cannot query the stream's capture state");
+  unsigned long long capture_id = 0;
+  cudaGraph_t graph = nullptr;
+  ensure(cudaStreamGetCaptureInfo(stream, &capture, &capture_id, &graph) == cudaSuccess,
+         "cannot query the stream's capture state");
+  if (capture == cudaStreamCaptureStatusActive && graph_scratch_owned())
+    return GraphScratch::get().take(index, stream, capture_id, graph, bytes);
+  if (capture == cudaStreamCaptureStatusNone) GraphScratch::get().free_released(stream);
   constexpr size_t kKeepLimit = size_t(256) << 20; // larger scratch is not kept between calls
   if (capture != cudaStreamCaptureStatusNone || bytes > kKeepLimit) {
     *hold = empty_on(torch::stable::Device(torch::headeronly::DeviceType::CUDA, index), {static_cast<int64_t>(bytes)},
