@@ -94,17 +94,28 @@ if [ "${PART:-one}" = mini ]; then
   moe_qwen A
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
-# PART=scratch (a call of about 120 s): graphs' own stream-K scratch (src/torch/ops.cpp,
-#   GraphScratch), built with the W4A16 u4g128 and W4A8 e2m1 per-channel dense tiles: the GPU tests
-#   of graphs and stream-K, then the layer at m = 1, after nothing and after a sleep.
+# PART=scratch (a call of about 300 s): graphs' own stream-K scratch (src/torch/ops.cpp,
+#   GraphScratch, HUMMING_GRAPH_SCRATCH=1), built with the W4A16 u4g128 and W4A8 e2m1 per-channel
+#   dense tiles: the GPU tests of graphs and stream-K (the new test runs both modes), then the W4A8
+#   layer (quantize + GEMM) at m = 1 and 16 after nothing and after a sleep, and the W4A16 layer
+#   after a sleep, with HUMMING_GRAPH_SCRATCH 0 and 1 in turn, twice.
 if [ "${PART:-one}" = scratch ]; then
   nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | log
   HUMMING_PROFILE=dev build_filtered "^(sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16_|sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_.*_l4$|generic_dense_a-bf16_w-u4-s)"
   echo "build done at $(($(date +%s) - start)) s" | log
   gpu_tests "test_gpu" test_gpu.py "graph or split_k or quantize_and_gemm or stream"
   echo "tests done at $(($(date +%s) - start)) s" | log
-  for lead in 0 40000; do
-    python3 scripts/time_shapes.py 8192x8192,28672x8192 1 $A8 --lead $lead 2>&1 | sed "s/^/scratch lead$lead layer /" | log
+  # HUMMING_GRAPH_SCRATCH is read at each captured launch: 0 (the graph's pool and a replayed fill)
+  # against 1 (the graph's own buffer), twice, on one build.
+  for r in 1 2; do
+    for own in 0 1; do
+      for lead in 0 40000; do
+        HUMMING_GRAPH_SCRATCH=$own python3 scripts/time_shapes.py 8192x8192,28672x8192,5120x13824 1,16 $A8 \
+          --lead $lead 2>&1 | sed "s/^/own$own r$r lead$lead w4a8 layer /" | log
+      done
+      HUMMING_GRAPH_SCRATCH=$own python3 scripts/time_shapes.py 8192x8192,5120x13824 1,16 --format u4g128-sbf16 \
+        --graph --flush read --iters 30 --lead 40000 2>&1 | sed "s/^/own$own r$r lead40000 w4a16 /" | log
+    done
   done
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
