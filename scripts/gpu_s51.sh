@@ -7,7 +7,8 @@
 #   after a sleep kernel (time_shapes.py --lead: the pair less the sleep, as a model's previous
 #   kernel precedes a layer); then the dense W4A8 standing with the peers (m = 1 to 256).
 # PART=moe (EARLY_PATCH, default moe-early.patch, untracked: `git diff` of the change, applied in
-#   the tree carried): the grouped kernels' early weights A/B. B (the tree) built with ALL: the GPU
+#   the tree carried; the change measured slower and stays on branch s51-moe-early, its diff in
+#   benchmarks/results/h100/tuning/h100-2026-12-06-s51-moe-early.patch): the grouped kernels' early weights A/B. B (the tree) built with ALL: the GPU
 #   tests (with the new early-weights test), bench_moe (W4A8 e2m1 per channel, graph us) on
 #   Qwen3-30B-A3B and Mixtral-8x7B at 1 / 8 / 64 tokens, PART=one's overlap points. A (main: the
 #   patch taken out) built with the e2m1 per-channel dense and grouped layout-4 tiles: the same MoE
