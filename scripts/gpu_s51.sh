@@ -100,11 +100,22 @@ fi
 #   dense tiles: the GPU tests of graphs and stream-K (the new test runs both modes), then the W4A8
 #   layer (quantize + GEMM) at m = 1 and 16 after nothing and after a sleep, and the W4A16 layer
 #   after a sleep, with HUMMING_GRAPH_SCRATCH 0 and 1 in turn, twice.
+# PART=scratch uses FILTER (default: the W4A16 u4g128 and W4A8 e2m1 per-channel dense tiles) and
+#   runs TESTS (default: graph, stream-K and quantize-and-GEMM tests); with STANDING=1 (carry .peer)
+#   it ends with the dense W4A8 standing with the peers. For the next session's first call, with
+#   everything the GPU tests need (ALL): FILTER=all TESTS=all STANDING=1 PART=scratch (about 550 s).
 if [ "${PART:-one}" = scratch ]; then
   nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | log
-  HUMMING_PROFILE=dev build_filtered "^(sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16_|sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_.*_l4$|generic_dense_a-bf16_w-u4-s)"
+  F="${FILTER:-^(sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16_|sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_.*_l4$|generic_dense_a-bf16_w-u4-s)}"
+  [ "$F" = all ] && F="$ALL"
+  HUMMING_PROFILE=dev build_filtered "$F"
   echo "build done at $(($(date +%s) - start)) s" | log
-  gpu_tests "test_gpu" test_gpu.py "graph or split_k or quantize_and_gemm or stream"
+  if [ "${TESTS:-}" = all ]; then
+    gpu_tests "test_gpu" test_gpu.py "$TESTS_GPU or graphs_keep"
+    gpu_tests "test_moe" test_moe.py "$TESTS_MOE"
+  else
+    gpu_tests "test_gpu" test_gpu.py "graph or split_k or quantize_and_gemm or stream"
+  fi
   echo "tests done at $(($(date +%s) - start)) s" | log
   # HUMMING_GRAPH_SCRATCH is read at each captured launch: 0 (the graph's pool and a replayed fill)
   # against 1 (the graph's own buffer), twice, on one build.
@@ -118,6 +129,12 @@ if [ "${PART:-one}" = scratch ]; then
         --graph --flush read --iters 30 --lead 40000 2>&1 | sed "s/^/own$own r$r lead40000 w4a16 /" | log
     done
   done
+  if [ "${STANDING:-0}" = 1 ]; then
+    install_peer
+    PYTHONPATH=/tmp/peer python3 -m humming_aot.bench --shapes 28672x8192,8192x8192,8192x28672 --ms 1,16,64,256 \
+      --formats w4a8 --impls humming-aot,cublaslt-fp8,humming-jit --jit-formats w4a8 --out-dir "$OUT" \
+      --name dense-w4a8 --no-plot --time-budget-s 120 2>&1 | tail -40 | sed "s/^/dense /" | log
+  fi
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
 if [ "${PART:-one}" = one ]; then
