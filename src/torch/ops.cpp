@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -238,8 +239,8 @@ bool graph_scratch_owned() {
 }
 
 // A captured graph's stream-K scratch: one buffer per stream and capture sequence, from CUDA's
-// stream-ordered allocator, its counter region zeroed once while the capture runs (by a copy on a
-// stream of our own, outside the capture) and held by the graph through a CUDA user object, whose
+// stream-ordered allocator, its counter region zeroed once while the capture runs (by a memset on
+// a stream of our own, outside the capture) and held by the graph through a CUDA user object, whose
 // destructor (which may make no CUDA call) queues it for the next call outside capture to free.
 // Why not a buffer from the graph's pool, zeroed by a captured fill: that fill became a node that
 // every replay ran between the kernel before the GEMM and the GEMM, which then waited on it instead
@@ -279,7 +280,11 @@ public:
     cudaThreadExchangeStreamCaptureMode(&mode);
     if (e != cudaSuccess) {
       cudaGetLastError(); // reported here, not left for the next call
-      if (p != nullptr && holder == nullptr) cudaFreeAsync(p, zeroing);
+      // A holder the graph did not take still has our reference: releasing it queues p (released).
+      if (holder != nullptr)
+        cudaUserObjectRelease(holder, 1);
+      else if (p != nullptr)
+        cudaFreeAsync(p, zeroing);
       ensure(false, "preparing ", bytes, " bytes of stream-K scratch for a CUDA graph on cuda:", index,
              " failed: ", cudaGetErrorString(e));
     }
@@ -287,13 +292,15 @@ public:
     return p;
   }
 
-  // Frees, in `stream`'s order, the buffers of graphs destroyed since the last call (outside capture).
+  // Frees, in `stream`'s order, the buffers of graphs destroyed since the last call (outside
+  // capture). Every eager launch with scratch asks: one relaxed load where nothing is queued.
   void free_released(cudaStream_t stream) {
+    if (!pending_.load(std::memory_order_relaxed)) return;
     std::vector<void *> dead;
     {
       const std::lock_guard<std::mutex> lock(released_mu_);
-      if (released_.empty()) return;
       dead.swap(released_);
+      pending_.store(false, std::memory_order_relaxed);
     }
     for (void *p : dead) cudaFreeAsync(p, stream);
   }
@@ -309,6 +316,7 @@ private:
     GraphScratch &g = get();
     const std::lock_guard<std::mutex> lock(g.released_mu_);
     g.released_.push_back(p);
+    g.pending_.store(true, std::memory_order_relaxed);
   }
   std::mutex mu_;
   // One per (device, stream): a stream captures one sequence at a time.
@@ -316,6 +324,7 @@ private:
   std::map<int, cudaStream_t> zeroing_; // per device: the stream that zeroes new buffers
   std::mutex released_mu_;
   std::vector<void *> released_;
+  std::atomic<bool> pending_{false}; // released_ is not empty
 };
 
 // Stream-K scratch (and, past it, the block-scaled sm90 kernels' transposed activation scales,
