@@ -229,13 +229,13 @@ CallPlan &call_plan(const std::string &fmt_text, int64_t layout, int64_t n, int6
   return *plans.back();
 }
 
-// HUMMING_GRAPH_SCRATCH=1 (read at each captured launch that takes scratch): a captured graph's
-// stream-K scratch comes from GraphScratch below; unset or 0, from the graph's pool, its counter
-// region zeroed by a fill captured before each such launch (the behavior up to session 50). Opt-in
-// because it was written after session 51's last device call: not yet run on a GPU.
+// HUMMING_GRAPH_SCRATCH (read at each captured launch that takes scratch): unset or 1, a captured
+// graph's stream-K scratch comes from GraphScratch below (the default since session 52); 0, from the
+// graph's pool, its counter region zeroed by a fill captured before each such launch (the behavior
+// up to session 51), kept as a way back should a driver refuse the user objects or the allocation.
 bool graph_scratch_owned() {
   const char *v = std::getenv("HUMMING_GRAPH_SCRATCH");
-  return v != nullptr && std::string(v) == "1";
+  return v == nullptr || std::string(v) != "0";
 }
 
 // A captured graph's stream-K scratch: one buffer per stream and capture sequence, from CUDA's
@@ -247,8 +247,11 @@ bool graph_scratch_owned() {
 // of overlapping the kernel before (programmatic launch, backend/pdl.h). Measured on an H100
 // (session 51, W4A8 e2m1 per channel, 8192 x 8192 at m = 1, whose plan splits K: quantize + GEMM
 // after a sleep kernel, graph us): 20.8 against 17.7 for the same launches eagerly; 28672 x 8192,
-// whose whole tiles take no scratch, 44.8 against 44.0. The kernels on one stream of a graph run
-// in order, so they share the buffer, as eager calls share the kept one.
+// whose whole tiles take no scratch, 44.8 against 44.0. With this class (session 52, same points,
+// two runs each): 8192 x 8192 at m = 1 / 16 19.8 / 20.2 against 20.9 / 22.8, 5120 x 13824 20.9 /
+// 21.7 against 23.7 / 24.2; W4A16 u4g128 after a sleep the same within 0.2 us but 8192 x 8192 at
+// m = 1, 19.9 against 19.1. The kernels on one stream of a graph run in order, so they share the
+// buffer, as eager calls share the kept one.
 class GraphScratch {
 public:
   static GraphScratch &get() {
@@ -335,9 +338,9 @@ private:
 // the thread's allocations to a graph pool (torch.compile's reduce-overhead warm-up runs eagerly on its own stream with
 // the pool active), and a kept tensor allocated there is a persistent pool tensor that torch rejects ("tensor(s) in the
 // cudagraph pool not tracked as outputs"). Growing frees the old buffer in stream order. Under graph
-// capture a fresh buffer comes from torch's allocator, that is from the graph's pool (only its
-// counter region zeroed, by a fill the graph replays), or with HUMMING_GRAPH_SCRATCH=1 the graph
-// gets buffers of its own (GraphScratch); either way a graph never points at a buffer that eager
+// capture the graph gets buffers of its own (GraphScratch), or with HUMMING_GRAPH_SCRATCH=0 a fresh
+// buffer from torch's allocator, that is from the graph's pool (only its counter region zeroed, by
+// a fill the graph replays); either way a graph never points at a buffer that eager
 // calls or another replay stream also use. The kept buffers (1 MiB to 256 MiB per
 // stream that ran a stream-K launch, and those of live graphs) do not show in
 // torch.cuda.memory_allocated.
