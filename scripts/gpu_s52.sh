@@ -2,11 +2,11 @@
 # On the lent GPU machine, session 52's calls (carry .peer); logs to $OUT/s52.txt.
 # PART=standing (about 450 s): graphs' own stream-K scratch as the default (src/torch/ops.cpp
 #   GraphScratch; HUMMING_GRAPH_SCRATCH=0 is the old path), built with everything the GPU tests need
-#   (session 50's ALL): the graph, stream-K and quantize-and-GEMM tests; whether the one W4A16 point
+#   (session 50's ALL): the graph, stream-K and quantize-and-GEMM tests; the dense W4A8 standing
+#   with cuBLASLt FP8 and humming-kernels 0.1.20 (m = 1 to 256, graph); whether the one W4A16 point
 #   that the own scratch made slower (8192 x 8192 at m = 1 after a sleep, graph 19.9 against 19.1 us)
-#   moves without the L2 flush (the graph's counters then stay in L2 either way); then the dense
-#   W4A8 standing with cuBLASLt FP8 and humming-kernels 0.1.20 (m = 1 to 256, graph), and the W4A16
-#   u4g128 standing with humming-kernels (m = 1 and 16).
+#   moves without the L2 flush (the graph's counters then stay in L2 either way); the W4A16 u4g128
+#   standing with humming-kernels (m = 1 and 16). In that order: a call cut short keeps the first.
 # PART=moe (a warm follow-up, SKIP_BUILD=1): the W4A8 MoE standing with humming-kernels.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +21,10 @@ if [ "${PART:-standing}" = standing ]; then
   echo "build done at $(($(date +%s) - start)) s" | log
   gpu_tests "test_gpu" test_gpu.py "graph or split_k or quantize_and_gemm or stream"
   echo "tests done at $(($(date +%s) - start)) s" | log
+  PYTHONPATH=/tmp/peer python3 -m humming_aot.bench --shapes 28672x8192,8192x8192,8192x28672,5120x13824 \
+    --ms 1,16,64,256 --formats w4a8 --impls humming-aot,cublaslt-fp8,humming-jit --jit-formats w4a8 \
+    --out-dir "$OUT" --name dense-w4a8 --no-plot --time-budget-s 150 2>&1 | tail -40 | sed "s/^/dense /" | log
+  echo "w4a8 standing done at $(($(date +%s) - start)) s" | log
   for flush in read none; do
     for own in 0 1; do
       HUMMING_GRAPH_SCRATCH=$own python3 scripts/time_shapes.py 8192x8192 1,16 --format u4g128-sbf16 --graph \
@@ -28,10 +32,6 @@ if [ "${PART:-standing}" = standing ]; then
     done
   done
   echo "probe done at $(($(date +%s) - start)) s" | log
-  PYTHONPATH=/tmp/peer python3 -m humming_aot.bench --shapes 28672x8192,8192x8192,8192x28672,5120x13824 \
-    --ms 1,16,64,256 --formats w4a8 --impls humming-aot,cublaslt-fp8,humming-jit --jit-formats w4a8 \
-    --out-dir "$OUT" --name dense-w4a8 --no-plot --time-budget-s 150 2>&1 | tail -40 | sed "s/^/dense /" | log
-  echo "w4a8 standing done at $(($(date +%s) - start)) s" | log
   PYTHONPATH=/tmp/peer python3 -m humming_aot.bench --shapes 28672x8192,8192x8192,5120x13824 --ms 1,16 \
     --formats w4a16 --impls humming-aot,humming-jit --jit-formats w4a16 --out-dir "$OUT" --name dense-w4a16 \
     --no-plot --time-budget-s 100 2>&1 | tail -30 | sed "s/^/dense16 /" | log
