@@ -1,7 +1,7 @@
 """Kernel time of humming-aot layers over a few shapes, for quick A/B runs on the GPU machine.
 
 Usage: python3 scripts/time_shapes.py NxK[,NxK...] M[,M...] [--format F] [--act A] [--layout L] [--instances A,B,...] [--graph]
-       [--flush write|read|none] [--cublaslt] [--lead CYCLES]
+       [--flush write|read|none] [--cublaslt] [--lead CYCLES] [--weights linear|randn]
 Prints one line per point: median microseconds of single calls, each after an L2 flush. Eager:
 CUDA events around the call (the flush kernel covers the host's launch cost). --graph: the call
 captured in a CUDA graph and replayed after the flush (GPU time only). --instances: time each named
@@ -41,6 +41,13 @@ ap.add_argument(
     help="a kernel of the caller's before each call (torch.cuda._sleep of this many cycles, in the graph too), as a "
     "model's previous kernel comes before a layer: the times printed are those of the pair less those of the sleep "
     "alone, so that a launch that overlaps the kernel before it shows",
+)
+ap.add_argument(
+    "--weights",
+    choices=("linear", "randn"),
+    default="linear",
+    help="the weight before quantization: torch.nn.Linear's uniform initialization (default) or standard normal "
+    "values, as the benchmark (python -m humming_aot.bench) quantizes; the codes of the two spread differently",
 )
 ap.add_argument(
     "--cublaslt",
@@ -113,6 +120,9 @@ for n, k in shapes:
             print(f"{line}  cublaslt-fp8", flush=True)
         del w8
     lin = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
+    if args.weights == "randn":
+        with torch.no_grad():
+            lin.weight.normal_()
     layer = ha.QuantLinear.from_linear(lin, args.format, args.act, device="cuda", layout=args.layout)
     for name in names:
         layer.instance = name
