@@ -8,11 +8,22 @@
 #   moves without the L2 flush (the graph's counters then stay in L2 either way); the W4A16 u4g128
 #   standing with humming-kernels (m = 1 and 16). In that order: a call cut short keeps the first.
 # PART=moe (a warm follow-up, SKIP_BUILD=1): the W4A8 MoE standing with humming-kernels.
+# PART=next (about 350 s; for session 53's first call, carry .peer): the ALL build, then
+#   1. W4A16 u4g128 at m = 1, where the benchmark (python -m humming_aot.bench) gave 58.5 us graph on
+#      28672 x 8192 (t8x256; humming-kernels 50.0 in the same run) and time_shapes.py 50.1 on the
+#      same instance: the two differ in the weight's values (the benchmark quantizes randn, time_shapes
+#      nn.Linear's uniform init), so t8x256 and t16x256 forced, with each weight, then the benchmark;
+#   2. W4A8 at m = 128 and 256 where a t128 launch has fewer tiles than SMs (5120 x 13824 at m = 256:
+#      52.8 us graph in the standing, cuBLASLt FP8 40.4, humming-kernels 48.2; 80 whole tiles, the
+#      8-bit kernels' plan does not spread t128 as the weight-only ones do, streamk.h spread_heavy):
+#      t64 and t128 forced, HUMMING_STREAM_K 1 and 2 (2 spreads every partial wave), cuBLASLt FP8 beside;
+#   then PART=moe on the warm machine (SKIP_BUILD=1), about 250 s.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
 . scripts/build_filtered.sh
 device_log s52.txt
+A8="--format e2m1gc-sbf16 --act e4m3-pt --layout sm90a8 --graph --flush read --iters 30"
 ALL="^(sm90_wgmma_dense_a-e4m3-pt_|sm90_wgmma_(dense|moe)_.*_l4(_lone)?$|sm90_wgmma_(dense|moe)_a-bf16_w-u4g128-sbf16_c-bf16_|generic_dense_a-bf16_w-u4-s)"
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | log
 install_peer
@@ -35,6 +46,27 @@ if [ "${PART:-standing}" = standing ]; then
   PYTHONPATH=/tmp/peer python3 -m humming_aot.bench --shapes 28672x8192,8192x8192,5120x13824 --ms 1,16 \
     --formats w4a16 --impls humming-aot,humming-jit --jit-formats w4a16 --out-dir "$OUT" --name dense-w4a16 \
     --no-plot --time-budget-s 100 2>&1 | tail -30 | sed "s/^/dense16 /" | log
+  echo "all done at $(($(date +%s) - start)) s" | log
+fi
+if [ "${PART:-standing}" = next ]; then
+  HUMMING_PROFILE=dev build_filtered "$ALL"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  W16=sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16
+  for w in linear randn; do
+    python3 scripts/time_shapes.py 28672x8192,8192x28672,8192x8192 1 --graph --flush read --iters 30 --weights $w \
+      --instances ${W16}_t8x256x128_w1x4x1_s8,${W16}_t16x256x128_w1x4x1_s7 2>&1 | sed "s/^/w4a16 $w /" | log
+  done
+  python3 -m humming_aot.bench --shapes 28672x8192,8192x28672,8192x8192 --ms 1 --formats w4a16 --impls humming-aot \
+    --out-dir "$OUT" --name w4a16-m1 --no-plot 2>&1 | grep "m=1:" | sed "s/^/w4a16 bench /" | log
+  echo "w4a16 done at $(($(date +%s) - start)) s" | log
+  W8=sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16
+  S8=5120x13824,8192x8192,4096x14336,7168x16384,3584x18944,5120x5120,10240x8192
+  python3 scripts/time_shapes.py $S8 128,256 $A8 --cublaslt 2>&1 | grep cublaslt | sed "s/^/w4a8 /" | log
+  for sk in 1 2; do
+    HUMMING_STREAM_K=$sk python3 scripts/time_shapes.py $S8 128,256 $A8 --weights randn \
+      --instances ${W8}_t64x128x128_w1x2x1_s8_l4,${W8}_t128x128x128_w1x2x1_s6_l4 2>&1 | sed "s/^/w4a8 sk$sk /" | log
+  done
+  python3 scripts/time_shapes.py $S8 128,256 $A8 --weights randn 2>&1 | sed "s/^/w4a8 default /" | log
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
 if [ "${PART:-standing}" = moe ]; then
