@@ -238,6 +238,16 @@ bool graph_scratch_owned() {
   return v == nullptr || std::string(v) != "0";
 }
 
+// The largest stream-K scratch a captured launch takes from GraphScratch; larger launches take the
+// graph's pool as before. A graph's own buffer is memory of that graph alone, while the pool's is
+// lent to the next allocation of the capture as soon as the launch is queued (and torch lets
+// captures share a pool): a server that captures one graph per batch size (tens of them) would
+// hold a buffer in each. The fill that GraphScratch saves costs about 1-3 us (GraphScratch below), which
+// matters where the GEMM takes 20-50 us: decode tiles, whose scratch is two fp32 tiles per block
+// (t8x256: 2 MiB over 132 blocks; t16x256 and t32x128: 4.1 MiB), while a t128x128 launch takes 16.5 MiB
+// and runs 100 us or more. So graphs of decode batches hold a few MiB each and the others nothing.
+constexpr size_t kGraphScratchMaxBytes = size_t(8) << 20;
+
 // A captured graph's stream-K scratch: one buffer per stream and capture sequence, from CUDA's
 // stream-ordered allocator, its counter region zeroed once while the capture runs (by a memset on
 // a stream of our own, outside the capture) and held by the graph through a CUDA user object, whose
@@ -338,7 +348,8 @@ private:
 // the thread's allocations to a graph pool (torch.compile's reduce-overhead warm-up runs eagerly on its own stream with
 // the pool active), and a kept tensor allocated there is a persistent pool tensor that torch rejects ("tensor(s) in the
 // cudagraph pool not tracked as outputs"). Growing frees the old buffer in stream order. Under graph
-// capture the graph gets buffers of its own (GraphScratch), or with HUMMING_GRAPH_SCRATCH=0 a fresh
+// capture the graph gets buffers of its own (GraphScratch) up to kGraphScratchMaxBytes, or for
+// larger scratch or with HUMMING_GRAPH_SCRATCH=0 a fresh
 // buffer from torch's allocator, that is from the graph's pool (only its counter region zeroed, by
 // a fill the graph replays); either way a graph never points at a buffer that eager
 // calls or another replay stream also use. The kept buffers (1 MiB to 256 MiB per
@@ -350,7 +361,7 @@ void *kernel_workspace(int index, cudaStream_t stream, size_t bytes, std::option
   cudaGraph_t graph = nullptr;
   ensure(cudaStreamGetCaptureInfo(stream, &capture, &capture_id, &graph) == cudaSuccess,
          "cannot query the stream's capture state");
-  if (capture == cudaStreamCaptureStatusActive && graph_scratch_owned())
+  if (capture == cudaStreamCaptureStatusActive && bytes <= kGraphScratchMaxBytes && graph_scratch_owned())
     return GraphScratch::get().take(index, stream, capture_id, graph, bytes);
   if (capture == cudaStreamCaptureStatusNone) GraphScratch::get().free_released(stream);
   constexpr size_t kKeepLimit = size_t(256) << 20; // larger scratch is not kept between calls
