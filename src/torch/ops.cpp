@@ -242,11 +242,13 @@ bool graph_scratch_owned() {
 // graph's pool as before. A graph's own buffer is memory of that graph alone, while the pool's is
 // lent to the next allocation of the capture as soon as the launch is queued (and torch lets
 // captures share a pool): a server that captures one graph per batch size (tens of them) would
-// hold a buffer in each. The fill that GraphScratch saves costs about 1-3 us (GraphScratch below), which
-// matters where the GEMM takes 20-50 us: decode tiles, whose scratch is two fp32 tiles per block
-// (t8x256: 2 MiB over 132 blocks; t16x256 and t32x128: 4.1 MiB), while a t128x128 launch takes 16.5 MiB
-// and runs 100 us or more. So graphs of decode batches hold a few MiB each and the others nothing.
-constexpr size_t kGraphScratchMaxBytes = size_t(8) << 20;
+// hold a buffer in each. The fill that GraphScratch saves costs about 1-3 us (GraphScratch below),
+// which matters where the GEMM takes 20-60 us: tiles of up to 64 tokens, whose scratch is two fp32
+// tiles per block (t8x256: 2 MiB over 132 blocks; t16x256 and t32x128: 4.1 MiB; t64x128: 8.3
+// MiB), while a t128x128 launch takes 16.5 MiB and runs 100 us or more. So each graph of a batch of
+// up to 64 tokens holds a buffer of 2-8.3 MiB (and a larger one beside it where a later launch of
+// the graph needs more: take() keeps what earlier launches point at), and the others nothing.
+constexpr size_t kGraphScratchMaxBytes = size_t(16) << 20;
 
 // A captured graph's stream-K scratch: one buffer per stream and capture sequence, from CUDA's
 // stream-ordered allocator, its counter region zeroed once while the capture runs (by a memset on
