@@ -351,10 +351,9 @@ private:
 // the pool active), and a kept tensor allocated there is a persistent pool tensor that torch rejects ("tensor(s) in the
 // cudagraph pool not tracked as outputs"). Growing frees the old buffer in stream order. Under graph
 // capture the graph gets buffers of its own (GraphScratch) up to kGraphScratchMaxBytes, or for
-// larger scratch or with HUMMING_GRAPH_SCRATCH=0 a fresh
-// buffer from torch's allocator, that is from the graph's pool (only its counter region zeroed, by
-// a fill the graph replays); either way a graph never points at a buffer that eager
-// calls or another replay stream also use. The kept buffers (1 MiB to 256 MiB per
+// larger scratch or with HUMMING_GRAPH_SCRATCH=0 a fresh buffer from torch's allocator, that is from
+// the graph's pool (only its counter region zeroed, by a fill the graph replays); either way a graph
+// never points at a buffer that eager calls or another replay stream also use. The kept buffers (1 MiB to 256 MiB per
 // stream that ran a stream-K launch, and those of live graphs) do not show in
 // torch.cuda.memory_allocated.
 void *kernel_workspace(int index, cudaStream_t stream, size_t bytes, std::optional<Tensor> *hold) {
