@@ -229,6 +229,21 @@ CallPlan &call_plan(const std::string &fmt_text, int64_t layout, int64_t n, int6
   return *plans.back();
 }
 
+// A new stream-K scratch buffer of `bytes` from CUDA's stream-ordered allocator, its counter region
+// (the first kWorkspaceZeroBytes) zeroed, both in `stream`'s order; on failure nothing is left
+// allocated and the error is cleared (the caller reports it).
+cudaError_t new_zeroed_scratch(void **p, size_t bytes, cudaStream_t stream) {
+  *p = nullptr;
+  cudaError_t e = cudaMallocAsync(p, bytes, stream);
+  if (e == cudaSuccess) e = cudaMemsetAsync(*p, 0, std::min(bytes, kWorkspaceZeroBytes), stream);
+  if (e != cudaSuccess) {
+    if (*p != nullptr) cudaFreeAsync(*p, stream);
+    *p = nullptr;
+    cudaGetLastError();
+  }
+  return e;
+}
+
 // HUMMING_GRAPH_SCRATCH (read at each captured launch that takes scratch): unset or 1, a captured
 // graph's stream-K scratch comes from GraphScratch below (the default since session 52); 0, from the
 // graph's pool, its counter region zeroed by a fill captured before each such launch (the behavior
@@ -285,8 +300,7 @@ public:
     void *p = nullptr;
     cudaStream_t &zeroing = zeroing_[index]; // the caller's device guard has selected device `index`
     cudaError_t e = zeroing != nullptr ? cudaSuccess : cudaStreamCreateWithFlags(&zeroing, cudaStreamNonBlocking);
-    if (e == cudaSuccess) e = cudaMallocAsync(&p, bytes, zeroing);
-    if (e == cudaSuccess) e = cudaMemsetAsync(p, 0, std::min(bytes, kWorkspaceZeroBytes), zeroing);
+    if (e == cudaSuccess) e = new_zeroed_scratch(&p, bytes, zeroing);
     if (e == cudaSuccess) e = cudaStreamSynchronize(zeroing);
     cudaUserObject_t holder = nullptr;
     if (e == cudaSuccess)
@@ -389,12 +403,9 @@ void *kernel_workspace(int index, cudaStream_t stream, size_t bytes, std::option
       buf = Kept{};
     }
     void *p = nullptr;
-    const cudaError_t e = cudaMallocAsync(&p, size, stream);
-    if (e != cudaSuccess) cudaGetLastError(); // the error is reported here, not left for the next call
+    const cudaError_t e = new_zeroed_scratch(&p, size, stream);
     ensure(e == cudaSuccess, "allocating ", size, " bytes of stream-K scratch on cuda:", index,
            " failed: ", cudaGetErrorString(e));
-    ensure(cudaMemsetAsync(p, 0, std::min(size, kWorkspaceZeroBytes), stream) == cudaSuccess,
-           "zeroing the stream-K scratch failed");
     buf = Kept{p, size};
   }
   return buf.ptr;
