@@ -60,7 +60,29 @@ w4a8_standing() {
   PYTHONPATH=/tmp/peer python3 -m humming_aot.bench --shapes 28672x8192,8192x8192,8192x28672 --ms 1,64,256,8192 \
     --formats w4a8 --impls humming-aot,cublaslt-fp8,humming-jit --jit-formats w4a8 --out-dir "$OUT" \
     --name dense-w4a8 --no-plot --time-budget-s 240 2>&1 | tail -40 | sed "s/^/dense /" | log
+  w4a8_moe_standing 64,256,1024
+}
+
+# w4a8_moe_standing TOKENS: scripts/bench_moe.py's W4A8 e2m1 per-channel MoE layers of Qwen3-30B-A3B
+# and Mixtral-8x7B at these token counts against humming-kernels 0.1.20's W4A8 MoE (install_peer
+# first; $OUT/moe-standing-w4a8.*); lines through log (device_log).
+w4a8_moe_standing() {
   PYTHONPATH=/tmp/peer python3 scripts/bench_moe.py "$OUT/moe-standing-w4a8.json" --models qwen3-30b-a3b,mixtral-8x7b \
-    --tokens 64,256,1024 --format e2m1gc-sbf16 --act e4m3-pt --jit-config w4a8 --impls humming-aot,humming-jit \
+    --tokens "$1" --format e2m1gc-sbf16 --act e4m3-pt --jit-config w4a8 --impls humming-aot,humming-jit \
     --jit-budget-s 200 2>&1 | grep -E "humming|rror" | grep -v "\[jit\]" | sed "s/^/moe /" | log
+}
+
+# w4a16_decode_probe: W4A16 u4g128 at m = 1 on 28672 x 8192, 8192 x 28672 and 8192 x 8192 with the
+# decode tiles t8x256 and t16x256 forced, the weight from nn.Linear's uniform initialization and from
+# randn, then the benchmark's humming-aot rows (which quantize randn): session 52 timed 28672 x 8192
+# at 58 us graph in the benchmark and 50 in time_shapes.py on the same instance. Needs the dense
+# u4g128 W4A16 tiles; lines through log (device_log). Sessions 52 and 53.
+w4a16_decode_probe() {
+  local w16=sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16 w
+  for w in linear randn; do
+    python3 scripts/time_shapes.py 28672x8192,8192x28672,8192x8192 1 --graph --flush read --iters 30 --weights $w \
+      --instances ${w16}_t8x256x128_w1x4x1_s8,${w16}_t16x256x128_w1x4x1_s7 2>&1 | sed "s/^/w4a16 $w /" | log
+  done
+  python3 -m humming_aot.bench --shapes 28672x8192,8192x28672,8192x8192 --ms 1 --formats w4a16 --impls humming-aot \
+    --out-dir "$OUT" --name w4a16-m1 --no-plot 2>&1 | grep "m=1:" | sed "s/^/w4a16 bench /" | log
 }

@@ -51,13 +51,7 @@ fi
 if [ "${PART:-standing}" = next ]; then
   HUMMING_PROFILE=dev build_filtered "$ALL"
   echo "build done at $(($(date +%s) - start)) s" | log
-  W16=sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16
-  for w in linear randn; do
-    python3 scripts/time_shapes.py 28672x8192,8192x28672,8192x8192 1 --graph --flush read --iters 30 --weights $w \
-      --instances ${W16}_t8x256x128_w1x4x1_s8,${W16}_t16x256x128_w1x4x1_s7 2>&1 | sed "s/^/w4a16 $w /" | log
-  done
-  python3 -m humming_aot.bench --shapes 28672x8192,8192x28672,8192x8192 --ms 1 --formats w4a16 --impls humming-aot \
-    --out-dir "$OUT" --name w4a16-m1 --no-plot 2>&1 | grep "m=1:" | sed "s/^/w4a16 bench /" | log
+  w4a16_decode_probe
   echo "w4a16 done at $(($(date +%s) - start)) s" | log
   W8=sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16
   S8=5120x13824,8192x8192,4096x14336,7168x16384,3584x18944,5120x5120,10240x8192
@@ -73,8 +67,6 @@ if [ "${PART:-standing}" = next ]; then
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
 if [ "${PART:-standing}" = moe ]; then
-  PYTHONPATH=/tmp/peer python3 scripts/bench_moe.py "$OUT/moe-standing-w4a8.json" --models qwen3-30b-a3b,mixtral-8x7b \
-    --tokens 1,64,256,1024 --format e2m1gc-sbf16 --act e4m3-pt --jit-config w4a8 --impls humming-aot,humming-jit \
-    --jit-budget-s 200 2>&1 | grep -E "humming|rror" | grep -v "\[jit\]" | sed "s/^/moe /" | log
+  w4a8_moe_standing 1,64,256,1024
   echo "all done at $(($(date +%s) - start)) s" | log
 fi
