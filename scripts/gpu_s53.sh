@@ -36,6 +36,12 @@ if [ "${PART:-spread}" = spread ]; then
       --instances ${W4}_t128x128x128_w1x2x1_s6_l4 2>&1 | sed "s/^/w4a8 sk$sk /" | log
     HUMMING_STREAM_K=$sk python3 scripts/time_shapes.py $S8 128,256 --format e4m3gc-sf32 $A8 \
       --instances ${W8}_t128x128x128_w1x2x1_s6 2>&1 | sed "s/^/w8a8 sk$sk /" | log
+    # The other corpus points where the W4A8 table picks t128 and the change spreads it (the
+    # dispatcher's picks, tools/table_regret.py's rule): 3584 x 18944 at m = 384, 10240 x 8192 at 80, 100.
+    for sm in 3584x18944:384 10240x8192:80,100; do
+      HUMMING_STREAM_K=$sk python3 scripts/time_shapes.py ${sm%%:*} ${sm#*:} --format e2m1gc-sbf16 --layout sm90a8 $A8 \
+        --instances ${W4}_t128x128x128_w1x2x1_s6_l4 2>&1 | sed "s/^/w4a8 sk$sk /" | log
+    done
   done
   python3 scripts/time_shapes.py $S8 128,256 --format e2m1gc-sbf16 --layout sm90a8 $A8 \
     --instances ${W4}_t64x128x128_w1x2x1_s8_l4 2>&1 | sed "s/^/w4a8 t64 /" | log
