@@ -621,6 +621,12 @@ def test_launch_facts_follow_the_persistent_plan():
     assert C.persistent_launch_facts("sm90", 64, 128, 128, a8, 1, 8192, 8192 + 32, 128, 132) == (
         C.persistent_launch_facts("sm90", 64, 128, 128, FMT90, 3, 8192, 65 * 128, 128, 132)
     )
+    # 80 t128 tiles over K = 13824 (5120 x 13824 at m = 256): the weight-only kernels spread them
+    # (streamk.h, spread_heavy: 66 K tiles at most a block, where a whole tile has 108); the 8-bit
+    # estimates read whole tiles, the plan their tile costs were fitted to.
+    assert C.persistent_launch_facts("sm90", 128, 128, 128, FMT90, 3, 5120, 13824, 256, 132) == (66 * 128, 1, True, 2)
+    a8w4 = "a-e4m3-pt_w-e2m1gc-sbf16_c-bf16"
+    assert C.persistent_launch_facts("sm90", 128, 128, 128, a8w4, 4, 5120, 13824, 256, 132) == (13824, 1, False, 0)
     # Other kernels are not covered by the model.
     assert C.persistent_launch_facts("sm80", 64, 128, 128, FMT90, 2, 8192, 8192, 128, 132) is None
 
