@@ -8,7 +8,7 @@
 #   moves without the L2 flush (the graph's counters then stay in L2 either way); the W4A16 u4g128
 #   standing with humming-kernels (m = 1 and 16). In that order: a call cut short keeps the first.
 # PART=moe (a warm follow-up, SKIP_BUILD=1): the W4A8 MoE standing with humming-kernels.
-# PART=next (about 400 s, the graph / stream-K GPU tests last; for session 53's first call, carry .peer): the ALL build, then
+# PART=next (about 400 s; carry .peer): the ALL build, then (the graph / stream-K GPU tests last)
 #   1. W4A16 u4g128 at m = 1, where the benchmark (python -m humming_aot.bench) gave 58.5 us graph on
 #      28672 x 8192 (t8x256; humming-kernels 50.0 in the same run) and time_shapes.py 50.1 on the
 #      same instance: the two differ in the weight's values (the benchmark quantizes randn, time_shapes
