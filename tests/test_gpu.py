@@ -768,11 +768,10 @@ def test_graphs_keep_their_stream_k_scratch_through_replays_and_deletion(owned, 
     """Under capture, a graph's stream-K GEMMs of decode-sized scratch (these: at most 16 MiB) share a
     buffer of the graph's own, zeroed once while the capture runs and freed after the graph is gone
     (HUMMING_GRAPH_SCRATCH=1, the default), or take scratch from the graph's pool, zeroed by a fill
-    the graph replays (0). Either
-    way, two graphs of two GEMMs each, replayed in turn with fresh inputs between eager calls of the
-    same layers, give the eager bits every time (the tile counters are back at zero after each
-    replay); deleting one graph changes nothing for the other, for eager calls (which free the
-    deleted graph's buffer) or for a new capture."""
+    the graph replays (0). Either way, two graphs of two GEMMs each, replayed in turn with fresh
+    inputs between eager calls of the same layers, give the eager bits every time (the tile counters
+    are back at zero after each replay); deleting one graph changes nothing for the other, for eager
+    calls (which free the deleted graph's buffer) or for a new capture."""
     import gc
 
     from humming_aot import registry
