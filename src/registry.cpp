@@ -315,12 +315,15 @@ bool persistent_launch_facts(const InstanceInfo &info, const GemmArgs &args, int
   // The plan kernel/sm90_dense.cuh and sm90_a8_dense.cuh launch (Kernel::plan): persistent,
   // stream-K for the tail, over whole K tiles (the weight-only kernels' padded K is a multiple of
   // theirs; the 8-bit ones round up); the weight-only ones (16-bit activations) spread t128 as
-  // plan_persistent's spread_heavy says.
+  // HeavySpread::kWide says. The 8-bit ones read whole tiles even where their W4A8 kernels spread
+  // (HeavySpread::kHalf): their tile costs were fitted to sweeps of whole tiles, and with the
+  // spread plans those costs' stream-K term (23.8 us for a8w4 t128) steered picks away from tiles
+  // that the spread made faster; the estimates follow once a sweep of the spread plans refits it.
   const int64_t m_tiles = (args.m + info.tile_m - 1) / info.tile_m;
   const int64_t n_tiles = (args.dims.n_pad + info.tile_n - 1) / info.tile_n;
   const int64_t k_tiles = (args.dims.k_pad + info.tile_k - 1) / info.tile_k;
-  const StreamKPlan p =
-      plan_persistent(m_tiles * n_tiles, k_tiles, info.tile_k, sms, info.tile_m, m_tiles, act_bits == 16);
+  const StreamKPlan p = plan_persistent(m_tiles * n_tiles, k_tiles, info.tile_k, sms, info.tile_m, m_tiles,
+                                        act_bits == 16 ? HeavySpread::kWide : HeavySpread::kNone);
   int64_t most = 0, segs = 0;
   for (int64_t b = 0; b < p.blocks; ++b) {
     int64_t len = 0, count = 0;

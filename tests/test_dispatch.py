@@ -622,8 +622,9 @@ def test_launch_facts_follow_the_persistent_plan():
         C.persistent_launch_facts("sm90", 64, 128, 128, FMT90, 3, 8192, 65 * 128, 128, 132)
     )
     # 80 t128 tiles over K = 13824 (5120 x 13824 at m = 256): the weight-only kernels spread them
-    # (streamk.h, spread_heavy: 66 K tiles at most a block, where a whole tile has 108); the 8-bit
-    # estimates read whole tiles, the plan their tile costs were fitted to.
+    # (streamk.h, HeavySpread::kWide: 66 K tiles at most a block, where a whole tile has 108); the
+    # 8-bit estimates read whole tiles, the plan their tile costs were fitted to (the W4A8 kernels
+    # keep them too here: HeavySpread::kHalf spreads at most 66 tiles).
     assert C.persistent_launch_facts("sm90", 128, 128, 128, FMT90, 3, 5120, 13824, 256, 132) == (66 * 128, 1, True, 2)
     a8w4 = "a-e4m3-pt_w-e2m1gc-sbf16_c-bf16"
     assert C.persistent_launch_facts("sm90", 128, 128, 128, a8w4, 4, 5120, 13824, 256, 132) == (13824, 1, False, 0)
@@ -683,7 +684,7 @@ def test_estimate_ranges_pick_the_lowest_estimate_and_keep_patterns_for_the_rest
     # the busiest block), t128 96 of one block each (8192); equal costs per input: t128.
     pick, why = dispatch._pick(table, 0, [t64, t128, sm80], (g, 12288, 8192, 128, 132, 3))
     assert pick is t128 and "estimated" in why
-    # 8192 x 8192 at m = 128: t128's 64 tiles spread over K (scheduler/streamk.h, spread_heavy:
+    # 8192 x 8192 at m = 128: t128's 64 tiles spread over K (scheduler/streamk.h, HeavySpread:
     # 4096 inputs per block) where t64's 128 tiles take one block each (8192 inputs).
     est = dict((i.tile[0], us) for us, i in dispatch._estimates(table, [t128, t64], (g, 8192, 8192, 128, 132, 3)))
     assert est == {128: pytest.approx(4.096), 64: pytest.approx(8.192)}

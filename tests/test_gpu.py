@@ -361,13 +361,16 @@ def test_sm90_rings_wrap_over_waves_of_tiles(inst):
     assert torch.equal(ha.gemm(a, p, fmt, a_scales=s, instance=inst.name), first)
 
 
-# Weight-only sm90 tiles of 128 tokens: launches of at most two thirds as many tiles as
-# multiprocessors with K >= 4096 spread over K (scheduler/streamk.h, spread_heavy), one row of
-# tiles (m = 100) and two (m = 200).
+# sm90 tiles of 128 tokens whose launches of at most half as many tiles as multiprocessors with
+# K >= 4096 spread over K (scheduler/streamk.h, HeavySpread): the weight-only ones and those with
+# 4-bit codes on FP8 tensor cores (W4A8); one row of tiles (m = 100) and two (m = 200).
 HEAVY_INSTANCES = [
     i
     for i in FAST
-    if i.backend == "sm90" and i.scheduler == "dense" and i.tile[0] == 128 and i.act_type in ("bf16", "f16")
+    if i.backend == "sm90"
+    and i.scheduler == "dense"
+    and i.tile[0] == 128
+    and (i.act_type in ("bf16", "f16") or (i.act_type in ("e4m3", "e5m2") and F.dtype(i.code_type).bits == 4))
 ]
 
 
@@ -379,7 +382,8 @@ def test_sm90_heavy_tiles_spread_over_k(inst):
 
     fmt = _format_for(inst)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    n, k = (sms // 4) * inst.tile[1] - 40, 4096 + 128  # a third of the SMs' tiles per row; a partial last tile
+    # A quarter of the SMs' tiles per row (half in two rows); a partial last tile.
+    n, k = (sms // 4) * inst.tile[1] - 40, 4096 + 128
     p, w_deq, w_ref = _ring_weight(inst.layout, fmt, n, k)
     for m in (100, 200):
         assert registry.workspace_bytes(inst.name, fmt, inst.layout, n, k, m) > 0, "this case must use partials"

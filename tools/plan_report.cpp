@@ -6,10 +6,10 @@
 // drift from them. Session 48: at decode, a launch whose blocks' shares cross tiles (two segments
 // a block, fix-ups on most tiles) is a suspect for the W4A8 GEMM's time beyond its copies' floor.
 //   g++ -std=c++17 -O2 -I include tools/plan_report.cpp -o /tmp/plan_report
-//   /tmp/plan_report [--bm 8] [--bn 256] [--bk 128] [--m 1] [--sms 132] [--heavy] NxK [NxK ...]
-// (--bm / --bn / --bk: the tile; --heavy: plan_persistent's spread_heavy, which the weight-only
-// kernels pass; the 8-bit activation kernels do not. HUMMING_STREAM_K and HUMMING_MIN_SLICE_K in
-// the environment act as they do in the library.)
+//   /tmp/plan_report [--bm 8] [--bn 256] [--bk 128] [--m 1] [--sms 132] [--heavy | --half] NxK [NxK ...]
+// (--bm / --bn / --bk: the tile; --heavy: HeavySpread::kWide, which the weight-only kernels
+// pass; --half: HeavySpread::kHalf, which the W4A8 kernels pass; neither: the other 8-bit ones. HUMMING_STREAM_K and
+// HUMMING_MIN_SLICE_K in the environment act as they do in the library.)
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -32,7 +32,7 @@ void print_histogram(const char *what, const std::map<int64_t, int64_t> &h) {
 int main(int argc, char **argv) {
   int64_t bm = 8, bn = 256, bk = 128, m = 1;
   int sms = 132;
-  bool heavy = false;
+  humming::HeavySpread heavy = humming::HeavySpread::kNone;
   int first_shape = argc;
   for (int i = 1; i < argc; ++i) {
     const auto value = [&](const char *flag) {
@@ -53,14 +53,17 @@ int main(int argc, char **argv) {
     else if (!std::strcmp(argv[i], "--sms"))
       sms = static_cast<int>(value("--sms"));
     else if (!std::strcmp(argv[i], "--heavy"))
-      heavy = true;
+      heavy = humming::HeavySpread::kWide;
+    else if (!std::strcmp(argv[i], "--half"))
+      heavy = humming::HeavySpread::kHalf;
     else {
       first_shape = i;
       break;
     }
   }
   if (first_shape >= argc || bm <= 0 || bn <= 0 || bk <= 0 || m <= 0 || sms <= 0) {
-    std::fprintf(stderr, "usage: %s [--bm 8] [--bn 256] [--bk 128] [--m 1] [--sms 132] [--heavy] NxK [NxK ...]\n",
+    std::fprintf(stderr,
+                 "usage: %s [--bm 8] [--bn 256] [--bk 128] [--m 1] [--sms 132] [--heavy | --half] NxK [NxK ...]\n",
                  argv[0]);
     return 2;
   }

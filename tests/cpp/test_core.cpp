@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "humming/backend/sm80/a8_addressing.h"
@@ -388,18 +389,31 @@ void test_persistent_plans() {
   EXPECT(crowded.sk_tiles == 0 && crowded.blocks == 56 && crowded.dp_waves == 1, "56 tiles of 128 tokens: %lld blocks",
          static_cast<long long>(crowded.blocks));
   EXPECT(plan_persistent(24, 56, 128, sms, 128).sk_tiles == 24, "24 tiles of 128 tokens spread");
-  // Where the weight-only kernels ask (spread_heavy): one row of 64 tiles of 8192 x 28672 (224 K
-  // tiles) spreads, two per tile; 80 tiles spread over K = 8192 but not over 5120; 96 tiles, K below
-  // 4096, tiles of 256 tokens and callers that do not ask keep one block per tile.
-  const StreamKPlan deep = plan_persistent(64, 224, 128, sms, 128, 1, true);
+  // Where the weight-only kernels ask (HeavySpread::kWide): one row of 64 tiles of 8192 x 28672
+  // (224 K tiles) spreads, two per tile; 80 tiles spread over K = 8192 but not over 5120; 96 tiles,
+  // K below 4096, tiles of 256 tokens and callers that do not ask keep one block per tile.
+  const HeavySpread wide = HeavySpread::kWide, half = HeavySpread::kHalf;
+  const StreamKPlan deep = plan_persistent(64, 224, 128, sms, 128, 1, wide);
   EXPECT(deep.sk_tiles == 64 && deep.blocks == 128 && deep.dp_waves == 0, "64 deep tiles of 128 tokens: %lld blocks",
          static_cast<long long>(deep.blocks));
   EXPECT(plan_persistent(64, 224, 128, sms, 128, 1).sk_tiles == 0, "not asked: one block per tile");
-  EXPECT(plan_persistent(80, 64, 128, sms, 128, 2, true).sk_tiles == 80, "80 tiles over K = 8192 spread");
-  EXPECT(plan_persistent(80, 40, 128, sms, 128, 2, true).sk_tiles == 0, "80 tiles over K = 5120 stay plain");
-  EXPECT(plan_persistent(96, 224, 128, sms, 128, 2, true).sk_tiles == 0, "96 tiles stay plain");
-  EXPECT(plan_persistent(56, 28, 128, sms, 128, 2, true).sk_tiles == 0, "K = 3584 stays plain");
-  EXPECT(plan_persistent(64, 224, 64, sms, 256, 1, true).sk_tiles == 0, "tiles of 256 tokens stay plain");
+  EXPECT(plan_persistent(80, 64, 128, sms, 128, 2, wide).sk_tiles == 80, "80 tiles over K = 8192 spread");
+  EXPECT(plan_persistent(80, 40, 128, sms, 128, 2, wide).sk_tiles == 0, "80 tiles over K = 5120 stay plain");
+  EXPECT(plan_persistent(96, 224, 128, sms, 128, 2, wide).sk_tiles == 0, "96 tiles stay plain");
+  EXPECT(plan_persistent(56, 28, 128, sms, 128, 2, wide).sk_tiles == 0, "K = 3584 stays plain");
+  EXPECT(plan_persistent(64, 224, 64, sms, 256, 1, wide).sk_tiles == 0, "tiles of 256 tokens stay plain");
+  // The W4A8 kernels (kHalf): launches of at most half as many tiles as multiprocessors over
+  // K >= 4096 spread as with kWide (64 tiles of 8192 x 8192, 40 of 5120 x 5120 at m = 128: the
+  // same plan), while 80 tiles over K = 8192 or 13824 keep one block per tile.
+  for (const auto &[tiles, k_tiles] : {std::pair<int64_t, int64_t>{64, 64}, {40, 40}, {56, 148}}) {
+    const StreamKPlan h = plan_persistent(tiles, k_tiles, 128, sms, 128, 2, half);
+    const StreamKPlan w = plan_persistent(tiles, k_tiles, 128, sms, 128, 2, wide);
+    EXPECT(h.sk_tiles == tiles && h.blocks == w.blocks && h.units == w.units, "kHalf: %lld tiles over %lld K tiles",
+           static_cast<long long>(tiles), static_cast<long long>(k_tiles));
+  }
+  EXPECT(plan_persistent(80, 64, 128, sms, 128, 2, half).sk_tiles == 0, "kHalf: 80 tiles over K = 8192 stay plain");
+  EXPECT(plan_persistent(80, 108, 128, sms, 128, 2, half).sk_tiles == 0, "kHalf: 80 tiles over K = 13824 stay plain");
+  EXPECT(plan_persistent(64, 28, 128, sms, 128, 2, half).sk_tiles == 0, "kHalf: K = 3584 stays plain");
   EXPECT(plan_persistent(56, 28, 128, sms, 64).sk_tiles == 56, "56 tiles of 64 tokens spread");
   // Tiles of 32 and 64 tokens in two or more rows spread only while each has two multiprocessors:
   // 112 tiles of 3584 x 3584 (t64 at m = 256, t32 at m = 128: four rows) stay one block each, 64

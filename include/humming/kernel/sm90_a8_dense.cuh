@@ -523,11 +523,12 @@ struct DenseA8 {
     // Grouped: whole tiles that each block finds itself (scheduler/moe.h, grouped_plan).
     if constexpr (Grouped) return grouped_plan(args.m, args.experts, BM, n_tiles(args), k_tiles, args.num_sms);
     const int64_t m_tiles = (args.m + BM - 1) / BM;
-    // spread_heavy: a few t128 tiles over a deep K are spread over the idle multiprocessors, as in
-    // the weight-only kernels (scheduler/streamk.h). The dispatcher's estimates still read whole
-    // tiles for these kernels (src/registry.cpp, persistent_launch_facts): their tile costs were
-    // fitted to whole-tile sweeps.
-    return plan_persistent(m_tiles * n_tiles(args), k_tiles, BK, args.num_sms, BM, m_tiles, true);
+    // Few t128 tiles over a deep K spread over the idle multiprocessors where that was measured to
+    // gain (scheduler/streamk.h, HeavySpread): 4-bit codes on FP8 tensor cores. The dispatcher's
+    // estimates still read whole tiles for these kernels (src/registry.cpp,
+    // persistent_launch_facts): their tile costs were fitted to whole-tile sweeps.
+    constexpr HeavySpread kHeavy = kFour && !kInt ? HeavySpread::kHalf : HeavySpread::kNone;
+    return plan_persistent(m_tiles * n_tiles(args), k_tiles, BK, args.num_sms, BM, m_tiles, kHeavy);
   }
 };
 

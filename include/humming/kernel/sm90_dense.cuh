@@ -386,7 +386,8 @@ struct Dense {
       return p;
     }
     const int64_t m_tiles = (args.m + BM - 1) / BM;
-    return plan_persistent(m_tiles * n_tiles(args), args.dims.k_pad / BK, BK, args.num_sms, BM, m_tiles, true);
+    return plan_persistent(m_tiles * n_tiles(args), args.dims.k_pad / BK, BK, args.num_sms, BM, m_tiles,
+                           HeavySpread::kWide);
   }
 };
 

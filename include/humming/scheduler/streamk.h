@@ -233,10 +233,11 @@ inline int64_t persistent_max_waves() {
 // 42.4 plain.
 constexpr int64_t kPersistentHeavyTileM = 128;
 constexpr int64_t kPersistentHeavySlotsPerTile = 4;
-// Except, where the caller asks (`spread_heavy`: the weight-only kernels, where it was measured),
-// for tiles of kPersistentHeavyTileM to 2 kPersistentHeavyTileM - 1 tokens (t128) in a launch of at
-// most half as many tiles as slots with at least kPersistentHeavySpreadMinK inputs, or at most
-// two thirds as many with at least kPersistentHeavySpreadWideMinK: there a third of the
+// Except, where the caller asks (HeavySpread below: kWide for the weight-only kernels, kHalf for
+// the W4A8 ones, where each was measured), for tiles of kPersistentHeavyTileM to
+// 2 kPersistentHeavyTileM - 1 tokens (t128) in a launch of at most half as many tiles as slots
+// with at least kPersistentHeavySpreadMinK inputs, or (kWide) at most two thirds as many with at
+// least kPersistentHeavySpreadWideMinK: there a third of the
 // multiprocessors or more would idle through a long K while the partials cost the same. H200,
 // session 26, u4g128 t128x128x128 (graph us after a read flush, spread / one block per tile): one
 // row of 64 tiles, 8192 x 28672 at m = 100 87.1 / 141.9 and 8192 x 8192 33.0 / 45.4; 40 tiles of
@@ -248,8 +249,26 @@ constexpr int64_t kPersistentHeavySlotsPerTile = 4;
 // 8192 x 8192 57.9 / 48.5 at m = 256). The kernel has changed since session 13's figures above:
 // 4096 x 4096 at m = 256 now gains. K below 4096 (3584 x 3584) was not measured again and keeps
 // one block per tile.
+// The 8-bit activation kernels (H100, session 54, t128x128x128 forced, graph us after a read flush
+// with the activations' quantization, whole tiles / this rule, HUMMING_STREAM_K=0 / 1): with 4-bit
+// codes (e2m1 per channel x e4m3 per token) every launch of at most half as many tiles as slots
+// gained: 5120 x 13824 at m = 128 (40 tiles) 48.5 / 31.5, 8192 x 8192 (64) 33.3 / 30.8, 4096 x
+// 14336 at m = 128 / 256 (32 / 64) 50.0 / 32.3 and 52.8 / 41.9, 7168 x 16384 (56) 56.8 / 40.7,
+// 3584 x 18944 at 128 / 256 (28 / 56) 63.2 / 33.4 and 66.3 / 46.1, 5120 x 5120 (40) 23.3 / 22.2;
+// but the wide part lost over K = 8192 (10240 x 8192, 80 tiles, at m = 80 / 100 / 128: 31.9 /
+// 34.2, 32.7 / 36.7, 33.7 / 38.4) and tied over 13824 (5120 x 13824 at m = 256, 51.6 / 52.3), so
+// they take kHalf. With 8-bit codes it lost as often as it gained (e4m3 x e4m3 per channel, the
+// same launches: 8192 x 8192 at 128 35.4 / 42.5, 5120 x 5120 21.6 / 26.4, 7168 x 16384 58.6 / 60.6
+// against 3584 x 18944 54.2 / 46.5, 4096 x 14336 at 256 47.2 / 44.8; the wide part 5120 x 13824
+// at 256 49.4 / 72.6; 128 x 128 blocks there 61.9 / 78.4, i8 x i8 52.5 / 69.0), so they keep kNone.
 constexpr int64_t kPersistentHeavySpreadMinK = 4096;
 constexpr int64_t kPersistentHeavySpreadWideMinK = 8192;
+// Which launches of few t128 tiles a kernel spreads (the exception above).
+enum class HeavySpread : uint8_t {
+  kNone, // none: one block per tile, as kPersistentHeavySlotsPerTile says
+  kHalf, // at most half as many tiles as slots over at least kPersistentHeavySpreadMinK inputs
+  kWide, // those, and at most two thirds as many over at least kPersistentHeavySpreadWideMinK
+};
 // Tiles of kPersistentMidTileM to kPersistentHeavyTileM - 1 tokens (t32, t64) spread such a launch
 // only while each tile has at least kPersistentMidSlotsPerTile multiprocessors. H200, u4g128 bf16,
 // session 13 (graph us after a read flush, spread / one block per tile, 8 layers of 1536 to 7168
@@ -288,10 +307,9 @@ constexpr int64_t kPersistentMidMaxK = 8192;
 
 // `tiles`: output tiles of the launch; `k_tiles`: K tiles of one (`tile_k` inputs each); `sms`:
 // multiprocessors; `tile_m`: tokens per tile (0: not known, as for a decode tile); `m_tiles`: rows
-// of tiles along M (0: not known); `spread_heavy`: the exception for t128 launches above (the
-// weight-only kernels; the 8-bit kernels' tiles and tile costs were tuned without it).
+// of tiles along M (0: not known); `heavy`: which t128 launches take the exception above.
 inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_k, int sms, int64_t tile_m = 0,
-                                   int64_t m_tiles = 0, bool spread_heavy = false) {
+                                   int64_t m_tiles = 0, HeavySpread heavy = HeavySpread::kNone) {
   StreamKPlan p;
   p.tiles = tiles;
   p.k_tiles = k_tiles;
@@ -306,9 +324,10 @@ inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_
                                  : tile_m >= kPersistentMidTileM && depth <= kPersistentMidMaxK && m_tiles >= 2
                                      ? kPersistentMidSlotsPerTile
                                      : 1;
-  const bool heavy_spread = spread_heavy && tile_m >= kPersistentHeavyTileM && tile_m < 2 * kPersistentHeavyTileM &&
-                            ((2 * tiles <= slots && depth >= kPersistentHeavySpreadMinK) ||
-                             (3 * tiles <= 2 * slots && depth >= kPersistentHeavySpreadWideMinK));
+  const bool heavy_spread =
+      heavy != HeavySpread::kNone && tile_m >= kPersistentHeavyTileM && tile_m < 2 * kPersistentHeavyTileM &&
+      ((2 * tiles <= slots && depth >= kPersistentHeavySpreadMinK) ||
+       (heavy == HeavySpread::kWide && 3 * tiles <= 2 * slots && depth >= kPersistentHeavySpreadWideMinK));
   const bool crowded = (full == 0 && tiles * slots_per_tile > slots && !heavy_spread) ||
                        (tile_m < kPersistentMidTileM && m_tiles == 1 &&
                         rem * kPersistentDecodeBusyDen >= slots * kPersistentDecodeBusyNum);
