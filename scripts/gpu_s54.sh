@@ -6,11 +6,11 @@
 #   1. a dev build of the dense W4A8 e2m1 per-channel and u4g128 tiles and the weight-only u4g128 t128;
 #   2. the GPU tests of those (test_gpu.py: heavy tiles spread over K, every instance against the
 #      reference, dispatch);
-#   3. sweeps (scripts/sweep_tiles.py, every tile forced, graph us with the activations'
+#   3. t128 forced with HUMMING_STREAM_K=0 (whole tiles: the plan before kHalf at its points) and 1
+#      for u4g128 in layout 4 and e2m1 in the generic layout, which kHalf spreads unmeasured;
+#   4. sweeps (scripts/sweep_tiles.py, every tile forced, graph us with the activations'
 #      quantization) of both W4A8 formats in layout 4 over the shape corpus at m = 48 to 512, with
-#      the new plan: the data for refitting the a8w4 tile costs to the spread plan;
-#   4. t128 forced with HUMMING_STREAM_K=0 (whole tiles: the plan before kHalf at its points) and 1
-#      for u4g128 in layout 4 and e2m1 in the generic layout, which kHalf spreads unmeasured.
+#      the new plan: the data for refitting the a8w4 tile costs to the spread plan.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -22,12 +22,6 @@ HUMMING_PROFILE=dev build_filtered "^($W4|sm90_wgmma_dense_a-bf16_w-u4g128-sbf16
 echo "build done at $(($(date +%s) - start)) s" | log
 gpu_tests test_gpu test_gpu.py "heavy or instance_against or dispatch"
 echo "tests done at $(($(date +%s) - start)) s" | log
-for fmt in e2m1gc u4g128; do
-  python3 scripts/sweep_tiles.py "$OUT/sweep-w4a8-$fmt-l4.json" --format $fmt-sbf16 --act e4m3-pt --layout sm90a8 \
-    --match "^sm90_wgmma_dense_a-e4m3-pt_w-$fmt-sbf16_c-bf16_.*_l4$" --ms 48,64,96,128,192,256,384,512 2>&1 \
-    | sed "s/^/sweep $fmt /" | log
-  echo "sweep $fmt done at $(($(date +%s) - start)) s" | log
-done
 A8="--act e4m3-pt --graph --flush read --iters 30 --weights randn"
 S8=5120x13824,8192x8192,4096x14336,7168x16384,3584x18944,5120x5120
 for sk in 0 1; do
@@ -35,5 +29,12 @@ for sk in 0 1; do
     --instances sm90_wgmma_dense_a-e4m3-pt_w-u4g128-sbf16_c-bf16_t128x128x128_w1x2x1_s6_l4 2>&1 | sed "s/^/u4 l4 sk$sk /" | log
   HUMMING_STREAM_K=$sk python3 scripts/time_shapes.py $S8 128,256 --format e2m1gc-sbf16 --layout generic $A8 \
     --instances sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t128x128x128_w1x2x1_s6 2>&1 | sed "s/^/e2m1 l1 sk$sk /" | log
+done
+echo "a/b done at $(($(date +%s) - start)) s" | log
+for fmt in e2m1gc u4g128; do
+  python3 scripts/sweep_tiles.py "$OUT/sweep-w4a8-$fmt-l4.json" --format $fmt-sbf16 --act e4m3-pt --layout sm90a8 \
+    --match "^sm90_wgmma_dense_a-e4m3-pt_w-$fmt-sbf16_c-bf16_.*_l4$" --ms 48,64,96,128,192,256,384,512 2>&1 \
+    | sed "s/^/sweep $fmt /" | log
+  echo "sweep $fmt done at $(($(date +%s) - start)) s" | log
 done
 echo "all done at $(($(date +%s) - start)) s" | log
