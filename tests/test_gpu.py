@@ -767,20 +767,23 @@ def test_cuda_graph_and_streams():
     assert torch.equal(y1, eager) and torch.equal(y2, ref2)
 
 
-@pytest.mark.parametrize("owned", ["0", "1"])
-def test_graphs_keep_their_stream_k_scratch_through_replays_and_deletion(owned, monkeypatch):
+@pytest.mark.parametrize("owned,max_mib", [("0", None), ("1", None), ("1", "0")])
+def test_graphs_keep_their_stream_k_scratch_through_replays_and_deletion(owned, max_mib, monkeypatch):
     """Under capture, a graph's stream-K GEMMs of decode-sized scratch (these: at most 16 MiB) share a
     buffer of the graph's own, zeroed once while the capture runs and freed after the graph is gone
     (HUMMING_GRAPH_SCRATCH=1, the default), or take scratch from the graph's pool, zeroed by a fill
-    the graph replays (0). Either way, two graphs of two GEMMs each, replayed in turn with fresh
-    inputs between eager calls of the same layers, give the eager bits every time (the tile counters
-    are back at zero after each replay); deleting one graph changes nothing for the other, for eager
+    the graph replays (0, or 1 with HUMMING_GRAPH_SCRATCH_MAX_MIB=0: no scratch is small enough for
+    the graph's own). Either way, two graphs of two GEMMs each, replayed in turn with fresh inputs
+    between eager calls of the same layers, give the eager bits every time (the tile counters are
+    back at zero after each replay); deleting one graph changes nothing for the other, for eager
     calls (which free the deleted graph's buffer) or for a new capture."""
     import gc
 
     from humming_aot import registry
 
     monkeypatch.setenv("HUMMING_GRAPH_SCRATCH", owned)
+    if max_mib is not None:
+        monkeypatch.setenv("HUMMING_GRAPH_SCRATCH_MAX_MIB", max_mib)
 
     ns, ms = (512, 1024), (1, 8)
     layers = [ha.QuantLinear.from_linear(torch.nn.Linear(SPLIT_K, n), "u4g128-sbf16", device="cuda") for n in ns]
@@ -828,6 +831,27 @@ def test_graphs_keep_their_stream_k_scratch_through_replays_and_deletion(owned, 
     for _ in range(2):
         check(0, *captured[1])
         check(1, *captured[0])
+
+
+def test_graph_scratch_limit_setting_is_checked(monkeypatch):
+    """A HUMMING_GRAPH_SCRATCH_MAX_MIB that is not a whole number of MiB from 0 to 1024 stops the
+    capture of a GEMM that takes stream-K scratch with an error naming the setting."""
+    from humming_aot import registry
+
+    layer = ha.QuantLinear.from_linear(torch.nn.Linear(SPLIT_K, 512), "u4g128-sbf16", device="cuda")
+    x = torch.randn(1, SPLIT_K, device="cuda", dtype=torch.bfloat16)
+    if registry.workspace_bytes(layer.instance_for(1, "cuda"), layer.fmt, layer.layout, 512, SPLIT_K, 1) == 0:
+        pytest.skip("this build's instance for the layer does not split K: nothing takes stream-K scratch")
+    layer(x)
+    torch.cuda.synchronize()
+    for bad in ("16.5", "-1", "2048", "lots"):
+        monkeypatch.setenv("HUMMING_GRAPH_SCRATCH_MAX_MIB", bad)
+        graph = torch.cuda.CUDAGraph()
+        with pytest.raises(ValueError, match="HUMMING_GRAPH_SCRATCH_MAX_MIB"):
+            with torch.cuda.graph(graph):
+                layer(x)
+        del graph
+        torch.cuda.synchronize()
 
 
 def test_gpu_error_paths():

@@ -253,7 +253,7 @@ bool graph_scratch_owned() {
   return v == nullptr || std::string(v) != "0";
 }
 
-// The largest stream-K scratch a captured launch takes from GraphScratch; larger launches take the
+// The largest stream-K scratch a captured launch takes from GraphScratch by default; larger launches take the
 // graph's pool as before. A graph's own buffer is memory of that graph alone, while the pool's is
 // lent to the next allocation of the capture as soon as the launch is queued (and torch lets
 // captures share a pool): a server that captures one graph per batch size (tens of them) would
@@ -264,6 +264,21 @@ bool graph_scratch_owned() {
 // up to 64 tokens holds a buffer of 2-8.3 MiB (and a larger one beside it where a later launch of
 // the graph needs more: take() keeps what earlier launches point at), and the others nothing.
 constexpr size_t kGraphScratchMaxBytes = size_t(16) << 20;
+// Since session 54 the W4A8 kernels also spread few t128 tiles (scheduler/streamk.h,
+// HeavySpread::kHalf), launches of 30-45 us whose 16.5 MiB take the pool and its fill; their graph
+// replays measured 1.6-4.7 us slower than eager calls (H100, session 54), against 0.5-2.1 for t64
+// with the graph's own buffer. Whether that fill is the cause was not measured, so the limit
+// stays and HUMMING_GRAPH_SCRATCH_MAX_MIB (read at each captured launch that takes scratch; whole
+// MiB, 0 to 1024) moves it, for that measurement and for servers that trade memory either way.
+size_t graph_scratch_max_bytes() {
+  const char *v = std::getenv("HUMMING_GRAPH_SCRATCH_MAX_MIB");
+  if (v == nullptr || *v == '\0') return kGraphScratchMaxBytes;
+  char *end = nullptr;
+  const long mib = std::strtol(v, &end, 10);
+  require(*end == '\0' && mib >= 0 && mib <= 1024,
+          "HUMMING_GRAPH_SCRATCH_MAX_MIB must be a whole number of MiB from 0 to 1024, got '", v, "'");
+  return static_cast<size_t>(mib) << 20;
+}
 
 // A captured graph's stream-K scratch: one buffer per stream and capture sequence, from CUDA's
 // stream-ordered allocator, its counter region zeroed once while the capture runs (by a memset on
@@ -364,7 +379,7 @@ private:
 // the thread's allocations to a graph pool (torch.compile's reduce-overhead warm-up runs eagerly on its own stream with
 // the pool active), and a kept tensor allocated there is a persistent pool tensor that torch rejects ("tensor(s) in the
 // cudagraph pool not tracked as outputs"). Growing frees the old buffer in stream order. Under graph
-// capture the graph gets buffers of its own (GraphScratch) up to kGraphScratchMaxBytes, or for
+// capture the graph gets buffers of its own (GraphScratch) up to graph_scratch_max_bytes(), or for
 // larger scratch or with HUMMING_GRAPH_SCRATCH=0 a fresh buffer from torch's allocator, that is from
 // the graph's pool (only its counter region zeroed, by a fill the graph replays); either way a graph
 // never points at a buffer that eager calls or another replay stream also use. The kept buffers (1 MiB to 256 MiB per
@@ -376,7 +391,7 @@ void *kernel_workspace(int index, cudaStream_t stream, size_t bytes, std::option
   cudaGraph_t graph = nullptr;
   ensure(cudaStreamGetCaptureInfo(stream, &capture, &capture_id, &graph) == cudaSuccess,
          "cannot query the stream's capture state");
-  if (capture == cudaStreamCaptureStatusActive && bytes <= kGraphScratchMaxBytes && graph_scratch_owned())
+  if (capture == cudaStreamCaptureStatusActive && graph_scratch_owned() && bytes <= graph_scratch_max_bytes())
     return GraphScratch::get().take(index, stream, capture_id, graph, bytes);
   if (capture == cudaStreamCaptureStatusNone) GraphScratch::get().free_released(stream);
   constexpr size_t kKeepLimit = size_t(256) << 20; // larger scratch is not kept between calls
