@@ -8,8 +8,8 @@
 //   g++ -std=c++17 -O2 -I include tools/plan_report.cpp -o /tmp/plan_report
 //   /tmp/plan_report [--bm 8] [--bn 256] [--bk 128] [--m 1] [--sms 132] [--heavy | --half] NxK [NxK ...]
 // (--bm / --bn / --bk: the tile; --heavy: HeavySpread::kWide, which the weight-only kernels
-// pass; --half: HeavySpread::kHalf, which the W4A8 kernels pass; neither: the other 8-bit ones. HUMMING_STREAM_K and
-// HUMMING_MIN_SLICE_K in the environment act as they do in the library.)
+// pass; --half: HeavySpread::kHalf, which the W4A8 kernels pass; neither: the other 8-bit ones.
+// HUMMING_STREAM_K and HUMMING_MIN_SLICE_K in the environment act as they do in the library.)
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

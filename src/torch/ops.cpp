@@ -253,8 +253,8 @@ bool graph_scratch_owned() {
   return v == nullptr || std::string(v) != "0";
 }
 
-// The largest stream-K scratch a captured launch takes from GraphScratch by default; larger launches take the
-// graph's pool as before. A graph's own buffer is memory of that graph alone, while the pool's is
+// The largest stream-K scratch a captured launch takes from GraphScratch by default; larger
+// launches take the graph's pool as before. A graph's own buffer is memory of that graph alone, while the pool's is
 // lent to the next allocation of the capture as soon as the launch is queued (and torch lets
 // captures share a pool): a server that captures one graph per batch size (tens of them) would
 // hold a buffer in each. The fill that GraphScratch saves costs about 1-3 us (GraphScratch below),
