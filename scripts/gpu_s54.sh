@@ -7,9 +7,11 @@
 #   2. the GPU tests of those (test_gpu.py: heavy tiles spread over K, every instance against the
 #      reference, dispatch);
 #   3. t128 forced with HUMMING_STREAM_K=0 (whole tiles: the plan before kHalf at its points) and 1
-#      for u4g128 in layout 4 and e2m1 in the generic layout, which kHalf spreads unmeasured;
-#      Then the W4A8 t128 spread launches in graphs with HUMMING_GRAPH_SCRATCH_MAX_MIB=16 (their
-#      16.5 MiB of scratch from the graph's pool, with a fill each replay) and 17 (the graph's own);
+#      for u4g128 in layout 4 and e2m1 in the generic layout, which kHalf spreads unmeasured; the
+#      deepest corpus layers (8192 x 28672, 8192 x 29568) at m = 65 to 128, where the estimates now
+#      take the spread W4A8 t128: the dispatcher's choice, cuBLASLt, t64 and whole t128; the W4A8
+#      t128 spread launches in graphs with HUMMING_GRAPH_SCRATCH_MAX_MIB=16 (their 16.5 MiB of
+#      scratch from the graph's pool, with a fill each replay) and 17 (the graph's own);
 #   4. sweeps (scripts/sweep_tiles.py, every tile forced, graph us with the activations'
 #      quantization) of both W4A8 formats in layout 4 over the shape corpus at m = 48 to 512, with
 #      the new plan: the data for refitting the a8w4 tile costs to the spread plan.
@@ -32,6 +34,15 @@ for sk in 0 1; do
   HUMMING_STREAM_K=$sk python3 scripts/time_shapes.py $S8 128,256 --format e2m1gc-sbf16 --layout generic $A8 \
     --instances sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t128x128x128_w1x2x1_s6 2>&1 | sed "s/^/e2m1 l1 sk$sk /" | log
 done
+# The corpus points where the estimates now take the W4A8 t128 spread (registry.cpp,
+# persistent_launch_facts): the dispatcher's choice with cuBLASLt beside, t64 forced, whole t128.
+DEEP=8192x28672,8192x29568
+python3 scripts/time_shapes.py $DEEP 65,96,128 --format e2m1gc-sbf16 --layout sm90a8 $A8 --cublaslt 2>&1 \
+  | sed "s/^/deep default /" | log
+python3 scripts/time_shapes.py $DEEP 65,96,128 --format e2m1gc-sbf16 --layout sm90a8 $A8 \
+  --instances sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t64x128x128_w1x2x1_s8_l4 2>&1 | sed "s/^/deep t64 /" | log
+HUMMING_STREAM_K=0 python3 scripts/time_shapes.py $DEEP 65,96,128 --format e2m1gc-sbf16 --layout sm90a8 $A8 \
+  --instances sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t128x128x128_w1x2x1_s6_l4 2>&1 | sed "s/^/deep t128 sk0 /" | log
 # The t128 spread launches' 16.5 MiB of scratch from the graph's own buffer (17) against the pool
 # and its replayed fill (16, the default limit): src/torch/ops.cpp, graph_scratch_max_bytes.
 for mib in 16 17; do

@@ -314,16 +314,21 @@ bool persistent_launch_facts(const InstanceInfo &info, const GemmArgs &args, int
     return false;
   // The plan kernel/sm90_dense.cuh and sm90_a8_dense.cuh launch (Kernel::plan): persistent,
   // stream-K for the tail, over whole K tiles (the weight-only kernels' padded K is a multiple of
-  // theirs; the 8-bit ones round up); the weight-only ones (16-bit activations) spread t128 as
-  // HeavySpread::kWide says. The 8-bit ones read whole tiles even where their W4A8 kernels spread
-  // (HeavySpread::kHalf): their tile costs were fitted to sweeps of whole tiles, and with the
-  // spread plans those costs' stream-K term (23.8 us for a8w4 t128) steered picks away from tiles
-  // that the spread made faster; the estimates follow once a sweep of the spread plans refits it.
+  // theirs; the 8-bit ones round up), spreading few t128 tiles over a deep K as HeavySpread says:
+  // kWide for the weight-only kernels (16-bit activations), a8_heavy_spread for the 8-bit ones
+  // (kHalf for W4A8). The a8w4 tile costs were fitted to sweeps that timed those launches with
+  // whole tiles (session 18); with their large stream-K term (23.8 us for t128) the estimates take
+  // the spread t128 only over the deepest layers (8192 x 28672 and 8192 x 29568 at m = 96 and 128
+  // among the corpus: 64 tiles, two blocks each), short of the shapes where session 54 measured it
+  // faster than the t64 the estimates keep (H100: 4096 x 14336 at m = 256, the same 64 tiles in
+  // two rows, 41.9 against 48.4 us); a refit to a sweep of the spread plans would reach those.
   const int64_t m_tiles = (args.m + info.tile_m - 1) / info.tile_m;
   const int64_t n_tiles = (args.dims.n_pad + info.tile_n - 1) / info.tile_n;
   const int64_t k_tiles = (args.dims.k_pad + info.tile_k - 1) / info.tile_k;
-  const StreamKPlan p = plan_persistent(m_tiles * n_tiles, k_tiles, info.tile_k, sms, info.tile_m, m_tiles,
-                                        act_bits == 16 ? HeavySpread::kWide : HeavySpread::kNone);
+  const HeavySpread heavy =
+      act_bits == 16 ? HeavySpread::kWide
+                     : a8_heavy_spread(static_cast<int>(args.fmt.weight.code.bits), args.fmt.act.type == dtypes::i8);
+  const StreamKPlan p = plan_persistent(m_tiles * n_tiles, k_tiles, info.tile_k, sms, info.tile_m, m_tiles, heavy);
   int64_t most = 0, segs = 0;
   for (int64_t b = 0; b < p.blocks; ++b) {
     int64_t len = 0, count = 0;

@@ -623,11 +623,17 @@ def test_launch_facts_follow_the_persistent_plan():
     )
     # 80 t128 tiles over K = 13824 (5120 x 13824 at m = 256): the weight-only kernels spread them
     # (streamk.h, HeavySpread::kWide: 66 K tiles at most a block, where a whole tile has 108); the
-    # 8-bit estimates read whole tiles, the plan their tile costs were fitted to (the W4A8 kernels
-    # keep them too here: HeavySpread::kHalf spreads at most 66 tiles).
+    # W4A8 ones keep whole tiles (HeavySpread::kHalf spreads at most 66 tiles).
     assert C.persistent_launch_facts("sm90", 128, 128, 128, FMT90, 3, 5120, 13824, 256, 132) == (66 * 128, 1, True, 2)
     a8w4 = "a-e4m3-pt_w-e2m1gc-sbf16_c-bf16"
     assert C.persistent_launch_facts("sm90", 128, 128, 128, a8w4, 4, 5120, 13824, 256, 132) == (13824, 1, False, 0)
+    # 40 tiles at m = 128: the W4A8 kernels spread them, three blocks a tile (36 K tiles each, two
+    # partials for the first); 8-bit codes and integer activations keep whole tiles
+    # (streamk.h, a8_heavy_spread).
+    assert C.persistent_launch_facts("sm90", 128, 128, 128, a8w4, 4, 5120, 13824, 128, 132) == (36 * 128, 1, True, 2)
+    assert C.persistent_launch_facts("sm90", 128, 128, 128, a8, 1, 5120, 13824, 128, 132) == (13824, 1, False, 0)
+    a8i4 = "a-i8-pt_w-i4gc-sbf16_c-bf16"
+    assert C.persistent_launch_facts("sm90", 128, 128, 128, a8i4, 1, 5120, 13824, 128, 132) == (13824, 1, False, 0)
     # Other kernels are not covered by the model.
     assert C.persistent_launch_facts("sm80", 64, 128, 128, FMT90, 2, 8192, 8192, 128, 132) is None
 
@@ -825,3 +831,26 @@ def test_sm80_a8_instances_take_w8a8_in_the_generic_layout_and_say_what_they_ref
             assert registry.runs_on(inst.name, cc)[0] == (not fp8 and "80" in inst.archs), (inst.name, cc)
         if "89" in inst.archs or "80" in inst.archs:
             assert dispatch._preferred_layout_for(F.parse_gemm_format(fmt), 89, 142, "", 4096, 4096) == 1
+
+
+def test_h200_table_takes_the_spread_w4a8_t128_over_the_deepest_layers():
+    """W4A8 t128 launches of at most half as many tiles as multiprocessors over a deep K spread over
+    K (scheduler/streamk.h, HeavySpread::kHalf) and the estimates read that plan: on 8192 x 28672
+    (Llama-3-70B down) at m = 96 and 128, one row of 64 tiles, two blocks each with half the K, is
+    estimated below t64's two rows of whole tiles, where with whole t128 tiles it was not."""
+    import types
+
+    from humming_aot._ext import C
+
+    table = dispatch._table_for(90, 132, "NVIDIA H200")
+    fmt = "a-e4m3-pt_w-e2m1gc-sbf16_c-bf16"
+    cands = [
+        types.SimpleNamespace(
+            name=f"sm90_wgmma_dense_{fmt}_t{t}_l4", backend="sm90", tile=tuple(map(int, t.split("x")))
+        )
+        for t in ("32x128x128", "64x128x128", "128x128x128")
+    ]
+    for m in (96, 128):
+        est = {i.tile[0]: us for us, i in dispatch._estimates(table, cands, (fmt, 8192, 28672, m, 132, 4))}
+        assert est[128] < min(est[32], est[64]), (m, est)
+    assert C.persistent_launch_facts("sm90", 128, 128, 128, fmt, 4, 8192, 28672, 128, 132) == (112 * 128, 1, True, 1)

@@ -759,7 +759,7 @@ def test_h200_table_is_near_the_fastest_tile_over_the_sweeps(name, points, tiles
         layout = table_regret.sweep_layout(sweep)
         pick = table_regret.choose(table, m, n, k, names, 132, layout)
         assert pick in here, (n, k, m, pick)  # the sweep timed every tile the table can pick
-        if _whole_decode_wave(pick, n, k, m, layout):
+        if _whole_decode_wave(pick, n, k, m, layout) or _w4a8_spread_t128(pick, n, k, m, layout):
             retimed += 1
             continue
         ratio = here[pick] / min(here.values())
@@ -769,6 +769,23 @@ def test_h200_table_is_near_the_fastest_tile_over_the_sweeps(name, points, tiles
     assert not far, far
     assert math.exp(sum(map(math.log, ratios)) / len(ratios)) < mean_bound
     assert retimed <= len(times) // 20, f"{retimed} of {len(times)} points need a new sweep"
+
+
+def _w4a8_spread_t128(name: str, n: int, k: int, m: int, layout: int) -> bool:
+    """Whether the launch of instance `name` is a W4A8 t128 launch that now spreads over K
+    (scheduler/streamk.h, HeavySpread::kHalf: since session 54), which the sweeps above timed with
+    whole tiles, so their times are not the pick's. Session 54 (H100,
+    benchmarks/results/h100/tuning/h100-2026-12-07-s54-README.md) measured such launches 1.1-1.9x
+    faster than whole tiles (e2m1 per channel, layout 4)."""
+    from humming_aot import formats
+    from humming_aot._ext import C
+
+    tile = tuple(int(v) for v in re.search(r"_t(\d+)x(\d+)x(\d+)_", name).groups())
+    fmt = formats.parse_gemm_format(re.search(r"_(a-.*_c-[a-z0-9]+)_t\d", name).group(1))
+    if tile[0] != 128 or fmt.act.type.bits != 8 or fmt.weight.code.bits != 4:
+        return False
+    facts = C.persistent_launch_facts(name.split("_", 1)[0], *tile, str(fmt), layout, n, k, m, 132)
+    return facts is not None and facts[2] and 2 * -(-m // tile[0]) * -(-n // tile[1]) <= 132
 
 
 def _whole_decode_wave(name: str, n: int, k: int, m: int, layout: int) -> bool:

@@ -269,6 +269,12 @@ enum class HeavySpread : uint8_t {
   kHalf, // at most half as many tiles as slots over at least kPersistentHeavySpreadMinK inputs
   kWide, // those, and at most two thirds as many over at least kPersistentHeavySpreadWideMinK
 };
+// The 8-bit activation kernels' choice (kernel/sm90_a8_dense.cuh, and the dispatcher's estimates
+// of them, src/registry.cpp), measured as above: kHalf for 4-bit codes on FP8 tensor cores
+// (W4A8), kNone for 8-bit codes and integer activations.
+constexpr HeavySpread a8_heavy_spread(int code_bits, bool int_acts) {
+  return code_bits == 4 && !int_acts ? HeavySpread::kHalf : HeavySpread::kNone;
+}
 // Tiles of kPersistentMidTileM to kPersistentHeavyTileM - 1 tokens (t32, t64) spread such a launch
 // only while each tile has at least kPersistentMidSlotsPerTile multiprocessors. H200, u4g128 bf16,
 // session 13 (graph us after a read flush, spread / one block per tile, 8 layers of 1536 to 7168
