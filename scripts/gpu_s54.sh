@@ -3,9 +3,10 @@
 # The W4A8 kernels (4-bit codes x e4m3) now spread launches of at most half as many t128 tiles as
 # multiprocessors over a deep K (scheduler/streamk.h, HeavySpread::kHalf; session 54 measured it
 # on e2m1 per channel in layout 4, scripts/gpu_s53.sh PART=spread). This call (about 400 s):
-#   1. a dev build of the dense W4A8 e2m1 per-channel and u4g128 tiles and the weight-only u4g128 t128;
+#   1. a dev build of the dense W4A8 e2m1 per-channel and u4g128 tiles and the W4A16 u4g128 ones;
 #   2. the GPU tests of those (test_gpu.py: heavy tiles spread over K, every instance against the
-#      reference, dispatch);
+#      reference, dispatch, graphs and their stream-K scratch with HUMMING_GRAPH_SCRATCH_MAX_MIB,
+#      split K, streams);
 #   3. t128 forced with HUMMING_STREAM_K=0 (whole tiles: the plan before kHalf at its points) and 1
 #      for u4g128 in layout 4 and e2m1 in the generic layout, which kHalf spreads unmeasured; the
 #      deepest corpus layers (8192 x 28672, 8192 x 29568) at m = 65 to 128, where the estimates now
@@ -22,9 +23,9 @@ OUT="${OUT:-$PWD/build/gpu-out}"
 device_log s54.txt
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | log
 W4="sm90_wgmma_dense_a-e4m3-pt_w-(e2m1gc|u4g128)-sbf16_c-bf16_"
-HUMMING_PROFILE=dev build_filtered "^($W4|sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t128)"
+HUMMING_PROFILE=dev build_filtered "^($W4|sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16_)"
 echo "build done at $(($(date +%s) - start)) s" | log
-gpu_tests test_gpu test_gpu.py "heavy or instance_against or dispatch"
+gpu_tests test_gpu test_gpu.py "heavy or instance_against or dispatch or graph or split_k or stream or scratch"
 echo "tests done at $(($(date +%s) - start)) s" | log
 A8="--act e4m3-pt --graph --flush read --iters 30 --weights randn"
 S8=5120x13824,8192x8192,4096x14336,7168x16384,3584x18944,5120x5120
