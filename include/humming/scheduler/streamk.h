@@ -237,9 +237,9 @@ constexpr int64_t kPersistentHeavySlotsPerTile = 4;
 // the W4A8 ones, where each was measured), for tiles of kPersistentHeavyTileM to
 // 2 kPersistentHeavyTileM - 1 tokens (t128) in a launch of at most half as many tiles as slots
 // with at least kPersistentHeavySpreadMinK inputs, or (kWide) at most two thirds as many with at
-// least kPersistentHeavySpreadWideMinK: there a third of the
-// multiprocessors or more would idle through a long K while the partials cost the same. H200,
-// session 26, u4g128 t128x128x128 (graph us after a read flush, spread / one block per tile): one
+// least kPersistentHeavySpreadWideMinK: there a third of the multiprocessors or more would idle
+// through a long K while the partials cost the same.
+// H200, session 26, u4g128 t128x128x128 (graph us after a read flush, spread / one block per tile): one
 // row of 64 tiles, 8192 x 28672 at m = 100 87.1 / 141.9 and 8192 x 8192 33.0 / 45.4; 40 tiles of
 // 5120 x 13824 35.8 / 71.1; 48 of 6144 x 4096 22.3 / 25.7; two rows at m = 256, 64 tiles of
 // 4096 x 14336 48.9 / 74.1 and of 4096 x 4096 23.0 / 25.9; 80 tiles gained over K = 13824 (5120 x
@@ -261,6 +261,7 @@ constexpr int64_t kPersistentHeavySlotsPerTile = 4;
 // same launches: 8192 x 8192 at 128 35.4 / 42.5, 5120 x 5120 21.6 / 26.4, 7168 x 16384 58.6 / 60.6
 // against 3584 x 18944 54.2 / 46.5, 4096 x 14336 at 256 47.2 / 44.8; the wide part 5120 x 13824
 // at 256 49.4 / 72.6; 128 x 128 blocks there 61.9 / 78.4, i8 x i8 52.5 / 69.0), so they keep kNone.
+// Every W4A8 kernel takes kHalf; those of u4 codes and of the generic layout were not measured.
 constexpr int64_t kPersistentHeavySpreadMinK = 4096;
 constexpr int64_t kPersistentHeavySpreadWideMinK = 8192;
 // Which launches of few t128 tiles a kernel spreads (the exception above).
