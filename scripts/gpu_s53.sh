@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the lent GPU machine, session 53's calls (carry .peer); logs to $OUT/s53.txt.
-# PART=spread (about 450 s), on branch s53-a8-spread (git checkout s53-a8-spread first): there the
+# PART=spread (about 450 s), on session 53's change (branch s53-a8-spread; re-made and run in
+# session 54 as 1bd07fd, then narrowed on main to W4A8, streamk.h HeavySpread): there the
 # 8-bit activation kernels spread a launch of few t128 tiles over a deep K as the weight-only ones do
 # (scheduler/streamk.h spread_heavy; session 52's standing: W4A8 5120 x 13824 at m = 256, 80 whole
 # tiles, 52.8 us graph against cuBLASLt FP8's 40.4). On main, sk0 and sk1 below run the same plan.

@@ -774,9 +774,9 @@ def test_h200_table_is_near_the_fastest_tile_over_the_sweeps(name, points, tiles
 def _w4a8_spread_t128(name: str, n: int, k: int, m: int, layout: int) -> bool:
     """Whether the launch of instance `name` is a W4A8 t128 launch that now spreads over K
     (scheduler/streamk.h, HeavySpread::kHalf: since session 54), which the sweeps above timed with
-    whole tiles, so their times are not the pick's. Session 54 (H100,
-    benchmarks/results/h100/tuning/h100-2026-12-07-s54-README.md) measured such launches 1.1-1.9x
-    faster than whole tiles (e2m1 per channel, layout 4)."""
+    whole tiles (fewer tiles than multiprocessors, but too many for four each), so their times are
+    not the pick's. Session 54 (H100, benchmarks/results/h100/tuning/h100-2026-12-07-s54-README.md)
+    measured such launches 1.05-1.9x faster than whole tiles (e2m1 per channel, layout 4)."""
     from humming_aot import formats
     from humming_aot._ext import C
 
@@ -785,7 +785,8 @@ def _w4a8_spread_t128(name: str, n: int, k: int, m: int, layout: int) -> bool:
     if tile[0] != 128 or fmt.act.type.bits != 8 or fmt.weight.code.bits != 4:
         return False
     facts = C.persistent_launch_facts(name.split("_", 1)[0], *tile, str(fmt), layout, n, k, m, 132)
-    return facts is not None and facts[2] and 2 * -(-m // tile[0]) * -(-n // tile[1]) <= 132
+    tiles = -(-m // tile[0]) * -(-n // tile[1])
+    return facts is not None and facts[2] and 132 < 4 * tiles and tiles < 132
 
 
 def _whole_decode_wave(name: str, n: int, k: int, m: int, layout: int) -> bool:

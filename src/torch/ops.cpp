@@ -254,9 +254,9 @@ bool graph_scratch_owned() {
 }
 
 // The largest stream-K scratch a captured launch takes from GraphScratch by default; larger
-// launches take the graph's pool as before. A graph's own buffer is memory of that graph alone, while the pool's is
-// lent to the next allocation of the capture as soon as the launch is queued (and torch lets
-// captures share a pool): a server that captures one graph per batch size (tens of them) would
+// launches take the graph's pool as before. A graph's own buffer is memory of that graph alone,
+// while the pool's is lent to the next allocation of the capture as soon as the launch is queued
+// (and torch lets captures share a pool): a server that captures one graph per batch size (tens of them) would
 // hold a buffer in each. The fill that GraphScratch saves costs about 1-3 us (GraphScratch below),
 // which matters where the GEMM takes 20-60 us: tiles of up to 64 tokens, whose scratch is two fp32
 // tiles per block (t8x256: 2 MiB over 132 blocks; t16x256 and t32x128: 4.1 MiB; t64x128: 8.3
