@@ -394,6 +394,34 @@ def test_sm90_heavy_tiles_spread_over_k(inst):
         _assert_same_bits_again(first, a, p, fmt, s, inst, reruns=2)
 
 
+# sm90 tiles of 32 and 64 tokens in launches of more tiles than half the multiprocessors over a
+# K beyond 8192: each tile's K is spread unevenly over the blocks, and the rows of tiles walk in
+# step (scheduler/streamk.h, StreamKPlan::step_rows: row-major tiles, a whole number of blocks a
+# row); two rows (m = 2 BM - 10) and three (m = 3 BM - 5), a partial last column.
+# (tests/cpp/test_core.cpp checks that such plans walk in step.)
+STEP_INSTANCES = [i for i in FAST if i.backend == "sm90" and i.scheduler == "dense" and i.tile[0] in (32, 64)]
+
+
+@pytest.mark.parametrize("inst", STEP_INSTANCES, ids=[i.name for i in STEP_INSTANCES])
+def test_sm90_rows_walk_in_step(inst):
+    """Several rows of mid tiles spread unevenly over K: the result matches the reference and
+    reruns give the same bits."""
+    from humming_aot import registry
+
+    fmt = _format_for(inst)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    # More than half as many tiles as multiprocessors in two rows, fewer than all in three.
+    n, k = (sms // 4 + 1) * inst.tile[1] - 40, 8192 + 128
+    p, w_deq, w_ref = _ring_weight(inst.layout, fmt, n, k)
+    for m in (2 * inst.tile[0] - 10, 3 * inst.tile[0] - 5):
+        assert registry.workspace_bytes(inst.name, fmt, inst.layout, n, k, m) > 0, "this case must use partials"
+        a, s, a_deq = _act(fmt, m, k, "cuda", 11)
+        first = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
+        ref = (a_deq.double() @ w_ref.T).cpu()
+        assert_gemm_close(first, ref, a_deq.cpu(), w_deq, f"{inst.name} n={n} m={m}", **_operand(inst, fmt))
+        _assert_same_bits_again(first, a, p, fmt, s, inst, reruns=1)
+
+
 def test_dispatch_crosses_ranges_with_fast_instances():
     """The default layout for a format with fast instances is that of a fast backend (sm90 first
     where the device's table says so and the build has sm90 instances for the format, else sm80),

@@ -98,6 +98,9 @@ int main(int argc, char **argv) {
     print_histogram("segments a block (blocks x segments)", segments);
     print_histogram("K tiles a block (blocks x K tiles)", depth);
     if (!per_tile.empty()) print_histogram("blocks a spread tile (tiles x blocks)", contributors);
+    if (p.step_rows != 0)
+      std::printf("  rows of tiles in step: %lld (row-major, %lld blocks a row)\n", static_cast<long long>(p.step_rows),
+                  static_cast<long long>(p.blocks / p.step_rows));
   }
   return 0;
 }

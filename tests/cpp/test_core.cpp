@@ -1,6 +1,7 @@
 // C++ tests of libhumming that need no GPU: format strings, packing round trips, the CPU reference
 // against a direct computation, registry contents and error statuses. Run by ctest.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -454,6 +455,51 @@ void test_stream_k_policy() {
   EXPECT(plan_stream_k(224, 64, 128, 1, 132, 2, false).sk_tiles == 0, "most slots busy: plain");
   // A short K gives nothing to split.
   EXPECT(plan_stream_k(8, 4, 512, 1, 132, 2, false).sk_tiles == 0, "K below two slices: plain");
+}
+
+// An uneven spread of several rows of tiles walks them in step (StreamKPlan::step_rows): a whole
+// number of blocks a row, and block j of every row owns the same K tiles of the same columns as
+// block j of the first (row-major tiles). Even spreads, one row, whole tiles and the switch's
+// absence leave the grouped order.
+void test_rows_in_step() {
+  const int sms = 132;
+  struct Case {
+    int64_t rows, cols, k_tiles, tile_m, step_rows;
+  };
+  const Case cases[] = {
+      {2, 38, 128, 64, 2}, // 7168 x 16384, t64x192 at m = 128: 76 tiles, 66 blocks a row
+      {4, 22, 112, 64, 4}, // 4096 x 14336, t64x192 at m = 256: 88 tiles, 33 blocks a row
+      {2, 40, 108, 64, 2}, // 5120 x 13824, t64x128 at m = 128
+      {3, 33, 65, 32, 3},  // 99 tiles of 32 tokens over K = 8320
+      {5, 20, 128, 64, 5}, // 100 tiles in 5 rows: 130 blocks
+      {2, 19, 148, 64, 0}, // 38 tiles: three blocks each (an even spread)
+      {1, 80, 128, 64, 0}, // one row
+      {2, 38, 64, 64, 0},  // K = 8192 and 76 tiles of 64 tokens: whole tiles (crowded)
+      {2, 80, 128, 64, 0}, // 160 tiles: more than one wave
+  };
+  for (const Case &c : cases) {
+    const StreamKPlan p = plan_persistent(c.rows * c.cols, c.k_tiles, 128, sms, c.tile_m, c.rows);
+    EXPECT(p.step_rows == c.step_rows, "%lld x %lld tiles over %lld K tiles: %lld rows in step, want %lld",
+           static_cast<long long>(c.rows), static_cast<long long>(c.cols), static_cast<long long>(c.k_tiles),
+           static_cast<long long>(p.step_rows), static_cast<long long>(c.step_rows));
+    if (p.step_rows == 0) continue;
+    EXPECT(p.blocks % p.step_rows == 0 && p.blocks <= sms && p.dp_waves == 0, "%lld blocks",
+           static_cast<long long>(p.blocks));
+    const int64_t per_row = p.blocks / p.step_rows;
+    for (int64_t b = 0; b < p.blocks; ++b) {
+      std::vector<std::array<int64_t, 3>> mine, first;
+      for_each_segment(p, b, [&](int64_t t, int64_t kb, int64_t ke) {
+        const TileCoord tc = row_major_tile(t, c.cols);
+        EXPECT(tc.row == b / per_row, "block %lld left its row", static_cast<long long>(b));
+        mine.push_back({tc.col, kb, ke});
+      });
+      for_each_segment(p, b % per_row, [&](int64_t t, int64_t kb, int64_t ke) {
+        first.push_back({row_major_tile(t, c.cols).col, kb, ke});
+      });
+      EXPECT(mine == first, "block %lld does not walk in step with block %lld", static_cast<long long>(b),
+             static_cast<long long>(b % per_row));
+    }
+  }
 }
 } // namespace
 
@@ -1158,6 +1204,7 @@ int main() {
   test_grouped_k_shares();
   test_stream_k_policy();
   test_persistent_plans();
+  test_rows_in_step();
   test_grouped_raster();
   test_expert_tiles();
   test_stream_k_plans();

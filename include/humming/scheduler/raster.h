@@ -32,4 +32,7 @@ HUMMING_HD TileCoord grouped_tile(int64_t t, int64_t rows, int64_t cols) {
   return TileCoord{first + within % height, within / height};
 }
 
+// Tile `t` of a grid of `rows` x `cols` tiles walked row by row (StreamKPlan::step_rows).
+HUMMING_HD TileCoord row_major_tile(int64_t t, int64_t cols) { return TileCoord{t / cols, t % cols}; }
+
 } // namespace humming

@@ -32,6 +32,11 @@ struct StreamKPlan {
   int64_t blocks = 0;     // blocks launched
   int64_t dp_waves = 0;   // whole-tile waves before the stream-K part
   int64_t sk_tiles = 0;   // tiles of the stream-K part (the last ones)
+  // Rows of tiles (along M) that walk in step: 0, or (a spread-only plan of two or more rows, see
+  // plan_persistent) the plan's tiles are in row-major order and `blocks` is a multiple of it, so
+  // the blocks of every row take the same K units of the same columns (the same weights) at the
+  // same time (for_each_dense_segment, backend/sm90/pipeline.h).
+  int64_t step_rows = 0;
   HUMMING_HD int64_t dp_tiles() const { return dp_waves * blocks; }
   HUMMING_HD int64_t sk_units() const { return sk_tiles * units; }
   // First stream-K unit of block b; sk_begin(blocks) is the end.
@@ -136,6 +141,16 @@ inline int stream_k_mode() {
     if (env == nullptr) return 1;
     const int v = std::atoi(env);
     return v <= 0 ? 0 : (v >= 2 ? 2 : 1);
+  }();
+  return value;
+}
+
+// HUMMING_LOCKSTEP_ROWS=0 in the environment turns off the rows walked in step (StreamKPlan::
+// step_rows; read once per process; for measuring it).
+inline bool lockstep_rows_enabled() {
+  static const bool value = [] {
+    const char *env = std::getenv("HUMMING_LOCKSTEP_ROWS");
+    return env == nullptr || std::atoi(env) != 0;
   }();
   return value;
 }
@@ -364,6 +379,18 @@ inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_
       const int64_t by_k = p.sk_tiles * p.units / (min_units > 1 ? min_units : 1);
       const int64_t b = by_k < slots ? by_k : slots;
       p.blocks = b > p.sk_tiles ? b : p.sk_tiles;
+      // An uneven spread of several rows of tiles (fewer than two blocks a tile, so most blocks
+      // end one tile and start the next): in grouped order (scheduler/raster.h) the rows of one
+      // column are neighbours, and each row's blocks reach the column's weights at other K at
+      // other times, so every row streams them from memory again. Walking the rows in step
+      // (row-major, a whole number of blocks a row) shares them through L2 as whole tiles do.
+      if (m_tiles >= 2 && p.sk_tiles == tiles && tiles % m_tiles == 0 && lockstep_rows_enabled()) {
+        const int64_t stepped = p.blocks / m_tiles * m_tiles;
+        if (stepped >= p.sk_tiles) {
+          p.blocks = stepped;
+          p.step_rows = m_tiles;
+        }
+      }
     }
   } else {
     p.blocks = slots;
@@ -374,6 +401,7 @@ inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_
     p.blocks = tiles < slots ? tiles : slots;
     p.dp_waves = (tiles + p.blocks - 1) / p.blocks;
     p.sk_tiles = 0;
+    p.step_rows = 0;
   }
   return p;
 }

@@ -149,13 +149,15 @@ __device__ __forceinline__ void fill_rest_early(uint32_t ring, uint32_t bars, Ri
 
 // A dense launch's work of this block, in order: f(m0, m_end, n0, expert, kt0, kt1, tile) per
 // segment of the stream-K plan (scheduler/streamk.h, for_each_segment), K tiles [kt0, kt1) of the
-// BM x BN tile in grouped order (scheduler/raster.h) from row m0 and channel n0 (m_end -1: up to m;
+// BM x BN tile in grouped order (scheduler/raster.h; row-major where the plan walks its rows in
+// step, StreamKPlan::step_rows) from row m0 and channel n0 (m_end -1: up to m;
 // expert 0; tile: the segment's tile index in the plan, for the fix-up). Params: a kernel's, with
 // `plan`, `n_tiles` and `args`.
 template <int BM, int BN, class Params, class F>
 __device__ __forceinline__ void for_each_dense_segment(const Params &p, F f) {
   for_each_segment(p.plan, blockIdx.x, [&](int64_t tile, int64_t kt0, int64_t kt1) {
-    const TileCoord c = grouped_tile(tile, (p.args.m + BM - 1) / BM, p.n_tiles);
+    const TileCoord c = p.plan.step_rows != 0 ? row_major_tile(tile, p.n_tiles)
+                                              : grouped_tile(tile, (p.args.m + BM - 1) / BM, p.n_tiles);
     f(c.row * BM, int64_t{-1}, c.col * BN, 0, kt0, kt1, tile);
   });
 }
