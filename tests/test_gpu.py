@@ -797,7 +797,7 @@ def test_cuda_graph_and_streams():
 
 @pytest.mark.parametrize("owned,max_mib", [("0", None), ("1", None), ("1", "0")])
 def test_graphs_keep_their_stream_k_scratch_through_replays_and_deletion(owned, max_mib, monkeypatch):
-    """Under capture, a graph's stream-K GEMMs of decode-sized scratch (these: at most 16 MiB) share a
+    """Under capture, a graph's stream-K GEMMs of decode-sized scratch (these: at most 17 MiB) share a
     buffer of the graph's own, zeroed once while the capture runs and freed after the graph is gone
     (HUMMING_GRAPH_SCRATCH=1, the default), or take scratch from the graph's pool, zeroed by a fill
     the graph replays (0, or 1 with HUMMING_GRAPH_SCRATCH_MAX_MIB=0: no scratch is small enough for

@@ -260,16 +260,17 @@ bool graph_scratch_owned() {
 // hold a buffer in each. The fill that GraphScratch saves costs about 1-3 us (GraphScratch below),
 // which matters where the GEMM takes 20-60 us: tiles of up to 64 tokens, whose scratch is two fp32
 // tiles per block (t8x256: 2 MiB over 132 blocks; t16x256 and t32x128: 4.1 MiB; t64x128: 8.3
-// MiB), while a t128x128 launch takes 16.5 MiB and runs 100 us or more. So each graph of a batch of
-// up to 64 tokens holds a buffer of 2-8.3 MiB (and a larger one beside it where a later launch of
-// the graph needs more: take() keeps what earlier launches point at), and the others nothing.
-constexpr size_t kGraphScratchMaxBytes = size_t(16) << 20;
-// Since session 54 the W4A8 kernels also spread few t128 tiles (scheduler/streamk.h,
-// HeavySpread::kHalf), launches of 30-45 us whose 16.5 MiB take the pool and its fill; their graph
-// replays measured 1.6-4.7 us slower than eager calls (H100, session 54), against 0.5-2.1 for t64
-// with the graph's own buffer. Whether that fill is the cause was not measured, so the limit
-// stays and HUMMING_GRAPH_SCRATCH_MAX_MIB (read at each captured launch that takes scratch; whole
-// MiB, 0 to 1024) moves it, for that measurement and for servers that trade memory either way.
+// MiB), and the 128-token tiles that spread over K (scheduler/streamk.h, HeavySpread): 16.5 MiB
+// over 132 blocks plus 64 KiB of counters, so 17 MiB holds them too. The limit was 16 MiB up to
+// session 54, which gave those the pool and its fill; the W4A8 ones run 30-45 us since then. H200,
+// session 55 (scripts/gpu_s55.sh, graph us after a read flush, e2m1 per channel x e4m3 per token,
+// t128 spread, HUMMING_GRAPH_SCRATCH_MAX_MIB 16 / 17): the two launches over 16 MiB 31.5 / 29.4
+// (4096 x 14336, m = 128) and 41.7 / 39.5 (m = 256), the six under it within 0.2 us. So each
+// graph of a batch of up to 255 tokens holds a buffer of 2-17 MiB (and a larger one beside it
+// where a later launch of the graph needs more: take() keeps what earlier launches point at), and
+// the others nothing. HUMMING_GRAPH_SCRATCH_MAX_MIB (read at each captured launch that takes
+// scratch; whole MiB, 0 to 1024) moves the limit, for servers that trade memory either way.
+constexpr size_t kGraphScratchMaxBytes = size_t(17) << 20;
 size_t graph_scratch_max_bytes() {
   const char *v = std::getenv("HUMMING_GRAPH_SCRATCH_MAX_MIB");
   if (v == nullptr || *v == '\0') return kGraphScratchMaxBytes;
