@@ -395,19 +395,22 @@ def test_sm90_heavy_tiles_spread_over_k(inst):
 
 
 # sm90 tiles of 32 and 64 tokens in launches of more tiles than half the multiprocessors over a
-# K beyond 8192: each tile's K is spread unevenly over the blocks, and the rows of tiles walk in
-# step (scheduler/streamk.h, StreamKPlan::step_rows: row-major tiles, a whole number of blocks a
-# row); two rows (m = 2 BM - 10) and three (m = 3 BM - 5), a partial last column.
-# (tests/cpp/test_core.cpp checks that such plans walk in step.)
+# K beyond 8192: each tile's K is spread unevenly over the blocks, in grouped order (the default)
+# and with the rows of tiles walking in step (HUMMING_LOCKSTEP_ROWS=1; scheduler/streamk.h,
+# StreamKPlan::step_rows: row-major tiles, a whole number of blocks a row); two rows
+# (m = 2 BM - 10) and three (m = 3 BM - 5), a partial last column. (tests/cpp/test_core.cpp checks
+# that such plans walk in step.)
 STEP_INSTANCES = [i for i in FAST if i.backend == "sm90" and i.scheduler == "dense" and i.tile[0] in (32, 64)]
 
 
+@pytest.mark.parametrize("lockstep", ["0", "1"])
 @pytest.mark.parametrize("inst", STEP_INSTANCES, ids=[i.name for i in STEP_INSTANCES])
-def test_sm90_rows_walk_in_step(inst):
-    """Several rows of mid tiles spread unevenly over K: the result matches the reference and
-    reruns give the same bits."""
+def test_sm90_rows_walk_in_step(inst, lockstep, monkeypatch):
+    """Several rows of mid tiles spread unevenly over K, in either order: the result matches the
+    reference and reruns give the same bits."""
     from humming_aot import registry
 
+    monkeypatch.setenv("HUMMING_LOCKSTEP_ROWS", lockstep)  # read at each launch's plan
     fmt = _format_for(inst)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     # More than half as many tiles as multiprocessors in two rows, fewer than all in three.

@@ -32,10 +32,10 @@ struct StreamKPlan {
   int64_t blocks = 0;     // blocks launched
   int64_t dp_waves = 0;   // whole-tile waves before the stream-K part
   int64_t sk_tiles = 0;   // tiles of the stream-K part (the last ones)
-  // Rows of tiles (along M) that walk in step: 0, or (a spread-only plan of two or more rows, see
-  // plan_persistent) the plan's tiles are in row-major order and `blocks` is a multiple of it, so
-  // the blocks of every row take the same K units of the same columns (the same weights) at the
-  // same time (for_each_dense_segment, backend/sm90/pipeline.h).
+  // Rows of tiles (along M) that walk in step: 0, or (an uneven spread-only plan of two or more
+  // rows with HUMMING_LOCKSTEP_ROWS=1, see plan_persistent) the plan's tiles are in row-major order
+  // and `blocks` is a multiple of it, so the blocks of every row take the same K units of the same
+  // columns (the same weights) at the same time (for_each_dense_segment, backend/sm90/pipeline.h).
   int64_t step_rows = 0;
   HUMMING_HD int64_t dp_tiles() const { return dp_waves * blocks; }
   HUMMING_HD int64_t sk_units() const { return sk_tiles * units; }
@@ -145,14 +145,13 @@ inline int stream_k_mode() {
   return value;
 }
 
-// HUMMING_LOCKSTEP_ROWS=0 in the environment turns off the rows walked in step (StreamKPlan::
-// step_rows; read once per process; for measuring it).
+// HUMMING_LOCKSTEP_ROWS=1 in the environment walks the rows of an uneven spread in step
+// (StreamKPlan::step_rows, plan_persistent); off by default until it is measured where it was
+// meant to help. Read at each plan (a getenv, next to a launch's microseconds), so that a test
+// can set it.
 inline bool lockstep_rows_enabled() {
-  static const bool value = [] {
-    const char *env = std::getenv("HUMMING_LOCKSTEP_ROWS");
-    return env == nullptr || std::atoi(env) != 0;
-  }();
-  return value;
+  const char *env = std::getenv("HUMMING_LOCKSTEP_ROWS");
+  return env != nullptr && std::atoi(env) != 0;
 }
 
 // When stream-K is used (measured on the H200, graph time, scripts/time_shapes.py with
@@ -382,8 +381,17 @@ inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_
       // An uneven spread of several rows of tiles (fewer than two blocks a tile, so most blocks
       // end one tile and start the next): in grouped order (scheduler/raster.h) the rows of one
       // column are neighbours, and each row's blocks reach the column's weights at other K at
-      // other times, so every row streams them from memory again. Walking the rows in step
-      // (row-major, a whole number of blocks a row) shares them through L2 as whole tiles do.
+      // other times, so each row may stream them from memory again, where whole tiles or an even
+      // split (every tile's blocks at the same K) share them through L2. Walking the rows in step
+      // (row-major, a whole number of blocks a row) shares them the same way. Session 54 saw the
+      // per-channel W8A8 t64x192 take 1.4-1.9x t128's time on such launches (H100: 7168 x 16384 at
+      // m = 128, 97.2 us against 58.6; 3584 x 18944 at m = 256, 112.0 against 57.6) while its even
+      // splits ran fastest. H200, session 55 (scripts/gpu_s55.sh, graph us after a read flush, in
+      // step / grouped): W4A8 e2m1 t64x128 on five deep layers at m = 128 and 256 gained nothing
+      // (geometric mean 1.000; 7168 x 16384 46.5 / 46.4 and 79.2 / 79.3, 3584 x 18944 35.4 / 35.2
+      // and 52.1 / 53.1, 8192 x 28672 81.5 / 78.3 and 144.2 / 143.9), so its weights' second read
+      // is not what those launches wait for; the W8A8 one was not run (scripts/gpu_s55.sh
+      // PART=last measures it), so it stays off (HUMMING_LOCKSTEP_ROWS).
       if (m_tiles >= 2 && p.sk_tiles == tiles && tiles % m_tiles == 0 && lockstep_rows_enabled()) {
         const int64_t stepped = p.blocks / m_tiles * m_tiles;
         if (stepped >= p.sk_tiles) {
