@@ -723,22 +723,29 @@ def test_h200_table_picks_the_measured_tile(n, k, m, best):
 # and i8 x i8 kernels take the a8w8 costs unfitted (their sweeps predate the overlap). The worst
 # points are mid-M deep layers where the 64 x 192 tile is estimated faster than 128 x 128.
 # (file, points, tiles timed, bound on the geometric mean of chosen / fastest, bound on any point)
+# (sweep, points, tiles, geometric-mean bound, bound per point, largest m counted or None: all).
+# Session 18's and 19's W4A8 sweeps count up to m = 32 only: their larger m were timed before the
+# W4A8 t128 spread (scheduler/streamk.h, HeavySpread::kHalf) and the kernels' later changes, and
+# session 55 re-timed m = 48 to 512 in layout 4 (the W4A8 default), the sweeps the a8w4 tile
+# costs are now fitted to.
 H200_SWEEPS = [
-    ("h200-2026-12-04-s27-sweep-u4g128.json", 400, 8, 1.005, 1.15),
-    ("h200-2026-12-04-s27-sweep-u4g128-holdout.json", 200, 8, 1.005, 1.15),
-    ("h200-2026-12-04-s27-sweep-u4g128-holdout3.json", 150, 8, 1.005, 1.1),
-    ("h200-2026-12-02-s18-sweep-a8-overlap-e4m3gc.json", 400, 8, 1.04, 1.7),
-    ("h200-2026-12-02-s18-sweep-a8-e2m1gc.json", 400, 10, 1.01, 1.25),
-    ("h200-2026-12-02-s18-sweep-a8-u4g128.json", 400, 10, 1.01, 1.25),
-    ("h200-2026-12-02-s19-sweep-a8-e2m1gc.json", 400, 10, 1.01, 1.25),
-    ("h200-2026-12-02-s19-sweep-a8-u4g128.json", 400, 10, 1.01, 1.25),
-    ("h200-2026-12-02-s18-sweep-a8-blocks.json", 400, 7, 1.02, 1.5),
-    ("h200-2026-12-02-s18-sweep-a8-i8gc.json", 425, 8, 1.04, 1.7),
+    ("h200-2026-12-04-s27-sweep-u4g128.json", 400, 8, 1.005, 1.15, None),
+    ("h200-2026-12-04-s27-sweep-u4g128-holdout.json", 200, 8, 1.005, 1.15, None),
+    ("h200-2026-12-04-s27-sweep-u4g128-holdout3.json", 150, 8, 1.005, 1.1, None),
+    ("h200-2026-12-02-s18-sweep-a8-overlap-e4m3gc.json", 400, 8, 1.04, 1.7, None),
+    ("h200-2026-12-02-s18-sweep-a8-e2m1gc.json", 125, 10, 1.01, 1.1, 32),
+    ("h200-2026-12-02-s18-sweep-a8-u4g128.json", 125, 10, 1.01, 1.1, 32),
+    ("h200-2026-12-02-s19-sweep-a8-e2m1gc.json", 125, 10, 1.01, 1.1, 32),
+    ("h200-2026-12-02-s19-sweep-a8-u4g128.json", 125, 10, 1.01, 1.1, 32),
+    ("h200-2026-12-07-s55-sweep-w4a8-e2m1gc-l4.json", 200, 11, 1.01, 1.2, None),
+    ("h200-2026-12-07-s55-sweep-w4a8-u4g128-l4.json", 200, 10, 1.005, 1.1, None),
+    ("h200-2026-12-02-s18-sweep-a8-blocks.json", 400, 7, 1.02, 1.5, None),
+    ("h200-2026-12-02-s18-sweep-a8-i8gc.json", 425, 8, 1.04, 1.7, None),
 ]
 
 
-@pytest.mark.parametrize("name,points,tiles,mean_bound,point_bound", H200_SWEEPS)
-def test_h200_table_is_near_the_fastest_tile_over_the_sweeps(name, points, tiles, mean_bound, point_bound):
+@pytest.mark.parametrize("name,points,tiles,mean_bound,point_bound,m_max", H200_SWEEPS)
+def test_h200_table_is_near_the_fastest_tile_over_the_sweeps(name, points, tiles, mean_bound, point_bound, m_max):
     import math
 
     sys.path.insert(0, str(ROOT / "tools"))
@@ -751,7 +758,8 @@ def test_h200_table_is_near_the_fastest_tile_over_the_sweeps(name, points, tiles
     sweep = json.loads((ROOT / "benchmarks/results/h200/tuning" / name).read_text())
     times = {}
     for p in sweep["points"]:
-        times.setdefault((p["n"], p["k"], p["m"]), {})[p["instance"]] = p["us"]
+        if m_max is None or p["m"] <= m_max:
+            times.setdefault((p["n"], p["k"], p["m"]), {})[p["instance"]] = p["us"]
     names = sorted({p["instance"] for p in sweep["points"]})
     assert len(times) >= points and len(names) == tiles
     ratios, far, retimed = [], [], 0
@@ -759,7 +767,7 @@ def test_h200_table_is_near_the_fastest_tile_over_the_sweeps(name, points, tiles
         layout = table_regret.sweep_layout(sweep)
         pick = table_regret.choose(table, m, n, k, names, 132, layout)
         assert pick in here, (n, k, m, pick)  # the sweep timed every tile the table can pick
-        if _whole_decode_wave(pick, n, k, m, layout) or _w4a8_spread_t128(pick, n, k, m, layout):
+        if _whole_decode_wave(pick, n, k, m, layout):
             retimed += 1
             continue
         ratio = here[pick] / min(here.values())
@@ -768,25 +776,8 @@ def test_h200_table_is_near_the_fastest_tile_over_the_sweeps(name, points, tiles
             far.append((n, k, m, pick, ratio))
     assert not far, far
     assert math.exp(sum(map(math.log, ratios)) / len(ratios)) < mean_bound
-    assert retimed <= len(times) // 20, f"{retimed} of {len(times)} points need a new sweep"
-
-
-def _w4a8_spread_t128(name: str, n: int, k: int, m: int, layout: int) -> bool:
-    """Whether the launch of instance `name` is a W4A8 t128 launch that now spreads over K
-    (scheduler/streamk.h, HeavySpread::kHalf: since session 54), which the sweeps above timed with
-    whole tiles (fewer tiles than multiprocessors, but too many for four each), so their times are
-    not the pick's. Session 54 (H100, benchmarks/results/h100/tuning/h100-2026-12-07-s54-README.md)
-    measured such launches 1.05-1.9x faster than whole tiles (e2m1 per channel, layout 4)."""
-    from humming_aot import formats
-    from humming_aot._ext import C
-
-    tile = tuple(int(v) for v in re.search(r"_t(\d+)x(\d+)x(\d+)_", name).groups())
-    fmt = formats.parse_gemm_format(re.search(r"_(a-.*_c-[a-z0-9]+)_t\d", name).group(1))
-    if tile[0] != 128 or fmt.act.type.bits != 8 or fmt.weight.code.bits != 4:
-        return False
-    facts = C.persistent_launch_facts(name.split("_", 1)[0], *tile, str(fmt), layout, n, k, m, 132)
-    tiles = -(-m // tile[0]) * -(-n // tile[1])
-    return facts is not None and facts[2] and 132 < 4 * tiles and tiles < 132
+    # (Session 18's and 19's W4A8 sweeps have 12 such points among their 125 up to m = 32.)
+    assert retimed <= len(times) // 10, f"{retimed} of {len(times)} points need a new sweep"
 
 
 def _whole_decode_wave(name: str, n: int, k: int, m: int, layout: int) -> bool:
