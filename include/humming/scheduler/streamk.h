@@ -275,7 +275,13 @@ constexpr int64_t kPersistentHeavySlotsPerTile = 4;
 // same launches: 8192 x 8192 at 128 35.4 / 42.5, 5120 x 5120 21.6 / 26.4, 7168 x 16384 58.6 / 60.6
 // against 3584 x 18944 54.2 / 46.5, 4096 x 14336 at 256 47.2 / 44.8; the wide part 5120 x 13824
 // at 256 49.4 / 72.6; 128 x 128 blocks there 61.9 / 78.4, i8 x i8 52.5 / 69.0), so they keep kNone.
-// Every W4A8 kernel takes kHalf; those of u4 codes and of the generic layout were not measured.
+// Every W4A8 kernel takes kHalf. H200, session 55 (scripts/gpu_s55.sh, the same A/B): u4g128 in
+// layout 4 and e2m1 per channel in the generic layout gained at every such launch, 5120 x 13824
+// at m = 128 67.2 / 38.9 and 57.6 / 35.5, 4096 x 14336 at 128 / 256 69.5 / 38.5, 72.1 / 53.0
+// and 59.5 / 35.6, 62.0 / 47.9, 3584 x 18944 at 128 / 256 88.4 / 41.2, 91.6 / 60.5 and 75.6 /
+// 37.4, 78.4 / 54.2, 8192 x 8192 at 128 44.6 / 38.1 and 38.8 / 34.6; and the dispatcher's spread
+// t128 on the deepest layers (8192 x 28672 and 8192 x 29568 at m = 65 to 128, e2m1 layout 4) took
+// 59.9-65.0 us against 73.2-82.7 for t64, 89.9-95.4 whole and 75.0-85.5 for cuBLASLt FP8.
 constexpr int64_t kPersistentHeavySpreadMinK = 4096;
 constexpr int64_t kPersistentHeavySpreadWideMinK = 8192;
 // Which launches of few t128 tiles a kernel spreads (the exception above).
