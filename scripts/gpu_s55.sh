@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On the lent GPU machine, session 55's call; logs to $OUT/s55.txt, sweeps to $OUT/sweep-*.json.
-# Session 54's call (scripts/gpu_s54.sh, which never ran) with session 55's change measured first:
-# an uneven spread of several rows of tiles walks the rows in step (scheduler/streamk.h,
-# StreamKPlan::step_rows; HUMMING_LOCKSTEP_ROWS=0 turns it off), about 560 s:
+# Session 54's planned call (its scripts/gpu_s54.sh never ran; this one replaced it) with session
+# 55's change measured first: an uneven spread of several rows of tiles walks the rows in step
+# (scheduler/streamk.h, StreamKPlan::step_rows; on by default when call 1 ran, off since, with
+# HUMMING_LOCKSTEP_ROWS=1 turning it on; step 3 sets it either way). Call 1, about 510 s:
 #   1. a dev build of the dense W4A8 e2m1 per-channel and u4g128 tiles, the W8A8 e4m3 per-channel
 #      ones and the W4A16 u4g128 ones;
 #   2. the GPU tests of those (test_gpu.py: rows in step, heavy tiles spread over K, every instance

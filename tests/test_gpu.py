@@ -378,20 +378,25 @@ HEAVY_INSTANCES = [
 def test_sm90_heavy_tiles_spread_over_k(inst):
     """A few 128-token tiles over a deep K take partials from several blocks each; the result
     matches the reference and reruns and a second stream give the same bits."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    # A quarter of the SMs' tiles per row (half in two rows); a partial last tile.
+    _check_split_launches(inst, (sms // 4) * inst.tile[1] - 40, 4096 + 128, (100, 200), seed=10, reruns=2)
+
+
+def _check_split_launches(inst, n: int, k: int, ms, seed: int, reruns: int):
+    """Instance `inst` on the ring tests' n x k weight at each m of `ms`, each launch taking
+    partials: the result matches the fp64 reference, and `reruns` reruns give the same bits."""
     from humming_aot import registry
 
     fmt = _format_for(inst)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    # A quarter of the SMs' tiles per row (half in two rows); a partial last tile.
-    n, k = (sms // 4) * inst.tile[1] - 40, 4096 + 128
     p, w_deq, w_ref = _ring_weight(inst.layout, fmt, n, k)
-    for m in (100, 200):
+    for m in ms:
         assert registry.workspace_bytes(inst.name, fmt, inst.layout, n, k, m) > 0, "this case must use partials"
-        a, s, a_deq = _act(fmt, m, k, "cuda", 10)
+        a, s, a_deq = _act(fmt, m, k, "cuda", seed)
         first = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
         ref = (a_deq.double() @ w_ref.T).cpu()
         assert_gemm_close(first, ref, a_deq.cpu(), w_deq, f"{inst.name} n={n} m={m}", **_operand(inst, fmt))
-        _assert_same_bits_again(first, a, p, fmt, s, inst, reruns=2)
+        _assert_same_bits_again(first, a, p, fmt, s, inst, reruns=reruns)
 
 
 # sm90 tiles of 32 and 64 tokens in launches of more tiles than half the multiprocessors over a
@@ -408,21 +413,11 @@ STEP_INSTANCES = [i for i in FAST if i.backend == "sm90" and i.scheduler == "den
 def test_sm90_rows_walk_in_step(inst, lockstep, monkeypatch):
     """Several rows of mid tiles spread unevenly over K, in either order: the result matches the
     reference and reruns give the same bits."""
-    from humming_aot import registry
-
     monkeypatch.setenv("HUMMING_LOCKSTEP_ROWS", lockstep)  # read at each launch's plan
-    fmt = _format_for(inst)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     # More than half as many tiles as multiprocessors in two rows, fewer than all in three.
     n, k = (sms // 4 + 1) * inst.tile[1] - 40, 8192 + 128
-    p, w_deq, w_ref = _ring_weight(inst.layout, fmt, n, k)
-    for m in (2 * inst.tile[0] - 10, 3 * inst.tile[0] - 5):
-        assert registry.workspace_bytes(inst.name, fmt, inst.layout, n, k, m) > 0, "this case must use partials"
-        a, s, a_deq = _act(fmt, m, k, "cuda", 11)
-        first = ha.gemm(a, p, fmt, a_scales=s, instance=inst.name)
-        ref = (a_deq.double() @ w_ref.T).cpu()
-        assert_gemm_close(first, ref, a_deq.cpu(), w_deq, f"{inst.name} n={n} m={m}", **_operand(inst, fmt))
-        _assert_same_bits_again(first, a, p, fmt, s, inst, reruns=1)
+    _check_split_launches(inst, n, k, (2 * inst.tile[0] - 10, 3 * inst.tile[0] - 5), seed=11, reruns=1)
 
 
 def test_dispatch_crosses_ranges_with_fast_instances():
