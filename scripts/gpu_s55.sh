@@ -24,10 +24,10 @@ W4="sm90_wgmma_dense_a-e4m3-pt_w-(e2m1gc|u4g128)-sbf16_c-bf16_"
 W8="sm90_wgmma_dense_a-e4m3-pt_w-e4m3gc-sf32_c-bf16_"
 A8="--act e4m3-pt --graph --flush read --iters 30 --weights randn"
 STEP=7168x16384,3584x18944,4096x14336,5120x13824,8192x28672
-# PART=last (the second call, about 250 s): the per-channel W8A8 part of step 3 again, its weights
-# in the generic layout that 8-bit codes use (the first call asked for layout 4, which refused
-# them); then the W4A8 layout-4 sweeps at m = 1 to 32, which the first call's (m = 48 to 512) lack
-# for refitting the decode tiles' costs.
+# PART=last (the second call, about 270 s; it never ran in session 55): the per-channel W8A8 part
+# of step 3 again, its weights in the generic layout that 8-bit codes use (the first call asked for
+# layout 4, which refused them), and its mid tiles whole (HUMMING_STREAM_K=0); then the W4A8
+# layout-4 sweeps at m = 1 to 32, which the first call's (m = 48 to 512) lack.
 if [ "${PART:-}" = "last" ]; then
   HUMMING_PROFILE=dev build_filtered "^($W4|$W8)"
   echo "build done at $(($(date +%s) - start)) s" | log
@@ -37,6 +37,10 @@ if [ "${PART:-}" = "last" ]; then
   done
   python3 scripts/time_shapes.py $STEP 128,256 --format e4m3gc-sf32 --layout generic $A8 --cublaslt \
     --instances ${W8}t128x128x128_w1x2x1_s6 2>&1 | sed "s/^/step w8a8 t128 /" | log
+  # The same mid tiles as whole tiles (one block each, no spread): whether the spread itself is
+  # what those launches lose by.
+  HUMMING_STREAM_K=0 python3 scripts/time_shapes.py $STEP 128,256 --format e4m3gc-sf32 --layout generic $A8 \
+    --instances ${W8}t64x192x128_w1x3x1_s6,${W8}t64x128x128_w1x2x1_s8 2>&1 | sed "s/^/whole w8a8 /" | log
   echo "step a/b done at $(($(date +%s) - start)) s" | log
   for fmt in e2m1gc u4g128; do
     python3 scripts/sweep_tiles.py "$OUT/sweep-w4a8-$fmt-l4-small.json" --format $fmt-sbf16 --act e4m3-pt --layout sm90a8 \
