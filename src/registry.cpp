@@ -307,7 +307,7 @@ const TileCost *dispatch_cost_at(size_t i) {
 }
 
 bool persistent_launch_facts(const InstanceInfo &info, const GemmArgs &args, int sms, int64_t *inputs,
-                             int64_t *segments, bool *stream_k, int64_t *partials) {
+                             int64_t *segments, bool *stream_k, int64_t *partials, bool *rows_apart) {
   const int act_bits = static_cast<int>(DType::from_id(info.act_type).bits);
   if (std::strcmp(info.backend, "sm90") != 0 || std::strcmp(info.scheduler, "dense") != 0 ||
       (act_bits != 16 && act_bits != 8))
@@ -316,12 +316,8 @@ bool persistent_launch_facts(const InstanceInfo &info, const GemmArgs &args, int
   // stream-K for the tail, over whole K tiles (the weight-only kernels' padded K is a multiple of
   // theirs; the 8-bit ones round up), spreading few t128 tiles over a deep K as HeavySpread says:
   // kWide for the weight-only kernels (16-bit activations), a8_heavy_spread for the 8-bit ones
-  // (kHalf for W4A8). The a8w4 tile costs were fitted to sweeps that timed those launches with
-  // whole tiles (session 18); with their large stream-K term (23.8 us for t128) the estimates take
-  // the spread t128 only over the deepest layers (8192 x 28672 and 8192 x 29568 at m = 96 and 128
-  // among the corpus: 64 tiles, two blocks each), short of the shapes where session 54 measured it
-  // faster than the t64 the estimates keep (H100: 4096 x 14336 at m = 256, the same 64 tiles in
-  // two rows, 41.9 against 48.4 us); a refit to a sweep of the spread plans would reach those.
+  // (kHalf for W4A8). The a8w4 tile costs are fitted to sweeps of those plans (session 55,
+  // h200-2026-12-07-s55-sweep-w4a8-*-l4.json).
   const int64_t m_tiles = (args.m + info.tile_m - 1) / info.tile_m;
   const int64_t n_tiles = (args.dims.n_pad + info.tile_n - 1) / info.tile_n;
   const int64_t k_tiles = (args.dims.k_pad + info.tile_k - 1) / info.tile_k;
@@ -348,6 +344,9 @@ bool persistent_launch_facts(const InstanceInfo &info, const GemmArgs &args, int
       most_partials = std::max(most_partials, p.sk_owner((t + 1) * p.units - 1) - p.sk_owner(t * p.units));
     *partials = most_partials;
   }
+  if (rows_apart != nullptr)
+    *rows_apart = m_tiles >= 2 && p.step_rows == 0 && p.dp_waves == 0 && p.sk_tiles == p.tiles && p.tiles < p.blocks &&
+                  p.blocks % p.tiles != 0;
   return true;
 }
 
@@ -379,10 +378,13 @@ bool tile_cost_covers(const TileCost &cost, const InstanceInfo &i) {
 
 double estimated_us(const InstanceInfo &info, const GemmArgs &args, int sms, const TileCost &cost) {
   int64_t inputs = 0, segments = 0, partials = 0;
-  bool stream_k = false;
-  if (!persistent_launch_facts(info, args, sms, &inputs, &segments, &stream_k, &partials)) return -1;
-  return cost.c[0] + cost.c[1] * static_cast<double>(inputs) / 1000 + cost.c[2] * static_cast<double>(segments) +
-         (stream_k ? cost.c[3] : 0) + cost.c[4] * static_cast<double>(partials);
+  bool stream_k = false, rows_apart = false;
+  if (!persistent_launch_facts(info, args, sms, &inputs, &segments, &stream_k, &partials, &rows_apart)) return -1;
+  const double us = cost.c[0] + cost.c[1] * static_cast<double>(inputs) / 1000 +
+                    cost.c[2] * static_cast<double>(segments) + (stream_k ? cost.c[3] : 0) +
+                    cost.c[4] * static_cast<double>(partials);
+  const bool w8a8 = args.fmt.act.type.bits == 8 && args.fmt.weight.code.bits == 8;
+  return rows_apart && w8a8 && us > 0 ? us * (1 + kRowsApartPenalty8) : us;
 }
 
 namespace {

@@ -593,47 +593,57 @@ def test_device_of_no_family_is_named():
 FMT90 = "a-bf16_w-u4g128-sbf16_c-bf16"
 
 
-def test_launch_facts_follow_the_persistent_plan():
+def test_launch_facts_follow_the_persistent_plan(monkeypatch):
     from humming_aot._ext import C
+
+    def lf(*problem):  # the facts of an sm90 launch
+        return C.persistent_launch_facts("sm90", *problem)
 
     # 2 x 64 = 128 tiles of 64 x 128 on 132 multiprocessors, K = 8192: too many 64-token tiles to
     # split K (two multiprocessors per tile would be needed), so each block takes one whole tile.
-    assert C.persistent_launch_facts("sm90", 64, 128, 128, FMT90, 3, 8192, 8192, 128, 132) == (8192, 1, False, 0)
+    assert lf(64, 128, 128, FMT90, 3, 8192, 8192, 128, 132) == (8192, 1, False, 0, False)
     # 264 such tiles (n = 132 x 128): exactly two waves, each block two whole tiles.
-    assert C.persistent_launch_facts("sm90", 64, 128, 128, FMT90, 3, 132 * 128, 8192, 128, 132) == (16384, 2, False, 0)
+    assert lf(64, 128, 128, FMT90, 3, 132 * 128, 8192, 128, 132) == (16384, 2, False, 0, False)
     # 80 decode tiles: spread over the multiprocessors by K (stream-K), so the busiest block takes
     # less than a whole tile's K, in at most two segments (the ends of two tiles); a block's share
     # (38 or 39 of the 5120 K tiles) is shorter than a tile's 64, so some tile has three
     # contributors, none four: the one that finishes it adds two partials.
-    inputs, segments, stream_k, partials = C.persistent_launch_facts(
-        "sm90", 8, 128, 128, FMT90, 3, 80 * 128, 8192, 8, 132
-    )
-    assert stream_k and 8192 * 80 / 132 <= inputs < 8192 and 1 <= segments <= 2 and partials == 2
+    inputs, segments, stream_k, partials, apart = lf(8, 128, 128, FMT90, 3, 80 * 128, 8192, 8, 132)
+    assert stream_k and 8192 * 80 / 132 <= inputs < 8192 and 1 <= segments <= 2 and partials == 2 and not apart
     # 100 decode tiles keep three quarters of the multiprocessors busy: whole tiles, no partials.
-    assert C.persistent_launch_facts("sm90", 8, 128, 128, FMT90, 3, 100 * 128, 8192, 8, 132) == (8192, 1, False, 0)
+    assert lf(8, 128, 128, FMT90, 3, 100 * 128, 8192, 8, 132) == (8192, 1, False, 0, False)
     # 1536 x 7168 at m = 100 in t128: 12 tiles of 56 K tiles, each split evenly over 132 / 12 = 11
     # blocks (5 or 6 K tiles each, above the 512-input minimum): the last of 11 adds 10 partials.
-    assert C.persistent_launch_facts("sm90", 128, 128, 128, FMT90, 3, 1536, 7168, 100, 132) == (768, 1, True, 10)
+    assert lf(128, 128, 128, FMT90, 3, 1536, 7168, 100, 132) == (768, 1, True, 10, False)
     # The 8-bit activation kernels plan the same way (generic layout, K tiles rounded up: k = 8192 + 32
     # takes 65 K tiles of 128 inputs, as a weight-only k of 65 x 128 does).
     a8 = "a-e4m3-pt_w-e4m3gc-sf32_c-bf16"
-    assert C.persistent_launch_facts("sm90", 64, 128, 128, a8, 1, 8192, 8192, 128, 132) == (8192, 1, False, 0)
-    assert C.persistent_launch_facts("sm90", 64, 128, 128, a8, 1, 8192, 8192 + 32, 128, 132) == (
-        C.persistent_launch_facts("sm90", 64, 128, 128, FMT90, 3, 8192, 65 * 128, 128, 132)
-    )
+    assert lf(64, 128, 128, a8, 1, 8192, 8192, 128, 132) == (8192, 1, False, 0, False)
+    assert lf(64, 128, 128, a8, 1, 8192, 8192 + 32, 128, 132) == lf(64, 128, 128, FMT90, 3, 8192, 65 * 128, 128, 132)
     # 80 t128 tiles over K = 13824 (5120 x 13824 at m = 256): the weight-only kernels spread them
     # (streamk.h, HeavySpread::kWide: 66 K tiles at most a block, where a whole tile has 108); the
-    # W4A8 ones keep whole tiles (HeavySpread::kHalf spreads at most 66 tiles).
-    assert C.persistent_launch_facts("sm90", 128, 128, 128, FMT90, 3, 5120, 13824, 256, 132) == (66 * 128, 1, True, 2)
+    # W4A8 ones keep whole tiles (HeavySpread::kHalf spreads at most 66 tiles). The weight-only
+    # spread's two rows are apart (80 tiles over 132 blocks in grouped order), which only W8A8 pays.
+    assert lf(128, 128, 128, FMT90, 3, 5120, 13824, 256, 132) == (66 * 128, 1, True, 2, True)
     a8w4 = "a-e4m3-pt_w-e2m1gc-sbf16_c-bf16"
-    assert C.persistent_launch_facts("sm90", 128, 128, 128, a8w4, 4, 5120, 13824, 256, 132) == (13824, 1, False, 0)
+    assert lf(128, 128, 128, a8w4, 4, 5120, 13824, 256, 132) == (13824, 1, False, 0, False)
     # 40 tiles at m = 128: the W4A8 kernels spread them, three blocks a tile (36 K tiles each, two
     # partials for the first); 8-bit codes and integer activations keep whole tiles
     # (streamk.h, a8_heavy_spread).
-    assert C.persistent_launch_facts("sm90", 128, 128, 128, a8w4, 4, 5120, 13824, 128, 132) == (36 * 128, 1, True, 2)
-    assert C.persistent_launch_facts("sm90", 128, 128, 128, a8, 1, 5120, 13824, 128, 132) == (13824, 1, False, 0)
+    assert lf(128, 128, 128, a8w4, 4, 5120, 13824, 128, 132) == (36 * 128, 1, True, 2, False)
+    assert lf(128, 128, 128, a8, 1, 5120, 13824, 128, 132) == (13824, 1, False, 0, False)
     a8i4 = "a-i8-pt_w-i4gc-sbf16_c-bf16"
-    assert C.persistent_launch_facts("sm90", 128, 128, 128, a8i4, 1, 5120, 13824, 128, 132) == (13824, 1, False, 0)
+    assert lf(128, 128, 128, a8i4, 1, 5120, 13824, 128, 132) == (13824, 1, False, 0, False)
+    # Rows of tiles apart: two rows of 38 t64x192 tiles over K = 16384 (7168 x 16384 at m = 128)
+    # spread unevenly over 132 blocks in grouped order; one row of them (m = 64), three blocks a tile
+    # (3584 x 18944 at m = 128: 38 tiles on 114 blocks), or the rows in step are not.
+    w8 = "a-e4m3-pt_w-e4m3gc-sf32_c-bf16"
+    assert lf(64, 192, 128, w8, 1, 7168, 16384, 128, 132)[4]
+    assert not lf(64, 192, 128, w8, 1, 7168, 16384, 64, 132)[4]
+    assert not lf(64, 192, 128, w8, 1, 3584, 18944, 128, 132)[4]
+    monkeypatch.setenv("HUMMING_LOCKSTEP_ROWS", "1")  # read at each plan
+    assert not lf(64, 192, 128, w8, 1, 7168, 16384, 128, 132)[4]
+    monkeypatch.delenv("HUMMING_LOCKSTEP_ROWS")
     # Other kernels are not covered by the model.
     assert C.persistent_launch_facts("sm80", 64, 128, 128, FMT90, 2, 8192, 8192, 128, 132) is None
 
@@ -662,9 +672,9 @@ def test_persistent_max_waves_setting_spreads_the_tail_of_longer_launches():
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         return ast.literal_eval(out.stdout.strip())
 
-    assert facts(8) == (10 * 16384, 10, False, 0)
+    assert facts(8) == (10 * 16384, 10, False, 0, False)
     assert facts(10) == facts(None) == facts(64)
-    inputs, segments, stream_k, partials = facts(None)
+    inputs, segments, stream_k, partials, _ = facts(None)
     assert stream_k and 9 * 16384 + 42 * 128 <= inputs <= 9 * 16384 + 44 * 128 and segments in (10, 11)
     assert 1 <= partials <= 3  # 128 K tiles of a tile over blocks of 42 or 43: three or four contributors
 
@@ -853,4 +863,45 @@ def test_h200_table_takes_the_spread_w4a8_t128_over_the_deepest_layers():
     for m in (96, 128):
         est = {i.tile[0]: us for us, i in dispatch._estimates(table, cands, (fmt, 8192, 28672, m, 132, 4))}
         assert est[128] < min(est[32], est[64]), (m, est)
-    assert C.persistent_launch_facts("sm90", 128, 128, 128, fmt, 4, 8192, 28672, 128, 132) == (112 * 128, 1, True, 1)
+    spread = C.persistent_launch_facts("sm90", 128, 128, 128, fmt, 4, 8192, 28672, 128, 132)
+    assert spread == (112 * 128, 1, True, 1, False)
+
+
+def test_h200_estimates_charge_w8a8_launches_whose_rows_are_apart():
+    """A W8A8 launch whose rows of tiles spread unevenly in grouped order (persistent_launch_facts'
+    fifth fact) is estimated at 1 + humming.h kRowsApartPenalty8 times its tile cost's time, so on
+    deep layers at m = 96 to 256 the H200 table takes t128 over t64x192 (session 18's sweep: t64x192
+    1.4-1.6x slower there); a W4A8 launch of the same plan is not charged."""
+    import types
+
+    from humming_aot._ext import C
+
+    table = dispatch._table_for(90, 132, "NVIDIA H200")
+    costs = dispatch._tile_costs(table)
+    w8 = "a-e4m3-pt_w-e4m3gc-sf32_c-bf16"
+    tiles = ("64x128x128", "64x192x128", "128x128x128", "128x192x128")
+    cands = [
+        types.SimpleNamespace(name=f"sm90_wgmma_dense_{w8}_t{t}", backend="sm90", tile=tuple(map(int, t.split("x"))))
+        for t in tiles
+    ]
+    g = F.parse_gemm_format(w8)
+    for n, k, m in ((7168, 16384, 128), (8192, 28672, 128), (8192, 28672, 96), (3584, 18944, 256)):
+        est = {i.tile: us for us, i in dispatch._estimates(table, cands, (g, n, k, m, 132, 1))}
+        assert min(est, key=est.get) not in ((64, 128, 128), (64, 192, 128)), (n, k, m, est)
+    t64 = next(c for c in cands if c.tile == (64, 192, 128))
+    inputs, segments, stream_k, partials, apart = C.persistent_launch_facts(
+        "sm90", 64, 192, 128, w8, 1, 7168, 16384, 128, 132
+    )
+    c = costs[("a8w8", (64, 192, 128), 1)]
+    assert apart
+    plain = c[0] + c[1] * inputs / 1000 + c[2] * segments + c[3] * stream_k + (c[4] * partials if len(c) > 4 else 0)
+    got = dispatch.estimated_us(c, "sm90", t64.tile, g, 7168, 16384, 128, 132, 1)
+    assert got == pytest.approx(plain * (1 + C.rows_apart_penalty_8))
+    # W4A8 (4-bit codes): the same two rows of t64x128 tiles apart, not charged.
+    w4 = "a-e4m3-pt_w-e2m1gc-sbf16_c-bf16"
+    facts = C.persistent_launch_facts("sm90", 64, 128, 128, w4, 4, 7168, 16384, 128, 132)
+    c4 = [1.0, 1.0, 1.0, 1.0, 1.0]
+    plain4 = 1 + facts[0] / 1000 + facts[1] + facts[2] + facts[3]
+    assert facts[4] and dispatch.estimated_us(
+        c4, "sm90", (64, 128, 128), w4, 7168, 16384, 128, 132, 4
+    ) == pytest.approx(plain4)

@@ -727,12 +727,13 @@ def test_h200_table_picks_the_measured_tile(n, k, m, best):
 # Session 18's and 19's W4A8 sweeps count up to m = 32 only: their larger m were timed before the
 # W4A8 t128 spread (scheduler/streamk.h, HeavySpread::kHalf) and the kernels' later changes, and
 # session 55 re-timed m = 48 to 512 in layout 4 (the W4A8 default), the sweeps the a8w4 tile
-# costs are now fitted to.
+# costs are now fitted to. The W8A8 ones are within 1.1 % (e4m3gc, worst 1.18x) and 1.3 % (i8gc,
+# worst 1.24x) with humming.h's kRowsApartPenalty8, 2.8 % and 3.1 % (worst 1.61x and 1.63x) without.
 H200_SWEEPS = [
     ("h200-2026-12-04-s27-sweep-u4g128.json", 400, 8, 1.005, 1.15, None),
     ("h200-2026-12-04-s27-sweep-u4g128-holdout.json", 200, 8, 1.005, 1.15, None),
     ("h200-2026-12-04-s27-sweep-u4g128-holdout3.json", 150, 8, 1.005, 1.1, None),
-    ("h200-2026-12-02-s18-sweep-a8-overlap-e4m3gc.json", 400, 8, 1.04, 1.7, None),
+    ("h200-2026-12-02-s18-sweep-a8-overlap-e4m3gc.json", 400, 8, 1.02, 1.25, None),
     ("h200-2026-12-02-s18-sweep-a8-e2m1gc.json", 125, 10, 1.01, 1.1, 32),
     ("h200-2026-12-02-s18-sweep-a8-u4g128.json", 125, 10, 1.01, 1.1, 32),
     ("h200-2026-12-02-s19-sweep-a8-e2m1gc.json", 125, 10, 1.01, 1.1, 32),
@@ -740,7 +741,7 @@ H200_SWEEPS = [
     ("h200-2026-12-07-s55-sweep-w4a8-e2m1gc-l4.json", 200, 11, 1.01, 1.2, None),
     ("h200-2026-12-07-s55-sweep-w4a8-u4g128-l4.json", 200, 10, 1.005, 1.1, None),
     ("h200-2026-12-02-s18-sweep-a8-blocks.json", 400, 7, 1.02, 1.5, None),
-    ("h200-2026-12-02-s18-sweep-a8-i8gc.json", 425, 8, 1.04, 1.7, None),
+    ("h200-2026-12-02-s18-sweep-a8-i8gc.json", 425, 8, 1.02, 1.3, None),
 ]
 
 

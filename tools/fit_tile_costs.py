@@ -51,7 +51,7 @@ def main() -> None:
             facts = _ext.C.persistent_launch_facts(backend, *tile, str(fmt), layout, p["n"], p["k"], p["m"], args.sms)
             if facts is None:
                 raise SystemExit(f"{name}: the cost model does not cover this kernel")
-            inputs, segments, stream_k, partials = facts
+            inputs, segments, stream_k, partials, _rows_apart = facts
             rows[cost_key(name, tile, fmt)].append(
                 ([1.0, inputs / 1000, float(segments), 1.0 if stream_k else 0.0, float(partials)], p["us"])
             )

@@ -268,11 +268,32 @@ const TileCost *dispatch_cost_at(size_t i);
 // The launch facts the cost model reads, for an instance that the model covers (backend sm90 with
 // the dense scheduler: the persistent weight-only and 8-bit activation kernels) on `sms`
 // multiprocessors: inputs of the busiest block, its segments, whether the launch has a stream-K
-// part, and (where `partials` is given) the most partials one tile's last contributor adds up
-// (the most blocks that share a tile, less one; 0 without a stream-K part). False for other
+// part, (where `partials` is given) the most partials one tile's last contributor adds up (the
+// most blocks that share a tile, less one; 0 without a stream-K part), and (where `rows_apart` is
+// given) whether the launch spreads two or more rows of tiles over more blocks than tiles unevenly
+// (not a whole number of blocks a tile) in grouped order (scheduler/raster.h), where each row's
+// blocks read the same weights at other K at other times (kRowsApartPenalty8). False for other
 // instances.
 bool persistent_launch_facts(const InstanceInfo &info, const GemmArgs &args, int sms, int64_t *inputs,
-                             int64_t *segments, bool *stream_k, int64_t *partials = nullptr);
+                             int64_t *segments, bool *stream_k, int64_t *partials = nullptr,
+                             bool *rows_apart = nullptr);
+// What estimated_us adds, as a fraction, to a launch of the 8-bit activation kernels with 8-bit
+// codes (W8A8: e4m3 x e4m3, i8 x i8, the 128 x 128 blocks) whose rows are apart
+// (persistent_launch_facts): the tile costs, fitted over every launch, put those at about 3.5 us
+// per thousand inputs of the busiest block where they took 7.7-8.7 (t64x192, H200, session 18's
+// sweep h200-2026-12-02-s18-sweep-a8-overlap-e4m3gc.json), so the estimates took t64x192 on deep
+// layers at m = 96 to 256 where t128 was 1.4-1.6x faster (H100, session 54: 7168 x 16384 at
+// m = 128, 97.2 us against 58.6). Session 55 (no GPU; the sweeps' own times): with this fraction
+// the dispatcher's choices over that sweep are within 1.1 % of the fastest tile (geometric mean;
+// worst 1.18x), was 2.8 % (worst 1.61x), and over the i8 x i8 sweep, which did not set it, 1.3 %
+// (1.24x), was 3.1 % (1.63x); 27 choices of 400 change in each, none to a slower tile, 1.29x
+// faster in geometric mean there (8192 x 28672 at m = 128: t64x192 144.4 us -> t128 89.8;
+// 3584 x 3584 at m = 64, four rows of t16: 21.1 -> t32 17.2); the 128 x 128 block sweep 1.6 % ->
+// 1.3 %. Any fraction from 0.2 to 2 gives the same (0.1: 1.8 %). The W4A8 kernels (4-bit codes,
+// half the weight bytes) do not pay it: a penalty of 0.25 or more on their uneven two-row t32 /
+// t64 spreads over K > 8192 made session 55's layout-4 u4g128 sweep's choices worse (0.17 % ->
+// 0.25 %), and their rows in step gained nothing (scheduler/streamk.h, StreamKPlan::step_rows).
+constexpr double kRowsApartPenalty8 = 0.5;
 // `cost`'s estimate of that launch in microseconds (negative for an instance the model does not
 // cover).
 double estimated_us(const InstanceInfo &info, const GemmArgs &args, int sms, const TileCost &cost);

@@ -312,9 +312,14 @@ def estimated_us(cost, backend: str, tile, fmt, n: int, k: int, m: int, sms: int
     facts = C.persistent_launch_facts(backend, *tile, str(fmt), layout, n, k, m, sms)
     if facts is None:
         return None
-    inputs, segments, stream_k, partials = facts
+    inputs, segments, stream_k, partials, rows_apart = facts
     extra = cost[4] * partials if len(cost) > 4 else 0.0  # a four-number cost has no partials term
-    return cost[0] + cost[1] * inputs / 1000 + cost[2] * segments + (cost[3] if stream_k else 0.0) + extra
+    us = cost[0] + cost[1] * inputs / 1000 + cost[2] * segments + (cost[3] if stream_k else 0.0) + extra
+    if rows_apart and us > 0:  # W8A8 launches whose rows of tiles read the weights apart (humming.h)
+        g = F.parse_gemm_format(fmt) if isinstance(fmt, str) else fmt
+        if g.act.type.bits == 8 and g.weight.code.bits == 8:
+            us *= 1 + C.rows_apart_penalty_8
+    return us
 
 
 # Launches of more rows of tiles are outside what tile costs are fitted to (scripts/sweep_tiles.py

@@ -169,8 +169,9 @@ PYBIND11_MODULE(_C, m) {
   // What the cost model of an estimate range reads (humming::persistent_launch_facts) for a
   // kernel of `backend` with this tile shape on a described problem and `sms` multiprocessors:
   // (inputs of the busiest block, its segments, stream-K part or not, the most partials of a tile's
-  // fix-up), or None where the model does not cover the kernel. By tile shape, not instance name, so
-  // that a sweep of instances this build lacks can be scored (tools/table_regret.py).
+  // fix-up, rows of tiles apart), or None where the model does not cover the kernel. By tile shape,
+  // not instance name, so that a sweep of instances this build lacks can be scored
+  // (tools/table_regret.py).
   m.def("persistent_launch_facts",
         [](const std::string &backend, int tile_m, int tile_n, int tile_k, const std::string &fmt, int layout,
            int64_t n, int64_t k, int64_t m, int sms) -> py::object {
@@ -183,9 +184,10 @@ PYBIND11_MODULE(_C, m) {
           info.tile_m = tile_m, info.tile_n = tile_n, info.tile_k = tile_k;
           if (tile_m <= 0 || tile_n <= 0 || tile_k <= 0) throw py::value_error("tile extents must be positive");
           int64_t inputs = 0, segments = 0, partials = 0;
-          bool stream_k = false;
-          if (!persistent_launch_facts(info, args, sms, &inputs, &segments, &stream_k, &partials)) return py::none();
-          return py::make_tuple(inputs, segments, stream_k, partials);
+          bool stream_k = false, rows_apart = false;
+          if (!persistent_launch_facts(info, args, sms, &inputs, &segments, &stream_k, &partials, &rows_apart))
+            return py::none();
+          return py::make_tuple(inputs, segments, stream_k, partials, rows_apart);
         });
   // The C++ default choice (humming::select_instance) for a described device: kept equal to
   // humming_aot.dispatch.choose_for by a test.
@@ -220,6 +222,7 @@ PYBIND11_MODULE(_C, m) {
     return expected_row_tiles(mean_rows, tile_m);
   });
   m.attr("grouped_row_tile_fixed_rows") = kGroupedRowTileFixedRows;
+  m.attr("rows_apart_penalty_8") = kRowsApartPenalty8;
   // The variant of grouped instance `name` (its wide twin, lone walk: humming::grouped_pick) that a
   // grouped GEMM of `assignments` routed rows over `experts` experts runs for a described device:
   // the default choice with the tile height fixed, for benchmarks that time every height.
