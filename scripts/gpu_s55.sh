@@ -37,6 +37,10 @@ if [ "${PART:-}" = "last" ]; then
   done
   python3 scripts/time_shapes.py $STEP 128,256 --format e4m3gc-sf32 --layout generic $A8 --cublaslt \
     --instances ${W8}t128x128x128_w1x2x1_s6 2>&1 | sed "s/^/step w8a8 t128 /" | log
+  # The dispatcher's choice, which since session 55 charges launches whose rows are apart
+  # (humming.h, kRowsApartPenalty8: t128 or t32 where it took t64x192 on these layers).
+  python3 scripts/time_shapes.py $STEP 96,128,256 --format e4m3gc-sf32 --layout generic $A8 2>&1 \
+    | sed "s/^/step w8a8 default /" | log
   # The same mid tiles as whole tiles (one block each, no spread): whether the spread itself is
   # what those launches lose by.
   HUMMING_STREAM_K=0 python3 scripts/time_shapes.py $STEP 128,256 --format e4m3gc-sf32 --layout generic $A8 \
