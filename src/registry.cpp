@@ -345,8 +345,7 @@ bool persistent_launch_facts(const InstanceInfo &info, const GemmArgs &args, int
     *partials = most_partials;
   }
   if (rows_apart != nullptr)
-    *rows_apart = m_tiles >= 2 && p.step_rows == 0 && p.dp_waves == 0 && p.sk_tiles == p.tiles && p.tiles < p.blocks &&
-                  p.blocks % p.tiles != 0;
+    *rows_apart = m_tiles >= 2 && p.step_rows == 0 && p.dp_waves == 0 && p.sk_tiles > 0 && p.blocks % p.tiles != 0;
   return true;
 }
 

@@ -308,18 +308,11 @@ def _evaluate(g: F.GemmFormat, n: int, k: int, m: int, cc: int, layout: int):
 
 def estimated_us(cost, backend: str, tile, fmt, n: int, k: int, m: int, sms: int, layout: int) -> float | None:
     """A tile cost's estimate (microseconds) of the launch of a ``backend`` kernel with this tile
-    shape, or None where the cost model does not cover the kernel (humming::estimated_us)."""
-    facts = C.persistent_launch_facts(backend, *tile, str(fmt), layout, n, k, m, sms)
-    if facts is None:
-        return None
-    inputs, segments, stream_k, partials, rows_apart = facts
-    extra = cost[4] * partials if len(cost) > 4 else 0.0  # a four-number cost has no partials term
-    us = cost[0] + cost[1] * inputs / 1000 + cost[2] * segments + (cost[3] if stream_k else 0.0) + extra
-    if rows_apart and us > 0:  # W8A8 launches whose rows of tiles read the weights apart (humming.h)
-        g = F.parse_gemm_format(fmt) if isinstance(fmt, str) else fmt
-        if g.act.type.bits == 8 and g.weight.code.bits == 8:
-            us *= 1 + C.rows_apart_penalty_8
-    return us
+    shape, or None where the cost model does not cover the kernel or the estimate is not positive
+    (a fit extrapolated past its points): humming::estimated_us itself, so that both dispatchers
+    apply one rule."""
+    us = C.estimated_us(list(cost), backend, *tile, str(fmt), layout, n, k, m, sms)
+    return us if us > 0 else None
 
 
 # Launches of more rows of tiles are outside what tile costs are fitted to (scripts/sweep_tiles.py
@@ -345,8 +338,7 @@ def _estimates(table: dict, candidates: list, problem: tuple) -> list[tuple[floa
             continue
         c = _cost_for(costs, inst)
         us = None if c is None else estimated_us(c, inst.backend, inst.tile, g, n, k, m, sms, layout)
-        # A time that is not positive is a fit extrapolated past its points: outside the model.
-        if us is not None and us > 0:
+        if us is not None:
             covered.append((us, inst))
     heights = [i.tile[0] for _, i in covered]
     cap = min([h for h in heights if h >= m], default=max(heights, default=0))

@@ -87,6 +87,21 @@ GemmArgs described_problem(const std::string &fmt, int layout, int64_t n, int64_
   return args;
 }
 
+// A dense kernel of `backend` with this tile shape for the cost model (persistent_launch_facts,
+// estimated_us), which reads the tile, the backend, the scheduler and the activation type; the
+// name points into static storage and `backend` must outlive the result.
+InstanceInfo described_tile(const std::string &backend, int tile_m, int tile_n, int tile_k, const GemmArgs &args) {
+  if (tile_m <= 0 || tile_n <= 0 || tile_k <= 0) throw py::value_error("tile extents must be positive");
+  InstanceInfo info{};
+  info.name = "";
+  info.backend = backend.c_str();
+  info.scheduler = "dense";
+  info.act_type = args.fmt.act.type.id();
+  info.code_type = args.fmt.weight.code.id();
+  info.tile_m = tile_m, info.tile_n = tile_n, info.tile_k = tile_k;
+  return info;
+}
+
 template <class F, class P> std::string normalize(const std::string &s, P parse) {
   F f;
   const Status st = parse(s, &f);
@@ -176,19 +191,25 @@ PYBIND11_MODULE(_C, m) {
         [](const std::string &backend, int tile_m, int tile_n, int tile_k, const std::string &fmt, int layout,
            int64_t n, int64_t k, int64_t m, int sms) -> py::object {
           const GemmArgs args = described_problem(fmt, layout, n, k, m);
-          InstanceInfo info{};
-          info.name = "";
-          info.backend = backend.c_str();
-          info.scheduler = "dense";
-          info.act_type = args.fmt.act.type.id();
-          info.tile_m = tile_m, info.tile_n = tile_n, info.tile_k = tile_k;
-          if (tile_m <= 0 || tile_n <= 0 || tile_k <= 0) throw py::value_error("tile extents must be positive");
+          const InstanceInfo info = described_tile(backend, tile_m, tile_n, tile_k, args);
           int64_t inputs = 0, segments = 0, partials = 0;
           bool stream_k = false, rows_apart = false;
           if (!persistent_launch_facts(info, args, sms, &inputs, &segments, &stream_k, &partials, &rows_apart))
             return py::none();
           return py::make_tuple(inputs, segments, stream_k, partials, rows_apart);
         });
+  // A tile cost's estimate of that launch in microseconds (humming::estimated_us, which the C++
+  // dispatcher uses: one rule for both), `cost` four or five numbers; negative where the model does
+  // not cover the kernel.
+  m.def("estimated_us", [](const std::vector<double> &cost, const std::string &backend, int tile_m, int tile_n,
+                           int tile_k, const std::string &fmt, int layout, int64_t n, int64_t k, int64_t m, int sms) {
+    if (cost.size() != 4 && cost.size() != 5) throw py::value_error("a tile cost has four or five numbers");
+    const GemmArgs args = described_problem(fmt, layout, n, k, m);
+    const InstanceInfo info = described_tile(backend, tile_m, tile_n, tile_k, args);
+    TileCost tc{tile_m, tile_n, tile_k, {0, 0, 0, 0, 0}};
+    std::copy(cost.begin(), cost.end(), tc.c);
+    return estimated_us(info, args, sms, tc);
+  });
   // The C++ default choice (humming::select_instance) for a described device: kept equal to
   // humming_aot.dispatch.choose_for by a test.
   m.def("select_instance", [](const std::string &fmt, int layout, int64_t n, int64_t k, int64_t m, int cc, int sms) {
