@@ -344,8 +344,7 @@ bool persistent_launch_facts(const InstanceInfo &info, const GemmArgs &args, int
       most_partials = std::max(most_partials, p.sk_owner((t + 1) * p.units - 1) - p.sk_owner(t * p.units));
     *partials = most_partials;
   }
-  if (rows_apart != nullptr)
-    *rows_apart = m_tiles >= 2 && p.step_rows == 0 && p.dp_waves == 0 && p.sk_tiles > 0 && p.blocks % p.tiles != 0;
+  if (rows_apart != nullptr) *rows_apart = m_tiles >= 2 && p.dp_waves == 0 && p.sk_tiles > 0 && p.blocks % p.tiles != 0;
   return true;
 }
 

@@ -635,14 +635,14 @@ def test_launch_facts_follow_the_persistent_plan(monkeypatch):
     a8i4 = "a-i8-pt_w-i4gc-sbf16_c-bf16"
     assert lf(128, 128, 128, a8i4, 1, 5120, 13824, 128, 132) == (13824, 1, False, 0, False)
     # Rows of tiles apart: two rows of 38 t64x192 tiles over K = 16384 (7168 x 16384 at m = 128)
-    # spread unevenly over 132 blocks in grouped order; one row of them (m = 64), three blocks a tile
-    # (3584 x 18944 at m = 128: 38 tiles on 114 blocks), or the rows in step are not.
+    # spread unevenly over 132 blocks, walked in step (the default) or in grouped order; one row of
+    # them (m = 64) or three blocks a tile (3584 x 18944 at m = 128: 38 tiles on 114 blocks) are not.
     w8 = "a-e4m3-pt_w-e4m3gc-sf32_c-bf16"
     assert lf(64, 192, 128, w8, 1, 7168, 16384, 128, 132)[4]
     assert not lf(64, 192, 128, w8, 1, 7168, 16384, 64, 132)[4]
     assert not lf(64, 192, 128, w8, 1, 3584, 18944, 128, 132)[4]
-    monkeypatch.setenv("HUMMING_LOCKSTEP_ROWS", "1")  # read at each plan
-    assert not lf(64, 192, 128, w8, 1, 7168, 16384, 128, 132)[4]
+    monkeypatch.setenv("HUMMING_LOCKSTEP_ROWS", "0")  # read at each plan
+    assert lf(64, 192, 128, w8, 1, 7168, 16384, 128, 132)[4]
     monkeypatch.delenv("HUMMING_LOCKSTEP_ROWS")
     # Other kernels are not covered by the model.
     assert C.persistent_launch_facts("sm80", 64, 128, 128, FMT90, 2, 8192, 8192, 128, 132) is None

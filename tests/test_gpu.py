@@ -400,9 +400,9 @@ def _check_split_launches(inst, n: int, k: int, ms, seed: int, reruns: int):
 
 
 # sm90 tiles of 32 and 64 tokens in launches of more tiles than half the multiprocessors over a
-# K beyond 8192: each tile's K is spread unevenly over the blocks, in grouped order (the default)
-# and with the rows of tiles walking in step (HUMMING_LOCKSTEP_ROWS=1; scheduler/streamk.h,
-# StreamKPlan::step_rows: row-major tiles, a whole number of blocks a row); two rows
+# K beyond 8192: each tile's K is spread unevenly over the blocks, with the rows of tiles walking
+# in step (the default; scheduler/streamk.h, StreamKPlan::step_rows: row-major tiles, a whole
+# number of blocks a row) and in grouped order (HUMMING_LOCKSTEP_ROWS=0); two rows
 # (m = 2 BM - 10) and three (m = 3 BM - 5), a partial last column. (tests/cpp/test_core.cpp checks
 # that such plans walk in step.)
 STEP_INSTANCES = [i for i in FAST if i.backend == "sm90" and i.scheduler == "dense" and i.tile[0] in (32, 64)]

@@ -271,9 +271,10 @@ const TileCost *dispatch_cost_at(size_t i);
 // part, (where `partials` is given) the most partials one tile's last contributor adds up (the
 // most blocks that share a tile, less one; 0 without a stream-K part), and (where `rows_apart` is
 // given) whether the launch spreads two or more rows of tiles over more blocks than tiles unevenly
-// (not a whole number of blocks a tile) in grouped order (scheduler/raster.h), where each row's
-// blocks read the same weights at other K at other times (kRowsApartPenalty8). False for other
-// instances.
+// (not a whole number of blocks a tile): in grouped order (scheduler/raster.h) each row's blocks
+// read the same weights at other K at other times; walked in step (StreamKPlan::step_rows, the
+// default since session 56) they read them together but still took longer than whole tiles
+// (kRowsApartPenalty8), so the fact does not depend on the walk. False for other instances.
 bool persistent_launch_facts(const InstanceInfo &info, const GemmArgs &args, int sms, int64_t *inputs,
                              int64_t *segments, bool *stream_k, int64_t *partials = nullptr,
                              bool *rows_apart = nullptr);

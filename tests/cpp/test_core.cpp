@@ -457,14 +457,16 @@ void test_stream_k_policy() {
   EXPECT(plan_stream_k(8, 4, 512, 1, 132, 2, false).sk_tiles == 0, "K below two slices: plain");
 }
 
-// With HUMMING_LOCKSTEP_ROWS=1, an uneven spread of several rows of tiles walks them in step
-// (StreamKPlan::step_rows): a whole number of blocks a row, and block j of every row owns the same
-// K tiles of the same columns as block j of the first (row-major tiles). Even spreads, one row and
-// whole tiles leave the grouped order, as does every plan without the setting (the default).
+// An uneven spread of several rows of tiles walks them in step (StreamKPlan::step_rows, the
+// default): a whole number of blocks a row, and block j of every row owns the same K tiles of the
+// same columns as block j of the first (row-major tiles). Even spreads, one row and whole tiles
+// keep the grouped order, as does every plan with HUMMING_LOCKSTEP_ROWS=0.
 void test_rows_in_step() {
   const int sms = 132;
-  EXPECT(plan_persistent(76, 128, 128, sms, 64, 2).step_rows == 0, "rows in step without HUMMING_LOCKSTEP_ROWS");
-  setenv("HUMMING_LOCKSTEP_ROWS", "1", 1);
+  setenv("HUMMING_LOCKSTEP_ROWS", "0", 1);
+  EXPECT(plan_persistent(76, 128, 128, sms, 64, 2).step_rows == 0, "rows in step with HUMMING_LOCKSTEP_ROWS=0");
+  unsetenv("HUMMING_LOCKSTEP_ROWS");
+  EXPECT(plan_persistent(76, 128, 128, sms, 64, 2).step_rows == 2, "rows not in step by default");
   struct Case {
     int64_t rows, cols, k_tiles, tile_m, step_rows;
   };
@@ -502,7 +504,6 @@ void test_rows_in_step() {
              static_cast<long long>(b % per_row));
     }
   }
-  unsetenv("HUMMING_LOCKSTEP_ROWS");
 }
 } // namespace
 

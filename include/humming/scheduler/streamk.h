@@ -33,7 +33,7 @@ struct StreamKPlan {
   int64_t dp_waves = 0;   // whole-tile waves before the stream-K part
   int64_t sk_tiles = 0;   // tiles of the stream-K part (the last ones)
   // Rows of tiles (along M) that walk in step: 0, or (an uneven spread-only plan of two or more
-  // rows with HUMMING_LOCKSTEP_ROWS=1, see plan_persistent) the plan's tiles are in row-major order
+  // rows, unless HUMMING_LOCKSTEP_ROWS=0; see plan_persistent) the plan's tiles are in row-major order
   // and `blocks` is a multiple of it, so the blocks of every row take the same K units of the same
   // columns (the same weights) at the same time (for_each_dense_segment, backend/sm90/pipeline.h).
   int64_t step_rows = 0;
@@ -145,13 +145,12 @@ inline int stream_k_mode() {
   return value;
 }
 
-// HUMMING_LOCKSTEP_ROWS=1 in the environment walks the rows of an uneven spread in step
-// (StreamKPlan::step_rows, plan_persistent); off by default until it is measured where it was
-// meant to help. Read at each plan (a getenv, next to a launch's microseconds), so that a test
-// can set it.
+// Rows of an uneven spread walk in step (StreamKPlan::step_rows, plan_persistent) unless
+// HUMMING_LOCKSTEP_ROWS=0 is in the environment. Read at each plan (a getenv, next to a launch's
+// microseconds), so that a test can set it.
 inline bool lockstep_rows_enabled() {
   const char *env = std::getenv("HUMMING_LOCKSTEP_ROWS");
-  return env != nullptr && std::atoi(env) != 0;
+  return env == nullptr || std::atoi(env) != 0;
 }
 
 // When stream-K is used (measured on the H200, graph time, scripts/time_shapes.py with
@@ -394,10 +393,16 @@ inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_
       // m = 128, 97.2 us against 58.6; 3584 x 18944 at m = 256, 112.0 against 57.6) while its even
       // splits ran fastest. H200, session 55 (scripts/gpu_s55.sh, graph us after a read flush, in
       // step / grouped): W4A8 e2m1 t64x128 on five deep layers at m = 128 and 256 gained nothing
-      // (geometric mean 1.000; 7168 x 16384 46.5 / 46.4 and 79.2 / 79.3, 3584 x 18944 35.4 / 35.2
-      // and 52.1 / 53.1, 8192 x 28672 81.5 / 78.3 and 144.2 / 143.9), so its weights' second read
-      // is not what those launches wait for; the W8A8 one was not run (scripts/gpu_s55.sh
-      // PART=last measures it), so it stays off (HUMMING_LOCKSTEP_ROWS).
+      // (geometric mean 1.000; 7168 x 16384 46.5 / 46.4 and 79.2 / 79.3, 8192 x 28672 81.5 / 78.3
+      // and 144.2 / 143.9): with half the weight bytes, their second read is not what those
+      // launches wait for. The per-channel W8A8 ones gain up to 1.7x (H100, session 56, PART=last
+      // of that script, t64x192 / t64x128 in step against grouped: 7168 x 16384 at m = 128 67.6 /
+      // 65.5 against 97.3 / 87.2, 3584 x 18944 at m = 256 67.7 / 70.4 against 114.2 / 110.5,
+      // 5120 x 13824 at 256 66.4 against 115.4, 8192 x 28672 at 128 128.0 against 185.4; the worst
+      // loss 8192 x 28672 t64x128 at 128, 121.8 against 115.5). They still take longer than t128
+      // whole or the same tiles whole, so the estimates keep charging such launches (humming.h,
+      // kRowsApartPenalty8) and the dispatcher seldom takes them; this is for the rest (forced
+      // instances, and estimates that miss).
       if (m_tiles >= 2 && p.sk_tiles == tiles && tiles % m_tiles == 0 && lockstep_rows_enabled()) {
         const int64_t stepped = p.blocks / m_tiles * m_tiles;
         if (stepped >= p.sk_tiles) {
