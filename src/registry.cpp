@@ -316,15 +316,17 @@ bool persistent_launch_facts(const InstanceInfo &info, const GemmArgs &args, int
   // stream-K for the tail, over whole K tiles (the weight-only kernels' padded K is a multiple of
   // theirs; the 8-bit ones round up), spreading few t128 tiles over a deep K as HeavySpread says:
   // kWide for the weight-only kernels (16-bit activations), a8_heavy_spread for the 8-bit ones
-  // (kHalf for W4A8). The a8w4 tile costs are fitted to sweeps of those plans (session 55,
-  // h200-2026-12-07-s55-sweep-w4a8-*-l4.json).
+  // (kHalf for W4A8), and mid tiles as MidSpread says (a8_mid_spread: kDeep for W8A8). The a8w4
+  // tile costs are fitted to sweeps of those plans (session 55, h200-2026-12-07-s55-sweep-w4a8-*-l4.json).
   const int64_t m_tiles = (args.m + info.tile_m - 1) / info.tile_m;
   const int64_t n_tiles = (args.dims.n_pad + info.tile_n - 1) / info.tile_n;
   const int64_t k_tiles = (args.dims.k_pad + info.tile_k - 1) / info.tile_k;
   const HeavySpread heavy =
       act_bits == 16 ? HeavySpread::kWide
                      : a8_heavy_spread(static_cast<int>(args.fmt.weight.code.bits), args.fmt.act.type == dtypes::i8);
-  const StreamKPlan p = plan_persistent(m_tiles * n_tiles, k_tiles, info.tile_k, sms, info.tile_m, m_tiles, heavy);
+  const MidSpread mid =
+      act_bits == 16 ? MidSpread::kShallow : a8_mid_spread(static_cast<int>(args.fmt.weight.code.bits));
+  const StreamKPlan p = plan_persistent(m_tiles * n_tiles, k_tiles, info.tile_k, sms, info.tile_m, m_tiles, heavy, mid);
   int64_t most = 0, segs = 0;
   for (int64_t b = 0; b < p.blocks; ++b) {
     int64_t len = 0, count = 0;

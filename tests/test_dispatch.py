@@ -616,10 +616,12 @@ def test_launch_facts_follow_the_persistent_plan(monkeypatch):
     # blocks (5 or 6 K tiles each, above the 512-input minimum): the last of 11 adds 10 partials.
     assert lf(128, 128, 128, FMT90, 3, 1536, 7168, 100, 132) == (768, 1, True, 10, False)
     # The 8-bit activation kernels plan the same way (generic layout, K tiles rounded up: k = 8192 + 32
-    # takes 65 K tiles of 128 inputs, as a weight-only k of 65 x 128 does).
+    # takes 65 K tiles of 128 inputs, as a weight-only k of 65 x 128 does; one row of 64 tiles, which
+    # both spread).
     a8 = "a-e4m3-pt_w-e4m3gc-sf32_c-bf16"
     assert lf(64, 128, 128, a8, 1, 8192, 8192, 128, 132) == (8192, 1, False, 0, False)
-    assert lf(64, 128, 128, a8, 1, 8192, 8192 + 32, 128, 132) == lf(64, 128, 128, FMT90, 3, 8192, 65 * 128, 128, 132)
+    assert lf(64, 128, 128, a8, 1, 8192, 8192 + 32, 64, 132) == lf(64, 128, 128, FMT90, 3, 8192, 65 * 128, 64, 132)
+    assert lf(64, 128, 128, a8, 1, 8192, 8192 + 32, 64, 132)[2]
     # 80 t128 tiles over K = 13824 (5120 x 13824 at m = 256): the weight-only kernels spread them
     # (streamk.h, HeavySpread::kWide: 66 K tiles at most a block, where a whole tile has 108); the
     # W4A8 ones keep whole tiles (HeavySpread::kHalf spreads at most 66 tiles). The weight-only
@@ -634,15 +636,20 @@ def test_launch_facts_follow_the_persistent_plan(monkeypatch):
     assert lf(128, 128, 128, a8, 1, 5120, 13824, 128, 132) == (13824, 1, False, 0, False)
     a8i4 = "a-i8-pt_w-i4gc-sbf16_c-bf16"
     assert lf(128, 128, 128, a8i4, 1, 5120, 13824, 128, 132) == (13824, 1, False, 0, False)
-    # Rows of tiles apart: two rows of 38 t64x192 tiles over K = 16384 (7168 x 16384 at m = 128)
-    # spread unevenly over 132 blocks, walked in step (the default) or in grouped order; one row of
-    # them (m = 64) or three blocks a tile (3584 x 18944 at m = 128: 38 tiles on 114 blocks) are not.
+    # Rows of tiles apart: four rows of 28 t16 tiles over K = 3584 (3584 x 3584 at m = 64) spread
+    # unevenly over 132 blocks, walked in step (the default) or in grouped order; one row of them
+    # (m = 16) or three blocks a tile (3584 x 18944 at m = 128: 38 t64x192 tiles on 114 blocks) are
+    # not, nor (whole tiles: the W8A8 kernels spread mid tiles only where at most half the
+    # multiprocessors would have one, streamk.h MidSpread::kDeep) two rows of 38 t64x192 tiles over
+    # K = 16384 (7168 x 16384 at m = 128), which the other 8-bit kernels still spread.
     w8 = "a-e4m3-pt_w-e4m3gc-sf32_c-bf16"
-    assert lf(64, 192, 128, w8, 1, 7168, 16384, 128, 132)[4]
-    assert not lf(64, 192, 128, w8, 1, 7168, 16384, 64, 132)[4]
+    assert lf(16, 128, 128, w8, 1, 3584, 3584, 64, 132) == (24 * 128, 2, True, 2, True)
+    assert not lf(16, 128, 128, w8, 1, 3584, 3584, 16, 132)[4]
     assert not lf(64, 192, 128, w8, 1, 3584, 18944, 128, 132)[4]
+    assert lf(64, 192, 128, w8, 1, 7168, 16384, 128, 132) == (16384, 1, False, 0, False)
+    assert lf(64, 128, 128, a8i4, 1, 7168, 16384, 128, 132)[2]
     monkeypatch.setenv("HUMMING_LOCKSTEP_ROWS", "0")  # read at each plan
-    assert lf(64, 192, 128, w8, 1, 7168, 16384, 128, 132)[4]
+    assert lf(16, 128, 128, w8, 1, 3584, 3584, 64, 132)[4]
     monkeypatch.delenv("HUMMING_LOCKSTEP_ROWS")
     # Other kernels are not covered by the model.
     assert C.persistent_launch_facts("sm80", 64, 128, 128, FMT90, 2, 8192, 8192, 128, 132) is None
@@ -868,10 +875,12 @@ def test_h200_table_takes_the_spread_w4a8_t128_over_the_deepest_layers():
 
 
 def test_h200_estimates_charge_w8a8_launches_whose_rows_are_apart():
-    """A W8A8 launch whose rows of tiles spread unevenly in grouped order (persistent_launch_facts'
-    fifth fact) is estimated at 1 + humming.h kRowsApartPenalty8 times its tile cost's time, so on
-    deep layers at m = 96 to 256 the H200 table takes t128 over t64x192 (session 18's sweep: t64x192
-    1.4-1.6x slower there); a W4A8 launch of the same plan is not charged."""
+    """A W8A8 launch whose rows of tiles spread unevenly (persistent_launch_facts' fifth fact) is
+    estimated at 1 + humming.h kRowsApartPenalty8 times its tile cost's time, so on deep layers at
+    m = 96 to 256 the H200 table takes no such launch (session 18's sweep: t64x192 spread over two
+    rows 1.4-1.6x slower than t128 there; since session 56 two rows of t64 over a deep K keep
+    whole tiles, streamk.h MidSpread::kDeep, and four still spread); a W4A8 launch of the same plan
+    is not charged."""
     import types
 
     from humming_aot._ext import C
@@ -879,23 +888,25 @@ def test_h200_estimates_charge_w8a8_launches_whose_rows_are_apart():
     table = dispatch._table_for(90, 132, "NVIDIA H200")
     costs = dispatch._tile_costs(table)
     w8 = "a-e4m3-pt_w-e4m3gc-sf32_c-bf16"
-    tiles = ("64x128x128", "64x192x128", "128x128x128", "128x192x128")
+    tiles = ("32x128x128", "64x128x128", "64x192x128", "128x128x128", "128x192x128")
     cands = [
         types.SimpleNamespace(name=f"sm90_wgmma_dense_{w8}_t{t}", backend="sm90", tile=tuple(map(int, t.split("x"))))
         for t in tiles
     ]
     g = F.parse_gemm_format(w8)
-    for n, k, m in ((7168, 16384, 128), (8192, 28672, 128), (8192, 28672, 96), (3584, 18944, 256)):
+    for n, k, m in ((7168, 16384, 128), (8192, 28672, 128), (8192, 28672, 96), (3584, 18944, 256), (4096, 14336, 256)):
         est = {i.tile: us for us, i in dispatch._estimates(table, cands, (g, n, k, m, 132, 1))}
-        assert min(est, key=est.get) not in ((64, 128, 128), (64, 192, 128)), (n, k, m, est)
-    t64 = next(c for c in cands if c.tile == (64, 192, 128))
+        pick = min(est, key=est.get)
+        assert not C.persistent_launch_facts("sm90", *pick, w8, 1, n, k, m, 132)[4], (n, k, m, est)
+    # Four rows of t64x192 tiles over K = 18944 (3584 x 18944 at m = 256, 76 tiles) spread unevenly:
+    # charged, and t128 taken there.
     inputs, segments, stream_k, partials, apart = C.persistent_launch_facts(
-        "sm90", 64, 192, 128, w8, 1, 7168, 16384, 128, 132
+        "sm90", 64, 192, 128, w8, 1, 3584, 18944, 256, 132
     )
     c = costs[("a8w8", (64, 192, 128), 1)]
     assert apart
     plain = c[0] + c[1] * inputs / 1000 + c[2] * segments + c[3] * stream_k + (c[4] * partials if len(c) > 4 else 0)
-    got = dispatch.estimated_us(c, "sm90", t64.tile, g, 7168, 16384, 128, 132, 1)
+    got = dispatch.estimated_us(c, "sm90", (64, 192, 128), g, 3584, 18944, 256, 132, 1)
     assert got == pytest.approx(plain * (1 + C.rows_apart_penalty_8))
     # W4A8 (4-bit codes): the same two rows of t64x128 tiles apart, not charged.
     w4 = "a-e4m3-pt_w-e2m1gc-sbf16_c-bf16"

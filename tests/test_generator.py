@@ -768,7 +768,7 @@ def test_h200_table_is_near_the_fastest_tile_over_the_sweeps(name, points, tiles
         layout = table_regret.sweep_layout(sweep)
         pick = table_regret.choose(table, m, n, k, names, 132, layout)
         assert pick in here, (n, k, m, pick)  # the sweep timed every tile the table can pick
-        if _whole_decode_wave(pick, n, k, m, layout):
+        if _whole_decode_wave(pick, n, k, m, layout) or _whole_w8a8_two_rows(pick, n, k, m, layout):
             retimed += 1
             continue
         ratio = here[pick] / min(here.values())
@@ -798,6 +798,26 @@ def _whole_decode_wave(name: str, n: int, k: int, m: int, layout: int) -> bool:
     fmt = formats.parse_gemm_format(re.search(r"_(a-.*_c-[a-z0-9]+)_t\d", name).group(1))
     facts = C.persistent_launch_facts(name.split("_", 1)[0], *tile, str(fmt), layout, n, k, m, 132)
     return facts is not None and not facts[2] and -(-n // tile[1]) % 132 != 0
+
+
+def _whole_w8a8_two_rows(name: str, n: int, k: int, m: int, layout: int) -> bool:
+    """Whether the launch of instance `name` is two rows of W8A8 t64 tiles (8-bit codes x 8-bit
+    activations, m = 65 to 128) that now keep whole tiles where the sweeps above timed them spread
+    (scheduler/streamk.h, MidSpread::kDeep, since session 56: over a K beyond 8192, or in the tail
+    after whole waves, more tiles than half the multiprocessors). H100, session 56
+    (benchmarks/results/h100/tuning/h100-2026-12-07-s56-README.md): the dispatcher's choices with
+    the new plans took 0.935x the time of its choices before on five deep layers at m = 96, 128 and
+    256 (8192 x 28672 at m = 96 96.4 us against 144.4)."""
+    from humming_aot import formats
+    from humming_aot._ext import C
+
+    tile = tuple(int(v) for v in re.search(r"_t(\d+)x(\d+)x(\d+)_", name).groups())
+    fmt = formats.parse_gemm_format(re.search(r"_(a-.*_c-[a-z0-9]+)_t\d", name).group(1))
+    if tile[0] != 64 or -(-m // 64) != 2 or fmt.act.type.bits != 8 or fmt.weight.code.bits != 8:
+        return False
+    tiles = 2 * -(-n // tile[1])
+    facts = C.persistent_launch_facts(name.split("_", 1)[0], *tile, str(fmt), layout, n, k, m, 132)
+    return not facts[2] and tiles % 132 != 0 and (k > 8192 or tiles > 132)
 
 
 def test_table_regret_reads_ranges_as_the_dispatcher_does():

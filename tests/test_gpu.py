@@ -415,9 +415,12 @@ def test_sm90_rows_walk_in_step(inst, lockstep, monkeypatch):
     reference and reruns give the same bits."""
     monkeypatch.setenv("HUMMING_LOCKSTEP_ROWS", lockstep)  # read at each launch's plan
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    # More than half as many tiles as multiprocessors in two rows, fewer than all in three.
+    # More than half as many tiles as multiprocessors in two rows, fewer than all in three. (Two
+    # rows of W8A8 t64 tiles keep whole tiles there: scheduler/streamk.h, MidSpread::kDeep.)
     n, k = (sms // 4 + 1) * inst.tile[1] - 40, 8192 + 128
-    _check_split_launches(inst, n, k, (2 * inst.tile[0] - 10, 3 * inst.tile[0] - 5), seed=11, reruns=1)
+    two_whole = inst.tile[0] == 64 and F.dtype(inst.act_type).bits == 8 and F.dtype(inst.code_type).bits == 8
+    ms = (3 * inst.tile[0] - 5,) if two_whole else (2 * inst.tile[0] - 10, 3 * inst.tile[0] - 5)
+    _check_split_launches(inst, n, k, ms, seed=11, reruns=1)
 
 
 def test_dispatch_crosses_ranges_with_fast_instances():

@@ -6,9 +6,10 @@
 // drift from them. Session 48: at decode, a launch whose blocks' shares cross tiles (two segments
 // a block, fix-ups on most tiles) is a suspect for the W4A8 GEMM's time beyond its copies' floor.
 //   g++ -std=c++17 -O2 -I include tools/plan_report.cpp -o /tmp/plan_report
-//   /tmp/plan_report [--bm 8] [--bn 256] [--bk 128] [--m 1] [--sms 132] [--heavy | --half] NxK [NxK ...]
+//   /tmp/plan_report [--bm 8] [--bn 256] [--bk 128] [--m 1] [--sms 132] [--heavy | --half | --w8] NxK [NxK ...]
 // (--bm / --bn / --bk: the tile; --heavy: HeavySpread::kWide, which the weight-only kernels
-// pass; --half: HeavySpread::kHalf, which the W4A8 kernels pass; neither: the other 8-bit ones.
+// pass; --half: HeavySpread::kHalf, which the W4A8 kernels pass; --w8: MidSpread::kDeep, which the
+// W8A8 ones pass; none: the integer-activation kernels with 4-bit codes.
 // HUMMING_STREAM_K and HUMMING_MIN_SLICE_K in the environment act as they do in the library.)
 #include <cstdio>
 #include <cstdlib>
@@ -33,6 +34,7 @@ int main(int argc, char **argv) {
   int64_t bm = 8, bn = 256, bk = 128, m = 1;
   int sms = 132;
   humming::HeavySpread heavy = humming::HeavySpread::kNone;
+  humming::MidSpread mid = humming::MidSpread::kShallow;
   int first_shape = argc;
   for (int i = 1; i < argc; ++i) {
     const auto value = [&](const char *flag) {
@@ -56,15 +58,18 @@ int main(int argc, char **argv) {
       heavy = humming::HeavySpread::kWide;
     else if (!std::strcmp(argv[i], "--half"))
       heavy = humming::HeavySpread::kHalf;
+    else if (!std::strcmp(argv[i], "--w8"))
+      mid = humming::MidSpread::kDeep;
     else {
       first_shape = i;
       break;
     }
   }
   if (first_shape >= argc || bm <= 0 || bn <= 0 || bk <= 0 || m <= 0 || sms <= 0) {
-    std::fprintf(stderr,
-                 "usage: %s [--bm 8] [--bn 256] [--bk 128] [--m 1] [--sms 132] [--heavy | --half] NxK [NxK ...]\n",
-                 argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s [--bm 8] [--bn 256] [--bk 128] [--m 1] [--sms 132] [--heavy | --half | --w8] NxK [NxK ...]\n",
+        argv[0]);
     return 2;
   }
   for (int i = first_shape; i < argc; ++i) {
@@ -74,7 +79,8 @@ int main(int argc, char **argv) {
       return 2;
     }
     const int64_t m_tiles = (m + bm - 1) / bm, n_tiles = (n + bn - 1) / bn, k_tiles = (k + bk - 1) / bk;
-    const humming::StreamKPlan p = humming::plan_persistent(m_tiles * n_tiles, k_tiles, bk, sms, bm, m_tiles, heavy);
+    const humming::StreamKPlan p =
+        humming::plan_persistent(m_tiles * n_tiles, k_tiles, bk, sms, bm, m_tiles, heavy, mid);
     std::printf("%lld x %lld, m = %lld, tile %lld x %lld x %lld: %lld tiles of %lld K tiles; %lld blocks, %lld whole "
                 "waves, %lld spread tiles\n",
                 n, k, static_cast<long long>(m), static_cast<long long>(bm), static_cast<long long>(bn),

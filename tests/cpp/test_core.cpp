@@ -437,6 +437,27 @@ void test_persistent_plans() {
   EXPECT(plan_persistent(64, 64, 128, sms, 8, 1).sk_tiles == 64, "64 decode tiles spread");
   EXPECT(plan_persistent(212, 64, 128, sms, 16, 1).sk_tiles == 80, "a decode tail of 80 tiles spread");
   EXPECT(plan_persistent(112, 112, 128, sms, 64, 4).sk_tiles == 112, "112 tiles of 64 tokens over K = 14336 spread");
+  // The W8A8 kernels (MidSpread::kDeep) take the rule for two rows of 64-token tiles at any depth
+  // and for the tail after whole waves: over K = 16384, 112 and 76 tiles stay whole and 64 spread;
+  // 896 tiles (57344 x 8192 at m = 128) are seven whole waves, 180 (a tail of 48) spread their
+  // tail; four rows, one row, tiles of 32 tokens, decode tiles and t128 are as without it.
+  const MidSpread deep8 = MidSpread::kDeep;
+  const HeavySpread none = HeavySpread::kNone;
+  const StreamKPlan w8 = plan_persistent(112, 128, 128, sms, 64, 2, none, deep8);
+  EXPECT(w8.sk_tiles == 0 && w8.blocks == 112 && w8.dp_waves == 1, "kDeep: 112 tiles over K = 16384: %lld blocks",
+         static_cast<long long>(w8.blocks));
+  EXPECT(plan_persistent(76, 128, 128, sms, 64, 2, none, deep8).sk_tiles == 0, "kDeep: 76 tiles stay whole");
+  EXPECT(plan_persistent(64, 112, 128, sms, 64, 2, none, deep8).sk_tiles == 64, "kDeep: 64 tiles spread");
+  const StreamKPlan waves = plan_persistent(896, 64, 128, sms, 64, 2, none, deep8);
+  EXPECT(waves.sk_tiles == 0 && waves.dp_waves == 7, "kDeep: 896 tiles: %lld whole waves, %lld spread",
+         static_cast<long long>(waves.dp_waves), static_cast<long long>(waves.sk_tiles));
+  const StreamKPlan tail48 = plan_persistent(180, 64, 128, sms, 64, 2, none, deep8);
+  EXPECT(tail48.dp_waves == 1 && tail48.sk_tiles == 48, "kDeep: a tail of 48 tiles spread");
+  EXPECT(plan_persistent(112, 112, 128, sms, 64, 4, none, deep8).sk_tiles == 112, "kDeep: four rows spread");
+  EXPECT(plan_persistent(112, 112, 128, sms, 64, 1, none, deep8).sk_tiles == 112, "kDeep: one row of tiles spreads");
+  EXPECT(plan_persistent(112, 128, 128, sms, 32, 2, none, deep8).sk_tiles == 112, "kDeep: t32 spreads");
+  EXPECT(plan_persistent(212, 64, 128, sms, 16, 1, none, deep8).sk_tiles == 80, "kDeep: decode tiles as before");
+  EXPECT(plan_persistent(56, 28, 128, sms, 128, 1, none, deep8).sk_tiles == 0, "kDeep: t128 as before");
   const StreamKPlan wave = plan_persistent(132, 64, 128, sms);
   EXPECT(wave.sk_tiles == 0 && wave.blocks == 132 && wave.dp_waves == 1, "a whole wave stays plain");
 }

@@ -303,10 +303,10 @@ constexpr HeavySpread a8_heavy_spread(int code_bits, bool int_acts) {
 // 5120 x 2880, t32 at m = 64, 80 tiles: 18.1 / 14.7), while every launch of 64 tiles or fewer
 // gained (4096 x 4096, t64 at m = 128, 64 tiles: 21.1 / 23.0; 1536 x 7168, t32 at m = 64, 24 tiles:
 // 15.6 / 26.4). The rule holds only up to kPersistentMidMaxK inputs, the deepest layer swept
-// (a deeper K gains more from spreading for the same partials, unmeasured: those keep spreading),
-// and only for launches of two or more rows of tiles, as every swept one was: a launch of one row
-// (m up to the tile's height) is the nearest to memory-bound, where idle multiprocessors also
-// leave DRAM bandwidth unused (unmeasured: those keep spreading).
+// (a deeper K gains more from spreading for the same partials; measured only for W8A8, below, the
+// others keep spreading), and only for launches of two or more rows of tiles, as every swept one
+// was: a launch of one row (m up to the tile's height) is the nearest to memory-bound, where idle
+// multiprocessors also leave DRAM bandwidth unused (unmeasured: those keep spreading).
 // Decode tiles (t8, t16) spread a launch's last wave (or its only one) unless the launch is one
 // row of tiles (m up to the tile's height) and that wave keeps at least kPersistentDecodeBusyNum /
 // kPersistentDecodeBusyDen of the multiprocessors busy: a decode launch is bound by the weights'
@@ -327,15 +327,52 @@ constexpr HeavySpread a8_heavy_spread(int code_bits, bool int_acts) {
 // spread plans, and none of them was timed with whole tiles.)
 constexpr int64_t kPersistentDecodeBusyNum = 2;
 constexpr int64_t kPersistentDecodeBusyDen = 3;
+// The 8-bit activation kernels with 8-bit codes (W8A8) take the rule at any depth, and for the
+// tail after whole waves too (MidSpread::kDeep below): their weights are twice the bytes of W4A8's
+// and their spread rows read them apart (kRowsApartPenalty8 in humming.h). H100, session 56
+// (scripts/gpu_s55.sh PART=last, e4m3 x e4m3 per channel, quantize + GEMM, graph us after a read
+// flush, spread with the rows in step / whole tiles, HUMMING_STREAM_K=1 / 0), t64x128 and t64x192
+// over K = 13824 to 28672: launches of at most half as many tiles as multiprocessors gained by
+// spreading (38 tiles 46.2 / 58.8, 44 41.5 / 48.0, 56 44.2 / 50.8, 64 38.5 / 40.1), those of 76
+// to 88 tiles lost up to 10 % or tied (76: 67.6 / 64.9 and 67.7 / 62.4, 80: 45.9 / 45.3, 86:
+// 128.0 / 116.7, 88: 59.1 / 59.6), and those of 108 to 128 lost 9-21 % (66.4 / 60.7, 65.5 / 55.3,
+// 70.4 / 62.5, 60.8 / 50.4, 121.8 / 101.8); after whole waves (four rows at m = 256, which keep
+// the rule above, see kPersistentDeepMidTileM), tails of 20 and 28 tiles gained (7168 x 16384
+// t64x192, 93.8 / 106.6; 5120 x 13824 t64x128, 65.8 / 69.5), 40 tied (193.8 / 188.1) and 92 and
+// 124 lost (106.9 / 94.6, 212.9 / 176.8).
 constexpr int64_t kPersistentMidTileM = 32;
 constexpr int64_t kPersistentMidSlotsPerTile = 2;
 constexpr int64_t kPersistentMidMaxK = 8192;
+// MidSpread::kDeep holds for launches of two rows of tiles of this many tokens or more (t64 at
+// m = 65 to 128, as measured). Three rows and more (t64 from m = 129; t32, whose spread launches
+// of several rows the estimates already charge, kRowsApartPenalty8) keep the rule above: the
+// estimates' tile costs, fitted to spread plans, took their whole tiles where others were faster
+// (H100, session 56, scripts/gpu_s56c.sh's sweep, quantize + GEMM, graph us: t64 whole at m = 256
+// on 5120 x 13824, 3584 x 18944 and 4096 x 14336, 59.7 / 62.7 / 50.2 us against the t128 that the
+// spread plans left them, 53.5 / 58.0 / 47.6; t32 whole at m = 128 on 3584 x 18944 and 4096 x
+// 14336, 51.5 / 42.8 against t64's 45.1 / 36.8). With it (scripts/gpu_s56d.sh, the GEMM alone,
+// graph us): the per-channel choices at m = 96 / 128 took t64x128 whole, 7168 x 16384 45.0 / 44.9
+// and 8192 x 28672 82.2 / 82.6 against 56.8 / 49.4 and 128.3 / 89.0 before (cuBLASLt FP8 49.7 /
+// 48.2 and 89.4 / 87.5); the 128 x 128 block-scaled t64x128 (scripts/gpu_s56e.sh, whole /
+// spread) 56.7 / 71.9 and 57.5 / 68.3 there, 95.1 / 141.0 and 96.3 / 125.9, 5120 x 13824 49.1 /
+// 52.4 and 49.3 / 48.3.
+constexpr int64_t kPersistentDeepMidTileM = 64;
+// Where a kernel takes the rule for mid tiles above.
+enum class MidSpread : uint8_t {
+  kShallow, // up to kPersistentMidMaxK inputs, for a launch of one wave or less
+  kDeep,    // for two rows of tiles of kPersistentDeepMidTileM tokens or more, at any depth and for
+            // the tail after whole waves (8-bit codes on 8-bit activations)
+};
+// The 8-bit activation kernels' choice (measured as above): kDeep for 8-bit codes.
+constexpr MidSpread a8_mid_spread(int code_bits) { return code_bits == 8 ? MidSpread::kDeep : MidSpread::kShallow; }
 
 // `tiles`: output tiles of the launch; `k_tiles`: K tiles of one (`tile_k` inputs each); `sms`:
 // multiprocessors; `tile_m`: tokens per tile (0: not known, as for a decode tile); `m_tiles`: rows
-// of tiles along M (0: not known); `heavy`: which t128 launches take the exception above.
+// of tiles along M (0: not known); `heavy`: which t128 launches take the exception above; `mid`:
+// where the rule for mid tiles holds.
 inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_k, int sms, int64_t tile_m = 0,
-                                   int64_t m_tiles = 0, HeavySpread heavy = HeavySpread::kNone) {
+                                   int64_t m_tiles = 0, HeavySpread heavy = HeavySpread::kNone,
+                                   MidSpread mid = MidSpread::kShallow) {
   StreamKPlan p;
   p.tiles = tiles;
   p.k_tiles = k_tiles;
@@ -346,15 +383,18 @@ inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_
   const int64_t min_tail_units = (persistent_min_tail_k() + tile_k - 1) / tile_k;
   const int64_t full = tiles / slots, rem = tiles % slots;
   const int64_t depth = k_tiles * tile_k;
+  const bool deep_mid = mid == MidSpread::kDeep && tile_m >= kPersistentDeepMidTileM && m_tiles == 2;
+  const bool mid_rule = tile_m >= kPersistentMidTileM && tile_m < kPersistentHeavyTileM && m_tiles >= 2 &&
+                        (depth <= kPersistentMidMaxK || deep_mid);
   const int64_t slots_per_tile = tile_m >= kPersistentHeavyTileM ? kPersistentHeavySlotsPerTile
-                                 : tile_m >= kPersistentMidTileM && depth <= kPersistentMidMaxK && m_tiles >= 2
-                                     ? kPersistentMidSlotsPerTile
-                                     : 1;
+                                 : mid_rule                      ? kPersistentMidSlotsPerTile
+                                                                 : 1;
   const bool heavy_spread =
       heavy != HeavySpread::kNone && tile_m >= kPersistentHeavyTileM && tile_m < 2 * kPersistentHeavyTileM &&
       ((2 * tiles <= slots && depth >= kPersistentHeavySpreadMinK) ||
        (heavy == HeavySpread::kWide && 3 * tiles <= 2 * slots && depth >= kPersistentHeavySpreadWideMinK));
   const bool crowded = (full == 0 && tiles * slots_per_tile > slots && !heavy_spread) ||
+                       (deep_mid && mid_rule && full > 0 && rem * slots_per_tile > slots) ||
                        (tile_m < kPersistentMidTileM && m_tiles == 1 &&
                         rem * kPersistentDecodeBusyDen >= slots * kPersistentDecodeBusyNum);
   const bool spread = stream_k_mode() != 0 && rem != 0 && full < persistent_max_waves() && k_tiles >= 2 &&
