@@ -343,19 +343,18 @@ constexpr int64_t kPersistentDecodeBusyDen = 3;
 constexpr int64_t kPersistentMidTileM = 32;
 constexpr int64_t kPersistentMidSlotsPerTile = 2;
 constexpr int64_t kPersistentMidMaxK = 8192;
-// MidSpread::kDeep holds for launches of two rows of tiles of this many tokens or more (t64 at
-// m = 65 to 128, as measured). Three rows and more (t64 from m = 129; t32, whose spread launches
-// of several rows the estimates already charge, kRowsApartPenalty8) keep the rule above: the
+// MidSpread::kDeep holds for launches of two rows of tiles of this many tokens or more (t64 at m =
+// 65 to 128, as measured). Three rows and more (t64 from m = 129; t32, whose spread launches of
+// several rows the estimates already charge, kRowsApartPenalty8) keep the rule above: the
 // estimates' tile costs, fitted to spread plans, took their whole tiles where others were faster
-// (H100, session 56, scripts/gpu_s56c.sh's sweep, quantize + GEMM, graph us: t64 whole at m = 256
-// on 5120 x 13824, 3584 x 18944 and 4096 x 14336, 59.7 / 62.7 / 50.2 us against the t128 that the
-// spread plans left them, 53.5 / 58.0 / 47.6; t32 whole at m = 128 on 3584 x 18944 and 4096 x
-// 14336, 51.5 / 42.8 against t64's 45.1 / 36.8). With it (scripts/gpu_s56d.sh, the GEMM alone,
-// graph us): the per-channel choices at m = 96 / 128 took t64x128 whole, 7168 x 16384 45.0 / 44.9
-// and 8192 x 28672 82.2 / 82.6 against 56.8 / 49.4 and 128.3 / 89.0 before (cuBLASLt FP8 49.7 /
-// 48.2 and 89.4 / 87.5); the 128 x 128 block-scaled t64x128 (scripts/gpu_s56e.sh, whole /
-// spread) 56.7 / 71.9 and 57.5 / 68.3 there, 95.1 / 141.0 and 96.3 / 125.9, 5120 x 13824 49.1 /
-// 52.4 and 49.3 / 48.3.
+// (H100, session 56, PART=c of scripts/gpu_s56.sh, its sweep, quantize + GEMM, graph us: t64 whole
+// at m = 256 on 5120 x 13824, 3584 x 18944 and 4096 x 14336, 59.7 / 62.7 / 50.2 us against the t128
+// that the spread plans left them, 53.5 / 58.0 / 47.6; t32 whole at m = 128 on 3584 x 18944 and
+// 4096 x 14336, 51.5 / 42.8 against t64's 45.1 / 36.8). With it (PART=d of that script, the GEMM
+// alone, graph us): the per-channel choices at m = 96 / 128 took t64x128 whole, 7168 x 16384 45.0 /
+// 44.9 and 8192 x 28672 82.2 / 82.6 against 56.8 / 49.4 and 128.3 / 89.0 before (cuBLASLt FP8 49.7
+// / 48.2 and 89.4 / 87.5); the 128 x 128 block-scaled t64x128 (PART=e, whole / spread) 56.7 / 71.9
+// and 57.5 / 68.3 there, 95.1 / 141.0 and 96.3 / 125.9, 5120 x 13824 49.1 / 52.4 and 49.3 / 48.3.
 constexpr int64_t kPersistentDeepMidTileM = 64;
 // Where a kernel takes the rule for mid tiles above.
 enum class MidSpread : uint8_t {
