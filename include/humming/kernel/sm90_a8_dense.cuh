@@ -525,9 +525,9 @@ struct DenseA8 {
     const int64_t m_tiles = (args.m + BM - 1) / BM;
     // Few t128 tiles over a deep K spread over the idle multiprocessors where that was measured to
     // gain (scheduler/streamk.h, HeavySpread, a8_heavy_spread): 4-bit codes on FP8 tensor cores;
-    // mid tiles of 8-bit codes spread only where at most half the multiprocessors would have a
-    // tile, at any depth (MidSpread, a8_mid_spread). The dispatcher's estimates read the same plan
-    // (src/registry.cpp, persistent_launch_facts).
+    // two rows of t64 tiles of 8-bit codes spread only where at most half the multiprocessors
+    // would have a tile, at any depth (MidSpread, a8_mid_spread). The dispatcher's estimates read
+    // the same plan (src/registry.cpp, persistent_launch_facts).
     constexpr HeavySpread kHeavy = a8_heavy_spread(static_cast<int>(kCode.bits), kInt);
     constexpr MidSpread kMid = a8_mid_spread(static_cast<int>(kCode.bits));
     return plan_persistent(m_tiles * n_tiles(args), k_tiles, BK, args.num_sms, BM, m_tiles, kHeavy, kMid);

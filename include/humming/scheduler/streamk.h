@@ -327,19 +327,19 @@ constexpr HeavySpread a8_heavy_spread(int code_bits, bool int_acts) {
 // spread plans, and none of them was timed with whole tiles.)
 constexpr int64_t kPersistentDecodeBusyNum = 2;
 constexpr int64_t kPersistentDecodeBusyDen = 3;
-// The 8-bit activation kernels with 8-bit codes (W8A8) take the rule at any depth, and for the
-// tail after whole waves too (MidSpread::kDeep below): their weights are twice the bytes of W4A8's
-// and their spread rows read them apart (kRowsApartPenalty8 in humming.h). H100, session 56
-// (scripts/gpu_s55.sh PART=last, e4m3 x e4m3 per channel, quantize + GEMM, graph us after a read
-// flush, spread with the rows in step / whole tiles, HUMMING_STREAM_K=1 / 0), t64x128 and t64x192
-// over K = 13824 to 28672: launches of at most half as many tiles as multiprocessors gained by
-// spreading (38 tiles 46.2 / 58.8, 44 41.5 / 48.0, 56 44.2 / 50.8, 64 38.5 / 40.1), those of 76
-// to 88 tiles lost up to 10 % or tied (76: 67.6 / 64.9 and 67.7 / 62.4, 80: 45.9 / 45.3, 86:
-// 128.0 / 116.7, 88: 59.1 / 59.6), and those of 108 to 128 lost 9-21 % (66.4 / 60.7, 65.5 / 55.3,
-// 70.4 / 62.5, 60.8 / 50.4, 121.8 / 101.8); after whole waves (four rows at m = 256, which keep
-// the rule above, see kPersistentDeepMidTileM), tails of 20 and 28 tiles gained (7168 x 16384
-// t64x192, 93.8 / 106.6; 5120 x 13824 t64x128, 65.8 / 69.5), 40 tied (193.8 / 188.1) and 92 and
-// 124 lost (106.9 / 94.6, 212.9 / 176.8).
+// The 8-bit activation kernels with 8-bit codes (W8A8) take the rule for two rows of t64 at any
+// depth, and for the tail after whole waves too (MidSpread::kDeep, kPersistentDeepMidTileM below):
+// their weights are twice the bytes of W4A8's and their spread rows read them apart
+// (kRowsApartPenalty8 in humming.h). H100, session 56 (scripts/gpu_s55.sh PART=last, e4m3 x e4m3
+// per channel, quantize + GEMM, graph us after a read flush, spread with the rows in step / whole
+// tiles, HUMMING_STREAM_K=1 / 0), t64x128 and t64x192 over K = 13824 to 28672: launches of at most
+// half as many tiles as multiprocessors gained by spreading (38 tiles 46.2 / 58.8, 44 41.5 / 48.0,
+// 56 44.2 / 50.8, 64 38.5 / 40.1), those of 76 to 88 tiles lost up to 10 % or tied (76: 67.6 / 64.9
+// and 67.7 / 62.4, 80: 45.9 / 45.3, 86: 128.0 / 116.7, 88: 59.1 / 59.6), and those of 108 to 128
+// lost 9-21 % (66.4 / 60.7, 65.5 / 55.3, 70.4 / 62.5, 60.8 / 50.4, 121.8 / 101.8); after whole
+// waves (four rows at m = 256, which keep the rule above, see kPersistentDeepMidTileM), tails of 20
+// and 28 tiles gained (7168 x 16384 t64x192, 93.8 / 106.6; 5120 x 13824 t64x128, 65.8 / 69.5), 40
+// tied (193.8 / 188.1) and 92 and 124 lost (106.9 / 94.6, 212.9 / 176.8).
 constexpr int64_t kPersistentMidTileM = 32;
 constexpr int64_t kPersistentMidSlotsPerTile = 2;
 constexpr int64_t kPersistentMidMaxK = 8192;
