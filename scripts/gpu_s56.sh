@@ -21,6 +21,9 @@
 #   f (about 150 s): the W4A8 standing at mid M (e2m1 per channel in the generic layout, u4g128 in
 #      layout 4): the dispatcher's choice at m = 64 to 256 on the eight layers, GEMM alone, with
 #      cuBLASLt FP8 (W8A8) beside, where issue 11 asks for no point slower than it by over 5 %.
+#   g (about 100 s): rows in step (the default) against grouped (HUMMING_LOCKSTEP_ROWS=0) for the
+#      weight-only W4A16 u4g128 tiles: the dispatcher's choice and t64x128 forced on the five deep
+#      layers at m = 96, 128 and 256.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -93,8 +96,18 @@ f)
   python3 scripts/time_shapes.py $EIGHT 64,96,128,192,256 --format u4g128-sbf16 --layout sm90a8 $A4 2>&1 \
     | sed "s/^/u4g128 l4 /" | log
   ;;
+g)
+  HUMMING_PROFILE=dev build_filtered "^sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16_"
+  A16="--format u4g128-sbf16 --graph --flush read --iters 30 --weights randn"
+  T64=sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16_t64x128x128_w1x2x1_s5
+  for ls in 1 0; do
+    HUMMING_LOCKSTEP_ROWS=$ls python3 scripts/time_shapes.py $DEEP 96,128,256 $A16 2>&1 | sed "s/^/w4a16 step$ls default /" | log
+    HUMMING_LOCKSTEP_ROWS=$ls python3 scripts/time_shapes.py $DEEP 96,128,256 $A16 --instances $T64 2>&1 \
+      | sed "s/^/w4a16 step$ls t64 /" | log
+  done
+  ;;
 *)
-  echo "PART must be empty, b, c, d, e or f" >&2
+  echo "PART must be empty, b, c, d, e, f or g" >&2
   exit 2
   ;;
 esac

@@ -422,26 +422,27 @@ inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_
       const int64_t by_k = p.sk_tiles * p.units / (min_units > 1 ? min_units : 1);
       const int64_t b = by_k < slots ? by_k : slots;
       p.blocks = b > p.sk_tiles ? b : p.sk_tiles;
-      // An uneven spread of several rows of tiles (fewer than two blocks a tile, so most blocks
-      // end one tile and start the next): in grouped order (scheduler/raster.h) the rows of one
-      // column are neighbours, and each row's blocks reach the column's weights at other K at
-      // other times, so each row may stream them from memory again, where whole tiles or an even
-      // split (every tile's blocks at the same K) share them through L2. Walking the rows in step
-      // (row-major, a whole number of blocks a row) shares them the same way. Session 54 saw the
-      // per-channel W8A8 t64x192 take 1.4-1.9x t128's time on such launches (H100: 7168 x 16384 at
-      // m = 128, 97.2 us against 58.6; 3584 x 18944 at m = 256, 112.0 against 57.6) while its even
-      // splits ran fastest. H200, session 55 (scripts/gpu_s55.sh, graph us after a read flush, in
-      // step / grouped): W4A8 e2m1 t64x128 on five deep layers at m = 128 and 256 gained nothing
-      // (geometric mean 1.000; 7168 x 16384 46.5 / 46.4 and 79.2 / 79.3, 8192 x 28672 81.5 / 78.3
-      // and 144.2 / 143.9): with half the weight bytes, their second read is not what those
-      // launches wait for. The per-channel W8A8 ones gain up to 1.7x (H100, session 56, PART=last
-      // of that script, t64x192 / t64x128 in step against grouped: 7168 x 16384 at m = 128 67.6 /
-      // 65.5 against 97.3 / 87.2, 3584 x 18944 at m = 256 67.7 / 70.4 against 114.2 / 110.5,
-      // 5120 x 13824 at 256 66.4 against 115.4, 8192 x 28672 at 128 128.0 against 185.4; the worst
-      // loss 8192 x 28672 t64x128 at 128, 121.8 against 115.5). They still take longer than t128
-      // whole or the same tiles whole, so the estimates keep charging such launches (humming.h,
-      // kRowsApartPenalty8) and the dispatcher seldom takes them; this is for the rest (forced
-      // instances, and estimates that miss).
+      // An uneven spread of several rows of tiles (fewer than two blocks a tile, so most blocks end
+      // one tile and start the next): in grouped order (scheduler/raster.h) the rows of one column
+      // are neighbours, and each row's blocks reach the column's weights at other K at other times,
+      // so each row may stream them from memory again, where whole tiles or an even split (every
+      // tile's blocks at the same K) share them through L2. Walking the rows in step (row-major, a
+      // whole number of blocks a row) shares them the same way. Session 54 saw the per-channel W8A8
+      // t64x192 take 1.4-1.9x t128's time on such launches (H100: 7168 x 16384 at m = 128, 97.2 us
+      // against 58.6; 3584 x 18944 at m = 256, 112.0 against 57.6) while its even splits ran fastest.
+      // H200, session 55 (scripts/gpu_s55.sh, graph us after a read flush, in step / grouped): W4A8
+      // e2m1 t64x128 on five deep layers at m = 128 and 256 gained nothing (geometric mean 1.000;
+      // 7168 x 16384 46.5 / 46.4 and 79.2 / 79.3, 8192 x 28672 81.5 / 78.3 and 144.2 / 143.9): with
+      // half the weight bytes, their second read is not what those launches wait for. The per-channel
+      // W8A8 ones gain up to 1.7x (H100, session 56, PART=last of that script, t64x192 / t64x128 in
+      // step against grouped: 7168 x 16384 at m = 128 67.6 / 65.5 against 97.3 / 87.2, 3584 x 18944
+      // at m = 256 67.7 / 70.4 against 114.2 / 110.5, 5120 x 13824 at 256 66.4 against 115.4, 8192 x
+      // 28672 at 128 128.0 against 185.4; the worst loss 8192 x 28672 t64x128 at 128, 121.8 against
+      // 115.5); the W4A16 u4g128 t64x128 0.993x in geometric mean on the same layers at m = 96 / 128
+      // / 256 (PART=g of scripts/gpu_s56.sh; 3584 x 18944 at 256 73.6 against 76.5, none slower than
+      // 1.002x). The W8A8 ones in step still take longer than t128 or the same tiles whole, so the
+      // estimates keep charging such launches (humming.h, kRowsApartPenalty8) and the dispatcher
+      // seldom takes them; this is for the rest (forced instances, and estimates that miss).
       if (m_tiles >= 2 && p.sk_tiles == tiles && tiles % m_tiles == 0 && lockstep_rows_enabled()) {
         const int64_t stepped = p.blocks / m_tiles * m_tiles;
         if (stepped >= p.sk_tiles) {
