@@ -382,9 +382,9 @@ inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_
   const int64_t min_tail_units = (persistent_min_tail_k() + tile_k - 1) / tile_k;
   const int64_t full = tiles / slots, rem = tiles % slots;
   const int64_t depth = k_tiles * tile_k;
-  const bool deep_mid = mid == MidSpread::kDeep && tile_m >= kPersistentDeepMidTileM && m_tiles == 2;
-  const bool mid_rule = tile_m >= kPersistentMidTileM && tile_m < kPersistentHeavyTileM && m_tiles >= 2 &&
-                        (depth <= kPersistentMidMaxK || deep_mid);
+  const bool mid_tile = tile_m >= kPersistentMidTileM && tile_m < kPersistentHeavyTileM;
+  const bool deep_mid = mid == MidSpread::kDeep && mid_tile && tile_m >= kPersistentDeepMidTileM && m_tiles == 2;
+  const bool mid_rule = deep_mid || (mid_tile && m_tiles >= 2 && depth <= kPersistentMidMaxK);
   const int64_t slots_per_tile = tile_m >= kPersistentHeavyTileM ? kPersistentHeavySlotsPerTile
                                  : mid_rule                      ? kPersistentMidSlotsPerTile
                                                                  : 1;
@@ -393,7 +393,7 @@ inline StreamKPlan plan_persistent(int64_t tiles, int64_t k_tiles, int64_t tile_
       ((2 * tiles <= slots && depth >= kPersistentHeavySpreadMinK) ||
        (heavy == HeavySpread::kWide && 3 * tiles <= 2 * slots && depth >= kPersistentHeavySpreadWideMinK));
   const bool crowded = (full == 0 && tiles * slots_per_tile > slots && !heavy_spread) ||
-                       (deep_mid && mid_rule && full > 0 && rem * slots_per_tile > slots) ||
+                       (deep_mid && full > 0 && rem * slots_per_tile > slots) ||
                        (tile_m < kPersistentMidTileM && m_tiles == 1 &&
                         rem * kPersistentDecodeBusyDen >= slots * kPersistentDecodeBusyNum);
   const bool spread = stream_k_mode() != 0 && rem != 0 && full < persistent_max_waves() && k_tiles >= 2 &&
