@@ -7,6 +7,11 @@
 #      m = 256, 1024 and 8192 on four layers; ncu with source counters of the t128 (both layouts)
 #      and of the W8A8 t128 at 5120 x 13824 m = 256, and of the t128 in layout 4 at 8192 x 8192
 #      m = 8192.
+#   b (about 400 s): the W4A8 main loop reading each stage's codes a trip ahead of their conversion
+#      (DenseA8::kCodesAhead, -DHUMMING_A8_CODES_AHEAD=0/1/2; 2 the default): the e2m1gc t64 and
+#      t128 tiles (layout 4, and the t128 in the generic layout) timed as in a under each value;
+#      under 2 (last) also u4g128 in layout 4 and the GPU tests of the W4A8 tiles whose loop
+#      changed (dense and grouped).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -44,9 +49,34 @@ a)
   ncu_one w8_t128_5120x13824_m256 5120 13824 256 e4m3gc-sf32 generic ${W8}t128x128x128_w1x2x1_s6
   ncu_one w4_l4_t128_8192x8192_m8192 8192 8192 8192 e2m1gc-sbf16 sm90a8 ${W4}t128x128x128_w1x2x1_s6_l4
   ;;
+b)
+  SH=5120x13824,8192x8192,28672x8192,7168x16384
+  L4=${W4}t128x128x128_w1x2x1_s6_l4,${W4}t64x128x128_w1x2x1_s8_l4
+  U4="sm90_wgmma_dense_a-e4m3-pt_w-u4g128-sbf16_c-bf16_"
+  for v in 0 1 2; do
+    if [ $v = 2 ]; then
+      HUMMING_PROFILE=dev build_filtered "^(${W4}t(64|128)x|${U4}t(64|128)x|sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t(48|64|80|128)x.*_l4\$)"
+    else
+      CUDAFLAGS=-DHUMMING_A8_CODES_AHEAD=$v HUMMING_PROFILE=dev build_filtered "^${W4}t(64|128)x"
+    fi
+    echo "build $v done at $(($(date +%s) - start)) s" | log
+    peer=""
+    [ $v = 2 ] && peer=--cublaslt
+    python3 scripts/time_shapes.py $SH 256,1024,8192 --format e2m1gc-sbf16 --layout sm90a8 $A4 $peer --instances $L4 2>&1 \
+      | sed "s/^/ahead$v l4 /" | log
+    python3 scripts/time_shapes.py $SH 256,8192 --format e2m1gc-sbf16 --layout generic $A4 --instances \
+      ${W4}t128x128x128_w1x2x1_s6 2>&1 | sed "s/^/ahead$v generic /" | log
+  done
+  python3 scripts/time_shapes.py $SH 256,1024,8192 --format u4g128-sbf16 --layout sm90a8 $A4 --instances \
+    ${U4}t128x128x128_w1x2x1_s6_l4,${U4}t64x128x128_w1x2x1_s8_l4 2>&1 | sed "s/^/ahead2 u4g128 l4 /" | log
+  gpu_tests test_gpu test_gpu.py "instance_against or split_k or waves or rings or heavy or in_step or w4a8 or subnormal or mxfp4"
+  gpu_tests test_moe test_moe.py "sm90 or grouped"
+  ;;
 *)
-  echo "PART must be a" >&2
+  echo "PART must be a or b" >&2
   exit 2
   ;;
 esac
 echo "all done at $(($(date +%s) - start)) s" | log
+# The device tool returns only the first files under $OUT (by name): the log and reports in one archive, named first.
+tar czf /tmp/0-s57.tgz -C "$OUT" --exclude=build.log . && mv /tmp/0-s57.tgz "$OUT/0-s57$PART.tgz"

@@ -97,6 +97,12 @@ namespace sm90 {
 // of stage sums (DenseA8::kOverlap).
 constexpr int kOverlapSpareRegs = 32;
 
+// How the W4A8 main loop reads codes ahead of their conversion (DenseA8::kCodesAhead): 2 into a
+// second set, 1 into the set just converted, 0 not at all (-D for an A/B).
+#ifndef HUMMING_A8_CODES_AHEAD
+#define HUMMING_A8_CODES_AHEAD 2
+#endif
+
 // ActId:     DType id of the activations: e4m3, e5m2 or i8, with fp32 scales (per token, or, for
 //            the floats, per token and K group).
 // CodeId:    DType id of the weight codes: e4m3, u4, i4 or e2m1 (float activations); i8, u4 or
@@ -270,6 +276,15 @@ struct DenseA8 {
   // 128-token tile spilled 820 bytes with it, ptxas, CUDA 13.0.)
   static constexpr bool kInflight =
       kRegFrags && !kInt && Batch == 1 && BM >= 48 && 2 * kAcc + 2 * kSteps * 4 <= kConsumerRegs - kOverlapSpareRegs;
+  // With kInflight: whether the consumers read a stage's codes a trip ahead of its conversion, into
+  // a second set of codes (2: eight registers more) or into the one just converted (1), or not (0)
+  // (backend/sm90/a8_mainloops.h, mainloop_inflight). It waits for the stage two ahead of the one
+  // issued, so the ring holds three stages or more.
+  static constexpr int kCodesAhead =
+      kInflight && Stages >= 3 &&
+              2 * kAcc + 2 * kSteps * 4 + 8 * HUMMING_A8_CODES_AHEAD <= kConsumerRegs - kOverlapSpareRegs
+          ? HUMMING_A8_CODES_AHEAD
+          : 0;
   // Stages whose sums the tensor cores add up before they are promoted into fp32 (the loops with
   // one stage per batch: mainloop_inflight, mainloop_overlapped). Scales per group or block
   // apply to each stage's sums, so those promote every stage; with per-channel scales the window

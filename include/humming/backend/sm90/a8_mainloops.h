@@ -112,7 +112,7 @@ template <class K> struct A8Mainloops {
   // 4-bit codes in register fragments, one stage per batch, with a second fragment set and a group
   // kept in flight (K::kInflight): stage j is issued, then (inside a promotion window) the group
   // of stage j - 1 retires behind it and its stage goes back, then stage j + 1's fragments are
-  // fetched into the set stage j - 1 used, all while stage j's group runs; only at the end of a
+  // made in the set stage j - 1 used, all while stage j's group runs; only at the end of a
   // window of kPromote stages does the warpgroup wait for its last group, to add the window's sums
   // into acc. In mainloop_promoted a stage is fetched only after the stage before has retired, so
   // a warpgroup's tensor-core work and its conversion take turns and its groups reach the tensor
@@ -120,17 +120,37 @@ template <class K> struct A8Mainloops {
   // sixth of the stall samples on the per-stage wait). Until session 45 the 128-token tiles
   // fetched ahead but still waited for every stage's own group (mainloop_prefetched, session 20);
   // this loop replaced it. Two stages per trip, so that each fragment set has fixed registers.
+  //
+  // With K::kCodesAhead the codes of stage j + 2 are read (their stage waited for) while stage
+  // j + 1's, read a trip before, are converted: a warpgroup's path from one group to the next is
+  // then the conversion alone. Reading and converting one stage in a row, a warp waited between
+  // its groups for the stage's barrier, then for the loads, then for the conversion (ncu, H100,
+  // session 57, e2m1gc t128 in layout 4 at 5120 x 13824 m = 256 and 8192 x 8192 m = 8192: a third
+  // of the stall samples on the barrier's branch and on the first uses of the loaded words, the
+  // tensor pipe 68 % busy on the busy multiprocessors where the W8A8 t128 kept it 79 %).
+  // kCodesAhead 2 reads the next codes into a second set before converting (the loads' latency
+  // behind the conversion); 1 converts first and then reads into the same set (eight registers
+  // fewer).
   static __device__ __forceinline__ void mainloop_inflight(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
                                                            int64_t n, int cw, int wblock, int col, int t,
                                                            float (&acc)[kAcc]) {
+    constexpr int kAhead = K::kCodesAhead;
     const int lane = t % 32;
     zero(acc);
     if (n <= 0) return;
     float part[kAcc];
     Frags af[2];
+    typename Steps::Codes codes[kAhead == 2 ? 2 : 1];
     RingPos prev = pos;
     int64_t j = 0;
     Steps::fetch(ring_ptr, bars, pos, cw, t, af[0]);
+    // Waits for the stage after `at` and reads this thread's codes of it into `c`.
+    const auto read_next = [&](RingPos at, typename Steps::Codes &c) {
+      at.advance();
+      Steps::wait_stage(bars, at);
+      Steps::load_codes(ring_ptr, at, cw, t, c);
+    };
+    if (kAhead != 0 && n > 1) read_next(pos, codes[kAhead == 2 ? 1 : 0]);
     auto step = [&](auto set) {
       constexpr int S = decltype(set)::value;
       const bool fresh = j % kPromote == 0;
@@ -143,7 +163,22 @@ template <class K> struct A8Mainloops {
       prev = pos;
       pos.advance();
       const bool last = ++j >= n;
-      if (!last) Steps::fetch(ring_ptr, bars, pos, cw, t, af[1 - S]);
+      if (!last) {
+        // Stage j (pos) into fragment set 1 - S; with kCodesAhead 2 its codes are in codes[1 - S]
+        // and stage j + 1's go to codes[S].
+        if constexpr (kAhead == 2) {
+          // Past the segment's last stage, stage j's codes again (its stage has arrived and is
+          // held): the read stays unconditional, so that the compiler keeps it ahead of the
+          // conversion (with a branch around it, ptxas sank the read below the conversion).
+          read_next(j + 1 < n ? pos : prev, codes[S]);
+          Steps::convert_codes(codes[1 - S], af[1 - S]);
+        } else if constexpr (kAhead == 1) {
+          Steps::convert_codes(codes[0], af[1 - S]);
+          if (j + 1 < n) read_next(pos, codes[0]);
+        } else {
+          Steps::fetch(ring_ptr, bars, pos, cw, t, af[1 - S]);
+        }
+      }
       if (last || j % kPromote == 0) {
         wgmma_wait<0>();
         Steps::promote(ring_ptr, bars, prev, wblock, col, lane, part, acc);

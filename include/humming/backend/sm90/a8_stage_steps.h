@@ -33,27 +33,44 @@ template <class K> struct A8StageSteps {
   using Frags = typename K::Frags;
   using Sum = typename K::Sum;
 
-  // Waits for stage `pos` (kStaged: for its converted box); with fragments in registers, reads
-  // this thread's fragments of warpgroup cw's 64 rows out of it.
-  static __device__ __forceinline__ void fetch(const char *ring_ptr, uint32_t bars, RingPos pos, int cw, int t,
-                                               Frags &af) {
+  // A thread's codes of one stage before conversion (kRegFrags; backend/sm90/operand_convert.h).
+  using Codes = FragmentCodes<kLayout == kLayoutSm90A8 ? kLayoutSm90A8 : kLayoutGeneric>;
+
+  // Waits for stage `pos` (kStaged: for its converted box).
+  static __device__ __forceinline__ void wait_stage(uint32_t bars, RingPos pos) {
     const uint32_t full = ring_bar<kStages>(bars, kStaged ? 2 : 0, pos.stage), parity = pos.phase;
     Probe::ring([=] { mbar_wait(full, parity); });
+  }
+
+  // With fragments in registers: reads this thread's codes of warpgroup cw's 64 rows out of stage
+  // `pos` (which has arrived: wait_stage).
+  static __device__ __forceinline__ void load_codes(const char *ring_ptr, RingPos pos, int cw, int t, Codes &c) {
+    if constexpr (kRegFrags) c.load(ring_ptr + pos.stage * kStageBytes, cw * 64, t);
+  }
+
+  // With fragments in registers: turns codes read by load_codes into the stage's fragments.
+  static __device__ __forceinline__ void convert_codes(const Codes &c, Frags &af) {
     if constexpr (kShiftedE2m1 && kLayout == kLayoutSm90A8) {
       // Layout 4 spreads e2m1 codes' bits for this conversion (layout/sm90_a8.h fp4_order).
-      layout_fragments<kLayout>(
-          ring_ptr + pos.stage * kStageBytes, cw * 64, t,
-          [](uint32_t w, uint32_t &lo, uint32_t &hi) { numeric::e2m1_a8_to_shifted_e4m3(w, lo, hi); }, af);
+      c.to_fragments([](uint32_t w, uint32_t &lo, uint32_t &hi) { numeric::e2m1_a8_to_shifted_e4m3(w, lo, hi); }, af);
     } else if constexpr (kShiftedE2m1) {
-      layout_fragments<kLayout>(
-          ring_ptr + pos.stage * kStageBytes, cw * 64, t,
-          [](uint32_t w, uint32_t &lo, uint32_t &hi) { numeric::e2m1_to_shifted_e4m3(w, lo, hi); }, af);
+      c.to_fragments([](uint32_t w, uint32_t &lo, uint32_t &hi) { numeric::e2m1_to_shifted_e4m3(w, lo, hi); }, af);
     } else if constexpr (kRegFrags) {
       // Operand bytes of the codes (numeric/nibble_lut.h), as immediates.
       constexpr numeric::NibbleTable table = numeric::nibble_table(kCode, kInt);
-      layout_fragments<kLayout>(
-          ring_ptr + pos.stage * kStageBytes, cw * 64, t,
-          [&](uint32_t w, uint32_t &lo, uint32_t &hi) { numeric::nibbles_to_bytes(w, table, lo, hi); }, af);
+      c.to_fragments([&](uint32_t w, uint32_t &lo, uint32_t &hi) { numeric::nibbles_to_bytes(w, table, lo, hi); }, af);
+    }
+  }
+
+  // Waits for stage `pos` and, with fragments in registers, reads this thread's fragments of
+  // warpgroup cw's 64 rows out of it.
+  static __device__ __forceinline__ void fetch(const char *ring_ptr, uint32_t bars, RingPos pos, int cw, int t,
+                                               Frags &af) {
+    wait_stage(bars, pos);
+    if constexpr (kRegFrags) {
+      Codes c;
+      load_codes(ring_ptr, pos, cw, t, c);
+      convert_codes(c, af);
     }
   }
 
