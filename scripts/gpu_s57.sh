@@ -12,6 +12,14 @@
 #      t128 tiles (layout 4, and the t128 in the generic layout) timed as in a under each value;
 #      under 2 (last) also u4g128 in layout 4 and the GPU tests of the W4A8 tiles whose loop
 #      changed (dense and grouped).
+#   c (about 450 s): the same for the tiles of mainloop_promoted (below 48 tokens, and t192): the
+#      e2m1gc small tiles in layout 4 at m = 1, 16, 32 and t192 at m = 8192, built with
+#      -DHUMMING_A8_CODES_AHEAD=0 and then by default; then the default build of every dense e2m1gc
+#      tile, the grouped e2m1gc ones in layout 4 and the dense u4g128 small ones in layout 4, timed
+#      the same, and their GPU tests (test_gpu.py, and test_moe.py's 8-bit activation tests).
+#   d (about 150 s, after c on the same machine, no build): the dispatcher's e2m1gc choice in
+#      layout 4 (the W4A8 default), GEMM alone, with cuBLASLt FP8 beside, on eight layers at m = 1,
+#      16, 64, 128, 256, 1024 and 8192.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -72,8 +80,33 @@ b)
   gpu_tests test_gpu test_gpu.py "instance_against or split_k or waves or rings or heavy or in_step or w4a8 or subnormal or mxfp4"
   gpu_tests test_moe test_moe.py "sm90 or grouped"
   ;;
+c)
+  SH=5120x13824,8192x8192,28672x8192,7168x16384
+  SMALL=$(for t in 8x128x128_w1x2x1_s8 8x256x128_w1x4x1_s6 16x128x128_w1x2x1_s8 16x256x128_w1x4x1_s8 \
+    32x128x128_w1x2x1_s8 32x256x128_w1x4x1_s8; do printf "%s," "${W4}t${t}_l4"; done)
+  for v in 0 2; do
+    if [ $v = 2 ]; then
+      HUMMING_PROFILE=dev build_filtered "^(${W4}|sm90_wgmma_dense_a-e4m3-pt_w-u4g128-sbf16_c-bf16_t(8|16|32)x.*_l4\$|sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_.*_l4\$)"
+    else
+      CUDAFLAGS=-DHUMMING_A8_CODES_AHEAD=0 HUMMING_PROFILE=dev build_filtered "^${W4}t(8|16|32|192)x.*_l4\$"
+    fi
+    echo "build $v done at $(($(date +%s) - start)) s" | log
+    python3 scripts/time_shapes.py $SH 1,16,32 --format e2m1gc-sbf16 --layout sm90a8 $A4 --instances ${SMALL%,} 2>&1 \
+      | sed "s/^/ahead$v small /" | log
+    python3 scripts/time_shapes.py $SH 256,8192 --format e2m1gc-sbf16 --layout sm90a8 $A4 --instances \
+      ${W4}t192x128x128_w1x2x1_s5_l4 2>&1 | sed "s/^/ahead$v t192 /" | log
+  done
+  gpu_tests test_gpu test_gpu.py "instance_against or split_k or waves or rings or heavy or in_step or w4a8 or subnormal or mxfp4"
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "8bit or a8 or w4a8" 2>&1 \
+    | grep -E "^FAILED|^SKIPPED|passed|failed" | cut -c1-300 | sed "s/^/test_moe /" | log
+  ;;
+d)
+  EIGHT=7168x16384,3584x18944,4096x14336,5120x13824,8192x28672,28672x8192,8192x8192,6144x4096
+  python3 scripts/time_shapes.py $EIGHT 1,16,64,128,256,1024,8192 --format e2m1gc-sbf16 --layout sm90a8 $A4 --cublaslt \
+    2>&1 | sed "s/^/default /" | log
+  ;;
 *)
-  echo "PART must be a or b" >&2
+  echo "PART must be a, b, c or d" >&2
   exit 2
   ;;
 esac

@@ -285,6 +285,10 @@ struct DenseA8 {
               2 * kAcc + 2 * kSteps * 4 + 8 * HUMMING_A8_CODES_AHEAD <= kConsumerRegs - kOverlapSpareRegs
           ? HUMMING_A8_CODES_AHEAD
           : 0;
+  // Tiles of 4-bit codes in register fragments that take mainloop_promoted one stage per batch
+  // (below 48 tokens, and t192, whose second fragment set does not fit): whether a consumer reads
+  // the next stage's codes while its group runs (mainloop_promoted_ahead; eight registers).
+  static constexpr bool kPromotedAhead = kRegFrags && !kInt && Batch == 1 && !kInflight && HUMMING_A8_CODES_AHEAD != 0;
   // Stages whose sums the tensor cores add up before they are promoted into fp32 (the loops with
   // one stage per batch: mainloop_inflight, mainloop_overlapped). Scales per group or block
   // apply to each stage's sums, so those promote every stage; with per-channel scales the window

@@ -109,6 +109,40 @@ template <class K> struct A8Mainloops {
     }
   }
 
+  // mainloop_promoted's one stage per batch for 4-bit codes in register fragments (K::kPromotedAhead),
+  // with each stage's codes read while the group before runs: stage j's codes, read a trip before,
+  // are converted and its group issued, then stage j + 1's codes are read (its stage waited for)
+  // before the warpgroup waits for the group. A warpgroup's path from one group to the next then
+  // holds the conversion but not the stage's barrier and the loads (as in mainloop_inflight).
+  static __device__ __forceinline__ void mainloop_promoted_ahead(uint32_t ring, char *ring_ptr, uint32_t bars,
+                                                                 RingPos &pos, int64_t n, int cw, int wblock, int col,
+                                                                 int t, float (&acc)[kAcc]) {
+    const int lane = t % 32;
+    zero(acc);
+    if (n <= 0) return;
+    float part[kAcc];
+    Frags af;
+    typename Steps::Codes codes;
+    Steps::wait_stage(bars, pos);
+    Steps::load_codes(ring_ptr, pos, cw, t, codes);
+    constexpr int P = K::kPromoteBatches;
+    for (int64_t j = 0; j < n; ++j) {
+      const bool fresh = j % P == 0, add = (j + 1) % P == 0 || j + 1 >= n;
+      Steps::convert_codes(codes, af);
+      Steps::issue_stage(ring, pos, cw, af, part, fresh);
+      // Past the segment's last stage, stage j's codes again (arrived and held): the read stays
+      // unconditional, as in mainloop_inflight.
+      RingPos next = pos;
+      next.advance();
+      const RingPos ahead = j + 1 < n ? next : pos;
+      Steps::wait_stage(bars, ahead);
+      Steps::load_codes(ring_ptr, ahead, cw, t, codes);
+      wgmma_wait<0>();
+      retire(add, ring_ptr, bars, pos, wblock, col, lane, part, acc);
+      pos = next;
+    }
+  }
+
   // 4-bit codes in register fragments, one stage per batch, with a second fragment set and a group
   // kept in flight (K::kInflight): stage j is issued, then (inside a promotion window) the group
   // of stage j - 1 retires behind it and its stage goes back, then stage j + 1's fragments are
@@ -255,7 +289,7 @@ template <class K> struct A8Mainloops {
     if (!rest(std::integral_constant<int, 0>())) alternate<1>(step);
   }
 
-  // The main loop of the kernel's kind of sums (K::kInt, kOverlap, kInflight; else
+  // The main loop of the kernel's kind of sums (K::kInt, kOverlap, kInflight, kPromotedAhead; else
   // mainloop_promoted) over the `n` stages of one segment from `pos` into acc.
   static __device__ __forceinline__ void mainloop(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos, int64_t n,
                                                   int cw, int wblock, int col, int t, float (&acc)[kAcc]) {
@@ -265,6 +299,8 @@ template <class K> struct A8Mainloops {
       mainloop_overlapped(ring, ring_ptr, bars, pos, n, cw, wblock, col, t, acc);
     else if constexpr (K::kInflight)
       mainloop_inflight(ring, ring_ptr, bars, pos, n, cw, wblock, col, t, acc);
+    else if constexpr (K::kPromotedAhead)
+      mainloop_promoted_ahead(ring, ring_ptr, bars, pos, n, cw, wblock, col, t, acc);
     else
       mainloop_promoted(ring, ring_ptr, bars, pos, n, cw, wblock, col, t, acc);
   }
