@@ -20,6 +20,11 @@
 #   d (about 150 s, after c on the same machine, no build): the dispatcher's e2m1gc choice in
 #      layout 4 (the W4A8 default), GEMM alone, with cuBLASLt FP8 beside, on eight layers at m = 1,
 #      16, 64, 128, 256, 1024 and 8192.
+#   e (about 400 s, carry .peer): a dev build of the dense and grouped e2m1gc tiles in layout 4; the
+#      t64, t128 and t192 forced at m = 512, 1024 and 2048 on the eight layers (GEMM alone: is t192
+#      right at m = 1024, where d found it 1.07-1.23x behind cuBLASLt on three layers?); the W4A8
+#      standing with the peers (scripts/build_filtered.sh, w4a8_standing's dense half).
+#   f (about 200 s, after e on the same machine, no build): w4a8_standing's MoE half.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -105,8 +110,24 @@ d)
   python3 scripts/time_shapes.py $EIGHT 1,16,64,128,256,1024,8192 --format e2m1gc-sbf16 --layout sm90a8 $A4 --cublaslt \
     2>&1 | sed "s/^/default /" | log
   ;;
+e)
+  EIGHT=7168x16384,3584x18944,4096x14336,5120x13824,8192x28672,28672x8192,8192x8192,6144x4096
+  HUMMING_PROFILE=dev build_filtered "^sm90_wgmma_(dense|moe)_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_.*_l4\$"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  python3 scripts/time_shapes.py $EIGHT 512,1024,2048 --format e2m1gc-sbf16 --layout sm90a8 $A4 --instances \
+    ${W4}t64x128x128_w1x2x1_s8_l4,${W4}t128x128x128_w1x2x1_s6_l4,${W4}t192x128x128_w1x2x1_s5_l4 2>&1 \
+    | sed "s/^/forced /" | log
+  install_peer
+  PYTHONPATH=/tmp/peer python3 -m humming_aot.bench --shapes 28672x8192,8192x8192,8192x28672 --ms 1,64,256,8192 \
+    --formats w4a8 --impls humming-aot,cublaslt-fp8,humming-jit --jit-formats w4a8 --out-dir "$OUT" \
+    --name dense-w4a8 --no-plot --time-budget-s 200 2>&1 | tail -40 | sed "s/^/dense /" | log
+  ;;
+f)
+  install_peer
+  w4a8_moe_standing 64,256,1024
+  ;;
 *)
-  echo "PART must be a, b, c or d" >&2
+  echo "PART must be a, b, c, d, e or f" >&2
   exit 2
   ;;
 esac
