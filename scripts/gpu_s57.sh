@@ -25,6 +25,9 @@
 #      right at m = 1024, where d found it 1.07-1.23x behind cuBLASLt on three layers?); the W4A8
 #      standing with the peers (scripts/build_filtered.sh, w4a8_standing's dense half).
 #   f (about 200 s, after e on the same machine, no build): w4a8_standing's MoE half.
+#   g (about 300 s): a sweep of every dense e2m1gc tile in layout 4 over the shape corpus at m = 48
+#      to 2048 (scripts/sweep_tiles.py; layer time, activations quantized in each call, as session
+#      55's H200 sweep), for refitting the a8w4 tile costs after the codes-ahead loops.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -126,8 +129,14 @@ f)
   install_peer
   w4a8_moe_standing 64,256,1024
   ;;
+g)
+  HUMMING_PROFILE=dev build_filtered "^${W4}.*_l4\$"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  python3 scripts/sweep_tiles.py "$OUT/sweep-w4a8-e2m1gc-l4.json" --format e2m1gc-sbf16 --act e4m3-pt --layout sm90a8 \
+    --match "^${W4}.*_l4\$" --ms 48,64,96,128,192,256,384,512,768,1024,1536,2048 2>&1 | tail -5 | sed "s/^/sweep /" | log
+  ;;
 *)
-  echo "PART must be a, b, c, d, e or f" >&2
+  echo "PART must be a, b, c, d, e, f or g" >&2
   exit 2
   ;;
 esac
