@@ -28,6 +28,10 @@
 #   g (about 300 s): a sweep of every dense e2m1gc tile in layout 4 over the shape corpus at m = 48
 #      to 2048 (scripts/sweep_tiles.py; layer time, activations quantized in each call, as session
 #      55's H200 sweep), for refitting the a8w4 tile costs after the codes-ahead loops.
+#   h (about 200 s): after the refit, a dev build of the dense and grouped e2m1gc tiles in layout 4,
+#      the dense u4g128 ones in layout 4 and the W4A16 u4g128 ones (the graph tests); the GPU tests
+#      (test_gpu.py: instances, dispatch, graph, split-K, waves, 8-bit activation tests; test_moe.py's
+#      8-bit activation tests); then d's timing (the dispatcher's e2m1gc choice against cuBLASLt).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -135,8 +139,19 @@ g)
   python3 scripts/sweep_tiles.py "$OUT/sweep-w4a8-e2m1gc-l4.json" --format e2m1gc-sbf16 --act e4m3-pt --layout sm90a8 \
     --match "^${W4}.*_l4\$" --ms 48,64,96,128,192,256,384,512,768,1024,1536,2048 2>&1 | tail -5 | sed "s/^/sweep /" | log
   ;;
+h)
+  HUMMING_PROFILE=dev build_filtered "^(sm90_wgmma_(dense|moe)_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_.*_l4\$|sm90_wgmma_dense_a-e4m3-pt_w-u4g128-sbf16_c-bf16_.*_l4\$|sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16_)"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  gpu_tests test_gpu test_gpu.py "instance_against or dispatch or graph or split_k or waves or rings or heavy or in_step or w4a8 or subnormal or mxfp4 or stream or scratch"
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rf -k "8bit or a8 or w4a8" 2>&1 \
+    | grep -E "^FAILED|passed|failed" | cut -c1-300 | sed "s/^/test_moe /" | log
+  echo "tests done at $(($(date +%s) - start)) s" | log
+  EIGHT=7168x16384,3584x18944,4096x14336,5120x13824,8192x28672,28672x8192,8192x8192,6144x4096
+  python3 scripts/time_shapes.py $EIGHT 1,16,64,128,256,512,1024,8192 --format e2m1gc-sbf16 --layout sm90a8 $A4 \
+    --cublaslt 2>&1 | sed "s/^/default /" | log
+  ;;
 *)
-  echo "PART must be a, b, c, d, e, f or g" >&2
+  echo "PART must be a, b, c, d, e, f, g or h" >&2
   exit 2
   ;;
 esac
