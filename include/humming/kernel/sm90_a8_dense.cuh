@@ -276,18 +276,24 @@ struct DenseA8 {
   // 128-token tile spilled 820 bytes with it, ptxas, CUDA 13.0.)
   static constexpr bool kInflight =
       kRegFrags && !kInt && Batch == 1 && BM >= 48 && 2 * kAcc + 2 * kSteps * 4 <= kConsumerRegs - kOverlapSpareRegs;
+  // A thread's codes of one stage before their conversion, in registers (backend/sm90/operand_convert.h,
+  // FragmentCodes): two 16-byte units in layout 4, sixteen 2-byte loads' halves in the generic one.
+  static constexpr int kCodeRegs = Layout == kLayoutSm90A8 ? 8 : 16;
   // With kInflight: whether the consumers read a stage's codes a trip ahead of its conversion, into
-  // a second set of codes (2: eight registers more) or into the one just converted (1), or not (0)
-  // (backend/sm90/a8_mainloops.h, mainloop_inflight). It waits for the stage two ahead of the one
-  // issued, so the ring holds three stages or more.
+  // a second set of codes (2) or into the one just converted (1), or not (0)
+  // (backend/sm90/a8_mainloops.h, mainloop_inflight), where the registers hold the sets. It waits
+  // for the stage two ahead of the one issued, so the ring holds three stages or more.
   static constexpr int kCodesAhead =
       kInflight && Stages >= 3 &&
-              2 * kAcc + 2 * kSteps * 4 + 8 * HUMMING_A8_CODES_AHEAD <= kConsumerRegs - kOverlapSpareRegs
+              2 * kAcc + 2 * kSteps * 4 + kCodeRegs * (HUMMING_A8_CODES_AHEAD == 2 ? 2 : 1) <=
+                  kConsumerRegs - kOverlapSpareRegs
           ? HUMMING_A8_CODES_AHEAD
           : 0;
   // Tiles of 4-bit codes in register fragments that take mainloop_promoted one stage per batch
   // (below 48 tokens, and t192, whose second fragment set does not fit): whether a consumer reads
-  // the next stage's codes while its group runs (mainloop_promoted_ahead; eight registers).
+  // the next stage's codes while its group runs (mainloop_promoted_ahead; one set of codes: t192,
+  // whose stage sums take most of the registers, spilled 148 bytes before and 140 with it, ptxas,
+  // CUDA 13.0).
   static constexpr bool kPromotedAhead = kRegFrags && !kInt && Batch == 1 && !kInflight && HUMMING_A8_CODES_AHEAD != 0;
   // Stages whose sums the tensor cores add up before they are promoted into fp32 (the loops with
   // one stage per batch: mainloop_inflight, mainloop_overlapped). Scales per group or block
