@@ -32,6 +32,11 @@
 #      the dense u4g128 ones in layout 4 and the W4A16 u4g128 ones (the graph tests); the GPU tests
 #      (test_gpu.py: instances, dispatch, graph, split-K, waves, 8-bit activation tests; test_moe.py's
 #      8-bit activation tests); then d's timing (the dispatcher's e2m1gc choice against cuBLASLt).
+#   i (about 200 s): the integer loop (i8 activations x u4 codes, mainloop_int) reading codes ahead
+#      too: the i8 x u4gc tiles built with -DHUMMING_A8_CODES_AHEAD=0 and by default, timed at
+#      m = 256, 1024 and 8192 on three layers (GEMM alone); under the default also the i8 x i4gc
+#      tiles and the e2m1gc t64 / t128 / grouped tiles in layout 4 (whose loop moved into a shared
+#      helper), and their GPU tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -150,8 +155,27 @@ h)
   python3 scripts/time_shapes.py $EIGHT 1,16,64,128,256,512,1024,8192 --format e2m1gc-sbf16 --layout sm90a8 $A4 \
     --cublaslt 2>&1 | sed "s/^/default /" | log
   ;;
+i)
+  I8="sm90_wgmma_dense_a-i8-pt_w-u4gc-sbf16_c-bf16_"
+  SH=5120x13824,8192x8192,28672x8192
+  AI="--act i8-pt --graph --flush read --iters 30 --weights randn --prequant"
+  for v in 0 2; do
+    if [ $v = 2 ]; then
+      HUMMING_PROFILE=dev build_filtered "^(sm90_wgmma_dense_a-i8-pt_w-(u4|i4)gc-sbf16_c-bf16_|${W4}t(64|128)x.*_l4\$|sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t(80|128)x.*_l4\$)"
+    else
+      CUDAFLAGS=-DHUMMING_A8_CODES_AHEAD=0 HUMMING_PROFILE=dev build_filtered "^${I8}"
+    fi
+    echo "build $v done at $(($(date +%s) - start)) s" | log
+    python3 scripts/time_shapes.py $SH 256,1024,8192 --format u4gc-sbf16 --layout sm90a8 $AI --instances \
+      ${I8}t64x128x128_w1x2x1_s8_l4,${I8}t128x128x128_w1x2x1_s6_l4,${I8}t256x128x128_w1x2x1_s4_l4 2>&1 \
+      | sed "s/^/ahead$v i8u4 /" | log
+  done
+  gpu_tests test_gpu test_gpu.py "instance_against or split_k or waves or rings or heavy or in_step or w4a8"
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rf -k "8bit or a8 or w4a8" 2>&1 \
+    | grep -E "^FAILED|passed|failed" | cut -c1-300 | sed "s/^/test_moe /" | log
+  ;;
 *)
-  echo "PART must be a, b, c, d, e, f, g or h" >&2
+  echo "PART must be a, b, c, d, e, f, g, h or i" >&2
   exit 2
   ;;
 esac

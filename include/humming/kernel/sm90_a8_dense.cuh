@@ -279,13 +279,14 @@ struct DenseA8 {
   // A thread's codes of one stage before their conversion, in registers (backend/sm90/operand_convert.h,
   // FragmentCodes): two 16-byte units in layout 4, sixteen 2-byte loads' halves in the generic one.
   static constexpr int kCodeRegs = Layout == kLayoutSm90A8 ? 8 : 16;
-  // With kInflight: whether the consumers read a stage's codes a trip ahead of its conversion, into
-  // a second set of codes (2) or into the one just converted (1), or not (0)
-  // (backend/sm90/a8_mainloops.h, mainloop_inflight), where the registers hold the sets. It waits
-  // for the stage two ahead of the one issued, so the ring holds three stages or more.
+  // With kInflight, or integers with 4-bit codes in register fragments (mainloop_int): whether the
+  // consumers read a stage's codes a trip ahead of its conversion, into a second set of codes (2) or
+  // into the one just converted (1), or not (0) (backend/sm90/a8_mainloops.h, next_fragments), where
+  // the registers hold the sets (the integer loop's sums: kAcc s32, turned into fp32 only at the
+  // end). It waits for the stage two ahead of the one issued, so the ring holds three stages or more.
   static constexpr int kCodesAhead =
-      kInflight && Stages >= 3 &&
-              2 * kAcc + 2 * kSteps * 4 + kCodeRegs * (HUMMING_A8_CODES_AHEAD == 2 ? 2 : 1) <=
+      (kInflight || (kInt && kRegFrags)) && Stages >= 3 &&
+              (kInt ? 1 : 2) * kAcc + 2 * kSteps * 4 + kCodeRegs * (HUMMING_A8_CODES_AHEAD == 2 ? 2 : 1) <=
                   kConsumerRegs - kOverlapSpareRegs
           ? HUMMING_A8_CODES_AHEAD
           : 0;

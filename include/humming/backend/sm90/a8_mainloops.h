@@ -109,6 +109,49 @@ template <class K> struct A8Mainloops {
     }
   }
 
+  // The codes of the main loops that keep two fragment sets (mainloop_inflight, mainloop_int), read
+  // a trip ahead of their conversion where K::kCodesAhead (2: into a second set of codes before the
+  // conversion; 1: after it, into the same set; 0: each stage read and converted in a row).
+  using Codes = typename Steps::Codes;
+  static constexpr int kAhead = K::kCodesAhead;
+  using AheadCodes = Codes[kAhead == 2 ? 2 : 1];
+
+  // Waits for the stage after `at` and reads this thread's codes of it into `c`.
+  static __device__ __forceinline__ void read_after(const char *ring_ptr, uint32_t bars, RingPos at, int cw, int t,
+                                                    Codes &c) {
+    at.advance();
+    Steps::wait_stage(bars, at);
+    Steps::load_codes(ring_ptr, at, cw, t, c);
+  }
+
+  // The first stage `pos` of a segment of `n` stages (n > 0) into fragment set 0; ahead, the next
+  // stage's codes into the set the second trip converts.
+  static __device__ __forceinline__ void first_fragments(const char *ring_ptr, uint32_t bars, RingPos pos, int64_t n,
+                                                         int cw, int t, Frags (&af)[2], AheadCodes &codes) {
+    Steps::fetch(ring_ptr, bars, pos, cw, t, af[0]);
+    if (kAhead != 0 && n > 1) read_after(ring_ptr, bars, pos, cw, t, codes[kAhead == 2 ? 1 : 0]);
+  }
+
+  // Stage `pos` (the next to issue; `prev`, the stage just issued from set S, is the one before it;
+  // `more`: a stage follows `pos` in the segment) into fragment set 1 - S. With kCodesAhead 2 its
+  // codes are in codes[1 - S], and the next stage's go to codes[S]: past the segment's last stage,
+  // `pos`'s codes again (its stage has arrived and is held), so that the read stays unconditional
+  // and the compiler keeps it ahead of the conversion (with a branch around it, ptxas sank the read
+  // below the conversion).
+  template <int S>
+  static __device__ __forceinline__ void next_fragments(const char *ring_ptr, uint32_t bars, RingPos pos, RingPos prev,
+                                                        bool more, int cw, int t, Frags (&af)[2], AheadCodes &codes) {
+    if constexpr (kAhead == 2) {
+      read_after(ring_ptr, bars, more ? pos : prev, cw, t, codes[S]);
+      Steps::convert_codes(codes[1 - S], af[1 - S]);
+    } else if constexpr (kAhead == 1) {
+      Steps::convert_codes(codes[0], af[1 - S]);
+      if (more) read_after(ring_ptr, bars, pos, cw, t, codes[0]);
+    } else {
+      Steps::fetch(ring_ptr, bars, pos, cw, t, af[1 - S]);
+    }
+  }
+
   // mainloop_promoted's one stage per batch for 4-bit codes in register fragments (K::kPromotedAhead),
   // with each stage's codes read while the group before runs: stage j's codes, read a trip before,
   // are converted and its group issued, then stage j + 1's codes are read (its stage waited for)
@@ -168,23 +211,15 @@ template <class K> struct A8Mainloops {
   static __device__ __forceinline__ void mainloop_inflight(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
                                                            int64_t n, int cw, int wblock, int col, int t,
                                                            float (&acc)[kAcc]) {
-    constexpr int kAhead = K::kCodesAhead;
     const int lane = t % 32;
     zero(acc);
     if (n <= 0) return;
     float part[kAcc];
     Frags af[2];
-    typename Steps::Codes codes[kAhead == 2 ? 2 : 1];
+    AheadCodes codes;
     RingPos prev = pos;
     int64_t j = 0;
-    Steps::fetch(ring_ptr, bars, pos, cw, t, af[0]);
-    // Waits for the stage after `at` and reads this thread's codes of it into `c`.
-    const auto read_next = [&](RingPos at, typename Steps::Codes &c) {
-      at.advance();
-      Steps::wait_stage(bars, at);
-      Steps::load_codes(ring_ptr, at, cw, t, c);
-    };
-    if (kAhead != 0 && n > 1) read_next(pos, codes[kAhead == 2 ? 1 : 0]);
+    first_fragments(ring_ptr, bars, pos, n, cw, t, af, codes);
     auto step = [&](auto set) {
       constexpr int S = decltype(set)::value;
       const bool fresh = j % kPromote == 0;
@@ -197,22 +232,7 @@ template <class K> struct A8Mainloops {
       prev = pos;
       pos.advance();
       const bool last = ++j >= n;
-      if (!last) {
-        // Stage j (pos) into fragment set 1 - S; with kCodesAhead 2 its codes are in codes[1 - S]
-        // and stage j + 1's go to codes[S].
-        if constexpr (kAhead == 2) {
-          // Past the segment's last stage, stage j's codes again (its stage has arrived and is
-          // held): the read stays unconditional, so that the compiler keeps it ahead of the
-          // conversion (with a branch around it, ptxas sank the read below the conversion).
-          read_next(j + 1 < n ? pos : prev, codes[S]);
-          Steps::convert_codes(codes[1 - S], af[1 - S]);
-        } else if constexpr (kAhead == 1) {
-          Steps::convert_codes(codes[0], af[1 - S]);
-          if (j + 1 < n) read_next(pos, codes[0]);
-        } else {
-          Steps::fetch(ring_ptr, bars, pos, cw, t, af[1 - S]);
-        }
-      }
+      if (!last) next_fragments<S>(ring_ptr, bars, pos, prev, j + 1 < n, cw, t, af, codes);
       if (last || j % kPromote == 0) {
         wgmma_wait<0>();
         Steps::promote(ring_ptr, bars, prev, wblock, col, lane, part, acc);
@@ -308,17 +328,19 @@ template <class K> struct A8Mainloops {
   // Integers: the `n` stages of one segment from ring position `pos` (left one past the last) into
   // acc. The s32 sums are exact, so they stay in the tensor cores' registers for the whole segment
   // (one group in flight behind the next) and are rounded to fp32 once, at the end. With 4-bit
-  // codes, each stage's fragments are loaded while the group before runs, into the fragment set
-  // the group before that used (two stages per trip, so that each set has fixed registers).
+  // codes, each stage's fragments are made while the group before runs, into the fragment set the
+  // group before that used (two stages per trip, so that each set has fixed registers), from codes
+  // read a trip ahead where K::kCodesAhead (next_fragments).
   static __device__ __forceinline__ void mainloop_int(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
                                                       int64_t n, int cw, int t, float (&out)[kAcc]) {
     Sum acc[kAcc];
     zero(acc);
     Frags af[2];
+    AheadCodes codes;
     RingPos prev = pos;
     int64_t j = 0;
-    // Issues stage j (fetched into set S), retires the group before it, and fetches stage j + 1
-    // into set 1 - S; true when stage j was the last.
+    // Issues stage j (its fragments in set S), retires the group before it, and makes stage j + 1's
+    // fragments in set 1 - S; true when stage j was the last.
     auto step = [&](auto set) {
       constexpr int S = decltype(set)::value;
       Steps::template issue_stage<false>(ring, pos, cw, af[S], acc);
@@ -330,11 +352,11 @@ template <class K> struct A8Mainloops {
       prev = pos;
       pos.advance();
       if (++j >= n) return true;
-      Steps::fetch(ring_ptr, bars, pos, cw, t, af[1 - S]);
+      next_fragments<S>(ring_ptr, bars, pos, prev, j + 1 < n, cw, t, af, codes);
       return false;
     };
     if (n > 0) {
-      Steps::fetch(ring_ptr, bars, pos, cw, t, af[0]);
+      first_fragments(ring_ptr, bars, pos, n, cw, t, af, codes);
       alternate<0>(step);
     }
     wgmma_wait<0>();
