@@ -283,9 +283,13 @@ struct DenseA8 {
   // consumers read a stage's codes a trip ahead of its conversion, into a second set of codes (2) or
   // into the one just converted (1), or not (0) (backend/sm90/a8_mainloops.h, next_fragments), where
   // the registers hold the sets (the integer loop's sums: kAcc s32, turned into fp32 only at the
-  // end). It waits for the stage two ahead of the one issued, so the ring holds three stages or more.
+  // end). It waits for the stage two ahead of the one issued while the stage issued and the one
+  // after it are held, which leaves the producer little room in a short ring: measured on the H100
+  // (session 57, i8 x u4gc in layout 4, GEMM alone, three layers at m = 256, 1024 and 8192), t64
+  // (8 stages) 0.92x the time of reading each stage's codes at its conversion, t128 (6) 0.96x, but
+  // t256 (4 stages) 1.07x; so only rings of five stages and more read ahead.
   static constexpr int kCodesAhead =
-      (kInflight || (kInt && kRegFrags)) && Stages >= 3 &&
+      (kInflight || (kInt && kRegFrags)) && Stages >= 5 &&
               (kInt ? 1 : 2) * kAcc + 2 * kSteps * 4 + kCodeRegs * (HUMMING_A8_CODES_AHEAD == 2 ? 2 : 1) <=
                   kConsumerRegs - kOverlapSpareRegs
           ? HUMMING_A8_CODES_AHEAD
