@@ -156,7 +156,7 @@ template <class K> struct A8Mainloops {
   // with each stage's codes read while the group before runs: stage j's codes, read a trip before,
   // are converted and its group issued, then stage j + 1's codes are read (its stage waited for)
   // before the warpgroup waits for the group. A warpgroup's path from one group to the next then
-  // holds the conversion but not the stage's barrier and the loads (as in mainloop_inflight).
+  // holds the conversion but not the stage's barrier and the loads (as with next_fragments).
   static __device__ __forceinline__ void mainloop_promoted_ahead(uint32_t ring, char *ring_ptr, uint32_t bars,
                                                                  RingPos &pos, int64_t n, int cw, int wblock, int col,
                                                                  int t, float (&acc)[kAcc]) {
@@ -165,7 +165,7 @@ template <class K> struct A8Mainloops {
     if (n <= 0) return;
     float part[kAcc];
     Frags af;
-    typename Steps::Codes codes;
+    Codes codes;
     Steps::wait_stage(bars, pos);
     Steps::load_codes(ring_ptr, pos, cw, t, codes);
     constexpr int P = K::kPromoteBatches;
@@ -174,7 +174,7 @@ template <class K> struct A8Mainloops {
       Steps::convert_codes(codes, af);
       Steps::issue_stage(ring, pos, cw, af, part, fresh);
       // Past the segment's last stage, stage j's codes again (arrived and held): the read stays
-      // unconditional, as in mainloop_inflight.
+      // unconditional, as in next_fragments.
       RingPos next = pos;
       next.advance();
       const RingPos ahead = j + 1 < n ? next : pos;
