@@ -8,7 +8,9 @@
 #      and of the W8A8 t128 at 5120 x 13824 m = 256, and of the t128 in layout 4 at 8192 x 8192
 #      m = 8192.
 #   b (about 400 s): the W4A8 main loop reading each stage's codes a trip ahead of their conversion
-#      (DenseA8::kCodesAhead, -DHUMMING_A8_CODES_AHEAD=0/1/2; 2 the default): the e2m1gc t64 and
+#      (DenseA8::kCodesAhead, -DHUMMING_A8_CODES_AHEAD=0/1/2 as they were then: 1 read after the
+#      conversion into the same set, 2 into a second set, the default; since then 2 is the only way,
+#      spelled 1, and any value but 0 means it): the e2m1gc t64 and
 #      t128 tiles (layout 4, and the t128 in the generic layout) timed as in a under each value;
 #      under 2 (last) also u4g128 in layout 4 and the GPU tests of the W4A8 tiles whose loop
 #      changed (dense and grouped).

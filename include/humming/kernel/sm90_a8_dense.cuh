@@ -97,10 +97,10 @@ namespace sm90 {
 // of stage sums (DenseA8::kOverlap).
 constexpr int kOverlapSpareRegs = 32;
 
-// How the W4A8 main loop reads codes ahead of their conversion (DenseA8::kCodesAhead): 2 into a
-// second set, 1 into the set just converted, 0 not at all (-D for an A/B).
+// Whether the W4A8 main loops read codes ahead of their conversion (DenseA8::kCodesAhead,
+// kPromotedAhead): 1, or 0 for an A/B (-D).
 #ifndef HUMMING_A8_CODES_AHEAD
-#define HUMMING_A8_CODES_AHEAD 2
+#define HUMMING_A8_CODES_AHEAD 1
 #endif
 
 // ActId:     DType id of the activations: e4m3, e5m2 or i8, with fp32 scales (per token, or, for
@@ -280,20 +280,17 @@ struct DenseA8 {
   // FragmentCodes): two 16-byte units in layout 4, sixteen 2-byte loads' halves in the generic one.
   static constexpr int kCodeRegs = Layout == kLayoutSm90A8 ? 8 : 16;
   // With kInflight, or integers with 4-bit codes in register fragments (mainloop_int): whether the
-  // consumers read a stage's codes a trip ahead of its conversion, into a second set of codes (2) or
-  // into the one just converted (1), or not (0) (backend/sm90/a8_mainloops.h, next_fragments), where
-  // the registers hold the sets (the integer loop's sums: kAcc s32, turned into fp32 only at the
-  // end). It waits for the stage two ahead of the one issued while the stage issued and the one
-  // after it are held, which leaves the producer little room in a short ring: measured on the H100
-  // (session 57, i8 x u4gc in layout 4, GEMM alone, three layers at m = 256, 1024 and 8192), t64
-  // (8 stages) 0.92x the time of reading each stage's codes at its conversion, t128 (6) 0.96x, but
-  // t256 (4 stages) 1.07x; so only rings of five stages and more read ahead.
-  static constexpr int kCodesAhead =
-      (kInflight || (kInt && kRegFrags)) && Stages >= 5 &&
-              (kInt ? 1 : 2) * kAcc + 2 * kSteps * 4 + kCodeRegs * (HUMMING_A8_CODES_AHEAD == 2 ? 2 : 1) <=
-                  kConsumerRegs - kOverlapSpareRegs
-          ? HUMMING_A8_CODES_AHEAD
-          : 0;
+  // consumers read a stage's codes a trip ahead of its conversion, into a second set of codes
+  // (backend/sm90/a8_mainloops.h, next_fragments), where the registers hold both sets (the integer
+  // loop's sums: kAcc s32, turned into fp32 only at the end). It waits for the stage two ahead of
+  // the one issued while the stage issued and the one after it are held, which leaves the producer
+  // little room in a short ring: measured on the H100 (session 57, i8 x u4gc in layout 4, GEMM
+  // alone, three layers at m = 256, 1024 and 8192), t64 (8 stages) 0.92x the time of reading each
+  // stage's codes at its conversion, t128 (6) 0.96x, but t256 (4 stages) 1.07x; so only rings of
+  // five stages and more read ahead.
+  static constexpr bool kCodesAhead =
+      HUMMING_A8_CODES_AHEAD != 0 && (kInflight || (kInt && kRegFrags)) && Stages >= 5 &&
+      (kInt ? 1 : 2) * kAcc + 2 * kSteps * 4 + 2 * kCodeRegs <= kConsumerRegs - kOverlapSpareRegs;
   // Tiles of 4-bit codes in register fragments that take mainloop_promoted one stage per batch
   // (below 48 tokens, and t192, whose second fragment set does not fit): whether a consumer reads
   // the next stage's codes while its group runs (mainloop_promoted_ahead; one set of codes: t192,

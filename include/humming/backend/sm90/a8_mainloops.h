@@ -109,12 +109,12 @@ template <class K> struct A8Mainloops {
     }
   }
 
-  // The codes of the main loops that keep two fragment sets (mainloop_inflight, mainloop_int), read
-  // a trip ahead of their conversion where K::kCodesAhead (2: into a second set of codes before the
-  // conversion; 1: after it, into the same set; 0: each stage read and converted in a row).
+  // The codes of the main loops that keep two fragment sets (mainloop_inflight, mainloop_int): with
+  // K::kCodesAhead, two sets, the next stage's read a trip ahead of its conversion while this one's
+  // are converted; else unused (each stage read and converted in a row).
   using Codes = typename Steps::Codes;
-  static constexpr int kAhead = K::kCodesAhead;
-  using AheadCodes = Codes[kAhead == 2 ? 2 : 1];
+  static constexpr bool kAhead = K::kCodesAhead;
+  using AheadCodes = Codes[2];
 
   // Waits for the stage after `at` and reads this thread's codes of it into `c`.
   static __device__ __forceinline__ void read_after(const char *ring_ptr, uint32_t bars, RingPos at, int cw, int t,
@@ -125,28 +125,25 @@ template <class K> struct A8Mainloops {
   }
 
   // The first stage `pos` of a segment of `n` stages (n > 0) into fragment set 0; ahead, the next
-  // stage's codes into the set the second trip converts.
+  // stage's codes into codes[1], which the second trip converts.
   static __device__ __forceinline__ void first_fragments(const char *ring_ptr, uint32_t bars, RingPos pos, int64_t n,
                                                          int cw, int t, Frags (&af)[2], AheadCodes &codes) {
     Steps::fetch(ring_ptr, bars, pos, cw, t, af[0]);
-    if (kAhead != 0 && n > 1) read_after(ring_ptr, bars, pos, cw, t, codes[kAhead == 2 ? 1 : 0]);
+    if (kAhead && n > 1) read_after(ring_ptr, bars, pos, cw, t, codes[1]);
   }
 
   // Stage `pos` (the next to issue; `prev`, the stage just issued from set S, is the one before it;
-  // `more`: a stage follows `pos` in the segment) into fragment set 1 - S. With kCodesAhead 2 its
-  // codes are in codes[1 - S], and the next stage's go to codes[S]: past the segment's last stage,
-  // `pos`'s codes again (its stage has arrived and is held), so that the read stays unconditional
-  // and the compiler keeps it ahead of the conversion (with a branch around it, ptxas sank the read
-  // below the conversion).
+  // `more`: a stage follows `pos` in the segment) into fragment set 1 - S. With kCodesAhead its
+  // codes are in codes[1 - S], and the next stage's go to codes[S] before the conversion: past the
+  // segment's last stage, `pos`'s codes again (its stage has arrived and is held), so that the read
+  // stays unconditional and the compiler keeps it ahead of the conversion (with a branch around
+  // it, ptxas sank the read below the conversion).
   template <int S>
   static __device__ __forceinline__ void next_fragments(const char *ring_ptr, uint32_t bars, RingPos pos, RingPos prev,
                                                         bool more, int cw, int t, Frags (&af)[2], AheadCodes &codes) {
-    if constexpr (kAhead == 2) {
+    if constexpr (kAhead) {
       read_after(ring_ptr, bars, more ? pos : prev, cw, t, codes[S]);
       Steps::convert_codes(codes[1 - S], af[1 - S]);
-    } else if constexpr (kAhead == 1) {
-      Steps::convert_codes(codes[0], af[1 - S]);
-      if (more) read_after(ring_ptr, bars, pos, cw, t, codes[0]);
     } else {
       Steps::fetch(ring_ptr, bars, pos, cw, t, af[1 - S]);
     }
@@ -204,10 +201,9 @@ template <class K> struct A8Mainloops {
   // its groups for the stage's barrier, then for the loads, then for the conversion (ncu, H100,
   // session 57, e2m1gc t128 in layout 4 at 5120 x 13824 m = 256 and 8192 x 8192 m = 8192: a third
   // of the stall samples on the barrier's branch and on the first uses of the loaded words, the
-  // tensor pipe 68 % busy on the busy multiprocessors where the W8A8 t128 kept it 79 %).
-  // kCodesAhead 2 reads the next codes into a second set before converting (the loads' latency
-  // behind the conversion); 1 converts first and then reads into the same set (eight registers
-  // fewer).
+  // tensor pipe 68 % busy on the busy multiprocessors where the W8A8 t128 kept it 79 %). Reading
+  // into the set just converted, after the conversion, was no faster than not reading ahead
+  // (session 57: 1.006x the time in geometric mean), so the codes keep two sets.
   static __device__ __forceinline__ void mainloop_inflight(uint32_t ring, char *ring_ptr, uint32_t bars, RingPos &pos,
                                                            int64_t n, int cw, int wblock, int col, int t,
                                                            float (&acc)[kAcc]) {
