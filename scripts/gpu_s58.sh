@@ -6,6 +6,11 @@
 #      default choice and the lone t64 / t80 / t128 forced) on Mixtral-8x7B, Qwen3-30B-A3B,
 #      DeepSeek-V3 and gpt-oss-120b at 1024 tokens and Qwen3-30B-A3B at 4096; then the W4A8 MoE
 #      standing against humming-kernels at 1024 and 4096 tokens.
+#   b (about 400 s): why the grouped t128 tile trails the dense one at 1024 rows per expert: the dense
+#      e2m1gc t128 (layout 4) on Mixtral-8x7B's expert shapes at m = 1024 and 2048 (GEMM alone), the
+#      grouped t128 (lone walk and warp walk) with one expert holding all rows, evenly spread and
+#      random rows (scripts/moe_spill.py); ncu with source counters of the grouped GEMM (Mixtral-8x7B
+#      gate-up at 4096 tokens, scripts/ncu_moe_peer.sh) and of the dense t128 at 28672 x 4096, m = 1024.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -15,6 +20,20 @@ device_log "s58$PART.txt"
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | log
 G4="sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_"
 HEIGHTS=${G4}t64x128x128_w1x2x1_s8_l4_lone,${G4}t80x128x128_w1x2x1_s7_l4_lone,${G4}t128x128x128_w1x2x1_s6_l4_lone
+W4="sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_"
+A4="--act e4m3-pt --graph --flush read --iters 30 --weights randn --prequant"
+NCU="--launch-skip 2 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section InstructionStats --section SchedulerStats --section WarpStateStats --section SourceCounters"
+# ncu_one TAG N K M FORMAT LAYOUT INSTANCE: ncu of one forced dense instance (report, details and its
+# SASS page with stall samples per instruction, gzipped, to $OUT), as session 57's script.
+ncu_one() {
+  timeout 150 ncu --kernel-name regex:dense_kernel $NCU -f -o "/tmp/ncu_$1" python3 scripts/profile_one.py $2 $3 $4 $5 $6 \
+    e4m3-pt $7 > /dev/null 2>&1
+  ncu --import "/tmp/ncu_$1.ncu-rep" --page details > "$OUT/ncu_$1.txt" 2>&1
+  ncu --import "/tmp/ncu_$1.ncu-rep" --page source --print-source sass --csv 2>/dev/null > "/tmp/ncu_$1.csv"
+  python3 scripts/ncu_sass_summary.py "/tmp/ncu_$1.csv" > "$OUT/ncu_$1_sass.txt" 2>&1
+  grep -E "Duration|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Executed Ipc A" \
+    "$OUT/ncu_$1.txt" | sed "s/^/ncu $1 /" | log
+}
 case "$PART" in
 a)
   HUMMING_PROFILE=dev build_filtered "^${G4}.*_l4(_lone)?\$"
@@ -25,8 +44,22 @@ a)
   install_peer
   w4a8_moe_standing 1024,4096
   ;;
+b)
+  HUMMING_PROFILE=dev build_filtered "^(${G4}t128x.*_l4(_lone)?|${W4}t128x128x128_w1x2x1_s6_l4)\$"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  python3 scripts/time_shapes.py 28672x4096,4096x14336 1024,2048 --format e2m1gc-sbf16 --layout sm90a8 $A4 \
+    --instances ${W4}t128x128x128_w1x2x1_s6_l4 2>&1 | sed "s/^/dense /" | log
+  python3 scripts/moe_spill.py mixtral-8x7b:512,mixtral-8x7b:4096 --kinds one,even,random \
+    --instances ${G4}t128x128x128_w1x2x1_s6_l4_lone,${G4}t128x128x128_w1x2x1_s6_l4 2>&1 | grep -E "spill|rror" | log
+  echo "timing done at $(($(date +%s) - start)) s" | log
+  SKIP_BUILD=1 IMPLS=aot NCU_SOURCE=1 MODEL=mixtral-8x7b TOKENS=4096 PART=gate-up MOE_ACT=e4m3-pt \
+    MOE_FORMAT=e2m1gc-sbf16 MOE_INSTANCE=${G4}t128x128x128_w1x2x1_s6_l4_lone bash scripts/ncu_moe_peer.sh 2>&1 \
+    | grep -E "Duration|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Executed Ipc A|DRAM Th" \
+    | sed "s/^/ncu grouped /" | log
+  ncu_one dense_t128_28672x4096_m1024 28672 4096 1024 e2m1gc-sbf16 sm90a8 ${W4}t128x128x128_w1x2x1_s6_l4
+  ;;
 *)
-  echo "PART must be a" >&2
+  echo "PART must be a or b" >&2
   exit 2
   ;;
 esac

@@ -2,11 +2,12 @@
 GEMM (gate-up or down of a model; e2m1 per channel x e4m3 per token, layout 4; the rows quantized
 before the timed call, so the GEMM alone) timed with the expert loads of random routing (top-k of
 seeded random logits, as scripts/bench_moe.py routes) and with the same rows spread evenly over the
-experts, each by the default choice and by the instances named in --instances. Graph replay after a
-256 MiB read flush (bench.Timer), median us.
+experts, or all of them on the first expert (a dense GEMM's work through the grouped kernel), each by
+the default choice and by the instances named in --instances. Graph replay after a 256 MiB read
+flush (bench.Timer), median us.
 
 Usage: python3 scripts/moe_spill.py MODEL:TOKENS[,MODEL:TOKENS...] [--parts gate-up,down]
-                                    [--instances NAME,NAME] [--iters 20]
+                                    [--instances NAME,NAME] [--kinds random,even,one] [--iters 20]
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("points")
 ap.add_argument("--parts", default="gate-up,down")
 ap.add_argument("--instances", default="")
+ap.add_argument("--kinds", default="random,even")
 ap.add_argument("--iters", type=int, default=20)
 args = ap.parse_args()
 
@@ -36,14 +38,17 @@ cc, _ = C.device_cc()
 
 
 def loads(tokens: int, e: int, top_k: int) -> dict[str, torch.Tensor]:
-    """Rows per expert: random routing, and the same rows spread evenly (the remainder one each)."""
+    """Rows per expert: random routing, the same rows spread evenly (the remainder one each), or all on
+    the first expert."""
     gen = torch.Generator(device="cuda").manual_seed(tokens)
     logits = torch.randn(tokens, e, device="cuda", generator=gen)
     counts = torch.bincount(torch.topk(logits, top_k, dim=1).indices.flatten(), minlength=e)
     rows = tokens * top_k
     even = torch.full((e,), rows // e, dtype=torch.int64, device="cuda")
     even[: rows % e] += 1
-    return {"random": counts, "even": even}
+    one = torch.zeros(e, dtype=torch.int64, device="cuda")
+    one[0] = rows
+    return {"random": counts, "even": even, "one": one}
 
 
 for point in args.points.split(","):
@@ -63,6 +68,8 @@ for point in args.points.split(","):
         default = C.select_grouped_instance(FMT, 4, n, k, per_expert, e, rows, cc, sms)
         names = [default] + [i for i in args.instances.split(",") if i and i != default]
         for kind, counts in loads(tokens, e, top_k).items():
+            if kind not in args.kinds.split(","):
+                continue
             offs = torch.cat([counts.new_zeros(1), counts.cumsum(0)]).int()
             spill = sum(int(c) for c in counts.tolist())
             for name in names:
