@@ -11,6 +11,11 @@
 #      grouped t128 (lone walk and warp walk) with one expert holding all rows, evenly spread and
 #      random rows (scripts/moe_spill.py); ncu with source counters of the grouped GEMM (Mixtral-8x7B
 #      gate-up at 4096 tokens, scripts/ncu_moe_peer.sh) and of the dense t128 at 28672 x 4096, m = 1024.
+#   c (about 450 s, carry .peer): the narrow grouped W4A8 tiles (DenseA8::kNarrowLo / kNarrowHi): a dev
+#      build of every grouped e2m1gc tile and of the W4A8 and FP8 MoE formats test_moe.py tests; its 8-bit
+#      grouped tests; moe_spill.py under HUMMING_NARROW_TILES=0 and 1 (the default and the heights forced)
+#      on Mixtral-8x7B and Qwen3-30B-A3B at 1024 and 4096 tokens and DeepSeek-V3 at 4096; the W4A8 MoE
+#      standing against humming-kernels at 256, 1024 and 4096 tokens.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -58,8 +63,23 @@ b)
     | sed "s/^/ncu grouped /" | log
   ncu_one dense_t128_28672x4096_m1024 28672 4096 1024 e2m1gc-sbf16 sm90a8 ${W4}t128x128x128_w1x2x1_s6_l4
   ;;
+c)
+  HUMMING_PROFILE=dev build_filtered "^sm90_wgmma_moe_a-e4m3-(pt|g128)_w-(e2m1gc|u4gc|u4g128|e2m1g128|e4m3gc|e4m3g128n128|e2m1g32)"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "8bit or a8 or w4a8" 2>&1 \
+    | grep -E "^FAILED|^SKIPPED|passed|failed|rror" | cut -c1-300 | sed "s/^/test_moe /" | log
+  echo "tests done at $(($(date +%s) - start)) s" | log
+  for v in 0 1; do
+    HUMMING_NARROW_TILES=$v python3 scripts/moe_spill.py \
+      mixtral-8x7b:1024,mixtral-8x7b:4096,qwen3-30b-a3b:1024,qwen3-30b-a3b:4096,deepseek-v3:4096 --kinds random \
+      --instances ${HEIGHTS},${G4}t48x128x128_w1x2x1_s8_l4 2>&1 | grep -E "spill|rror" | sed "s/^/narrow$v /" | log
+  done
+  echo "spill done at $(($(date +%s) - start)) s" | log
+  install_peer
+  w4a8_moe_standing 256,1024,4096
+  ;;
 *)
-  echo "PART must be a or b" >&2
+  echo "PART must be a, b or c" >&2
   exit 2
   ;;
 esac

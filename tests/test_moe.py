@@ -1095,13 +1095,15 @@ def test_moe_gemm_on_the_sm90_kernels_matches_the_reference(load):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
-@pytest.mark.parametrize("load", ["uniform", "skewed", "empty"])
+@pytest.mark.parametrize("load", ["uniform", "skewed", "empty", "edges"])
 def test_moe_gemm_with_8bit_activations_on_the_sm90_kernels_matches_the_reference(load):
     """Every built grouped sm90 tile of the W8A8 MoE formats (and of W4A8, where built) runs grouped rows of FP8 codes
     quantized on the GPU: expert boundaries inside tiles and at rows that are not a multiple of 4
     (where the tokens-M tiles' activation scale runs start early), experts with no rows, n and k
     that are not multiples of 128 (320 x 2880); the library's choice too, the masked layout, and a
-    CUDA graph of the call."""
+    CUDA graph of the call. "edges": experts whose last row tile holds one row less, as many and
+    one more than each narrow WGMMA N of the W4A8 tiles (DenseA8::kNarrowLo / kNarrowHi: 16, 32, 48
+    and 64 rows of tiles of 48 to 128) and than the tiles themselves."""
     import humming_aot as ha
 
     if not torch.cuda.get_device_capability() == (9, 0):
@@ -1120,6 +1122,8 @@ def test_moe_gemm_with_8bit_activations_on_the_sm90_kernels_matches_the_referenc
             counts = [int(v) for v in torch.randint(20, 200, (e,), generator=g)]
         elif load == "skewed":
             counts = [600 // (i + 1) for i in range(e)]
+        elif load == "edges":
+            counts = [16, 17, 31, 32, 33, 47, 48, 64, 65, 81, 160, 161]
         else:
             counts = [0, 5, 0, 0, 131, 0, 0, 0, 1, 0, 0, 0]
         off = _offsets(counts)
