@@ -1102,8 +1102,7 @@ def test_moe_gemm_with_8bit_activations_on_the_sm90_kernels_matches_the_referenc
     (where the tokens-M tiles' activation scale runs start early), experts with no rows, n and k
     that are not multiples of 128 (320 x 2880); the library's choice too, the masked layout, and a
     CUDA graph of the call. "edges": experts whose last row tile holds one row less, as many and
-    one more than each narrow WGMMA N of the W4A8 tiles (DenseA8::kNarrowLo / kNarrowHi: 16, 32, 48
-    and 64 rows of tiles of 48 to 128) and than the tiles themselves."""
+    one more than 16, 32, 48, 64 and 80 rows, and than the tiles themselves."""
     import humming_aot as ha
 
     if not torch.cuda.get_device_capability() == (9, 0):

@@ -314,28 +314,6 @@ struct DenseA8 {
   // m = 64..256): t64 1.4-2.3 % faster with it, t32x256 0-2.9 %; the 8- and 16-token tiles of two
   // consumers 1-3.6 % slower, t32x128 up to 4.8 % slower, so below 64 tokens the window stays 1.
   static constexpr int kPromoteBatches = BM >= 64 && kPromoteStages / Batch > 1 ? kPromoteStages / Batch : 1;
-  // Grouped tiles of 4-bit codes in register fragments, of 48 tokens and more: a tile whose
-  // expert's rows end within the first kNarrowLo (or kNarrowHi) of its BM runs WGMMAs of that N on
-  // an activation box of that many rows (Params::act_narrow; NarrowTokens in
-  // backend/sm90/a8_mainloops.h), where a BM-row tile of an expert's last few rows cost as much as a
-  // full one. Measured on the H100 (session 58, scripts/moe_spill.py: e2m1gc x e4m3, GEMM alone),
-  // the grouped GEMMs with random routing took 15-24 % longer than with the same rows spread
-  // evenly over the experts at 256 and 1024 rows per expert (t128: Mixtral-8x7B gate-up 535 against
-  // 466 us at 1024 tokens, down 236 against 190; Qwen3-30B-A3B at 4096 tokens 307 / 264 against
-  // 262 / 225), where about half the experts spill a few rows into a last tile. Tiles of at most
-  // 80 tokens take two: kNarrowHi, the widest N below BM (t80: 64, which holds about half of the
-  // experts at a mean of 64 rows), and kNarrowLo, the widest at most BM / 4 where that is 16 or
-  // more (a spill of a few rows). The 128-token tile takes only that quarter (32), as kNarrowHi:
-  // beside its own loop, a narrow loop of 48 tokens or more made ptxas spill its sums inside the
-  // main loop (with 80: 352 bytes, with 80 and 32: 1424; CUDA 13.0), one of 32 did not. Only tiles
-  // of two consumers: the four-consumer ones, at 104 registers a thread, spilled even with one
-  // loop of 16 (t64x256: 48 bytes).
-  // HUMMING_NARROW_TILES=0 (read on the host) runs every tile whole, for A/B measurements.
-  static constexpr bool kNarrowTiles = Grouped && kRegFrags && !kInt && !kTokensM && BM >= 48 && Consumers == 2;
-  static constexpr bool kTwoNarrow = kNarrowTiles && BM <= 80;
-  static constexpr int kQuarterN = wgmma_n_at_most(BM / 4) >= 16 ? wgmma_n_at_most(BM / 4) : 0;
-  static constexpr int kNarrowHi = !kNarrowTiles ? 0 : kTwoNarrow ? wgmma_n_at_most(BM - 8) : kQuarterN;
-  static constexpr int kNarrowLo = kTwoNarrow ? kQuarterN : 0;
 
   static_assert(ActId == dtypes::e4m3.id() || ActId == dtypes::e5m2.id() || kInt, "activations are e4m3, e5m2 or i8");
   static_assert(CodeId == (kInt ? dtypes::i8.id() : dtypes::e4m3.id()) || CodeId == dtypes::uint_type(4).id() ||
@@ -391,20 +369,7 @@ struct DenseA8 {
     ExpertRows experts; // Grouped: the rows of each expert
     int expert_rows;    // Grouped: rows of each expert's weight in `weight` (n_pad; layout 4: n_pad x K tiles)
     int chunk_rows;     // Layout 4: rows of one K tile of the weight in `weight` (n_pad)
-    // kNarrowHi: the activations in boxes of kNarrowLo and kNarrowHi rows, and the tile rows up to
-    // which a tile takes each (narrow_rows; 0: none, every tile whole)
-    CUtensorMap act_narrow[2];
-    int narrow_rows[2];
   };
-
-  // The WGMMA N and activation box rows of a grouped tile of rows [m0, m_end): the narrowest of
-  // kNarrowLo, kNarrowHi and BM that holds them (only BM without kNarrowHi, or with the narrow
-  // boxes off).
-  static __device__ __forceinline__ int tile_rows(const Params &p, int64_t m0, int64_t m_end) {
-    if constexpr (kNarrowHi == 0) return BM;
-    const int64_t rows = m_end - m0;
-    return rows <= p.narrow_rows[0] ? p.narrow_rows[0] : rows <= p.narrow_rows[1] ? p.narrow_rows[1] : BM;
-  }
 
   using RingPos = sm90::RingPos<Stages>;
 
@@ -454,7 +419,7 @@ struct DenseA8 {
         p, [&](int64_t m0, int64_t m_end, int64_t n0, int expert, int64_t kt0, int64_t kt1, int64_t unit) {
           if (issues) {
             Probe::segment_begin();
-            const int rows = Grouped ? tile_rows(p, m0, m_end) : box_rows<BM>(p, m0);
+            const int rows = box_rows<BM>(p, m0);
             int64_t kt = kt0;
             if (head) {
               const int ahead = early_stages(kt0, kt1);
@@ -480,23 +445,6 @@ struct DenseA8 {
     Probe::report('P');
   }
 
-  // A grouped tile whose rows end within its first N (tile_rows: kNarrowLo or kNarrowHi): its
-  // segment of n stages by N-token WGMMAs into N / 2 sums a thread (NarrowTokens,
-  // backend/sm90/a8_mainloops.h), then their stores, as consume's segment does for BM. (With a
-  // shared epilogue the three loops' sums met in one array, and ptxas spilled the 128-token tile's
-  // sums inside its main loop: 1288 bytes, CUDA 13.0.)
-  template <int N>
-  static __device__ __forceinline__ void narrow_tile(const Params &p, uint32_t ring, char *ring_ptr, uint32_t bars,
-                                                     RingPos &pos, int64_t n, int cw, int wblock, int scol, int t,
-                                                     int lane, int col, int64_t m0, int64_t m_end, int64_t n0,
-                                                     const void *scales) {
-    using Narrow = NarrowTokens<DenseA8, N>;
-    float sums[N / 2];
-    A8Mainloops<Narrow>::mainloop(ring, ring_ptr, bars, pos, n, cw, wblock, scol, t, sums);
-    Probe::segment_done();
-    A8Epilogue<Narrow>::store(p, ring + kRingBytes + cw * kBoxBytes, cw, t, lane, col, m0, m_end, n0, scales, sums);
-  }
-
   // This thread's A fragments of one stage with 4-bit codes (frag[step][r]: register r of k32
   // step `step`, backend/sm90/operand_convert.h); unused with 8-bit codes.
   using Frags = uint32_t[kSteps][4];
@@ -520,17 +468,6 @@ struct DenseA8 {
       // The thread's first token among the stage's activation scales (kTokensM; kScaleLead: the run
       // starts at the 16-byte boundary at or before the tile's first row).
       const int scol = col + (kScaleLead != 0 ? static_cast<int>(m0 % 4) : 0);
-      // The weight's per-channel scales (of the tile's expert in grouped GEMMs).
-      const void *scales = static_cast<const char *>(a.scales) + expert * a.expert_scales_stride;
-      if constexpr (kNarrowHi != 0) {
-        const int rows = tile_rows(p, m0, m_end);
-        if (kNarrowLo != 0 && rows == kNarrowLo)
-          return narrow_tile<kNarrowLo != 0 ? kNarrowLo : kNarrowHi>(p, ring, ring_ptr, bars, pos, kt1 - kt0, cw,
-                                                                     wblock, scol, t, lane, col, m0, m_end, n0, scales);
-        if (rows == kNarrowHi)
-          return narrow_tile<kNarrowHi>(p, ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, scol, t, lane, col, m0,
-                                        m_end, n0, scales);
-      }
       Loops::mainloop(ring, ring_ptr, bars, pos, kt1 - kt0, cw, wblock, scol, t, acc);
       Probe::segment_done();
       const StreamKPlan &plan = p.plan;
@@ -542,6 +479,8 @@ struct DenseA8 {
           Probe::fixup_done();
           if (!last) return;
         }
+      // The weight's per-channel scales (of the tile's expert in grouped GEMMs).
+      const void *scales = static_cast<const char *>(a.scales) + expert * a.expert_scales_stride;
       Epilogue::store(p, ring + kRingBytes + cw * kBoxBytes, cw, t, lane, col, m0, m_end, n0, scales, acc);
     };
     if constexpr (Grouped) {
@@ -590,10 +529,6 @@ struct DenseA8 {
         [&] {
           prefetch_tensor_map(&p.act);
           if (p.tail_rows != 0) prefetch_tensor_map(&p.act_tail);
-          if (kNarrowHi != 0 && p.narrow_rows[1] != 0) {
-            prefetch_tensor_map(&p.act_narrow[1]);
-            if (kNarrowLo != 0) prefetch_tensor_map(&p.act_narrow[0]);
-          }
           prefetch_tensor_map(&p.weight);
           if (kStagedStore && p.staged) prefetch_tensor_map(&p.out);
         },

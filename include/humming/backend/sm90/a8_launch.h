@@ -8,7 +8,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "humming/backend/sm90/pipeline.h"
@@ -100,38 +99,12 @@ template <class K> size_t a8_workspace_bytes(const GemmArgs &args) {
   return K::Loads::workspace_bytes(args, workspace_of<K>(args));
 }
 
-// Host: where K has narrow grouped tiles (K::kNarrowHi), the activations' maps in boxes of
-// kNarrowLo and kNarrowHi rows and the tile rows up to which a tile takes each (Params act_narrow,
-// narrow_rows; K::tile_rows); none (every tile whole) without them, or where HUMMING_NARROW_TILES=0
-// (read once) asks for whole tiles everywhere, for A/B measurements.
-template <class K> Status prepare_narrow_boxes(typename K::Params &p, const GemmArgs &args) {
-  p.narrow_rows[0] = p.narrow_rows[1] = 0;
-  if constexpr (K::kNarrowHi != 0) {
-    static const bool on = [] {
-      const char *v = std::getenv("HUMMING_NARROW_TILES");
-      return v == nullptr || std::string(v) != "0";
-    }();
-    if (!on) return Status::Ok();
-    const int rows[2] = {K::kNarrowLo, K::kNarrowHi};
-    for (int i = 0; i < 2; ++i) {
-      if (rows[i] == 0) continue;
-      const Status st =
-          cached_rows_map(&p.act_narrow[i], args.a, MapElem::kByte, args.m, args.dims.k, args.lda, rows[i]);
-      if (!st) return st;
-      p.narrow_rows[i] = rows[i];
-    }
-  }
-  return Status::Ok();
-}
-
 // Launches K on `stream` for `args` (a8_can_implement's Ok, the workspace of a8_workspace_bytes).
 template <class K> Status a8_launch(const GemmArgs &args, void *stream) {
   constexpr int BM = K::kTileM;
   if (args.m == 0) return Status::Ok();
   typename K::Params p = base_params<K>(args);
   Status st = prepare_activation_rows<BM, K::Grouped>(&p, args, MapElem::kByte);
-  if (!st) return st;
-  st = prepare_narrow_boxes<K>(p, args);
   if (!st) return st;
   const int64_t row_bytes = args.dims.k_pad * static_cast<int64_t>(K::kCode.bits) / 8;
   const int64_t chunks = weight_map_chunks<K>(args);

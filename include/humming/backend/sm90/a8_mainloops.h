@@ -15,18 +15,6 @@
 namespace humming {
 namespace sm90 {
 
-// K with the WGMMA's N (and the sums a thread keeps) narrowed to the first N of the tile's kTileM
-// token rows, everything else K's (the stage layout, the ring, the kind of main loop): the loops of
-// a grouped tile whose expert's rows end early (DenseA8::kNarrowHi / kNarrowLo). The first N rows
-// of a stage's activation box are a box of N rows in the same 128-byte swizzle (it repeats every
-// 8 rows), so the same descriptors read them; and a thread's sums of the N-token instruction are
-// the first N / 2 of the BM-token one's (epilogue/wgmma_store.h: acc[4j + e] is token 8j + ...).
-// N: a WGMMA N of backend/sm90/ptx.h below K::kTileM.
-template <class K, int N> struct NarrowTokens : K {
-  static_assert(N > 0 && N < K::kTileM && N % 8 == 0 && !K::kTokensM, "a narrower N of a tokens-N tile");
-  static constexpr int kTileM = N, kWgmmaN = N, kAcc = N / 2;
-};
-
 // K: the kernel (sm90::DenseA8), whose per-stage steps A8StageSteps<K> takes: fetch (wait for a
 //    stage and, with 4-bit codes, read this thread's fragments of it), issue_stage<Fresh> (one
 //    group of a stage's k32 steps into a set of sums) and promote (a retired stage's fp32 sums

@@ -53,8 +53,7 @@ inline Status transpose_act_scales(const float *src, int64_t m, int64_t cols, in
 //    fp32 scales; otherwise a row of BN channel scales of kScaleBytes each per 128 inputs; kScalesT
 //    and kScaleLead, below), and its Params (tensor maps `weight`, `act` and, where `tail_rows`,
 //    `act_tail`; `args`; in grouped kernels, K::Grouped, `expert_rows`: the rows of each expert's
-//    weight in `weight`, and where K::kNarrowHi, `act_narrow`, boxes of kNarrowLo and kNarrowHi
-//    rows).
+//    weight in `weight`).
 template <class K> struct A8StageLoads {
   using Params = typename K::Params;
   static constexpr int BM = K::kTileM, BN = K::BN, BK = K::BK;
@@ -94,17 +93,10 @@ template <class K> struct A8StageLoads {
     else
       tensor_copy_2d(stage, &p.weight, static_cast<int>(kt * BK * kCodeBits / 8), w0, full);
   }
-  // The activations' map in boxes of `rows` rows: BM, the dense tail box's (box_rows) or a grouped
-  // tile's narrow box (K::tile_rows: kNarrowLo or kNarrowHi rows).
-  static __device__ __forceinline__ const CUtensorMap *act_map(const Params &p, int rows) {
-    if (rows == BM) return &p.act;
-    if constexpr (K::kNarrowHi != 0) return &p.act_narrow[rows == K::kNarrowHi ? 1 : 0];
-    return &p.act_tail;
-  }
   // The rest of boxes(): the activations' box (and their transposed scales).
   static __device__ __forceinline__ void act_boxes(const Params &p, uint32_t stage, uint32_t full, int64_t kt, int m0,
                                                    int rows) {
-    tensor_copy_2d(stage + kWBytes, act_map(p, rows), static_cast<int>(kt * BK), m0, full);
+    tensor_copy_2d(stage + kWBytes, rows == BM ? &p.act : &p.act_tail, static_cast<int>(kt * BK), m0, full);
     if constexpr (kScalesT)
       bulk_copy(stage + kWBytes + kABytes, p.scales_t + kt * p.m_pad + (kScaleLead != 0 ? m0 / 4 * 4 : m0),
                 kActScaleSlots * 4, full);

@@ -369,14 +369,6 @@ HUMMING_SM90_WGMMA(160, 80, 80, 81, 82, 83, 84, 85)
 HUMMING_SM90_WGMMA(192, 96, 96, 97, 98, 99, 100, 101)
 HUMMING_SM90_WGMMA(256, 128, 128, 129, 130, 131, 132, 133)
 #undef HUMMING_SM90_WGMMA
-
-// The widest N of the instructions above that is at most n (0 where none is).
-constexpr int wgmma_n_at_most(int n) {
-  constexpr int kNs[] = {256, 192, 160, 128, 80, 64, 48, 32, 24, 16, 8};
-  for (int v : kNs)
-    if (v <= n) return v;
-  return 0;
-}
 #undef HUMMING_SM90_WGMMA_SS_ASM
 #undef HUMMING_SM90_WGMMA_RS_ASM
 #undef HUMMING_SM90_WGMMA_RS8_ASM
