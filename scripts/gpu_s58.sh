@@ -16,6 +16,11 @@
 #      grouped tests; moe_spill.py under HUMMING_NARROW_TILES=0 and 1 (the default and the heights forced)
 #      on Mixtral-8x7B and Qwen3-30B-A3B at 1024 and 4096 tokens and DeepSeek-V3 at 4096; the W4A8 MoE
 #      standing against humming-kernels at 256, 1024 and 4096 tokens.
+#   d (about 400 s, carry .peer): the grouped 8-bit tiles' output boxes (DenseA8::kOutBytes for grouped
+#      tiles of up to three consumers): a dev build of the grouped W4A8 / FP8 MoE formats that
+#      test_moe.py tests and of the dense e2m1gc t128; its 8-bit grouped tests and QuantMoE tests; b's
+#      timing (the grouped t128 against the dense one); the W4A8 MoE standing against humming-kernels at
+#      256, 1024 and 4096 tokens.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -78,8 +83,21 @@ c)
   install_peer
   w4a8_moe_standing 256,1024,4096
   ;;
+d)
+  HUMMING_PROFILE=dev build_filtered "^(sm90_wgmma_moe_a-e4m3-(pt|g128)_w-(e2m1gc|u4gc|u4g128|e2m1g128|e4m3gc|e4m3g128n128|e2m1g32)|${W4}t128x128x128_w1x2x1_s6_l4\$)"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "8bit or a8 or w4a8 or fp8" 2>&1 \
+    | grep -E "^FAILED|^SKIPPED|passed|failed|rror" | cut -c1-300 | sed "s/^/test_moe /" | log
+  echo "tests done at $(($(date +%s) - start)) s" | log
+  python3 scripts/time_shapes.py 28672x4096,4096x14336 1024 --format e2m1gc-sbf16 --layout sm90a8 $A4 \
+    --instances ${W4}t128x128x128_w1x2x1_s6_l4 2>&1 | sed "s/^/dense /" | log
+  python3 scripts/moe_spill.py mixtral-8x7b:512,mixtral-8x7b:1024,mixtral-8x7b:4096,qwen3-30b-a3b:1024,qwen3-30b-a3b:4096 \
+    --kinds one,random 2>&1 | grep -E "spill|rror" | log
+  install_peer
+  w4a8_moe_standing 256,1024,4096
+  ;;
 *)
-  echo "PART must be a, b or c" >&2
+  echo "PART must be a, b, c or d" >&2
   exit 2
   ;;
 esac
