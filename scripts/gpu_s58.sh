@@ -16,11 +16,11 @@
 #      grouped tests; moe_spill.py under HUMMING_NARROW_TILES=0 and 1 (the default and the heights forced)
 #      on Mixtral-8x7B and Qwen3-30B-A3B at 1024 and 4096 tokens and DeepSeek-V3 at 4096; the W4A8 MoE
 #      standing against humming-kernels at 256, 1024 and 4096 tokens.
-#   d (about 400 s, carry .peer): the grouped 8-bit tiles' output boxes (DenseA8::kOutBytes for grouped
-#      tiles of up to three consumers): a dev build of the grouped W4A8 / FP8 MoE formats that
-#      test_moe.py tests and of the dense e2m1gc t128; its 8-bit grouped tests and QuantMoE tests; b's
+#   d (about 550 s, carry .peer): the grouped tiles' output boxes (DenseA8::kOutBytes and Dense::kOutBytes
+#      for grouped tiles of up to three consumers): a dev build of the grouped W4A8 / FP8 / W4A16 MoE
+#      formats that test_moe.py tests and of the dense e2m1gc t128; test_moe.py's grouped tests; b's
 #      timing (the grouped t128 against the dense one); the W4A8 MoE standing against humming-kernels at
-#      256, 1024 and 4096 tokens.
+#      256, 1024 and 4096 tokens; the W4A16 u4g128 MoE against humming-kernels at 1024 and 4096 tokens.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -84,9 +84,9 @@ c)
   w4a8_moe_standing 256,1024,4096
   ;;
 d)
-  HUMMING_PROFILE=dev build_filtered "^(sm90_wgmma_moe_a-e4m3-(pt|g128)_w-(e2m1gc|u4gc|u4g128|e2m1g128|e4m3gc|e4m3g128n128|e2m1g32)|${W4}t128x128x128_w1x2x1_s6_l4\$)"
+  HUMMING_PROFILE=dev build_filtered "^(sm90_wgmma_moe_|${W4}t128x128x128_w1x2x1_s6_l4\$)"
   echo "build done at $(($(date +%s) - start)) s" | log
-  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "8bit or a8 or w4a8 or fp8" 2>&1 \
+  python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "sm90 or grouped or 8bit or a8 or w4a8 or fp8" 2>&1 \
     | grep -E "^FAILED|^SKIPPED|passed|failed|rror" | cut -c1-300 | sed "s/^/test_moe /" | log
   echo "tests done at $(($(date +%s) - start)) s" | log
   python3 scripts/time_shapes.py 28672x4096,4096x14336 1024 --format e2m1gc-sbf16 --layout sm90a8 $A4 \
@@ -95,6 +95,9 @@ d)
     --kinds one,random 2>&1 | grep -E "spill|rror" | log
   install_peer
   w4a8_moe_standing 256,1024,4096
+  PYTHONPATH=/tmp/peer python3 scripts/bench_moe.py "$OUT/moe-standing-w4a16.json" --models qwen3-30b-a3b,mixtral-8x7b \
+    --tokens 1024,4096 --impls humming-aot,humming-jit --jit-budget-s 200 2>&1 | grep -E "humming|rror" \
+    | grep -v "\[jit\]" | sed "s/^/moe16 /" | log
   ;;
 *)
   echo "PART must be a, b, c or d" >&2

@@ -1046,12 +1046,13 @@ def _sm90_instances(fmt):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
-@pytest.mark.parametrize("load", ["uniform", "skewed", "one", "empty"])
+@pytest.mark.parametrize("load", ["uniform", "skewed", "one", "empty", "edges"])
 def test_moe_gemm_on_the_sm90_kernels_matches_the_reference(load):
     """Every built grouped sm90 tile of four formats (e2m1 with bf16 scales: gpt-oss's MXFP4 experts
     after their exact scale conversion, in dev builds) runs grouped rows: expert
     boundaries inside tiles, experts with no rows, rows not a multiple of any tile, a k of 2880
-    (gpt-oss)."""
+    (gpt-oss); "edges": experts whose last row tile is full, or one row short of or past it (the
+    full ones store through the output boxes, the others directly)."""
     from humming_aot import registry
 
     if not torch.cuda.get_device_capability() == (9, 0):
@@ -1073,6 +1074,8 @@ def test_moe_gemm_on_the_sm90_kernels_matches_the_reference(load):
         elif load == "one":
             counts = [0] * e
             counts[7] = 413
+        elif load == "edges":
+            counts = [16, 17, 31, 32, 33, 47, 48, 64, 65, 81, 160, 161]
         else:
             counts = [0, 5, 0, 0, 131, 0, 0, 0, 1, 0, 0, 0]
         off = _offsets(counts)

@@ -428,9 +428,9 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
         smem = _sm90_smem(stage, stages, notes=matrix["scheduler"] == "moe")
         if smem > SM90_MAX_SMEM:  # e.g. the 256-channel decode tiles with 8-bit codes
             continue
-        if matrix["scheduler"] != "moe":  # the grouped tiles store directly
+        if matrix["scheduler"] != "moe" or consumers <= 3:  # four-consumer grouped tiles store directly
             smem += _sm90_out_boxes(smem, bm, consumers, act)
-        else:
+        if matrix["scheduler"] == "moe":
             smem += _sm90_glu_exchange(smem, bm, consumers)
         key = _weight_only_key(
             act, code, zero, group, matrix["layout"], (bm, bn, bk), stages, 128 * (1 + consumers), smem
