@@ -86,3 +86,21 @@ w4a16_decode_probe() {
   python3 -m humming_aot.bench --shapes 28672x8192,8192x28672,8192x8192 --ms 1 --formats w4a16 --impls humming-aot \
     --out-dir "$OUT" --name w4a16-m1 --no-plot 2>&1 | grep "m=1:" | sed "s/^/w4a16 bench /" | log
 }
+
+# ncu_one TAG N K M FORMAT LAYOUT INSTANCE: ncu of one forced dense instance with e4m3 per-token
+# activations (scripts/profile_one.py; its third launch): the details page to $OUT/ncu_TAG.txt, the
+# SASS page with stall samples per instruction gzipped beside it (ncu_TAG_sass.csv.gz) and summed by
+# scripts/ncu_sass_summary.py (ncu_TAG_sass.txt), the headline lines through log (device_log).
+# Sessions 57 and 58.
+ncu_one() {
+  timeout 150 ncu --kernel-name regex:dense_kernel --launch-skip 2 --launch-count 1 --section SpeedOfLight \
+    --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section InstructionStats \
+    --section SchedulerStats --section WarpStateStats --section SourceCounters -f -o "/tmp/ncu_$1" \
+    python3 scripts/profile_one.py $2 $3 $4 $5 $6 e4m3-pt $7 > /dev/null 2>&1
+  ncu --import "/tmp/ncu_$1.ncu-rep" --page details > "$OUT/ncu_$1.txt" 2>&1
+  ncu --import "/tmp/ncu_$1.ncu-rep" --page source --print-source sass --csv 2>/dev/null > "/tmp/ncu_$1.csv"
+  gzip -c "/tmp/ncu_$1.csv" > "$OUT/ncu_$1_sass.csv.gz"
+  python3 scripts/ncu_sass_summary.py "/tmp/ncu_$1.csv" > "$OUT/ncu_$1_sass.txt" 2>&1
+  grep -E "Duration|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Executed Ipc A" \
+    "$OUT/ncu_$1.txt" | sed "s/^/ncu $1 /" | log
+}

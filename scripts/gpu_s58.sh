@@ -32,18 +32,6 @@ G4="sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_"
 HEIGHTS=${G4}t64x128x128_w1x2x1_s8_l4_lone,${G4}t80x128x128_w1x2x1_s7_l4_lone,${G4}t128x128x128_w1x2x1_s6_l4_lone
 W4="sm90_wgmma_dense_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_"
 A4="--act e4m3-pt --graph --flush read --iters 30 --weights randn --prequant"
-NCU="--launch-skip 2 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section InstructionStats --section SchedulerStats --section WarpStateStats --section SourceCounters"
-# ncu_one TAG N K M FORMAT LAYOUT INSTANCE: ncu of one forced dense instance (report, details and its
-# SASS page with stall samples per instruction, gzipped, to $OUT), as session 57's script.
-ncu_one() {
-  timeout 150 ncu --kernel-name regex:dense_kernel $NCU -f -o "/tmp/ncu_$1" python3 scripts/profile_one.py $2 $3 $4 $5 $6 \
-    e4m3-pt $7 > /dev/null 2>&1
-  ncu --import "/tmp/ncu_$1.ncu-rep" --page details > "$OUT/ncu_$1.txt" 2>&1
-  ncu --import "/tmp/ncu_$1.ncu-rep" --page source --print-source sass --csv 2>/dev/null > "/tmp/ncu_$1.csv"
-  python3 scripts/ncu_sass_summary.py "/tmp/ncu_$1.csv" > "$OUT/ncu_$1_sass.txt" 2>&1
-  grep -E "Duration|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Executed Ipc A" \
-    "$OUT/ncu_$1.txt" | sed "s/^/ncu $1 /" | log
-}
 case "$PART" in
 a)
   HUMMING_PROFILE=dev build_filtered "^${G4}.*_l4(_lone)?\$"
