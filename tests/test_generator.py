@@ -977,7 +977,7 @@ def test_a8_instances_keys_and_entry_points(gen, tmp_path):
         boxes = consumers * (64 * bn * 2 if tokens_m else bm * 128)
         fits = smem + boxes <= 227 * 1024
         direct = grouped and not tokens_m and consumers > 3  # DenseA8::kOutBytes: four-consumer grouped tiles
-        if m["out"] in ("bf16", "f16") and (tokens_m or (bm >= 64 and bm % 32 == 0 and not direct)) and fits:
+        if m["out"] in ("bf16", "f16") and (tokens_m or (bm >= 64 and bm % 16 == 0 and not direct)) and fits:
             smem += boxes
         assert k["smem_bytes"] == smem <= 227 * 1024, i.name
         if blocks:

@@ -252,7 +252,7 @@ def _sm90_out_boxes(smem: int, bm: int, consumers: int, out: str, channels_n: in
         boxes = consumers * 64 * channels_n * 2
         return boxes if F.dtype(out).bits == 16 and smem + boxes <= SM90_MAX_SMEM else 0
     boxes = consumers * bm * 128
-    fits = F.dtype(out).bits == 16 and bm >= 64 and bm % 32 == 0 and smem + boxes <= SM90_MAX_SMEM
+    fits = F.dtype(out).bits == 16 and bm >= 64 and bm % 16 == 0 and smem + boxes <= SM90_MAX_SMEM
     return boxes if fits else 0
 
 
