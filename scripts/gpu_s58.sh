@@ -16,11 +16,11 @@
 #      grouped tests; moe_spill.py under HUMMING_NARROW_TILES=0 and 1 (the default and the heights forced)
 #      on Mixtral-8x7B and Qwen3-30B-A3B at 1024 and 4096 tokens and DeepSeek-V3 at 4096; the W4A8 MoE
 #      standing against humming-kernels at 256, 1024 and 4096 tokens.
-#   d (about 550 s, carry .peer): the grouped tiles' output boxes (DenseA8::kOutBytes and Dense::kOutBytes
-#      for grouped tiles of up to three consumers): a dev build of the grouped W4A8 / FP8 / W4A16 MoE
-#      formats that test_moe.py tests and of the dense e2m1gc t128; test_moe.py's grouped tests; b's
+#   d (about 350 s, carry .peer): the grouped tiles' output boxes (DenseA8::kOutBytes and Dense::kOutBytes
+#      for grouped tiles of up to three consumers): a dev build of the grouped W4A8 / FP8 MoE formats and
+#      the W4A16 u4g128 grouped tiles, and of the dense e2m1gc t128; test_moe.py's grouped tests; b's
 #      timing (the grouped t128 against the dense one); the W4A8 MoE standing against humming-kernels at
-#      1024 and 4096 tokens; the W4A16 u4g128 MoE against humming-kernels at 1024 and 4096 tokens.
+#      1024 and 4096 tokens.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -72,7 +72,7 @@ c)
   w4a8_moe_standing 256,1024,4096
   ;;
 d)
-  HUMMING_PROFILE=dev build_filtered "^(sm90_wgmma_moe_|${W4}t128x128x128_w1x2x1_s6_l4\$)"
+  HUMMING_PROFILE=dev build_filtered "^(sm90_wgmma_moe_a-e4m3|sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_|${W4}t128x128x128_w1x2x1_s6_l4\$)"
   echo "build done at $(($(date +%s) - start)) s" | log
   python3 -m pytest -q tests/test_moe.py -p no:cacheprovider -rfs -k "sm90 or grouped or 8bit or a8 or w4a8 or fp8" 2>&1 \
     | grep -E "^FAILED|^SKIPPED|passed|failed|rror" | cut -c1-300 | sed "s/^/test_moe /" | log
@@ -83,9 +83,6 @@ d)
     | grep -E "spill|rror" | log
   install_peer
   w4a8_moe_standing 1024,4096
-  PYTHONPATH=/tmp/peer python3 scripts/bench_moe.py "$OUT/moe-standing-w4a16.json" --models qwen3-30b-a3b,mixtral-8x7b \
-    --tokens 1024,4096 --impls humming-aot,humming-jit --jit-budget-s 200 2>&1 | grep -E "humming|rror" \
-    | grep -v "\[jit\]" | sed "s/^/moe16 /" | log
   ;;
 *)
   echo "PART must be a, b, c or d" >&2
