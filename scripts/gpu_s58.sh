@@ -16,10 +16,12 @@
 #      grouped tests; moe_spill.py under HUMMING_NARROW_TILES=0 and 1 (the default and the heights forced)
 #      on Mixtral-8x7B and Qwen3-30B-A3B at 1024 and 4096 tokens and DeepSeek-V3 at 4096; the W4A8 MoE
 #      standing against humming-kernels at 256, 1024 and 4096 tokens.
-#   d (about 150 s): the grouped tiles' output boxes (DenseA8::kOutBytes and Dense::kOutBytes for
-#      grouped tiles of up to three consumers): a dev build of the grouped e2m1gc W4A8 and FP8 tiles, the
-#      W4A16 u4g128 grouped tiles and the dense e2m1gc t128; test_moe.py's grouped-kernel tests; b's
-#      timing (the grouped t128 against the dense one, a few points).
+#   d (about 150 s; never got a machine): the grouped tiles' output boxes, after
+#      `git apply benchmarks/results/h100/tuning/h100-2026-12-07-s58-grouped-boxes.patch`
+#      (DenseA8::kOutBytes and Dense::kOutBytes for grouped tiles of up to three consumers): a dev
+#      build of the grouped e2m1gc W4A8 and FP8 tiles, the W4A16 u4g128 grouped tiles and the dense
+#      e2m1gc t128; test_moe.py's grouped-kernel tests; b's timing (the grouped t128 against the dense
+#      one, a few points). Then the MoE standings (w4a8_moe_standing 256,1024,4096, and W4A16).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"

@@ -1051,8 +1051,7 @@ def test_moe_gemm_on_the_sm90_kernels_matches_the_reference(load):
     """Every built grouped sm90 tile of four formats (e2m1 with bf16 scales: gpt-oss's MXFP4 experts
     after their exact scale conversion, in dev builds) runs grouped rows: expert
     boundaries inside tiles, experts with no rows, rows not a multiple of any tile, a k of 2880
-    (gpt-oss); "edges": experts whose last row tile is full, or one row short of or past it (the
-    full ones store through the output boxes, the others directly)."""
+    (gpt-oss); "edges": experts whose last row tile is full, or one row short of or past it."""
     from humming_aot import registry
 
     if not torch.cuda.get_device_capability() == (9, 0):
