@@ -17,10 +17,12 @@ mkdir -p "$OUT"
 . scripts/build_filtered.sh
 build_filtered "${MOE_FILTER:-^sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16}"
 peer=/tmp/humming-peer
-if [ ! -d "$peer/humming" ]; then
+# The peer only where IMPLS runs it (session 58's PART=b ran IMPLS=aot without .peer carried, and
+# the extraction's failure ended the script before its profile).
+if [[ " ${IMPLS:-aot jit} " == *" jit "* && ! -d "$peer/humming" ]]; then
   mkdir -p "$peer" && python3 -m zipfile -e .peer/humming_kernels-0.1.20-*.whl "$peer" || exit 1
+  chmod +x "$peer"/humming/_native/*/* # zipfile drops the launcher's and compiler's exec bits
 fi
-chmod +x "$peer"/humming/_native/*/* # zipfile drops the launcher's and compiler's exec bits
 model=${MODEL:-qwen3-30b-a3b} tokens=${TOKENS:-64} part=${PART:-gate-up}
 for impl in ${IMPLS:-aot jit}; do
   tag=${MOE_INSTANCE:+_$(echo "$MOE_INSTANCE" | grep -oE '_t[0-9]+x.*$')}
