@@ -21,7 +21,10 @@
 #      (DenseA8::kOutBytes and Dense::kOutBytes for grouped tiles of up to three consumers): a dev
 #      build of the grouped e2m1gc W4A8 and FP8 tiles, the W4A16 u4g128 grouped tiles and the dense
 #      e2m1gc t128; test_moe.py's grouped-kernel tests; b's timing (the grouped t128 against the dense
-#      one, a few points). Then the MoE standings (w4a8_moe_standing 256,1024,4096, and W4A16).
+#      one, a few points).
+#   e (about 350 s, carry .peer; after d on the same machine, SKIP_BUILD=1): the MoE standings with the
+#      boxes: W4A8 e2m1gc against humming-kernels' W4A8 at 256, 1024 and 4096 tokens, W4A16 u4g128
+#      against its W4A16 at 1024 and 4096 tokens (Qwen3-30B-A3B and Mixtral-8x7B).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -83,8 +86,15 @@ d)
   python3 scripts/moe_spill.py mixtral-8x7b:512,mixtral-8x7b:4096,qwen3-30b-a3b:1024 --kinds one,random --iters 10 2>&1 \
     | grep -E "spill|rror" | log
   ;;
+e)
+  install_peer
+  w4a8_moe_standing 256,1024,4096
+  PYTHONPATH=/tmp/peer python3 scripts/bench_moe.py "$OUT/moe-standing-w4a16.json" --models qwen3-30b-a3b,mixtral-8x7b \
+    --tokens 1024,4096 --impls humming-aot,humming-jit --jit-budget-s 200 2>&1 | grep -E "humming|rror" \
+    | grep -v "\[jit\]" | sed "s/^/moe16 /" | log
+  ;;
 *)
-  echo "PART must be a, b, c or d" >&2
+  echo "PART must be a, b, c, d or e" >&2
   exit 2
   ;;
 esac
