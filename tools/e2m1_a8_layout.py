@@ -6,8 +6,8 @@ into their two registers of shifted e4m3 operand bytes (numeric/nibble_lut.h e2m
 sign at bit 7 of the byte, exponent and mantissa at bits 4..2, 2^-6 the code's value) in five
 integer instructions instead of nine.
 
-Today a word holds code i at nibble i (the order nibble_fragments and the u4 lookup read). The
-conversion spreads the even nibbles and the odd ones into bytes (two shifts and two masks each) and
+Today a word holds code i at nibble i (the order the generic layout's fragments and the u4 lookup
+read). The conversion spreads the even nibbles and the odd ones into bytes (two shifts and two masks each) and
 interleaves them with two byte permutes: nine instructions in the SASS of the t80 grouped tile
 (session 46, scripts/sass_local.py: SHF, two IMAD.SHL, four LOP3, two PRMT per word), 72 a stage
 per consumer thread of a 64-channel warpgroup, about half its stage loop.

@@ -768,7 +768,7 @@ void test_sm90_fp4_operands() {
 // 32 s + 4 (t % 4) + 16 (r / 2) + {0 .. 3} (the PTX ISA's m64nNk32 A fragment of 8-bit types).
 // Both conversions run: u4 by lookup, e2m1 by bit moves (operands of 2^-6 the values).
 // The same for a box in layout 4 (layout/sm90_a8.h: rows packed by its pack_word, then swizzled as
-// the TMA leaves them), read by chunk_fragments.
+// the TMA leaves them), read by layout_fragments<kLayoutSm90A8>.
 void test_nibble_fragments() {
   for (const bool chunked : {false, true})
     for (const bool shifted : {false, true}) {
@@ -808,9 +808,9 @@ void test_nibble_fragments() {
         for (int t = 0; t < 128; ++t) {
           uint32_t af[4][4];
           if (chunked)
-            sm90::chunk_fragments(reinterpret_cast<const char *>(box), row0, t, convert, af);
+            sm90::layout_fragments<kLayoutSm90A8>(reinterpret_cast<const char *>(box), row0, t, convert, af);
           else
-            sm90::nibble_fragments(reinterpret_cast<const char *>(box), row0, t, convert, af);
+            sm90::layout_fragments<kLayoutGeneric>(reinterpret_cast<const char *>(box), row0, t, convert, af);
           for (int s = 0; s < 4; ++s)
             for (int r = 0; r < 4; ++r)
               for (int i = 0; i < 4; ++i) {

@@ -101,15 +101,5 @@ HUMMING_HD void layout_fragments(const char *codes, int row0, int t, const Conve
   c.to_fragments(convert, af);
 }
 
-// The generic layout's and layout 4's fragments (layout_fragments).
-template <typename Convert>
-HUMMING_HD void nibble_fragments(const char *codes, int row0, int t, const Convert &convert, uint32_t (&af)[4][4]) {
-  layout_fragments<kLayoutGeneric>(codes, row0, t, convert, af);
-}
-template <typename Convert>
-HUMMING_HD void chunk_fragments(const char *codes, int row0, int t, const Convert &convert, uint32_t (&af)[4][4]) {
-  layout_fragments<kLayoutSm90A8>(codes, row0, t, convert, af);
-}
-
 } // namespace sm90
 } // namespace humming
