@@ -252,7 +252,7 @@ def _sm90_out_boxes(smem: int, bm: int, consumers: int, out: str, channels_n: in
         boxes = consumers * 64 * channels_n * 2
         return boxes if F.dtype(out).bits == 16 and smem + boxes <= SM90_MAX_SMEM else 0
     boxes = consumers * bm * 128
-    fits = F.dtype(out).bits == 16 and bm >= 64 and bm % 32 == 0 and smem + boxes <= SM90_MAX_SMEM
+    fits = F.dtype(out).bits == 16 and bm >= 64 and bm % 16 == 0 and smem + boxes <= SM90_MAX_SMEM
     return boxes if fits else 0
 
 
@@ -428,9 +428,9 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
         smem = _sm90_smem(stage, stages, notes=matrix["scheduler"] == "moe")
         if smem > SM90_MAX_SMEM:  # e.g. the 256-channel decode tiles with 8-bit codes
             continue
-        if matrix["scheduler"] != "moe":  # the grouped tiles store directly
+        if matrix["scheduler"] != "moe" or consumers <= 3:  # four-consumer grouped tiles store directly
             smem += _sm90_out_boxes(smem, bm, consumers, act)
-        else:
+        if matrix["scheduler"] == "moe":
             smem += _sm90_glu_exchange(smem, bm, consumers)
         key = _weight_only_key(
             act, code, zero, group, matrix["layout"], (bm, bn, bk), stages, 128 * (1 + consumers), smem
@@ -446,8 +446,8 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
     and 128 inputs (per-token activations), e4m3 codes DeepSeek-style 1 x 128 activation groups x
     128 x 128 weight blocks. A matrix with the "moe" scheduler (sm90_a8_moe.json) makes the grouped
     (mixture-of-experts) kernels: the producer's warp (kSchedGroupedWarp) or, in tiles whose
-    "producer" is "lone", its one issuing thread (kSchedGroupedLone) walks the experts' tiles; output
-    boxes only in the tokens-M tiles, no conversion in the stage."""
+    "producer" is "lone", its one issuing thread (kSchedGroupedLone) walks the experts' tiles; no
+    conversion in the stage."""
     backend_archs, combos = _entries(matrix, profile, archs, ("act", "code", "scale", "group", "out", "tile"))
     grouped = matrix["scheduler"] == "moe"
     out = []
@@ -535,7 +535,7 @@ def _sm90_a8_instances(matrix: dict, profile: str, archs: list[str]) -> list[Ins
         smem = _sm90_smem(stage, stages, barrier_sets=3 if staged else 2, notes=grouped)
         if smem > SM90_MAX_SMEM:
             continue
-        if not grouped or channels_n:  # of the grouped tiles, only the tokens-M ones have boxes
+        if not grouped or channels_n or consumers <= 3:  # four-consumer grouped tiles store directly
             smem += _sm90_out_boxes(smem, bm, consumers, o, channels_n)
         # act_granularity 1: ActScale::kToken; 2: ActScale::kGroup
         tile = (bm, bn, bk)

@@ -31,11 +31,12 @@ namespace epilogue {
 template <int BM> constexpr int staged_box_bytes() { return BM * 128; }
 
 // Bytes of the boxes a kernel keeps after its ring (shared memory `smem_ring` without them), 0
-// where it stores directly: tiles of 64 tokens and more (smaller tiles store little per tile, and
-// the boxes' barriers would sit on decode's critical path) with a 16-bit output (Out16), where the
-// boxes fit beside the ring. tools/gen_instances.py (_sm90_out_boxes) mirrors this rule.
+// where it stores directly: tiles of 64 tokens and more, in whole 16-token blocks (smaller tiles
+// store little per tile, and the boxes' barriers would sit on decode's critical path; the grouped
+// t80 joined in session 58) with a 16-bit output (Out16), where the boxes fit beside the ring.
+// tools/gen_instances.py (_sm90_out_boxes) mirrors this rule.
 template <int BM, int Consumers, bool Out16> constexpr int staged_store_bytes(int smem_ring) {
-  return Out16 && BM >= 64 && BM % 32 == 0 && smem_ring + Consumers * staged_box_bytes<BM>() <= 227 * 1024
+  return Out16 && BM >= 64 && BM % 16 == 0 && smem_ring + Consumers * staged_box_bytes<BM>() <= 227 * 1024
              ? Consumers * staged_box_bytes<BM>()
              : 0;
 }
@@ -72,7 +73,7 @@ __device__ __forceinline__ void copy_box_out(const GemmArgs &a, uint32_t box, in
 }
 
 // OutId:       DType id of the output (bf16 or f16).
-// Acc:         sums per thread (BM / 2 for a tile of BM tokens; BM a multiple of 32).
+// Acc:         sums per thread (BM / 2 for a tile of BM tokens; BM a multiple of 16).
 // TokenScales: multiply each token's sums by its fp32 activation scale, a_scales[token * cols].
 // The sums acc[4j + e] of thread t (of its warpgroup's 128) are channel n (e < 2) or n + 8 and
 // token m0 + 8j + 2 (t % 4) + e % 2, with n = wg_n0 + 16 (t / 32) + (t % 32) / 4 (the WGMMA's
@@ -86,7 +87,7 @@ __device__ __forceinline__ void stage_wgmma_sums(const GemmArgs &a, bool tma, co
                                                  int bar, int64_t m0, int64_t wg_n0, int t, const float (&acc)[Acc],
                                                  const float (&f)[2]) {
   static_assert(DType::from_id(OutId).bits == 16, "boxes hold 16-bit outputs");
-  static_assert(Acc % 16 == 0, "whole 32-token blocks (BM a multiple of 32)");
+  static_assert(Acc % 8 == 0, "whole 16-token blocks, one matrix store each (BM a multiple of 16)");
   // The thread's index through an opaque move, so that nothing derived from it (shuffle lanes, box
   // addresses) is hoisted out of the kernel's tile loop and held across the main loop: in the
   // 192-token tile that cost 140 bytes of spills.
@@ -95,7 +96,7 @@ __device__ __forceinline__ void stage_wgmma_sums(const GemmArgs &a, bool tma, co
   // Each lane loads one token scale of every 32 tokens of the tile, and the lanes that need one
   // take it by a shuffle: 6 registers in a 192-token tile, where a load per sum pair took 48 and
   // made ptxas spill.
-  constexpr int kBlocks32 = Acc / 16;
+  constexpr int kBlocks32 = (Acc + 15) / 16;
   float tok[kBlocks32];
 #pragma unroll
   for (int i = 0; i < kBlocks32; ++i) {

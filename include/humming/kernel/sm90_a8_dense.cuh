@@ -13,8 +13,8 @@
 // that expert's weight, whole tiles walked by the producer's first warp (scheduler/moe.h) and
 // handed to the consumers as notes (backend/sm90/pipeline.h, SegmentNote), as in
 // kernel/sm90_dense.cuh; the experts' weights, stacked back to back, are one tensor map of
-// experts x n_pad rows. No stream-K or tail boxes there, and output boxes only in the tokens-M
-// tiles, for warpgroups whose rows are all their expert's: a tile ends at its expert's last row.
+// experts x n_pad rows. No stream-K or tail boxes there, and output boxes only for warpgroups
+// whose rows are all their expert's: a tile ends at its expert's last row.
 //
 // 4-bit codes (rows of k_pad / 2 bytes, code k at bits 4 (k % 8) of word k / 8; or in layout 4,
 // layout/sm90_a8.h, each 128-input chunk of a row in the fragments' order, and a K tile's chunks of
@@ -237,13 +237,19 @@ struct DenseA8 {
   static constexpr bool kOut16 = DType::from_id(OutId).bits == 16;
   static constexpr int kBoxBytes =
       kTokensM ? epilogue::staged_token_rows_bytes<BN>() : epilogue::staged_box_bytes<BM>();
-  // Grouped tiles end at their expert's last row, which a box's copy would write past: only the
-  // tokens-M ones have boxes, and a warpgroup stores through its box only where its 64 rows are
-  // all its expert's (or run past the output, which the copy clips; in prefill, nearly every
-  // tile), else directly.
-  static constexpr int kOutBytes = kTokensM  ? epilogue::staged_token_rows_store_bytes<BN, Consumers, kOut16>(kSmemRing)
-                                   : Grouped ? 0
-                                             : epilogue::staged_store_bytes<BM, Consumers, kOut16>(kSmemRing);
+  // Grouped tiles end at their expert's last row, which a box's copy would write past: a
+  // warpgroup stores through its box only where its rows (64 with kTokensM, else the tile's BM)
+  // are all its expert's (or run past the output, which the copy clips; in prefill, nearly every
+  // tile), else directly (backend/sm90/a8_epilogue.h). Until session 58 only the tokens-M grouped
+  // tiles had boxes; the others' direct stores made the grouped t128 1.22x slower than the dense
+  // one on the same work (H100, e2m1gc x e4m3, 28672 x 4096 at 1024 rows on one expert: 237
+  // against 195 us), where a deep K (4096 x 14336: 96.5 against 99.0) hid them. The grouped tiles
+  // of four consumers (104 registers a thread) keep the direct stores: with boxes ptxas spilled
+  // (t64x256: 16 to 48 bytes, CUDA 13.0). tools/gen_instances.py mirrors this rule.
+  static constexpr int kOutBytes = kTokensM ? epilogue::staged_token_rows_store_bytes<BN, Consumers, kOut16>(kSmemRing)
+                                   : Grouped && Consumers > 3
+                                       ? 0
+                                       : epilogue::staged_store_bytes<BM, Consumers, kOut16>(kSmemRing);
   static constexpr bool kStagedStore = kOutBytes > 0;
   static constexpr int kSmemTotal = kSmemRing + kOutBytes;
   // What the kernel keeps between its ring and the ring's barriers (run_block's RingBytes).

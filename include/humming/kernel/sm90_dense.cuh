@@ -113,10 +113,16 @@ struct Dense {
   static constexpr int kNoteBytes = Grouped ? Stages * static_cast<int>(sizeof(SegmentNote)) : 0;
   static constexpr int kSmemRing = 1024 + kRingBytes + Stages * 16 + 16 + kNoteBytes;
   // Output boxes, one per consumer warpgroup, after the ring, where the tile takes them
-  // (epilogue/staged_store.h; the output is 16-bit). Not in the grouped kernels: their tiles end at
-  // their expert's last row, which a box's copy would write past.
+  // (epilogue/staged_store.h; the output is 16-bit). Grouped tiles end at their expert's last row,
+  // which a box's copy would write past: they store through the boxes only where their rows are all
+  // their expert's (or run past the output, which the copy clips) and they write no gated
+  // activation, else directly; the four-consumer ones always directly (as the 8-bit activation
+  // kernel's, kernel/sm90_a8_dense.cuh, whose grouped tiles' direct stores were measured 1.22x
+  // slower than the dense boxes on the same work; with boxes the four-consumer tiles spilled).
+  // tools/gen_instances.py mirrors this rule.
   static constexpr int kBoxBytes = epilogue::staged_box_bytes<BM>();
-  static constexpr int kOutBytes = Grouped ? 0 : epilogue::staged_store_bytes<BM, Consumers, true>(kSmemRing);
+  static constexpr int kOutBytes =
+      Grouped && Consumers > 3 ? 0 : epilogue::staged_store_bytes<BM, Consumers, true>(kSmemRing);
   static constexpr bool kStagedStore = kOutBytes > 0;
   // Grouped kernels with an even number of consumer warpgroups can end a tile with the experts'
   // gated activation (GemmArgs::glu): the first half of the warpgroups take the tile's gate
@@ -124,7 +130,7 @@ struct Dense {
   // rounded outputs to its gate partner through shared memory after the ring (kGluBytes: a float
   // per sum of each up thread), where it fits (not t256: 64 KiB more than the block has).
   static constexpr int kGluExchange = Consumers / 2 * 128 * kAcc * 4;
-  static constexpr bool kGlu = Grouped && Consumers % 2 == 0 && kSmemRing + kGluExchange <= 227 * 1024;
+  static constexpr bool kGlu = Grouped && Consumers % 2 == 0 && kSmemRing + kOutBytes + kGluExchange <= 227 * 1024;
   static constexpr int kGluBytes = kGlu ? kGluExchange : 0;
   // What the kernel keeps between its ring and the ring's barriers (run_block's RingBytes).
   static constexpr int kRingAndAfter = kRingBytes + kOutBytes + kGluBytes;
@@ -322,9 +328,14 @@ struct Dense {
       epilogue::channel_row_factors<ActId, GroupK == 0>(
           a, static_cast<const char *>(a.scales) + expert * a.expert_scales_stride, channel, f);
       if constexpr (kStagedStore) {
-        epilogue::stage_wgmma_sums<ActId, kAcc, false>(a, p.staged != 0, &p.out, ring + kRingBytes + cw * kBoxBytes,
-                                                       2 + cw, m0, n0 + cw * 64, t, r.acc, f);
-      } else {
+        // Grouped: only a tile whose rows are all its expert's, and with no gated activation.
+        bool boxed = !Grouped || m0 + BM <= m_end || m_end >= a.m;
+        if constexpr (kGlu) boxed = boxed && a.glu < 0;
+        if (boxed)
+          return epilogue::stage_wgmma_sums<ActId, kAcc, false>(
+              a, p.staged != 0, &p.out, ring + kRingBytes + cw * kBoxBytes, 2 + cw, m0, n0 + cw * 64, t, r.acc, f);
+      }
+      {
         // The channel of this thread's first output and the output's columns (-1: n).
         int64_t out_channel = n0 + col, out_cols = epilogue::kCols;
         if constexpr (kGlu)

@@ -48,11 +48,13 @@ template <class K> struct A8Epilogue {
     float f[2];
     // The stores multiply each token's scale in (with blocks, the sums carry those too).
     epilogue::channel_row_factors<ScaleId, K::kGroupK == 0>(a, scales, n0 + col, f);
+    // Grouped: a tile whose BM rows are not all its expert's (nor run past the output) stores
+    // directly.
     if constexpr (kStagedStore)
-      epilogue::stage_wgmma_sums<OutId, kAcc, !kBlocks>(a, p.staged != 0, &p.out, box, 2 + cw, m0, n0 + cw * 64, t, acc,
-                                                        f);
-    else
-      epilogue::store_wgmma_sums<OutId, kAcc, !kBlocks>(a, m0, n0 + col, lane, acc, f, m_end);
+      if (!K::Grouped || m0 + K::kTileM <= m_end || m_end >= a.m)
+        return epilogue::stage_wgmma_sums<OutId, kAcc, !kBlocks>(a, p.staged != 0, &p.out, box, 2 + cw, m0,
+                                                                 n0 + cw * 64, t, acc, f);
+    epilogue::store_wgmma_sums<OutId, kAcc, !kBlocks>(a, m0, n0 + col, lane, acc, f, m_end);
   }
 };
 
