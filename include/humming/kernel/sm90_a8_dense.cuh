@@ -115,10 +115,11 @@ constexpr int kOverlapSpareRegs = 32;
 // OutId:     DType id of the output: bf16, f16 or f32.
 // BM:        tokens per tile: the WGMMA's N (8, 16, 32, 64, 128, or 256 for integers; 160 or 192
 //            for 4-bit codes in register fragments with two consumers, experimental: taller tiles
-//            share each converted fragment among more tokens; 24, 48 or 80 for grouped tiles of
-//            4-bit codes in register fragments: an expert's rows spread about the square root of
-//            their mean, so the height that holds nearly all of them lies between the powers of
-//            two, as for the weight-only grouped tiles).
+//            share each converted fragment among more tokens; 24, 48, 80 or 144 for grouped tiles
+//            of 4-bit codes in register fragments: an expert's rows spread about the square root
+//            of their mean, so the height that holds nearly all of them lies between the powers
+//            of two, as for the weight-only grouped tiles; 144 holds two tiles' worth of 256 rows
+//            per expert, where t128 runs a third, nearly empty tile for about half the experts).
 // Consumers: consumer warpgroups, 64 channels each (BN = 64 x Consumers).
 // Stages:    depth of the shared-memory ring (128 inputs per stage).
 // Batch:     8-bit floats: stages whose groups a consumer warpgroup issues (each into its own sums)
@@ -332,9 +333,9 @@ struct DenseA8 {
                 "the output is bf16, f16 or f32");
   static_assert(kTokensM || BM == 8 || BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 256 ||
                     ((BM == 160 || BM == 192) && kRegFrags && !kInt && Consumers == 2) ||
-                    ((BM == 24 || BM == 48 || BM == 80) && kRegFrags && !kInt && Grouped),
-                "a WGMMA N of this backend (160 and 192: 4-bit codes in fragments, two consumers; 24, 48 and 80: "
-                "grouped tiles of 4-bit codes in fragments)");
+                    ((BM == 24 || BM == 48 || BM == 80 || BM == 144) && kRegFrags && !kInt && Grouped),
+                "a WGMMA N of this backend (160 and 192: 4-bit codes in fragments, two consumers; 24, 48, 80 and "
+                "144: grouped tiles of 4-bit codes in fragments)");
   static_assert(!kTokensM || (BM == 64 * Consumers && (BN == 64 || BN == 128 || BN == 192) && !kInt && !kFour &&
                               !kE5m2 && !kGroups && Batch == 1 && (!kBlocks || BN % 128 == 0)),
                 "tokens on M: 64 per consumer warpgroup, 64, 128 or 192 channels (128 with blocks), e4m3 x e4m3, "
