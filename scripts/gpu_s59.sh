@@ -15,9 +15,10 @@
 #      ones, experimental: they spill), after call b's ncu (humming-kernels runs Qwen3-30B-A3B at 4096
 #      tokens, 256 rows per expert, in a 144-token tile, two tiles an expert, where t128 runs a
 #      third for about half the experts): a dev+experimental build of every grouped e2m1gc and u4g128
-#      W4A8 tile; test_moe.py's grouped-kernel tests; scripts/moe_spill.py with t128 / t144 / t160 /
+#      W4A8 tile and of the W4A16 u4g128 grouped tiles (t144 experimental there); test_moe.py's
+#      grouped-kernel tests; scripts/moe_spill.py with t128 / t144 / t160 /
 #      t192 (lone walk) forced and the default choice at 128, 256 and 1024 rows per expert; the W4A8
-#      MoE standing against humming-kernels at 1024 and 4096 tokens.
+#      MoE standing against humming-kernels at 1024 and 4096 tokens, the W4A16 one at 1024.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -49,7 +50,7 @@ b)
     | grep -v "\[jit\]" | sed "s/^/moe16 /" | log
   ;;
 c)
-  HUMMING_PROFILE=dev+experimental build_filtered "^sm90_wgmma_moe_a-e4m3-pt_w-(e2m1gc|u4g128)-sbf16_c-bf16_"
+  HUMMING_PROFILE=dev+experimental build_filtered "^sm90_wgmma_moe_a-(e4m3-pt_w-(e2m1gc|u4g128)|bf16_w-u4g128)-sbf16_c-bf16_"
   echo "build done at $(($(date +%s) - start)) s" | log
   gpu_tests test_moe test_moe.py sm90_kernels
   echo "moe tests done at $(($(date +%s) - start)) s" | log
@@ -60,6 +61,9 @@ c)
   echo "timing done at $(($(date +%s) - start)) s" | log
   install_peer
   w4a8_moe_standing 1024,4096
+  PYTHONPATH=/tmp/peer python3 scripts/bench_moe.py "$OUT/moe-standing-w4a16.json" --models qwen3-30b-a3b,mixtral-8x7b \
+    --tokens 1024 --impls humming-aot,humming-jit --jit-budget-s 200 2>&1 | grep -E "humming|rror" \
+    | grep -v "\[jit\]" | sed "s/^/moe16 /" | log
   ;;
 *)
   echo "PART must be a, b or c" >&2

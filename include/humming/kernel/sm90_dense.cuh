@@ -63,7 +63,7 @@ namespace sm90 {
 // Zero:      ZeroKind: none (unsigned codes are symmetric around 2^(bits-1)) or int (a byte per group).
 // GroupK:    inputs per scale (32, 64, 128, ...), or 0 for one scale per output channel.
 // BM:        tokens per tile: the WGMMA's N (8, 16, 32, 64, 128 or 256; the grouped tiles also 24,
-//            48 and 80, heights that hold an expert's spread of rows with less padding).
+//            48, 80 and 144, heights that hold an expert's spread of rows with less padding).
 // Consumers: consumer warpgroups, 64 channels each (BN = 64 x Consumers).
 // KAtoms:    64-input blocks per stage (BK = 64 x KAtoms; layout 3 pads K to 128, so 1 or 2).
 // Stages:    depth of the shared-memory ring.
@@ -166,7 +166,7 @@ struct Dense {
                 "float codes are e4m3 or e2m1, without zero points");
   static_assert(Zero == static_cast<int>(ZeroKind::kNone) || kIntZero, "no float zero points on this backend yet");
   static_assert(BM == 8 || BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 256 ||
-                    (Grouped && (BM == 24 || BM == 48 || BM == 80)),
+                    (Grouped && (BM == 24 || BM == 48 || BM == 80 || BM == 144)),
                 "a WGMMA N of this backend (the heights between powers of two: grouped tiles only)");
   static_assert(KAtoms == 1 || KAtoms == 2, "layout 3 pads K to 128");
   static_assert(Consumers >= 1 && Consumers <= 4, "one to four consumer warpgroups");
