@@ -34,6 +34,7 @@ TILE_KEYS = {
     24: "24x128x128",
     48: "48x128x128",
     80: "80x128x128",
+    144: "144x128x128",  # session 59: two tiles hold 256 rows per expert's spread
 }
 
 
