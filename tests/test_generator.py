@@ -609,7 +609,7 @@ def test_lone_producer_moe_instances_are_twins_of_default_ones():
     ]
     assert any(n.endswith("_lone") for n in (i.name for i in gen_mod.enumerate_instances(["90a"], "ci")))
     only_exp = [n for n in exp if n.endswith("_lone") and n not in dev]
-    between = ("_t24x", "_t48x", "_t80x")
+    between = ("_t24x", "_t48x", "_t80x", "_t144x")
     assert only_exp and all(
         "_a-f16_" in n or "_w-u8gc-" in n or "_w1x4x1_" in n or "_a-e4m3-" in n or any(h in n for h in between)
         for n in only_exp
