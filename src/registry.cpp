@@ -366,14 +366,19 @@ int name_batch(const char *name) {
   return 1;
 }
 
-} // namespace
-
-bool tile_cost_covers(const TileCost &cost, const InstanceInfo &i) {
-  if (cost.tile_m != i.tile_m || cost.tile_n != i.tile_n || cost.tile_k != i.tile_k) return false;
+// Whether `cost` is of `i`'s kernel class (activation and code widths) and batch, whatever its shape.
+bool tile_cost_class_covers(const TileCost &cost, const InstanceInfo &i) {
   if (cost.batch != name_batch(i.name)) return false;
   const int act = static_cast<int>(DType::from_id(i.act_type).bits);
   if (cost.act_bits == 0) return act == 16;
   return cost.act_bits == act && cost.code_bits == static_cast<int>(DType::from_id(i.code_type).bits);
+}
+
+} // namespace
+
+bool tile_cost_covers(const TileCost &cost, const InstanceInfo &i) {
+  if (cost.tile_m != i.tile_m || cost.tile_n != i.tile_n || cost.tile_k != i.tile_k) return false;
+  return tile_cost_class_covers(cost, i);
 }
 
 double estimated_us(const InstanceInfo &info, const GemmArgs &args, int sms, const TileCost &cost) {
@@ -686,10 +691,13 @@ const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::
 namespace {
 
 // One tile's cost per grouped height (select_grouped_instance): the table's (TileCost c1) where it
-// has one; for a height between two it has (the grouped-only heights 24, 48 and 80, which no dense
-// tile shares) the straight line between those two in the tile's rows, as a tile's cost is its rows
-// plus a fixed part; where a height has neither, rows plus kGroupedRowTileFixedRows for every height
-// (one unit for all, so that the heights compare).
+// has one; for a height between two it has (the grouped-only heights 24, 48, 80 and 144, which no
+// dense tile shares) the straight line between those two in the tile's rows, as a tile's cost is its
+// rows plus a fixed part; where a height has neither, rows plus kGroupedRowTileFixedRows for every
+// height (one unit for all, so that the heights compare). The heights either side are the build's
+// grouped heights with a table cost, else (on a side where the build has none) the table's costs of
+// that kernel class and tile width at other heights: a build whose tallest grouped W4A8 tile is t144
+// has no t192 (experimental), whose dense cost the table has (session 59).
 std::vector<double> grouped_height_costs(const std::vector<const InstanceInfo *> &heights, const DispatchTable *table) {
   const size_t n = heights.size();
   std::vector<double> cost(n, 0.0);
@@ -699,19 +707,28 @@ std::vector<double> grouped_height_costs(const std::vector<const InstanceInfo *>
   for (size_t j = 0; j < n; ++j) {
     if (known[j]) continue;
     const int m = heights[j]->tile_m;
-    int below = -1, above = -1; // the nearest heights with a table cost either side
+    // The nearest heights with a table cost either side, and those costs (height 0: none).
+    int lo = 0, hi = 0;
+    double c_lo = 0, c_hi = 0;
     for (size_t i = 0; i < n; ++i) {
       if (!known[i]) continue;
       const int h = heights[i]->tile_m;
-      if (h < m && (below < 0 || h > heights[below]->tile_m)) below = static_cast<int>(i);
-      if (h > m && (above < 0 || h < heights[above]->tile_m)) above = static_cast<int>(i);
+      if (h < m && (lo == 0 || h > lo)) lo = h, c_lo = cost[i];
+      if (h > m && (hi == 0 || h < hi)) hi = h, c_hi = cost[i];
     }
-    if (below < 0 || above < 0) {
+    const bool build_lo = lo != 0, build_hi = hi != 0;
+    for (size_t c = 0; table != nullptr && (!build_lo || !build_hi) && c < table->cost_count; ++c) {
+      const TileCost &tc = generated::kTileCosts[table->first_cost + c];
+      if (tc.tile_n != heights[j]->tile_n || !tile_cost_class_covers(tc, *heights[j])) continue;
+      const int h = tc.tile_m;
+      if (!build_lo && h < m && (lo == 0 || h > lo)) lo = h, c_lo = tc.c[1];
+      if (!build_hi && h > m && (hi == 0 || h < hi)) hi = h, c_hi = tc.c[1];
+    }
+    if (lo == 0 || hi == 0) {
       for (size_t i = 0; i < n; ++i) cost[i] = heights[i]->tile_m + kGroupedRowTileFixedRows;
       return cost;
     }
-    const double lo = heights[below]->tile_m, hi = heights[above]->tile_m;
-    cost[j] = cost[below] + (m - lo) / (hi - lo) * (cost[above] - cost[below]);
+    cost[j] = c_lo + static_cast<double>(m - lo) / (hi - lo) * (c_hi - c_lo);
   }
   return cost;
 }

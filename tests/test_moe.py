@@ -937,8 +937,9 @@ def test_expected_row_tiles_of_poisson_counts():
 def _grouped_height(per_expert, warp, costs):
     """The grouped tile height the rule picks, written out: per height the narrowest tile, its cost
     the table's c1, or for a height the table lacks the line between the nearest heights below and
-    above that it has (where every height has one of the two; else rows plus the fixed part for all),
-    times the expected row tiles; the least, the lower height among equals."""
+    above that the build has with a table cost (on a side with none, the table's nearest height of
+    that tile width; where a side has neither, rows plus the fixed part for all heights), times the
+    expected row tiles; the least, the lower height among equals."""
     from humming_aot._ext import C
 
     narrowest = {}
@@ -948,15 +949,18 @@ def _grouped_height(per_expert, warp, costs):
     table = {h: costs[(None, tuple(i.tile), 1)][1] for h, i in narrowest.items() if (None, tuple(i.tile), 1) in costs}
     cost = {}
     for h in narrowest:
-        below, above = [x for x in table if x < h], [x for x in table if x > h]
         if h in table:
             cost[h] = table[h]
-        elif below and above:
-            lo, hi = max(below), min(above)
-            cost[h] = table[lo] + (h - lo) / (hi - lo) * (table[hi] - table[lo])
-        else:
+            continue
+        width = narrowest[h].tile[1]
+        anywhere = {t[0]: c[1] for (act, t, batch), c in costs.items() if act is None and batch == 1 and t[1] == width}
+        below = {x: c for x, c in table.items() if x < h} or {x: c for x, c in anywhere.items() if x < h}
+        above = {x: c for x, c in table.items() if x > h} or {x: c for x, c in anywhere.items() if x > h}
+        if not below or not above:
             cost = {x: x + C.grouped_row_tile_fixed_rows for x in narrowest}
             break
+        lo, hi = max(below), min(above)
+        cost[h] = below[lo] + (h - lo) / (hi - lo) * (above[hi] - below[lo])
     work = {h: _poisson_row_tiles(per_expert, h) * cost[h] for h in narrowest}
     least = min(work.values())
     return narrowest[min(h for h, w in work.items() if w <= least * (1 + 1e-6))]
