@@ -72,6 +72,14 @@ w4a8_moe_standing() {
     --jit-budget-s 200 2>&1 | grep -E "humming|rror" | grep -v "\[jit\]" | sed "s/^/moe /" | log
 }
 
+# w4a16_moe_standing TOKENS: the same for the W4A16 u4g128 MoE layers against humming-kernels' W4A16
+# MoE ($OUT/moe-standing-w4a16.*; lines tagged moe16). Sessions 58 and 59.
+w4a16_moe_standing() {
+  PYTHONPATH=/tmp/peer python3 scripts/bench_moe.py "$OUT/moe-standing-w4a16.json" --models qwen3-30b-a3b,mixtral-8x7b \
+    --tokens "$1" --impls humming-aot,humming-jit --jit-budget-s 200 2>&1 | grep -E "humming|rror" | grep -v "\[jit\]" \
+    | sed "s/^/moe16 /" | log
+}
+
 # w4a16_decode_probe: W4A16 u4g128 at m = 1 on 28672 x 8192, 8192 x 28672 and 8192 x 8192 with the
 # decode tiles t8x256 and t16x256 forced, the weight from nn.Linear's uniform initialization and from
 # randn, then the benchmark's humming-aot rows (which quantize randn): session 52 timed 28672 x 8192

@@ -89,9 +89,7 @@ d)
 e)
   install_peer
   w4a8_moe_standing 256,1024,4096
-  PYTHONPATH=/tmp/peer python3 scripts/bench_moe.py "$OUT/moe-standing-w4a16.json" --models qwen3-30b-a3b,mixtral-8x7b \
-    --tokens 1024,4096 --impls humming-aot,humming-jit --jit-budget-s 200 2>&1 | grep -E "humming|rror" \
-    | grep -v "\[jit\]" | sed "s/^/moe16 /" | log
+  w4a16_moe_standing 1024,4096
   ;;
 *)
   echo "PART must be a, b, c, d or e" >&2

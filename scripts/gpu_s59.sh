@@ -47,9 +47,7 @@ a)
 b)
   install_peer
   w4a8_moe_standing 256,1024,4096
-  PYTHONPATH=/tmp/peer python3 scripts/bench_moe.py "$OUT/moe-standing-w4a16.json" --models qwen3-30b-a3b,mixtral-8x7b \
-    --tokens 1024,4096 --impls humming-aot,humming-jit --jit-budget-s 200 2>&1 | grep -E "humming|rror" \
-    | grep -v "\[jit\]" | sed "s/^/moe16 /" | log
+  w4a16_moe_standing 1024,4096
   ;;
 c)
   HUMMING_PROFILE=dev+experimental build_filtered \
@@ -65,9 +63,7 @@ c)
   [ "${SHORT:-0}" = "1" ] && exit 0 # SHORT=1: no standings (a call with little device time left)
   install_peer
   w4a8_moe_standing 1024,4096
-  PYTHONPATH=/tmp/peer python3 scripts/bench_moe.py "$OUT/moe-standing-w4a16.json" --models qwen3-30b-a3b,mixtral-8x7b \
-    --tokens 1024 --impls humming-aot,humming-jit --jit-budget-s 200 2>&1 | grep -E "humming|rror" \
-    | grep -v "\[jit\]" | sed "s/^/moe16 /" | log
+  w4a16_moe_standing 1024
   ;;
 *)
   echo "PART must be a, b or c" >&2
