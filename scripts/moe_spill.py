@@ -1,13 +1,13 @@
 """How much of a grouped W4A8 GEMM's time its experts' last, partly filled row tiles cost: one grouped
-GEMM (gate-up or down of a model; e2m1 per channel x e4m3 per token, layout 4; the rows quantized
-before the timed call, so the GEMM alone) timed with the expert loads of random routing (top-k of
+GEMM (gate-up or down of a model; e2m1 per channel x e4m3 per token, layout 4, the rows quantized
+before the timed call, so the GEMM alone; or with --w4a16 u4 g128 x bf16, layout 3) timed with the expert loads of random routing (top-k of
 seeded random logits, as scripts/bench_moe.py routes) and with the same rows spread evenly over the
 experts, or all of them on the first expert (a dense GEMM's work through the grouped kernel), each by
 the default choice and by the instances named in --instances. Graph replay after a 256 MiB read
 flush (bench.Timer), median us.
 
 Usage: python3 scripts/moe_spill.py MODEL:TOKENS[,MODEL:TOKENS...] [--parts gate-up,down]
-                                    [--instances NAME,NAME] [--kinds random,even,one] [--iters 20]
+                                    [--instances NAME,NAME] [--kinds random,even,one] [--iters 20] [--w4a16]
 """
 
 from __future__ import annotations
@@ -28,9 +28,11 @@ ap.add_argument("--parts", default="gate-up,down")
 ap.add_argument("--instances", default="")
 ap.add_argument("--kinds", default="random,even")
 ap.add_argument("--iters", type=int, default=20)
+ap.add_argument("--w4a16", action="store_true", help="u4g128 x bf16 (layout 3) instead of W4A8")
 args = ap.parse_args()
 
-WFMT, ACT = "e2m1gc-sbf16", "e4m3-pt"
+WFMT, ACT = ("u4g128-sbf16", "bf16") if args.w4a16 else ("e2m1gc-sbf16", "e4m3-pt")
+LAYOUT = 3 if args.w4a16 else 4
 FMT = f"a-{ACT}_w-{WFMT}_c-bf16"
 timer = bench.Timer(256, "read")
 sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -58,14 +60,14 @@ for point in args.points.split(","):
     for part in args.parts.split(","):
         n, k = (2 * f, h) if part == "gate-up" else (h, f)
         q = R.quantize_weight(torch.randn(n, k) * 0.02, WFMT)
-        w = ha.pack_weight(q, layout="sm90a8").to("cuda")
+        w = ha.pack_weight(q, layout="sm90" if args.w4a16 else "sm90a8").to("cuda")
         codes = torch.randint(-(2**31), 2**31 - 1, (e, *w.codes.shape), dtype=torch.int32, device="cuda")
         stack = moe.StackedExperts(codes, w.scales.unsqueeze(0).expand(e, *w.scales.shape).contiguous(), None, w)
         rows = tokens * top_k
         x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
-        xq, xs = ha.quantize_act(x, ACT)
+        xq, xs = (x, None) if args.w4a16 else ha.quantize_act(x, ACT)
         per_expert = max(1, rows // e)
-        default = C.select_grouped_instance(FMT, 4, n, k, per_expert, e, rows, cc, sms)
+        default = C.select_grouped_instance(FMT, LAYOUT, n, k, per_expert, e, rows, cc, sms)
         names = [default] + [i for i in args.instances.split(",") if i and i != default]
         for kind, counts in loads(tokens, e, top_k).items():
             if kind not in args.kinds.split(","):

@@ -234,12 +234,15 @@ def _sm90_smem(stage_bytes: int, stages: int, barrier_sets: int = 2, notes: bool
     return 1024 + stage_bytes * stages + stages * 8 * barrier_sets + 16 + (stages * 32 if notes else 0)
 
 
-def _sm90_glu_exchange(smem: int, bm: int, consumers: int) -> int:
-    """Bytes a grouped sm90 kernel keeps after its ring for the gated activation's exchange
-    (kernel/sm90_dense.cuh, kGluBytes, the same rule): a float per sum (bm / 2 a thread) of each
-    thread of half the consumer warpgroups, where their number is even and it fits."""
+def _sm90_glu_exchange(smem: int, bm: int, consumers: int, boxes: int) -> int:
+    """Bytes a grouped sm90 kernel keeps after its ring and output boxes (smem: what it has without
+    the boxes; boxes: their bytes) for the gated activation's exchange (kernel/sm90_dense.cuh,
+    kGluBytes, the same rule): a float per sum (bm / 2 a thread) of each thread of half the consumer
+    warpgroups, where their number is even, the tile has at most 128 tokens and it fits; it takes the
+    boxes' bytes (a tile with the activation stores directly), so only what it needs beyond them."""
     exchange = consumers // 2 * 128 * (bm // 2) * 4
-    return exchange if consumers % 2 == 0 and smem + exchange <= SM90_MAX_SMEM else 0
+    fits = consumers % 2 == 0 and bm <= 128 and smem + max(boxes, exchange) <= SM90_MAX_SMEM
+    return max(exchange - boxes, 0) if fits else 0
 
 
 def _sm90_out_boxes(smem: int, bm: int, consumers: int, out: str, channels_n: int = 0) -> int:
@@ -428,10 +431,12 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
         smem = _sm90_smem(stage, stages, notes=matrix["scheduler"] == "moe")
         if smem > SM90_MAX_SMEM:  # e.g. the 256-channel decode tiles with 8-bit codes
             continue
+        boxes = 0
         if matrix["scheduler"] != "moe" or consumers <= 3:  # four-consumer grouped tiles store directly
-            smem += _sm90_out_boxes(smem, bm, consumers, act)
+            boxes = _sm90_out_boxes(smem, bm, consumers, act)
         if matrix["scheduler"] == "moe":
-            smem += _sm90_glu_exchange(smem, bm, consumers)
+            smem += _sm90_glu_exchange(smem, bm, consumers, boxes)
+        smem += boxes
         key = _weight_only_key(
             act, code, zero, group, matrix["layout"], (bm, bn, bk), stages, 128 * (1 + consumers), smem
         )

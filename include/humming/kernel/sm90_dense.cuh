@@ -127,11 +127,17 @@ struct Dense {
   // Grouped kernels with an even number of consumer warpgroups can end a tile with the experts'
   // gated activation (GemmArgs::glu): the first half of the warpgroups take the tile's gate
   // channels, the second half the same channels of the up half, and each up thread hands its
-  // rounded outputs to its gate partner through shared memory after the ring (kGluBytes: a float
-  // per sum of each up thread), where it fits (not t256: 64 KiB more than the block has).
+  // rounded outputs to its gate partner through shared memory after the ring (a float per sum of
+  // each up thread), where it fits (not t256: 64 KiB more than the block has). A tile with the
+  // activation never stores through the output boxes, so the exchange takes their bytes and only
+  // what it needs beyond them (kGluBytes): with both apart, t128's ring, boxes and exchange came
+  // to more than the block has, and it lost the activation when the grouped tiles got boxes. Not
+  // in tiles of more than 128 tokens: t144's 72 sums a thread with the exchange spilled 20 bytes
+  // (the activation there runs as the plain GEMM and the activation kernel).
   static constexpr int kGluExchange = Consumers / 2 * 128 * kAcc * 4;
-  static constexpr bool kGlu = Grouped && Consumers % 2 == 0 && kSmemRing + kOutBytes + kGluExchange <= 227 * 1024;
-  static constexpr int kGluBytes = kGlu ? kGluExchange : 0;
+  static constexpr bool kGlu = Grouped && Consumers % 2 == 0 && BM <= 128 &&
+                               kSmemRing + (kOutBytes > kGluExchange ? kOutBytes : kGluExchange) <= 227 * 1024;
+  static constexpr int kGluBytes = kGlu && kGluExchange > kOutBytes ? kGluExchange - kOutBytes : 0;
   // What the kernel keeps between its ring and the ring's barriers (run_block's RingBytes).
   static constexpr int kRingAndAfter = kRingBytes + kOutBytes + kGluBytes;
   static constexpr int kSmemTotal = kSmemRing + kOutBytes + kGluBytes;
@@ -342,7 +348,7 @@ struct Dense {
           if (a.glu >= 0) {
             // The up threads store nothing (no columns): a path that returned here instead made
             // ptxas spill in the four-consumer tiles.
-            Glu::exchange(a, ring_ptr + kRingBytes + kOutBytes, n0, channel, expert, cw, t, col, r.acc, f);
+            Glu::exchange(a, ring_ptr + kRingBytes, n0, channel, expert, cw, t, col, r.acc, f);
             out_channel = n0 / 2 + col, out_cols = cw < Consumers / 2 ? a.dims.n / 2 : 0;
           }
         epilogue::store_wgmma_sums<ActId, kAcc, false>(a, m0, out_channel, lane, r.acc, f, m_end, out_cols);
@@ -421,8 +427,9 @@ template <HUMMING_SM90_TARGS> Status can_implement(const GemmArgs &args) {
   using K = Dense<HUMMING_SM90_ARGS>;
   if (args.glu >= 0 && !K::kGlu)
     return Status::Error(K::Grouped ? "this grouped tile of " + std::to_string(BM) +
-                                          " tokens has no shared memory left for the gated activation's exchange "
-                                          "(GemmArgs::glu): run the plain GEMM, then the activation"
+                                          " tokens has no gated activation exchange (GemmArgs::glu; tiles of at "
+                                          "most 128 tokens with the shared memory for it have): run the plain GEMM, "
+                                          "then the activation"
                                     : std::string("the gated activation epilogue runs in grouped (MoE) GEMMs only"));
   if (args.m > 0x7FFFFFFF - 256 || args.dims.k_pad > 0x7FFFFFFF)
     return Status::Error("the sm90 backend takes at most 2^31 - 257 rows and 2^31 inputs");
