@@ -383,7 +383,7 @@ struct DenseA8 {
   // The work of this block, in order: f(m0, m_end, n0, expert, kt0, kt1, tile) per segment, K tiles
   // [kt0, kt1) of the tile of rows [m0, m_end) (-1: up to m) and channels from n0. Dense: the
   // stream-K plan's segments in grouped order (scheduler/raster.h; tile: their index in the plan,
-  // for the fix-up). Grouped: every gridDim.x-th tile of the experts' order (scheduler/moe.h),
+  // for the fix-up). Grouped: a tile a round of the experts' order (scheduler/moe.h, turned each round),
   // whole, walked by a whole warp (the producer's first, and the scale warp), or where Lone by one
   // thread, with its expert.
   template <bool Lone = false, class F> static __device__ __forceinline__ void for_each_work(const Params &p, F f) {

@@ -199,7 +199,7 @@ struct Dense {
   // [kt0, kt1) of the tile of rows [m0, m_end) (-1: up to m) and channels from n0. Dense: the stream-K
   // plan's segments in grouped order (scheduler/raster.h: H100, session 43, u4g128 28672 x 8192 at
   // m = 4096, t128 2661 -> 2537 us and t64 3866 -> 3361 against row-major order, 8192 x 8192 within
-  // 2 %; tile: their index in the plan, for the fix-up). Grouped: every gridDim.x-th tile of the
+  // 2 %; tile: their index in the plan, for the fix-up). Grouped: a tile a round (turned each round) of the
   // experts' order (scheduler/moe.h), whole (no fix-up), its rows clipped to [0, m) so that offsets
   // or counts past the activations never reach memory; whole warps walk it (expert_tile_warp).
   // The producer walks it; dense consumers walk it too, grouped ones read the producer's notes
