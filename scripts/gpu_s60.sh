@@ -62,7 +62,10 @@ c)
   fi
   # The walk before (every gridDim.x-th tile): the same build with the turn 0, on this copy only.
   sed -i "s/kGroupedRoundTurn = 13;/kGroupedRoundTurn = 0;/" include/humming/scheduler/moe.h
-  mkdir -p build && echo include/humming/scheduler/moe.h >> build/.patched-files # a later call rebuilds it
+  # A later call on the same machine must `touch include/humming/scheduler/moe.h` before it builds:
+  # the copied file is older than these objects, and call d rebuilt nothing (build/.patched-files
+  # did not help there).
+  mkdir -p build && echo include/humming/scheduler/moe.h >> build/.patched-files
   HUMMING_PROFILE=dev+experimental build_filtered "$filter"
   echo "turn-0 build done at $(($(date +%s) - start)) s" | log
   python3 scripts/moe_spill.py $pts --kinds random --iters 10 2>&1 | grep -E "spill|rror" | sed "s/^/turn0 w8 /" | log
