@@ -157,11 +157,14 @@ __device__ __forceinline__ bool expert_tile_warp(const ExpertRows &g, int tile_m
 // same m place each time: some blocks took every partly filled last tile of an expert and others
 // none, and on an H100 (session 60, ncu, W4A8 gate-up of Qwen3-30B-A3B at 4096 tokens) the
 // multiprocessors were busy 79 % of the kernel's time against humming-kernels' 95 %. Turning each
-// round mixes the places (a simulation of random routing over 12 model points: a block's mean rows
-// over the busiest block's, 0.89 -> 0.93 on average). A prime step, so that its multiples do not
-// share the tile counts' small factors; each round stays a permutation of its tiles, the tiles a
-// block takes still increase (expert_tile's cursor), and launches of at most gridDim.x tiles
-// (decode) walk as before.
+// round mixes the places: 92 % busy, and the blocks that run an n tile's m tiles together share its
+// weights in L2 (DRAM read 439 -> 269 MB; 353 -> 295 us under ncu); GEMM alone, random routing,
+// turn 0 against 13: that gate-up 292.7 -> 249.5 us, its down 263.8 -> 216.3, Mixtral-8x7B's
+// gate-up at 1024 tokens 515.3 -> 453.2; W4A16 the same way; the t80 launches (64 rows per expert)
+// within 2 % (benchmarks/results/h100/tuning/h100-2026-12-07-s60-README.md). A prime step, so that
+// its multiples do not share the tile counts' small factors; each round stays a permutation of its
+// tiles, the tiles a block takes still increase (expert_tile's cursor), and launches of at most
+// gridDim.x tiles (decode) walk as before.
 constexpr int64_t kGroupedRoundTurn = 13;
 
 // A persistent block's share of a grouped launch's whole tiles: one tile per round (above), f(tile)
