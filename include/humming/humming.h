@@ -384,7 +384,7 @@ bool grouped_split_k(int64_t assignments, int32_t experts, int64_t n_pad, int64_
 // costs of the heights either side; with them the rule's pick took 0.92x the time of its pick
 // without them in geometric mean over 6 points (H100, u4g128 bf16: Qwen3-30B-A3B at 1024 tokens t80
 // 250.6 against t128 302.5 us, Mixtral-8x7B at 256 t80 432.1 against 545.7; at most 1.4 % slower).
-// So does 144 (session 59, experimental tiles); on a side where the build has no grouped height with
+// So does 144 (session 59; dev tiles since session 60); on a side where the build has no grouped height with
 // a table cost, the table's nearest height of that kernel class and tile width (t144 W4A8 without
 // the experimental t192: the dense t192's cost).
 double expected_row_tiles(double mean_rows, int tile_m);
