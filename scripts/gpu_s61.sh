@@ -11,7 +11,14 @@
 #      then the W4A16 MoE standing at 1024 / 4096 tokens (not yet run with the turned walk).
 #   b (about 120 s, carry .peer; after a on the same machine, SKIP_BUILD=1): ncu of the W4A8 gate-up
 #      GEMM of Qwen3-30B-A3B at 1024 tokens (64 rows per expert), humming-aot's t80 against
-#      humming-kernels: which tile the peer runs there and where the 0.84x goes.
+#      humming-kernels: which tile the peer runs there and where the 0.84x goes. (Ran: the peer runs
+#      80 tokens x 256 channels in two consumer warpgroups, 105.4 against our t80x128's 130.0 us,
+#      27.9 against 34.1 M instructions.)
+#   c (about 250 s): the three-consumer grouped tiles of 64 and 80 tokens (192 channels; the
+#      four-consumer t80x256 spills 104 bytes at its 104 registers), W4A8 e2m1gc and W4A16 u4g128:
+#      a dev+experimental build of the grouped tiles of 64 and 80 tokens, test_moe.py's grouped-kernel
+#      and activation tests, then scripts/moe_spill.py at 64 rows per expert (Qwen3-30B-A3B 1024,
+#      Mixtral-8x7B 256, gpt-oss-120b 2048, DeepSeek-V3 2048), each tile forced.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -48,8 +55,24 @@ b)
   SKIP_BUILD=1 MODEL=qwen3-30b-a3b TOKENS=1024 PART=gate-up MOE_ACT=e4m3-pt MOE_FORMAT=e2m1gc-sbf16 IMPLS="aot jit" \
     bash scripts/ncu_moe_peer.sh 2>&1 | log
   ;;
+c)
+  HUMMING_PROFILE=dev+experimental build_filtered \
+    "^sm90_wgmma_moe_a-(e4m3-pt_w-e2m1gc|bf16_w-u4g128)-sbf16_c-bf16_t(64|80)x"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  gpu_tests test_moe test_moe.py "sm90_kernels or activation"
+  echo "moe tests done at $(($(date +%s) - start)) s" | log
+  G8="sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_"
+  G16="sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16_"
+  P="qwen3-30b-a3b:1024,mixtral-8x7b:256,gpt-oss-120b:2048,deepseek-v3:2048"
+  python3 scripts/moe_spill.py $P --kinds random --iters 10 \
+    --instances ${G8}t80x128x128_w1x2x1_s7_l4_lone,${G8}t80x192x128_w1x3x1_s6_l4,${G8}t80x192x128_w1x3x1_s6_l4_lone,${G8}t64x192x128_w1x3x1_s7_l4_lone,${G8}t64x256x128_w1x4x1_s6_l4_lone \
+    2>&1 | grep -E "spill|rror" | log
+  python3 scripts/moe_spill.py $P --w4a16 --kinds random --iters 10 \
+    --instances ${G16}t80x128x128_w1x2x1_s5_lone,${G16}t80x192x128_w1x3x1_s5,${G16}t80x192x128_w1x3x1_s5_lone,${G16}t64x192x128_w1x3x1_s5_lone \
+    2>&1 | grep -E "spill|rror" | sed "s/^/w16 /" | log
+  ;;
 *)
-  echo "PART must be a or b" >&2
+  echo "PART must be a, b or c" >&2
   exit 2
   ;;
 esac
