@@ -41,6 +41,15 @@ template <int BM, int Consumers, bool Out16> constexpr int staged_store_bytes(in
              : 0;
 }
 
+// Whether rows [row0, row0 + rows) of a tile may leave through a box: always in dense GEMMs; in
+// grouped ones, whose tiles end at their expert's last row (m_end), which a box's copy would write
+// past, only where all those rows are the expert's or its rows run to the output's end m (the copy
+// clips there). Else the threads store directly.
+template <bool Grouped>
+__host__ __device__ constexpr bool boxed_rows(int64_t row0, int64_t rows, int64_t m_end, int64_t m) {
+  return !Grouped || row0 + rows <= m_end || m_end >= m;
+}
+
 // Host side, for a kernel with boxes (Params with `out` and `staged`): where the output's rows
 // start 16-byte aligned (the tensor map's requirement), the output's map, boxes of BM rows x 64
 // channels, and staged = 1; else staged = 0 (the threads copy the boxes out).

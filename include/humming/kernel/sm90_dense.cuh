@@ -335,7 +335,7 @@ struct Dense {
           a, static_cast<const char *>(a.scales) + expert * a.expert_scales_stride, channel, f);
       if constexpr (kStagedStore) {
         // Grouped: only a tile whose rows are all its expert's, and with no gated activation.
-        bool boxed = !Grouped || m0 + BM <= m_end || m_end >= a.m;
+        bool boxed = epilogue::boxed_rows<Grouped>(m0, BM, m_end, a.m);
         if constexpr (kGlu) boxed = boxed && a.glu < 0;
         if (boxed)
           return epilogue::stage_wgmma_sums<ActId, kAcc, false>(

@@ -176,8 +176,12 @@ __device__ __forceinline__ void for_each_expert_tile(const ExpertRows &g, int ti
   ExpertCursor cursor;
   ExpertTile et;
   const int64_t grid = gridDim.x;
+  // (b + r * kGroupedRoundTurn) % grid, kept as it turns: no 64-bit division per tile.
+  int64_t place = blockIdx.x;
   for (int64_t r = 0;; ++r) {
-    const int64_t t = r * grid + (blockIdx.x + r * kGroupedRoundTurn) % grid;
+    const int64_t t = r * grid + place;
+    place += kGroupedRoundTurn;
+    while (place >= grid) place -= grid;
     bool more;
     if constexpr (Lone)
       more = expert_tile(g, tile_m, n_tiles, t, &cursor, &et);

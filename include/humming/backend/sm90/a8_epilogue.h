@@ -34,9 +34,8 @@ template <class K> struct A8Epilogue {
     if constexpr (kTokensM) {
       const float global = a.global_scale != nullptr ? *a.global_scale : 1.0f;
       constexpr uint32_t kChannelScales = K::kGroupK == 0 ? ScaleId : 0u;
-      // Grouped: a warpgroup whose 64 rows are not all its expert's (nor run past the output,
-      // which the box's copy clips) stores directly.
-      const bool boxed = !K::Grouped || m0 + cw * 64 + 64 <= m_end || m_end >= a.m;
+      // Grouped: a warpgroup whose 64 rows are not all its expert's stores directly.
+      const bool boxed = epilogue::boxed_rows<K::Grouped>(m0 + cw * 64, 64, m_end, a.m);
       if (kStagedStore && boxed)
         epilogue::stage_token_rows<OutId, kAcc, !kBlocks, kChannelScales>(a, p.staged != 0, &p.out, box, 2 + cw,
                                                                           m0 + cw * 64, n0, t, acc, global, scales);
@@ -48,10 +47,9 @@ template <class K> struct A8Epilogue {
     float f[2];
     // The stores multiply each token's scale in (with blocks, the sums carry those too).
     epilogue::channel_row_factors<ScaleId, K::kGroupK == 0>(a, scales, n0 + col, f);
-    // Grouped: a tile whose BM rows are not all its expert's (nor run past the output) stores
-    // directly.
+    // Grouped: a tile whose BM rows are not all its expert's stores directly.
     if constexpr (kStagedStore)
-      if (!K::Grouped || m0 + K::kTileM <= m_end || m_end >= a.m)
+      if (epilogue::boxed_rows<K::Grouped>(m0, K::kTileM, m_end, a.m))
         return epilogue::stage_wgmma_sums<OutId, kAcc, !kBlocks>(a, p.staged != 0, &p.out, box, 2 + cw, m0,
                                                                  n0 + cw * 64, t, acc, f);
     epilogue::store_wgmma_sums<OutId, kAcc, !kBlocks>(a, m0, n0 + col, lane, acc, f, m_end);
