@@ -26,17 +26,22 @@ PART="${PART:-a}"
 . scripts/build_filtered.sh
 device_log "s61$PART.txt"
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | log
-# A machine that ran session 60's PART=c may hold objects built from a moe.h newer than this copy.
-touch include/humming/scheduler/moe.h
-case "$PART" in
-a)
-  HUMMING_PROFILE=dev+experimental build_filtered \
-    "^sm90_wgmma_moe_a-(e4m3-pt_w-e2m1gc|bf16_w-u4g128)-sbf16_c-bf16_t(8|16|24|32|48|64|80|128|144|160|192|256)x"
+# A warm machine may hold objects built from headers newer than this copy's (session 60's call d).
+find include -name "*.h" -o -name "*.cuh" | xargs touch
+G8="sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_"
+G16="sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16_"
+# grouped_built_and_tested HEIGHTS: a dev+experimental build of the grouped W4A8 e2m1gc and W4A16
+# u4g128 tiles of these heights (a regex alternation), then test_moe.py's grouped-kernel and
+# activation tests on them.
+grouped_built_and_tested() {
+  HUMMING_PROFILE=dev+experimental build_filtered "^(${G8}|${G16})t($1)x"
   echo "build done at $(($(date +%s) - start)) s" | log
   gpu_tests test_moe test_moe.py "sm90_kernels or activation"
   echo "moe tests done at $(($(date +%s) - start)) s" | log
-  G8="sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_"
-  G16="sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16_"
+}
+case "$PART" in
+a)
+  grouped_built_and_tested "8|16|24|32|48|64|80|128|144|160|192|256"
   python3 scripts/moe_spill.py qwen3-30b-a3b:1024 --kinds random --iters 10 \
     --instances ${G8}t64x128x128_w1x2x1_s8_l4_lone,${G8}t80x128x128_w1x2x1_s7_l4_lone 2>&1 | grep -E "spill|rror" | log
   python3 scripts/moe_spill.py qwen3-30b-a3b:4096 --kinds random --iters 10 \
@@ -56,13 +61,7 @@ b)
     bash scripts/ncu_moe_peer.sh 2>&1 | log
   ;;
 c)
-  HUMMING_PROFILE=dev+experimental build_filtered \
-    "^sm90_wgmma_moe_a-(e4m3-pt_w-e2m1gc|bf16_w-u4g128)-sbf16_c-bf16_t(64|80)x"
-  echo "build done at $(($(date +%s) - start)) s" | log
-  gpu_tests test_moe test_moe.py "sm90_kernels or activation"
-  echo "moe tests done at $(($(date +%s) - start)) s" | log
-  G8="sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_"
-  G16="sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16_"
+  grouped_built_and_tested "64|80"
   P="qwen3-30b-a3b:1024,mixtral-8x7b:256,gpt-oss-120b:2048,deepseek-v3:2048"
   python3 scripts/moe_spill.py $P --kinds random --iters 10 \
     --instances ${G8}t80x128x128_w1x2x1_s7_l4_lone,${G8}t80x192x128_w1x3x1_s6_l4,${G8}t80x192x128_w1x3x1_s6_l4_lone,${G8}t64x192x128_w1x3x1_s7_l4_lone,${G8}t64x256x128_w1x4x1_s6_l4_lone \
