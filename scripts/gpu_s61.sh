@@ -19,6 +19,8 @@
 #      a dev+experimental build of the grouped tiles of 64 and 80 tokens, test_moe.py's grouped-kernel
 #      and activation tests, then scripts/moe_spill.py at 64 rows per expert (Qwen3-30B-A3B 1024,
 #      Mixtral-8x7B 256, gpt-oss-120b 2048, DeepSeek-V3 2048), each tile forced.
+#   d (about 350 s, carry .peer): t80x192 in dev, taken by the mid rule: the build, the tests, the
+#      default choices at c's points, the W4A8 and W4A16 standings at 256 and 1024 tokens.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -30,11 +32,11 @@ nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | log
 find include -name "*.h" -o -name "*.cuh" | xargs touch
 G8="sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_"
 G16="sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16_"
-# grouped_built_and_tested HEIGHTS: a dev+experimental build of the grouped W4A8 e2m1gc and W4A16
-# u4g128 tiles of these heights (a regex alternation), then test_moe.py's grouped-kernel and
-# activation tests on them.
+# grouped_built_and_tested HEIGHTS [MORE]: a dev+experimental build of the grouped W4A8 e2m1gc and
+# W4A16 u4g128 tiles of these heights (a regex alternation), and of the instances regex MORE
+# matches, then test_moe.py's grouped-kernel and activation tests on them.
 grouped_built_and_tested() {
-  HUMMING_PROFILE=dev+experimental build_filtered "^(${G8}|${G16})t($1)x"
+  HUMMING_PROFILE=dev+experimental build_filtered "^(${G8}|${G16})t($1)x${2:+|$2}"
   echo "build done at $(($(date +%s) - start)) s" | log
   gpu_tests test_moe test_moe.py "sm90_kernels or activation"
   echo "moe tests done at $(($(date +%s) - start)) s" | log
@@ -70,8 +72,23 @@ c)
     --instances ${G16}t80x128x128_w1x2x1_s5_lone,${G16}t80x192x128_w1x3x1_s5,${G16}t80x192x128_w1x3x1_s5_lone,${G16}t64x192x128_w1x3x1_s5_lone \
     2>&1 | grep -E "spill|rror" | sed "s/^/w16 /" | log
   ;;
+d)
+  # After c: t80x192 / t80x192l in dev for the per-channel W4A8 formats and W4A16 u4g128 (sym, -zi),
+  # taken by the mid rule (humming.h grouped_tiles_mid). The tiles of 8 to 256 tokens of the
+  # standing's formats, and the t80 tiles of u4gc W4A8 and -zi W4A16 for the tests; the default
+  # choice at the points of c (which twin the rule takes); the standings at 256 and 1024 tokens.
+  grouped_built_and_tested "8|16|24|32|48|64|80|128|144|160|192|256" \
+    "^sm90_wgmma_moe_a-(e4m3-pt_w-u4gc-sbf16|bf16_w-u4g128-sbf16-zi)_c-bf16_t80x"
+  P="qwen3-30b-a3b:1024,mixtral-8x7b:256,gpt-oss-120b:2048,deepseek-v3:2048"
+  python3 scripts/moe_spill.py $P --kinds random --iters 10 2>&1 | grep -E "spill|rror" | log
+  python3 scripts/moe_spill.py $P --w4a16 --kinds random --iters 10 2>&1 | grep -E "spill|rror" | sed "s/^/w16 /" | log
+  echo "timing done at $(($(date +%s) - start)) s" | log
+  install_peer
+  w4a8_moe_standing 256,1024
+  w4a16_moe_standing 256,1024
+  ;;
 *)
-  echo "PART must be a, b or c" >&2
+  echo "PART must be a, b, c or d" >&2
   exit 2
   ;;
 esac

@@ -533,6 +533,14 @@ bool grouped_tiles_wide(int64_t assignments, int32_t experts, int64_t n, int til
   return sms > 0 && tiles > kWideFromTilesPerSm * sms;
 }
 
+bool grouped_tiles_mid(int64_t assignments, int32_t experts, int64_t n, int tile_m, int tile_n, int sms) {
+  if (sms <= 0) return false;
+  const double narrow = expected_grouped_tiles(assignments, experts, n, tile_m, tile_n);
+  const double mid = expected_grouped_tiles(assignments, experts, n, tile_m, tile_n * 3 / 2);
+  if (narrow <= 0 || mid <= 0) return false;
+  return 1.5 * std::ceil(mid / sms) <= kMidRoundsRatio * std::ceil(narrow / sms);
+}
+
 bool grouped_split_k(int64_t assignments, int32_t experts, int64_t n_pad, int64_t k_pad, int tile_m, int tile_n,
                      int tile_k, int sms) {
   if (assignments <= 0 || experts <= 0 || tile_m <= 0 || tile_n <= 0 || tile_k <= 0 || sms <= 0) return false;
@@ -579,19 +587,32 @@ const InstanceInfo *lone_twin(const InstanceInfo &grouped, const GemmArgs &args,
   return suffixed_twin(grouped, "_lone", args, cc);
 }
 
-const InstanceInfo *wide_twin(const InstanceInfo &grouped, const GemmArgs &args, int cc) {
+namespace {
+
+// The instance with `channels` channels per tile that is otherwise `grouped`'s tile: the same
+// kernel, tile height and walk (candidate checks the format against args); only the channels (and
+// so the consumer warpgroups) more, and the ring maybe shallower to fit shared memory (t16x256: 7
+// stages).
+const InstanceInfo *channels_twin(const InstanceInfo &grouped, int channels, const GemmArgs &args, int cc) {
   if (!runs_experts(grouped)) return nullptr;
   for (size_t i = 0; i < generated::kInstanceCount; ++i) {
     const InstanceInfo &w = generated::kInstances[i];
-    // The same kernel, tile height and walk (candidate checks the format against args); only the
-    // channels (and so the consumer warpgroups) doubled, and the ring maybe shallower to fit shared
-    // memory (t16x256: 7 stages).
-    if (w.tile_n == 2 * grouped.tile_n && w.tile_m == grouped.tile_m && w.tile_k == grouped.tile_k &&
+    if (w.tile_n == channels && w.tile_m == grouped.tile_m && w.tile_k == grouped.tile_k &&
         std::strcmp(w.backend, grouped.backend) == 0 && std::strcmp(w.scheduler, grouped.scheduler) == 0 &&
         walks_alone(w) == walks_alone(grouped) && splits_k(w) == splits_k(grouped) && candidate(w, args, cc))
       return &w;
   }
   return nullptr;
+}
+
+} // namespace
+
+const InstanceInfo *wide_twin(const InstanceInfo &grouped, const GemmArgs &args, int cc) {
+  return channels_twin(grouped, 2 * grouped.tile_n, args, cc);
+}
+
+const InstanceInfo *mid_twin(const InstanceInfo &grouped, const GemmArgs &args, int cc) {
+  return grouped.tile_n % 2 == 0 ? channels_twin(grouped, grouped.tile_n * 3 / 2, args, cc) : nullptr;
 }
 
 const InstanceInfo *split_twin(const InstanceInfo &grouped, const GemmArgs &args, int cc) {
@@ -605,6 +626,8 @@ GroupedVariants grouped_variants(const InstanceInfo &chosen, const GemmArgs &arg
   v.lone = lone_twin(chosen, args, cc);
   v.wide = wide_twin(chosen, args, cc);
   if (v.wide != nullptr) v.wide_lone = lone_twin(*v.wide, args, cc);
+  v.mid = mid_twin(chosen, args, cc);
+  if (v.mid != nullptr) v.mid_lone = lone_twin(*v.mid, args, cc);
   v.split = split_twin(chosen, args, cc);
   if (v.wide != nullptr) v.wide_split = split_twin(*v.wide, args, cc);
   return v;
@@ -620,6 +643,9 @@ const InstanceInfo *grouped_pick(const GroupedVariants &v, const GemmArgs &args,
   if (v.wide != nullptr &&
       grouped_tiles_wide(args.expert_assignments, args.experts, args.dims.n, tile->tile_m, tile->tile_n, sms))
     tile = v.wide, lone = v.wide_lone;
+  else if (v.mid != nullptr &&
+           grouped_tiles_mid(args.expert_assignments, args.experts, args.dims.n, tile->tile_m, tile->tile_n, sms))
+    tile = v.mid, lone = v.mid_lone;
   if (lone != nullptr &&
       grouped_walk_alone(args.expert_assignments, args.experts, args.dims.n, tile->tile_m, tile->tile_n, sms))
     return lone;

@@ -347,6 +347,25 @@ bool grouped_walk_alone(int64_t assignments, int32_t experts, int64_t n, int til
 // 43.6 / 30.3; Qwen3 at 8 tokens (about 300 and 400) 49.7 / 36.7 against 42.1 / 30.0.
 constexpr double kWideFromTilesPerSm = 1;
 bool grouped_tiles_wide(int64_t assignments, int32_t experts, int64_t n, int tile_m, int tile_n, int sms);
+// Whether a grouped GEMM that would run tiles of tile_m x tile_n should run tiles of the same height
+// and 1.5 times the channels instead (a "mid" twin: three consumer warpgroups where the tile had
+// two; where a height has no wide twin, as t80, whose four-consumer t80x256 spills): true where
+// the mid tiles' rounds over the multiprocessors (ceil(expected tiles / sms), as grouped_walk_alone
+// counts the tiles), each round 1.5 times the channels, come to at most kMidRoundsRatio times the
+// tile's rounds. A warpgroup's per-stage and per-tile work that does not grow with its channels is
+// then shared by more of them (humming-kernels runs 80 x 256 tiles there); where the tiles make
+// few rounds, the mid tile's longer rounds are not made up by fewer of them. Measured on an H100
+// (session 61, scripts/gpu_s61.sh PART=c, GEMM alone, random routing, us, t80x192 against the t80x128
+// the height rule took; lone walks): W4A8 e2m1gc Qwen3-30B-A3B at 1024 tokens gate-up 105.5 /
+// 100.5 (warp walk) against 113.1, down 73.6 against 90.1; gpt-oss-120b at 2048 441.9 / 234.2
+// against 496.0 / 258.2; DeepSeek-V3 at 2048 1423.7 / 806.1 against 1492.2 / 990.4; Mixtral-8x7B at
+// 256 gate-up 201.7 against 210.1, but its down GEMM (256 narrow tiles on 132 multiprocessors, two
+// rounds either way) 116.4 against 92.6, which the rule keeps narrow. W4A16 u4g128 the same way
+// (Qwen3 140.2 / 96.2 against 151.4 / 102.3; gpt-oss 613.6 / 320.9 against 659.8 / 347.9; Mixtral's
+// down 181.8 against 136.7, kept narrow) but for DeepSeek-V3's gate-up (K = 7168), 2304.3 against
+// 2177.2, whose down GEMM gains more (1144.7 against 1238.0).
+constexpr double kMidRoundsRatio = 1.1;
+bool grouped_tiles_mid(int64_t assignments, int32_t experts, int64_t n, int tile_m, int tile_n, int sms);
 // Whether a grouped GEMM of `assignments` routed rows over `experts` experts, n_pad x k_pad, should
 // run the twin of its tile that splits each tile's K into shares (instances ending "_ks",
 // scheduler/moe.h grouped_k_shares) for tiles of tile_m x tile_n x tile_k on `sms` multiprocessors:
@@ -411,22 +430,29 @@ const InstanceInfo *lone_twin(const InstanceInfo &grouped, const GemmArgs &args,
 // The twin of grouped instance `grouped` with twice its tile's channels (the same kernel, format,
 // tile height, depth and walk), where the build has it and it can run `args` on `cc`; else nullptr.
 const InstanceInfo *wide_twin(const InstanceInfo &grouped, const GemmArgs &args, int cc);
+// The twin of grouped instance `grouped` with 1.5 times its tile's channels (three consumer
+// warpgroups where it has two; the same kernel, format, height and walk), where the build has it
+// and it can run `args` on `cc`; else nullptr.
+const InstanceInfo *mid_twin(const InstanceInfo &grouped, const GemmArgs &args, int cc);
 // The twin of grouped instance `grouped` that splits its tiles' K into shares (its name + "_ks"),
 // where the build has it and it can run `args` on `cc`; nullptr otherwise.
 const InstanceInfo *split_twin(const InstanceInfo &grouped, const GemmArgs &args, int cc);
 // The instances a grouped GEMM whose tile is `base` may run, found once per choice (registry
 // searches) so that each call picks among them with plain comparisons (grouped_pick): the tile and
-// its lone twin, its wide twin (grouped_tiles_wide) and that one's lone twin, and the K-split twins
-// of the tile and of the wide one (grouped_split_k); nullptr where the build lacks one.
+// its lone twin, its wide twin (grouped_tiles_wide) and that one's lone twin, its mid twin
+// (grouped_tiles_mid) and that one's lone twin, and the K-split twins of the tile and of the wide
+// one (grouped_split_k); nullptr where the build lacks one.
 struct GroupedVariants {
   const InstanceInfo *base = nullptr, *lone = nullptr, *wide = nullptr, *wide_lone = nullptr;
+  const InstanceInfo *mid = nullptr, *mid_lone = nullptr;
   const InstanceInfo *split = nullptr, *wide_split = nullptr;
 };
 GroupedVariants grouped_variants(const InstanceInfo &base, const GemmArgs &args, int cc);
 // The variant for this call's routed rows (args.expert_assignments; where it is not positive the
 // base tile with its producer warp's walk): the K-split twin (the wide tile's where built: fewer
 // tiles, more shares) where grouped_split_k asks for it; else the wide tile where
-// grouped_tiles_wide asks for it, then that tile's lone walk where grouped_walk_alone asks for it.
+// grouped_tiles_wide asks for it, or else the mid tile where grouped_tiles_mid asks for it, then
+// that tile's lone walk where grouped_walk_alone asks for it.
 const InstanceInfo *grouped_pick(const GroupedVariants &variants, const GemmArgs &args, int sms);
 const InstanceInfo *select_grouped_instance(const GemmArgs &args, int64_t rows_per_expert, int cc, int sms,
                                             std::string *why);

@@ -1073,6 +1073,33 @@ void test_grouped_wide_rule() {
   EXPECT(!grouped_tiles_wide(8, 256, 7168, 8, 128, 0), "no multiprocessors: the narrow tile");
 }
 
+// The mid tile of a grouped GEMM (humming.h, grouped_tiles_mid) at the points measured on an H100 in
+// session 61 (132 multiprocessors, W4A8 e2m1gc, t80x192 against t80x128, GEMM alone, us): the
+// 192-channel tile where it was faster, the 128-channel one where it was slower.
+void test_grouped_mid_rule() {
+  struct Point {
+    int64_t assignments;
+    int32_t experts;
+    int64_t n;
+    bool mid_faster;
+  };
+  const Point points[] = {
+      {8192, 128, 1536, true},  // Qwen3-30B-A3B gate-up, 1024 tokens: 100.5 vs 113.1
+      {8192, 128, 2048, true},  // down: 73.6 vs 90.1
+      {8192, 128, 5760, true},  // gpt-oss-120b gate-up, 2048 tokens: 441.9 vs 496.0
+      {8192, 128, 2880, true},  // down: 234.2 vs 258.2
+      {16384, 256, 7168, true}, // DeepSeek-V3 down, 2048 tokens: 806.1 vs 990.4
+      {512, 8, 28672, true},    // Mixtral-8x7B gate-up, 256 tokens: 201.7 vs 210.1
+      {512, 8, 4096, false},    // down: 116.4 vs 92.6 (two rounds of tiles either way)
+  };
+  for (const Point &p : points)
+    EXPECT(grouped_tiles_mid(p.assignments, p.experts, p.n, 80, 128, 132) == p.mid_faster,
+           "%lld rows over %d experts, n=%lld: the %s tile was faster", static_cast<long long>(p.assignments),
+           p.experts, static_cast<long long>(p.n), p.mid_faster ? "mid" : "narrow");
+  EXPECT(!grouped_tiles_mid(-1, 128, 1536, 80, 128, 132), "an unknown count keeps the narrow tile");
+  EXPECT(!grouped_tiles_mid(8192, 128, 1536, 80, 128, 0), "no multiprocessors: the narrow tile");
+}
+
 // The K-split twin of a grouped GEMM (humming.h, grouped_split_k) at the points measured on an H100
 // in session 37 (132 multiprocessors, u4g128 bf16, the 256-channel split tile t8x256x128 against the
 // default choice, graph us per GEMM): split where it was faster, whole tiles where it gained nothing.
@@ -1224,6 +1251,7 @@ int main() {
   test_stage_conversion();
   test_grouped_walk_rule();
   test_grouped_wide_rule();
+  test_grouped_mid_rule();
   test_grouped_split_rule();
   test_expected_row_tiles();
   test_grouped_k_shares();
