@@ -19,8 +19,8 @@
 #      a dev+experimental build of the grouped tiles of 64 and 80 tokens, test_moe.py's grouped-kernel
 #      and activation tests, then scripts/moe_spill.py at 64 rows per expert (Qwen3-30B-A3B 1024,
 #      Mixtral-8x7B 256, gpt-oss-120b 2048, DeepSeek-V3 2048), each tile forced.
-#   d (about 350 s, carry .peer): t80x192 in dev, taken by the mid rule: the build, the tests, the
-#      default choices at c's points, the W4A8 and W4A16 standings at 256 and 1024 tokens.
+#   d (about 250 s, carry .peer): t80x192 in dev, taken by the mid rule: the build, the tests, the
+#      default choices at c's points, the W4A8 and W4A16 standings at 1024 tokens.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -76,7 +76,7 @@ d)
   # After c: t80x192 / t80x192l in dev for the per-channel W4A8 formats and W4A16 u4g128 (sym, -zi),
   # taken by the mid rule (humming.h grouped_tiles_mid). The tiles of 8 to 256 tokens of the
   # standing's formats, and the t80 tiles of u4gc W4A8 and -zi W4A16 for the tests; the default
-  # choice at the points of c (which twin the rule takes); the standings at 256 and 1024 tokens.
+  # choice at the points of c (which twin the rule takes); the standings at 1024 tokens.
   grouped_built_and_tested "8|16|24|32|48|64|80|128|144|160|192|256" \
     "^sm90_wgmma_moe_a-(e4m3-pt_w-u4gc-sbf16|bf16_w-u4g128-sbf16-zi)_c-bf16_t80x"
   P="qwen3-30b-a3b:1024,mixtral-8x7b:256,gpt-oss-120b:2048,deepseek-v3:2048"
@@ -84,8 +84,8 @@ d)
   python3 scripts/moe_spill.py $P --w4a16 --kinds random --iters 10 2>&1 | grep -E "spill|rror" | sed "s/^/w16 /" | log
   echo "timing done at $(($(date +%s) - start)) s" | log
   install_peer
-  w4a8_moe_standing 256,1024
-  w4a16_moe_standing 256,1024
+  w4a8_moe_standing 1024
+  w4a16_moe_standing 1024
   ;;
 *)
   echo "PART must be a, b, c or d" >&2
