@@ -79,12 +79,14 @@ d)
   # choice at the points of c (which twin the rule takes); the standings at 1024 tokens.
   grouped_built_and_tested "8|16|24|32|48|64|80|128|144|160|192|256" \
     "^sm90_wgmma_moe_a-(e4m3-pt_w-u4gc-sbf16|bf16_w-u4g128-sbf16-zi)_c-bf16_t80x"
+  # Most wanted first (the log comes back from a call cut short by its limit).
+  install_peer
+  w4a8_moe_standing 1024
+  echo "w4a8 standing done at $(($(date +%s) - start)) s" | log
   P="qwen3-30b-a3b:1024,mixtral-8x7b:256,gpt-oss-120b:2048,deepseek-v3:2048"
   python3 scripts/moe_spill.py $P --kinds random --iters 10 2>&1 | grep -E "spill|rror" | log
   python3 scripts/moe_spill.py $P --w4a16 --kinds random --iters 10 2>&1 | grep -E "spill|rror" | sed "s/^/w16 /" | log
   echo "timing done at $(($(date +%s) - start)) s" | log
-  install_peer
-  w4a8_moe_standing 1024
   w4a16_moe_standing 1024
   ;;
 *)
