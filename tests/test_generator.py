@@ -583,8 +583,10 @@ def test_lone_producer_moe_instances_are_twins_of_default_ones():
     profiles. The W4A8 grouped tiles (u4 and e2m1, per channel and per 128 inputs, layout 4) have in dev the lone
     twins the dispatcher's rules took on an H100 in session 44 (t8wl, t16wl, t32wl, t64wl of the
     256-channel tiles, t64l and t128l; t24wl, t48wl and t80l of the heights between the powers of
-    two) and t144l (session 60: two an expert at 128 to 256 rows per expert); t8l, t16l, t24l, t32l
-    and t48l stay experimental, as do t160 and t192 (session 59; they spill 12 to 200 bytes)."""
+    two) and t144l (session 60: two an expert at 128 to 256 rows per expert), and for the
+    per-channel formats t80c3l (session 61: t80's three-consumer mid twin); t8l, t16l, t24l, t32l
+    and t48l stay experimental, as do t160 and t192 (session 59; they spill 12 to 200 bytes) and the
+    three-consumer t64 tiles (no faster than the 256-channel ones)."""
     gen_mod = _load_generator()
     dev = {i.name: i for i in gen_mod.enumerate_instances(["90a"], "dev")}
     exp = {i.name: i for i in gen_mod.enumerate_instances(["90a"], "dev+experimental")}
@@ -599,8 +601,10 @@ def test_lone_producer_moe_instances_are_twins_of_default_ones():
     w4a8_tiles += ["t64x256x128_w1x4x1_s6", "t128x128x128_w1x2x1_s6"]
     w4a8_tiles += ["t24x256x128_w1x4x1_s8", "t48x256x128_w1x4x1_s7", "t80x128x128_w1x2x1_s7"]
     w4a8_tiles += ["t144x128x128_w1x2x1_s6"]
+    # The three-consumer mid twin of t80 (session 61) of the per-channel formats.
+    mid = [w + "t80x192x128_w1x3x1_s6_l4_lone" for w in w4a8 if "gc-" in w]
     assert sorted(n for n in lone_dev if n.startswith(w4a8)) == sorted(
-        w + t + "_l4_lone" for w in w4a8 for t in w4a8_tiles
+        [w + t + "_l4_lone" for w in w4a8 for t in w4a8_tiles] + mid
     )
     assert any(n.startswith("sm90_wgmma_moe_a-bf16_w-e2m1g32-") for n in lone_dev)
     assert sorted(n for n in lone_dev if n.startswith(fp8_blocks)) == [
@@ -611,7 +615,12 @@ def test_lone_producer_moe_instances_are_twins_of_default_ones():
     only_exp = [n for n in exp if n.endswith("_lone") and n not in dev]
     between = ("_t24x", "_t48x", "_t80x")
     assert only_exp and all(
-        "_a-f16_" in n or "_w-u8gc-" in n or "_w1x4x1_" in n or "_a-e4m3-" in n or any(h in n for h in between)
+        "_a-f16_" in n
+        or "_w-u8gc-" in n
+        or "_w1x4x1_" in n
+        or "_t64x192x128_w1x3x1_" in n
+        or "_a-e4m3-" in n
+        or any(h in n for h in between)
         for n in only_exp
     )
     for name, i in exp.items():
