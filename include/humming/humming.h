@@ -363,7 +363,8 @@ bool grouped_tiles_wide(int64_t assignments, int32_t experts, int64_t n, int til
 // rounds either way) 116.4 against 92.6, which the rule keeps narrow. W4A16 u4g128 the same way
 // (Qwen3 140.2 / 96.2 against 151.4 / 102.3; gpt-oss 613.6 / 320.9 against 659.8 / 347.9; Mixtral's
 // down 181.8 against 136.7, kept narrow) but for DeepSeek-V3's gate-up (K = 7168), 2304.3 against
-// 2177.2, whose down GEMM gains more (1144.7 against 1238.0).
+// 2177.2, whose down GEMM gains more (1144.7 against 1238.0); the rule's choice in the next call
+// (PART=d) ran that gate-up in 2117.4.
 constexpr double kMidRoundsRatio = 1.1;
 bool grouped_tiles_mid(int64_t assignments, int32_t experts, int64_t n, int tile_m, int tile_n, int sms);
 // Whether a grouped GEMM of `assignments` routed rows over `experts` experts, n_pad x k_pad, should
