@@ -62,9 +62,9 @@ c)
   fi
   # The walk before (every gridDim.x-th tile): the same build with the turn 0, on this copy only.
   sed -i "s/kGroupedRoundTurn = 13;/kGroupedRoundTurn = 0;/" include/humming/scheduler/moe.h
-  # A later call on the same machine must `touch include/humming/scheduler/moe.h` before it builds:
-  # the copied file is older than these objects, and call d rebuilt nothing (build/.patched-files
-  # did not help there).
+  # The copied file is older than these objects, and call d rebuilt nothing (build/.patched-files
+  # did not help there); since session 61 every build touches the files whose content changed
+  # (scripts/stale_sources.sh, touch_changed_sources).
   mkdir -p build && echo include/humming/scheduler/moe.h >> build/.patched-files
   HUMMING_PROFILE=dev+experimental build_filtered "$filter"
   echo "turn-0 build done at $(($(date +%s) - start)) s" | log

@@ -28,8 +28,6 @@ PART="${PART:-a}"
 . scripts/build_filtered.sh
 device_log "s61$PART.txt"
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | log
-# A warm machine may hold objects built from headers newer than this copy's (session 60's call d).
-find include -name "*.h" -o -name "*.cuh" | xargs touch
 G8="sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_"
 G16="sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16_"
 # grouped_built_and_tested HEIGHTS [MORE]: a dev+experimental build of the grouped W4A8 e2m1gc and
