@@ -7,7 +7,11 @@
 #      0.1.20: W4A16 at 1024 / 4096 tokens (not yet run with the mid tiles), W4A8 at 256 / 4096.
 #   b (about 120 s, carry .peer; after a on the same machine, SKIP_BUILD=1): ncu of the W4A8 gate-up
 #      GEMM of Qwen3-30B-A3B at 1024 tokens with the mid tile (t80x192, 0.96x the peer's layer) against
-#      humming-kernels' 80 x 256 tile (session 61: 34.1 against 27.9 M instructions with t80x128).
+#      humming-kernels' 80 x 256 tile (session 61: 34.1 against 27.9 M instructions with t80x128);
+#      then the W4A16 gate-up GEMM of Mixtral-8x7B at 4096 tokens (1024 rows per expert), ours and the peer's.
+#   c (session 62, about 300 s): the two-block tile t128x256x64 (dense and grouped, experimental):
+#      its GPU tests and its time against t128x128 / t256x128 (dense 5 layers at m = 1024-8192;
+#      grouped at 128-1024 rows per expert).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -27,9 +31,27 @@ a)
 b)
   SKIP_BUILD=1 MODEL=qwen3-30b-a3b TOKENS=1024 PART=gate-up MOE_ACT=e4m3-pt MOE_FORMAT=e2m1gc-sbf16 IMPLS="aot jit" \
     bash scripts/ncu_moe_peer.sh 2>&1 | log
+  # W4A16 at 1024 rows per expert (0.83x the peer's layer at Mixtral-8x7B 4096 tokens): is our
+  # t128x128 limited by L2 (the activation tile is read once per 128 channels) where the peer's tile is not?
+  SKIP_BUILD=1 MODEL=mixtral-8x7b TOKENS=4096 PART=gate-up IMPLS="aot jit" bash scripts/ncu_moe_peer.sh 2>&1 | log
+  ;;
+c)
+  # Two 64-channel blocks per consumer warpgroup (t128x256x64, Blocks = 2; experimental): the dense
+  # and grouped W4A16 tiles against the reference, then timed against t128x128 / t256x128.
+  HUMMING_PROFILE=dev+experimental build_filtered \
+    "^sm90_wgmma_(moe_a-bf16_w-u4g128-sbf16(-zi)?_c-bf16_t128x(128x128_w1x2x1_s4|256x64_w1x2x1_s6)_lone|dense_a-bf16_w-u4g128-sbf16(-zi)?_c-bf16_t(128x128x128|128x256x64|256x128x64)_)"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  gpu_tests dense test_gpu.py "t128x256"
+  gpu_tests moe test_moe.py "sm90_kernels_matches"
+  d=sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16
+  python3 scripts/time_shapes.py 28672x8192,8192x28672,8192x8192,28672x4096,4096x14336 1024,4096,8192 \
+    --instances "${d}_t128x128x128_w1x2x1_s4,${d}_t128x256x64_w1x2x1_s6,${d}_t256x128x64_w1x2x1_s5" 2>&1 | log
+  g=sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16
+  python3 scripts/moe_spill.py mixtral-8x7b:4096,mixtral-8x7b:1024,qwen3-30b-a3b:4096,deepseek-v3:4096 --w4a16 \
+    --kinds random --instances "${g}_t128x128x128_w1x2x1_s4_lone,${g}_t128x256x64_w1x2x1_s6_lone" 2>&1 | log
   ;;
 *)
-  echo "PART must be a or b" >&2
+  echo "PART must be a, b or c" >&2
   exit 2
   ;;
 esac

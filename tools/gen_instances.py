@@ -391,7 +391,12 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
     out = []
     for act, code, zero, group, t, weight in combos:
         bm, consumers, atoms, stages = t["bm"], t["consumers"], t["k_atoms"], t["stages"]
-        bn, bk = 64 * consumers, 64 * atoms
+        # "blocks": 64-channel blocks per consumer warpgroup (1, or 2 with at most two consumers:
+        # two WGMMAs per K step on the same activations; kernel/sm90_dense.cuh Blocks).
+        blocks = t.get("blocks", 1)
+        if blocks not in (1, 2) or (blocks == 2 and consumers > 2):
+            raise SystemExit(f"tile {t}: one or two 64-channel blocks per consumer warpgroup (two: at most two consumers)")
+        bn, bk = 64 * consumers * blocks, 64 * atoms
         if group and group < bk and bk % group:
             continue
         # A grouped tile's "producer": "warp" (default: the producer's first warp walks the experts'
@@ -417,6 +422,7 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
             str(group),
             str(bm),
             str(consumers),
+            str(blocks),
             str(atoms),
             str(stages),
             # The scheduler kind (kernel/sm90_dense.cuh, kSched*): "moe" instances walk the experts'
@@ -433,8 +439,8 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
             continue
         boxes = 0
         if matrix["scheduler"] != "moe" or consumers <= 3:  # four-consumer grouped tiles store directly
-            boxes = _sm90_out_boxes(smem, bm, consumers, act)
-        if matrix["scheduler"] == "moe":
+            boxes = _sm90_out_boxes(smem, bm, consumers * blocks, act)
+        if matrix["scheduler"] == "moe" and blocks == 1:  # two-block tiles have no gated activation
             smem += _sm90_glu_exchange(smem, bm, consumers, boxes)
         smem += boxes
         key = _weight_only_key(

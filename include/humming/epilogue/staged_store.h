@@ -91,7 +91,9 @@ __device__ __forceinline__ void copy_box_out(const GemmArgs &a, uint32_t box, in
 // the output's tensor map (boxes of 64 channels x BM tokens) and thread 0 of the warpgroup owns the
 // copies: it waits for the previous one to have read the box before anyone writes it again, and the
 // kernel's end waits for the last (finish_staged_stores). Without, the threads copy the box out.
-template <uint32_t OutId, int Acc, bool TokenScales>
+// Boxes:       the boxes thread 0 fills in turn, a copy each (one per 64-channel block of its
+//              warpgroup): before it writes one, the copies of the Boxes - 1 others may still read theirs.
+template <uint32_t OutId, int Acc, bool TokenScales, int Boxes = 1>
 __device__ __forceinline__ void stage_wgmma_sums(const GemmArgs &a, bool tma, const void *out_map, uint32_t box,
                                                  int bar, int64_t m0, int64_t wg_n0, int t, const float (&acc)[Acc],
                                                  const float (&f)[2]) {
@@ -117,7 +119,7 @@ __device__ __forceinline__ void stage_wgmma_sums(const GemmArgs &a, bool tma, co
   if (a.bias != nullptr)
 #pragma unroll
     for (int h = 0; h < 2; ++h) bias[h] = n + 8 * h < a.dims.n ? load_out<OutId>(a.bias, n + 8 * h) : 0.0f;
-  if (t == 0) sm90::bulk_wait<0, true>();
+  if (t == 0) sm90::bulk_wait<Boxes - 1, true>();
   sm90::named_sync(bar, 128);
   // Lane 8q + r addresses row r of matrix q of each store: token 8 (2 jj + q / 2) + r of the tile,
   // the 16 bytes of channels 16 warp + 8 (q % 2) .. + 7 of the warpgroup's 64 (chunk 2 warp + q % 2).

@@ -64,7 +64,11 @@ namespace sm90 {
 // GroupK:    inputs per scale (32, 64, 128, ...), or 0 for one scale per output channel.
 // BM:        tokens per tile: the WGMMA's N (8, 16, 32, 64, 128 or 256; the grouped tiles also 24,
 //            48, 80 and 144, heights that hold an expert's spread of rows with less padding).
-// Consumers: consumer warpgroups, 64 channels each (BN = 64 x Consumers).
+// Consumers: consumer warpgroups.
+// Blocks:    64-channel blocks per consumer warpgroup (1 or 2; BN = 64 x Consumers x Blocks): with
+//            two, a warpgroup issues two WGMMAs per K step on the same activations, so a stage's
+//            activation box serves twice the channels (the L2 and shared-memory traffic per
+//            weight halves) for twice the sums per thread.
 // KAtoms:    64-input blocks per stage (BK = 64 x KAtoms; layout 3 pads K to 128, so 1 or 2).
 // Stages:    depth of the shared-memory ring.
 // Sched:     the scheduler kind (kSched*, backend/sm90/pipeline.h): the dense one (persistent,
@@ -72,8 +76,8 @@ namespace sm90 {
 //            expert's rows against its own weight, whole tiles or K shares of them), whose producer
 //            walks the experts' tiles as a warp or alone. A template parameter, so that the dense
 //            kernels hold no trace of the grouped walk.
-template <uint32_t ActId, uint32_t CodeId, int Zero, int GroupK, int BM, int Consumers, int KAtoms, int Stages,
-          int Sched>
+template <uint32_t ActId, uint32_t CodeId, int Zero, int GroupK, int BM, int Consumers, int Blocks, int KAtoms,
+          int Stages, int Sched>
 struct Dense {
   static constexpr bool Grouped = Sched != kSchedDense;
   // Grouped tiles split over K into plan.units shares, one unit of work each, summed by the last
@@ -87,13 +91,16 @@ struct Dense {
   static constexpr int kTileM = BM;
   // The template parameters the components read (backend/sm90/stage_fragments.h, stage_loads.h,
   // mainloops.h, glu_exchange.h).
-  static constexpr int kKAtoms = KAtoms, kConsumers = Consumers, kGroupK = GroupK, kStages = Stages;
+  static constexpr int kKAtoms = KAtoms, kConsumers = Consumers, kBlocks = Blocks, kGroupK = GroupK, kStages = Stages;
   static constexpr uint32_t kActId = ActId;
-  static constexpr int BN = 64 * Consumers;
+  // 64-channel columns of a stage's weight blocks, scale rows and output boxes; column
+  // cw x Blocks + b is block b of consumer warpgroup cw.
+  static constexpr int kColumns = Consumers * Blocks;
+  static constexpr int BN = 64 * kColumns;
   static constexpr int BK = 64 * KAtoms;
   static constexpr int kConsumerThreads = 128 * Consumers;
   static constexpr int kThreads = 128 + kConsumerThreads;
-  static constexpr int kAcc = BM / 2; // fp32 sums per consumer thread (the 64 x BM tile of its warpgroup)
+  static constexpr int kAcc = BM / 2; // fp32 sums per consumer thread and block (a 64 x BM tile)
   static constexpr int kSteps = BK / 16;
   static constexpr int kWords = layout_sm90::words_per_thread(kBits); // per thread per 64-input block
   static constexpr int kBlockBytes = layout_sm90::words_per_block(kBits) * 4;
@@ -102,7 +109,7 @@ struct Dense {
   static constexpr int kSets = kScaleRows > 0 ? kScaleRows : 1;
   static constexpr int kAtomBytes = BM * 128; // one 64-input box of the activations
   static constexpr int kABytes = KAtoms * kAtomBytes;
-  static constexpr int kWBytes = KAtoms * Consumers * kBlockBytes;
+  static constexpr int kWBytes = KAtoms * kColumns * kBlockBytes;
   static constexpr int kSBytes = kScaleRows * BN * 2;
   static constexpr int kZBytes = kIntZero ? kScaleRows * BN : 0;
   // Stages start 1024-byte aligned: the 128-byte swizzle repeats every 8 rows of 128 bytes.
@@ -122,7 +129,7 @@ struct Dense {
   // tools/gen_instances.py mirrors this rule.
   static constexpr int kBoxBytes = epilogue::staged_box_bytes<BM>();
   static constexpr int kOutBytes =
-      Grouped && Consumers > 3 ? 0 : epilogue::staged_store_bytes<BM, Consumers, true>(kSmemRing);
+      Grouped && Consumers > 3 ? 0 : epilogue::staged_store_bytes<BM, kColumns, true>(kSmemRing);
   static constexpr bool kStagedStore = kOutBytes > 0;
   // Grouped kernels with an even number of consumer warpgroups can end a tile with the experts'
   // gated activation (GemmArgs::glu): the first half of the warpgroups take the tile's gate
@@ -135,7 +142,7 @@ struct Dense {
   // in tiles of more than 128 tokens: t144's 72 sums a thread with the exchange spilled 20 bytes
   // (the activation there runs as the plain GEMM and the activation kernel).
   static constexpr int kGluExchange = Consumers / 2 * 128 * kAcc * 4;
-  static constexpr bool kGlu = Grouped && Consumers % 2 == 0 && BM <= 128 &&
+  static constexpr bool kGlu = Grouped && Blocks == 1 && Consumers % 2 == 0 && BM <= 128 &&
                                kSmemRing + (kOutBytes > kGluExchange ? kOutBytes : kGluExchange) <= 227 * 1024;
   static constexpr int kGluBytes = kGlu && kGluExchange > kOutBytes ? kGluExchange - kOutBytes : 0;
   // What the kernel keeps between its ring and the ring's barriers (run_block's RingBytes).
@@ -143,13 +150,16 @@ struct Dense {
   static constexpr int kSmemTotal = kSmemRing + kOutBytes + kGluBytes;
   // Registers per thread of the producer and the consumers (backend/sm90/pipeline.h). The grouped
   // kernels' producer warp also walks the experts (expert_tile_warp), and with 40 registers ptxas
-  // spilled 52 bytes there; with 64, none.
-  using Split = RegSplit<Consumers, Grouped ? 64 : 40>;
+  // spilled 52 bytes there; with 64, none. A producer thread that walks alone needs no more than a
+  // copy loop's 40, which two-block tiles take (t128x256: 64 left the consumers 216 and 76 bytes of
+  // spills; with 40, 232 and none, ptxas of CUDA 13.0).
+  using Split = RegSplit<Consumers, Grouped && !(Blocks == 2 && Sched == kSchedGroupedLone) ? 64 : 40>;
   static constexpr int kConsumerRegs = Split::kConsumer;
   // Group sums in fp32 where the registers allow them: kSets x kAcc more sums per thread (besides
   // two fragment sets of 4 x kSteps registers), so four-consumer tiles (96 registers) keep at most
   // 4 (8 spilled with 64-input groups), two-consumer tiles 16.
-  static constexpr bool kSumScales = GroupK != 0 && kSets * kAcc <= (kConsumerRegs >= 160 ? 16 : 4);
+  // Two-block tiles fold the scales into the operands (their sums take the registers).
+  static constexpr bool kSumScales = GroupK != 0 && Blocks == 1 && kSets * kAcc <= (kConsumerRegs >= 160 ? 16 : 4);
   // Whether a consumer queues the next stage's WGMMAs behind the running ones before it waits
   // (queue_next), with a second set of group sums where it keeps them. Two-consumer tiles only:
   // four-consumer ones lack the registers (ptxas serializes their WGMMAs, C7512). Measured on an
@@ -176,6 +186,7 @@ struct Dense {
                 "a WGMMA N of this backend (the heights between powers of two: grouped tiles only)");
   static_assert(KAtoms == 1 || KAtoms == 2, "layout 3 pads K to 128");
   static_assert(Consumers >= 1 && Consumers <= 4, "one to four consumer warpgroups");
+  static_assert(Blocks == 1 || (Blocks == 2 && Consumers <= 2), "one or two 64-channel blocks per warpgroup");
   static_assert(GroupK == 0 || GroupK % 16 == 0, "a K group covers whole WGMMA K steps");
   static_assert(GroupK == 0 || GroupK >= BK || BK % (GroupK == 0 ? 1 : GroupK) == 0, "groups tile the stage");
   static_assert(kSmemTotal <= 227 * 1024, "the ring fits a block's shared memory");
@@ -288,7 +299,8 @@ struct Dense {
     const GemmArgs &a = p.args;
     const int ct = static_cast<int>(threadIdx.x) - 128; // thread among the consumers
     const int cw = ct / 128, t = ct % 128, warp = t / 32, lane = t % 32;
-    const int col = cw * 64 + warp * 16 + lane / 4; // first channel of this thread inside the tile
+    // This thread's first channel inside the tile (of its warpgroup's first block; block b's are 64 b on).
+    const int col = cw * 64 * Blocks + warp * 16 + lane / 4;
     RingPos pos;
     typename Loop::Regs r;
     Probe::begin();
@@ -297,61 +309,75 @@ struct Dense {
       Probe::segment_begin();
       // Zero points that hold for the whole segment: the implied 2^(bits-1) of symmetric codes, or
       // the per-channel ones (with K groups, the stage's rows replace them).
-      uint32_t bias[2];
-      float zero[2];
+      typename Loop::Zeros z;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        zero[h] = kFloatCode ? 0.0f : static_cast<float>(1 << (kBits - 1));
-        if constexpr (kIntZero && GroupK == 0) {
-          const int64_t n = Glu::weight_channel(a, n0, col) + 8 * h;
-          const uint8_t *zeros = static_cast<const uint8_t *>(a.zeros) + expert * a.expert_zeros_stride;
-          zero[h] = n < a.dims.n_pad ? static_cast<float>(zeros[n]) : 0.0f;
+      for (int b = 0; b < Blocks; ++b)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float zero = kFloatCode ? 0.0f : static_cast<float>(1 << (kBits - 1));
+          if constexpr (kIntZero && GroupK == 0) {
+            const int64_t n = Glu::weight_channel(a, n0, col + 64 * b) + 8 * h;
+            const uint8_t *zeros = static_cast<const uint8_t *>(a.zeros) + expert * a.expert_zeros_stride;
+            zero = n < a.dims.n_pad ? static_cast<float>(zeros[n]) : 0.0f;
+          }
+          z.zero[b][h] = zero;
+          z.bias[b][h] = numeric::zero_bias<kBf16>(zero);
         }
-        bias[h] = numeric::zero_bias<kBf16>(zero[h]);
-      }
-      Loop::mainloop(ring, ring_ptr, bars, pos, kt1 - kt0, cw, t, col, bias, zero, r);
+      Loop::mainloop(ring, ring_ptr, bars, pos, kt1 - kt0, cw, t, col, z, r);
       Probe::segment_done();
 
       const StreamKPlan &plan = p.plan;
       if constexpr (kSplitK) {
-        if (plan.units > 1 && !epilogue::split_fixup<kAcc, kConsumerThreads>(
-                                  a.workspace, tile / plan.units, tile % plan.units, plan.units, ct, r.acc, flag,
+        if (plan.units > 1 && !epilogue::split_fixup<kAcc * Blocks, kConsumerThreads>(
+                                  a.workspace, tile / plan.units, tile % plan.units, plan.units, ct, r.flat(), flag,
                                   [] { consumer_sync<kConsumerThreads>(); }))
           return;
       } else if (!(kt0 == 0 && kt1 == plan.k_tiles)) {
-        const bool last =
-            epilogue::streamk_fixup<kAcc, kConsumerThreads>(plan, a.workspace, blockIdx.x, tile - plan.dp_tiles(), ct,
-                                                            r.acc, [] { consumer_sync<kConsumerThreads>(); });
+        const bool last = epilogue::streamk_fixup<kAcc * Blocks, kConsumerThreads>(
+            plan, a.workspace, blockIdx.x, tile - plan.dp_tiles(), ct, r.flat(),
+            [] { consumer_sync<kConsumerThreads>(); });
         Probe::fixup_done();
         if (!last) return;
       }
       // The per-channel (the expert's) and global scales of the rows' fp32 sums (16-bit scales of
       // the activations' type; with K groups the sums carry the group scales already).
-      // The weight channel of this thread's first sums (recomputed here rather than kept through
-      // the main loop: the four-consumer tiles have no register to spare).
-      const int64_t channel = Glu::weight_channel(a, n0, col);
-      float f[2];
-      epilogue::channel_row_factors<ActId, GroupK == 0>(
-          a, static_cast<const char *>(a.scales) + expert * a.expert_scales_stride, channel, f);
+      // The weight channel of the thread's first sums of each block (recomputed here rather than
+      // kept through the main loop: the four-consumer tiles have no register to spare).
+      const char *scales = static_cast<const char *>(a.scales) + expert * a.expert_scales_stride;
+      int64_t channel[Blocks];
+      float f[Blocks][2];
+#pragma unroll
+      for (int b = 0; b < Blocks; ++b) {
+        channel[b] = Glu::weight_channel(a, n0, col + 64 * b);
+        epilogue::channel_row_factors<ActId, GroupK == 0>(a, scales, channel[b], f[b]);
+      }
       if constexpr (kStagedStore) {
         // Grouped: only a tile whose rows are all its expert's, and with no gated activation.
         bool boxed = epilogue::boxed_rows<Grouped>(m0, BM, m_end, a.m);
         if constexpr (kGlu) boxed = boxed && a.glu < 0;
-        if (boxed)
-          return epilogue::stage_wgmma_sums<ActId, kAcc, false>(
-              a, p.staged != 0, &p.out, ring + kRingBytes + cw * kBoxBytes, 2 + cw, m0, n0 + cw * 64, t, r.acc, f);
+        if (boxed) {
+#pragma unroll
+          for (int b = 0; b < Blocks; ++b) {
+            const int column = cw * Blocks + b;
+            epilogue::stage_wgmma_sums<ActId, kAcc, false, Blocks>(a, p.staged != 0, &p.out,
+                                                                   ring + kRingBytes + column * kBoxBytes, 2 + cw, m0,
+                                                                   n0 + column * 64, t, r.acc[b], f[b]);
+          }
+          return;
+        }
       }
-      {
+#pragma unroll
+      for (int b = 0; b < Blocks; ++b) {
         // The channel of this thread's first output and the output's columns (-1: n).
-        int64_t out_channel = n0 + col, out_cols = epilogue::kCols;
+        int64_t out_channel = n0 + col + 64 * b, out_cols = epilogue::kCols;
         if constexpr (kGlu)
           if (a.glu >= 0) {
             // The up threads store nothing (no columns): a path that returned here instead made
             // ptxas spill in the four-consumer tiles.
-            Glu::exchange(a, ring_ptr + kRingBytes, n0, channel, expert, cw, t, col, r.acc, f);
+            Glu::exchange(a, ring_ptr + kRingBytes, n0, channel[0], expert, cw, t, col, r.acc[0], f[0]);
             out_channel = n0 / 2 + col, out_cols = cw < Consumers / 2 ? a.dims.n / 2 : 0;
           }
-        epilogue::store_wgmma_sums<ActId, kAcc, false>(a, m0, out_channel, lane, r.acc, f, m_end, out_cols);
+        epilogue::store_wgmma_sums<ActId, kAcc, false>(a, m0, out_channel, lane, r.acc[b], f[b], m_end, out_cols);
       }
     };
     if constexpr (Grouped) {
@@ -409,8 +435,9 @@ struct Dense {
 };
 
 #define HUMMING_SM90_TARGS                                                                                             \
-  uint32_t ActId, uint32_t CodeId, int Zero, int GroupK, int BM, int Consumers, int KAtoms, int Stages, int Sched
-#define HUMMING_SM90_ARGS ActId, CodeId, Zero, GroupK, BM, Consumers, KAtoms, Stages, Sched
+  uint32_t ActId, uint32_t CodeId, int Zero, int GroupK, int BM, int Consumers, int Blocks, int KAtoms, int Stages,    \
+      int Sched
+#define HUMMING_SM90_ARGS ActId, CodeId, Zero, GroupK, BM, Consumers, Blocks, KAtoms, Stages, Sched
 
 template <HUMMING_SM90_TARGS> Status can_implement(const GemmArgs &args) {
   if (args.layout != kLayoutSm90)

@@ -17,35 +17,53 @@
 namespace humming {
 namespace sm90 {
 
-// K: the kernel (sm90::Dense): its tile (kTileM tokens, kAcc sums a thread, kSteps K steps of 16
-//    per stage, BK, kGroupK and kSets scale groups a stage), its ring (kStages, kStageBytes,
+// K: the kernel (sm90::Dense): its tile (kTileM tokens, kAcc sums a thread in each of a
+//    warpgroup's kBlocks 64-channel blocks, kSteps K steps of 16 per stage, BK, kGroupK and kSets
+//    scale groups a stage), its ring (kStages, kStageBytes,
 //    kAtomBytes per activation box, RingPos), its operands (kBf16) and fragments (Frags:
 //    backend/sm90/stage_fragments.h), and its rules kSumScales (sums per scale group) and kQueue.
 template <class K> struct Mainloops {
   static constexpr int kAcc = K::kAcc, kSteps = K::kSteps, kSets = K::kSets, kStages = K::kStages;
   static constexpr int kStageBytes = K::kStageBytes, kAtomBytes = K::kAtomBytes, BM = K::kTileM, BK = K::BK;
-  static constexpr int GroupK = K::kGroupK;
+  static constexpr int GroupK = K::kGroupK, kBlocks = K::kBlocks;
   static constexpr bool kBf16 = K::kBf16, kSumScales = K::kSumScales, kQueue = K::kQueue;
   using RingPos = typename K::RingPos;
   using Frags = typename K::Frags;
 
-  // Per consumer thread: the sums of its tile (acc) and, with kSumScales, the current stage's sums
-  // per scale group (part; with kQueue one set per fragment set, as two stages are in flight), with
-  // the fragments and scales of two stages (the one the tensor cores run and the next).
+  // Per consumer thread: the sums of its tile (acc, one row per 64-channel block of its warpgroup)
+  // and, with kSumScales (one block only), the current stage's sums per scale group (part; with
+  // kQueue one set per fragment set, as two stages are in flight), with the fragments of each block
+  // and the scales of two stages (the one the tensor cores run and the next).
   struct Regs {
-    float acc[kAcc];
+    float acc[kBlocks][kAcc];
     float part[kQueue ? 2 : 1][kSumScales ? kSets : 1][kSumScales ? kAcc : 1];
-    uint32_t af[2][kSteps][4];
+    uint32_t af[2][kBlocks][kSteps][4];
     float sc[2][kSets][2];
+
+    // The sums as one array (the fix-ups and the gated activation take them whole).
+    __device__ __forceinline__ float (&flat())
+        [kBlocks * kAcc] { return *reinterpret_cast<float (*)[kBlocks * kAcc]>(&acc[0][0]); }
+  };
+  static_assert(kBlocks == 1 || !kSumScales, "group sums in one-block tiles only");
+
+  // Per-segment zero points of each block (stage_fragments.h: the thread's two channels of it).
+  struct Zeros {
+    uint32_t bias[kBlocks][2];
+    float zero[kBlocks][2];
   };
 
   // Waits for stage `pos` and builds its fragments into set `B`.
+  // `cw`, `t`, `col`: the thread's warpgroup, its thread in it and its first channel of the
+  // warpgroup's first block inside the tile.
   template <int B>
   static __device__ __forceinline__ void fetch(const char *ring_ptr, uint32_t bars, RingPos pos, int cw, int t, int col,
-                                               const uint32_t (&bias)[2], const float (&zero)[2], Regs &r) {
+                                               const Zeros &z, Regs &r) {
     const uint32_t full = ring_bar<kStages>(bars, 0, pos.stage), parity = pos.phase;
     Probe::ring([=] { mbar_wait(full, parity); });
-    Frags::load(ring_ptr + pos.stage * kStageBytes, cw, t, col, bias, zero, r.af[B], r.sc[B]);
+#pragma unroll
+    for (int b = 0; b < kBlocks; ++b)
+      Frags::load(ring_ptr + pos.stage * kStageBytes, cw * kBlocks + b, t, col + 64 * b, z.bias[b], z.zero[b],
+                  r.af[B][b], r.sc[B]);
   }
 
   // Issues the WGMMAs of stage `pos` from fragment set `B` as one group: into the group sums (each
@@ -58,12 +76,15 @@ template <class K> struct Mainloops {
   static __device__ __forceinline__ void issue(uint32_t ring, RingPos pos, Regs &r) {
     constexpr int P = kQueue ? B : 0; // the group sums this stage goes into
 #pragma unroll
-    for (int step = 0; step < kSteps; ++step) fence_regs(r.af[B][step]);
+    for (int b = 0; b < kBlocks; ++b)
+#pragma unroll
+      for (int step = 0; step < kSteps; ++step) fence_regs(r.af[B][b][step]);
     if constexpr (kSumScales) {
 #pragma unroll
       for (int g = 0; g < kSets; ++g) fence_regs(r.part[P][g]);
     } else if constexpr (!Pending) {
-      fence_regs(r.acc);
+#pragma unroll
+      for (int b = 0; b < kBlocks; ++b) fence_regs(r.acc[b]);
     }
     wgmma_fence();
     const uint64_t desc = desc_sw128(ring) + desc_bytes(pos.stage * kStageBytes);
@@ -72,9 +93,11 @@ template <class K> struct Mainloops {
       const uint64_t d = desc + (step / 4) * (kAtomBytes >> 4) + (step % 4) * 2;
       if constexpr (kSumScales) {
         constexpr int kSpan = GroupK < BK ? GroupK : BK; // inputs of one group inside the stage
-        Wgmma<BM, kBf16>::run(r.part[P][Frags::scale_row(step)], r.af[B][step], d, (step * 16) % kSpan == 0 ? 0 : 1);
+        Wgmma<BM, kBf16>::run(r.part[P][Frags::scale_row(step)], r.af[B][0][step], d, (step * 16) % kSpan == 0 ? 0 : 1);
       } else {
-        Wgmma<BM, kBf16>::run(r.acc, r.af[B][step], d, 1);
+        // Every block's WGMMA of this K step reads the same activations (descriptor d).
+#pragma unroll
+        for (int b = 0; b < kBlocks; ++b) Wgmma<BM, kBf16>::run(r.acc[b], r.af[B][b][step], d, 1);
       }
     }
     wgmma_commit();
@@ -89,10 +112,11 @@ template <class K> struct Mainloops {
       for (int g = 0; g < kSets; ++g) {
         fence_regs(r.part[P][g]);
 #pragma unroll
-        for (int i = 0; i < kAcc; ++i) r.acc[i] = fmaf(r.part[P][g][i], r.sc[B][g][(i % 4) / 2], r.acc[i]);
+        for (int i = 0; i < kAcc; ++i) r.acc[0][i] = fmaf(r.part[P][g][i], r.sc[B][g][(i % 4) / 2], r.acc[0][i]);
       }
     } else if constexpr (FenceAcc) {
-      fence_regs(r.acc);
+#pragma unroll
+      for (int b = 0; b < kBlocks; ++b) fence_regs(r.acc[b]);
     }
   }
 
@@ -101,11 +125,10 @@ template <class K> struct Mainloops {
   // group sums into the tile's sums, hands the stage back and issues the next. True at the end.
   template <int B>
   static __device__ __forceinline__ bool advance(uint32_t ring, const char *ring_ptr, uint32_t bars, RingPos &cur,
-                                                 bool more, int cw, int t, int col, const uint32_t (&bias)[2],
-                                                 const float (&zero)[2], Regs &r) {
+                                                 bool more, int cw, int t, int col, const Zeros &z, Regs &r) {
     RingPos next = cur;
     next.advance();
-    if (more) fetch<1 - B>(ring_ptr, bars, next, cw, t, col, bias, zero, r);
+    if (more) fetch<1 - B>(ring_ptr, bars, next, cw, t, col, z, r);
     wgmma_wait<0>();
     retire<B, true>(r);
     release_stage<kStages>(bars, cur.stage);
@@ -120,11 +143,10 @@ template <class K> struct Mainloops {
   // call leaves one group in flight, so ptxas sees the same state on every path.
   template <int B>
   static __device__ __forceinline__ void queue_next(uint32_t ring, const char *ring_ptr, uint32_t bars, RingPos &cur,
-                                                    int cw, int t, int col, const uint32_t (&bias)[2],
-                                                    const float (&zero)[2], Regs &r) {
+                                                    int cw, int t, int col, const Zeros &z, Regs &r) {
     RingPos next = cur;
     next.advance();
-    fetch<1 - B>(ring_ptr, bars, next, cw, t, col, bias, zero, r);
+    fetch<1 - B>(ring_ptr, bars, next, cw, t, col, z, r);
     issue<1 - B, true>(ring, next, r);
     wgmma_wait<1>();
     retire<B, false>(r);
@@ -134,18 +156,19 @@ template <class K> struct Mainloops {
 
   // The `n` stages of one segment from ring position `pos` (left one past the last) into r.acc.
   static __device__ __forceinline__ void mainloop(uint32_t ring, const char *ring_ptr, uint32_t bars, RingPos &pos,
-                                                  int64_t n, int cw, int t, int col, const uint32_t (&bias)[2],
-                                                  const float (&zero)[2], Regs &r) {
+                                                  int64_t n, int cw, int t, int col, const Zeros &z, Regs &r) {
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) r.acc[i] = 0.0f;
-    fetch<0>(ring_ptr, bars, pos, cw, t, col, bias, zero, r);
+    for (int b = 0; b < kBlocks; ++b)
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) r.acc[b][i] = 0.0f;
+    fetch<0>(ring_ptr, bars, pos, cw, t, col, z, r);
     issue<0>(ring, pos, r);
     if constexpr (kQueue) {
       // Stage j goes into set j % 2; two stages per trip so that each set has fixed registers.
       int64_t j = 1;
       for (; j + 1 < n; j += 2) {
-        queue_next<0>(ring, ring_ptr, bars, pos, cw, t, col, bias, zero, r);
-        queue_next<1>(ring, ring_ptr, bars, pos, cw, t, col, bias, zero, r);
+        queue_next<0>(ring, ring_ptr, bars, pos, cw, t, col, z, r);
+        queue_next<1>(ring, ring_ptr, bars, pos, cw, t, col, z, r);
       }
       const auto finish = [&](auto set) {
         constexpr int B = decltype(set)::value;
@@ -155,7 +178,7 @@ template <class K> struct Mainloops {
         pos.advance();
       };
       if (j < n) {
-        queue_next<0>(ring, ring_ptr, bars, pos, cw, t, col, bias, zero, r);
+        queue_next<0>(ring, ring_ptr, bars, pos, cw, t, col, z, r);
         finish(std::integral_constant<int, 1>{});
       } else {
         finish(std::integral_constant<int, 0>{});
@@ -163,8 +186,8 @@ template <class K> struct Mainloops {
     } else {
       // Two stages per trip so that each fragment set has fixed registers.
       for (int64_t j = 1;; j += 2) {
-        if (advance<0>(ring, ring_ptr, bars, pos, j < n, cw, t, col, bias, zero, r)) break;
-        if (advance<1>(ring, ring_ptr, bars, pos, j + 1 < n, cw, t, col, bias, zero, r)) break;
+        if (advance<0>(ring, ring_ptr, bars, pos, j < n, cw, t, col, z, r)) break;
+        if (advance<1>(ring, ring_ptr, bars, pos, j + 1 < n, cw, t, col, z, r)) break;
       }
     }
   }

@@ -14,14 +14,14 @@ namespace humming {
 namespace sm90 {
 
 // K: the kernel (sm90::Dense): its operand type (kBf16) and codes (kCode, kWords per thread and
-//    block, kBlockBytes, kIntZero), its stage (kKAtoms 64-input blocks of kConsumers warpgroups'
-//    64 channels, BK, BN, kSteps K steps; kABytes of activations, then kWBytes of weights,
+//    block, kBlockBytes, kIntZero), its stage (kKAtoms 64-input blocks of kColumns 64-channel
+//    columns, BK, BN, kSteps K steps; kABytes of activations, then kWBytes of weights,
 //    kSBytes of scale rows, the zero-point rows) and its scale groups (kGroupK, kSets rows a
 //    stage, kSumScales: the sums are scaled per group, not the operands).
 template <class K> struct StageFragments {
   static constexpr bool kBf16 = K::kBf16, kIntZero = K::kIntZero, kSumScales = K::kSumScales;
   static constexpr uint32_t kCodeId = K::kCode.id();
-  static constexpr int KAtoms = K::kKAtoms, Consumers = K::kConsumers, GroupK = K::kGroupK, BK = K::BK, BN = K::BN;
+  static constexpr int KAtoms = K::kKAtoms, Columns = K::kColumns, GroupK = K::kGroupK, BK = K::BK, BN = K::BN;
   static constexpr int kSteps = K::kSteps, kSets = K::kSets, kWords = K::kWords, kBlockBytes = K::kBlockBytes;
   static constexpr int kABytes = K::kABytes, kWBytes = K::kWBytes, kSBytes = K::kSBytes;
 
@@ -31,8 +31,9 @@ template <class K> struct StageFragments {
   }
 
   // This thread's A fragments of one stage: af[step][r] is register r of K step `step`, channels
-  // c0 (r even) and c0 + 8 (r odd) of the warpgroup's 64 (see layout/sm90.h). `cw` is the
-  // thread's consumer warpgroup, `t` its thread in it, `col` its first channel inside the tile;
+  // c0 (r even) and c0 + 8 (r odd) of the column's 64 (see layout/sm90.h). `cw` is the column
+  // (the thread's consumer warpgroup's block: K::kColumns of them), `t` the thread in its
+  // warpgroup, `col` its first channel of the column inside the tile;
   // `bias` / `zero` the per-channel zero points (used when the stage holds none). With kSumScales,
   // sc[g][h] is the scale of group g of the stage for channel c0 + 8h, and the operands stay
   // unscaled.
@@ -49,7 +50,7 @@ template <class K> struct StageFragments {
     }
 #pragma unroll
     for (int at = 0; at < KAtoms; ++at) {
-      const uint32_t *blk = reinterpret_cast<const uint32_t *>(stage + kABytes + (at * Consumers + cw) * kBlockBytes);
+      const uint32_t *blk = reinterpret_cast<const uint32_t *>(stage + kABytes + (at * Columns + cw) * kBlockBytes);
       uint32_t words[kWords];
       layout_sm90::load_thread_words<kWords>(blk, t, words);
 #pragma unroll

@@ -27,14 +27,14 @@
 namespace humming {
 namespace sm90 {
 
-// K: the kernel (sm90::Dense): its tile (kTileM tokens, BN channels of kConsumers 64-channel
+// K: the kernel (sm90::Dense): its tile (kTileM tokens, BN channels in kColumns 64-channel
 //    columns, BK inputs in kKAtoms 64-input blocks), its stage layout (kAtomBytes per activation
 //    box, kABytes, kBlockBytes per weight block, kWBytes, kSBytes), its groups (kGroupK,
 //    kScaleRows, kIntZero) and its Params (the activations' tensor maps `act` and, where
 //    `tail_rows`, `act_tail`; `args`, n_blocks).
 template <class K> struct StageLoads {
   using Params = typename K::Params;
-  static constexpr int BM = K::kTileM, BN = K::BN, BK = K::BK, KAtoms = K::kKAtoms, Consumers = K::kConsumers;
+  static constexpr int BM = K::kTileM, BN = K::BN, BK = K::BK, KAtoms = K::kKAtoms, Columns = K::kColumns;
   static constexpr int GroupK = K::kGroupK, kScaleRows = K::kScaleRows;
   static constexpr int kAtomBytes = K::kAtomBytes, kABytes = K::kABytes, kBlockBytes = K::kBlockBytes,
                        kWBytes = K::kWBytes, kSBytes = K::kSBytes;
@@ -52,10 +52,10 @@ template <class K> struct StageLoads {
   static __device__ __forceinline__ int columns(const GemmArgs &a, int64_t n0) {
     if (glu(a)) {
       const int64_t left = (a.dims.n / 2 - n0 / 2) / 64;
-      return 2 * static_cast<int>(left < Consumers / 2 ? left : Consumers / 2);
+      return 2 * static_cast<int>(left < Columns / 2 ? left : Columns / 2);
     }
     const int64_t left = (a.dims.n_pad - n0) / 64;
-    return static_cast<int>(left < Consumers ? left : Consumers);
+    return static_cast<int>(left < Columns ? left : Columns);
   }
 
   // Bytes that arrive on the stage's barrier for a tile of `cols` channel blocks whose activation
@@ -83,7 +83,7 @@ template <class K> struct StageLoads {
       for (int at = 0; at < KAtoms; ++at) {
         const int64_t kb = kt * KAtoms + at;
         const char *src = codes + (kb * p.n_blocks + c0 / 64) * kBlockBytes;
-        bulk_copy(stage + kABytes + (at * Consumers + slot) * kBlockBytes, src, count * kBlockBytes, full);
+        bulk_copy(stage + kABytes + (at * Columns + slot) * kBlockBytes, src, count * kBlockBytes, full);
       }
       if constexpr (GroupK != 0) {
 #pragma unroll
@@ -99,7 +99,7 @@ template <class K> struct StageLoads {
     };
     if (glu(a)) {
       blocks(0, n0 / 2, cols / 2);
-      blocks(Consumers / 2, a.dims.n / 2 + n0 / 2, cols / 2);
+      blocks(Columns / 2, a.dims.n / 2 + n0 / 2, cols / 2);
     } else {
       blocks(0, n0, cols);
     }
