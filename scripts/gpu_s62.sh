@@ -12,6 +12,8 @@
 #   c (session 62, about 300 s): the two-block tile t128x256x64 (dense and grouped, experimental):
 #      its GPU tests and its time against t128x128 / t256x128 (dense 5 layers at m = 1024-8192;
 #      grouped at 128-1024 rows per expert).
+#   d (about 200 s): t128x256x128 (two blocks, one fragment set; 3 or 4 stages) the same way, and
+#      the grouped t128 / t256 heights at 128-1024 rows per expert.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -50,8 +52,24 @@ c)
   python3 scripts/moe_spill.py mixtral-8x7b:4096,mixtral-8x7b:1024,qwen3-30b-a3b:4096,deepseek-v3:4096 --w4a16 \
     --kinds random --instances "${g}_t128x128x128_w1x2x1_s4_lone,${g}_t128x256x64_w1x2x1_s6_lone" 2>&1 | log
   ;;
+d)
+  # Two-block tiles of 128 inputs a stage with one fragment set (t128x256x128 s3 / s4): GPU tests,
+  # then timed as in c; and the grouped heights t128 / t256 at 256-1024 rows per expert (the
+  # dispatcher takes t256x128x64 for Mixtral-8x7B's gate-up at 4096 tokens).
+  HUMMING_PROFILE=dev+experimental build_filtered \
+    "^sm90_wgmma_(moe_a-bf16_w-u4g128-sbf16(-zi)?_c-bf16_t(128x128x128_w1x2x1_s4|128x256x128_w1x2x1_s3|256x128x64_w1x2x1_s5)_lone|dense_a-bf16_w-u4g128-sbf16(-zi)?_c-bf16_t(128x128x128|128x256x128|128x256x64)_)"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  gpu_tests dense test_gpu.py "t128x256x128"
+  gpu_tests moe test_moe.py "sm90_kernels_matches"
+  d=sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16
+  python3 scripts/time_shapes.py 28672x8192,8192x28672,8192x8192,28672x4096,4096x14336 1024,4096,8192 \
+    --instances "${d}_t128x128x128_w1x2x1_s4,${d}_t128x256x128_w1x2x1_s3,${d}_t128x256x128_w1x2x1_s4" 2>&1 | log
+  g=sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16
+  python3 scripts/moe_spill.py mixtral-8x7b:4096,mixtral-8x7b:1024,qwen3-30b-a3b:4096,deepseek-v3:4096 --w4a16 \
+    --kinds random --instances "${g}_t128x128x128_w1x2x1_s4_lone,${g}_t128x256x128_w1x2x1_s3_lone,${g}_t256x128x64_w1x2x1_s5_lone" 2>&1 | log
+  ;;
 *)
-  echo "PART must be a, b or c" >&2
+  echo "PART must be a, b, c or d" >&2
   exit 2
   ;;
 esac

@@ -173,8 +173,13 @@ struct Dense {
 #define HUMMING_SM90_QUEUE -1
 #endif
   static constexpr bool kQueueRule = !Grouped && (BM <= 16 || (BM == 64 && GroupK != 0));
+  // Two-block tiles of two 64-input blocks a stage keep one set of fragments (Mainloops::kOneSet):
+  // 128 sums and two sets of 64 fragment registers pass the 232 a consumer thread has. A warpgroup
+  // then builds a stage's fragments only after its previous group has retired, while the other
+  // warpgroup's group runs.
+  static constexpr bool kOneSet = Blocks == 2 && KAtoms == 2;
   static constexpr bool kQueue =
-      kConsumerRegs >= 160 && (HUMMING_SM90_QUEUE < 0 ? kQueueRule : HUMMING_SM90_QUEUE != 0);
+      !kOneSet && kConsumerRegs >= 160 && (HUMMING_SM90_QUEUE < 0 ? kQueueRule : HUMMING_SM90_QUEUE != 0);
 
   static_assert(ActId == dtypes::f16.id() || ActId == dtypes::bf16.id(), "activations are f16 or bf16");
   static_assert(kBits == 4 || kBits == 8, "4- or 8-bit codes");

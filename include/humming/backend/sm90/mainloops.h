@@ -21,12 +21,17 @@ namespace sm90 {
 //    warpgroup's kBlocks 64-channel blocks, kSteps K steps of 16 per stage, BK, kGroupK and kSets
 //    scale groups a stage), its ring (kStages, kStageBytes,
 //    kAtomBytes per activation box, RingPos), its operands (kBf16) and fragments (Frags:
-//    backend/sm90/stage_fragments.h), and its rules kSumScales (sums per scale group) and kQueue.
+//    backend/sm90/stage_fragments.h), and its rules kSumScales (sums per scale group), kQueue and
+//    kOneSet (one set of fragments: a stage's are built only after the group before has retired).
 template <class K> struct Mainloops {
   static constexpr int kAcc = K::kAcc, kSteps = K::kSteps, kSets = K::kSets, kStages = K::kStages;
   static constexpr int kStageBytes = K::kStageBytes, kAtomBytes = K::kAtomBytes, BM = K::kTileM, BK = K::BK;
   static constexpr int GroupK = K::kGroupK, kBlocks = K::kBlocks;
-  static constexpr bool kBf16 = K::kBf16, kSumScales = K::kSumScales, kQueue = K::kQueue;
+  static constexpr bool kBf16 = K::kBf16, kSumScales = K::kSumScales, kQueue = K::kQueue, kOneSet = K::kOneSet;
+  // Fragment sets a thread keeps, and the one that stands for set B (the loops' alternation).
+  static constexpr int kFragSets = kOneSet ? 1 : 2;
+  static constexpr int set_of(int b) { return kOneSet ? 0 : b; }
+  static_assert(!(kOneSet && kQueue), "queueing the next stage's group needs its own fragments");
   using RingPos = typename K::RingPos;
   using Frags = typename K::Frags;
 
@@ -37,8 +42,8 @@ template <class K> struct Mainloops {
   struct Regs {
     float acc[kBlocks][kAcc];
     float part[kQueue ? 2 : 1][kSumScales ? kSets : 1][kSumScales ? kAcc : 1];
-    uint32_t af[2][kBlocks][kSteps][4];
-    float sc[2][kSets][2];
+    uint32_t af[kFragSets][kBlocks][kSteps][4];
+    float sc[kFragSets][kSets][2];
 
     // The sums as one array (the fix-ups and the gated activation take them whole).
     __device__ __forceinline__ float (&flat())
@@ -63,7 +68,7 @@ template <class K> struct Mainloops {
 #pragma unroll
     for (int b = 0; b < kBlocks; ++b)
       Frags::load(ring_ptr + pos.stage * kStageBytes, cw * kBlocks + b, t, col + 64 * b, z.bias[b], z.zero[b],
-                  r.af[B][b], r.sc[B]);
+                  r.af[set_of(B)][b], r.sc[set_of(B)]);
   }
 
   // Issues the WGMMAs of stage `pos` from fragment set `B` as one group: into the group sums (each
@@ -78,7 +83,7 @@ template <class K> struct Mainloops {
 #pragma unroll
     for (int b = 0; b < kBlocks; ++b)
 #pragma unroll
-      for (int step = 0; step < kSteps; ++step) fence_regs(r.af[B][b][step]);
+      for (int step = 0; step < kSteps; ++step) fence_regs(r.af[set_of(B)][b][step]);
     if constexpr (kSumScales) {
 #pragma unroll
       for (int g = 0; g < kSets; ++g) fence_regs(r.part[P][g]);
@@ -93,11 +98,12 @@ template <class K> struct Mainloops {
       const uint64_t d = desc + (step / 4) * (kAtomBytes >> 4) + (step % 4) * 2;
       if constexpr (kSumScales) {
         constexpr int kSpan = GroupK < BK ? GroupK : BK; // inputs of one group inside the stage
-        Wgmma<BM, kBf16>::run(r.part[P][Frags::scale_row(step)], r.af[B][0][step], d, (step * 16) % kSpan == 0 ? 0 : 1);
+        Wgmma<BM, kBf16>::run(r.part[P][Frags::scale_row(step)], r.af[set_of(B)][0][step], d,
+                              (step * 16) % kSpan == 0 ? 0 : 1);
       } else {
         // Every block's WGMMA of this K step reads the same activations (descriptor d).
 #pragma unroll
-        for (int b = 0; b < kBlocks; ++b) Wgmma<BM, kBf16>::run(r.acc[b], r.af[B][b][step], d, 1);
+        for (int b = 0; b < kBlocks; ++b) Wgmma<BM, kBf16>::run(r.acc[b], r.af[set_of(B)][b][step], d, 1);
       }
     }
     wgmma_commit();
@@ -112,7 +118,8 @@ template <class K> struct Mainloops {
       for (int g = 0; g < kSets; ++g) {
         fence_regs(r.part[P][g]);
 #pragma unroll
-        for (int i = 0; i < kAcc; ++i) r.acc[0][i] = fmaf(r.part[P][g][i], r.sc[B][g][(i % 4) / 2], r.acc[0][i]);
+        for (int i = 0; i < kAcc; ++i)
+          r.acc[0][i] = fmaf(r.part[P][g][i], r.sc[set_of(B)][g][(i % 4) / 2], r.acc[0][i]);
       }
     } else if constexpr (FenceAcc) {
 #pragma unroll
@@ -123,11 +130,24 @@ template <class K> struct Mainloops {
   // Completes the stage in flight (`cur`, fragment set B) and starts the next one, if any: builds
   // the next stage's fragments into set 1 - B while the tensor cores run, waits for them, adds the
   // group sums into the tile's sums, hands the stage back and issues the next. True at the end.
+  // kOneSet: waits for the stage in flight first and builds the next one's fragments into the same
+  // registers after (the other consumer warpgroups keep the tensor cores busy meanwhile).
   template <int B>
   static __device__ __forceinline__ bool advance(uint32_t ring, const char *ring_ptr, uint32_t bars, RingPos &cur,
                                                  bool more, int cw, int t, int col, const Zeros &z, Regs &r) {
     RingPos next = cur;
     next.advance();
+    if constexpr (kOneSet) {
+      wgmma_wait<0>();
+      retire<B, true>(r);
+      release_stage<kStages>(bars, cur.stage);
+      cur = next;
+      if (more) {
+        fetch<B>(ring_ptr, bars, cur, cw, t, col, z, r);
+        issue<B>(ring, cur, r);
+      }
+      return !more;
+    }
     if (more) fetch<1 - B>(ring_ptr, bars, next, cw, t, col, z, r);
     wgmma_wait<0>();
     retire<B, true>(r);
