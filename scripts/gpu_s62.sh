@@ -21,6 +21,24 @@ PART="${PART:-a}"
 . scripts/build_filtered.sh
 device_log "s62$PART.txt"
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | log
+# tile_trial GROUPED DENSE TESTK DENSE_TIMED GROUPED_TIMED: a dev+experimental build of the W4A16
+# u4g128 (sym and -zi) grouped lone tiles matching GROUPED and dense tiles matching DENSE (regular
+# expressions of the names' tile part), the GPU tests of the dense tiles matching TESTK and of the
+# grouped kernels, then the dense tiles DENSE_TIMED (comma-separated tile parts) timed over five
+# layers at m = 1024-8192 and the grouped ones GROUPED_TIMED at 128-1024 rows per expert.
+tile_trial() {
+  local d=sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16 g=sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16
+  HUMMING_PROFILE=dev+experimental build_filtered \
+    "^sm90_wgmma_(moe_a-bf16_w-u4g128-sbf16(-zi)?_c-bf16_$1_lone|dense_a-bf16_w-u4g128-sbf16(-zi)?_c-bf16_$2)"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  gpu_tests dense test_gpu.py "$3"
+  gpu_tests moe test_moe.py "sm90_kernels_matches"
+  python3 scripts/time_shapes.py 28672x8192,8192x28672,8192x8192,28672x4096,4096x14336 1024,4096,8192 \
+    --instances "$(echo "$4" | sed "s/[^,]*/${d}_&/g")" 2>&1 | log
+  python3 scripts/moe_spill.py mixtral-8x7b:4096,mixtral-8x7b:1024,qwen3-30b-a3b:4096,deepseek-v3:4096 --w4a16 \
+    --kinds random --instances "$(echo "$5" | sed "s/[^,]*/${g}_&/g")" 2>&1 | log
+}
+
 case "$PART" in
 a)
   build_filtered "^sm90_wgmma_moe_a-(e4m3-pt_w-e2m1gc|bf16_w-u4g128)-sbf16_c-bf16_"
@@ -40,33 +58,18 @@ b)
 c)
   # Two 64-channel blocks per consumer warpgroup (t128x256x64, Blocks = 2; experimental): the dense
   # and grouped W4A16 tiles against the reference, then timed against t128x128 / t256x128.
-  HUMMING_PROFILE=dev+experimental build_filtered \
-    "^sm90_wgmma_(moe_a-bf16_w-u4g128-sbf16(-zi)?_c-bf16_t128x(128x128_w1x2x1_s4|256x64_w1x2x1_s6)_lone|dense_a-bf16_w-u4g128-sbf16(-zi)?_c-bf16_t(128x128x128|128x256x64|256x128x64)_)"
-  echo "build done at $(($(date +%s) - start)) s" | log
-  gpu_tests dense test_gpu.py "t128x256"
-  gpu_tests moe test_moe.py "sm90_kernels_matches"
-  d=sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16
-  python3 scripts/time_shapes.py 28672x8192,8192x28672,8192x8192,28672x4096,4096x14336 1024,4096,8192 \
-    --instances "${d}_t128x128x128_w1x2x1_s4,${d}_t128x256x64_w1x2x1_s6,${d}_t256x128x64_w1x2x1_s5" 2>&1 | log
-  g=sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16
-  python3 scripts/moe_spill.py mixtral-8x7b:4096,mixtral-8x7b:1024,qwen3-30b-a3b:4096,deepseek-v3:4096 --w4a16 \
-    --kinds random --instances "${g}_t128x128x128_w1x2x1_s4_lone,${g}_t128x256x64_w1x2x1_s6_lone" 2>&1 | log
+  tile_trial "t128x(128x128_w1x2x1_s4|256x64_w1x2x1_s6)" "t(128x128x128|128x256x64|256x128x64)_" t128x256 \
+    t128x128x128_w1x2x1_s4,t128x256x64_w1x2x1_s6,t256x128x64_w1x2x1_s5 \
+    t128x128x128_w1x2x1_s4_lone,t128x256x64_w1x2x1_s6_lone
   ;;
 d)
   # Two-block tiles of 128 inputs a stage with one fragment set (t128x256x128 s3 / s4): GPU tests,
   # then timed as in c; and the grouped heights t128 / t256 at 256-1024 rows per expert (the
   # dispatcher takes t256x128x64 for Mixtral-8x7B's gate-up at 4096 tokens).
-  HUMMING_PROFILE=dev+experimental build_filtered \
-    "^sm90_wgmma_(moe_a-bf16_w-u4g128-sbf16(-zi)?_c-bf16_t(128x128x128_w1x2x1_s4|128x256x128_w1x2x1_s3|256x128x64_w1x2x1_s5)_lone|dense_a-bf16_w-u4g128-sbf16(-zi)?_c-bf16_t(128x128x128|128x256x128|128x256x64)_)"
-  echo "build done at $(($(date +%s) - start)) s" | log
-  gpu_tests dense test_gpu.py "t128x256x128"
-  gpu_tests moe test_moe.py "sm90_kernels_matches"
-  d=sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16
-  python3 scripts/time_shapes.py 28672x8192,8192x28672,8192x8192,28672x4096,4096x14336 1024,4096,8192 \
-    --instances "${d}_t128x128x128_w1x2x1_s4,${d}_t128x256x128_w1x2x1_s3,${d}_t128x256x128_w1x2x1_s4" 2>&1 | log
-  g=sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16
-  python3 scripts/moe_spill.py mixtral-8x7b:4096,mixtral-8x7b:1024,qwen3-30b-a3b:4096,deepseek-v3:4096 --w4a16 \
-    --kinds random --instances "${g}_t128x128x128_w1x2x1_s4_lone,${g}_t128x256x128_w1x2x1_s3_lone,${g}_t256x128x64_w1x2x1_s5_lone" 2>&1 | log
+  tile_trial "t(128x128x128_w1x2x1_s4|128x256x128_w1x2x1_s3|256x128x64_w1x2x1_s5)" \
+    "t(128x128x128|128x256x128|128x256x64)_" t128x256x128 \
+    t128x128x128_w1x2x1_s4,t128x256x128_w1x2x1_s3,t128x256x128_w1x2x1_s4 \
+    t128x128x128_w1x2x1_s4_lone,t128x256x128_w1x2x1_s3_lone,t256x128x64_w1x2x1_s5_lone
   ;;
 *)
   echo "PART must be a, b, c or d" >&2
