@@ -395,7 +395,9 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
         # two WGMMAs per K step on the same activations; kernel/sm90_dense.cuh Blocks).
         blocks = t.get("blocks", 1)
         if blocks not in (1, 2) or (blocks == 2 and consumers > 2):
-            raise SystemExit(f"tile {t}: one or two 64-channel blocks per consumer warpgroup (two: at most two consumers)")
+            raise SystemExit(
+                f"tile {t}: one or two 64-channel blocks per consumer warpgroup (two: at most two consumers)"
+            )
         bn, bk = 64 * consumers * blocks, 64 * atoms
         if group and group < bk and bk % group:
             continue
