@@ -38,7 +38,7 @@ template <class K> struct Mainloops {
   // Per consumer thread: the sums of its tile (acc, one row per 64-channel block of its warpgroup)
   // and, with kSumScales (one block only), the current stage's sums per scale group (part; with
   // kQueue one set per fragment set, as two stages are in flight), with the fragments of each block
-  // and the scales of two stages (the one the tensor cores run and the next).
+  // and the scales of two stages (the one the tensor cores run and the next; one with kOneSet).
   struct Regs {
     float acc[kBlocks][kAcc];
     float part[kQueue ? 2 : 1][kSumScales ? kSets : 1][kSumScales ? kAcc : 1];
