@@ -544,13 +544,21 @@ def test_sm90_names_spell_format_and_tile(all_names):
     matrix = json.loads((ROOT / "tools" / "matrix" / "sm90.json").read_text())
     # The weight-only kernels (the 8-bit activation ones, also backend sm90, have their own test),
     # dense and grouped (MoE): the same kernel template, its last argument the scheduler kind.
-    insts = [i for i in gen_mod.enumerate_instances(["90a"], "full") if i.backend == "sm90" and i.kernel == "Dense"]
+    # With the experimental entries: the tiles of two 64-channel blocks per warpgroup are only there.
+    insts = [
+        i
+        for i in gen_mod.enumerate_instances(["90a"], "full+experimental")
+        if i.backend == "sm90" and i.kernel == "Dense"
+    ]
     assert insts and all(i.layout == 3 and i.archs == ("90a",) for i in insts)
     assert {i.scheduler for i in insts} == {"dense", "moe"}
     grouped = json.loads((ROOT / "tools" / "matrix" / "sm90_moe.json").read_text())
     # Each scheduler's tiles from its matrix (the grouped one also has heights no dense tile has).
     tiles = {
-        sched: {(t["bm"], 64 * t["consumers"], 64 * t["k_atoms"], t["stages"]) for t in mx["tiles"].values()}
+        sched: {
+            (t["bm"], 64 * t["consumers"] * t.get("blocks", 1), 64 * t["k_atoms"], t["stages"])
+            for t in mx["tiles"].values()
+        }
         for sched, mx in (("dense", matrix), ("moe", grouped))
     }
     for i in insts:
@@ -565,9 +573,14 @@ def test_sm90_names_spell_format_and_tile(all_names):
         assert not (m["lone"] or m["split"]) or i.scheduler == "moe"
         assert m["act"] == m["out"] == i.act
         assert (int(m["bm"]), int(m["bn"]), int(m["bk"]), int(m["stages"])) in tiles[i.scheduler]
-        assert int(m["bn"]) == 64 * int(m["wg"]) and i.key["threads"] == 128 * (1 + int(m["wg"]))
+        # The kernel's Blocks (64-channel blocks per consumer warpgroup: 1, or 2 with at most two
+        # consumers) follows Consumers in its arguments; the name gives the channels and consumers.
+        consumers, blocks = int(i.template_args[5]), int(i.template_args[6])
+        assert consumers == int(m["wg"]) and (blocks == 1 or (blocks == 2 and consumers <= 2)), i.name
+        assert int(m["bn"]) == 64 * consumers * blocks and i.key["threads"] == 128 * (1 + consumers)
         # Stages start 1024-byte aligned; the ring plus barriers fits the 227 KiB of a block.
         assert i.key["smem_bytes"] <= 227 * 1024
+    assert any(i.template_args[6] == "2" for i in insts)
     assert not any(i.backend == "sm90" for i in gen_mod.enumerate_instances(["80", "86", "89"], "full"))
 
 
