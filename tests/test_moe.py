@@ -985,7 +985,7 @@ def test_grouped_height_rule_holds_on_the_committed_height_sweep():
     narrowest = {}
     for t in matrix["tiles"].values():
         if t.get("producer", "warp") == "warp" and not t.get("split", False):
-            shape = (64 * t["consumers"], 64 * t["k_atoms"])
+            shape = (64 * t["consumers"] * t.get("blocks", 1), 64 * t["k_atoms"])
             narrowest[t["bm"]] = min(narrowest.get(t["bm"], shape), shape)
     assert {h: f"{h}x{bn}x{bk}" for h, (bn, bk) in narrowest.items()} == tool.TILE_KEYS
     sweep = root / "benchmarks/results/h100/tuning/h100-2026-12-05-s29-moe-heights.json"
