@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# On the lent GPU machine, session 63's calls (prepared in session 62); logs to $OUT/s63<PART>.txt.
+# PART picks the call:
+#   a (about 300 s): where the grouped two-block tile t128x256x128 lone wins (session 62, H100:
+#      DeepSeek-V3 at 4096 tokens 0.82x / 0.88x t128x128x128's time, Qwen3-30B-A3B at 4096 and
+#      Mixtral-8x7B's down at 1024 1.03-1.13x): a dev+experimental build of the W4A16 u4g128 lone
+#      tiles of heights 128 / 144 / 256 and the two-block one, the grouped tests, then every MoE
+#      model at several token counts, each tile forced, the instance order run forward and reversed
+#      (the time of one tile moved 14 % between session 62's machines, so compare within a run).
+#   b (about 120 s, after a, SKIP_BUILD=1): the dense t256x128x64 against t128x128x128 at m = 1024
+#      to 8192 (session 62's H100: t128 faster at 14 of 15 points; the H200 table prefers t256 on wide
+#      layers from m = 1024): run it on an H200 (`kind: nvidia-h200`) to decide whether to refit.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/build/gpu-out}"
+PART="${PART:-a}"
+. scripts/build_filtered.sh
+device_log "s63$PART.txt"
+nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | log
+g=sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16
+d=sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16
+case "$PART" in
+a)
+  HUMMING_PROFILE=dev+experimental build_filtered \
+    "^sm90_wgmma_(moe_a-bf16_w-u4g128-sbf16_c-bf16_t(128x128x128|144x128x128|128x256x128|256x128x64)_w1x2x1_s[3-5]_lone|dense_a-bf16_w-u4g128-sbf16_c-bf16_t(128x128x128|256x128x64)_)"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  gpu_tests moe test_moe.py "sm90_kernels_matches"
+  tiles="${g}_t128x128x128_w1x2x1_s4_lone,${g}_t128x256x128_w1x2x1_s3_lone,${g}_t144x128x128_w1x2x1_s4_lone,${g}_t256x128x64_w1x2x1_s5_lone"
+  reversed=$(echo "$tiles" | tr ',' '\n' | tac | paste -sd,)
+  points=deepseek-v3:2048,deepseek-v3:4096,deepseek-v3:16384,qwen3-30b-a3b:4096,qwen3-30b-a3b:16384,mixtral-8x7b:4096,gpt-oss-120b:4096
+  for order in "$tiles" "$reversed"; do
+    python3 scripts/moe_spill.py "$points" --w4a16 --kinds random --instances "$order" 2>&1 | log
+  done
+  ;;
+b)
+  python3 scripts/time_shapes.py 28672x8192,8192x28672,8192x8192,28672x4096,4096x14336,5120x13824 1024,2048,4096,8192 \
+    --instances "${d}_t128x128x128_w1x2x1_s4,${d}_t256x128x64_w1x2x1_s5" 2>&1 | log
+  ;;
+*)
+  echo "PART must be a or b" >&2
+  exit 2
+  ;;
+esac
+echo "all done at $(($(date +%s) - start)) s" | log
+# The device tool returns only the first files under $OUT (by name): the log and reports in one archive, named first.
+tar czf /tmp/0-s63.tgz -C "$OUT" --exclude=build.log . && mv /tmp/0-s63.tgz "$OUT/0-s63$PART.tgz"
