@@ -234,14 +234,15 @@ def _sm90_smem(stage_bytes: int, stages: int, barrier_sets: int = 2, notes: bool
     return 1024 + stage_bytes * stages + stages * 8 * barrier_sets + 16 + (stages * 32 if notes else 0)
 
 
-def _sm90_glu_exchange(smem: int, bm: int, consumers: int, boxes: int) -> int:
+def _sm90_glu_exchange(smem: int, bm: int, consumers: int, boxes: int, blocks: int = 1) -> int:
     """Bytes a grouped sm90 kernel keeps after its ring and output boxes (smem: what it has without
     the boxes; boxes: their bytes) for the gated activation's exchange (kernel/sm90_dense.cuh,
     kGluBytes, the same rule): a float per sum (bm / 2 a thread) of each thread of half the consumer
-    warpgroups, where their number is even, the tile has at most 128 tokens and it fits; it takes the
-    boxes' bytes (a tile with the activation stores directly), so only what it needs beyond them."""
+    warpgroups, where their number is even, each has one 64-channel block (blocks), the tile has at
+    most 128 tokens and it fits; it takes the boxes' bytes (a tile with the activation stores
+    directly), so only what it needs beyond them."""
     exchange = consumers // 2 * 128 * (bm // 2) * 4
-    fits = consumers % 2 == 0 and bm <= 128 and smem + max(boxes, exchange) <= SM90_MAX_SMEM
+    fits = blocks == 1 and consumers % 2 == 0 and bm <= 128 and smem + max(boxes, exchange) <= SM90_MAX_SMEM
     return max(exchange - boxes, 0) if fits else 0
 
 
@@ -442,8 +443,8 @@ def _sm90_instances(matrix: dict, profile: str, archs: list[str]) -> list[Instan
         boxes = 0
         if matrix["scheduler"] != "moe" or consumers <= 3:  # four-consumer grouped tiles store directly
             boxes = _sm90_out_boxes(smem, bm, consumers * blocks, act)
-        if matrix["scheduler"] == "moe" and blocks == 1:  # two-block tiles have no gated activation
-            smem += _sm90_glu_exchange(smem, bm, consumers, boxes)
+        if matrix["scheduler"] == "moe":
+            smem += _sm90_glu_exchange(smem, bm, consumers, boxes, blocks)
         smem += boxes
         key = _weight_only_key(
             act, code, zero, group, matrix["layout"], (bm, bn, bk), stages, 128 * (1 + consumers), smem

@@ -1047,17 +1047,30 @@ void test_grouped_walk_rule() {
          "no rows or no experts: the warp's walk");
 }
 
+// A grouped GEMM's measured points for a twin rule of humming.h: its rows over its experts, its n,
+// and whether the twin (the wider tile) was the faster one.
+struct TwinPoint {
+  int64_t assignments;
+  int32_t experts;
+  int64_t n;
+  bool twin_faster;
+};
+
+// Checks `rule` (grouped_tiles_wide or grouped_tiles_mid) for tiles of tile_m x tile_n on 132
+// multiprocessors at each point.
+template <size_t N, class Rule>
+void expect_twin_rule(Rule rule, const TwinPoint (&points)[N], int tile_m, int tile_n, const char *twin) {
+  for (const TwinPoint &p : points)
+    EXPECT(rule(p.assignments, p.experts, p.n, tile_m, tile_n, 132) == p.twin_faster,
+           "%lld rows over %d experts, n=%lld: the %s tile was faster", static_cast<long long>(p.assignments),
+           p.experts, static_cast<long long>(p.n), p.twin_faster ? twin : "narrow");
+}
+
 // The wide decode tile of a grouped GEMM (humming.h, grouped_tiles_wide) on the H200 points
 // measured in session 27 (132 multiprocessors, u4g128 bf16, t8x128 against t8x256 per GEMM): the
 // 256-channel tile where it was faster, the 128-channel one where it was slower.
 void test_grouped_wide_rule() {
-  struct Point {
-    int64_t assignments;
-    int32_t experts;
-    int64_t n;
-    bool wide_faster;
-  };
-  const Point points[] = {
+  const TwinPoint points[] = {
       {8, 128, 1536, false}, // Qwen3-30B-A3B gate-up, 1 token: 17.6 vs 15.0 us
       {8, 128, 2048, false}, // down: 11.8 vs 10.6
       {64, 128, 1536, true}, // 8 tokens: gate-up 42.1 vs 49.7
@@ -1065,10 +1078,7 @@ void test_grouped_wide_rule() {
       {8, 256, 4096, true},  // DeepSeek-V3 gate-up, 1 token: 43.6 vs 58.8
       {8, 256, 7168, true},  // down: 30.3 vs 41.6
   };
-  for (const Point &p : points)
-    EXPECT(grouped_tiles_wide(p.assignments, p.experts, p.n, 8, 128, 132) == p.wide_faster,
-           "%lld rows over %d experts, n=%lld: the %s tile was faster", static_cast<long long>(p.assignments),
-           p.experts, static_cast<long long>(p.n), p.wide_faster ? "wide" : "narrow");
+  expect_twin_rule(grouped_tiles_wide, points, 8, 128, "wide");
   EXPECT(!grouped_tiles_wide(-1, 256, 7168, 8, 128, 132), "an unknown count keeps the narrow tile");
   EXPECT(!grouped_tiles_wide(8, 256, 7168, 8, 128, 0), "no multiprocessors: the narrow tile");
 }
@@ -1077,13 +1087,7 @@ void test_grouped_wide_rule() {
 // session 61 (132 multiprocessors, W4A8 e2m1gc, t80x192 against t80x128, GEMM alone, us): the
 // 192-channel tile where it was faster, the 128-channel one where it was slower.
 void test_grouped_mid_rule() {
-  struct Point {
-    int64_t assignments;
-    int32_t experts;
-    int64_t n;
-    bool mid_faster;
-  };
-  const Point points[] = {
+  const TwinPoint points[] = {
       {8192, 128, 1536, true},  // Qwen3-30B-A3B gate-up, 1024 tokens: 100.5 vs 113.1
       {8192, 128, 2048, true},  // down: 73.6 vs 90.1
       {8192, 128, 5760, true},  // gpt-oss-120b gate-up, 2048 tokens: 441.9 vs 496.0
@@ -1092,10 +1096,7 @@ void test_grouped_mid_rule() {
       {512, 8, 28672, true},    // Mixtral-8x7B gate-up, 256 tokens: 201.7 vs 210.1
       {512, 8, 4096, false},    // down: 116.4 vs 92.6 (two rounds of tiles either way)
   };
-  for (const Point &p : points)
-    EXPECT(grouped_tiles_mid(p.assignments, p.experts, p.n, 80, 128, 132) == p.mid_faster,
-           "%lld rows over %d experts, n=%lld: the %s tile was faster", static_cast<long long>(p.assignments),
-           p.experts, static_cast<long long>(p.n), p.mid_faster ? "mid" : "narrow");
+  expect_twin_rule(grouped_tiles_mid, points, 80, 128, "mid");
   EXPECT(!grouped_tiles_mid(-1, 128, 1536, 80, 128, 132), "an unknown count keeps the narrow tile");
   EXPECT(!grouped_tiles_mid(8192, 128, 1536, 80, 128, 0), "no multiprocessors: the narrow tile");
 }
