@@ -9,7 +9,8 @@
 #      (the time of one tile moved 14 % between session 62's machines, so compare within a run).
 #   b (about 120 s, after a, SKIP_BUILD=1): the dense t256x128x64 against t128x128x128 at m = 1024
 #      to 8192 (session 62's H100: t128 faster at 14 of 15 points; the H200 table prefers t256 on wide
-#      layers from m = 1024): run it on an H200 (`kind: nvidia-h200`) to decide whether to refit.
+#      layers from m = 1024): run it on an H200 (`kind: nvidia-h200`) to decide whether to refit;
+#      then the grouped tests under compute-sanitizer (about 300 s more).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -35,6 +36,9 @@ a)
 b)
   python3 scripts/time_shapes.py 28672x8192,8192x28672,8192x8192,28672x4096,4096x14336,5120x13824 1024,2048,4096,8192 \
     --instances "${d}_t128x128x128_w1x2x1_s4,${d}_t256x128x64_w1x2x1_s5" 2>&1 | log
+  # compute-sanitizer memcheck and racecheck over the grouped tests of call a's build (the two-block
+  # lone tile has not been under the sanitizer yet).
+  SANITIZE_TOOLS="" SANITIZE_FUZZ=0 SANITIZE_TIMEOUT_S=200 bash scripts/gpu_sanitize.sh 2>&1 | log
   ;;
 *)
   echo "PART must be a or b" >&2
