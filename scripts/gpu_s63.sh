@@ -4,7 +4,8 @@
 #   a (about 300 s): where the grouped two-block tile t128x256x128 lone wins (session 62, H100:
 #      DeepSeek-V3 at 4096 tokens 0.82x / 0.88x t128x128x128's time, Qwen3-30B-A3B at 4096 and
 #      Mixtral-8x7B's down at 1024 1.03-1.13x): a dev+experimental build of the W4A16 u4g128 lone
-#      tiles of heights 128 / 144 / 256 and the two-block one, the grouped tests, then every MoE
+#      tiles of heights 128 / 144 / 256 and the two-block ones (t128x256x128, and t144x256x64: one
+#      fragment set, session 63), the grouped tests, then every MoE
 #      model at several token counts, each tile forced, the instance order run forward and reversed
 #      (the time of one tile moved 14 % between session 62's machines, so compare within a run).
 #   b (about 120 s, after a, SKIP_BUILD=1): the dense t256x128x64 against t128x128x128 at m = 1024
@@ -23,10 +24,10 @@ d=sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16
 case "$PART" in
 a)
   HUMMING_PROFILE=dev+experimental build_filtered \
-    "^sm90_wgmma_(moe_a-bf16_w-u4g128-sbf16_c-bf16_t(128x128x128|144x128x128|128x256x128|256x128x64)_w1x2x1_s[3-5]_lone|dense_a-bf16_w-u4g128-sbf16_c-bf16_t(128x128x128|256x128x64)_)"
+    "^sm90_wgmma_(moe_a-bf16_w-u4g128-sbf16_c-bf16_t(128x128x128|144x128x128|128x256x128|144x256x64|256x128x64)_w1x2x1_s[3-6]_lone|dense_a-bf16_w-u4g128-sbf16_c-bf16_t(128x128x128|256x128x64)_)"
   echo "build done at $(($(date +%s) - start)) s" | log
   gpu_tests moe test_moe.py "sm90_kernels_matches"
-  tiles="${g}_t128x128x128_w1x2x1_s4_lone,${g}_t128x256x128_w1x2x1_s3_lone,${g}_t144x128x128_w1x2x1_s4_lone,${g}_t256x128x64_w1x2x1_s5_lone"
+  tiles="${g}_t128x128x128_w1x2x1_s4_lone,${g}_t128x256x128_w1x2x1_s3_lone,${g}_t144x128x128_w1x2x1_s4_lone,${g}_t144x256x64_w1x2x1_s6_lone,${g}_t256x128x64_w1x2x1_s5_lone"
   reversed=$(echo "$tiles" | tr ',' '\n' | tac | paste -sd,)
   points=deepseek-v3:2048,deepseek-v3:4096,deepseek-v3:16384,qwen3-30b-a3b:4096,qwen3-30b-a3b:16384,mixtral-8x7b:4096,gpt-oss-120b:4096
   for order in "$tiles" "$reversed"; do

@@ -178,8 +178,10 @@ struct Dense {
   // Two-block tiles of two 64-input blocks a stage keep one set of fragments (Mainloops::kOneSet):
   // 128 sums and two sets of 64 fragment registers pass the 232 a consumer thread has. A warpgroup
   // then builds a stage's fragments only after its previous group has retired, while the other
-  // warpgroup's group runs.
-  static constexpr bool kOneSet = Blocks == 2 && KAtoms == 2;
+  // warpgroup's group runs. So do two-block tiles taller than 128 tokens, at one 64-input block a
+  // stage: t144x256x64's 144 sums and one set of 32 fit, where t144x256x128's one set of 64
+  // spilled 116 bytes (ptxas, CUDA 13.0, grouped lone walk).
+  static constexpr bool kOneSet = Blocks == 2 && (KAtoms == 2 || BM > 128);
   static constexpr bool kQueue =
       !kOneSet && kConsumerRegs >= 160 && (HUMMING_SM90_QUEUE < 0 ? kQueueRule : HUMMING_SM90_QUEUE != 0);
 
