@@ -1349,9 +1349,11 @@ def test_moe_gemm_activation_on_the_sm90_kernels_is_bitwise_the_gemm_then_activa
     last tile half past F), empty experts, an expert with more rows than a tile; the library's own
     choice; a layer whose F is no multiple of 64 (the plain GEMM and the activation kernel instead);
     a CUDA graph; and the tiles of more than 128 rows (t256 has no shared memory for it, t144
-    spilled with it) and those of three consumer warpgroups (192 channels: the gate and up halves
-    pair the warpgroups) refuse it by name.
+    spilled with it), those of three consumer warpgroups (192 channels: the gate and up halves
+    pair the warpgroups) and those of two 64-channel blocks a warpgroup refuse it by name.
     (Experimental: only +experimental builds take the epilogue's activation.)"""
+    import re
+
     from humming_aot._ext import C
 
     if not torch.cuda.get_device_capability() == (9, 0):
@@ -1374,9 +1376,11 @@ def test_moe_gemm_activation_on_the_sm90_kernels_is_bitwise_the_gemm_then_activa
         ref = _ref_glu(x.cpu(), qs, off.cpu(), activation, None, **kw)
         for name in names:
             # Tiles of more than 128 tokens have no exchange (t256: no shared memory; t144: spills),
-            # nor have those of an odd number of consumer warpgroups (64 channels each).
+            # nor have those of an odd number of consumer warpgroups, nor those whose warpgroups
+            # own two 64-channel blocks (the name's w1xCx1 counts the warpgroups).
             tokens, channels, _ = _tile(name)
-            no_exchange = tokens > 128 or channels // 64 % 2 == 1
+            warpgroups = int(re.search(r"_w1x(\d+)x1_", name).group(1))
+            no_exchange = tokens > 128 or warpgroups % 2 == 1 or channels != 64 * warpgroups
             for b in (None, bias):
                 if no_exchange:
                     with pytest.raises(Exception, match="cannot compute the activation in its epilogue"):

@@ -63,7 +63,9 @@ namespace sm90 {
 // Zero:      ZeroKind: none (unsigned codes are symmetric around 2^(bits-1)) or int (a byte per group).
 // GroupK:    inputs per scale (32, 64, 128, ...), or 0 for one scale per output channel.
 // BM:        tokens per tile: the WGMMA's N (8, 16, 32, 64, 128 or 256; the grouped tiles also 24,
-//            48, 80 and 144, heights that hold an expert's spread of rows with less padding).
+//            48, 80 and 144, heights that hold an expert's spread of rows with less padding; tiles
+//            of two blocks also 176, the tallest whose 2 x 88 sums leave a thread room for the
+//            rest).
 // Consumers: consumer warpgroups.
 // Blocks:    64-channel blocks per consumer warpgroup (1 or 2; BN = 64 x Consumers x Blocks): with
 //            two, a warpgroup issues two WGMMAs per K step on the same activations, so a stage's
@@ -175,15 +177,12 @@ struct Dense {
 #define HUMMING_SM90_QUEUE -1
 #endif
   static constexpr bool kQueueRule = !Grouped && (BM <= 16 || (BM == 64 && GroupK != 0));
-  // Two-block tiles of two 64-input blocks a stage keep one set of fragments (Mainloops::kOneSet):
-  // 128 sums and two sets of 64 fragment registers pass the 232 a consumer thread has. A warpgroup
-  // then builds a stage's fragments only after its previous group has retired, while the other
-  // warpgroup's group runs. So do two-block tiles taller than 128 tokens, at one 64-input block a
-  // stage: t144x256x64's 144 sums and one set of 32 fit, where t144x256x128's one set of 64
-  // spilled 116 bytes (ptxas, CUDA 13.0, grouped lone walk).
-  static constexpr bool kOneSet = Blocks == 2 && (KAtoms == 2 || BM > 128);
+  // Two-block tiles issue one K step per group (Mainloops::kStepwise): their 2 x kAcc sums leave
+  // no room for a stage's fragments, let alone two stages' (t128x256x128 with one set waited for
+  // each stage's group before it built the next stage's; t144x256x128 spilled 116 bytes).
+  static constexpr bool kStepwise = Blocks == 2;
   static constexpr bool kQueue =
-      !kOneSet && kConsumerRegs >= 160 && (HUMMING_SM90_QUEUE < 0 ? kQueueRule : HUMMING_SM90_QUEUE != 0);
+      !kStepwise && kConsumerRegs >= 160 && (HUMMING_SM90_QUEUE < 0 ? kQueueRule : HUMMING_SM90_QUEUE != 0);
 
   static_assert(ActId == dtypes::f16.id() || ActId == dtypes::bf16.id(), "activations are f16 or bf16");
   static_assert(kBits == 4 || kBits == 8, "4- or 8-bit codes");
@@ -191,8 +190,9 @@ struct Dense {
                 "float codes are e4m3 or e2m1, without zero points");
   static_assert(Zero == static_cast<int>(ZeroKind::kNone) || kIntZero, "no float zero points on this backend yet");
   static_assert(BM == 8 || BM == 16 || BM == 32 || BM == 64 || BM == 128 || BM == 256 ||
-                    (Grouped && (BM == 24 || BM == 48 || BM == 80 || BM == 144)),
-                "a WGMMA N of this backend (the heights between powers of two: grouped tiles only)");
+                    (Grouped && (BM == 24 || BM == 48 || BM == 80 || BM == 144)) || (Blocks == 2 && BM == 176),
+                "a WGMMA N of this backend (the heights between powers of two: grouped tiles, and 176 with two "
+                "blocks)");
   static_assert(KAtoms == 1 || KAtoms == 2, "layout 3 pads K to 128");
   static_assert(Consumers >= 1 && Consumers <= 4, "one to four consumer warpgroups");
   static_assert(Blocks == 1 || (Blocks == 2 && Consumers <= 2), "one or two 64-channel blocks per warpgroup");

@@ -22,28 +22,28 @@ namespace sm90 {
 //    scale groups a stage), its ring (kStages, kStageBytes,
 //    kAtomBytes per activation box, RingPos), its operands (kBf16) and fragments (Frags:
 //    backend/sm90/stage_fragments.h), and its rules kSumScales (sums per scale group), kQueue and
-//    kOneSet (one set of fragments: a stage's are built only after the group before has retired).
+//    kStepwise (one K step per group: mainloop_stepwise).
 template <class K> struct Mainloops {
   static constexpr int kAcc = K::kAcc, kSteps = K::kSteps, kSets = K::kSets, kStages = K::kStages;
   static constexpr int kStageBytes = K::kStageBytes, kAtomBytes = K::kAtomBytes, BM = K::kTileM, BK = K::BK;
   static constexpr int GroupK = K::kGroupK, kBlocks = K::kBlocks;
-  static constexpr bool kBf16 = K::kBf16, kSumScales = K::kSumScales, kQueue = K::kQueue, kOneSet = K::kOneSet;
-  // Fragment sets a thread keeps, and the one that stands for set B (the loops' alternation).
-  static constexpr int kFragSets = kOneSet ? 1 : 2;
-  static constexpr int set_of(int b) { return kOneSet ? 0 : b; }
-  static_assert(!(kOneSet && kQueue), "queueing the next stage's group needs its own fragments");
+  static constexpr bool kBf16 = K::kBf16, kSumScales = K::kSumScales, kQueue = K::kQueue, kStepwise = K::kStepwise;
+  // K steps of fragments a set holds: a stage's, or with kStepwise one step's.
+  static constexpr int kSetSteps = kStepwise ? 1 : kSteps;
+  static_assert(!(kStepwise && (kQueue || kSumScales)), "the stepwise loop sums straight into the tile's sums");
   using RingPos = typename K::RingPos;
   using Frags = typename K::Frags;
 
   // Per consumer thread: the sums of its tile (acc, one row per 64-channel block of its warpgroup)
   // and, with kSumScales (one block only), the current stage's sums per scale group (part; with
   // kQueue one set per fragment set, as two stages are in flight), with the fragments of each block
-  // and the scales of two stages (the one the tensor cores run and the next; one with kOneSet).
+  // and the scales of two stages (the one the tensor cores run and the next), or with kStepwise
+  // the fragments of two K steps.
   struct Regs {
     float acc[kBlocks][kAcc];
     float part[kQueue ? 2 : 1][kSumScales ? kSets : 1][kSumScales ? kAcc : 1];
-    uint32_t af[kFragSets][kBlocks][kSteps][4];
-    float sc[kFragSets][kSets][2];
+    uint32_t af[2][kBlocks][kSetSteps][4];
+    float sc[2][kSets][2];
 
     // The sums as one array (the fix-ups and the gated activation take them whole).
     __device__ __forceinline__ float (&flat())
@@ -68,7 +68,7 @@ template <class K> struct Mainloops {
 #pragma unroll
     for (int b = 0; b < kBlocks; ++b)
       Frags::load(ring_ptr + pos.stage * kStageBytes, cw * kBlocks + b, t, col + 64 * b, z.bias[b], z.zero[b],
-                  r.af[set_of(B)][b], r.sc[set_of(B)]);
+                  r.af[B][b], r.sc[B]);
   }
 
   // Issues the WGMMAs of stage `pos` from fragment set `B` as one group: into the group sums (each
@@ -83,7 +83,7 @@ template <class K> struct Mainloops {
 #pragma unroll
     for (int b = 0; b < kBlocks; ++b)
 #pragma unroll
-      for (int step = 0; step < kSteps; ++step) fence_regs(r.af[set_of(B)][b][step]);
+      for (int step = 0; step < kSteps; ++step) fence_regs(r.af[B][b][step]);
     if constexpr (kSumScales) {
 #pragma unroll
       for (int g = 0; g < kSets; ++g) fence_regs(r.part[P][g]);
@@ -98,12 +98,11 @@ template <class K> struct Mainloops {
       const uint64_t d = desc + (step / 4) * (kAtomBytes >> 4) + (step % 4) * 2;
       if constexpr (kSumScales) {
         constexpr int kSpan = GroupK < BK ? GroupK : BK; // inputs of one group inside the stage
-        Wgmma<BM, kBf16>::run(r.part[P][Frags::scale_row(step)], r.af[set_of(B)][0][step], d,
-                              (step * 16) % kSpan == 0 ? 0 : 1);
+        Wgmma<BM, kBf16>::run(r.part[P][Frags::scale_row(step)], r.af[B][0][step], d, (step * 16) % kSpan == 0 ? 0 : 1);
       } else {
         // Every block's WGMMA of this K step reads the same activations (descriptor d).
 #pragma unroll
-        for (int b = 0; b < kBlocks; ++b) Wgmma<BM, kBf16>::run(r.acc[b], r.af[set_of(B)][b][step], d, 1);
+        for (int b = 0; b < kBlocks; ++b) Wgmma<BM, kBf16>::run(r.acc[b], r.af[B][b][step], d, 1);
       }
     }
     wgmma_commit();
@@ -118,8 +117,7 @@ template <class K> struct Mainloops {
       for (int g = 0; g < kSets; ++g) {
         fence_regs(r.part[P][g]);
 #pragma unroll
-        for (int i = 0; i < kAcc; ++i)
-          r.acc[0][i] = fmaf(r.part[P][g][i], r.sc[set_of(B)][g][(i % 4) / 2], r.acc[0][i]);
+        for (int i = 0; i < kAcc; ++i) r.acc[0][i] = fmaf(r.part[P][g][i], r.sc[B][g][(i % 4) / 2], r.acc[0][i]);
       }
     } else if constexpr (FenceAcc) {
 #pragma unroll
@@ -130,24 +128,11 @@ template <class K> struct Mainloops {
   // Completes the stage in flight (`cur`, fragment set B) and starts the next one, if any: builds
   // the next stage's fragments into set 1 - B while the tensor cores run, waits for them, adds the
   // group sums into the tile's sums, hands the stage back and issues the next. True at the end.
-  // kOneSet: waits for the stage in flight first and builds the next one's fragments into the same
-  // registers after (the other consumer warpgroups keep the tensor cores busy meanwhile).
   template <int B>
   static __device__ __forceinline__ bool advance(uint32_t ring, const char *ring_ptr, uint32_t bars, RingPos &cur,
                                                  bool more, int cw, int t, int col, const Zeros &z, Regs &r) {
     RingPos next = cur;
     next.advance();
-    if constexpr (kOneSet) {
-      wgmma_wait<0>();
-      retire<B, true>(r);
-      release_stage<kStages>(bars, cur.stage);
-      cur = next;
-      if (more) {
-        fetch<B>(ring_ptr, bars, cur, cw, t, col, z, r);
-        issue<B>(ring, cur, r);
-      }
-      return !more;
-    }
     if (more) fetch<1 - B>(ring_ptr, bars, next, cw, t, col, z, r);
     wgmma_wait<0>();
     retire<B, true>(r);
@@ -174,9 +159,71 @@ template <class K> struct Mainloops {
     cur = next;
   }
 
+  // kStepwise: the `n` stages of one segment, each K step's WGMMAs a group of their own. A thread
+  // builds a step's fragments while the step before runs, then issues it and waits for the one
+  // before that, so that two sets of one step's fragments (8 registers a block) are all it keeps
+  // beside the sums: the tiles of two 64-channel blocks (kBlocks, 2 x kAcc sums) have no room for
+  // a stage's. A stage goes back once the group of its last step has retired, which the next
+  // stage's first wait tells.
+  static __device__ __forceinline__ void mainloop_stepwise(uint32_t ring, const char *ring_ptr, uint32_t bars,
+                                                           RingPos &pos, int64_t n, int cw, int t, int col,
+                                                           const Zeros &z, Regs &r) {
+#pragma unroll
+    for (int b = 0; b < kBlocks; ++b) {
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) r.acc[b][i] = 0.0f;
+      fence_regs(r.acc[b]);
+    }
+    int prev = -1; // the stage whose last group may still run
+    for (int64_t j = 0; j < n; ++j) {
+      const uint32_t full = ring_bar<kStages>(bars, 0, pos.stage), parity = pos.phase;
+      Probe::ring([=] { mbar_wait(full, parity); });
+      const char *stage = ring_ptr + pos.stage * kStageBytes;
+      const uint64_t desc = desc_sw128(ring) + desc_bytes(pos.stage * kStageBytes);
+#pragma unroll
+      for (int at = 0; at < K::kKAtoms; ++at) {
+        uint32_t words[kBlocks][K::kWords];
+#pragma unroll
+        for (int b = 0; b < kBlocks; ++b) Frags::load_words(stage, at, cw * kBlocks + b, t, words[b]);
+#pragma unroll
+        for (int sa = 0; sa < 4; ++sa) {
+          const int step = at * 4 + sa, s = step % 2; // kSteps is even: set s stays fixed per step
+#pragma unroll
+          for (int b = 0; b < kBlocks; ++b) {
+            Frags::convert_step(stage, step, col + 64 * b, z.bias[b], z.zero[b], words[b], r.af[s][b][0]);
+            fence_regs(r.af[s][b][0]);
+          }
+          wgmma_fence();
+          const uint64_t d = desc + (step / 4) * (kAtomBytes >> 4) + (step % 4) * 2;
+#pragma unroll
+          for (int b = 0; b < kBlocks; ++b) Wgmma<BM, kBf16>::run(r.acc[b], r.af[s][b][0], d, 1);
+          wgmma_commit();
+          wgmma_wait<1>();
+          if (step == 0 && prev >= 0) release_stage<kStages>(bars, prev);
+        }
+      }
+      prev = pos.stage;
+      pos.advance();
+    }
+    wgmma_wait<0>();
+    if (prev >= 0) release_stage<kStages>(bars, prev);
+#pragma unroll
+    for (int b = 0; b < kBlocks; ++b) fence_regs(r.acc[b]);
+  }
+
   // The `n` stages of one segment from ring position `pos` (left one past the last) into r.acc.
   static __device__ __forceinline__ void mainloop(uint32_t ring, const char *ring_ptr, uint32_t bars, RingPos &pos,
                                                   int64_t n, int cw, int t, int col, const Zeros &z, Regs &r) {
+    if constexpr (kStepwise)
+      mainloop_stepwise(ring, ring_ptr, bars, pos, n, cw, t, col, z, r);
+    else
+      mainloop_staged(ring, ring_ptr, bars, pos, n, cw, t, col, z, r);
+  }
+
+  // The same, a stage's K steps in one group.
+  static __device__ __forceinline__ void mainloop_staged(uint32_t ring, const char *ring_ptr, uint32_t bars,
+                                                         RingPos &pos, int64_t n, int cw, int t, int col,
+                                                         const Zeros &z, Regs &r) {
 #pragma unroll
     for (int b = 0; b < kBlocks; ++b)
 #pragma unroll

@@ -50,38 +50,50 @@ template <class K> struct StageFragments {
     }
 #pragma unroll
     for (int at = 0; at < KAtoms; ++at) {
-      const uint32_t *blk = reinterpret_cast<const uint32_t *>(stage + kABytes + (at * Columns + cw) * kBlockBytes);
       uint32_t words[kWords];
-      layout_sm90::load_thread_words<kWords>(blk, t, words);
+      load_words(stage, at, cw, t, words);
 #pragma unroll
-      for (int sa = 0; sa < 4; ++sa) {
-        const int step = at * 4 + sa;
-        const int row = scale_row(step);
-        uint32_t b[2] = {bias[0], bias[1]}, sc2[2] = {0u, 0u};
-        float z[2] = {zero[0], zero[1]};
-        if constexpr (GroupK != 0) {
-          const auto *srow = reinterpret_cast<const uint16_t *>(stage + kABytes + kWBytes) + row * BN;
+      for (int sa = 0; sa < 4; ++sa) convert_step(stage, at * 4 + sa, col, bias, zero, words, af[at * 4 + sa]);
+    }
+  }
+
+  // This thread's layout-3 words of 64-input block `at` of the stage, column `cw`.
+  static __device__ __forceinline__ void load_words(const char *stage, int at, int cw, int t,
+                                                    uint32_t (&words)[kWords]) {
+    const uint32_t *blk = reinterpret_cast<const uint32_t *>(stage + kABytes + (at * Columns + cw) * kBlockBytes);
+    layout_sm90::load_thread_words<kWords>(blk, t, words);
+  }
+
+  // K step `step`'s four A registers from the words of its 64-input block (load_words), with the
+  // zero points and (unless kSumScales) the scales of its scale row.
+  static __device__ __forceinline__ void convert_step(const char *stage, int step, int col, const uint32_t (&bias)[2],
+                                                      const float (&zero)[2], const uint32_t (&words)[kWords],
+                                                      uint32_t (&af)[4]) {
+    using Op = numeric::Operand<kBf16>;
+    const int sa = step % 4, row = scale_row(step);
+    uint32_t b[2] = {bias[0], bias[1]}, sc2[2] = {0u, 0u};
+    float z[2] = {zero[0], zero[1]};
+    if constexpr (GroupK != 0) {
+      const auto *srow = reinterpret_cast<const uint16_t *>(stage + kABytes + kWBytes) + row * BN;
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            if constexpr (!kSumScales) {
-              const uint32_t sv = srow[col + 8 * h];
-              sc2[h] = sv | (sv << 16);
-            }
-            if constexpr (kIntZero) {
-              const auto *zrow = reinterpret_cast<const uint8_t *>(stage + kABytes + kWBytes + kSBytes) + row * BN;
-              z[h] = static_cast<float>(zrow[col + 8 * h]);
-              b[h] = numeric::zero_bias<kBf16>(z[h]);
-            }
-          }
+      for (int h = 0; h < 2; ++h) {
+        if constexpr (!kSumScales) {
+          const uint32_t sv = srow[col + 8 * h];
+          sc2[h] = sv | (sv << 16);
         }
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          // pair sa * 4 + r of the 64-input block (layout/sm90.h)
-          uint32_t v = numeric::exact_pair_of<kBf16, kCodeId>(words, sa * 4 + r, b[r % 2], z[r % 2]);
-          if constexpr (GroupK != 0 && !kSumScales) v = Op::mul(v, sc2[r % 2]);
-          af[step][r] = v;
+        if constexpr (kIntZero) {
+          const auto *zrow = reinterpret_cast<const uint8_t *>(stage + kABytes + kWBytes + kSBytes) + row * BN;
+          z[h] = static_cast<float>(zrow[col + 8 * h]);
+          b[h] = numeric::zero_bias<kBf16>(z[h]);
         }
       }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      // pair sa * 4 + r of the 64-input block (layout/sm90.h)
+      uint32_t v = numeric::exact_pair_of<kBf16, kCodeId>(words, sa * 4 + r, b[r % 2], z[r % 2]);
+      if constexpr (GroupK != 0 && !kSumScales) v = Op::mul(v, sc2[r % 2]);
+      af[r] = v;
     }
   }
 };
