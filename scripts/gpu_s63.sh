@@ -42,7 +42,8 @@ b)
   SANITIZE_TOOLS="" SANITIZE_FUZZ=0 SANITIZE_TIMEOUT_S=200 bash scripts/gpu_sanitize.sh 2>&1 | log
   ;;
 c)
-  # The two-block tiles with one K step per group (Mainloops::kStepwise, session 63): t128x256 of
+  # (Prepared in session 63, whose device was paused before it could run: the next session's first
+  # call.) The two-block tiles with one K step per group (Mainloops::kStepwise, session 63): t128x256 of
   # 64 and 128 inputs a stage, t144x256x64 and t176x256x64 (the peer's W4A16 tile of large-M MoE
   # layers), grouped (lone walk) and dense, against the one-block tiles of 128, 144 and 256 tokens;
   # the GPU tests of all of them, sym and -zi; a few dense points (about 350 s).
