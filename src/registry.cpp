@@ -571,6 +571,17 @@ bool walks_alone(const InstanceInfo &i) { return name_ends(i, "_lone"); }
 // the split twin of a warp-walk tile (grouped_pick, grouped_split_k), never as a base tile.
 bool splits_k(const InstanceInfo &i) { return name_ends(i, "_ks"); }
 
+// Whether sm90 weight-only instance `i` gives each consumer warpgroup two 64-channel blocks
+// (kernel/sm90_dense.cuh Blocks = 2, experimental since session 62): more channels than 64 a
+// consumer warpgroup (its threads are a producer warpgroup and the consumers). The default rules
+// have no measured cost of theirs: no such tile is a default choice where another instance computes
+// the format (select_instance), a height of the grouped height rule, or a wide or mid twin, so that a
+// build with them chooses as one without; a caller's instance= takes them.
+bool two_blocks(const InstanceInfo &i) {
+  return std::strcmp(i.backend, "sm90") == 0 && DType::from_id(i.act_type).bits >= 16 &&
+         i.tile_n > 64 * (i.threads / 128 - 1);
+}
+
 } // namespace
 
 namespace {
@@ -599,7 +610,8 @@ const InstanceInfo *channels_twin(const InstanceInfo &grouped, int channels, con
     const InstanceInfo &w = generated::kInstances[i];
     if (w.tile_n == channels && w.tile_m == grouped.tile_m && w.tile_k == grouped.tile_k &&
         std::strcmp(w.backend, grouped.backend) == 0 && std::strcmp(w.scheduler, grouped.scheduler) == 0 &&
-        walks_alone(w) == walks_alone(grouped) && splits_k(w) == splits_k(grouped) && candidate(w, args, cc))
+        walks_alone(w) == walks_alone(grouped) && splits_k(w) == splits_k(grouped) && !two_blocks(w) &&
+        candidate(w, args, cc))
       return &w;
   }
   return nullptr;
@@ -680,6 +692,11 @@ const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::
     }
     candidates.push_back(&info);
   }
+  // Two-block tiles (two_blocks) only where nothing else computes the format.
+  if (std::any_of(candidates.begin(), candidates.end(), [](const InstanceInfo *c) { return !two_blocks(*c); }))
+    candidates.erase(
+        std::remove_if(candidates.begin(), candidates.end(), [](const InstanceInfo *c) { return two_blocks(*c); }),
+        candidates.end());
   if (candidates.empty()) {
     if (why)
       *why = "no compiled instance computes " + to_string(args.fmt) + " on sm_" + std::to_string(cc) +
@@ -767,11 +784,12 @@ const InstanceInfo *select_grouped_instance(const GemmArgs &args, int64_t rows_p
   like.m = std::max<int64_t>(1, rows_per_expert);
   if (like.m <= kGroupedLowestTileTo) {
     // Per height, the narrowest channel tile (t8x128 before t8x256: grouped_pick widens it), the
-    // first in name order among equals (the warp walk's name before its _lone twin); no K-split tile (_ks).
+    // first in name order among equals (the warp walk's name before its _lone twin); no K-split tile (_ks)
+    // and no two-block tile (two_blocks).
     std::vector<const InstanceInfo *> heights;
     for (size_t i = 0; i < generated::kInstanceCount; ++i) {
       const InstanceInfo &info = generated::kInstances[i];
-      if (splits_k(info) || !candidate(info, like, cc)) continue;
+      if (splits_k(info) || two_blocks(info) || !candidate(info, like, cc)) continue;
       auto same =
           std::find_if(heights.begin(), heights.end(), [&](const InstanceInfo *h) { return h->tile_m == info.tile_m; });
       if (same == heights.end())

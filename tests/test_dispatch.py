@@ -442,6 +442,43 @@ def _build_formats():
     return sorted(out)
 
 
+def test_two_block_tiles_are_taken_only_by_name():
+    """The sm90 weight-only tiles of two 64-channel blocks a consumer warpgroup (Blocks = 2,
+    experimental, no measured cost): dispatch.two_blocks (like registry.cpp's) tells them from a
+    registry entry's channels and threads exactly where the generator's template argument says two
+    blocks, for every instance of this build; and where the build has one (CI's ci+experimental: the
+    dense t128x256x64), neither language's default choice is one over a grid of layers and M, while
+    instance= still runs it."""
+    import importlib.util
+    import pathlib
+    import sys
+
+    from humming_aot._ext import C
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "tools" / "gen_instances.py"
+    spec = importlib.util.spec_from_file_location("gen_instances_two_blocks", path)
+    gen = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = gen  # its dataclasses look their module up there
+    spec.loader.exec_module(gen)
+    every = {i.name: i for i in gen.enumerate_instances(["80", "90a"], "full+experimental")}
+    built = registry.instances()
+    assert built and all(i.name in every for i in built)
+    for inst in built:
+        g = every[inst.name]
+        blocks = int(g.template_args[6]) if g.header.endswith("sm90_dense.cuh") else 1
+        assert dispatch.two_blocks(inst) == (blocks == 2), inst.name
+    dispatch.reset()
+    for inst in (i for i in built if dispatch.two_blocks(i) and i.scheduler == "dense"):
+        fmt = next(
+            f for f, layout in _build_formats() if layout == inst.layout and inst.name.split("_t")[0].endswith(f)
+        )
+        for m, n, k in itertools.product((64, 1024, 4096, 16384), (4096, 28672), (4096, 8192)):
+            py = dispatch.choose_for(fmt, n, k, m, cc=90, sms=132, layout=inst.layout)
+            assert not dispatch.two_blocks(next(i for i in built if i.name == py)), (fmt, m, n, k, py)
+            assert C.select_instance(fmt, inst.layout, n, k, m, 90, 132) == py
+        assert C.check_instance(inst.name, fmt, inst.layout, 4096, 4096, 1024)[0], inst.name
+
+
 @pytest.mark.parametrize("cc,sms", [(90, 132), (90, 114), (89, 142), (86, 84), (80, 108)])
 def test_cpp_default_choice_equals_python_choice(cc, sms):
     from humming_aot._ext import C

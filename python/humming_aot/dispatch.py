@@ -419,6 +419,14 @@ def choose_for(fmt, n: int, k: int, m: int, *, cc: int, sms: int, device_name: s
     return name
 
 
+def two_blocks(inst) -> bool:
+    """Whether sm90 weight-only instance ``inst`` gives each consumer warpgroup two 64-channel
+    blocks (experimental since session 62): more channels than 64 a consumer warpgroup (its threads
+    are a producer warpgroup and the consumers). As registry.cpp's two_blocks: no default choice
+    where another instance computes the format (no rule has their costs); ``instance=`` takes them."""
+    return inst.backend == "sm90" and inst.act_type in ("bf16", "f16") and inst.tile[1] > 64 * (inst.threads // 128 - 1)
+
+
 def _range_candidates(table: dict, idx: int, g, n: int, k: int, m: int, cc: int, layout: int):
     """(instances that run the problem, the evaluated rows or None where they came from the cache).
     A range's candidates are found once (checking every instance of a full build takes
@@ -430,6 +438,8 @@ def _range_candidates(table: dict, idx: int, g, n: int, k: int, m: int, cc: int,
         return candidates, None
     rows = _evaluate(g, n, k, m, cc, layout)
     candidates = [inst for inst, ok, _ in rows if ok]
+    if _forced is None and any(not two_blocks(i) for i in candidates):
+        candidates = [i for i in candidates if not two_blocks(i)]
     if candidates and _forced is None:
         if len(_candidates) >= 4096:
             _candidates.clear()
