@@ -472,10 +472,14 @@ def test_two_block_tiles_are_taken_only_by_name():
         fmt = next(
             f for f, layout in _build_formats() if layout == inst.layout and inst.name.split("_t")[0].endswith(f)
         )
+        others = [i.name for i in built if not dispatch.two_blocks(i) and i.layout == inst.layout and "90a" in i.archs]
         for m, n, k in itertools.product((64, 1024, 4096, 16384), (4096, 28672), (4096, 8192)):
             py = dispatch.choose_for(fmt, n, k, m, cc=90, sms=132, layout=inst.layout)
-            assert not dispatch.two_blocks(next(i for i in built if i.name == py)), (fmt, m, n, k, py)
             assert C.select_instance(fmt, inst.layout, n, k, m, 90, 132) == py
+            if dispatch.two_blocks(next(i for i in built if i.name == py)):
+                # Only where no other instance of this build runs the problem (a filtered build).
+                runs = [o for o in others if C.check_instance(o, fmt, inst.layout, n, k, m)[0]]
+                assert not runs, (fmt, m, n, k, py, runs)
         assert C.check_instance(inst.name, fmt, inst.layout, 4096, 4096, 1024)[0], inst.name
 
 
