@@ -1360,14 +1360,14 @@ def test_moe_gemm_activation_on_the_sm90_kernels_is_bitwise_the_gemm_then_activa
     spilled with it), those of three consumer warpgroups (192 channels: the gate and up halves
     pair the warpgroups) and those of two 64-channel blocks a warpgroup refuse it by name.
     (Experimental: only +experimental builds take the epilogue's activation.)"""
-    import re
-
+    from humming_aot import dispatch, registry
     from humming_aot._ext import C
 
     if not torch.cuda.get_device_capability() == (9, 0):
         pytest.skip("the grouped GEMM kernels are sm90 ones; this GPU is not sm_90")
     if "experimental" not in C.build_info()["profile"]:
         pytest.skip("the epilogue's activation is experimental: this build's profile has no +experimental")
+    instances = {i.name: i for i in registry.instances()}
     tested = 0
     for wfmt in ("u4g128-sbf16", "u4g128-sbf16-zi"):
         fmt = f"a-bf16_w-{wfmt}_c-bf16"
@@ -1384,11 +1384,10 @@ def test_moe_gemm_activation_on_the_sm90_kernels_is_bitwise_the_gemm_then_activa
         ref = _ref_glu(x.cpu(), qs, off.cpu(), activation, None, **kw)
         for name in names:
             # Tiles of more than 128 tokens have no exchange (t256: no shared memory; t144: spills),
-            # nor have those of an odd number of consumer warpgroups, nor those whose warpgroups
-            # own two 64-channel blocks (the name's w1xCx1 counts the warpgroups).
-            tokens, channels, _ = _tile(name)
-            warpgroups = int(re.search(r"_w1x(\d+)x1_", name).group(1))
-            no_exchange = tokens > 128 or warpgroups % 2 == 1 or channels != 64 * warpgroups
+            # nor have those of an odd number of consumer warpgroups (the threads are a producer
+            # warpgroup and the consumers), nor those whose warpgroups own two 64-channel blocks.
+            inst = instances[name]
+            no_exchange = inst.tile[0] > 128 or (inst.threads // 128 - 1) % 2 == 1 or dispatch.two_blocks(inst)
             for b in (None, bias):
                 if no_exchange:
                     with pytest.raises(Exception, match="cannot compute the activation in its epilogue"):
