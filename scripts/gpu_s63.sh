@@ -56,7 +56,7 @@ c)
   for t in t128x128x128_w1x2x1_s4 t128x256x128_w1x2x1_s3 t128x256x64_w1x2x1_s6 t144x128x128_w1x2x1_s4 \
     t144x256x64_w1x2x1_s5 t176x256x64_w1x2x1_s4 t256x128x64_w1x2x1_s5; do tiles="$tiles${tiles:+,}${g}_${t}_lone"; done
   reversed=$(echo "$tiles" | tr ',' '\n' | tac | paste -sd,)
-  points=deepseek-v3:4096,qwen3-30b-a3b:16384,mixtral-8x7b:1024,mixtral-8x7b:4096
+  points=deepseek-v3:4096,qwen3-30b-a3b:4096,qwen3-30b-a3b:16384,mixtral-8x7b:1024,mixtral-8x7b:4096
   for order in "$tiles" "$reversed"; do
     python3 scripts/moe_spill.py "$points" --w4a16 --kinds random --instances "$order" 2>&1 | log
   done
