@@ -48,7 +48,7 @@ c)
   # layers), grouped (lone walk) and dense, against the one-block tiles of 128, 144 and 256 tokens;
   # the GPU tests of all of them, sym and -zi; a few dense points (about 350 s).
   HUMMING_PROFILE=dev+experimental build_filtered \
-    "^sm90_wgmma_(moe_a-bf16_w-u4g128-sbf16(-zi)?_c-bf16_t(128x128x128_w1x2x1_s4|144x128x128_w1x2x1_s4|256x128x64_w1x2x1_s5|128x256x128_w1x2x1_s3|128x256x64_w1x2x1_s6|144x256x64_w1x2x1_s5|176x256x64_w1x2x1_s4)_lone|dense_a-bf16_w-u4g128-sbf16(-zi)?_c-bf16_t(128x128x128|256x128x64|128x256x64|128x256x128|176x256x64)_w1x2x1_s[3-6]$)"
+    "^sm90_wgmma_(moe_a-bf16_w-u4g128-sbf16(-zi)?_c-bf16_t(128x128x128_w1x2x1_s4|144x128x128_w1x2x1_s4|256x128x64_w1x2x1_s5|128x256x128_w1x2x1_s3|128x256x64_w1x2x1_s6|144x256x64_w1x2x1_s5|176x256x64_w1x2x1_s4|80x128x128_w1x2x1_s5|80x192x128_w1x3x1_s5|80x256x64_w1x2x1_s6)_lone|dense_a-bf16_w-u4g128-sbf16(-zi)?_c-bf16_t(128x128x128|256x128x64|128x256x64|128x256x128|176x256x64)_w1x2x1_s[3-6]$)"
   echo "build done at $(($(date +%s) - start)) s" | log
   gpu_tests dense test_gpu.py "t128x256 or t176x256"
   gpu_tests moe test_moe.py "sm90_kernels_matches or activation_on_the_sm90"
@@ -65,6 +65,12 @@ c)
     dense="$dense${dense:+,}${d}_$t"
   done
   python3 scripts/time_shapes.py 28672x8192,4096x14336 2048,8192 --instances "$dense" 2>&1 | log
+  # (Session 64) The peer's tile at 64 rows per expert is 80 x 256 x 64 (its selection run on the
+  # CPU): the two-block t80x256x64 against t80 and its mid twin t80x192, last (the call may end first).
+  t80="${g}_t80x128x128_w1x2x1_s5_lone,${g}_t80x192x128_w1x3x1_s5_lone,${g}_t80x256x64_w1x2x1_s6_lone"
+  for order in "$t80" "$(echo "$t80" | tr ',' '\n' | tac | paste -sd,)"; do
+    python3 scripts/moe_spill.py qwen3-30b-a3b:1024,mixtral-8x7b:256 --w4a16 --kinds random --instances "$order" 2>&1 | log
+  done
   ;;
 *)
   echo "PART must be a, b or c" >&2
