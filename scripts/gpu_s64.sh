@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# On the lent GPU machine, session 64's calls; logs to $OUT/s64<PART>.txt.
+# PART picks the call:
+#   a (about 250 s): the dense two-block tile t176x256x64 (Mainloops::kStepwise, session 63) over the
+#      shape corpus at large M, beside the dev tiles it would compete with (t128x128x128, t256x128x64)
+#      and t128x256x128: session 64's call c (scripts/gpu_s63.sh PART=c, H100) timed it 12 % faster
+#      than t128x128x128 on 28672 x 8192 at m = 8192 and 6-8 % on 4096 x 14336 at m = 2048 / 8192.
+#      The sweep is what tools/fit_tile_costs.py fits its cost to.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/build/gpu-out}"
+PART="${PART:-a}"
+. scripts/build_filtered.sh
+device_log "s64$PART.txt"
+nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | log
+d=sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16
+case "$PART" in
+a)
+  HUMMING_PROFILE=dev+experimental build_filtered \
+    "^${d}_t(128x128x128_w1x2x1_s4|256x128x64_w1x2x1_s5|176x256x64_w1x2x1_s4|128x256x128_w1x2x1_s3)$"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  python3 scripts/sweep_tiles.py "$OUT/s64a-sweep-u4g128-large-m.json" --match "^${d}_t" \
+    --ms 256,512,1024,2048,3072,4096,8192,16384 --max-tile-rows 160 --iters 7 2>&1 | log
+  ;;
+*)
+  echo "PART must be a" >&2
+  exit 2
+  ;;
+esac
+echo "all done at $(($(date +%s) - start)) s" | log
