@@ -6,6 +6,11 @@
 #      and t128x256x128: session 64's call c (scripts/gpu_s63.sh PART=c, H100) timed it 12 % faster
 #      than t128x128x128 on 28672 x 8192 at m = 8192 and 6-8 % on 4096 x 14336 at m = 2048 / 8192.
 #      The sweep is what tools/fit_tile_costs.py fits its cost to.
+#   b (about 220 s; carry .peer): the dev build's dense u4g128 bf16 instances (sym and -zi; t176x256x64
+#      in dev and weighed by the H200 table since session 64), the GPU tests of the dense kernels and
+#      of the dispatch (the default choices now take t176 and t128 past 16 rows of tiles), the
+#      dispatcher's choice against t128x128x128 and t256x128x64 forced at large M, then the W4A16
+#      standing at m = 8192 against cuBLAS bf16 and humming-kernels 0.1.20.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -22,8 +27,21 @@ a)
   python3 scripts/sweep_tiles.py "$OUT/s64a-sweep-u4g128-large-m.json" --match "^${d}_t" \
     --ms 256,512,1024,2048,3072,4096,8192,16384 --max-tile-rows 160 --iters 7 2>&1 | log
   ;;
+b)
+  build_filtered "^${d/-sbf16_c/-sbf16(-zi)?_c}_"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  gpu_tests dense test_gpu.py "instance_against_reference or waves_of_tiles or rings_wrap or heavy_tiles or dispatch_crosses or graph"
+  gpu_tests dispatch test_dispatch.py ""
+  python3 scripts/time_shapes.py 28672x8192,8192x28672,4096x14336,5120x13824 2048,4096,8192,16384 --graph 2>&1 | log
+  python3 scripts/time_shapes.py 28672x8192,8192x28672,4096x14336,5120x13824 2048,4096,8192,16384 --graph \
+    --instances "${d}_t128x128x128_w1x2x1_s4,${d}_t256x128x64_w1x2x1_s5" 2>&1 | log
+  install_peer
+  PYTHONPATH=/tmp/peer python3 -m humming_aot.bench --shapes 28672x8192,8192x8192,8192x28672 --ms 8192 \
+    --formats w4a16 --impls humming-aot,cublas-bf16,humming-jit --jit-formats w4a16 --out-dir "$OUT" \
+    --name dense-w4a16-m8192 --no-plot --time-budget-s 150 2>&1 | tail -20 | log
+  ;;
 *)
-  echo "PART must be a" >&2
+  echo "PART must be a or b" >&2
   exit 2
   ;;
 esac

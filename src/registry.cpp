@@ -450,12 +450,25 @@ const TileCost *tile_cost(const DispatchTable &t, const InstanceInfo &i) {
 }
 
 // Launches of more rows of tiles than this are outside what the tile costs were fitted to
-// (scripts/sweep_tiles.py times no such launch), so estimates leave them out.
+// (scripts/sweep_tiles.py times no such launch by default), so estimates leave them out ...
 constexpr int64_t kEstimateMaxTileRows = 16;
+// ... except for the weight-only (16-bit activation) tiles of at least kEstimateTallTile tokens, up
+// to kEstimateMaxTallTileRows rows: session 64's sweeps timed them up to m = 16384 (128 rows of
+// t128; H100, benchmarks/results/h100/tuning/h100-2026-12-07-s64-README.md), where the costs
+// fitted at 16 rows still chose within 1 % of the fastest tile, while past 16 rows the patterns'
+// t256 had taken 1.12-1.16x the fastest tile's time in geometric mean (m = 3072 to 16384).
+constexpr int64_t kEstimateMaxTallTileRows = 128;
+constexpr int kEstimateTallTile = 128;
+
+// The most rows of tiles an estimate covers for instance `i` (humming_aot.dispatch mirrors it).
+int64_t estimate_max_tile_rows(const InstanceInfo &i) {
+  const bool tall = i.tile_m >= kEstimateTallTile && DType::from_id(i.act_type).bits >= 16;
+  return tall ? kEstimateMaxTallTileRows : kEstimateMaxTileRows;
+}
 
 // An estimate range's choice (humming_aot.dispatch._estimates follows the same rule): among the
 // candidates the table's tile costs cover with a positive estimate and whose launch has at most
-// kEstimateMaxTileRows rows of tiles, none taller than kEstimateMaxPad times the lowest of their
+// estimate_max_tile_rows rows of tiles, none taller than kEstimateMaxPad times the lowest of their
 // tile heights that holds args.m, the lowest estimate; ties to the first in name order. nullptr
 // when none qualifies.
 // A taller tile pads its last rows' tensor work only (their activations are loaded as far as m
@@ -471,7 +484,7 @@ const InstanceInfo *estimated_choice(const DispatchTable &t, const std::vector<c
   int64_t cap = 0, tallest = 0;
   for (const InstanceInfo *c : candidates) {
     const TileCost *tc = tile_cost(t, *c);
-    if (tc == nullptr || (args.m + c->tile_m - 1) / c->tile_m > kEstimateMaxTileRows) continue;
+    if (tc == nullptr || (args.m + c->tile_m - 1) / c->tile_m > estimate_max_tile_rows(*c)) continue;
     const double us = estimated_us(*c, args, sms, *tc);
     // A kernel the model does not cover (-1), or a fit extrapolated past its points to a time that
     // is not positive (a8w8 8x256x128 at m = 64 on 4160 x 4096: -5.2 us): outside the model.
@@ -572,11 +585,13 @@ bool walks_alone(const InstanceInfo &i) { return name_ends(i, "_lone"); }
 bool splits_k(const InstanceInfo &i) { return name_ends(i, "_ks"); }
 
 // Whether sm90 weight-only instance `i` gives each consumer warpgroup two 64-channel blocks
-// (kernel/sm90_dense.cuh Blocks = 2, experimental since session 62): more channels than 64 a
-// consumer warpgroup (its threads are a producer warpgroup and the consumers). The default rules
-// have no measured cost of theirs: no such tile is a default choice where another instance computes
-// the format (select_instance), a height of the grouped height rule, or a wide or mid twin, so that a
-// build with them chooses as one without; a caller's instance= takes them.
+// (kernel/sm90_dense.cuh Blocks = 2, session 62): more channels than 64 a consumer warpgroup (its
+// threads are a producer warpgroup and the consumers). Such a tile is a default choice only as a
+// dense tile whose cost the device table has (the estimate ranges then weigh it like any other:
+// t176x256x64 since session 64), or where nothing else computes the format (select_instance); never
+// a height of the grouped height rule or a wide or mid twin (their grouped times were measured
+// against the one-block tiles case by case, and no rule says where they win); a caller's instance=
+// takes any of them.
 bool two_blocks(const InstanceInfo &i) {
   return std::strcmp(i.backend, "sm90") == 0 && DType::from_id(i.act_type).bits >= 16 &&
          i.tile_n > 64 * (i.threads / 128 - 1);
@@ -692,11 +707,14 @@ const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::
     }
     candidates.push_back(&info);
   }
-  // Two-block tiles (two_blocks) only where nothing else computes the format.
-  if (std::any_of(candidates.begin(), candidates.end(), [](const InstanceInfo *c) { return !two_blocks(*c); }))
-    candidates.erase(
-        std::remove_if(candidates.begin(), candidates.end(), [](const InstanceInfo *c) { return two_blocks(*c); }),
-        candidates.end());
+  // Two-block tiles (two_blocks) only as dense tiles the table has a cost for, or where nothing
+  // else computes the format.
+  const DispatchTable *table = table_for(cc, sms);
+  const auto unweighed = [&](const InstanceInfo *c) {
+    return two_blocks(*c) && (runs_experts(*c) || table == nullptr || tile_cost(*table, *c) == nullptr);
+  };
+  if (std::any_of(candidates.begin(), candidates.end(), [&](const InstanceInfo *c) { return !unweighed(c); }))
+    candidates.erase(std::remove_if(candidates.begin(), candidates.end(), unweighed), candidates.end());
   if (candidates.empty()) {
     if (why)
       *why = "no compiled instance computes " + to_string(args.fmt) + " on sm_" + std::to_string(cc) +
@@ -707,7 +725,7 @@ const InstanceInfo *select_instance(const GemmArgs &args, int cc, int sms, std::
   }
   // The table's choice (or the registry's order), then the walk a grouped GEMM's size asks for.
   const auto pick = [&]() -> const InstanceInfo * {
-    if (const DispatchTable *t = table_for(cc, sms)) {
+    if (const DispatchTable *t = table) {
       size_t r = t->first_range;
       const size_t last = t->first_range + t->range_count - 1;
       const auto covers = [&](const DispatchRange &d) {

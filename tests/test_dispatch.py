@@ -442,13 +442,14 @@ def _build_formats():
     return sorted(out)
 
 
-def test_two_block_tiles_are_taken_only_by_name():
-    """The sm90 weight-only tiles of two 64-channel blocks a consumer warpgroup (Blocks = 2,
-    experimental, no measured cost): dispatch.two_blocks (like registry.cpp's) tells them from a
-    registry entry's channels and threads exactly where the generator's template argument says two
-    blocks, for every instance of this build; and where the build has one (CI's ci+experimental: the
-    dense t128x256x64), neither language's default choice is one over a grid of layers and M, while
-    instance= still runs it."""
+def test_two_block_tiles_are_default_only_where_the_table_costs_them():
+    """The sm90 weight-only tiles of two 64-channel blocks a consumer warpgroup (Blocks = 2):
+    dispatch.two_blocks (like registry.cpp's) tells them from a registry entry's channels and
+    threads exactly where the generator's template argument says two blocks, for every instance of
+    this build; and where the build has one (CI's ci+experimental: the dense t176x256x64, whose cost
+    the H200 table has), both languages' default choice over a grid of layers and M is the same, and
+    a two-block choice is either one the table costs or the only instance of the build that runs the
+    problem (a filtered build); every two-block tile still runs by name (instance=)."""
     import importlib.util
     import pathlib
     import sys
@@ -467,7 +468,10 @@ def test_two_block_tiles_are_taken_only_by_name():
         g = every[inst.name]
         blocks = int(g.template_args[6]) if g.header.endswith("sm90_dense.cuh") else 1
         assert dispatch.two_blocks(inst) == (blocks == 2), inst.name
+    table = next(t for t in gen.dispatch_tables() if t["name"] == "h200")
+    costs = dispatch._tile_costs(table)
     dispatch.reset()
+    taken = set()
     for inst in (i for i in built if dispatch.two_blocks(i) and i.scheduler == "dense"):
         fmt = next(
             f for f, layout in _build_formats() if layout == inst.layout and inst.name.split("_t")[0].endswith(f)
@@ -476,11 +480,19 @@ def test_two_block_tiles_are_taken_only_by_name():
         for m, n, k in itertools.product((64, 1024, 4096, 16384), (4096, 28672), (4096, 8192)):
             py = dispatch.choose_for(fmt, n, k, m, cc=90, sms=132, layout=inst.layout)
             assert C.select_instance(fmt, inst.layout, n, k, m, 90, 132) == py
-            if dispatch.two_blocks(next(i for i in built if i.name == py)):
-                # Only where no other instance of this build runs the problem (a filtered build).
-                runs = [o for o in others if C.check_instance(o, fmt, inst.layout, n, k, m)[0]]
-                assert not runs, (fmt, m, n, k, py, runs)
+            chosen = next(i for i in built if i.name == py)
+            if dispatch.two_blocks(chosen):
+                taken.add(py)
+                if dispatch._cost_for(costs, chosen) is None:
+                    # Uncosted: only where no other instance of this build runs the problem.
+                    runs = [o for o in others if C.check_instance(o, fmt, inst.layout, n, k, m)[0]]
+                    assert not runs, (fmt, m, n, k, py, runs)
         assert C.check_instance(inst.name, fmt, inst.layout, 4096, 4096, 1024)[0], inst.name
+    # The costed tile is weighed, not only admitted: over this grid its estimate wins somewhere
+    # (m = 4096 and 16384, beside t128x128x128 and t256x128x64 in a dev build; from the H200
+    # table's costs) wherever the build has it.
+    if any(i.scheduler == "dense" and tuple(i.tile) == (176, 256, 64) for i in built):
+        assert any("_t176x256x64_" in name for name in taken), "no default choice over the grid is t176x256x64"
 
 
 @pytest.mark.parametrize("cc,sms", [(90, 132), (90, 114), (89, 142), (86, 84), (80, 108)])

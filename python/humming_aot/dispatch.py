@@ -316,8 +316,22 @@ def estimated_us(cost, backend: str, tile, fmt, n: int, k: int, m: int, sms: int
 
 
 # Launches of more rows of tiles are outside what tile costs are fitted to (scripts/sweep_tiles.py
-# times none), so estimates leave them out (registry.cpp: kEstimateMaxTileRows).
+# times none by default), so estimates leave them out (registry.cpp: kEstimateMaxTileRows), except
+# for the weight-only tiles of 128 tokens and more, which session 64's sweeps timed up to 128 rows
+# (registry.cpp: estimate_max_tile_rows).
 _ESTIMATE_MAX_TILE_ROWS = 16
+_ESTIMATE_MAX_TALL_TILE_ROWS = 128
+_ESTIMATE_TALL_TILE = 128
+
+
+def _estimate_max_tile_rows(inst) -> int:
+    """The most rows of tiles an estimate covers for ``inst`` (its activation width read from its
+    name, as its tile cost's class is)."""
+    found = _cost_class(inst.name)
+    tall = found is not None and found[1] == 16 and inst.tile[0] >= _ESTIMATE_TALL_TILE
+    return _ESTIMATE_MAX_TALL_TILE_ROWS if tall else _ESTIMATE_MAX_TILE_ROWS
+
+
 # How much taller than the lowest tile that holds m an estimate's candidates may be
 # (registry.cpp: kEstimateMaxPad).
 _ESTIMATE_MAX_PAD = 2
@@ -326,7 +340,7 @@ _ESTIMATE_MAX_PAD = 2
 def _estimates(table: dict, candidates: list, problem: tuple) -> list[tuple[float, object]]:
     """(estimated us, instance) of the candidates an estimate range chooses among: those the
     table's tile costs cover (the sm90 kernels' persistent launches, _cost_for) with a positive
-    estimate and at most _ESTIMATE_MAX_TILE_ROWS rows of tiles, none taller than
+    estimate and at most _estimate_max_tile_rows rows of tiles, none taller than
     _ESTIMATE_MAX_PAD times the lowest of their tile heights that holds m, in candidate (name)
     order. humming::select_instance applies the same rule (registry.cpp, estimated_choice, which
     says why)."""
@@ -334,7 +348,7 @@ def _estimates(table: dict, candidates: list, problem: tuple) -> list[tuple[floa
     costs = _tile_costs(table)
     covered = []
     for inst in candidates:
-        if -(-m // inst.tile[0]) > _ESTIMATE_MAX_TILE_ROWS:
+        if -(-m // inst.tile[0]) > _estimate_max_tile_rows(inst):
             continue
         c = _cost_for(costs, inst)
         us = None if c is None else estimated_us(c, inst.backend, inst.tile, g, n, k, m, sms, layout)
@@ -421,9 +435,10 @@ def choose_for(fmt, n: int, k: int, m: int, *, cc: int, sms: int, device_name: s
 
 def two_blocks(inst) -> bool:
     """Whether sm90 weight-only instance ``inst`` gives each consumer warpgroup two 64-channel
-    blocks (experimental since session 62): more channels than 64 a consumer warpgroup (its threads
-    are a producer warpgroup and the consumers). As registry.cpp's two_blocks: no default choice
-    where another instance computes the format (no rule has their costs); ``instance=`` takes them."""
+    blocks (session 62): more channels than 64 a consumer warpgroup (its threads are a producer
+    warpgroup and the consumers). As registry.cpp's two_blocks: a default choice only where the
+    table has the tile's cost (t176x256x64 since session 64) or nothing else computes the format;
+    ``instance=`` takes any of them."""
     return inst.backend == "sm90" and inst.act_type in ("bf16", "f16") and inst.tile[1] > 64 * (inst.threads // 128 - 1)
 
 
@@ -438,8 +453,11 @@ def _range_candidates(table: dict, idx: int, g, n: int, k: int, m: int, cc: int,
         return candidates, None
     rows = _evaluate(g, n, k, m, cc, layout)
     candidates = [inst for inst, ok, _ in rows if ok]
-    if _forced is None and any(not two_blocks(i) for i in candidates):
-        candidates = [i for i in candidates if not two_blocks(i)]
+    # Two-block tiles only where the table weighs them (registry.cpp select_instance).
+    costs = _tile_costs(table)
+    weighed = [i for i in candidates if not two_blocks(i) or _cost_for(costs, i) is not None]
+    if _forced is None and weighed:
+        candidates = weighed
     if candidates and _forced is None:
         if len(_candidates) >= 4096:
             _candidates.clear()
