@@ -10,7 +10,7 @@
 #      in dev and weighed by the H200 table since session 64), the GPU tests of the dense kernels and
 #      of the dispatch (the default choices now take t176 and t128 past 16 rows of tiles), the
 #      dispatcher's choice against t128x128x128 and t256x128x64 forced at large M, then the W4A16
-#      standing at m = 8192 against cuBLAS bf16 and humming-kernels 0.1.20.
+#      standing at m = 8192 against cuBLAS bf16 and humming-kernels 0.1.20 (BENCH=0: not).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -35,6 +35,7 @@ b)
   python3 scripts/time_shapes.py 28672x8192,8192x28672,4096x14336,5120x13824 2048,4096,8192,16384 --graph 2>&1 | log
   python3 scripts/time_shapes.py 28672x8192,8192x28672,4096x14336,5120x13824 2048,4096,8192,16384 --graph \
     --instances "${d}_t128x128x128_w1x2x1_s4,${d}_t256x128x64_w1x2x1_s5" 2>&1 | log
+  [ "${BENCH:-1}" = "1" ] || { echo "all done at $(($(date +%s) - start)) s (no standing: BENCH=0)" | log; exit 0; }
   install_peer
   PYTHONPATH=/tmp/peer python3 -m humming_aot.bench --shapes 28672x8192,8192x8192,8192x28672 --ms 8192 \
     --formats w4a16 --impls humming-aot,cublas-bf16,humming-jit --jit-formats w4a16 --out-dir "$OUT" \
