@@ -442,6 +442,14 @@ def two_blocks(inst) -> bool:
     return inst.backend == "sm90" and inst.act_type in ("bf16", "f16") and inst.tile[1] > 64 * (inst.threads // 128 - 1)
 
 
+def _weighed(table: dict, candidates: list) -> list:
+    """The candidates a default choice is made among: no two-block tile the table has no cost for,
+    unless nothing else computes the problem (registry.cpp select_instance)."""
+    costs = _tile_costs(table)
+    weighed = [i for i in candidates if not two_blocks(i) or _cost_for(costs, i) is not None]
+    return weighed or candidates
+
+
 def _range_candidates(table: dict, idx: int, g, n: int, k: int, m: int, cc: int, layout: int):
     """(instances that run the problem, the evaluated rows or None where they came from the cache).
     A range's candidates are found once (checking every instance of a full build takes
@@ -453,11 +461,8 @@ def _range_candidates(table: dict, idx: int, g, n: int, k: int, m: int, cc: int,
         return candidates, None
     rows = _evaluate(g, n, k, m, cc, layout)
     candidates = [inst for inst, ok, _ in rows if ok]
-    # Two-block tiles only where the table weighs them (registry.cpp select_instance).
-    costs = _tile_costs(table)
-    weighed = [i for i in candidates if not two_blocks(i) or _cost_for(costs, i) is not None]
-    if _forced is None and weighed:
-        candidates = weighed
+    if _forced is None:
+        candidates = _weighed(table, candidates)
     if candidates and _forced is None:
         if len(_candidates) >= 4096:
             _candidates.clear()
@@ -641,7 +646,11 @@ def explain(fmt, n: int, k: int, m: int, *, device=None, layout: int = 1) -> str
     if _forced is not None:
         lines.append(f"forced instance: {_forced}")
     if candidates:
-        inst, reason = _pick(table, idx, candidates, (g, n, k, m, sms, layout))
+        chooses_among = candidates if _forced is not None else _weighed(table, candidates)
+        left_out = len(candidates) - len(chooses_among)
+        if left_out:
+            lines.append(f"  ({left_out} two-block tiles without a cost in this table: only by name)")
+        inst, reason = _pick(table, idx, chooses_among, (g, n, k, m, sms, layout))
         lines.append(f"choice: {_forced or inst.name} ({'forced' if _forced else reason})")
         if _forced is None and inst.backend == "generic":
             chosen, device_text, here, refused = _slow_path_facts(g, n, k, m, cc, dev_name, layout, inst.name)
