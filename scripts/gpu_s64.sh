@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# On the lent GPU machine, session 64's calls; logs to $OUT/s64<PART>.txt.
+# On the lent GPU machine, session 64's calls; logs to $OUT/s64<PART>.txt. Session 64 ran a twice
+# (H100); b was prepared and not run (no device time left): the next session's first call (carry
+# .peer), and a again on an H200 when one is lent, to fit t176x256x64's cost there (the table's is
+# the H100 fit scaled by t128's H200 / H100 ratio).
 # PART picks the call:
 #   a (about 250 s): the dense two-block tile t176x256x64 (Mainloops::kStepwise, session 63) over the
 #      shape corpus at large M, beside the dev tiles it would compete with (t128x128x128, t256x128x64)
