@@ -462,6 +462,42 @@ def test_dispatch_crosses_ranges_with_fast_instances():
         assert_gemm_close(y, ref, x.cpu().float(), w, f"{name} m={m}", torch.bfloat16)
 
 
+def test_large_m_default_choices_match_reference():
+    """Past 16 rows of tiles the estimates choose among the weight-only tiles of 128 tokens and more
+    (registry.cpp estimate_max_tile_rows, session 64), the dense two-block t176x256x64 among them
+    (the only two-block tile the table costs): the layers the dispatcher's choices run at such M match
+    the reference (n not a multiple of the tiles' 256 channels), and a build that has t176x256x64
+    takes it at one of them at least where this device's table has its cost (the H200 table, which
+    132-SM Hopper GPUs take), as those costs say it should on this shape."""
+    from humming_aot import dispatch
+
+    def layer_table():
+        props = torch.cuda.get_device_properties(0)
+        return dispatch._table_for(props.major * 10 + props.minor, props.multi_processor_count, props.name)
+
+    fmt = "u4g128-sbf16"
+    tall = [
+        i
+        for i in FAST
+        if i.layout == 3 and i.scheduler == "dense" and i.tile[0] >= 128 and f"_w-{fmt}_c-bf16_" in i.name
+    ]
+    if not tall or torch.cuda.get_device_capability(0) != (9, 0):
+        pytest.skip("this build or GPU has no sm90 dense u4g128-sbf16 tile of 128 tokens or more")
+    lin = torch.nn.Linear(1408, 1280, bias=False)
+    layer = ha.QuantLinear.from_linear(lin, fmt, device="cuda", layout="sm90")
+    w = R.dequantize_weight(R.quantize_weight(lin.weight.detach(), fmt))
+    chosen = []
+    for m in (2100, 4500):
+        x = torch.randn(m, 1408, device="cuda", dtype=torch.bfloat16)
+        name = layer.instance_for(m, "cuda")
+        chosen.append(name)
+        ref = x.cpu().double() @ w.double().T
+        assert_gemm_close(layer(x), ref, x.cpu().float(), w, f"{name} m={m}", torch.bfloat16)
+    costed = dispatch._tile_costs(layer_table())
+    if any(tuple(i.tile) == (176, 256, 64) and dispatch._cost_for(costed, i) is not None for i in tall):
+        assert any("_t176x256x64_" in n for n in chosen), chosen
+
+
 A8_INSTANCES = [i for i in FAST if i.act_type in ("e4m3", "e5m2", "i8")]
 
 
