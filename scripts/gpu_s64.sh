@@ -33,7 +33,7 @@ a)
 b)
   build_filtered "^${d/-sbf16_c/-sbf16(-zi)?_c}_"
   echo "build done at $(($(date +%s) - start)) s" | log
-  gpu_tests dense test_gpu.py "instance_against_reference or waves_of_tiles or rings_wrap or heavy_tiles or dispatch_crosses or graph"
+  gpu_tests dense test_gpu.py "instance_against_reference or waves_of_tiles or rings_wrap or heavy_tiles or dispatch_crosses or large_m or graph"
   gpu_tests dispatch test_dispatch.py ""
   python3 scripts/time_shapes.py 28672x8192,8192x28672,4096x14336,5120x13824 2048,4096,8192,16384 --graph 2>&1 | log
   python3 scripts/time_shapes.py 28672x8192,8192x28672,4096x14336,5120x13824 2048,4096,8192,16384 --graph \
