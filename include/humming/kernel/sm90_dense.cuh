@@ -70,10 +70,11 @@ namespace sm90 {
 // Blocks:    64-channel blocks per consumer warpgroup (1 or 2; BN = 64 x Consumers x Blocks): with
 //            two, a warpgroup issues two WGMMAs per K step on the same activations, so a stage's
 //            activation box serves twice the channels (the L2 and shared-memory traffic per
-//            weight halves) for twice the sums per thread. Experimental tiles only (session 62,
-//            H100): no faster than one block on dense layers at m = 1024-8192, where that traffic
-//            is not the limit; 12-18 % faster than t128x128x128 on DeepSeek-V3's grouped GEMMs at
-//            4096 tokens, but the height rule's t144x128x128 was faster still (session 63).
+//            weight halves) for twice the sums per thread. t128x256 (session 62, H100): no faster
+//            than one block on dense layers at m = 1024-8192, where that traffic is not the limit;
+//            12-18 % faster than t128x128x128 on DeepSeek-V3's grouped GEMMs at 4096 tokens, but the
+//            height rule's t144x128x128 was faster still (session 63). The dense t176x256x64 (dev
+//            since session 64) is the fastest large tile at about half the corpus points at m >= 1024.
 // KAtoms:    64-input blocks per stage (BK = 64 x KAtoms; layout 3 pads K to 128, so 1 or 2).
 // Stages:    depth of the shared-memory ring.
 // Sched:     the scheduler kind (kSched*, backend/sm90/pipeline.h): the dense one (persistent,

@@ -57,14 +57,28 @@ template <class K> struct Mainloops {
     float zero[kBlocks][2];
   };
 
+  // Waits until the producer has filled stage `pos`.
+  static __device__ __forceinline__ void wait_full(uint32_t bars, RingPos pos) {
+    const uint32_t full = ring_bar<kStages>(bars, 0, pos.stage), parity = pos.phase;
+    Probe::ring([=] { mbar_wait(full, parity); });
+  }
+
+  // The WGMMA descriptor of stage `stage`'s activations in the 128-byte-swizzled ring, and of K
+  // step `step`'s inside it.
+  static __device__ __forceinline__ uint64_t stage_desc(uint32_t ring, int stage) {
+    return desc_sw128(ring) + desc_bytes(stage * kStageBytes);
+  }
+  static __device__ __forceinline__ uint64_t step_desc(uint64_t stage, int step) {
+    return stage + (step / 4) * (kAtomBytes >> 4) + (step % 4) * 2;
+  }
+
   // Waits for stage `pos` and builds its fragments into set `B`.
   // `cw`, `t`, `col`: the thread's warpgroup, its thread in it and its first channel of the
   // warpgroup's first block inside the tile.
   template <int B>
   static __device__ __forceinline__ void fetch(const char *ring_ptr, uint32_t bars, RingPos pos, int cw, int t, int col,
                                                const Zeros &z, Regs &r) {
-    const uint32_t full = ring_bar<kStages>(bars, 0, pos.stage), parity = pos.phase;
-    Probe::ring([=] { mbar_wait(full, parity); });
+    wait_full(bars, pos);
 #pragma unroll
     for (int b = 0; b < kBlocks; ++b)
       Frags::load(ring_ptr + pos.stage * kStageBytes, cw * kBlocks + b, t, col + 64 * b, z.bias[b], z.zero[b],
@@ -92,10 +106,10 @@ template <class K> struct Mainloops {
       for (int b = 0; b < kBlocks; ++b) fence_regs(r.acc[b]);
     }
     wgmma_fence();
-    const uint64_t desc = desc_sw128(ring) + desc_bytes(pos.stage * kStageBytes);
+    const uint64_t desc = stage_desc(ring, pos.stage);
 #pragma unroll
     for (int step = 0; step < kSteps; ++step) {
-      const uint64_t d = desc + (step / 4) * (kAtomBytes >> 4) + (step % 4) * 2;
+      const uint64_t d = step_desc(desc, step);
       if constexpr (kSumScales) {
         constexpr int kSpan = GroupK < BK ? GroupK : BK; // inputs of one group inside the stage
         Wgmma<BM, kBf16>::run(r.part[P][Frags::scale_row(step)], r.af[B][0][step], d, (step * 16) % kSpan == 0 ? 0 : 1);
@@ -176,10 +190,9 @@ template <class K> struct Mainloops {
     }
     int prev = -1; // the stage whose last group may still run
     for (int64_t j = 0; j < n; ++j) {
-      const uint32_t full = ring_bar<kStages>(bars, 0, pos.stage), parity = pos.phase;
-      Probe::ring([=] { mbar_wait(full, parity); });
+      wait_full(bars, pos);
       const char *stage = ring_ptr + pos.stage * kStageBytes;
-      const uint64_t desc = desc_sw128(ring) + desc_bytes(pos.stage * kStageBytes);
+      const uint64_t desc = stage_desc(ring, pos.stage);
 #pragma unroll
       for (int at = 0; at < K::kKAtoms; ++at) {
         uint32_t words[kBlocks][K::kWords];
@@ -194,7 +207,7 @@ template <class K> struct Mainloops {
             fence_regs(r.af[s][b][0]);
           }
           wgmma_fence();
-          const uint64_t d = desc + (step / 4) * (kAtomBytes >> 4) + (step % 4) * 2;
+          const uint64_t d = step_desc(desc, step);
 #pragma unroll
           for (int b = 0; b < kBlocks; ++b) Wgmma<BM, kBf16>::run(r.acc[b], r.af[s][b][0], d, 1);
           wgmma_commit();
