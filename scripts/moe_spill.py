@@ -6,8 +6,13 @@ experts, or all of them on the first expert (a dense GEMM's work through the gro
 the default choice and by the instances named in --instances. Graph replay after a 256 MiB read
 flush (bench.Timer), median us.
 
+With --glu ACTIVATION (silu or swiglu-oai) each gate-up instance is also timed with the experts'
+gated activation: in its epilogue ("glu", where the instance computes it; an +experimental build)
+and as the plain GEMM followed by the activation kernel ("then-activate").
+
 Usage: python3 scripts/moe_spill.py MODEL:TOKENS[,MODEL:TOKENS...] [--parts gate-up,down]
                                     [--instances NAME,NAME] [--kinds random,even,one] [--iters 20] [--w4a16]
+                                    [--glu silu]
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ ap.add_argument("--instances", default="")
 ap.add_argument("--kinds", default="random,even")
 ap.add_argument("--iters", type=int, default=20)
 ap.add_argument("--w4a16", action="store_true", help="u4g128 x bf16 (layout 3) instead of W4A8")
+ap.add_argument("--glu", default="", help="also time gate-up with this activation, fused and after the GEMM")
 args = ap.parse_args()
 
 WFMT, ACT = ("u4g128-sbf16", "bf16") if args.w4a16 else ("e2m1gc-sbf16", "e4m3-pt")
@@ -75,13 +81,23 @@ for point in args.points.split(","):
             offs = torch.cat([counts.new_zeros(1), counts.cumsum(0)]).int()
             spill = sum(int(c) for c in counts.tolist())
             for name in names:
-                fn = lambda: moe.moe_gemm(  # noqa: E731
-                    xq, stack, offs, FMT, rows_per_expert=per_expert, assignments=rows, instance=name, a_scales=xs
-                )
-                try:
-                    us = statistics.median(timer.graph(fn, args.iters))
-                    text = f"{us:.1f}"
-                except Exception as ex:  # an instance this build lacks, or one that refuses the shape
-                    text = f"error {str(ex)[:80]}"
-                tag = "default" if name == default else "forced"
-                print(f"spill {model} T={tokens} {part} {kind} rows={spill} {tag} {name.split('c-bf16_')[-1]}: {text}")
+
+                def gemm(name=name, **kw):
+                    return moe.moe_gemm(
+                        xq, stack, offs, FMT, rows_per_expert=per_expert, assignments=rows, instance=name, a_scales=xs,
+                        **kw,
+                    )  # fmt: skip
+
+                fns = {"": gemm}
+                if args.glu and part == "gate-up":
+                    fns[" glu"] = lambda: gemm(activation=args.glu)  # noqa: E731
+                    fns[" then-activate"] = lambda: moe.activate(gemm(), args.glu)  # noqa: E731
+                for how, fn in fns.items():
+                    try:
+                        us = statistics.median(timer.graph(fn, args.iters))
+                        text = f"{us:.1f}"
+                    except Exception as ex:  # an instance this build lacks, or one that refuses the shape
+                        text = f"error {str(ex)[:80]}"
+                    tag = "default" if name == default else "forced"
+                    short = name.split("c-bf16_")[-1]
+                    print(f"spill {model} T={tokens} {part}{how} {kind} rows={spill} {tag} {short}: {text}")

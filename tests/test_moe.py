@@ -1356,9 +1356,10 @@ def test_moe_gemm_activation_on_the_sm90_kernels_is_bitwise_the_gemm_then_activa
     followed by moe.activate, with and without the experts' biases; F = 320 (the 256-channel tiles'
     last tile half past F), empty experts, an expert with more rows than a tile; the library's own
     choice; a layer whose F is no multiple of 64 (the plain GEMM and the activation kernel instead);
-    a CUDA graph; and the tiles of more than 128 rows (t256 has no shared memory for it, t144
-    spilled with it), those of three consumer warpgroups (192 channels: the gate and up halves
-    pair the warpgroups) and those of two 64-channel blocks a warpgroup refuse it by name.
+    a CUDA graph. Tiles of two 64-channel blocks a warpgroup pair a gate block with its up block
+    in registers (t176x256x64 too); of the others, those of more than 128 rows (t256 has no shared
+    memory for the exchange, t144 spilled with it) and those of three consumer warpgroups (192
+    channels: the gate and up halves pair the warpgroups) refuse it by name.
     (Experimental: only +experimental builds take the epilogue's activation.)"""
     from humming_aot import dispatch, registry
     from humming_aot._ext import C
@@ -1383,11 +1384,12 @@ def test_moe_gemm_activation_on_the_sm90_kernels_is_bitwise_the_gemm_then_activa
         kw = {"limit": 3.0, "alpha": 1.5}
         ref = _ref_glu(x.cpu(), qs, off.cpu(), activation, None, **kw)
         for name in names:
-            # Tiles of more than 128 tokens have no exchange (t256: no shared memory; t144: spills),
-            # nor have those of an odd number of consumer warpgroups (the threads are a producer
-            # warpgroup and the consumers), nor those whose warpgroups own two 64-channel blocks.
+            # Two-block tiles pair in registers; of the others, tiles of more than 128 tokens have
+            # no exchange (t256: no shared memory; t144: spills), nor have those of an odd number of
+            # consumer warpgroups (the threads are a producer warpgroup and the consumers).
             inst = instances[name]
-            no_exchange = inst.tile[0] > 128 or (inst.threads // 128 - 1) % 2 == 1 or dispatch.two_blocks(inst)
+            pairs = (inst.threads // 128 - 1) % 2 == 0 and inst.tile[0] <= 128
+            no_exchange = not (dispatch.two_blocks(inst) or pairs)
             for b in (None, bias):
                 if no_exchange:
                     with pytest.raises(Exception, match="cannot compute the activation in its epilogue"):

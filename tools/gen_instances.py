@@ -238,8 +238,9 @@ def _sm90_glu_exchange(smem: int, bm: int, consumers: int, boxes: int, blocks: i
     """Bytes a grouped sm90 kernel keeps after its ring and output boxes (smem: what it has without
     the boxes; boxes: their bytes) for the gated activation's exchange (kernel/sm90_dense.cuh,
     kGluBytes, the same rule): a float per sum (bm / 2 a thread) of each thread of half the consumer
-    warpgroups, where their number is even, each has one 64-channel block (blocks), the tile has at
-    most 128 tokens and it fits; it takes the boxes' bytes (a tile with the activation stores
+    warpgroups, where their number is even, each has one 64-channel block (blocks; two-block
+    warpgroups pair a gate and an up block in registers, with no exchange), the tile has at most
+    128 tokens and it fits; it takes the boxes' bytes (a tile with the activation stores
     directly), so only what it needs beyond them."""
     exchange = consumers // 2 * 128 * (bm // 2) * 4
     fits = blocks == 1 and consumers % 2 == 0 and bm <= 128 and smem + max(boxes, exchange) <= SM90_MAX_SMEM

@@ -100,19 +100,30 @@ __device__ __forceinline__ void store_wgmma_sums(const GemmArgs &a, int64_t m0, 
 // (fp32 [experts][n]; none where there is no bias or the output channel c or c + 8 lies past
 // F = n / 2): gate values in the gate half, up values in the up half, as moe_activation reads them
 // from the plain GEMM's output and adds its bias.
-template <uint32_t OutId, int Acc>
-__device__ __forceinline__ void glu_inputs(const GemmArgs &a, int expert, int64_t w, int64_t c, const float (&acc)[Acc],
-                                           const float (&f)[2], float (&v)[Acc]) {
-  float b[2] = {0.0f, 0.0f};
+// glu_biases: the bias b[h] of channels w + 8h (output channels c + 8h); glu_input: sum i's value.
+__device__ __forceinline__ void glu_biases(const GemmArgs &a, int expert, int64_t w, int64_t c, float (&b)[2]) {
+  b[0] = b[1] = 0.0f;
   if (a.glu_bias != nullptr)
 #pragma unroll
     for (int h = 0; h < 2; ++h)
       if (c + 8 * h < a.dims.n / 2) b[h] = a.glu_bias[static_cast<int64_t>(expert) * a.dims.n + w + 8 * h];
+}
+
+template <uint32_t OutId>
+__device__ __forceinline__ float glu_input(const GemmArgs &a, int i, float acc, const float (&f)[2],
+                                           const float (&b)[2]) {
+  float v = round_out<OutId>(acc * f[(i % 4) / 2]);
+  if (a.glu_bias != nullptr) v += b[(i % 4) / 2];
+  return v;
+}
+
+template <uint32_t OutId, int Acc>
+__device__ __forceinline__ void glu_inputs(const GemmArgs &a, int expert, int64_t w, int64_t c, const float (&acc)[Acc],
+                                           const float (&f)[2], float (&v)[Acc]) {
+  float b[2];
+  glu_biases(a, expert, w, c, b);
 #pragma unroll
-  for (int i = 0; i < Acc; ++i) {
-    v[i] = round_out<OutId>(acc[i] * f[(i % 4) / 2]);
-    if (a.glu_bias != nullptr) v[i] += b[(i % 4) / 2];
-  }
+  for (int i = 0; i < Acc; ++i) v[i] = glu_input<OutId>(a, i, acc[i], f, b);
 }
 
 // The same for the sm90 kernels that put the tokens on the WGMMA's M side and the channels on its

@@ -100,9 +100,14 @@ struct Dense {
   static constexpr int kKAtoms = KAtoms, kConsumers = Consumers, kBlocks = Blocks, kGroupK = GroupK, kStages = Stages;
   static constexpr uint32_t kActId = ActId;
   // 64-channel columns of a stage's weight blocks, scale rows and output boxes; column
-  // cw x Blocks + b is block b of consumer warpgroup cw.
+  // b x Consumers + cw (column()) is block b of consumer warpgroup cw, so a warpgroup's blocks lie
+  // kBlockStride channels apart: with the gated activation the tile's first half of columns is
+  // gate channels and its second half the same channels' up (GluExchange), and a two-block
+  // warpgroup then holds a gate block and its up block itself.
   static constexpr int kColumns = Consumers * Blocks;
   static constexpr int BN = 64 * kColumns;
+  static constexpr int kBlockStride = 64 * Consumers;
+  static __host__ __device__ constexpr int column(int cw, int b) { return b * Consumers + cw; }
   static constexpr int BK = 64 * KAtoms;
   static constexpr int kConsumerThreads = 128 * Consumers;
   static constexpr int kThreads = 128 + kConsumerThreads;
@@ -137,19 +142,22 @@ struct Dense {
   static constexpr int kOutBytes =
       Grouped && Consumers > 3 ? 0 : epilogue::staged_store_bytes<BM, kColumns, true>(kSmemRing);
   static constexpr bool kStagedStore = kOutBytes > 0;
-  // Grouped kernels with an even number of consumer warpgroups can end a tile with the experts'
-  // gated activation (GemmArgs::glu): the first half of the warpgroups take the tile's gate
-  // channels, the second half the same channels of the up half, and each up thread hands its
-  // rounded outputs to its gate partner through shared memory after the ring (a float per sum of
-  // each up thread), where it fits (not t256: 64 KiB more than the block has). A tile with the
+  // Grouped kernels can end a tile with the experts' gated activation (GemmArgs::glu): the first
+  // half of the tile's columns take its gate channels, the second half the same channels of the up
+  // half (column()). A two-block warpgroup holds both and pairs them in its registers
+  // (GluExchange::pair: any two-block tile). Otherwise, with an even number of consumer
+  // warpgroups, each up thread hands its rounded outputs to its gate partner through shared memory
+  // after the ring (a float per sum of each up thread), where it fits (not t256: 64 KiB more than
+  // the block has). A tile with the
   // activation never stores through the output boxes, so the exchange takes their bytes and only
   // what it needs beyond them (kGluBytes): with both apart, t128's ring, boxes and exchange came
   // to more than the block has, and it lost the activation when the grouped tiles got boxes. Not
   // in tiles of more than 128 tokens: t144's 72 sums a thread with the exchange spilled 20 bytes
   // (the activation there runs as the plain GEMM and the activation kernel).
-  static constexpr int kGluExchange = Consumers / 2 * 128 * kAcc * 4;
-  static constexpr bool kGlu = Grouped && Blocks == 1 && Consumers % 2 == 0 && BM <= 128 &&
-                               kSmemRing + (kOutBytes > kGluExchange ? kOutBytes : kGluExchange) <= 227 * 1024;
+  static constexpr int kGluExchange = Blocks == 2 ? 0 : Consumers / 2 * 128 * kAcc * 4;
+  static constexpr bool kGlu =
+      Grouped && (Blocks == 2 || (Consumers % 2 == 0 && BM <= 128 &&
+                                  kSmemRing + (kOutBytes > kGluExchange ? kOutBytes : kGluExchange) <= 227 * 1024));
   static constexpr int kGluBytes = kGlu && kGluExchange > kOutBytes ? kGluExchange - kOutBytes : 0;
   // What the kernel keeps between its ring and the ring's barriers (run_block's RingBytes).
   static constexpr int kRingAndAfter = kRingBytes + kOutBytes + kGluBytes;
@@ -310,8 +318,9 @@ struct Dense {
     const GemmArgs &a = p.args;
     const int ct = static_cast<int>(threadIdx.x) - 128; // thread among the consumers
     const int cw = ct / 128, t = ct % 128, warp = t / 32, lane = t % 32;
-    // This thread's first channel inside the tile (of its warpgroup's first block; block b's are 64 b on).
-    const int col = cw * 64 * Blocks + warp * 16 + lane / 4;
+    // This thread's first channel inside the tile (of its warpgroup's first block; block b's are
+    // kBlockStride b on).
+    const int col = cw * 64 + warp * 16 + lane / 4;
     RingPos pos;
     typename Loop::Regs r;
     Probe::begin();
@@ -327,7 +336,7 @@ struct Dense {
         for (int h = 0; h < 2; ++h) {
           float zero = kFloatCode ? 0.0f : static_cast<float>(1 << (kBits - 1));
           if constexpr (kIntZero && GroupK == 0) {
-            const int64_t n = Glu::weight_channel(a, n0, col + 64 * b) + 8 * h;
+            const int64_t n = Glu::weight_channel(a, n0, col + kBlockStride * b) + 8 * h;
             const uint8_t *zeros = static_cast<const uint8_t *>(a.zeros) + expert * a.expert_zeros_stride;
             zero = n < a.dims.n_pad ? static_cast<float>(zeros[n]) : 0.0f;
           }
@@ -359,7 +368,7 @@ struct Dense {
       float f[Blocks][2];
 #pragma unroll
       for (int b = 0; b < Blocks; ++b) {
-        channel[b] = Glu::weight_channel(a, n0, col + 64 * b);
+        channel[b] = Glu::weight_channel(a, n0, col + kBlockStride * b);
         epilogue::channel_row_factors<ActId, GroupK == 0>(a, scales, channel[b], f[b]);
       }
       if constexpr (kStagedStore) {
@@ -369,10 +378,10 @@ struct Dense {
         if (boxed) {
 #pragma unroll
           for (int b = 0; b < Blocks; ++b) {
-            const int column = cw * Blocks + b;
+            const int c = column(cw, b);
             epilogue::stage_wgmma_sums<ActId, kAcc, false, Blocks>(a, p.staged != 0, &p.out,
-                                                                   ring + kRingBytes + column * kBoxBytes, 2 + cw, m0,
-                                                                   n0 + column * 64, t, r.acc[b], f[b]);
+                                                                   ring + kRingBytes + c * kBoxBytes, 2 + cw, m0,
+                                                                   n0 + c * 64, t, r.acc[b], f[b]);
           }
           return;
         }
@@ -380,13 +389,17 @@ struct Dense {
 #pragma unroll
       for (int b = 0; b < Blocks; ++b) {
         // The channel of this thread's first output and the output's columns (-1: n).
-        int64_t out_channel = n0 + col + 64 * b, out_cols = epilogue::kCols;
+        int64_t out_channel = n0 + col + kBlockStride * b, out_cols = epilogue::kCols;
         if constexpr (kGlu)
           if (a.glu >= 0) {
-            // The up threads store nothing (no columns): a path that returned here instead made
-            // ptxas spill in the four-consumer tiles.
-            Glu::exchange(a, ring_ptr + kRingBytes, n0, channel[0], expert, cw, t, col, r.acc[0], f[0]);
-            out_channel = n0 / 2 + col, out_cols = cw < Consumers / 2 ? a.dims.n / 2 : 0;
+            // The gate sums (the first half of the tile's columns) become the activated outputs,
+            // channels n0 / 2 + col of F; the up sums' columns store nothing (a path that
+            // returned instead made ptxas spill in the four-consumer tiles).
+            if constexpr (Blocks == 1)
+              Glu::exchange(a, ring_ptr + kRingBytes, n0, channel[0], expert, cw, t, col, r.acc[0], f[0]);
+            else if (b == 0)
+              Glu::pair(a, n0, channel, expert, col, r.acc, f);
+            out_channel = n0 / 2 + col, out_cols = column(cw, b) < kColumns / 2 ? a.dims.n / 2 : 0;
           }
         epilogue::store_wgmma_sums<ActId, kAcc, false>(a, m0, out_channel, lane, r.acc[b], f[b], m_end, out_cols);
       }
@@ -465,8 +478,9 @@ template <HUMMING_SM90_TARGS> Status can_implement(const GemmArgs &args) {
   using K = Dense<HUMMING_SM90_ARGS>;
   if (args.glu >= 0 && !K::kGlu)
     return Status::Error(K::Grouped ? "this grouped tile of " + std::to_string(BM) +
-                                          " tokens has no gated activation exchange (GemmArgs::glu; tiles of at "
-                                          "most 128 tokens with the shared memory for it have): run the plain GEMM, "
+                                          " tokens has no gated activation exchange (GemmArgs::glu; two-block "
+                                          "tiles, and tiles of at most 128 tokens with an even number of consumer "
+                                          "warpgroups and the shared memory for it have): run the plain GEMM, "
                                           "then the activation"
                                     : std::string("the gated activation epilogue runs in grouped (MoE) GEMMs only"));
   if (args.m > 0x7FFFFFFF - 256 || args.dims.k_pad > 0x7FFFFFFF)

@@ -1,8 +1,9 @@
 // The experts' gated activation at the end of a grouped sm90 weight-only tile (GemmArgs::glu,
 // kernel/sm90_dense.cuh with K::kGlu): which weight channel each consumer thread's sums belong to
-// when the first half of the tile's consumer warpgroups take its gate channels and the second half
-// the same channels of the up half, and how the two halves meet through shared memory so that
-// the gate threads hold the activated outputs.
+// when the first half of the tile's columns take its gate channels and the second half the same
+// channels of the up half, and how the two halves meet so that the gate sums become the activated
+// outputs: through shared memory between two warpgroups of one block each (exchange), or in the
+// registers of a warpgroup of two blocks, a gate block and its up block (pair).
 #pragma once
 
 #include <cstdint>
@@ -15,10 +16,10 @@
 namespace humming {
 namespace sm90 {
 
-// K: the kernel (sm90::Dense): its consumer warpgroups (kConsumers, BN = 64 of them each), its sums
-//    per thread (kAcc), its activation type (kActId, the output's too) and whether its tiles can
-//    take the activation at all (kGlu: grouped, an even number of consumer warpgroups, and the
-//    exchange beside the ring).
+// K: the kernel (sm90::Dense): its consumer warpgroups (kConsumers) and tile channels (BN), its sums
+//    per thread and block (kAcc), its activation type (kActId, the output's too) and whether its
+//    tiles can take the activation at all (kGlu: grouped, and two blocks a warpgroup or an even
+//    number of consumer warpgroups with the exchange beside the ring).
 template <class K> struct GluExchange {
   static constexpr int kAcc = K::kAcc, Consumers = K::kConsumers, BN = K::BN;
   static constexpr bool kGlu = K::kGlu;
@@ -60,6 +61,24 @@ template <class K> struct GluExchange {
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc[i] = moe_route::activate(v[i], x[i * 128 + t], a.glu, a.glu_limit, a.glu_alpha);
     f[0] = f[1] = 1.0f;
+  }
+
+  // The same end for a thread of a two-block warpgroup, whose block 0 holds gate channel
+  // channel[0] (at `col` inside the tile) and block 1 the same channel's up (channel[1]): the
+  // activated outputs go into acc[0], with f[0] set to 1, one value at a time (no second copy of
+  // the 2 x kAcc sums).
+  static __device__ __forceinline__ void pair(const GemmArgs &a, int64_t n0, const int64_t (&channel)[2], int expert,
+                                              int col, float (&acc)[2][kAcc], float (&f)[2][2]) {
+    const int64_t c = n0 / 2 + col;
+    float gate_bias[2], up_bias[2];
+    epilogue::glu_biases(a, expert, channel[0], c, gate_bias);
+    epilogue::glu_biases(a, expert, channel[1], c, up_bias);
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i)
+      acc[0][i] = moe_route::activate(epilogue::glu_input<ActId>(a, i, acc[0][i], f[0], gate_bias),
+                                      epilogue::glu_input<ActId>(a, i, acc[1][i], f[1], up_bias), a.glu, a.glu_limit,
+                                      a.glu_alpha);
+    f[0][0] = f[0][1] = 1.0f;
   }
 };
 

@@ -18,7 +18,8 @@ namespace humming {
 namespace sm90 {
 
 // K: the kernel (sm90::Dense): its tile (kTileM tokens, kAcc sums a thread in each of a
-//    warpgroup's kBlocks 64-channel blocks, kSteps K steps of 16 per stage, BK, kGroupK and kSets
+//    warpgroup's kBlocks 64-channel blocks, which are stage columns column(cw, b) kBlockStride
+//    channels apart, kSteps K steps of 16 per stage, BK, kGroupK and kSets
 //    scale groups a stage), its ring (kStages, kStageBytes,
 //    kAtomBytes per activation box, RingPos), its operands (kBf16) and fragments (Frags:
 //    backend/sm90/stage_fragments.h), and its rules kSumScales (sums per scale group), kQueue and
@@ -74,15 +75,15 @@ template <class K> struct Mainloops {
 
   // Waits for stage `pos` and builds its fragments into set `B`.
   // `cw`, `t`, `col`: the thread's warpgroup, its thread in it and its first channel of the
-  // warpgroup's first block inside the tile.
+  // warpgroup's first block inside the tile (block b's: kBlockStride b on).
   template <int B>
   static __device__ __forceinline__ void fetch(const char *ring_ptr, uint32_t bars, RingPos pos, int cw, int t, int col,
                                                const Zeros &z, Regs &r) {
     wait_full(bars, pos);
 #pragma unroll
     for (int b = 0; b < kBlocks; ++b)
-      Frags::load(ring_ptr + pos.stage * kStageBytes, cw * kBlocks + b, t, col + 64 * b, z.bias[b], z.zero[b],
-                  r.af[B][b], r.sc[B]);
+      Frags::load(ring_ptr + pos.stage * kStageBytes, K::column(cw, b), t, col + K::kBlockStride * b, z.bias[b],
+                  z.zero[b], r.af[B][b], r.sc[B]);
   }
 
   // Issues the WGMMAs of stage `pos` from fragment set `B` as one group: into the group sums (each
@@ -197,13 +198,13 @@ template <class K> struct Mainloops {
       for (int at = 0; at < K::kKAtoms; ++at) {
         uint32_t words[kBlocks][K::kWords];
 #pragma unroll
-        for (int b = 0; b < kBlocks; ++b) Frags::load_words(stage, at, cw * kBlocks + b, t, words[b]);
+        for (int b = 0; b < kBlocks; ++b) Frags::load_words(stage, at, K::column(cw, b), t, words[b]);
 #pragma unroll
         for (int sa = 0; sa < 4; ++sa) {
           const int step = at * 4 + sa, s = step % 2; // kSteps is even: set s stays fixed per step
 #pragma unroll
           for (int b = 0; b < kBlocks; ++b) {
-            Frags::convert_step(stage, step, col + 64 * b, z.bias[b], z.zero[b], words[b], r.af[s][b][0]);
+            Frags::convert_step(stage, step, col + K::kBlockStride * b, z.bias[b], z.zero[b], words[b], r.af[s][b][0]);
             fence_regs(r.af[s][b][0]);
           }
           wgmma_fence();

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# On the lent GPU machine, session 65's calls; logs to $OUT/s65<PART>.txt.
+# PART picks the call:
+#   a (about 450 s): one dev+experimental build (the dense u4g128 bf16 dev tiles, sym and -zi; the
+#      grouped two-block t176x256x64, sym and -zi, warp and lone walks; the grouped t80x192 /
+#      t128 / t144 / t256 lone tiles the rules take at 64-1024 rows per expert), then
+#      - session 64's call b, not run there: the dense GPU tests (t176x256x64 in dev, estimates past
+#        16 rows of tiles: test_large_m_default_choices_match_reference), test_dispatch, and the
+#        dispatcher's dense choice against t128x128x128 / t256x128x64 forced at m = 2048-16384;
+#      - the grouped tests, the epilogue's gated activation included: since session 65 a two-block
+#        warpgroup holds a gate block and its up block (column(cw, b) = b x Consumers + cw) and
+#        pairs them in registers (GluExchange::pair), where the one-block tiles trade halves
+#        through shared memory and the tiles over 128 tokens had no activation at all;
+#      - the gate-up GEMM with the activation fused / the plain GEMM then the activation kernel
+#        (scripts/moe_spill.py --glu silu), each tile forced, both instance orders, at Mixtral-8x7B
+#        4096 (1024 rows per expert), Qwen3-30B-A3B 4096 / 16384 (256 / 1024) and DeepSeek-V3 4096
+#        (128).
+#   b (about 300 s, carry .peer; after a on the same machine, SKIP_BUILD=1): the W4A16 MoE layer
+#      standing against humming-kernels 0.1.20 at 1024 / 4096 tokens (Qwen3-30B-A3B, Mixtral-8x7B),
+#      and the dense W4A16 standing at m = 8192 against cuBLAS bf16 and humming-kernels.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/build/gpu-out}"
+PART="${PART:-a}"
+. scripts/build_filtered.sh
+device_log "s65$PART.txt"
+nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | log
+d=sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16
+g=sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16
+case "$PART" in
+a)
+  dense="dense_a-bf16_w-u4g128-sbf16(-zi)?_c-bf16_t(8x128x128|8x256x128|16x128x128|16x256x128|32x128x128|64x128x128|128x128x128|176x256x64|256x128x64)_w1x[24]x1_s[0-9]+"
+  two="moe_a-bf16_w-u4g128-sbf16(-zi)?_c-bf16_t176x256x64_w1x2x1_s4(_lone)?"
+  one="moe_a-bf16_w-u4g128-sbf16_c-bf16_t(80x192x128_w1x3x1_s5|128x128x128_w1x2x1_s4|144x128x128_w1x2x1_s4|256x128x64_w1x2x1_s5)_lone"
+  HUMMING_PROFILE=dev+experimental build_filtered "^sm90_wgmma_(${dense}|${two}|${one})$"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  gpu_tests moe test_moe.py "activation_on_the_sm90 or sm90_kernels_matches"
+  gpu_tests dense test_gpu.py "instance_against_reference or waves_of_tiles or rings_wrap or heavy_tiles or dispatch_crosses or large_m or graph"
+  gpu_tests dispatch test_dispatch.py ""
+  echo "tests done at $(($(date +%s) - start)) s" | log
+  tiles="${g}_t176x256x64_w1x2x1_s4_lone,${g}_t128x128x128_w1x2x1_s4_lone,${g}_t256x128x64_w1x2x1_s5_lone,${g}_t144x128x128_w1x2x1_s4_lone"
+  reversed=$(echo "$tiles" | tr ',' '\n' | tac | paste -sd,)
+  for order in "$tiles" "$reversed"; do
+    python3 scripts/moe_spill.py mixtral-8x7b:4096,qwen3-30b-a3b:4096,qwen3-30b-a3b:16384,deepseek-v3:4096 --w4a16 \
+      --kinds random --glu silu --instances "$order" 2>&1 | log
+  done
+  echo "grouped timings done at $(($(date +%s) - start)) s" | log
+  python3 scripts/time_shapes.py 28672x8192,8192x28672,4096x14336,5120x13824 2048,4096,8192,16384 --graph 2>&1 | log
+  python3 scripts/time_shapes.py 28672x8192,8192x28672,4096x14336,5120x13824 2048,4096,8192,16384 --graph \
+    --instances "${d}_t128x128x128_w1x2x1_s4,${d}_t256x128x64_w1x2x1_s5" 2>&1 | log
+  ;;
+b)
+  install_peer
+  w4a16_moe_standing 1024,4096
+  PYTHONPATH=/tmp/peer python3 -m humming_aot.bench --shapes 28672x8192,8192x8192,8192x28672 --ms 8192 \
+    --formats w4a16 --impls humming-aot,cublas-bf16,humming-jit --jit-formats w4a16 --out-dir "$OUT" \
+    --name dense-w4a16-m8192 --no-plot --time-budget-s 150 2>&1 | tail -20 | log
+  ;;
+*)
+  echo "PART must be a or b" >&2
+  exit 2
+  ;;
+esac
+echo "all done at $(($(date +%s) - start)) s" | log
