@@ -80,6 +80,15 @@ w4a16_moe_standing() {
     | sed "s/^/moe16 /" | log
 }
 
+# w4a16_dense_standing_m8192: the dense W4A16 u4g128 standing at m = 8192 on the three headline shapes
+# against cuBLAS bf16 and humming-kernels 0.1.20 (install_peer first; $OUT/dense-w4a16-m8192.*);
+# lines through log (device_log). Sessions 64 and 65.
+w4a16_dense_standing_m8192() {
+  PYTHONPATH=/tmp/peer python3 -m humming_aot.bench --shapes 28672x8192,8192x8192,8192x28672 --ms 8192 \
+    --formats w4a16 --impls humming-aot,cublas-bf16,humming-jit --jit-formats w4a16 --out-dir "$OUT" \
+    --name dense-w4a16-m8192 --no-plot --time-budget-s 150 2>&1 | tail -20 | log
+}
+
 # w4a16_decode_probe: W4A16 u4g128 at m = 1 on 28672 x 8192, 8192 x 28672 and 8192 x 8192 with the
 # decode tiles t8x256 and t16x256 forced, the weight from nn.Linear's uniform initialization and from
 # randn, then the benchmark's humming-aot rows (which quantize randn): session 52 timed 28672 x 8192

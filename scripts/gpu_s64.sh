@@ -40,9 +40,7 @@ b)
     --instances "${d}_t128x128x128_w1x2x1_s4,${d}_t256x128x64_w1x2x1_s5" 2>&1 | log
   [ "${BENCH:-1}" = "1" ] || { echo "all done at $(($(date +%s) - start)) s (no standing: BENCH=0)" | log; exit 0; }
   install_peer
-  PYTHONPATH=/tmp/peer python3 -m humming_aot.bench --shapes 28672x8192,8192x8192,8192x28672 --ms 8192 \
-    --formats w4a16 --impls humming-aot,cublas-bf16,humming-jit --jit-formats w4a16 --out-dir "$OUT" \
-    --name dense-w4a16-m8192 --no-plot --time-budget-s 150 2>&1 | tail -20 | log
+  w4a16_dense_standing_m8192
   ;;
 *)
   echo "PART must be a or b" >&2

@@ -52,9 +52,7 @@ a)
 b)
   install_peer
   w4a16_moe_standing 1024,4096
-  PYTHONPATH=/tmp/peer python3 -m humming_aot.bench --shapes 28672x8192,8192x8192,8192x28672 --ms 8192 \
-    --formats w4a16 --impls humming-aot,cublas-bf16,humming-jit --jit-formats w4a16 --out-dir "$OUT" \
-    --name dense-w4a16-m8192 --no-plot --time-budget-s 150 2>&1 | tail -20 | log
+  w4a16_dense_standing_m8192
   ;;
 *)
   echo "PART must be a or b" >&2
