@@ -13,8 +13,9 @@
 #        through shared memory and the tiles over 128 tokens had no activation at all;
 #      - the gate-up GEMM with the activation fused / the plain GEMM then the activation kernel
 #        (scripts/moe_spill.py --glu silu), each tile forced, both instance orders, at Mixtral-8x7B
-#        4096 (1024 rows per expert), Qwen3-30B-A3B 4096 / 16384 (256 / 1024) and DeepSeek-V3 4096
-#        (128).
+#        4096 (1024 rows per expert), Qwen3-30B-A3B 1024 / 4096 / 16384 (64 / 256 / 1024) and
+#        DeepSeek-V3 4096 (128): the activation kernel's pass over the gate-up output is what a
+#        two-block tile may save where it is no faster as a plain GEMM.
 #   b (about 300 s, carry .peer; after a on the same machine, SKIP_BUILD=1): the W4A16 MoE layer
 #      standing against humming-kernels 0.1.20 at 1024 / 4096 tokens (Qwen3-30B-A3B, Mixtral-8x7B),
 #      and the dense W4A16 standing at m = 8192 against cuBLAS bf16 and humming-kernels.
@@ -30,7 +31,7 @@ g=sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16
 case "$PART" in
 a)
   dense="dense_a-bf16_w-u4g128-sbf16(-zi)?_c-bf16_t(8x128x128|8x256x128|16x128x128|16x256x128|32x128x128|64x128x128|128x128x128|176x256x64|256x128x64)_w1x[24]x1_s[0-9]+"
-  two="moe_a-bf16_w-u4g128-sbf16(-zi)?_c-bf16_t176x256x64_w1x2x1_s4(_lone)?"
+  two="moe_a-bf16_w-u4g128-sbf16(-zi)?_c-bf16_t176x256x64_w1x2x1_s4(_lone)?|moe_a-bf16_w-u4g128-sbf16_c-bf16_t(80x256x64_w1x2x1_s6|144x256x64_w1x2x1_s5)_lone"
   one="moe_a-bf16_w-u4g128-sbf16_c-bf16_t(80x192x128_w1x3x1_s5|128x128x128_w1x2x1_s4|144x128x128_w1x2x1_s4|256x128x64_w1x2x1_s5)_lone"
   HUMMING_PROFILE=dev+experimental build_filtered "^sm90_wgmma_(${dense}|${two}|${one})$"
   echo "build done at $(($(date +%s) - start)) s" | log
@@ -38,12 +39,18 @@ a)
   gpu_tests dense test_gpu.py "instance_against_reference or waves_of_tiles or rings_wrap or heavy_tiles or dispatch_crosses or large_m or graph"
   gpu_tests dispatch test_dispatch.py ""
   echo "tests done at $(($(date +%s) - start)) s" | log
-  tiles="${g}_t176x256x64_w1x2x1_s4_lone,${g}_t128x128x128_w1x2x1_s4_lone,${g}_t256x128x64_w1x2x1_s5_lone,${g}_t144x128x128_w1x2x1_s4_lone"
-  reversed=$(echo "$tiles" | tr ',' '\n' | tac | paste -sd,)
-  for order in "$tiles" "$reversed"; do
-    python3 scripts/moe_spill.py mixtral-8x7b:4096,qwen3-30b-a3b:4096,qwen3-30b-a3b:16384,deepseek-v3:4096 --w4a16 \
-      --kinds random --glu silu --instances "$order" 2>&1 | log
-  done
+  # Per point the tile the rules take now and the two-block tile of about its height.
+  spill_both_orders() { # POINTS TILE,TILE,...
+    local order
+    for order in "$2" "$(echo "$2" | tr ',' '\n' | tac | paste -sd,)"; do
+      python3 scripts/moe_spill.py "$1" --w4a16 --kinds random --glu silu --instances "$order" 2>&1 | log
+    done
+  }
+  spill_both_orders mixtral-8x7b:4096,qwen3-30b-a3b:16384 \
+    "${g}_t176x256x64_w1x2x1_s4_lone,${g}_t128x128x128_w1x2x1_s4_lone,${g}_t256x128x64_w1x2x1_s5_lone"
+  spill_both_orders qwen3-30b-a3b:4096,deepseek-v3:4096 \
+    "${g}_t144x128x128_w1x2x1_s4_lone,${g}_t144x256x64_w1x2x1_s5_lone,${g}_t176x256x64_w1x2x1_s4_lone"
+  spill_both_orders qwen3-30b-a3b:1024 "${g}_t80x192x128_w1x3x1_s5_lone,${g}_t80x256x64_w1x2x1_s6_lone"
   echo "grouped timings done at $(($(date +%s) - start)) s" | log
   python3 scripts/time_shapes.py 28672x8192,8192x28672,4096x14336,5120x13824 2048,4096,8192,16384 --graph 2>&1 | log
   python3 scripts/time_shapes.py 28672x8192,8192x28672,4096x14336,5120x13824 2048,4096,8192,16384 --graph \
