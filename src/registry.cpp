@@ -599,6 +599,8 @@ bool two_blocks(const InstanceInfo &i) {
 
 } // namespace
 
+bool glu_in_registers(const InstanceInfo &i) { return runs_experts(i) && two_blocks(i); }
+
 namespace {
 
 // The instance named as `grouped` with `suffix`, where it could run args on cc.
@@ -827,6 +829,18 @@ const InstanceInfo *select_grouped_instance(const GemmArgs &args, int64_t rows_p
         lowest = h, lowest_work = work;
     }
     if (lowest != nullptr) return grouped_variant_choice(lowest, like, cc, sms);
+  } else {
+    // Past the height rule: the tallest two-block tile, its lone walk where built (its warp walk
+    // spills), as it is (grouped_pick has no twin of it to move to).
+    const InstanceInfo *tall = nullptr;
+    for (size_t i = 0; i < generated::kInstanceCount; ++i) {
+      const InstanceInfo &info = generated::kInstances[i];
+      if (!runs_experts(info) || !two_blocks(info) || splits_k(info) || !candidate(info, like, cc)) continue;
+      if (tall == nullptr || info.tile_m > tall->tile_m ||
+          (info.tile_m == tall->tile_m && walks_alone(info) && !walks_alone(*tall)))
+        tall = &info;
+    }
+    if (tall != nullptr) return tall;
   }
   return select_instance(like, cc, sms, why);
 }

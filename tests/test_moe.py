@@ -1050,6 +1050,36 @@ def test_grouped_choice_follows_the_tile_height_width_and_walk_rules(experts, n,
         C.select_grouped_instance(fmt, 3, n, k, 1, 0, 8, 90, sms)
 
 
+@pytest.mark.parametrize("experts,n,k", [(128, 1536, 2048), (8, 28672, 4096), (8, 4096, 14336)])
+def test_grouped_choice_past_the_height_rule_is_the_tallest_two_block_tile(experts, n, k):
+    """Above 256 rows per expert the default grouped instance is the tallest tile of two 64-channel
+    blocks a warpgroup this build has (its lone walk where built), whatever the routed rows; where
+    the build has none, a one-block grouped instance (select_instance's choice among them)."""
+    from humming_aot import dispatch, registry
+    from humming_aot._ext import C
+
+    fmt, sms = "a-bf16_w-u4g128-sbf16_c-bf16", 132
+    grouped = [i for i in registry.instances() if i.name.startswith(f"sm90_wgmma_moe_{fmt}_")]
+    assert grouped, "every build profile has grouped u4g128 bf16 instances (tools/matrix/sm90_moe.json)"
+    two = [i for i in grouped if dispatch.two_blocks(i) and not i.name.endswith("_ks")]
+    want = None
+    if two:
+        tallest = max(i.tile[0] for i in two)
+        tall = [i for i in two if i.tile[0] == tallest]
+        want = next((i for i in tall if i.name.endswith("_lone")), tall[0]).name
+    for per_expert in (257, 512, 1024, 4096):
+        for assignments in (-1, per_expert * experts):
+            got = C.select_grouped_instance(fmt, 3, n, k, per_expert, experts, assignments, 90, sms)
+            if want is not None:
+                assert got == want, (per_expert, assignments, got)
+            else:
+                inst = next(i for i in grouped if i.name == got)
+                assert not dispatch.two_blocks(inst), got
+    # At the height rule's last row count, no two-block tile.
+    got = C.select_grouped_instance(fmt, 3, n, k, 256, experts, -1, 90, sms)
+    assert not dispatch.two_blocks(next(i for i in grouped if i.name == got)), got
+
+
 def _sm90_instances(fmt):
     from humming_aot import registry
 
