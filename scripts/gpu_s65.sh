@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # On the lent GPU machine, session 65's calls; logs to $OUT/s65<PART>.txt.
 # PART picks the call:
-#   a (about 450 s): one dev+experimental build (the dense u4g128 bf16 dev tiles, sym and -zi; the
+#   a (about 400 s): one dev+experimental build (the dense u4g128 bf16 dev tiles, sym and -zi; the
 #      grouped two-block t176x256x64, sym and -zi, warp and lone walks; the grouped t80x192 /
 #      t128 / t144 / t256 lone tiles the rules take at 64-1024 rows per expert), then
-#      - session 64's call b, not run there: the dense GPU tests (t176x256x64 in dev, estimates past
-#        16 rows of tiles: test_large_m_default_choices_match_reference), test_dispatch, and the
-#        dispatcher's dense choice against t128x128x128 / t256x128x64 forced at m = 2048-16384;
+#      - the dense t176x256x64 tests (its warpgroups' blocks moved: column(cw, b)) and session 64's
+#        test_large_m_default_choices_match_reference (estimates past 16 rows of tiles), not run
+#        there;
 #      - the grouped tests, the epilogue's gated activation included: since session 65 a two-block
 #        warpgroup holds a gate block and its up block (column(cw, b) = b x Consumers + cw) and
 #        pairs them in registers (GluExchange::pair), where the one-block tiles trade halves
@@ -16,6 +16,8 @@
 #        4096 (1024 rows per expert), Qwen3-30B-A3B 1024 / 4096 / 16384 (64 / 256 / 1024) and
 #        DeepSeek-V3 4096 (128): the activation kernel's pass over the gate-up output is what a
 #        two-block tile may save where it is no faster as a plain GEMM.
+#   c (about 150 s, after a on the same machine, SKIP_BUILD=1): the rest of session 64's call b (the
+#      other dense GPU tests, test_dispatch, the dense default against t128 / t256 forced).
 #   b (about 300 s, carry .peer; after a on the same machine, SKIP_BUILD=1): the W4A16 MoE layer
 #      standing against humming-kernels 0.1.20 at 1024 / 4096 tokens (Qwen3-30B-A3B, Mixtral-8x7B),
 #      and the dense W4A16 standing at m = 8192 against cuBLAS bf16 and humming-kernels.
@@ -36,14 +38,13 @@ a)
   HUMMING_PROFILE=dev+experimental build_filtered "^sm90_wgmma_(${dense}|${two}|${one})$"
   echo "build done at $(($(date +%s) - start)) s" | log
   gpu_tests moe test_moe.py "activation_on_the_sm90 or sm90_kernels_matches"
-  gpu_tests dense test_gpu.py "instance_against_reference or waves_of_tiles or rings_wrap or heavy_tiles or dispatch_crosses or large_m or graph"
-  gpu_tests dispatch test_dispatch.py ""
+  gpu_tests dense test_gpu.py "t176x256 or large_m"
   echo "tests done at $(($(date +%s) - start)) s" | log
   # Per point the tile the rules take now and the two-block tile of about its height.
   spill_both_orders() { # POINTS TILE,TILE,...
     local order
     for order in "$2" "$(echo "$2" | tr ',' '\n' | tac | paste -sd,)"; do
-      python3 scripts/moe_spill.py "$1" --w4a16 --kinds random --glu silu --instances "$order" 2>&1 | log
+      python3 scripts/moe_spill.py "$1" --w4a16 --kinds random --glu silu --iters 10 --instances "$order" 2>&1 | log
     done
   }
   spill_both_orders mixtral-8x7b:4096,qwen3-30b-a3b:16384 \
@@ -51,7 +52,10 @@ a)
   spill_both_orders qwen3-30b-a3b:4096,deepseek-v3:4096 \
     "${g}_t144x128x128_w1x2x1_s4_lone,${g}_t144x256x64_w1x2x1_s5_lone,${g}_t176x256x64_w1x2x1_s4_lone"
   spill_both_orders qwen3-30b-a3b:1024 "${g}_t80x192x128_w1x3x1_s5_lone,${g}_t80x256x64_w1x2x1_s6_lone"
-  echo "grouped timings done at $(($(date +%s) - start)) s" | log
+  ;;
+c)
+  gpu_tests dense test_gpu.py "instance_against_reference or waves_of_tiles or rings_wrap or heavy_tiles or dispatch_crosses or graph"
+  gpu_tests dispatch test_dispatch.py ""
   python3 scripts/time_shapes.py 28672x8192,8192x28672,4096x14336,5120x13824 2048,4096,8192,16384 --graph 2>&1 | log
   python3 scripts/time_shapes.py 28672x8192,8192x28672,4096x14336,5120x13824 2048,4096,8192,16384 --graph \
     --instances "${d}_t128x128x128_w1x2x1_s4,${d}_t256x128x64_w1x2x1_s5" 2>&1 | log
@@ -62,7 +66,7 @@ b)
   w4a16_dense_standing_m8192
   ;;
 *)
-  echo "PART must be a or b" >&2
+  echo "PART must be a, b or c" >&2
   exit 2
   ;;
 esac
