@@ -99,15 +99,19 @@ struct Dense {
   // mainloops.h, glu_exchange.h).
   static constexpr int kKAtoms = KAtoms, kConsumers = Consumers, kBlocks = Blocks, kGroupK = GroupK, kStages = Stages;
   static constexpr uint32_t kActId = ActId;
-  // 64-channel columns of a stage's weight blocks, scale rows and output boxes; column
-  // b x Consumers + cw (column()) is block b of consumer warpgroup cw, so a warpgroup's blocks lie
-  // kBlockStride channels apart: with the gated activation the tile's first half of columns is
-  // gate channels and its second half the same channels' up (GluExchange), and a two-block
-  // warpgroup then holds a gate block and its up block itself.
+  // 64-channel columns of a stage's weight blocks, scale rows and output boxes; column(cw, b) is
+  // block b of consumer warpgroup cw, whose blocks lie kBlockStride channels apart. Grouped
+  // kernels: column b x Consumers + cw, as with the gated activation the tile's first half of
+  // columns is gate channels and its second half the same channels' up (GluExchange), so that a
+  // two-block warpgroup holds a gate block and its up block itself. Dense kernels: cw x Blocks + b,
+  // a warpgroup's blocks side by side (the order their tiles were measured and tested in; both
+  // orders cost the same copies).
   static constexpr int kColumns = Consumers * Blocks;
   static constexpr int BN = 64 * kColumns;
-  static constexpr int kBlockStride = 64 * Consumers;
-  static __host__ __device__ constexpr int column(int cw, int b) { return b * Consumers + cw; }
+  static constexpr int kBlockStride = Grouped ? 64 * Consumers : 64;
+  static __host__ __device__ constexpr int column(int cw, int b) {
+    return Grouped ? b * Consumers + cw : cw * Blocks + b;
+  }
   static constexpr int BK = 64 * KAtoms;
   static constexpr int kConsumerThreads = 128 * Consumers;
   static constexpr int kThreads = 128 + kConsumerThreads;
@@ -320,7 +324,7 @@ struct Dense {
     const int cw = ct / 128, t = ct % 128, warp = t / 32, lane = t % 32;
     // This thread's first channel inside the tile (of its warpgroup's first block; block b's are
     // kBlockStride b on).
-    const int col = cw * 64 + warp * 16 + lane / 4;
+    const int col = column(cw, 0) * 64 + warp * 16 + lane / 4;
     RingPos pos;
     typename Loop::Regs r;
     Probe::begin();
