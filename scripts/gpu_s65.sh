@@ -4,11 +4,10 @@
 #   a (about 400 s): one dev+experimental build (the dense u4g128 bf16 dev tiles, sym and -zi; the
 #      grouped two-block t176x256x64, sym and -zi, warp and lone walks; the grouped t80x192 /
 #      t128 / t144 / t256 lone tiles the rules take at 64-1024 rows per expert), then
-#      - the dense t176x256x64 tests (its warpgroups' blocks moved: column(cw, b)) and session 64's
-#        test_large_m_default_choices_match_reference (estimates past 16 rows of tiles), not run
-#        there;
+#      - session 64's test_large_m_default_choices_match_reference (estimates past 16 rows of
+#        tiles), not run there;
 #      - the grouped tests, the epilogue's gated activation included: since session 65 a two-block
-#        warpgroup holds a gate block and its up block (column(cw, b) = b x Consumers + cw) and
+#        warpgroup of a grouped tile holds a gate block and its up block (column(cw, b)) and
 #        pairs them in registers (GluExchange::pair), where the one-block tiles trade halves
 #        through shared memory and the tiles over 128 tokens had no activation at all;
 #      - the gate-up GEMM with the activation fused / the plain GEMM then the activation kernel
@@ -38,7 +37,7 @@ a)
   HUMMING_PROFILE=dev+experimental build_filtered "^sm90_wgmma_(${dense}|${two}|${one})$"
   echo "build done at $(($(date +%s) - start)) s" | log
   gpu_tests moe test_moe.py "activation_on_the_sm90 or sm90_kernels_matches"
-  gpu_tests dense test_gpu.py "t176x256 or large_m"
+  gpu_tests dense test_gpu.py "large_m"
   echo "tests done at $(($(date +%s) - start)) s" | log
   # Per point the tile the rules take now and the two-block tile of about its height.
   spill_both_orders() { # POINTS TILE,TILE,...
