@@ -39,18 +39,21 @@ a)
   gpu_tests moe test_moe.py "activation_on_the_sm90 or sm90_kernels_matches"
   gpu_tests dense test_gpu.py "large_m"
   echo "tests done at $(($(date +%s) - start)) s" | log
-  # Per point the tile the rules take now and the two-block tile of about its height.
-  spill_both_orders() { # POINTS TILE,TILE,...
-    local order
-    for order in "$2" "$(echo "$2" | tr ',' '\n' | tac | paste -sd,)"; do
-      python3 scripts/moe_spill.py "$1" --w4a16 --kinds random --glu silu --iters 10 --instances "$order" 2>&1 | log
-    done
+  # Per point the tile the rules take now and the two-block tile of about its height; every
+  # point in one instance order, then all again in the reverse order (so that a call cut short
+  # still has each point once).
+  spill() { # POINTS TILE,TILE,... REVERSE
+    local order="$2"
+    [ "$3" = 1 ] && order=$(echo "$2" | tr ',' '\n' | tac | paste -sd,)
+    python3 scripts/moe_spill.py "$1" --w4a16 --kinds random --glu silu --iters 10 --instances "$order" 2>&1 | log
   }
-  spill_both_orders mixtral-8x7b:4096,qwen3-30b-a3b:16384 \
-    "${g}_t176x256x64_w1x2x1_s4_lone,${g}_t128x128x128_w1x2x1_s4_lone,${g}_t256x128x64_w1x2x1_s5_lone"
-  spill_both_orders qwen3-30b-a3b:4096,deepseek-v3:4096 \
-    "${g}_t144x128x128_w1x2x1_s4_lone,${g}_t144x256x64_w1x2x1_s5_lone,${g}_t176x256x64_w1x2x1_s4_lone"
-  spill_both_orders qwen3-30b-a3b:1024 "${g}_t80x192x128_w1x3x1_s5_lone,${g}_t80x256x64_w1x2x1_s6_lone"
+  for reverse in 0 1; do
+    spill mixtral-8x7b:4096,qwen3-30b-a3b:16384 \
+      "${g}_t176x256x64_w1x2x1_s4_lone,${g}_t128x128x128_w1x2x1_s4_lone,${g}_t256x128x64_w1x2x1_s5_lone" $reverse
+    spill qwen3-30b-a3b:4096,qwen3-30b-a3b:1024 \
+      "${g}_t144x128x128_w1x2x1_s4_lone,${g}_t144x256x64_w1x2x1_s5_lone,${g}_t80x192x128_w1x3x1_s5_lone,${g}_t80x256x64_w1x2x1_s6_lone" $reverse
+    spill deepseek-v3:4096 "${g}_t144x128x128_w1x2x1_s4_lone,${g}_t144x256x64_w1x2x1_s5_lone" $reverse
+  done
   ;;
 c)
   gpu_tests dense test_gpu.py "instance_against_reference or waves_of_tiles or rings_wrap or heavy_tiles or dispatch_crosses or graph"
