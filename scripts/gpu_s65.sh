@@ -17,6 +17,7 @@
 #        two-block tile may save where it is no faster as a plain GEMM.
 #   c (about 150 s, after a on the same machine, SKIP_BUILD=1): the rest of session 64's call b (the
 #      other dense GPU tests, test_dispatch, the dense default against t128 / t256 forced).
+#   d (about 150 s): the activation kernel's 16-byte path, tested and timed.
 #   b (about 300 s, carry .peer; after a on the same machine, SKIP_BUILD=1): the W4A16 MoE layer
 #      standing against humming-kernels 0.1.20 at 1024 / 4096 tokens (Qwen3-30B-A3B, Mixtral-8x7B),
 #      and the dense W4A16 standing at m = 8192 against cuBLAS bf16 and humming-kernels.
@@ -62,13 +63,24 @@ c)
   python3 scripts/time_shapes.py 28672x8192,8192x28672,4096x14336,5120x13824 2048,4096,8192,16384 --graph \
     --instances "${d}_t128x128x128_w1x2x1_s4,${d}_t256x128x64_w1x2x1_s5" 2>&1 | log
   ;;
+d)
+  # The activation kernel with 16-byte accesses (session 65): its GPU tests, then the gate-up GEMM
+  # followed by it (then-activate) at the points call a timed it on (Mixtral-8x7B 4096 in t176:
+  # 3311.7 us there, 2579.1 for the GEMM alone).
+  HUMMING_PROFILE=dev+experimental build_filtered \
+    "^${g}_t(176x256x64_w1x2x1_s4|144x128x128_w1x2x1_s4|80x192x128_w1x3x1_s5)_lone$"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  gpu_tests act test_moe.py "activate"
+  python3 scripts/moe_spill.py mixtral-8x7b:4096,qwen3-30b-a3b:1024,qwen3-30b-a3b:4096 --w4a16 --kinds random \
+    --parts gate-up --glu silu --iters 10 2>&1 | log
+  ;;
 b)
   install_peer
   w4a16_moe_standing 1024,4096
   w4a16_dense_standing_m8192
   ;;
 *)
-  echo "PART must be a, b or c" >&2
+  echo "PART must be a, b, c or d" >&2
   exit 2
   ;;
 esac
