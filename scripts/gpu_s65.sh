@@ -64,9 +64,14 @@ c)
     --instances "${d}_t128x128x128_w1x2x1_s4,${d}_t256x128x64_w1x2x1_s5" 2>&1 | log
   ;;
 d)
-  # The activation kernel with 16-byte accesses (session 65): its GPU tests, then the gate-up GEMM
-  # followed by it (then-activate) at the points call a timed it on (Mixtral-8x7B 4096 in t176:
-  # 3311.7 us there, 2579.1 for the GEMM alone).
+  # The activation kernel with 16-byte accesses (session 65; not on main until this call passes:
+  # the patch applies to the tree first): its GPU tests, then the gate-up GEMM followed by it
+  # (then-activate) at the points call a timed it on (Mixtral-8x7B 4096 in t176: 3298.8 us there,
+  # 2580.2 for the GEMM alone; Qwen3-30B-A3B 1024 in t80x192 179.7 / 139.4, 4096 in t144 513.6 /
+  # 358.7). Before timing, time the same points on main (REF=1: no patch) in the same call if
+  # the machine differs from call a's.
+  [ "${REF:-0}" = 1 ] || git apply benchmarks/results/h100/tuning/h100-2026-12-08-s65-activation-vec.patch \
+    || { echo "the patch does not apply" | log; exit 1; }
   HUMMING_PROFILE=dev+experimental build_filtered \
     "^${g}_t(176x256x64_w1x2x1_s4|144x128x128_w1x2x1_s4|80x192x128_w1x3x1_s5)_lone$"
   echo "build done at $(($(date +%s) - start)) s" | log

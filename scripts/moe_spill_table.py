@@ -10,7 +10,8 @@ import collections
 import re
 import sys
 
-LINE = re.compile(r"spill (\S+) T=(\d+) (\S+) \S+ rows=\d+ (?:default|forced) (\S+): ([\d.]+)")
+# The GEMM (gate-up, down; with --glu also "gate-up glu" and "gate-up then-activate").
+LINE = re.compile(r"spill (\S+) T=(\d+) (\S+(?: glu| then-activate)?) \S+ rows=\d+ (?:default|forced) (\S+): ([\d.]+)")
 
 
 def main() -> None:

@@ -595,50 +595,18 @@ __global__ void combine_wide_kernel(DType type, const void *y, int64_t rows, int
 }
 
 // In: the element type of the gate-up rows (a.h_type), Out: of the output (a.out_type).
-// Vec: the consecutive outputs of a row each thread computes: 8 where both types are 16-bit and
-//      every row's gate, up and output runs start 16 bytes aligned (one 16-byte load of each, one
-//      16-byte store: a thread per output with 2-byte accesses moved about 1 TB/s, H100, session 65:
-//      Mixtral-8x7B's 8192 rows of 2 x 14336 in 730 us), else 1. The same operations per output.
-template <Elem In, Elem Out, int Vec> __global__ void activation_kernel(MoeActivation a) {
+template <Elem In, Elem Out> __global__ void activation_kernel(MoeActivation a) {
   chain_in();
-  const int64_t units = a.inter / Vec;
   for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
     // The row's expert once per row of a block (its search is a few loads all threads share).
     const int32_t e = a.offsets != nullptr ? moe_route::expert_of_row(a.offsets, a.experts, r) : 0;
     const float *bias = a.bias != nullptr ? a.bias + e * 2 * a.inter : nullptr;
-    for (int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < units;
-         u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-      const int64_t c = u * Vec;
-      float gate[Vec], up[Vec];
-      if constexpr (Vec == 1) {
-        gate[0] = load_as<In>(a.h_type, a.h, r * a.ldh + c);
-        up[0] = load_as<In>(a.h_type, a.h, r * a.ldh + a.inter + c);
-      } else {
-        const uint16_t *h = static_cast<const uint16_t *>(a.h) + r * a.ldh + c;
-        const uint4 gv = *reinterpret_cast<const uint4 *>(h), uv = *reinterpret_cast<const uint4 *>(h + a.inter);
-        const uint32_t gw[4] = {gv.x, gv.y, gv.z, gv.w}, uw[4] = {uv.x, uv.y, uv.z, uv.w};
-#pragma unroll
-        for (int i = 0; i < Vec; ++i) { // element i is half i % 2 of word i / 2 (the lower first)
-          gate[i] = decode_as<In>(a.h_type, (gw[i / 2] >> (16 * (i % 2))) & 0xFFFFu);
-          up[i] = decode_as<In>(a.h_type, (uw[i / 2] >> (16 * (i % 2))) & 0xFFFFu);
-        }
-      }
-      float v[Vec];
-#pragma unroll
-      for (int i = 0; i < Vec; ++i) {
-        if (bias != nullptr) gate[i] += bias[c + i], up[i] += bias[a.inter + c + i];
-        v[i] = moe_route::activate(gate[i], up[i], a.kind, a.limit, a.alpha);
-      }
-      if constexpr (Vec == 1) {
-        store_as<Out>(a.out_type, a.out, r * a.inter + c, v[0]);
-      } else {
-        uint32_t w[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          w[i] = encode_as<Out>(a.out_type, v[2 * i]) | encode_as<Out>(a.out_type, v[2 * i + 1]) << 16;
-        *reinterpret_cast<uint4 *>(static_cast<uint16_t *>(a.out) + r * a.inter + c) =
-            make_uint4(w[0], w[1], w[2], w[3]);
-      }
+    for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < a.inter;
+         c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      float gate = load_as<In>(a.h_type, a.h, r * a.ldh + c);
+      float up = load_as<In>(a.h_type, a.h, r * a.ldh + a.inter + c);
+      if (bias != nullptr) gate += bias[c], up += bias[a.inter + c];
+      store_as<Out>(a.out_type, a.out, r * a.inter + c, moe_route::activate(gate, up, a.kind, a.limit, a.alpha));
     }
   }
 }
@@ -747,27 +715,16 @@ Status moe_combine_cuda(DType type, const void *y, int64_t rows, int64_t hidden,
 Status moe_activation_cuda(const MoeActivation &a, void *stream) {
   if (a.experts < 1) return Status::Error("moe_activation needs at least one expert");
   if (a.rows == 0 || a.inter == 0) return Status::Ok();
-  // Blocks over rows (y) and chunks of 256 threads' outputs of a row (x), so that a few long rows
-  // (decode on few experts: Mixtral's 2 rows of 14336) still spread over the GPU.
+  // Blocks over rows (y) and 256-output chunks of a row (x), so that a few long rows (decode on few
+  // experts: Mixtral's 2 rows of 14336) still spread over the GPU.
   constexpr int kThreads = 256;
-  const auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vec = a.h_type.bits == 16 && a.out_type.bits == 16 && a.inter % 8 == 0 && a.ldh % 8 == 0 && aligned(a.h) &&
-                   aligned(a.out);
-  const int64_t units = vec ? a.inter / 8 : a.inter;
-  const int64_t chunks = (units + kThreads - 1) / kThreads;
+  const int64_t chunks = (a.inter + kThreads - 1) / kThreads;
   const dim3 grid(static_cast<unsigned>(chunks < 65535 ? chunks : 65535),
                   static_cast<unsigned>(a.rows < 65535 ? a.rows : 65535));
-  const cudaStream_t s = static_cast<cudaStream_t>(stream);
   with_elem(a.h_type, [&](auto in) {
     with_elem(a.out_type, [&](auto out) {
-      constexpr Elem In = decltype(in)::value, Out = decltype(out)::value;
-      constexpr bool k16 = (In == Elem::kBf16 || In == Elem::kF16) && (Out == Elem::kBf16 || Out == Elem::kF16);
-      if constexpr (k16)
-        if (vec) {
-          launch_chained(activation_kernel<In, Out, 8>, dim3(grid), dim3(kThreads), 0, s, a);
-          return;
-        }
-      launch_chained(activation_kernel<In, Out, 1>, dim3(grid), dim3(kThreads), 0, s, a);
+      launch_chained(activation_kernel<decltype(in)::value, decltype(out)::value>, dim3(grid), dim3(kThreads), 0,
+                     static_cast<cudaStream_t>(stream), a);
     });
   });
   return launched("moe_activation");

@@ -599,8 +599,6 @@ bool two_blocks(const InstanceInfo &i) {
 
 } // namespace
 
-bool glu_in_registers(const InstanceInfo &i) { return runs_experts(i) && two_blocks(i); }
-
 namespace {
 
 // The instance named as `grouped` with `suffix`, where it could run args on cc.
@@ -829,9 +827,9 @@ const InstanceInfo *select_grouped_instance(const GemmArgs &args, int64_t rows_p
         lowest = h, lowest_work = work;
     }
     if (lowest != nullptr) return grouped_variant_choice(lowest, like, cc, sms);
-  } else {
-    // Past the height rule: the tallest two-block tile, its lone walk where built (its warp walk
-    // spills), as it is (grouped_pick has no twin of it to move to).
+  } else if (like.dims.k_pad >= kGroupedTwoBlockMinK) {
+    // Past the height rule, on a deep K: the tallest two-block tile, its lone walk where built (its
+    // warp walk spills), as it is (grouped_pick has no twin of it to move to).
     const InstanceInfo *tall = nullptr;
     for (size_t i = 0; i < generated::kInstanceCount; ++i) {
       const InstanceInfo &info = generated::kInstances[i];

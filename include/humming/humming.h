@@ -413,12 +413,17 @@ constexpr double kGroupedRowTileFixedRows = 48;
 // knowledge, e.g. tokens x top_k / E): up to kGroupedLowestTileTo rows per expert, the grouped
 // instance of the tile height of least expected work (expected_row_tiles; the lower height where
 // two cost the same), the narrowest channel tile of that height (the first in name order); above,
-// the tallest tile of two 64-channel blocks a warpgroup (t176x256x64, the peer's tile there), its
-// lone walk where built, taken as it is; where the build has none, select_instance's choice for a
-// dense GEMM of that many rows among the grouped instances (session 63, H100: that choice, t256 on
-// Mixtral-8x7B at 1024 rows per expert, lost to t128 at every point; session 64: t176x256x64 lone
-// the fastest there, 2835 / 1322 us gate-up / down against t256's 2900 / 1403; since session 65 it
-// also computes the gated activation in its registers). Then, below it, the variant this call's routed rows ask for
+// where K is at least kGroupedTwoBlockMinK, the tallest tile of two 64-channel blocks a warpgroup
+// (t176x256x64, the tile humming-kernels runs there), its lone walk where built, taken as it is;
+// else select_instance's choice for a dense GEMM of that many rows among the grouped instances.
+// Measured on an H100 (session 65, scripts/moe_spill.py --w4a16, random routing, GEMM alone, graph
+// us, both instance orders; benchmarks/results/h100/tuning/h100-2026-12-08-s65-README.md), 1024
+// rows per expert, t176x256x64 lone / t128x128x128 lone / t256x128x64 lone (the dense choice on
+// Mixtral): Mixtral-8x7B at 4096 tokens gate-up (K = 4096) 2580 / 2707 / 2998, down (K = 14336)
+// 1269 / 1371 / 1376; Qwen3-30B-A3B at 16384 gate-up (K = 2048) 1252 / 1278 / 1431, down (K = 768)
+// 795 / 742 / 988: a shallow K pays the two-block tile's longer epilogue (2 x 88 sums a thread)
+// over too few stages. (Session 63: the grouped t256 lost to t128 at every point past 256 rows.)
+// Then, below it, the variant this call's routed rows ask for
 // (grouped_pick, from args.expert_assignments: the wide twin, the lone walk). The dense estimates see one layer's tiles
 // fill the GPU and pick lower tiles there, where a grouped launch has every touched expert's tiles: measured on the
 // H200 (session 19, u4g128 bf16, gate-up + down, graph us), the lowest holding tile took 0.83x (Qwen3-30B-A3B, 1024
@@ -427,6 +432,9 @@ constexpr double kGroupedRowTileFixedRows = 48;
 // dense choice stays there; up to 16 rows both choices were the same tile (the dense tables prefer 256-channel decode
 // tiles for wide layers, which for grouped GEMMs grouped_pick chooses from the routed rows instead).
 constexpr int64_t kGroupedLowestTileTo = 256;
+// The padded K from which a grouped GEMM past kGroupedLowestTileTo rows per expert takes the
+// tallest two-block tile (select_grouped_instance): 2048 and deeper gained, 768 lost (session 65).
+constexpr int64_t kGroupedTwoBlockMinK = 1024;
 // The twin of grouped instance `grouped` whose producer walks the experts' tiles alone (its name +
 // "_lone"), where the build has it and it can run `args` on `cc`; nullptr otherwise.
 const InstanceInfo *lone_twin(const InstanceInfo &grouped, const GemmArgs &args, int cc);
@@ -459,12 +467,6 @@ GroupedVariants grouped_variants(const InstanceInfo &base, const GemmArgs &args,
 const InstanceInfo *grouped_pick(const GroupedVariants &variants, const GemmArgs &args, int sms);
 const InstanceInfo *select_grouped_instance(const GemmArgs &args, int64_t rows_per_expert, int cc, int sms,
                                             std::string *why);
-// Whether grouped instance `i` computes the experts' gated activation (GemmArgs::glu) in its
-// registers: an sm90 weight-only tile of two 64-channel blocks a consumer warpgroup, each holding a
-// gate block and its up block (backend/sm90/glu_exchange.h, pair). The torch op runs the activation
-// in these tiles' epilogue in every build; in the others (the exchange through shared memory) only
-// in +experimental builds.
-bool glu_in_registers(const InstanceInfo &i);
 // The note select_instance gives for `chosen` (empty unless it belongs to the generic backend).
 std::string slow_path_note(const InstanceInfo &chosen, const GemmArgs &args, int cc);
 

@@ -687,9 +687,8 @@ void activate_rows(const GemmArgs &args, const Tensor &h, const Tensor &out, con
 // the experts' tiles (humming.h, grouped_pick).
 // `activation` (silu or swiglu-oai, with `limit` and `alpha`; "" for none): the experts' gated
 // activation of the weight's gate rows [0, n / 2) and up rows [n / 2, n), with `activation_bias`
-// fp32 [E, n] (gate first) where given; out is then [rows, n / 2]. On a GPU, the GEMM's epilogue
-// computes it in the two-block tiles (glu_in_registers) and, in +experimental builds, in any
-// instance that can (GemmArgs::glu: n a multiple of
+// fp32 [E, n] (gate first) where given; out is then [rows, n / 2]. On a GPU, in +experimental
+// builds, the GEMM's epilogue computes it where the instance can (GemmArgs::glu: n a multiple of
 // 128, a tile with the shared memory for it; an instance named in `instance` that cannot is an
 // error); else the plain GEMM and the activation kernel run one after the other: the same values,
 // bit for bit.
@@ -740,15 +739,17 @@ Tensor moe_gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor
     run_grouped(args, plan, dev, rows_per_expert, "moe_gemm");
     activate_rows(with_glu(args), h, out, dev);
   };
-  // The epilogue's activation through shared memory (one-block tiles) is experimental: correct
-  // (session 38, H100: bit for bit the plain GEMM then the activation kernel on every grouped tile,
-  // compute-sanitizer clean) but slower than those two launches at 31 of 32 measured points
-  // (scripts/bench_moe.py: Mixtral-8x7B's gate-up at 64 tokens 264 against 213 us, Qwen3-30B-A3B's
-  // at one token 18.8 against 16.7), so only builds with +experimental take it; the others run the
-  // plain GEMM and the activation kernel, the same values. Two-block tiles pair gate and up in
-  // their registers (glu_in_registers) and take it in every build.
+  // The epilogue's activation is experimental: correct (session 38, H100: bit for bit the plain
+  // GEMM then the activation kernel on every grouped tile, compute-sanitizer clean) but slower than
+  // those two launches at 31 of 32 measured points (scripts/bench_moe.py: Mixtral-8x7B's gate-up at
+  // 64 tokens 264 against 213 us, Qwen3-30B-A3B's at one token 18.8 against 16.7), so only builds
+  // with +experimental take it; the others run the plain GEMM and the activation kernel, the same
+  // values. The same for the two-block tiles, which pair gate and up in their registers (session
+  // 65, H100, scripts/moe_spill.py --glu silu: Mixtral-8x7B's gate-up at 4096 tokens in
+  // t176x256x64 4865 us against 3299 for the GEMM and the activation kernel, t128x128x128's
+  // exchange 4398 against 3457).
   const bool fused_built = std::strstr(build_profile(), "experimental") != nullptr;
-  if (dev.is_cpu() || args.m == 0 || n % 128 != 0) {
+  if (dev.is_cpu() || args.m == 0 || n % 128 != 0 || !fused_built) {
     plain_then_activate();
     return out;
   }
@@ -756,10 +757,6 @@ Tensor moe_gemm(const Tensor &a, const Tensor &codes, const std::optional<Tensor
   const int index = static_cast<int>(dev.index());
   const torch::stable::accelerator::DeviceGuard guard(dev.index());
   const InstanceInfo &inst = grouped_instance(args, plan, index, rows_per_expert); // chosen as without it
-  if (!fused_built && !glu_in_registers(inst)) {
-    plain_then_activate();
-    return out;
-  }
   GemmArgs fused = with_glu(args);
   fused.out = out.data_ptr();
   fused.ldo = n / 2;
