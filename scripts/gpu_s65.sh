@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# On the lent GPU machine, session 65's calls; logs to $OUT/s65<PART>.txt.
+# On the lent GPU machine, session 65's calls; logs to $OUT/s65<PART>.txt. Session 65 ran a (H100;
+# benchmarks/results/h100/tuning/h100-2026-12-08-s65-README.md); d (the activation kernel's patch)
+# is the next session's first call, then c and b on the same machine (SKIP_BUILD=1 after d's build
+# lacks the dense tiles: run c with its own build, or a first).
 # PART picks the call:
 #   a (about 400 s): one dev+experimental build (the dense u4g128 bf16 dev tiles, sym and -zi; the
 #      grouped two-block t176x256x64, sym and -zi, warp and lone walks; the grouped t80x192 /
