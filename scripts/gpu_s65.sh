@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # On the lent GPU machine, session 65's calls; logs to $OUT/s65<PART>.txt. Session 65 ran a (H100;
 # benchmarks/results/h100/tuning/h100-2026-12-08-s65-README.md); d (the activation kernel's patch)
-# is the next session's first call, then c and b on the same machine (SKIP_BUILD=1 after d's build
-# lacks the dense tiles: run c with its own build, or a first).
+# is the next session's first call, then c (its own build of the dense tiles) and b.
 # PART picks the call:
 #   a (about 400 s): one dev+experimental build (the dense u4g128 bf16 dev tiles, sym and -zi; the
 #      grouped two-block t176x256x64, sym and -zi, warp and lone walks; the grouped t80x192 /
@@ -33,9 +32,9 @@ device_log "s65$PART.txt"
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | log
 d=sm90_wgmma_dense_a-bf16_w-u4g128-sbf16_c-bf16
 g=sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16
+dense="dense_a-bf16_w-u4g128-sbf16(-zi)?_c-bf16_t(8x128x128|8x256x128|16x128x128|16x256x128|32x128x128|64x128x128|128x128x128|176x256x64|256x128x64)_w1x[24]x1_s[0-9]+"
 case "$PART" in
 a)
-  dense="dense_a-bf16_w-u4g128-sbf16(-zi)?_c-bf16_t(8x128x128|8x256x128|16x128x128|16x256x128|32x128x128|64x128x128|128x128x128|176x256x64|256x128x64)_w1x[24]x1_s[0-9]+"
   two="moe_a-bf16_w-u4g128-sbf16(-zi)?_c-bf16_t176x256x64_w1x2x1_s4(_lone)?|moe_a-bf16_w-u4g128-sbf16_c-bf16_t(80x256x64_w1x2x1_s6|144x256x64_w1x2x1_s5)_lone"
   one="moe_a-bf16_w-u4g128-sbf16_c-bf16_t(80x192x128_w1x3x1_s5|128x128x128_w1x2x1_s4|144x128x128_w1x2x1_s4|256x128x64_w1x2x1_s5)_lone"
   HUMMING_PROFILE=dev+experimental build_filtered "^sm90_wgmma_(${dense}|${two}|${one})$"
@@ -60,6 +59,7 @@ a)
   done
   ;;
 c)
+  build_filtered "^sm90_wgmma_${dense}$"
   gpu_tests dense test_gpu.py "instance_against_reference or waves_of_tiles or rings_wrap or heavy_tiles or dispatch_crosses or graph"
   gpu_tests dispatch test_dispatch.py ""
   python3 scripts/time_shapes.py 28672x8192,8192x28672,4096x14336,5120x13824 2048,4096,8192,16384 --graph 2>&1 | log
