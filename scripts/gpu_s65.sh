@@ -20,6 +20,7 @@
 #   c (about 150 s, after a on the same machine, SKIP_BUILD=1): the rest of session 64's call b (the
 #      other dense GPU tests, test_dispatch, the dense default against t128 / t256 forced).
 #   d (about 150 s): the activation kernel's 16-byte path, tested and timed.
+#   e (about 200 s): ncu of the t176 gate-up with and without the activation in its epilogue.
 #   b (about 300 s, carry .peer; after a on the same machine, SKIP_BUILD=1): the W4A16 MoE layer
 #      standing against humming-kernels 0.1.20 at 1024 / 4096 tokens (Qwen3-30B-A3B, Mixtral-8x7B),
 #      and the dense W4A16 standing at m = 8192 against cuBLAS bf16 and humming-kernels.
@@ -82,13 +83,23 @@ d)
   python3 scripts/moe_spill.py mixtral-8x7b:4096,qwen3-30b-a3b:1024,qwen3-30b-a3b:4096 --w4a16 --kinds random \
     --parts gate-up --glu silu --iters 10 2>&1 | log
   ;;
+e)
+  # Why the gated activation in the epilogue costs 4-55 us more per tile than the plain tile (call
+  # a): ncu (sections as scripts/ncu_moe_peer.sh, with the SASS stall summary) of Mixtral-8x7B's
+  # gate-up at 4096 tokens in t176x256x64 lone, plain and with the activation (+experimental).
+  HUMMING_PROFILE=dev+experimental build_filtered "^${g}_t176x256x64_w1x2x1_s4_lone$"
+  for glu in "" silu; do
+    SKIP_BUILD=1 IMPLS=aot NCU_SOURCE=1 MODEL=mixtral-8x7b TOKENS=4096 PART=gate-up MOE_GLU=$glu \
+      MOE_INSTANCE=${g}_t176x256x64_w1x2x1_s4_lone bash scripts/ncu_moe_peer.sh 2>&1 | tail -5 | log
+  done
+  ;;
 b)
   install_peer
   w4a16_moe_standing 1024,4096
   w4a16_dense_standing_m8192
   ;;
 *)
-  echo "PART must be a, b, c or d" >&2
+  echo "PART must be a, b, c, d or e" >&2
   exit 2
   ;;
 esac

@@ -8,7 +8,9 @@ MOE_ACT=e4m3-pt makes it W4A8: humming-aot's rows quantized per token inside the
 (ha.quantize_act, then the grouped GEMM on experts in layout 4; pair it with
 MOE_FORMAT=e2m1gc-sbf16), humming-kernels' layer in bench.JIT_CONFIGS["w4a8"] (e2m1 per channel x
 e4m3 per token, quantized inside its call). MOE_INSTANCE names a built grouped instance for
-humming-aot to run instead of its default choice.
+humming-aot to run instead of its default choice. MOE_GLU=silu (or swiglu-oai) runs humming-aot's
+gate-up GEMM with the experts' activation (in the epilogue in +experimental builds, where the
+instance can; else the plain GEMM then the activation kernel, two launches in the range).
 
 Usage: python3 scripts/moe_gemm_once.py {aot,jit} MODEL TOKENS {gate-up,down}
 """
@@ -59,6 +61,8 @@ else:
     kw = {"rows_per_expert": per_expert, "assignments": tokens * top_k}
     if os.environ.get("MOE_INSTANCE"):
         kw["instance"] = os.environ["MOE_INSTANCE"]
+    if os.environ.get("MOE_GLU"):
+        kw["activation"] = os.environ["MOE_GLU"]
     if act == "bf16":
         run = lambda: moe.moe_gemm(rows, stack, offs, fmt, **kw)
     else:

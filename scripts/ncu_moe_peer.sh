@@ -5,7 +5,7 @@
 # u4g128 bf16 grouped instances unless SKIP_BUILD=1; needs the peer's wheel in .peer/ (carry it).
 # Writes ncu_moe_<impl>_<model>_<tokens>_<part>.txt to $OUT.
 # Usage: [MODEL=qwen3-30b-a3b] [TOKENS=64] [PART=gate-up] [IMPLS="aot jit"] [NCU_SOURCE=1] [MOE_FORMAT=...]
-#   [MOE_ACT=e4m3-pt] [MOE_INSTANCE=...] [MOE_FILTER=REGEX] bash scripts/ncu_moe_peer.sh
+#   [MOE_ACT=e4m3-pt] [MOE_INSTANCE=...] [MOE_FILTER=REGEX] [MOE_GLU=silu] bash scripts/ncu_moe_peer.sh
 #   (MOE_FORMAT: humming-aot's weight format, default u4g128-sbf16; MOE_ACT=e4m3-pt: W4A8 on both
 #   sides, the activation quantization in the profile too; MOE_INSTANCE: humming-aot's instance
 #   instead of its choice; MOE_FILTER: the instances built instead of the u4g128 bf16 ones. See
@@ -26,7 +26,7 @@ fi
 model=${MODEL:-qwen3-30b-a3b} tokens=${TOKENS:-64} part=${PART:-gate-up}
 for impl in ${IMPLS:-aot jit}; do
   tag=${MOE_INSTANCE:+_$(echo "$MOE_INSTANCE" | grep -oE '_t[0-9]+x.*$')}
-  report="$OUT/ncu_moe_${impl}${MOE_ACT:+_$MOE_ACT}${MOE_FORMAT:+_$MOE_FORMAT}${tag}_${model}_${tokens}_${part}.txt"
+  report="$OUT/ncu_moe_${impl}${MOE_ACT:+_$MOE_ACT}${MOE_FORMAT:+_$MOE_FORMAT}${tag}${MOE_GLU:+_glu}_${model}_${tokens}_${part}.txt"
   # NCU_SOURCE=1: the report kept and its SASS page summed (stall samples by reason, instructions
   # by opcode: scripts/ncu_sass_summary.py) into ..._sass.txt.
   extra=()
