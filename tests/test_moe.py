@@ -395,17 +395,21 @@ def test_combine_with_a_bias_on_the_gpu_equals_the_cpu(t, h):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
 @pytest.mark.parametrize("activation", ["silu", "swiglu-oai"])
-def test_activate_on_the_gpu_matches_the_cpu_and_is_graph_capturable(activation):
+@pytest.mark.parametrize("f,shift", [(200, 0), (256, 0), (256, 1)])
+def test_activate_on_the_gpu_matches_the_cpu_and_is_graph_capturable(activation, f, shift):
     """The CUDA kernel of moe.activate gives the CPU reference's outputs to fp32 rounding (at most
     one unit of the output type apart), with biases found through device offsets, inside a CUDA
-    graph too."""
+    graph too; for F a multiple of 8 on 16-byte aligned rows (the kernel's wide accesses, where it
+    has them) and not, or on rows that start one element past an alignment (shift)."""
     g = torch.Generator().manual_seed(10)
-    experts, f, rows = 8, 200, 37
+    experts, rows = 8, 37
     h = (torch.randn(rows, 2 * f, generator=g) * 3).to(torch.bfloat16)
     bias = torch.randn(experts, 2 * f, generator=g)
     offsets = torch.tensor([0, 5, 5, 9, 20, 21, 30, 33, 35], dtype=torch.int32)
     cpu = moe.activate(h, activation, bias=bias, offsets=offsets, limit=7.0, alpha=1.702)
-    hd, bd, od = h.cuda(), bias.cuda(), offsets.cuda()
+    hd = torch.empty(rows * 2 * f + shift, dtype=torch.bfloat16, device="cuda")[shift:].view(rows, 2 * f)
+    hd.copy_(h)
+    bd, od = bias.cuda(), offsets.cuda()
     gpu = moe.activate(hd, activation, bias=bd, offsets=od, limit=7.0, alpha=1.702)
     torch.testing.assert_close(gpu.cpu().float(), cpu.float(), rtol=2.0**-7, atol=1e-6)
     graph = torch.cuda.CUDAGraph()
