@@ -833,7 +833,8 @@ const InstanceInfo *select_grouped_instance(const GemmArgs &args, int64_t rows_p
     const InstanceInfo *tall = nullptr;
     for (size_t i = 0; i < generated::kInstanceCount; ++i) {
       const InstanceInfo &info = generated::kInstances[i];
-      if (!runs_experts(info) || !two_blocks(info) || splits_k(info) || !candidate(info, like, cc)) continue;
+      // (candidate keeps grouped instances only: like has experts.)
+      if (!two_blocks(info) || splits_k(info) || !candidate(info, like, cc)) continue;
       if (tall == nullptr || info.tile_m > tall->tile_m ||
           (info.tile_m == tall->tile_m && walks_alone(info) && !walks_alone(*tall)))
         tall = &info;

@@ -27,7 +27,7 @@ template <class K> struct GluExchange {
 
   // The weight channel of the sum a thread at `col` inside the tile at n0 holds first: n0 + col, or
   // with the gated activation (GemmArgs::glu, kGlu) gate channel n0 / 2 + col in the first half of
-  // the warpgroups and up channel F + n0 / 2 + col - BN / 2 in the second (F = n / 2).
+  // the tile's columns and up channel F + n0 / 2 + col - BN / 2 in the second (F = n / 2).
   static __device__ __forceinline__ int64_t weight_channel(const GemmArgs &a, int64_t n0, int col) {
     if constexpr (kGlu)
       if (a.glu >= 0) return n0 / 2 + col + (col >= BN / 2 ? a.dims.n / 2 - BN / 2 : 0);

@@ -5,9 +5,9 @@
 // zero-point rows. The stage layout is the one backend/sm90/stage_fragments.h reads.
 //
 // With the experts' gated activation (GemmArgs::glu; grouped kernels with K::kGlu) the tile at n0
-// is output channels n0 / 2 .. n0 / 2 + BN / 2 of F = n / 2: the stage's first Consumers / 2
+// is output channels n0 / 2 .. n0 / 2 + BN / 2 of F = n / 2: the stage's first Columns / 2
 // blocks (and scale columns) are those gate channels', copied from channel n0 / 2, the others the
-// same channels of the up half, copied from F + n0 / 2.
+// same channels of the up half, copied from F + n0 / 2 (K::column places each warpgroup's blocks).
 //
 // A tile whose rows end before BM (the last row of tiles, where BM does not divide m) loads its
 // activations in one box per 64 inputs of only its rows, rounded up to 8 (Params::tail_rows),
