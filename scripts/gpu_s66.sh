@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# On the lent GPU machine, session 66's calls; logs to $OUT/s66<PART>.txt.
+# PART picks the call:
+#   a (about 400 s): session 65's activation kernel patch (16-byte loads and stores, 8 outputs a
+#      thread; benchmarks/results/h100/tuning/h100-2026-12-08-s65-activation-vec.patch) applied
+#      unless the tree has it, one dev build of the grouped u4g128 bf16 tiles (sym) and the dense
+#      u4g128 bf16 dev tiles, then
+#      - the grouped GPU tests (the activation kernel on F = 256 and on misaligned rows included);
+#      - the gate-up GEMM of the default choice then the activation (scripts/moe_spill.py --glu:
+#        its then-activate line), Mixtral-8x7B 4096 / Qwen3-30B-A3B 1024 / 4096 tokens;
+#      - the same with the patch reverted and the library rebuilt (only src/moe_route.cu
+#        recompiles), so that both kernels are timed on one machine.
+#   b (about 350 s; carry .peer): the same build with the patch (a no-op build after a on a warm
+#      machine), then the W4A16 MoE layer standing against humming-kernels 0.1.20 at 1024 / 4096
+#      tokens (Qwen3-30B-A3B, Mixtral-8x7B) and the dense W4A16 standing at m = 8192.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/build/gpu-out}"
+PART="${PART:-a}"
+. scripts/build_filtered.sh
+device_log "s66$PART.txt"
+nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | log
+patch=benchmarks/results/h100/tuning/h100-2026-12-08-s65-activation-vec.patch
+grouped="moe_a-bf16_w-u4g128-sbf16_c-bf16_t[0-9x]+_w[0-9x]+_s[0-9]+(_lone|_ks)?"
+dense="dense_a-bf16_w-u4g128-sbf16_c-bf16_t(8x128x128|8x256x128|16x128x128|16x256x128|32x128x128|64x128x128|128x128x128|176x256x64|256x128x64)_w1x[24]x1_s[0-9]+"
+filter="^sm90_wgmma_(${grouped}|${dense})$"
+# The patch is applied where the tree does not hold it yet (git apply --check fails once it has).
+apply_patch() { git apply --check "$patch" 2> /dev/null && git apply "$patch" && echo "patch applied" | log; }
+then_activate() { # TAG
+  python3 scripts/moe_spill.py mixtral-8x7b:4096,qwen3-30b-a3b:1024,qwen3-30b-a3b:4096 --w4a16 --kinds random \
+    --parts gate-up --glu silu --iters 10 2>&1 | sed "s/^/$1 /" | log
+}
+case "$PART" in
+a)
+  apply_patch
+  build_filtered "$filter"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  gpu_tests moe test_moe.py "activate or sm90_kernels_matches or on_the_grouped or masked_on_the_sm90 or offsets_past \
+or choice or programmatic"
+  echo "tests done at $(($(date +%s) - start)) s" | log
+  then_activate vec
+  git apply -R "$patch" && echo "patch reverted" | log
+  build_filtered "$filter"
+  echo "reference build done at $(($(date +%s) - start)) s" | log
+  then_activate ref
+  ;;
+b)
+  apply_patch
+  build_filtered "$filter"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  install_peer
+  w4a16_moe_standing 1024,4096
+  w4a16_dense_standing_m8192
+  ;;
+*)
+  echo "PART must be a or b" >&2
+  exit 2
+  ;;
+esac
+echo "all done at $(($(date +%s) - start)) s" | log
