@@ -13,6 +13,12 @@
 #   b (about 350 s; carry .peer): the same build with the patch (a no-op build after a on a warm
 #      machine), then the W4A16 MoE layer standing against humming-kernels 0.1.20 at 1024 / 4096
 #      tokens (Qwen3-30B-A3B, Mixtral-8x7B) and the dense W4A16 standing at m = 8192.
+#   c (about 250 s): the two-block grouped tiles' gated activation through the output boxes
+#      (benchmarks/results/h100/tuning/h100-2026-12-08-s66-glu-staged.patch; session 65 measured
+#      the activation in the epilogue, which stored directly, slower than the plain GEMM then the
+#      activation kernel): dev+experimental build of t176x256x64 / t144x256x64 lone, Mixtral-8x7B
+#      4096 and Qwen3-30B-A3B 4096 gate-up timed plain / fused / then-activate, then the patch
+#      applied, rebuilt, the grouped activation GPU tests and the same timings.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -24,6 +30,7 @@ patch=benchmarks/results/h100/tuning/h100-2026-12-08-s65-activation-vec.patch
 grouped="moe_a-bf16_w-u4g128-sbf16_c-bf16_t[0-9x]+_w[0-9x]+_s[0-9]+(_lone|_ks)?"
 dense="dense_a-bf16_w-u4g128-sbf16_c-bf16_t(8x128x128|8x256x128|16x128x128|16x256x128|32x128x128|64x128x128|128x128x128|176x256x64|256x128x64)_w1x[24]x1_s[0-9]+"
 filter="^sm90_wgmma_(${grouped}|${dense})$"
+g=sm90_wgmma_moe_a-bf16_w-u4g128-sbf16_c-bf16
 # The patch is applied where the tree does not hold it yet (git apply --check fails once it has).
 apply_patch() { git apply --check "$patch" 2> /dev/null && git apply "$patch" && echo "patch applied" | log; }
 then_activate() { # TAG
@@ -52,8 +59,22 @@ b)
   w4a16_moe_standing 1024,4096
   w4a16_dense_standing_m8192
   ;;
+c)
+  two="^${g}_t(176x256x64_w1x2x1_s4|144x256x64_w1x2x1_s5)_lone$"
+  glu_times() { # TAG
+    python3 scripts/moe_spill.py mixtral-8x7b:4096,qwen3-30b-a3b:4096 --w4a16 --kinds random --parts gate-up \
+      --glu silu --iters 10 --instances "${g}_t176x256x64_w1x2x1_s4_lone,${g}_t144x256x64_w1x2x1_s5_lone" 2>&1 \
+      | sed "s/^/$1 /" | log
+  }
+  HUMMING_PROFILE=dev+experimental build_filtered "$two"
+  glu_times direct
+  git apply benchmarks/results/h100/tuning/h100-2026-12-08-s66-glu-staged.patch && echo "glu patch applied" | log
+  HUMMING_PROFILE=dev+experimental build_filtered "$two"
+  gpu_tests glu test_moe.py "activation_on_the_sm90 or sm90_kernels_matches"
+  glu_times staged
+  ;;
 *)
-  echo "PART must be a or b" >&2
+  echo "PART must be a, b or c" >&2
   exit 2
   ;;
 esac
