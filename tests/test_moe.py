@@ -290,6 +290,38 @@ def test_activate_bad_input_is_named():
         moe.activate(h, bias=torch.zeros(3, 10), offsets=torch.tensor([0, 4], dtype=torch.int32))
 
 
+@pytest.mark.parametrize("fmt", ["e4m3-pt", "i8-pt", "e5m2-g16"])
+def test_activate_quantize_is_the_reference_quantization_of_the_activation(fmt):
+    """moe.activate_quantize (torch.ops.humming.moe_activation_quantize) on the CPU: the reference
+    quantizer's codes and scales (humming_aot.reference.quantize_activation) of moe.activate's output
+    in h's dtype, biases found through the offsets."""
+    from humming_aot import reference as R
+
+    g = torch.Generator().manual_seed(12)
+    experts, f, rows = 4, 48, 11
+    h = (torch.randn(rows, 2 * f, generator=g) * 5).to(torch.bfloat16)
+    bias = torch.randn(experts, 2 * f, generator=g)
+    offsets = torch.tensor([0, 2, 2, 9, 10], dtype=torch.int32)
+    for b, o in ((bias, offsets), (None, None)):
+        codes, scales = moe.activate_quantize(h, fmt, "silu", bias=b, offsets=o)
+        want_codes, want_scales = R.quantize_activation(moe.activate(h, "silu", bias=b, offsets=o).float(), fmt)
+        assert codes.shape == (rows, f) and codes.dtype == want_codes.dtype
+        assert torch.equal(codes.view(torch.uint8), want_codes.view(torch.uint8))
+        assert torch.equal(scales, want_scales)
+
+
+def test_activate_quantize_bad_input_is_named():
+    h = torch.zeros(4, 16, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="not quantized; moe_activation_quantize takes e4m3, e5m2 or i8"):
+        moe.activate_quantize(h, "bf16")
+    with pytest.raises(ValueError, match="activation must be one of silu, swiglu-oai"):
+        moe.activate_quantize(h, "e4m3-pt", "gelu")
+    with pytest.raises(ValueError, match=r"2-D tensor \[rows, 2 x intermediate\]"):
+        moe.activate_quantize(torch.zeros(4, 9, dtype=torch.bfloat16), "e4m3-pt")
+    with pytest.raises(ValueError, match="a gate-up bias of 3 experts needs the rows' expert offsets"):
+        moe.activate_quantize(h, "e4m3-pt", bias=torch.zeros(3, 16))
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
 def test_routing_on_the_gpu_is_graph_capturable_and_matches_the_cpu():

@@ -304,6 +304,37 @@ def activate(
     return torch.ops.humming.moe_activation(h, bias, offsets, activation, float(limit), float(alpha), _OUT_TYPES[out])
 
 
+def activate_quantize(
+    h: torch.Tensor,
+    act_format,
+    activation: str = "silu",
+    *,
+    bias: torch.Tensor | None = None,
+    offsets: torch.Tensor | None = None,
+    limit: float = 7.0,
+    alpha: float = 1.702,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`activate` in h's dtype, then :func:`humming_aot.quantize_act` of the result with
+    ``act_format`` (e4m3 / e5m2 / i8 with -pt or -g{K}): (codes, scales), bit for bit those two
+    (``torch.ops.humming.moe_activation_quantize``: the activation kernel, then the quantization
+    kernel, through a temporary of the activations)."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+    if not isinstance(h, torch.Tensor) or h.dim() != 2 or h.shape[1] % 2:
+        raise ValueError(f"gate-up outputs must be a 2-D tensor [rows, 2 x intermediate], got {_describe(h)}")
+    if h.dtype not in _OUT_TYPES:
+        raise TypeError(f"gate-up outputs must be float32, float16 or bfloat16, got {h.dtype}")
+    if h.stride(-1) != 1:
+        h = h.contiguous()
+    if bias is not None:
+        bias = bias.to(device=h.device, dtype=torch.float32).contiguous()
+    if offsets is not None:
+        offsets = offsets.to(device=h.device, dtype=torch.int32).contiguous()
+    return torch.ops.humming.moe_activation_quantize(
+        h, bias, offsets, activation, float(limit), float(alpha), _ops.act_format_text(act_format)
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class StackedExperts:
     """The packed weights of E experts of one format, shape and layout, stacked for
@@ -790,7 +821,17 @@ class QuantMoE(torch.nn.Module):
         # With 8-bit activations, the sorted rows are quantized as they are gathered (one pass over
         # the tokens' activations instead of writing 16-bit rows and reading them back).
         rows = permute_quantize(x, al, fmt.act) if fmt.act.quantized else permute(x, al)
-        if _OUT_TYPES.get(x.dtype) == str(fmt.out):
+        down_act = self.down[0].fmt.act
+        if down_act.quantized and _OUT_TYPES.get(x.dtype) == str(fmt.out):
+            # The down GEMM's 8-bit activations from the gate-up outputs by one op (activate_quantize),
+            # where a one-pass kernel can take the place of the activation and quantization kernels.
+            h = self._grouped_gemm(rows, gu, fmt, al, per_expert, routed)
+            offsets = al.offsets if self.gate_up_bias is not None else None
+            act = activate_quantize(
+                h, down_act, self.activation, bias=self.gate_up_bias, offsets=offsets, limit=self.swiglu_limit,
+                alpha=self.swiglu_alpha,
+            )  # fmt: skip
+        elif _OUT_TYPES.get(x.dtype) == str(fmt.out):
             # The activation in the gate-up GEMM (its epilogue where the kernel can).
             act = self._grouped_gemm(
                 rows, gu, fmt, al, per_expert, routed, activation=self.activation, limit=self.swiglu_limit,

@@ -251,6 +251,17 @@ def _quantize_act_fake(x, act_format):
     )
 
 
+@torch.library.register_fake("humming::moe_activation_quantize")
+def _moe_activation_quantize_fake(h, bias, offsets, activation, limit, alpha, act_format):
+    torch._check(h.dim() == 2, lambda: f"gate-up outputs must be 2-D [rows, 2 x intermediate], got {h.dim()}-D")
+    f = F.parse_activation_format(act_format)
+    m, k = h.shape[0], h.shape[1] // 2
+    return (
+        h.new_empty((m, k), dtype=torch_dtype(f.type)),
+        h.new_empty((m, _act_scale_cols(f, k)), dtype=torch.float32),
+    )
+
+
 @torch.library.register_fake("humming::moe_permute_quantize")
 def _moe_permute_quantize_fake(x, sorted_ids, top_k, act_format):
     torch._check(x.dim() == 2, lambda: f"activations must be 2-D [tokens, hidden], got {x.dim()}-D")

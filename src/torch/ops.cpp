@@ -1196,15 +1196,14 @@ Tensor moe_combine(const Tensor &y, const Tensor &positions, const Tensor &weigh
   return out;
 }
 
-Tensor moe_activation(const Tensor &h, const std::optional<Tensor> &bias, const std::optional<Tensor> &offsets,
-                      const std::string &activation, double limit, double alpha, const std::string &out_type) {
+// moe_activation's and moe_activation_quantize's arguments checked, as MoeActivation (out unset),
+// with the output type `ot`.
+MoeActivation activation_args(const Tensor &h, const std::optional<Tensor> &bias, const std::optional<Tensor> &offsets,
+                              const std::string &activation, double limit, double alpha, DType ot) {
   require(h.dim() == 2 && h.size(1) % 2 == 0 && h.stride(1) == 1 && h.stride(0) >= h.size(1),
           "gate-up outputs must be 2-D [rows, 2 x intermediate] with unit stride along the row, got shape ", h.sizes());
   const DType ht = dtype_of(h.scalar_type());
   require(ht.id() != 0, "gate-up outputs must be float32, float16 or bfloat16, got ", h.scalar_type());
-  DType ot;
-  require(parse_dtype(out_type, &ot).ok && (ot == dtypes::f32 || ot == dtypes::f16 || ot == dtypes::bf16),
-          "the activation's output type must be f32, f16 or bf16, got '", out_type, "'");
   require(activation == "silu" || activation == "swiglu-oai", "activation must be silu or swiglu-oai, got '",
           activation, "'");
   const torch::stable::Device dev = h.device();
@@ -1238,12 +1237,56 @@ Tensor moe_activation(const Tensor &h, const std::optional<Tensor> &bias, const 
     require(experts <= 1, "a gate-up bias of ", experts, " experts needs the rows' expert offsets");
   }
   a.experts = static_cast<int32_t>(experts < 1 ? 1 : experts);
-  Tensor out = empty_on(dev, {rows, inter}, storage_type(ot));
+  return a;
+}
+
+Tensor moe_activation(const Tensor &h, const std::optional<Tensor> &bias, const std::optional<Tensor> &offsets,
+                      const std::string &activation, double limit, double alpha, const std::string &out_type) {
+  DType ot;
+  require(parse_dtype(out_type, &ot).ok && (ot == dtypes::f32 || ot == dtypes::f16 || ot == dtypes::bf16),
+          "the activation's output type must be f32, f16 or bf16, got '", out_type, "'");
+  MoeActivation a = activation_args(h, bias, offsets, activation, limit, alpha, ot);
+  Tensor out = empty_on(h.device(), {a.rows, a.inter}, storage_type(ot));
   a.out = out.data_ptr();
   on_cpu_or_cuda(
-      dev, "moe_activation", [&] { return moe_activation_cpu(a); },
+      h.device(), "moe_activation", [&] { return moe_activation_cpu(a); },
       [&](void *stream) { return moe_activation_cuda(a, stream); });
   return out;
+}
+
+// The activation in h's type, quantized with act_format: (codes [rows, inter], fp32 scales [rows,
+// groups]): moe_activation, then quantize_act, through a temporary of the activation. (The one-pass
+// kernel that skips the temporary is benchmarks/results/h100/tuning/h100-2026-12-08-s66-activation-quantize.patch,
+// not yet run on a GPU.)
+std::tuple<Tensor, Tensor> moe_activation_quantize(const Tensor &h, const std::optional<Tensor> &bias,
+                                                   const std::optional<Tensor> &offsets, const std::string &activation,
+                                                   double limit, double alpha, const std::string &act_format) {
+  const ActFormat f = parse_act(act_format);
+  require(f.granularity != ActScale::kNone, "activation format ", act_format,
+          " is not quantized; moe_activation_quantize takes e4m3, e5m2 or i8 with -pt or -g{K}");
+  require(h.dim() == 2 && h.size(1) >= 2, "gate-up outputs must be 2-D [rows, 2 x intermediate], got shape ",
+          h.sizes());
+  MoeActivation a = activation_args(h, bias, offsets, activation, limit, alpha, dtype_of(h.scalar_type()));
+  const torch::stable::Device dev = h.device();
+  const int64_t group = f.granularity == ActScale::kGroup ? f.group_k : a.inter;
+  Tensor codes = empty_on(dev, {a.rows, a.inter}, storage_type(f.type));
+  Tensor scales = empty_on(dev, {a.rows, (a.inter + group - 1) / group}, ScalarType::Float);
+  auto *scale_ptr = static_cast<float *>(scales.data_ptr());
+  Tensor act = empty_on(dev, {a.rows, a.inter}, h.scalar_type());
+  a.out = act.data_ptr();
+  on_cpu_or_cuda(
+      dev, "moe_activation_quantize",
+      [&] {
+        const Status st = moe_activation_cpu(a);
+        return st ? quantize_act_cpu(f, a.out_type, a.out, a.rows, a.inter, a.inter, codes.data_ptr(), scale_ptr) : st;
+      },
+      [&](void *stream) {
+        const Status st = moe_activation_cuda(a, stream);
+        return st ? quantize_act_cuda(f, a.out_type, a.out, a.rows, a.inter, a.inter, codes.data_ptr(), scale_ptr,
+                                      stream)
+                  : st;
+      });
+  return {codes, scales};
 }
 
 // A direct entry's result: `make()`'s tensor as a new handle in *out (0), or its error in `error`:
@@ -1357,6 +1400,10 @@ STABLE_TORCH_LIBRARY(humming, m) {
   // with per-expert biases found through the rows' expert offsets.
   m.def("moe_activation(Tensor h, Tensor? bias, Tensor? offsets, str activation, float limit, float alpha, "
         "str out_type) -> Tensor");
+  // The same activation (in h's type) quantized per token or K group, as quantize_act, in one pass
+  // where the kernel can: the down GEMM's codes and scales of a layer with 8-bit activations.
+  m.def("moe_activation_quantize(Tensor h, Tensor? bias, Tensor? offsets, str activation, float limit, float alpha, "
+        "str act_format) -> (Tensor, Tensor)");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(humming, CPU, m) {
@@ -1372,6 +1419,7 @@ STABLE_TORCH_LIBRARY_IMPL(humming, CPU, m) {
   m.impl("moe_permute_quantize", TORCH_BOX(&humming::torch_ops::moe_permute_quantize));
   m.impl("moe_combine", TORCH_BOX(&humming::torch_ops::moe_combine));
   m.impl("moe_activation", TORCH_BOX(&humming::torch_ops::moe_activation));
+  m.impl("moe_activation_quantize", TORCH_BOX(&humming::torch_ops::moe_activation_quantize));
 }
 
 STABLE_TORCH_LIBRARY_IMPL(humming, CUDA, m) {
@@ -1387,4 +1435,5 @@ STABLE_TORCH_LIBRARY_IMPL(humming, CUDA, m) {
   m.impl("moe_permute_quantize", TORCH_BOX(&humming::torch_ops::moe_permute_quantize));
   m.impl("moe_combine", TORCH_BOX(&humming::torch_ops::moe_combine));
   m.impl("moe_activation", TORCH_BOX(&humming::torch_ops::moe_activation));
+  m.impl("moe_activation_quantize", TORCH_BOX(&humming::torch_ops::moe_activation_quantize));
 }
