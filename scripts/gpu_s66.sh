@@ -19,6 +19,13 @@
 #      activation kernel): dev+experimental build of t176x256x64 / t144x256x64 lone, Mixtral-8x7B
 #      4096 and Qwen3-30B-A3B 4096 gate-up timed plain / fused / then-activate, then the patch
 #      applied, rebuilt, the grouped activation GPU tests and the same timings.
+#   d (about 350 s; carry .peer to also get the peer's rows): the one-pass activation and per-token
+#      quantization (benchmarks/results/h100/tuning/h100-2026-12-08-s66-activation-quantize.patch:
+#      moe_activation_quantize's kernel, which QuantMoE's layers with 8-bit down activations call
+#      since session 66; main runs moe_activation then quantize_act there): dev build of the
+#      grouped W4A8 e2m1gc tiles, the W4A8 layers of Qwen3-30B-A3B and Mixtral-8x7B at 1024 / 4096
+#      tokens on main (the two kernels), then the patch applied and rebuilt, its GPU tests (bit for
+#      bit the two kernels) and the same layers again. Land the patch if the tests pass.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -73,8 +80,23 @@ c)
   gpu_tests glu test_moe.py "activation_on_the_sm90 or sm90_kernels_matches"
   glu_times staged
   ;;
+d)
+  w4a8="^sm90_wgmma_moe_a-e4m3-pt_w-e2m1gc-sbf16_c-bf16_t[0-9x]+_w[0-9x]+_s[0-9]+_l4(_lone)?$"
+  w4a8_layers() { # TAG
+    python3 scripts/bench_moe.py "$OUT/moe-w4a8-$1.json" --models qwen3-30b-a3b,mixtral-8x7b --tokens 1024,4096 \
+      --format e2m1gc-sbf16 --act e4m3-pt --impls humming-aot 2>&1 | grep -E "humming|rror" | sed "s/^/$1 /" | log
+  }
+  build_filtered "$w4a8"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  w4a8_layers two-kernels
+  git apply benchmarks/results/h100/tuning/h100-2026-12-08-s66-activation-quantize.patch \
+    && echo "activation-quantize patch applied" | log
+  build_filtered "$w4a8"
+  gpu_tests aq test_moe.py "activate or 8bit_activations"
+  w4a8_layers one-pass
+  ;;
 *)
-  echo "PART must be a, b or c" >&2
+  echo "PART must be a, b, c or d" >&2
   exit 2
   ;;
 esac
