@@ -25,7 +25,9 @@
 #      since session 66; main runs moe_activation then quantize_act there): dev build of the
 #      grouped W4A8 e2m1gc tiles, the W4A8 layers of Qwen3-30B-A3B and Mixtral-8x7B at 1024 / 4096
 #      tokens on main (the two kernels), then the patch applied and rebuilt, its GPU tests (bit for
-#      bit the two kernels) and the same layers again. Land the patch if the tests pass.
+#      bit the two kernels) and the same layers again; with .peer, the W4A8 layer standing against
+#      humming-kernels 0.1.20 at 1024 / 4096 tokens (w4a8_moe_standing). Land the patch if the
+#      tests pass.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/build/gpu-out}"
@@ -94,6 +96,10 @@ d)
   build_filtered "$w4a8"
   gpu_tests aq test_moe.py "activate or 8bit_activations"
   w4a8_layers one-pass
+  if ls .peer/humming_kernels-0.1.20-*.whl > /dev/null 2>&1; then
+    install_peer
+    w4a8_moe_standing 1024,4096
+  fi
   ;;
 *)
   echo "PART must be a, b, c or d" >&2
