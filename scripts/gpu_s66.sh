@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # On the lent GPU machine, session 66's calls; logs to $OUT/s66<PART>.txt.
-# PART picks the call:
+# PART picks the call. With one call only, take z; with more, a, d, b, c (the patches' own A/B).
+#   z (about 550 s; carry .peer): both MoE patches of sessions 65 and 66 applied (the activation
+#      kernel's 16-byte path and the one-pass activation and quantization), one dev build of every
+#      grouped W4A16 u4g128 (sym) and W4A8 e2m1gc tile, the grouped GPU tests with both patches,
+#      then the W4A16 and W4A8 MoE layer standings against humming-kernels 0.1.20 at 1024 / 4096
+#      tokens (session 62: W4A16 0.93x / 0.96x Qwen3-30B-A3B, 1.03x / 0.85x Mixtral-8x7B; W4A8
+#      4096 tokens 0.95x / 0.94x). Commit the patches if the tests pass.
 #   a (about 400 s): session 65's activation kernel patch (16-byte loads and stores, 8 outputs a
 #      thread; benchmarks/results/h100/tuning/h100-2026-12-08-s65-activation-vec.patch) applied
 #      unless the tree has it, one dev build of the grouped u4g128 bf16 tiles (sym) and the dense
@@ -101,8 +107,20 @@ d)
     w4a8_moe_standing 1024,4096
   fi
   ;;
+z)
+  apply_patch
+  git apply benchmarks/results/h100/tuning/h100-2026-12-08-s66-activation-quantize.patch \
+    && echo "activation-quantize patch applied" | log
+  build_filtered "^sm90_wgmma_moe_a-(e4m3-pt_w-e2m1gc-sbf16_c-bf16_.*_l4|bf16_w-u4g128-sbf16_c-bf16_t[0-9x]+_w[0-9x]+_s[0-9]+)(_lone|_ks)?$"
+  echo "build done at $(($(date +%s) - start)) s" | log
+  gpu_tests moe test_moe.py "activate or sm90_kernels or 8bit_activations or on_the_grouped or choice"
+  echo "tests done at $(($(date +%s) - start)) s" | log
+  install_peer
+  w4a16_moe_standing 1024,4096
+  w4a8_moe_standing 1024,4096
+  ;;
 *)
-  echo "PART must be a, b, c or d" >&2
+  echo "PART must be z, a, b, c or d" >&2
   exit 2
   ;;
 esac
