@@ -267,6 +267,25 @@ def combine(
 _OUT_TYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 
 
+def _gate_up_operands(h, activation: str, bias, offsets):
+    """:func:`activate`'s and :func:`activate_quantize`'s gate-up outputs, bias and offsets checked and
+    as the op reads them (h with unit stride along its rows, bias fp32 and offsets int32 on h's
+    device, contiguous)."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+    if not isinstance(h, torch.Tensor) or h.dim() != 2 or h.shape[1] % 2:
+        raise ValueError(f"gate-up outputs must be a 2-D tensor [rows, 2 x intermediate], got {_describe(h)}")
+    if h.dtype not in _OUT_TYPES:
+        raise TypeError(f"gate-up outputs must be float32, float16 or bfloat16, got {h.dtype}")
+    if h.stride(-1) != 1:
+        h = h.contiguous()
+    if bias is not None:
+        bias = bias.to(device=h.device, dtype=torch.float32).contiguous()
+    if offsets is not None:
+        offsets = offsets.to(device=h.device, dtype=torch.int32).contiguous()
+    return h, bias, offsets
+
+
 def activate(
     h: torch.Tensor,
     activation: str = "silu",
@@ -286,21 +305,10 @@ def activate(
     in the expert-sorted layout, as :func:`moe_align` gives them; rows past the last expert's count
     as its), or, without offsets, every row is expert 0's. On a GPU the results equal the torch
     formula's to fp32 rounding (the two ``exp`` differ in the last bit), then rounded once."""
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
-    if not isinstance(h, torch.Tensor) or h.dim() != 2 or h.shape[1] % 2:
-        raise ValueError(f"gate-up outputs must be a 2-D tensor [rows, 2 x intermediate], got {_describe(h)}")
-    if h.dtype not in _OUT_TYPES:
-        raise TypeError(f"gate-up outputs must be float32, float16 or bfloat16, got {h.dtype}")
+    h, bias, offsets = _gate_up_operands(h, activation, bias, offsets)
     out = h.dtype if dtype is None else dtype
     if out not in _OUT_TYPES:
         raise TypeError(f"the activation's dtype must be float32, float16 or bfloat16, got {out}")
-    if h.stride(-1) != 1:
-        h = h.contiguous()
-    if bias is not None:
-        bias = bias.to(device=h.device, dtype=torch.float32).contiguous()
-    if offsets is not None:
-        offsets = offsets.to(device=h.device, dtype=torch.int32).contiguous()
     return torch.ops.humming.moe_activation(h, bias, offsets, activation, float(limit), float(alpha), _OUT_TYPES[out])
 
 
@@ -318,18 +326,7 @@ def activate_quantize(
     ``act_format`` (e4m3 / e5m2 / i8 with -pt or -g{K}): (codes, scales), bit for bit those two
     (``torch.ops.humming.moe_activation_quantize``: the activation kernel, then the quantization
     kernel, through a temporary of the activations)."""
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
-    if not isinstance(h, torch.Tensor) or h.dim() != 2 or h.shape[1] % 2:
-        raise ValueError(f"gate-up outputs must be a 2-D tensor [rows, 2 x intermediate], got {_describe(h)}")
-    if h.dtype not in _OUT_TYPES:
-        raise TypeError(f"gate-up outputs must be float32, float16 or bfloat16, got {h.dtype}")
-    if h.stride(-1) != 1:
-        h = h.contiguous()
-    if bias is not None:
-        bias = bias.to(device=h.device, dtype=torch.float32).contiguous()
-    if offsets is not None:
-        offsets = offsets.to(device=h.device, dtype=torch.int32).contiguous()
+    h, bias, offsets = _gate_up_operands(h, activation, bias, offsets)
     return torch.ops.humming.moe_activation_quantize(
         h, bias, offsets, activation, float(limit), float(alpha), _ops.act_format_text(act_format)
     )
