@@ -337,6 +337,18 @@ def _opcheck_cases():
                 "f16",
             ),
         ],
+        "moe_activation_quantize": [
+            (torch.randn(5, 32).to(torch.bfloat16), None, None, "silu", 7.0, 1.702, "e4m3-pt"),
+            (
+                torch.randn(5, 32),
+                torch.randn(3, 32),
+                torch.tensor([0, 2, 2, 4], dtype=torch.int32),
+                "swiglu-oai",
+                7.0,
+                1.702,
+                "i8-g8",
+            ),
+        ],
     }
 
 
