@@ -1244,17 +1244,19 @@ def test_moe_gemm_with_8bit_activations_on_the_sm90_kernels_matches_the_referenc
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible on this machine")
-def test_quant_moe_with_fp8_blocks_on_the_grouped_kernels_matches_the_cpu_and_captures():
+@pytest.mark.parametrize("wfmt,act", [A8_MOE[0], ("e2m1gc-sbf16", "e4m3-pt")])
+def test_quant_moe_with_8bit_activations_on_the_grouped_kernels_matches_the_cpu_and_captures(wfmt, act):
     """A DeepSeek-style layer (FP8 experts in 128 x 128 blocks, FP8 activations in 1 x 128
-    groups) on the grouped kernels: the GPU's result against the CPU's at 1, 37 and 300 tokens,
-    no per-expert loop, and a CUDA graph of the whole layer that replays the eager result."""
+    groups) and a W4A8 one (e2m1 experts, per-token FP8 activations: the activation between the
+    GEMMs quantized per token, moe.activate_quantize) on the grouped kernels: the GPU's result
+    against the CPU's at 1, 37 and 300 tokens, no per-expert loop, and a CUDA graph of the whole
+    layer that replays the eager result."""
     import humming_aot as ha
 
     if not torch.cuda.get_device_capability() == (9, 0):
         pytest.skip("the grouped GEMM kernels are sm90 ones; this GPU is not sm_90")
-    wfmt, act = A8_MOE[0]
     if not _sm90_instances(f"a-{act}_w-{wfmt}_c-bf16"):
-        pytest.skip("this build has no grouped sm90 instance of the FP8 block format")
+        pytest.skip(f"this build has no grouped sm90 instance of a-{act}_w-{wfmt}_c-bf16")
     w1, w2 = _experts(16, 512, 256, 23)
     cpu = ha.QuantMoE.from_float(w1, w2, wfmt, 4, act_format=act)
     gpu = ha.QuantMoE.from_float(w1, w2, wfmt, 4, act_format=act, device="cuda")
