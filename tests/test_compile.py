@@ -294,6 +294,19 @@ def _opcheck_cases():
     q, p = _packed("u4g64-sbf16-zi", n=16, k=128)
     qf, pf = _packed("e4m3g128n128-sf32", n=20, k=256)
     gemm = _gemm_cases()
+    # The activation's cases, and the same with its quantization (moe_activation_quantize).
+    activation = [
+        (torch.randn(5, 12).to(torch.bfloat16), None, None, "silu", 7.0, 1.702, "bf16"),
+        (
+            torch.randn(5, 12),
+            torch.randn(3, 12),
+            torch.tensor([0, 2, 2, 4], dtype=torch.int32),
+            "swiglu-oai",
+            7.0,
+            1.702,
+            "f16",
+        ),
+    ]
     return {
         "gemm": gemm,
         "auto_gemm": gemm,
@@ -325,30 +338,8 @@ def _opcheck_cases():
                 torch.rand(3, 2),
             )
         ],
-        "moe_activation": [
-            (torch.randn(5, 12).to(torch.bfloat16), None, None, "silu", 7.0, 1.702, "bf16"),
-            (
-                torch.randn(5, 12),
-                torch.randn(3, 12),
-                torch.tensor([0, 2, 2, 4], dtype=torch.int32),
-                "swiglu-oai",
-                7.0,
-                1.702,
-                "f16",
-            ),
-        ],
-        "moe_activation_quantize": [
-            (torch.randn(5, 32).to(torch.bfloat16), None, None, "silu", 7.0, 1.702, "e4m3-pt"),
-            (
-                torch.randn(5, 32),
-                torch.randn(3, 32),
-                torch.tensor([0, 2, 2, 4], dtype=torch.int32),
-                "swiglu-oai",
-                7.0,
-                1.702,
-                "i8-g8",
-            ),
-        ],
+        "moe_activation": activation,
+        "moe_activation_quantize": [c[:-1] + (f,) for c, f in zip(activation, ("e4m3-pt", "i8-g8"))],
     }
 
 
