@@ -423,14 +423,16 @@ constexpr double kGroupedRowTileFixedRows = 48;
 // 1269 / 1371 / 1376; Qwen3-30B-A3B at 16384 gate-up (K = 2048) 1252 / 1278 / 1431, down (K = 768)
 // 795 / 742 / 988: a shallow K pays the two-block tile's longer epilogue (2 x 88 sums a thread)
 // over too few stages. (Session 63: the grouped t256 lost to t128 at every point past 256 rows.)
-// Then, below it, the variant this call's routed rows ask for
-// (grouped_pick, from args.expert_assignments: the wide twin, the lone walk). The dense estimates see one layer's tiles
-// fill the GPU and pick lower tiles there, where a grouped launch has every touched expert's tiles: measured on the
-// H200 (session 19, u4g128 bf16, gate-up + down, graph us), the lowest holding tile took 0.83x (Qwen3-30B-A3B, 1024
-// tokens: 64 rows per expert), 0.85x (4096: 256 rows) and 0.86x (DeepSeek-V3, 4096 tokens: 128 rows) the time of the
-// dense choice, and 1.015x at 32 rows (DeepSeek-V3, 1024 tokens); at 512 and 1024 rows it was 1.045x and 0.96x, so the
-// dense choice stays there; up to 16 rows both choices were the same tile (the dense tables prefer 256-channel decode
-// tiles for wide layers, which for grouped GEMMs grouped_pick chooses from the routed rows instead).
+// Then, below it, the variant this call's routed rows ask for (grouped_pick, from
+// args.expert_assignments: the wide twin, the lone walk). The dense estimates see one layer's tiles
+// fill the GPU and pick lower tiles there, where a grouped launch has every touched expert's tiles:
+// measured on the H200 (session 19, u4g128 bf16, gate-up + down, graph us), the lowest holding tile
+// took 0.83x (Qwen3-30B-A3B, 1024 tokens: 64 rows per expert), 0.85x (4096: 256 rows) and 0.86x
+// (DeepSeek-V3, 4096 tokens: 128 rows) the time of the dense choice, and 1.015x at 32 rows
+// (DeepSeek-V3, 1024 tokens); at 512 and 1024 rows it was 1.045x and 0.96x, so the dense choice
+// stays there; up to 16 rows both choices were the same tile (the dense tables prefer 256-channel
+// decode tiles for wide layers, which for grouped GEMMs grouped_pick chooses from the routed rows
+// instead).
 constexpr int64_t kGroupedLowestTileTo = 256;
 // The padded K from which a grouped GEMM past kGroupedLowestTileTo rows per expert takes the
 // tallest two-block tile (select_grouped_instance): 2048 and deeper gained, 768 lost (session 65).

@@ -1264,9 +1264,8 @@ std::tuple<Tensor, Tensor> moe_activation_quantize(const Tensor &h, const std::o
   const ActFormat f = parse_act(act_format);
   require(f.granularity != ActScale::kNone, "activation format ", act_format,
           " is not quantized; moe_activation_quantize takes e4m3, e5m2 or i8 with -pt or -g{K}");
-  require(h.dim() == 2 && h.size(1) >= 2, "gate-up outputs must be 2-D [rows, 2 x intermediate], got shape ",
-          h.sizes());
   MoeActivation a = activation_args(h, bias, offsets, activation, limit, alpha, dtype_of(h.scalar_type()));
+  require(a.inter > 0, "moe_activation_quantize needs gate-up outputs of at least 2 columns, got shape ", h.sizes());
   const torch::stable::Device dev = h.device();
   const int64_t group = f.granularity == ActScale::kGroup ? f.group_k : a.inter;
   Tensor codes = empty_on(dev, {a.rows, a.inter}, storage_type(f.type));
